@@ -1,0 +1,186 @@
+//! The data device: a raw block device or preallocated file accessed with direct I/O, or RAM.
+//!
+//! Every offset and length the engine passes here is a multiple of [`BLOCK_BYTES`], and every
+//! buffer is an `AlignedBuf`, which is what `O_DIRECT` requires.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::RwLock;
+
+/// Allocation and checksum unit of the engine, in bytes.
+pub const BLOCK_BYTES: u64 = 4096;
+
+/// Where object data lives.
+pub trait Device: Send + Sync + 'static {
+    /// Capacity in bytes.
+    fn size_bytes(&self) -> u64;
+    /// Fills `buf` from `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes `buf` at `offset`. Not durable until [`Device::sync`] returns.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Puts every completed write on stable storage.
+    fn sync(&self) -> io::Result<()>;
+    /// Tells the device that `[offset, offset + len)` holds nothing of value any more.
+    fn discard(&self, offset: u64, len: u64);
+    /// Whether writes bypass the page cache.
+    fn direct_io(&self) -> bool;
+}
+
+fn check_aligned(offset: u64, len: usize) {
+    assert_eq!(offset % BLOCK_BYTES, 0, "device offset {offset} is not block-aligned");
+    assert_eq!(len as u64 % BLOCK_BYTES, 0, "device I/O of {len} bytes is not whole blocks");
+}
+
+/// A block device or regular file opened with `O_DIRECT` (falling back to buffered I/O only on
+/// file systems that refuse `O_DIRECT`, such as tmpfs).
+pub struct FileDevice {
+    file: File,
+    size_bytes: u64,
+    direct: bool,
+}
+
+impl FileDevice {
+    /// Opens `path` for direct I/O. A block device is opened exclusively (`O_EXCL`), so that a
+    /// device mounted or in use elsewhere is refused by the kernel.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let meta = std::fs::metadata(path)?;
+        let is_blockdev = meta.file_type().is_block_device();
+        let mut flags = libc_o_direct();
+        if is_blockdev {
+            flags |= rustix::fs::OFlags::EXCL.bits() as i32;
+        }
+        let open = |flags: i32| OpenOptions::new().read(true).write(true).custom_flags(flags).open(path);
+        let (file, direct) = match open(flags) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+                (open(flags & !libc_o_direct())?, false)
+            }
+            Err(e) => return Err(e),
+        };
+        let size_bytes = if is_blockdev {
+            rustix::fs::seek(&file, rustix::fs::SeekFrom::End(0)).map_err(io::Error::from)?
+        } else {
+            meta.len()
+        };
+        Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct })
+    }
+}
+
+fn libc_o_direct() -> i32 {
+    rustix::fs::OFlags::DIRECT.bits() as i32
+}
+
+impl Device for FileDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        check_aligned(offset, buf.len());
+        assert!(offset + buf.len() as u64 <= self.size_bytes, "read past the device end");
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        check_aligned(offset, buf.len());
+        assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+        self.file.write_all_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn discard(&self, _offset: u64, _len: u64) {
+        // Punching holes in a file would turn its extents back into unwritten ones and make the
+        // next write to them pay for a metadata update, so discard is a no-op for now.
+    }
+    fn direct_io(&self) -> bool {
+        self.direct
+    }
+}
+
+/// Granularity at which [`MemDevice`] allocates and releases RAM.
+pub const MEM_CHUNK_BYTES: u64 = 64 * 1024;
+
+/// A sparse RAM device: chunks are allocated when first written and released when discarded,
+/// so memory use follows the data stored, up to the device size.
+pub struct MemDevice {
+    size_bytes: u64,
+    chunks: RwLock<HashMap<u64, Box<[u8]>>>,
+}
+
+impl MemDevice {
+    #[must_use]
+    pub fn new(size_bytes: u64) -> Self {
+        Self { size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, chunks: RwLock::new(HashMap::new()) }
+    }
+
+    /// Bytes of RAM currently held by data chunks.
+    #[must_use]
+    pub fn resident_bytes(&self) -> u64 {
+        let chunks = self.chunks.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        chunks.len() as u64 * MEM_CHUNK_BYTES
+    }
+}
+
+/// Splits `[offset, offset + len)` into pieces that each stay inside one chunk:
+/// `(chunk index, offset in chunk, offset in the caller's buffer, length)`.
+fn chunk_pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize, usize)> {
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= len {
+            return None;
+        }
+        let pos = offset + done as u64;
+        let in_chunk = (pos % MEM_CHUNK_BYTES) as usize;
+        let n = (MEM_CHUNK_BYTES as usize - in_chunk).min(len - done);
+        let piece = (pos / MEM_CHUNK_BYTES, in_chunk, done, n);
+        done += n;
+        Some(piece)
+    })
+}
+
+impl Device for MemDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        check_aligned(offset, buf.len());
+        assert!(offset + buf.len() as u64 <= self.size_bytes, "read past the device end");
+        let chunks = self.chunks.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (idx, at, pos, n) in chunk_pieces(offset, buf.len()) {
+            match chunks.get(&idx) {
+                Some(c) => buf[pos..pos + n].copy_from_slice(&c[at..at + n]),
+                None => buf[pos..pos + n].fill(0),
+            }
+        }
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        check_aligned(offset, buf.len());
+        assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+        let mut chunks = self.chunks.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (idx, at, pos, n) in chunk_pieces(offset, buf.len()) {
+            let c = chunks.entry(idx).or_insert_with(|| vec![0u8; MEM_CHUNK_BYTES as usize].into_boxed_slice());
+            c[at..at + n].copy_from_slice(&buf[pos..pos + n]);
+        }
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn discard(&self, offset: u64, len: u64) {
+        let first = offset.div_ceil(MEM_CHUNK_BYTES);
+        let end = (offset + len) / MEM_CHUNK_BYTES;
+        if first >= end {
+            return;
+        }
+        let mut chunks = self.chunks.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for idx in first..end {
+            chunks.remove(&idx);
+        }
+    }
+    fn direct_io(&self) -> bool {
+        false
+    }
+}

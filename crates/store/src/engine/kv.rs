@@ -1,0 +1,325 @@
+//! The metadata key-value store behind the engine: fjall on disk, a `BTreeMap` in RAM.
+//!
+//! The engine needs very little from a KV store: point reads, ordered range scans over a
+//! consistent snapshot, and atomic multi-keyspace batches that are either synced to stable
+//! storage or only handed to the operating system. [`Kv`] captures exactly that, so that the
+//! `block` backend (fjall) and the `mem` backend (an in-memory map) share every line of engine
+//! logic above it.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{RwLock, RwLockReadGuard};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+
+use crate::error::Result;
+
+/// The keyspaces (column families) of the engine's metadata. See `layout.rs` for their keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ks {
+    Meta = 0,
+    Colls = 1,
+    Onodes = 2,
+    Extents = 3,
+    Xattrs = 4,
+    Omap = 5,
+    Free = 6,
+    Deferred = 7,
+}
+
+/// Every keyspace, in index order.
+pub const ALL_KEYSPACES: [Ks; 8] =
+    [Ks::Meta, Ks::Colls, Ks::Onodes, Ks::Extents, Ks::Xattrs, Ks::Omap, Ks::Free, Ks::Deferred];
+
+impl Ks {
+    fn name(self) -> &'static str {
+        match self {
+            Ks::Meta => "meta",
+            Ks::Colls => "colls",
+            Ks::Onodes => "onodes",
+            Ks::Extents => "extents",
+            Ks::Xattrs => "xattrs",
+            Ks::Omap => "omap",
+            Ks::Free => "free",
+            Ks::Deferred => "deferred",
+        }
+    }
+}
+
+/// An atomic set of puts (`Some`) and deletes (`None`). A later change of the same key replaces
+/// an earlier one, so a batch never holds two entries for one key (whose order a KV store with
+/// one sequence number per batch could not tell apart).
+#[derive(Default, Debug)]
+pub struct Batch {
+    pub ops: BTreeMap<(Ks, Vec<u8>), Option<Vec<u8>>>,
+}
+
+impl Batch {
+    pub fn put(&mut self, ks: Ks, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.insert((ks, key), Some(value));
+    }
+    pub fn delete(&mut self, ks: Ks, key: Vec<u8>) {
+        self.ops.insert((ks, key), None);
+    }
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Read access to a consistent view of the keyspaces.
+pub trait KvRead {
+    /// The value of `key`, if present.
+    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Visits the entries with `lo <= key < hi` (no upper bound if `hi` is `None`) in key order
+    /// until `visit` returns `false`.
+    fn scan(
+        &self,
+        ks: Ks,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()>;
+}
+
+/// A metadata store.
+pub trait Kv: KvRead + Send + Sync + 'static {
+    /// A view that does not change while it is held.
+    type Snapshot<'a>: KvRead
+    where
+        Self: 'a;
+
+    fn snapshot(&self) -> Self::Snapshot<'_>;
+
+    /// Applies `batch` atomically. With `sync` the batch and every batch before it are on
+    /// stable storage when this returns; without, they are in the operating system's buffers
+    /// (they survive a crash of this process, not a power failure).
+    fn commit(&self, batch: Batch, sync: bool) -> Result<()>;
+
+    /// Puts every committed batch on stable storage.
+    fn sync(&self) -> Result<()>;
+}
+
+fn upper(hi: Option<&[u8]>) -> Bound<&[u8]> {
+    hi.map_or(Bound::Unbounded, Bound::Excluded)
+}
+
+// ---------------------------------------------------------------------------------------------
+// fjall
+
+/// Bytes of fjall's block cache. Metadata reads beyond it go to the page cache and the disk.
+pub const FJALL_CACHE_BYTES: u64 = 16 << 20;
+/// Largest memtable of one keyspace before it is flushed to a table.
+pub const FJALL_MEMTABLE_BYTES: u64 = 8 << 20;
+/// Journal bytes after which fjall flushes memtables so that old journals can be dropped.
+pub const FJALL_MAX_JOURNAL_BYTES: u64 = 64 << 20;
+
+/// fjall-backed metadata: one `Database` with one keyspace per [`Ks`].
+pub struct FjallKv {
+    db: Database,
+    keyspaces: Vec<Keyspace>,
+}
+
+impl FjallKv {
+    /// Opens (creating if needed) the database in `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let db = Database::builder(dir)
+            .cache_size(FJALL_CACHE_BYTES)
+            .max_journaling_size(FJALL_MAX_JOURNAL_BYTES)
+            .worker_threads(1)
+            .open()?;
+        let mut keyspaces = Vec::with_capacity(ALL_KEYSPACES.len());
+        for ks in ALL_KEYSPACES {
+            let handle = db.keyspace(ks.name(), || {
+                KeyspaceCreateOptions::default().max_memtable_size(FJALL_MEMTABLE_BYTES)
+            })?;
+            keyspaces.push(handle);
+        }
+        Ok(Self { db, keyspaces })
+    }
+
+    fn ks(&self, ks: Ks) -> &Keyspace {
+        &self.keyspaces[ks as usize]
+    }
+}
+
+fn fjall_scan<R: Readable>(
+    reader: &R,
+    handle: &Keyspace,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<()> {
+    for guard in reader.range::<&[u8], _>(handle, (Bound::Included(lo), upper(hi))) {
+        let (k, v) = guard.into_inner()?;
+        if !visit(&k, &v) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+impl KvRead for FjallKv {
+    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.ks(ks).get(key)?.map(|v| v.to_vec()))
+    }
+    fn scan(
+        &self,
+        ks: Ks,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        fjall_scan(&self.db.snapshot(), self.ks(ks), lo, hi, visit)
+    }
+}
+
+/// A point-in-time view of a [`FjallKv`].
+pub struct FjallSnapshot<'a> {
+    kv: &'a FjallKv,
+    snap: fjall::Snapshot,
+}
+
+impl KvRead for FjallSnapshot<'_> {
+    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.snap.get(self.kv.ks(ks), key)?.map(|v| v.to_vec()))
+    }
+    fn scan(
+        &self,
+        ks: Ks,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        fjall_scan(&self.snap, self.kv.ks(ks), lo, hi, visit)
+    }
+}
+
+impl Kv for FjallKv {
+    type Snapshot<'a> = FjallSnapshot<'a>;
+
+    fn snapshot(&self) -> FjallSnapshot<'_> {
+        FjallSnapshot { kv: self, snap: self.db.snapshot() }
+    }
+
+    fn commit(&self, batch: Batch, sync: bool) -> Result<()> {
+        let mut b = self.db.batch();
+        if sync {
+            b = b.durability(Some(PersistMode::SyncData));
+        }
+        for ((ks, key), value) in batch.ops {
+            match value {
+                Some(v) => b.insert(self.ks(ks), key, v),
+                None => b.remove(self.ks(ks), key),
+            }
+        }
+        b.commit()?;
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.db.persist(PersistMode::SyncData)?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-memory
+
+type Maps = Vec<BTreeMap<Vec<u8>, Vec<u8>>>;
+
+/// In-memory metadata for the `mem` backend. Commits are atomic under one lock; "sync" is a
+/// no-op because nothing outlives the process.
+pub struct MemKv {
+    maps: RwLock<Maps>,
+}
+
+impl Default for MemKv {
+    fn default() -> Self {
+        Self { maps: RwLock::new(vec![BTreeMap::new(); ALL_KEYSPACES.len()]) }
+    }
+}
+
+impl MemKv {
+    fn read(&self) -> RwLockReadGuard<'_, Maps> {
+        // A panic while holding the lock cannot leave a map half-updated (commit builds nothing
+        // in place before it can fail), so a poisoned lock is still consistent.
+        self.maps.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn mem_get(maps: &Maps, ks: Ks, key: &[u8]) -> Option<Vec<u8>> {
+    maps[ks as usize].get(key).cloned()
+}
+
+fn mem_scan(maps: &Maps, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
+    let range = maps[ks as usize].range::<[u8], _>((Bound::Included(lo), upper(hi)));
+    for (k, v) in range {
+        if !visit(k, v) {
+            break;
+        }
+    }
+}
+
+impl KvRead for MemKv {
+    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(mem_get(&self.read(), ks, key))
+    }
+    fn scan(
+        &self,
+        ks: Ks,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        mem_scan(&self.read(), ks, lo, hi, visit);
+        Ok(())
+    }
+}
+
+/// A view of a [`MemKv`]: holds its read lock, so commits wait until it is dropped.
+pub struct MemSnapshot<'a>(RwLockReadGuard<'a, Maps>);
+
+impl KvRead for MemSnapshot<'_> {
+    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(mem_get(&self.0, ks, key))
+    }
+    fn scan(
+        &self,
+        ks: Ks,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        mem_scan(&self.0, ks, lo, hi, visit);
+        Ok(())
+    }
+}
+
+impl Kv for MemKv {
+    type Snapshot<'a> = MemSnapshot<'a>;
+
+    fn snapshot(&self) -> MemSnapshot<'_> {
+        MemSnapshot(self.read())
+    }
+
+    fn commit(&self, batch: Batch, _sync: bool) -> Result<()> {
+        let mut maps = self.maps.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for ((ks, key), value) in batch.ops {
+            match value {
+                Some(v) => {
+                    maps[ks as usize].insert(key, v);
+                }
+                None => {
+                    maps[ks as usize].remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! The engine's on-medium formats: metadata keys and records, the superblock and the device
+//! label. Everything that is written to disk is defined here and nowhere else.
+//!
+//! Keys (names never contain NUL, so NUL separates components and keeps prefixes unique):
+//!
+//! | keyspace   | key                                  | value                          |
+//! |------------|--------------------------------------|--------------------------------|
+//! | `meta`     | `superblock`                         | [`Superblock`] (postcard)      |
+//! | `colls`    | collection                           | empty                          |
+//! | `onodes`   | collection NUL object                | [`Onode`]                      |
+//! | `extents`  | collection NUL object NUL be64(off)  | [`Extent`]                     |
+//! | `xattrs`   | collection NUL object NUL name       | value bytes                    |
+//! | `omap`     | collection NUL object NUL key        | value bytes                    |
+//! | `free`     | be64(device offset)                  | be64(length)                   |
+//! | `deferred` | be64(device offset)                  | one block of data, not yet on the device |
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, StoreError};
+
+/// Format version written by this code; mount refuses other versions.
+pub const FORMAT_VERSION: u32 = 1;
+/// Largest logical length of one extent record, so that records (and their checksum lists) stay
+/// small and a write only rewrites the records it touches.
+pub const MAX_EXTENT_BYTES: u64 = 1 << 20;
+/// Bytes reserved at the start of the device for the label.
+pub const RESERVED_BYTES: u64 = 4096;
+/// Magic bytes at the start of the device label.
+pub const LABEL_MAGIC: &[u8; 8] = b"SHOALDEV";
+
+/// Identity and geometry of a store, in the `meta` keyspace.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub uuid: [u8; 16],
+    pub device_bytes: u64,
+}
+
+/// An object's record.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Onode {
+    pub size_bytes: u64,
+    pub mtime_ns: i64,
+}
+
+/// A run of object data at logical offset `key` stored at device offset `phys`, with one
+/// crc32c per block.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Extent {
+    pub phys: u64,
+    pub len_bytes: u64,
+    pub csums: Vec<u32>,
+}
+
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    match postcard::to_stdvec(value) {
+        Ok(v) => v,
+        // Serialising plain structs into a Vec cannot fail.
+        Err(e) => unreachable!("postcard encoding failed: {e}"),
+    }
+}
+
+pub fn decode<'a, T: Deserialize<'a>>(what: &str, bytes: &'a [u8]) -> Result<T> {
+    postcard::from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("undecodable {what} record: {e}")))
+}
+
+pub const SUPERBLOCK_KEY: &[u8] = b"superblock";
+
+/// `collection NUL object`.
+#[must_use]
+pub fn object_key(coll: &str, obj: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(coll.len() + obj.len() + 1);
+    k.extend_from_slice(coll.as_bytes());
+    k.push(0);
+    k.extend_from_slice(obj.as_bytes());
+    k
+}
+
+/// `collection NUL`: the prefix of every object key of the collection.
+#[must_use]
+pub fn collection_prefix(coll: &str) -> Vec<u8> {
+    let mut k = coll.as_bytes().to_vec();
+    k.push(0);
+    k
+}
+
+/// `collection NUL object NUL`: the prefix of every extent, xattr and omap key of the object.
+#[must_use]
+pub fn child_prefix(coll: &str, obj: &str) -> Vec<u8> {
+    let mut k = object_key(coll, obj);
+    k.push(0);
+    k
+}
+
+/// Key of the extent at logical offset `off`.
+#[must_use]
+pub fn extent_key(prefix: &[u8], off: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 8);
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(&off.to_be_bytes());
+    k
+}
+
+/// Logical offset of an extent key.
+pub fn extent_key_offset(key: &[u8]) -> Result<u64> {
+    let tail = key.len().checked_sub(8).map(|at| &key[at..]);
+    tail.and_then(|t| t.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| StoreError::Corrupt("extent key too short".into()))
+}
+
+/// Key under a prefix with a byte-string suffix (xattr names, omap keys).
+#[must_use]
+pub fn child_key(prefix: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + suffix.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(suffix);
+    k
+}
+
+/// The smallest key greater than every key starting with `prefix`, if any.
+#[must_use]
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[must_use]
+pub fn u64_key(v: u64) -> Vec<u8> {
+    v.to_be_bytes().to_vec()
+}
+
+pub fn decode_u64(what: &str, bytes: &[u8]) -> Result<u64> {
+    bytes
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| StoreError::Corrupt(format!("{what} is {} bytes, expected 8", bytes.len())))
+}
+
+/// The device label: magic, format version and the store's uuid, padded to one block.
+#[must_use]
+pub fn label_block(uuid: &[u8; 16]) -> Vec<u8> {
+    let mut b = vec![0u8; RESERVED_BYTES as usize];
+    b[..8].copy_from_slice(LABEL_MAGIC);
+    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b[12..28].copy_from_slice(uuid);
+    let crc = shoal_util::crc32c(&b[..28]);
+    b[28..32].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Checks that `block` is the label of the store with `uuid`.
+pub fn check_label(block: &[u8], uuid: &[u8; 16]) -> std::result::Result<(), String> {
+    if block.len() < 32 || &block[..8] != LABEL_MAGIC {
+        return Err("the device has no Shoal label".into());
+    }
+    let crc = u32::from_le_bytes([block[28], block[29], block[30], block[31]]);
+    if crc != shoal_util::crc32c(&block[..28]) {
+        return Err("the device label is corrupt".into());
+    }
+    if &block[12..28] != uuid {
+        return Err("the device belongs to a different store".into());
+    }
+    Ok(())
+}

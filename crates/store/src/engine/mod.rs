@@ -1,0 +1,587 @@
+//! The engine behind the `block` and `mem` backends, in the manner of BlueStore.
+//!
+//! Data lives on a [`Device`] in extents handed out by an [`alloc::Allocator`]; all metadata
+//! (collections, object records, extent maps with per-block crc32c, xattrs, omap, free space,
+//! deferred writes) lives in a [`Kv`] store. See `docs/ENGINE.md` for the design, the
+//! assumptions about the medium and the exact durability of each call.
+//!
+//! Writing works in three steps under one writer lock:
+//! 1. plan the transaction against an overlay of the metadata (nothing is written yet);
+//! 2. write large data to freshly allocated blocks with direct I/O and flush the device;
+//! 3. commit the metadata batch, which makes the whole transaction visible at once.
+//!
+//! Small writes put their blocks into the metadata batch itself (the *deferred* log), so one
+//! sync of the KV journal makes them durable; they are copied to their place on the device in
+//! bulk later, and the log entries dropped.
+
+pub mod alloc;
+pub mod device;
+mod fsck;
+pub mod kv;
+pub mod layout;
+mod read;
+mod txn;
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use shoal_util::AlignedBuf;
+
+use self::alloc::Allocator;
+use self::device::{BLOCK_BYTES, Device};
+use self::kv::{Batch, Ks, Kv, KvRead};
+use self::layout::{Extent, Onode, RESERVED_BYTES, Superblock};
+use self::read::{ExtentMap, read_blocks};
+use self::txn::{DeferredCache, Plan};
+use crate::api::{
+    BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Transaction, Usage,
+};
+use crate::error::{Result, StoreError};
+use crate::names;
+
+pub use self::txn::DEFERRED_MAX_BYTES;
+
+/// Deferred blocks held before they are copied to the device in one batch. Bounds the RAM the
+/// deferred cache uses and the amount of log replayed at mount.
+pub const DEFERRED_APPLY_BYTES: u64 = 8 << 20;
+
+/// Smallest device the engine formats: the label plus room for some data.
+pub const MIN_DEVICE_BYTES: u64 = 16 << 20;
+
+/// State only the writer touches.
+struct Writer {
+    alloc: Allocator,
+    /// Space freed by committed transactions that may not be durable yet: not reusable until
+    /// the next sync, so that a crash can never bring back metadata pointing at reused blocks.
+    pending_free: Vec<(u64, u64)>,
+    pending_free_bytes: u64,
+}
+
+/// The engine over a metadata store `K` and a data device `D`.
+pub struct Engine<K: Kv, D: Device> {
+    kind: BackendKind,
+    kv: K,
+    dev: D,
+    superblock: Superblock,
+    writer: Mutex<Writer>,
+    /// Committed deferred blocks not yet on the device, by device offset.
+    deferred: RwLock<DeferredCache>,
+    /// Readers hold this shared while they read; the writer holds it exclusively while it makes
+    /// freed space reusable, so a read never sees a block reused under it.
+    reuse: RwLock<()>,
+    /// Kept open for the lifetime of the engine: holds the exclusive mount lock, if any.
+    _lock: Option<std::fs::File>,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in the writer leaves nothing half-done in memory that the next commit relies on
+    // (plans are built aside and applied only when complete), so the state stays usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<K: Kv, D: Device> Engine<K, D> {
+    /// Formats a new store: writes the device label, the superblock and one free extent
+    /// covering the device, durably.
+    pub fn format(kind: BackendKind, kv: K, dev: D, lock_file: Option<std::fs::File>) -> Result<Self> {
+        let device_bytes = dev.size_bytes();
+        if device_bytes < MIN_DEVICE_BYTES {
+            return Err(StoreError::DeviceTooSmall {
+                path: "device".into(),
+                size_bytes: device_bytes,
+                min_bytes: MIN_DEVICE_BYTES,
+            });
+        }
+        let uuid: [u8; 16] = random_uuid();
+        let label = AlignedBuf::copy_padded(&layout::label_block(&uuid), BLOCK_BYTES as usize);
+        dev.write_at(&label, 0).map_err(|e| StoreError::io("writing the device label", e))?;
+        dev.sync().map_err(|e| StoreError::io("flushing the device label", e))?;
+        let sb = Superblock { version: layout::FORMAT_VERSION, uuid, device_bytes };
+        let mut batch = Batch::default();
+        batch.put(Ks::Meta, layout::SUPERBLOCK_KEY.to_vec(), layout::encode(&sb));
+        batch.put(Ks::Free, layout::u64_key(RESERVED_BYTES), layout::u64_key(device_bytes - RESERVED_BYTES));
+        kv.commit(batch, true)?;
+        Self::load(kind, kv, dev, lock_file)
+    }
+
+    /// Mounts an existing store: checks the superblock against the device label, loads the
+    /// free space and replays any deferred writes left by a crash.
+    pub fn load(kind: BackendKind, kv: K, dev: D, lock_file: Option<std::fs::File>) -> Result<Self> {
+        let sb_bytes = kv
+            .get(Ks::Meta, layout::SUPERBLOCK_KEY)?
+            .ok_or_else(|| StoreError::Corrupt("the metadata has no superblock".into()))?;
+        let sb: Superblock = layout::decode("superblock", &sb_bytes)?;
+        if sb.version != layout::FORMAT_VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "format version {} is not supported (this build reads version {})",
+                sb.version,
+                layout::FORMAT_VERSION
+            )));
+        }
+        if sb.device_bytes > dev.size_bytes() {
+            return Err(StoreError::Corrupt(format!(
+                "the store was formatted for {} bytes but the device has {}",
+                sb.device_bytes,
+                dev.size_bytes()
+            )));
+        }
+        let mut label = AlignedBuf::zeroed(BLOCK_BYTES as usize);
+        dev.read_at(&mut label, 0).map_err(|e| StoreError::io("reading the device label", e))?;
+        layout::check_label(&label, &sb.uuid).map_err(StoreError::Corrupt)?;
+
+        let mut alloc = Allocator::default();
+        let mut bad: Option<String> = None;
+        kv.scan(Ks::Free, &[], None, &mut |k, v| {
+            match (layout::decode_u64("free key", k), layout::decode_u64("free length", v)) {
+                (Ok(off), Ok(len)) if len > 0 && off >= RESERVED_BYTES && off + len <= sb.device_bytes => {
+                    alloc.release(off, len);
+                    true
+                }
+                _ => {
+                    bad = Some(format!("bad free-space record {k:?}"));
+                    false
+                }
+            }
+        })?;
+        if let Some(msg) = bad {
+            return Err(StoreError::Corrupt(msg));
+        }
+        let engine = Self {
+            kind,
+            kv,
+            dev,
+            superblock: sb,
+            writer: Mutex::new(Writer { alloc, pending_free: Vec::new(), pending_free_bytes: 0 }),
+            deferred: RwLock::new(DeferredCache::new()),
+            reuse: RwLock::new(()),
+            _lock: lock_file,
+        };
+        engine.replay_deferred()?;
+        Ok(engine)
+    }
+
+    /// Writes every deferred block found in the metadata to the device (after a crash these
+    /// may or may not have been copied already; copying again is harmless).
+    fn replay_deferred(&self) -> Result<()> {
+        let mut found = DeferredCache::new();
+        let mut bad = None;
+        self.kv.scan(Ks::Deferred, &[], None, &mut |k, v| {
+            match layout::decode_u64("deferred key", k) {
+                Ok(off) if v.len() == BLOCK_BYTES as usize => {
+                    found.insert(off, Arc::new(v.to_vec()));
+                    true
+                }
+                _ => {
+                    bad = Some(format!("bad deferred record {k:?}"));
+                    false
+                }
+            }
+        })?;
+        if let Some(msg) = bad {
+            return Err(StoreError::Corrupt(msg));
+        }
+        *self.deferred.write().unwrap_or_else(std::sync::PoisonError::into_inner) = found;
+        self.apply_deferred()
+    }
+
+    /// Copies every cached deferred block to its place on the device, flushes the device, then
+    /// drops the log entries. The caller holds the writer lock (or has exclusive access).
+    fn apply_deferred(&self) -> Result<()> {
+        let blocks: Vec<(u64, Arc<Vec<u8>>)> = {
+            let cache = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            cache.iter().map(|(k, v)| (*k, Arc::clone(v))).collect()
+        };
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        // Coalesce physically adjacent blocks into single writes.
+        let mut i = 0;
+        while i < blocks.len() {
+            let mut j = i + 1;
+            while j < blocks.len() && blocks[j].0 == blocks[j - 1].0 + BLOCK_BYTES {
+                j += 1;
+            }
+            let mut buf = AlignedBuf::zeroed((j - i) * BLOCK_BYTES as usize);
+            for (n, (_, data)) in blocks[i..j].iter().enumerate() {
+                let at = n * BLOCK_BYTES as usize;
+                buf[at..at + BLOCK_BYTES as usize].copy_from_slice(data);
+            }
+            self.dev
+                .write_at(&buf, blocks[i].0)
+                .map_err(|e| StoreError::io("applying deferred writes", e))?;
+            i = j;
+        }
+        self.dev.sync().map_err(|e| StoreError::io("flushing applied deferred writes", e))?;
+        let mut batch = Batch::default();
+        for (off, _) in &blocks {
+            batch.delete(Ks::Deferred, layout::u64_key(*off));
+        }
+        // The deletes need not be synced: if they are lost, replay copies the same blocks again.
+        self.kv.commit(batch, false)?;
+        let mut cache = self.deferred.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (off, _) in &blocks {
+            cache.remove(off);
+        }
+        Ok(())
+    }
+
+    fn deferred_bytes(&self) -> u64 {
+        let cache = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        cache.len() as u64 * BLOCK_BYTES
+    }
+
+    /// Makes space freed by now-durable transactions reusable.
+    fn release_pending(&self, w: &mut Writer) {
+        if w.pending_free.is_empty() {
+            return;
+        }
+        let _exclusive = self.reuse.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (off, len) in std::mem::take(&mut w.pending_free) {
+            w.alloc.release(off, len);
+            self.dev.discard(off, len);
+        }
+        w.pending_free_bytes = 0;
+    }
+
+    fn commit_locked(&self, w: &mut Writer, txn: &Transaction, durability: Durability) -> Result<()> {
+        let cache_guard = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cache: &DeferredCache = &cache_guard;
+        let mut plan = Plan::new(&self.kv, &self.dev, cache, &mut w.alloc, now_ns());
+        for op in &txn.ops {
+            if let Err(e) = plan.apply(op) {
+                plan.abandon();
+                return Err(e);
+            }
+        }
+        let (batch, frees, direct) = plan.into_batch();
+        drop(cache_guard);
+        let sync = durability == Durability::Sync;
+        if !direct.is_empty() {
+            for (phys, buf) in &direct {
+                self.dev
+                    .write_at(buf, *phys)
+                    .map_err(|e| StoreError::io(format!("writing data at device offset {phys}"), e))?;
+            }
+            // New data must be on stable storage before the metadata that points at it can be,
+            // whatever the durability asked for: otherwise a power failure could leave a
+            // committed record pointing at blocks that never reached the disk.
+            self.dev.sync().map_err(|e| StoreError::io("flushing written data", e))?;
+        }
+        let new_deferred: Vec<(u64, Option<Arc<Vec<u8>>>)> = batch
+            .ops
+            .iter()
+            .filter(|((ks, _), _)| *ks == Ks::Deferred)
+            .map(|((_, k), v)| Ok((layout::decode_u64("deferred key", k)?, v.clone().map(Arc::new))))
+            .collect::<Result<_>>()?;
+        self.kv.commit(batch, sync)?;
+        {
+            let mut cache = self.deferred.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (off, v) in new_deferred {
+                match v {
+                    Some(v) => cache.insert(off, v),
+                    None => cache.remove(&off),
+                };
+            }
+        }
+        w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
+        w.pending_free.extend(frees);
+        if sync {
+            self.release_pending(w);
+        }
+        if self.deferred_bytes() >= DEFERRED_APPLY_BYTES {
+            self.apply_deferred()?;
+        }
+        Ok(())
+    }
+
+    /// Applies deferred writes and syncs: after this the device holds every object's data in
+    /// place and the metadata is durable. Used before unmount and by `fsck`.
+    pub fn quiesce(&self) -> Result<()> {
+        let mut w = lock(&self.writer);
+        self.apply_deferred()?;
+        self.kv.sync()?;
+        self.release_pending(&mut w);
+        Ok(())
+    }
+
+    fn onode<R: KvRead>(&self, view: &R, coll: &str, obj: &str) -> Result<Onode> {
+        check_names(coll, obj)?;
+        match view.get(Ks::Onodes, &layout::object_key(coll, obj))? {
+            Some(bytes) => layout::decode("onode", &bytes),
+            None => {
+                if view.get(Ks::Colls, coll.as_bytes())?.is_none() {
+                    return Err(StoreError::NoSuchCollection(coll.to_string()));
+                }
+                Err(StoreError::NoSuchObject { coll: coll.to_string(), obj: obj.to_string() })
+            }
+        }
+    }
+
+    fn extents<R: KvRead>(view: &R, coll: &str, obj: &str, lo: u64, hi: u64) -> Result<ExtentMap> {
+        let prefix = layout::child_prefix(coll, obj);
+        let from = layout::extent_key(&prefix, lo.saturating_sub(layout::MAX_EXTENT_BYTES - 1));
+        let to = layout::extent_key(&prefix, hi);
+        let mut map = ExtentMap::new();
+        let mut err = None;
+        view.scan(Ks::Extents, &from, Some(&to), &mut |k, v| {
+            let parsed = layout::extent_key_offset(k).and_then(|off| Ok((off, layout::decode::<Extent>("extent", v)?)));
+            match parsed {
+                Ok((off, e)) => {
+                    if off + e.len_bytes > lo {
+                        map.insert(off, e);
+                    }
+                    true
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(map),
+        }
+    }
+
+    fn require_collection<R: KvRead>(view: &R, coll: &str) -> Result<()> {
+        names::check_collection(coll)?;
+        match view.get(Ks::Colls, coll.as_bytes())? {
+            Some(_) => Ok(()),
+            None => Err(StoreError::NoSuchCollection(coll.to_string())),
+        }
+    }
+
+    /// Superblock of the mounted store.
+    pub fn superblock(&self) -> &Superblock {
+        &self.superblock
+    }
+
+    /// Whether data I/O bypasses the page cache.
+    pub fn direct_io(&self) -> bool {
+        self.dev.direct_io()
+    }
+
+    /// The data device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    /// Number of free-space fragments the allocator holds in memory.
+    pub fn free_fragments(&self) -> usize {
+        lock(&self.writer).alloc.fragments()
+    }
+}
+
+fn random_uuid() -> [u8; 16] {
+    // Uniqueness, not secrecy, is what matters: mixing the time, the pid and a stack address is
+    // enough to tell stores apart, without a dependency on a random number generator.
+    let mut seed = now_ns() as u128 ^ (u128::from(std::process::id()) << 64);
+    let local = 0u8;
+    seed ^= (&raw const local as usize as u128) << 32;
+    let a = shoal_util::crc32c(&seed.to_le_bytes());
+    let b = shoal_util::crc32c(&(seed.rotate_left(17) ^ u128::from(a)).to_le_bytes());
+    let mut out = seed.to_le_bytes();
+    out[..4].copy_from_slice(&a.to_le_bytes());
+    out[4..8].copy_from_slice(&b.to_le_bytes());
+    out
+}
+
+impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
+    fn backend(&self) -> BackendKind {
+        self.kind
+    }
+
+    fn commit(&self, txn: Transaction, durability: Durability) -> Result<()> {
+        if txn.ops.is_empty() {
+            return if durability == Durability::Sync { self.sync() } else { Ok(()) };
+        }
+        let mut w = lock(&self.writer);
+        self.commit_locked(&mut w, &txn, durability)
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut w = lock(&self.writer);
+        self.kv.sync()?;
+        self.release_pending(&mut w);
+        Ok(())
+    }
+
+    fn list_collections(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.kv.scan(Ks::Colls, &[], None, &mut |k, _| {
+            out.push(String::from_utf8_lossy(k).into_owned());
+            true
+        })?;
+        Ok(out)
+    }
+
+    fn collection_exists(&self, coll: &str) -> Result<bool> {
+        Ok(self.kv.get(Ks::Colls, coll.as_bytes())?.is_some())
+    }
+
+    fn read(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let snap = self.kv.snapshot();
+        let onode = self.onode(&snap, coll, obj)?;
+        if offset > onode.size_bytes {
+            return Err(StoreError::ReadPastEnd {
+                coll: coll.to_string(),
+                obj: obj.to_string(),
+                offset,
+                size_bytes: onode.size_bytes,
+            });
+        }
+        let end = onode.size_bytes.min(offset.saturating_add(len));
+        if end == offset {
+            return Ok(Vec::new());
+        }
+        let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
+        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let extents = Self::extents(&snap, coll, obj, lo, hi)?;
+        let cache = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let buf = read_blocks(&self.dev, coll, obj, &extents, lo, hi, &|phys| cache.get(&phys).cloned())?;
+        let at = (offset - lo) as usize;
+        Ok(buf[at..at + (end - offset) as usize].to_vec())
+    }
+
+    fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
+        let onode = self.onode(&self.kv, coll, obj)?;
+        Ok(ObjectStat { size_bytes: onode.size_bytes, mtime_ns: onode.mtime_ns })
+    }
+
+    fn get_xattr(&self, coll: &str, obj: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        let snap = self.kv.snapshot();
+        self.onode(&snap, coll, obj)?;
+        snap.get(Ks::Xattrs, &layout::child_key(&layout::child_prefix(coll, obj), name.as_bytes()))
+    }
+
+    fn list_xattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let snap = self.kv.snapshot();
+        self.onode(&snap, coll, obj)?;
+        let prefix = layout::child_prefix(coll, obj);
+        let end = layout::prefix_end(&prefix);
+        let mut out = Vec::new();
+        snap.scan(Ks::Xattrs, &prefix, end.as_deref(), &mut |k, v| {
+            out.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v.to_vec()));
+            true
+        })?;
+        Ok(out)
+    }
+
+    fn omap_get(&self, coll: &str, obj: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let snap = self.kv.snapshot();
+        self.onode(&snap, coll, obj)?;
+        snap.get(Ks::Omap, &layout::child_key(&layout::child_prefix(coll, obj), key))
+    }
+
+    fn omap_list(
+        &self,
+        coll: &str,
+        obj: &str,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let snap = self.kv.snapshot();
+        self.onode(&snap, coll, obj)?;
+        let prefix = layout::child_prefix(coll, obj);
+        let end = layout::prefix_end(&prefix);
+        let start = after.map_or_else(|| prefix.clone(), |a| layout::child_key(&prefix, a));
+        let mut out = Vec::new();
+        if max == 0 {
+            return Ok(out);
+        }
+        snap.scan(Ks::Omap, &start, end.as_deref(), &mut |k, v| {
+            let key = &k[prefix.len()..];
+            if after.is_some_and(|a| key <= a) {
+                return true;
+            }
+            out.push((key.to_vec(), v.to_vec()));
+            out.len() < max
+        })?;
+        Ok(out)
+    }
+
+    fn list_objects(&self, coll: &str, prefix: &str, after: Option<&str>, max: usize) -> Result<ListPage> {
+        let snap = self.kv.snapshot();
+        Self::require_collection(&snap, coll)?;
+        let coll_prefix = layout::collection_prefix(coll);
+        let key_prefix = layout::object_key(coll, prefix);
+        let end = layout::prefix_end(&key_prefix);
+        let start = match after {
+            Some(a) if a.as_bytes() > prefix.as_bytes() => layout::object_key(coll, a),
+            _ => key_prefix.clone(),
+        };
+        let mut names = Vec::new();
+        let mut more = false;
+        snap.scan(Ks::Onodes, &start, end.as_deref(), &mut |k, _| {
+            let name = &k[coll_prefix.len()..];
+            if after.is_some_and(|a| name <= a.as_bytes()) {
+                return true;
+            }
+            if names.len() == max {
+                more = true;
+                return false;
+            }
+            names.push(String::from_utf8_lossy(name).into_owned());
+            true
+        })?;
+        let next = if more { names.last().cloned() } else { None };
+        Ok(ListPage { objects: names, next })
+    }
+
+    fn usage(&self) -> Result<Usage> {
+        let (free, pending) = {
+            let w = lock(&self.writer);
+            (w.alloc.free_bytes(), w.pending_free_bytes)
+        };
+        let capacity = self.superblock.device_bytes - RESERVED_BYTES;
+        let mut collections = 0;
+        self.kv.scan(Ks::Colls, &[], None, &mut |_, _| {
+            collections += 1;
+            true
+        })?;
+        let mut objects = 0;
+        self.kv.scan(Ks::Onodes, &[], None, &mut |_, _| {
+            objects += 1;
+            true
+        })?;
+        Ok(Usage { size_bytes: capacity, used_bytes: capacity - free - pending, collections, objects })
+    }
+
+    fn fsck(&self) -> Result<FsckReport> {
+        self.quiesce()?;
+        let _w = lock(&self.writer);
+        fsck::check(&self.kv, &self.dev, &self.superblock)
+    }
+}
+
+/// The `block` backend: fjall metadata and a file or block device.
+pub type BlockEngine = Engine<kv::FjallKv, device::FileDevice>;
+/// The `mem` backend: in-memory metadata and a sparse RAM device.
+pub type MemEngine = Engine<kv::MemKv, device::MemDevice>;
+
+impl MemEngine {
+    /// A new, empty RAM store with `size_bytes` of capacity.
+    pub fn new_mem(size_bytes: u64) -> Result<Self> {
+        Self::format(BackendKind::Mem, kv::MemKv::default(), device::MemDevice::new(size_bytes), None)
+    }
+}
+
+impl<K: Kv, D: Device> Drop for Engine<K, D> {
+    fn drop(&mut self) {
+        // Leave the data in place and the log empty, so the next mount has nothing to replay.
+        // Errors cannot be returned from drop; replay at the next mount covers a failure here.
+        let _ = self.quiesce();
+    }
+}
+
+/// Checks a name pair before it is used as a key prefix in a read.
+pub(crate) fn check_names(coll: &str, obj: &str) -> Result<()> {
+    names::check_collection(coll)?;
+    names::check_object(obj)
+}

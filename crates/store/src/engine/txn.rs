@@ -1,0 +1,437 @@
+//! Planning a transaction: every operation is applied to an in-memory overlay of the metadata,
+//! so that later operations see earlier ones and nothing reaches the KV store or the device
+//! unless the whole transaction succeeds.
+//!
+//! The result of planning is a [`Plan`]: the metadata batch, the device writes of large data,
+//! the space freed and the space allocated. The engine then performs it (see `mod.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use shoal_util::{AlignedBuf, crc32c_blocks};
+
+use super::alloc::Allocator;
+use super::device::{BLOCK_BYTES, Device};
+use super::kv::{Batch, Ks, KvRead};
+use super::layout::{self, Extent, MAX_EXTENT_BYTES, Onode};
+use super::read::{ExtentMap, read_blocks};
+use crate::api::Op;
+use crate::error::{Result, StoreError};
+use crate::names;
+
+/// Writes whose block-aligned length is below this ride in the metadata log (deferred) and are
+/// copied to their place on the device later; larger writes go straight to newly allocated
+/// blocks with direct I/O and are never written twice.
+pub const DEFERRED_MAX_BYTES: u64 = 64 * 1024;
+
+/// Committed deferred blocks not yet written to the device: device offset → block.
+pub type DeferredCache = BTreeMap<u64, Arc<Vec<u8>>>;
+
+pub struct Plan<'a, R: KvRead, D: Device> {
+    kv: &'a R,
+    dev: &'a D,
+    cache: &'a DeferredCache,
+    alloc: &'a mut Allocator,
+    now_ns: i64,
+    overlay: BTreeMap<(Ks, Vec<u8>), Option<Vec<u8>>>,
+    /// Extents allocated by this plan, returned to the allocator if the plan is abandoned.
+    pub allocated: Vec<(u64, u64)>,
+    /// Extents this plan stops using; they become reusable once the plan's commit is durable.
+    pub frees: Vec<(u64, u64)>,
+    /// Large data to write to the device before the metadata commit.
+    pub direct: Vec<(u64, AlignedBuf)>,
+}
+
+impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
+    pub fn new(kv: &'a R, dev: &'a D, cache: &'a DeferredCache, alloc: &'a mut Allocator, now_ns: i64) -> Self {
+        Self {
+            kv,
+            dev,
+            cache,
+            alloc,
+            now_ns,
+            overlay: BTreeMap::new(),
+            allocated: Vec::new(),
+            frees: Vec::new(),
+            direct: Vec::new(),
+        }
+    }
+
+    /// Returns everything allocated by an abandoned plan to the allocator.
+    pub fn abandon(self) {
+        for (off, len) in self.allocated {
+            self.alloc.release(off, len);
+        }
+    }
+
+    /// Turns the plan into the metadata batch: the overlay, the pending frees (recorded as free
+    /// on disk now; reused in memory only after the batch is durable) and the allocator's
+    /// changed entries.
+    pub fn into_batch(self) -> (Batch, Vec<(u64, u64)>, Vec<(u64, AlignedBuf)>) {
+        let mut batch = Batch::default();
+        for (off, len) in self.alloc.drain_changes() {
+            match len {
+                Some(len) => batch.put(Ks::Free, layout::u64_key(off), layout::u64_key(len)),
+                None => batch.delete(Ks::Free, layout::u64_key(off)),
+            }
+        }
+        for &(off, len) in &self.frees {
+            batch.put(Ks::Free, layout::u64_key(off), layout::u64_key(len));
+        }
+        for ((ks, key), value) in self.overlay {
+            match value {
+                Some(v) => batch.put(ks, key, v),
+                None => batch.delete(ks, key),
+            }
+        }
+        (batch, self.frees, self.direct)
+    }
+
+    // -- overlay access -----------------------------------------------------------------------
+
+    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.overlay.get(&(ks, key.to_vec())) {
+            Some(v) => Ok(v.clone()),
+            None => self.kv.get(ks, key),
+        }
+    }
+
+    fn put(&mut self, ks: Ks, key: Vec<u8>, value: Vec<u8>) {
+        self.overlay.insert((ks, key), Some(value));
+    }
+
+    fn delete(&mut self, ks: Ks, key: Vec<u8>) {
+        self.overlay.insert((ks, key), None);
+    }
+
+    /// Entries with `lo <= key < hi` as the transaction sees them, up to `limit`.
+    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        // Over-read by the number of overlay deletes in range so that `limit` live entries remain.
+        let hi_key = hi.map(<[u8]>::to_vec);
+        let in_range = |k: &Vec<u8>| k.as_slice() >= lo && hi_key.as_ref().is_none_or(|h| k < h);
+        let overlay: Vec<_> = self
+            .overlay
+            .range((ks, lo.to_vec())..)
+            .take_while(|((k_ks, k), _)| *k_ks == ks && in_range(k))
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect();
+        let want = limit.saturating_add(overlay.len());
+        self.kv.scan(ks, lo, hi, &mut |k, v| {
+            merged.insert(k.to_vec(), Some(v.to_vec()));
+            merged.len() < want
+        })?;
+        // If the KV scan stopped early, entries past its last key are not complete: only keep
+        // overlay entries up to that point.
+        let kv_complete = merged.len() < want;
+        let kv_last = merged.keys().next_back().cloned();
+        for (k, v) in overlay {
+            if kv_complete || kv_last.as_ref().is_some_and(|last| &k <= last) {
+                merged.insert(k, v);
+            }
+        }
+        Ok(merged.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).take(limit).collect())
+    }
+
+    fn scan_prefix_keys(&self, ks: Ks, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let end = layout::prefix_end(prefix);
+        Ok(self.scan(ks, prefix, end.as_deref(), usize::MAX)?.into_iter().map(|(k, _)| k).collect())
+    }
+
+    fn require_collection(&self, coll: &str) -> Result<()> {
+        match self.get(Ks::Colls, coll.as_bytes())? {
+            Some(_) => Ok(()),
+            None => Err(StoreError::NoSuchCollection(coll.to_string())),
+        }
+    }
+
+    fn onode(&self, coll: &str, obj: &str) -> Result<Option<Onode>> {
+        match self.get(Ks::Onodes, &layout::object_key(coll, obj))? {
+            Some(bytes) => Ok(Some(layout::decode("onode", &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn require_onode(&self, coll: &str, obj: &str) -> Result<Onode> {
+        self.require_collection(coll)?;
+        self.onode(coll, obj)?
+            .ok_or_else(|| StoreError::NoSuchObject { coll: coll.to_string(), obj: obj.to_string() })
+    }
+
+    fn put_onode(&mut self, coll: &str, obj: &str, onode: Onode) {
+        self.put(Ks::Onodes, layout::object_key(coll, obj), layout::encode(&onode));
+    }
+
+    /// Extent records overlapping `[lo, hi)` of an object, as the transaction sees them.
+    fn extents(&self, prefix: &[u8], lo: u64, hi: u64) -> Result<ExtentMap> {
+        let from = layout::extent_key(prefix, lo.saturating_sub(MAX_EXTENT_BYTES - 1));
+        let to = layout::extent_key(prefix, hi);
+        let mut map = ExtentMap::new();
+        for (k, v) in self.scan(Ks::Extents, &from, Some(&to), usize::MAX)? {
+            let off = layout::extent_key_offset(&k)?;
+            let e: Extent = layout::decode("extent", &v)?;
+            if off + e.len_bytes > lo {
+                map.insert(off, e);
+            }
+        }
+        Ok(map)
+    }
+
+    // -- space --------------------------------------------------------------------------------
+
+    fn allocate(&mut self, len: u64) -> Result<Vec<(u64, u64)>> {
+        let pieces = self.alloc.allocate(len)?;
+        self.allocated.extend_from_slice(&pieces);
+        Ok(pieces)
+    }
+
+    /// Stops using `[off, off + len)`. Deferred blocks in the range are dropped in the same
+    /// batch, so that a deferred block is never replayed onto space that has been reused.
+    fn free(&mut self, off: u64, len: u64) {
+        let dead: Vec<u64> = self.cache.range(off..off + len).map(|(k, _)| *k).collect();
+        for k in dead {
+            self.delete(Ks::Deferred, layout::u64_key(k));
+        }
+        let lo = (Ks::Deferred, layout::u64_key(off));
+        let hi = (Ks::Deferred, layout::u64_key(off + len));
+        let staged: Vec<Vec<u8>> = self.overlay.range(lo..hi).map(|((_, k), _)| k.clone()).collect();
+        for k in staged {
+            self.delete(Ks::Deferred, k);
+        }
+        self.frees.push((off, len));
+    }
+
+    /// Removes the block-aligned logical range `[lo, hi)` from the object's extent map and
+    /// frees the device space it used.
+    fn punch(&mut self, prefix: &[u8], lo: u64, hi: u64) -> Result<()> {
+        debug_assert!(lo % BLOCK_BYTES == 0 && hi % BLOCK_BYTES == 0 && lo <= hi);
+        for (off, e) in self.extents(prefix, lo, hi)? {
+            let end = off + e.len_bytes;
+            if off >= hi || end <= lo {
+                continue;
+            }
+            self.delete(Ks::Extents, layout::extent_key(prefix, off));
+            let cut_lo = lo.max(off);
+            let cut_hi = hi.min(end);
+            if off < cut_lo {
+                let keep = sub_extent(&e, 0, cut_lo - off);
+                self.put(Ks::Extents, layout::extent_key(prefix, off), layout::encode(&keep));
+            }
+            if end > cut_hi {
+                let keep = sub_extent(&e, cut_hi - off, end - cut_hi);
+                self.put(Ks::Extents, layout::extent_key(prefix, cut_hi), layout::encode(&keep));
+            }
+            self.free(e.phys + (cut_lo - off), cut_hi - cut_lo);
+        }
+        Ok(())
+    }
+
+    /// Reads the block-aligned logical range `[lo, hi)` as the transaction sees it.
+    fn read_aligned(&self, coll: &str, obj: &str, lo: u64, hi: u64) -> Result<AlignedBuf> {
+        let prefix = layout::child_prefix(coll, obj);
+        let extents = self.extents(&prefix, lo, hi)?;
+        read_blocks(self.dev, coll, obj, &extents, lo, hi, &|phys| {
+            match self.overlay.get(&(Ks::Deferred, layout::u64_key(phys))) {
+                Some(Some(v)) => Some(Arc::new(v.clone())),
+                Some(None) => None,
+                None => self.cache.get(&phys).cloned(),
+            }
+        })
+    }
+
+    /// Writes `data` at logical offset `off` into fresh blocks (copy-on-write at block
+    /// granularity), merging partially covered edge blocks with their current content.
+    fn write_data(&mut self, coll: &str, obj: &str, size: u64, off: u64, data: &[u8]) -> Result<()> {
+        let end = off + data.len() as u64;
+        let lo = off / BLOCK_BYTES * BLOCK_BYTES;
+        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let mut buf = AlignedBuf::zeroed((hi - lo) as usize);
+        // Edge blocks that the write only partly covers keep their other bytes. Blocks at or
+        // past the old end hold nothing yet and stay zero.
+        if off > lo && lo < size {
+            let old = self.read_aligned(coll, obj, lo, lo + BLOCK_BYTES)?;
+            buf[..BLOCK_BYTES as usize].copy_from_slice(&old);
+        }
+        let last = hi - BLOCK_BYTES;
+        if end < hi && last < size && (last > lo || off == lo) {
+            let old = self.read_aligned(coll, obj, last, hi)?;
+            let at = (last - lo) as usize;
+            buf[at..].copy_from_slice(&old);
+        }
+        let at = (off - lo) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        self.store_blocks(coll, obj, lo, buf)
+    }
+
+    /// Replaces the block-aligned logical range starting at `lo` with the blocks in `buf`.
+    fn store_blocks(&mut self, coll: &str, obj: &str, lo: u64, buf: AlignedBuf) -> Result<()> {
+        let prefix = layout::child_prefix(coll, obj);
+        let len = buf.len() as u64;
+        self.punch(&prefix, lo, lo + len)?;
+        let pieces = self.allocate(len)?;
+        let deferred = len < DEFERRED_MAX_BYTES;
+        let mut logical = lo;
+        let single = pieces.len() == 1;
+        let mut buf = Some(buf);
+        for (phys, plen) in pieces {
+            let start = (logical - lo) as usize;
+            let bytes: &[u8] = match &buf {
+                Some(b) => &b[start..start + plen as usize],
+                None => unreachable!("buffer moved before the last piece"),
+            };
+            // Records are at most MAX_EXTENT_BYTES long so that each stays small.
+            let mut done = 0u64;
+            while done < plen {
+                let n = (plen - done).min(MAX_EXTENT_BYTES);
+                let slice = &bytes[done as usize..(done + n) as usize];
+                let e = Extent { phys: phys + done, len_bytes: n, csums: crc32c_blocks(slice, BLOCK_BYTES as usize) };
+                self.put(Ks::Extents, layout::extent_key(&prefix, logical + done), layout::encode(&e));
+                done += n;
+            }
+            if deferred {
+                for (i, block) in bytes.chunks_exact(BLOCK_BYTES as usize).enumerate() {
+                    self.put(Ks::Deferred, layout::u64_key(phys + i as u64 * BLOCK_BYTES), block.to_vec());
+                }
+            } else if single {
+                if let Some(b) = buf.take() {
+                    self.direct.push((phys, b));
+                }
+                break;
+            } else {
+                self.direct.push((phys, AlignedBuf::copy_padded(bytes, BLOCK_BYTES as usize)));
+            }
+            logical += plen;
+        }
+        Ok(())
+    }
+
+    fn truncate(&mut self, coll: &str, obj: &str, onode: &mut Onode, new_size: u64) -> Result<()> {
+        let old = onode.size_bytes;
+        if new_size < old {
+            let prefix = layout::child_prefix(coll, obj);
+            let keep_hi = new_size.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+            self.punch(&prefix, keep_hi, old.div_ceil(BLOCK_BYTES) * BLOCK_BYTES)?;
+            // Bytes past the new end inside its last block must read as zeros if the object
+            // grows again, so that block is rewritten with its tail cleared.
+            let tail = new_size % BLOCK_BYTES;
+            if tail != 0 {
+                let lo = keep_hi - BLOCK_BYTES;
+                let has_data = !self.extents(&prefix, lo, keep_hi)?.is_empty();
+                if has_data {
+                    let mut block = AlignedBuf::zeroed(BLOCK_BYTES as usize);
+                    let old_block = self.read_aligned(coll, obj, lo, keep_hi)?;
+                    block[..tail as usize].copy_from_slice(&old_block[..tail as usize]);
+                    self.store_blocks(coll, obj, lo, block)?;
+                }
+            }
+        }
+        onode.size_bytes = new_size;
+        Ok(())
+    }
+
+    fn remove_children(&mut self, ks: Ks, coll: &str, obj: &str) -> Result<()> {
+        for k in self.scan_prefix_keys(ks, &layout::child_prefix(coll, obj))? {
+            self.delete(ks, k);
+        }
+        Ok(())
+    }
+
+    // -- operations ---------------------------------------------------------------------------
+
+    /// Applies one operation to the plan.
+    pub fn apply(&mut self, op: &Op) -> Result<()> {
+        match op {
+            Op::CreateCollection { coll } => {
+                names::check_collection(coll)?;
+                if self.get(Ks::Colls, coll.as_bytes())?.is_some() {
+                    return Err(StoreError::CollectionExists(coll.clone()));
+                }
+                self.put(Ks::Colls, coll.as_bytes().to_vec(), Vec::new());
+            }
+            Op::RemoveCollection { coll } => {
+                self.require_collection(coll)?;
+                let prefix = layout::collection_prefix(coll);
+                let end = layout::prefix_end(&prefix);
+                if !self.scan(Ks::Onodes, &prefix, end.as_deref(), 1)?.is_empty() {
+                    return Err(StoreError::CollectionNotEmpty(coll.clone()));
+                }
+                self.delete(Ks::Colls, coll.as_bytes().to_vec());
+            }
+            Op::Touch { coll, obj } => {
+                names::check_object(obj)?;
+                self.require_collection(coll)?;
+                let mut onode = self.onode(coll, obj)?.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
+                onode.mtime_ns = self.now_ns;
+                self.put_onode(coll, obj, onode);
+            }
+            Op::Write { coll, obj, offset, data } => {
+                names::check_object(obj)?;
+                names::check_extent(coll, obj, *offset, data.len() as u64)?;
+                self.require_collection(coll)?;
+                let mut onode = self.onode(coll, obj)?.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
+                if !data.is_empty() {
+                    self.write_data(coll, obj, onode.size_bytes, *offset, data)?;
+                    onode.size_bytes = onode.size_bytes.max(offset + data.len() as u64);
+                }
+                onode.mtime_ns = self.now_ns;
+                self.put_onode(coll, obj, onode);
+            }
+            Op::Truncate { coll, obj, size_bytes } => {
+                names::check_extent(coll, obj, *size_bytes, 0)?;
+                let mut onode = self.require_onode(coll, obj)?;
+                self.truncate(coll, obj, &mut onode, *size_bytes)?;
+                onode.mtime_ns = self.now_ns;
+                self.put_onode(coll, obj, onode);
+            }
+            Op::Remove { coll, obj } => {
+                let onode = self.require_onode(coll, obj)?;
+                let prefix = layout::child_prefix(coll, obj);
+                self.punch(&prefix, 0, onode.size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES)?;
+                self.remove_children(Ks::Xattrs, coll, obj)?;
+                self.remove_children(Ks::Omap, coll, obj)?;
+                self.delete(Ks::Onodes, layout::object_key(coll, obj));
+            }
+            Op::SetXattr { coll, obj, name, value } => {
+                names::check_xattr(name)?;
+                names::check_value("xattr", value)?;
+                self.require_onode(coll, obj)?;
+                let key = layout::child_key(&layout::child_prefix(coll, obj), name.as_bytes());
+                self.put(Ks::Xattrs, key, value.clone());
+            }
+            Op::RemoveXattr { coll, obj, name } => {
+                names::check_xattr(name)?;
+                self.require_onode(coll, obj)?;
+                self.delete(Ks::Xattrs, layout::child_key(&layout::child_prefix(coll, obj), name.as_bytes()));
+            }
+            Op::OmapSet { coll, obj, entries } => {
+                self.require_onode(coll, obj)?;
+                let prefix = layout::child_prefix(coll, obj);
+                for (k, v) in entries {
+                    names::check_omap_key(k)?;
+                    names::check_value("omap", v)?;
+                    self.put(Ks::Omap, layout::child_key(&prefix, k), v.clone());
+                }
+            }
+            Op::OmapRemove { coll, obj, keys } => {
+                self.require_onode(coll, obj)?;
+                let prefix = layout::child_prefix(coll, obj);
+                for k in keys {
+                    names::check_omap_key(k)?;
+                    self.delete(Ks::Omap, layout::child_key(&prefix, k));
+                }
+            }
+            Op::OmapClear { coll, obj } => {
+                self.require_onode(coll, obj)?;
+                self.remove_children(Ks::Omap, coll, obj)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The part `[from, from + len)` (relative to the extent's start, block-aligned) of an extent.
+fn sub_extent(e: &Extent, from: u64, len: u64) -> Extent {
+    let first = (from / BLOCK_BYTES) as usize;
+    let n = (len / BLOCK_BYTES) as usize;
+    Extent { phys: e.phys + from, len_bytes: len, csums: e.csums[first..first + n].to_vec() }
+}

@@ -1,0 +1,9 @@
+//! Small helpers shared by every Shoal layer: checksums and page-aligned buffers.
+//!
+//! Nothing here does I/O or knows about objects; higher layers build on these pieces.
+
+pub mod aligned;
+pub mod checksum;
+
+pub use aligned::AlignedBuf;
+pub use checksum::{crc32c, crc32c_blocks};
