@@ -11,6 +11,9 @@ pub mod api;
 pub mod engine;
 pub mod error;
 pub mod names;
+pub mod open;
+pub mod posix;
 
 pub use api::{BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Op, Transaction, Usage};
 pub use error::{Result, StoreError};
+pub use open::{MkfsOptions, Store, mkfs, open, parse_size};

@@ -64,6 +64,9 @@ impl Allocator {
     /// the same blocks, and continuing could hand them out twice.
     pub fn release(&mut self, off: u64, len: u64) {
         assert!(len > 0 && off % BLOCK_BYTES == 0 && len % BLOCK_BYTES == 0, "bad free extent {off}+{len}");
+        // The on-disk free list may hold an entry starting at `off` (written when the space was
+        // freed); if it merges into a neighbour below, that entry must be deleted.
+        self.touched.insert(off);
         let (mut start, mut end) = (off, off + len);
         if let Some((&p_off, &p_len)) = self.by_offset.range(..=off).next_back() {
             assert!(p_off + p_len <= off, "double free: {off}+{len} overlaps free {p_off}+{p_len}");

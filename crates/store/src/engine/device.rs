@@ -69,6 +69,13 @@ impl FileDevice {
     }
 }
 
+impl FileDevice {
+    /// Uses only the first `size_bytes` of the device (rounded down to whole blocks).
+    pub fn limit(&mut self, size_bytes: u64) {
+        self.size_bytes = self.size_bytes.min(size_bytes / BLOCK_BYTES * BLOCK_BYTES);
+    }
+}
+
 fn libc_o_direct() -> i32 {
     rustix::fs::OFlags::DIRECT.bits() as i32
 }

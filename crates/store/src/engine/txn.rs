@@ -231,6 +231,13 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         let prefix = layout::child_prefix(coll, obj);
         let extents = self.extents(&prefix, lo, hi)?;
         read_blocks(self.dev, coll, obj, &extents, lo, hi, &|phys| {
+            // Data planned earlier in this transaction is not on the device yet.
+            for (at, buf) in &self.direct {
+                if phys >= *at && phys < *at + buf.len() as u64 {
+                    let from = (phys - at) as usize;
+                    return Some(Arc::new(buf[from..from + BLOCK_BYTES as usize].to_vec()));
+                }
+            }
             match self.overlay.get(&(Ks::Deferred, layout::u64_key(phys))) {
                 Some(Some(v)) => Some(Arc::new(v.clone())),
                 Some(None) => None,

@@ -1,0 +1,257 @@
+//! Model-based property tests: random transactions against every backend, checked step by step
+//! against a plain in-memory model, with remounts between steps.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+use shoal_store::engine::MemEngine;
+use shoal_store::{BackendKind, Durability, MkfsOptions, ObjectStore, Op, Store, Transaction};
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Obj {
+    data: Vec<u8>,
+    xattrs: BTreeMap<String, Vec<u8>>,
+    omap: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+type Model = BTreeMap<String, BTreeMap<String, Obj>>;
+
+/// Applies one op to the model with the store's documented semantics; `Err` if the store must
+/// refuse it.
+fn model_apply(m: &mut Model, op: &Op) -> Result<(), ()> {
+    let obj_mut = |m: &mut Model, c: &str, o: &str| -> Result<*mut Obj, ()> {
+        m.get_mut(c).and_then(|objs| objs.get_mut(o)).map(|x| x as *mut Obj).ok_or(())
+    };
+    match op {
+        Op::CreateCollection { coll } => {
+            if m.contains_key(coll) {
+                return Err(());
+            }
+            m.insert(coll.clone(), BTreeMap::new());
+        }
+        Op::RemoveCollection { coll } => match m.get(coll) {
+            Some(objs) if objs.is_empty() => {
+                m.remove(coll);
+            }
+            _ => return Err(()),
+        },
+        Op::Touch { coll, obj } => {
+            m.get_mut(coll).ok_or(())?.entry(obj.clone()).or_default();
+        }
+        Op::Write { coll, obj, offset, data } => {
+            let o = m.get_mut(coll).ok_or(())?.entry(obj.clone()).or_default();
+            if !data.is_empty() {
+                let end = *offset as usize + data.len();
+                if o.data.len() < end {
+                    o.data.resize(end, 0);
+                }
+                o.data[*offset as usize..end].copy_from_slice(data);
+            }
+        }
+        Op::Truncate { coll, obj, size_bytes } => {
+            let o = obj_mut(m, coll, obj)?;
+            // SAFETY: the pointer comes from a live &mut into `m` and is used immediately.
+            unsafe { (*o).data.resize(*size_bytes as usize, 0) };
+        }
+        Op::Remove { coll, obj } => {
+            m.get_mut(coll).ok_or(())?.remove(obj).ok_or(())?;
+        }
+        Op::SetXattr { coll, obj, name, value } => {
+            let o = obj_mut(m, coll, obj)?;
+            unsafe { (*o).xattrs.insert(name.clone(), value.clone()) };
+        }
+        Op::RemoveXattr { coll, obj, name } => {
+            let o = obj_mut(m, coll, obj)?;
+            unsafe { (*o).xattrs.remove(name) };
+        }
+        Op::OmapSet { coll, obj, entries } => {
+            let o = obj_mut(m, coll, obj)?;
+            unsafe { (*o).omap.extend(entries.iter().cloned()) };
+        }
+        Op::OmapRemove { coll, obj, keys } => {
+            let o = obj_mut(m, coll, obj)?;
+            for k in keys {
+                unsafe { (*o).omap.remove(k) };
+            }
+        }
+        Op::OmapClear { coll, obj } => {
+            let o = obj_mut(m, coll, obj)?;
+            unsafe { (*o).omap.clear() };
+        }
+    }
+    Ok(())
+}
+
+fn check_equal(store: &dyn ObjectStore, m: &Model) {
+    assert_eq!(store.list_collections().unwrap(), m.keys().cloned().collect::<Vec<_>>());
+    for (coll, objs) in m {
+        // Page through the listing two at a time to exercise the cursor.
+        let mut listed = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.list_objects(coll, "", after.as_deref(), 2).unwrap();
+            listed.extend(page.objects.iter().cloned());
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(listed, objs.keys().cloned().collect::<Vec<_>>(), "listing of {coll}");
+        for (name, o) in objs {
+            let st = store.stat(coll, name).unwrap();
+            assert_eq!(st.size_bytes, o.data.len() as u64, "size of {coll}/{name}");
+            let data = store.read_all(coll, name).unwrap();
+            if data != o.data {
+                let at = data.iter().zip(&o.data).position(|(a, b)| a != b);
+                panic!("data of {coll}/{name} differs (first difference at {at:?}, lengths {} vs {})", data.len(), o.data.len());
+            }
+            // A read in the middle, crossing block boundaries.
+            if o.data.len() > 10 {
+                let part = store.read(coll, name, 5, o.data.len() as u64).unwrap();
+                assert!(part[..] == o.data[5..], "partial read of {coll}/{name} differs");
+            }
+            let xattrs: BTreeMap<String, Vec<u8>> = store.list_xattrs(coll, name).unwrap().into_iter().collect();
+            assert_eq!(xattrs, o.xattrs, "xattrs of {coll}/{name}");
+            let omap: BTreeMap<Vec<u8>, Vec<u8>> = store.omap_list(coll, name, None, usize::MAX).unwrap().into_iter().collect();
+            assert_eq!(omap, o.omap, "omap of {coll}/{name}");
+        }
+    }
+}
+
+/// A short description of ops, without their data.
+fn summary(ops: &[Op]) -> String {
+    let parts: Vec<String> = ops
+        .iter()
+        .map(|op| match op {
+            Op::Write { coll, obj, offset, data } => format!("write {coll}/{obj} {offset}+{}", data.len()),
+            other => {
+                let s = format!("{other:?}");
+                s.chars().take(120).collect()
+            }
+        })
+        .collect();
+    parts.join("; ")
+}
+
+#[derive(Clone)]
+enum Step {
+    Txn(Vec<Op>, bool),
+    Remount,
+    Sync,
+}
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Txn(ops, sync) => write!(f, "Txn[{}]{}", summary(ops), if *sync { " sync" } else { "" }),
+            Step::Remount => write!(f, "Remount"),
+            Step::Sync => write!(f, "Sync"),
+        }
+    }
+}
+
+
+fn name_strategy(prefix: &'static str, n: u8) -> impl Strategy<Value = String> {
+    (0..n).prop_map(move |i| format!("{prefix}{i}"))
+}
+
+fn data_strategy() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        8 => (0usize..9000, any::<u8>()).prop_map(|(n, b)| (0..n).map(|i| b.wrapping_add(i as u8)).collect()),
+        2 => (60_000usize..140_000, any::<u8>()).prop_map(|(n, b)| (0..n).map(|i| b ^ (i / 7) as u8).collect()),
+        1 => (1_000_000usize..1_200_000, any::<u8>()).prop_map(|(n, b)| vec![b; n]),
+    ]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let c = || name_strategy("c", 2);
+    let o = || name_strategy("o", 4);
+    prop_oneof![
+        1 => c().prop_map(|coll| Op::CreateCollection { coll }),
+        1 => c().prop_map(|coll| Op::RemoveCollection { coll }),
+        1 => (c(), o()).prop_map(|(coll, obj)| Op::Touch { coll, obj }),
+        8 => (c(), o(), 0u64..200_000, data_strategy()).prop_map(|(coll, obj, offset, data)| Op::Write { coll, obj, offset, data }),
+        2 => (c(), o(), 0u64..150_000).prop_map(|(coll, obj, size_bytes)| Op::Truncate { coll, obj, size_bytes }),
+        2 => (c(), o()).prop_map(|(coll, obj)| Op::Remove { coll, obj }),
+        1 => (c(), o(), name_strategy("x", 3), prop::collection::vec(any::<u8>(), 0..20)).prop_map(|(coll, obj, name, value)| Op::SetXattr { coll, obj, name, value }),
+        1 => (c(), o(), name_strategy("x", 3)).prop_map(|(coll, obj, name)| Op::RemoveXattr { coll, obj, name }),
+        1 => (c(), o(), prop::collection::vec((prop::collection::vec(any::<u8>(), 1..4), prop::collection::vec(any::<u8>(), 0..8)), 1..4)).prop_map(|(coll, obj, entries)| Op::OmapSet { coll, obj, entries }),
+        1 => (c(), o(), prop::collection::vec(prop::collection::vec(any::<u8>(), 1..4), 1..3)).prop_map(|(coll, obj, keys)| Op::OmapRemove { coll, obj, keys }),
+        1 => (c(), o()).prop_map(|(coll, obj)| Op::OmapClear { coll, obj }),
+    ]
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        12 => (prop::collection::vec(op_strategy(), 1..4), any::<bool>()).prop_map(|(ops, sync)| Step::Txn(ops, sync)),
+        1 => Just(Step::Remount),
+        1 => Just(Step::Sync),
+    ]
+}
+
+/// Runs `steps` against a store, starting with both collections created.
+fn run(mut store: Store, steps: &[Step], reopen: &dyn Fn(Store) -> Store) {
+    let mut model = Model::new();
+    let mut setup = Transaction::new();
+    setup.create_collection("c0").create_collection("c1");
+    store.commit(setup, Durability::Sync).unwrap();
+    model.insert("c0".into(), BTreeMap::new());
+    model.insert("c1".into(), BTreeMap::new());
+    for step in steps {
+        match step {
+            Step::Txn(ops, sync) => {
+                let mut next = model.clone();
+                let expect_ok = ops.iter().all(|op| model_apply(&mut next, op).is_ok());
+                let durability = if *sync { Durability::Sync } else { Durability::Batch };
+                let got = store.commit(Transaction { ops: ops.clone() }, durability);
+                assert_eq!(got.is_ok(), expect_ok, "commit of {} returned {got:?}", summary(ops));
+                if expect_ok {
+                    model = next;
+                }
+            }
+            Step::Remount => store = reopen(store),
+            Step::Sync => store.sync().unwrap(),
+        }
+        check_equal(store.as_ref(), &model);
+    }
+    let report = store.fsck().unwrap();
+    assert!(report.is_clean(), "fsck found problems: {:?}", report.errors);
+}
+
+fn disk_store(dir: &Path, backend: BackendKind) -> Store {
+    let opts = MkfsOptions { backend, size_bytes: 64 << 20, device: None, force: true };
+    shoal_store::mkfs(dir, &opts).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: model_cases(), max_shrink_iters: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn block_matches_model(steps in prop::collection::vec(step_strategy(), 1..30)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let store = disk_store(&path, BackendKind::Block);
+        run(store, &steps, &|s| { drop(s); shoal_store::open(&path).unwrap() });
+    }
+
+    #[test]
+    fn posix_matches_model(steps in prop::collection::vec(step_strategy(), 1..30)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let store = disk_store(&path, BackendKind::Posix);
+        run(store, &steps, &|s| { drop(s); shoal_store::open(&path).unwrap() });
+    }
+
+    #[test]
+    fn mem_matches_model(steps in prop::collection::vec(step_strategy(), 1..30)) {
+        let store: Store = Box::new(MemEngine::new_mem(64 << 20).unwrap());
+        // A RAM store cannot be remounted; the step just keeps it.
+        run(store, &steps, &|s| s);
+    }
+}
+
+/// Cases per backend: 32 by default, more with `SHOAL_MODEL_CASES` for a longer soak.
+fn model_cases() -> u32 {
+    std::env::var("SHOAL_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(32)
+}
