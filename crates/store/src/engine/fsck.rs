@@ -5,7 +5,7 @@ use shoal_util::crc32c;
 
 use super::device::{BLOCK_BYTES, Device};
 use super::kv::{Ks, KvRead};
-use super::layout::{self, Extent, Onode, RESERVED_BYTES, Superblock};
+use super::layout::{self, Onode, RESERVED_BYTES, Superblock};
 use crate::api::FsckReport;
 use crate::error::Result;
 
@@ -59,7 +59,7 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
         })?;
         let mut logical_end = 0u64;
         for (k, v) in extents {
-            let (off, e) = match layout::extent_key_offset(&k).and_then(|o| Ok((o, layout::decode::<Extent>("extent", &v)?))) {
+            let (off, e) = match layout::decode_extent(&k, &v) {
                 Ok(x) => x,
                 Err(err) => {
                     report.errors.push(format!("{name}: {err}"));

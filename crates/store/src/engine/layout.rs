@@ -8,7 +8,7 @@
 //! | `meta`     | `superblock`                         | [`Superblock`] (postcard)      |
 //! | `colls`    | collection                           | empty                          |
 //! | `onodes`   | collection NUL object                | [`Onode`]                      |
-//! | `extents`  | collection NUL object NUL be64(off)  | [`Extent`]                     |
+//! | `extents`  | collection NUL object NUL be64(end)  | [`Extent`] ending at logical `end` |
 //! | `xattrs`   | collection NUL object NUL name       | value bytes                    |
 //! | `omap`     | collection NUL object NUL key        | value bytes                    |
 //! | `free`     | be64(device offset)                  | be64(length)                   |
@@ -92,21 +92,32 @@ pub fn child_prefix(coll: &str, obj: &str) -> Vec<u8> {
     k
 }
 
-/// Key of the extent at logical offset `off`.
+/// Key of the extent record whose logical range ends at `end` (exclusive). Keying by the end
+/// lets a scan for `[lo, hi)` start exactly at the first record that can overlap it.
 #[must_use]
-pub fn extent_key(prefix: &[u8], off: u64) -> Vec<u8> {
+pub fn extent_key(prefix: &[u8], end: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(prefix.len() + 8);
     k.extend_from_slice(prefix);
-    k.extend_from_slice(&off.to_be_bytes());
+    k.extend_from_slice(&end.to_be_bytes());
     k
 }
 
-/// Logical offset of an extent key.
-pub fn extent_key_offset(key: &[u8]) -> Result<u64> {
+/// Logical end encoded in an extent key.
+pub fn extent_key_end(key: &[u8]) -> Result<u64> {
     let tail = key.len().checked_sub(8).map(|at| &key[at..]);
     tail.and_then(|t| t.try_into().ok())
         .map(u64::from_be_bytes)
         .ok_or_else(|| StoreError::Corrupt("extent key too short".into()))
+}
+
+/// Decodes an extent record into its logical start and contents.
+pub fn decode_extent(key: &[u8], value: &[u8]) -> Result<(u64, Extent)> {
+    let end = extent_key_end(key)?;
+    let e: Extent = decode("extent", value)?;
+    let start = end
+        .checked_sub(e.len_bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("extent ending at {end} is {} bytes long", e.len_bytes)))?;
+    Ok((start, e))
 }
 
 /// Key under a prefix with a byte-string suffix (xattr names, omap keys).

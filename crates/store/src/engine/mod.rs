@@ -29,7 +29,7 @@ use shoal_util::AlignedBuf;
 use self::alloc::Allocator;
 use self::device::{BLOCK_BYTES, Device};
 use self::kv::{Batch, Ks, Kv, KvRead};
-use self::layout::{Extent, Onode, RESERVED_BYTES, Superblock};
+use self::layout::{Onode, RESERVED_BYTES, Superblock};
 use self::read::{ExtentMap, read_blocks};
 use self::txn::{DeferredCache, Plan};
 use crate::api::{
@@ -321,25 +321,22 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
     }
 
+    /// Extent records overlapping `[lo, hi)`, by logical start (see `Plan::extents`).
     fn extents<R: KvRead>(view: &R, coll: &str, obj: &str, lo: u64, hi: u64) -> Result<ExtentMap> {
         let prefix = layout::child_prefix(coll, obj);
-        let from = layout::extent_key(&prefix, lo.saturating_sub(layout::MAX_EXTENT_BYTES - 1));
-        let to = layout::extent_key(&prefix, hi);
+        let from = layout::extent_key(&prefix, lo + 1);
+        let to = layout::prefix_end(&prefix);
         let mut map = ExtentMap::new();
         let mut err = None;
-        view.scan(Ks::Extents, &from, Some(&to), &mut |k, v| {
-            let parsed = layout::extent_key_offset(k).and_then(|off| Ok((off, layout::decode::<Extent>("extent", v)?)));
-            match parsed {
-                Ok((off, e)) => {
-                    if off + e.len_bytes > lo {
-                        map.insert(off, e);
-                    }
-                    true
-                }
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
+        view.scan(Ks::Extents, &from, to.as_deref(), &mut |k, v| match layout::decode_extent(k, v) {
+            Ok((start, _)) if start >= hi => false,
+            Ok((start, e)) => {
+                map.insert(start, e);
+                true
+            }
+            Err(e) => {
+                err = Some(e);
+                false
             }
         })?;
         match err {

@@ -162,16 +162,51 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         self.put(Ks::Onodes, layout::object_key(coll, obj), layout::encode(&onode));
     }
 
-    /// Extent records overlapping `[lo, hi)` of an object, as the transaction sees them.
+    /// Extent records overlapping `[lo, hi)` of an object, as the transaction sees them, by
+    /// logical start. Records are keyed by their logical end, so the scan starts at the first
+    /// record ending after `lo` and stops at the first one starting at or after `hi`: an append
+    /// looks at no record at all.
     fn extents(&self, prefix: &[u8], lo: u64, hi: u64) -> Result<ExtentMap> {
-        let from = layout::extent_key(prefix, lo.saturating_sub(MAX_EXTENT_BYTES - 1));
-        let to = layout::extent_key(prefix, hi);
+        let from = layout::extent_key(prefix, lo + 1);
+        let to = layout::prefix_end(prefix);
         let mut map = ExtentMap::new();
-        for (k, v) in self.scan(Ks::Extents, &from, Some(&to), usize::MAX)? {
-            let off = layout::extent_key_offset(&k)?;
-            let e: Extent = layout::decode("extent", &v)?;
-            if off + e.len_bytes > lo {
-                map.insert(off, e);
+        let mut stop_key: Option<Vec<u8>> = None;
+        let mut err = None;
+        self.kv.scan(Ks::Extents, &from, to.as_deref(), &mut |k, v| {
+            // The overlay decides about keys it holds; they are merged below.
+            if self.overlay.contains_key(&(Ks::Extents, k.to_vec())) {
+                return true;
+            }
+            match layout::decode_extent(k, v) {
+                Ok((start, _)) if start >= hi => {
+                    stop_key = Some(k.to_vec());
+                    false
+                }
+                Ok((start, e)) => {
+                    map.insert(start, e);
+                    true
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        // In a consistent view records never overlap, so no record at or after the stopping
+        // point can start before `hi`.
+        let upper = stop_key.or(to);
+        let staged = self.overlay.range((Ks::Extents, from.clone())..).take_while(|((ks, k), _)| {
+            *ks == Ks::Extents && upper.as_ref().is_none_or(|u| k < u)
+        });
+        for ((_, k), v) in staged {
+            if let Some(v) = v {
+                let (start, e) = layout::decode_extent(k, v)?;
+                if start < hi {
+                    map.insert(start, e);
+                }
             }
         }
         Ok(map)
@@ -210,16 +245,16 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             if off >= hi || end <= lo {
                 continue;
             }
-            self.delete(Ks::Extents, layout::extent_key(prefix, off));
+            self.delete(Ks::Extents, layout::extent_key(prefix, end));
             let cut_lo = lo.max(off);
             let cut_hi = hi.min(end);
             if off < cut_lo {
                 let keep = sub_extent(&e, 0, cut_lo - off);
-                self.put(Ks::Extents, layout::extent_key(prefix, off), layout::encode(&keep));
+                self.put(Ks::Extents, layout::extent_key(prefix, cut_lo), layout::encode(&keep));
             }
             if end > cut_hi {
                 let keep = sub_extent(&e, cut_hi - off, end - cut_hi);
-                self.put(Ks::Extents, layout::extent_key(prefix, cut_hi), layout::encode(&keep));
+                self.put(Ks::Extents, layout::extent_key(prefix, end), layout::encode(&keep));
             }
             self.free(e.phys + (cut_lo - off), cut_hi - cut_lo);
         }
@@ -292,7 +327,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 let n = (plen - done).min(MAX_EXTENT_BYTES);
                 let slice = &bytes[done as usize..(done + n) as usize];
                 let e = Extent { phys: phys + done, len_bytes: n, csums: crc32c_blocks(slice, BLOCK_BYTES as usize) };
-                self.put(Ks::Extents, layout::extent_key(&prefix, logical + done), layout::encode(&e));
+                self.put(Ks::Extents, layout::extent_key(&prefix, logical + done + n), layout::encode(&e));
                 done += n;
             }
             if deferred {
