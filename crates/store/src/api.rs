@@ -237,6 +237,12 @@ pub trait ObjectStore: Send + Sync {
     /// Makes every transaction committed so far durable, as if it had been committed `Sync`.
     fn sync(&self) -> Result<()>;
 
+    /// Like [`ObjectStore::sync`], and also moves data still held in a log to its final place
+    /// (the engine's deferred writes), so that nothing is left to replay at the next mount.
+    fn flush(&self) -> Result<()> {
+        self.sync()
+    }
+
     /// Lists collection names in byte order.
     fn list_collections(&self) -> Result<Vec<String>>;
 

@@ -8,6 +8,7 @@
 //! [`open`] mounts any of them by path; [`mkfs`] creates one.
 
 pub mod api;
+pub mod bench;
 pub mod engine;
 pub mod error;
 pub mod names;

@@ -408,6 +408,10 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         Ok(())
     }
 
+    fn flush(&self) -> Result<()> {
+        self.quiesce()
+    }
+
     fn list_collections(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
         self.kv.scan(Ks::Colls, &[], None, &mut |k, _| {

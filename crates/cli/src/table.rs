@@ -1,0 +1,58 @@
+//! The readable table of `shoal store bench`.
+
+use std::fmt::Write;
+
+use shoal_store::bench::{BenchReport, human};
+
+fn find<'a>(r: &'a BenchReport, backend: &str, mode: &str, op: &str, bs: u64) -> Option<&'a shoal_store::bench::CellResult> {
+    r.results.iter().find(|c| c.backend == backend && c.mode == mode && c.op == op && c.block_size == bs)
+}
+
+fn raw(r: &BenchReport, mode: &str, op: &str, bs: u64) -> Option<f64> {
+    r.raw.iter().find(|c| c.mode == mode && c.op == op && c.block_size == bs).map(|c| c.mb_per_s)
+}
+
+/// Renders throughput per backend next to the raw device, with the ratios that matter.
+pub fn render(r: &BenchReport) -> String {
+    let mut s = String::new();
+    let backends: Vec<&str> = r.config.backends.iter().map(|b| b.name()).collect();
+    let _ = writeln!(s, "machine: {} ({} cpus), kernel {}", r.machine.cpu, r.machine.cpus, r.machine.kernel);
+    for op in ["write", "read"] {
+        let _ = writeln!(s, "\n{op} MB/s{}", if op == "write" { "  (device bytes per user byte)" } else { "" });
+        let mut header = format!("{:<7} {:>8} {:>9}", "mode", "size", "raw");
+        for b in &backends {
+            let _ = write!(header, " {b:>16}");
+        }
+        let _ = write!(header, " {:>10} {:>12}", "block/raw", "block/posix");
+        let _ = writeln!(s, "{header}");
+        let modes: Vec<&str> = r.config.modes.iter().map(|m| m.name()).collect();
+        for mode in &modes {
+            for &bs in &r.config.block_sizes {
+                let raw_mbps = raw(r, mode, op, bs);
+                let mut line = format!("{mode:<7} {:>8} {:>9}", human(bs), raw_mbps.map_or("-".into(), |v| format!("{v:.1}")));
+                for b in &backends {
+                    let cell = find(r, b, mode, op, bs);
+                    let text = match cell {
+                        Some(c) if op == "write" => format!("{:.1} ({:.2})", c.mb_per_s, c.device_bytes_per_user_byte),
+                        Some(c) => format!("{:.1}", c.mb_per_s),
+                        None => "-".into(),
+                    };
+                    let _ = write!(line, " {text:>16}");
+                }
+                let block = find(r, "block", mode, op, bs).map(|c| c.mb_per_s);
+                let posix = find(r, "posix", mode, op, bs).map(|c| c.mb_per_s);
+                let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                    (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+                    _ => "-".into(),
+                };
+                let _ = write!(line, " {:>10} {:>12}", ratio(block, raw_mbps), ratio(block, posix));
+                let _ = writeln!(s, "{line}");
+            }
+        }
+    }
+    let _ = writeln!(s, "\npeak resident memory per phase:");
+    for m in &r.memory {
+        let _ = writeln!(s, "  {:<6} {:.1} MiB", m.backend, m.peak_rss_bytes as f64 / (1 << 20) as f64);
+    }
+    s
+}

@@ -1,0 +1,524 @@
+//! `shoal store bench`: the evaluation of the JULEA/BlueStore paper (`000_…`) done on this
+//! engine, side by side with the `posix` baseline, the `mem` backend and the raw device.
+//!
+//! For each backend, durability mode and block size, a *cell* writes blocks sequentially into
+//! 4 MiB objects (one object per operation for 4 MiB blocks, as `rados bench` does), then reads
+//! them back sequentially and checks every byte. The raw limit does the same with `O_DIRECT`
+//! `pwrite`/`pread` on the very file or device the `block` store then uses.
+//!
+//! Measured, not computed: throughput and latency per operation from the clock, device bytes
+//! from the process's own I/O counters (`/proc/self/io`, which include fjall's background
+//! threads), and peak memory from `VmHWM` (reset between phases through `clear_refs`).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use shoal_util::AlignedBuf;
+
+use crate::api::{BackendKind, Durability, ObjectStore, Transaction};
+use crate::engine::MemEngine;
+use crate::error::{Result, StoreError};
+use crate::open::{MkfsOptions, mkfs};
+
+/// Size of the objects that small blocks are written into.
+pub const OBJECT_BYTES: u64 = 4 << 20;
+const COLL: &str = "bench";
+
+/// How often a write is made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Every operation is durable when it returns.
+    Sync,
+    /// Operations are lazy; every `batch_ops`-th is followed by a sync.
+    Batch,
+    /// No sync at all while timing.
+    Nosync,
+}
+
+impl Mode {
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Batch => "batch",
+            Mode::Nosync => "nosync",
+        }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchConfig {
+    /// Scratch directory: holds the `block` and `posix` stores and, unless `device` is set, the
+    /// file the `block` store and the raw measurement use.
+    pub dir: PathBuf,
+    /// Raw block device or file for the raw measurement and the `block` store (overwritten).
+    pub device: Option<PathBuf>,
+    /// Size of the file created for the `block` store and the raw measurement.
+    pub device_bytes: u64,
+    pub block_sizes: Vec<u64>,
+    pub modes: Vec<Mode>,
+    pub backends: Vec<BackendKind>,
+    /// Bytes written per cell (fewer if `max_ops` or `max_cell_ms` stop it first).
+    pub cell_bytes: u64,
+    pub max_ops: u64,
+    pub max_cell_ms: u64,
+    /// In `batch` mode, a sync follows every this many operations.
+    pub batch_ops: u64,
+}
+
+impl BenchConfig {
+    /// The full matrix of the paper: 4 KiB to 4 MiB, three modes, three backends.
+    #[must_use]
+    pub fn full(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            device: None,
+            device_bytes: 1 << 30,
+            block_sizes: vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],
+            modes: vec![Mode::Sync, Mode::Batch, Mode::Nosync],
+            backends: vec![BackendKind::Block, BackendKind::Posix, BackendKind::Mem],
+            cell_bytes: 128 << 20,
+            max_ops: 2048,
+            max_cell_ms: 3000,
+            batch_ops: 100,
+        }
+    }
+
+    /// A reduced matrix that finishes in well under a minute.
+    #[must_use]
+    pub fn quick(dir: PathBuf) -> Self {
+        Self {
+            device_bytes: 256 << 20,
+            block_sizes: vec![4 << 10, 64 << 10, 4 << 20],
+            modes: vec![Mode::Sync, Mode::Nosync],
+            cell_bytes: 32 << 20,
+            max_ops: 256,
+            max_cell_ms: 700,
+            ..Self::full(dir)
+        }
+    }
+}
+
+/// One raw device measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct RawResult {
+    pub op: &'static str,
+    pub mode: &'static str,
+    pub block_size: u64,
+    pub ops: u64,
+    pub mb_per_s: f64,
+    pub ops_per_s: f64,
+    pub lat_us_p50: f64,
+    pub lat_us_p99: f64,
+}
+
+/// One engine measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct CellResult {
+    pub backend: &'static str,
+    pub mode: &'static str,
+    pub op: &'static str,
+    pub block_size: u64,
+    pub ops: u64,
+    pub mb_per_s: f64,
+    pub ops_per_s: f64,
+    pub lat_us_p50: f64,
+    pub lat_us_p99: f64,
+    /// Bytes the process wrote (writes) or read (reads) to storage per byte of user data,
+    /// including metadata, logs and deferred copies.
+    pub device_bytes_per_user_byte: f64,
+}
+
+/// Peak resident memory of one phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryResult {
+    pub backend: &'static str,
+    pub peak_rss_bytes: u64,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    pub machine: Machine,
+    pub config: BenchConfig,
+    pub raw: Vec<RawResult>,
+    pub results: Vec<CellResult>,
+    pub memory: Vec<MemoryResult>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub cpu: String,
+    pub cpus: usize,
+    pub kernel: String,
+    pub target: String,
+    pub direct_io: bool,
+}
+
+/// Process I/O counters from `/proc/self/io`.
+#[derive(Clone, Copy, Default, Debug)]
+struct IoCounters {
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+fn io_counters() -> IoCounters {
+    let text = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    IoCounters { read_bytes: field("read_bytes:"), write_bytes: field("write_bytes:") }
+}
+
+/// Peak resident set size of this process, in bytes.
+#[must_use]
+pub fn peak_rss_bytes() -> u64 {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn reset_peak_rss() {
+    // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0 and later).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn machine(direct_io: bool) -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    Machine {
+        cpu,
+        cpus: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        kernel,
+        target: format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS),
+        direct_io,
+    }
+}
+
+/// Deterministic incompressible data: the cell's operations take windows of it.
+fn pattern(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The bytes operation `i` of a cell writes.
+fn op_data(pat: &[u8], bs: u64, i: u64) -> &[u8] {
+    let shift = ((i * 4099) % (pat.len() as u64 - bs)) as usize;
+    &pat[shift..shift + bs as usize]
+}
+
+fn percentile(sorted_us: &[f64], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted_us.len() as f64 - 1.0) * p).round() as usize;
+    sorted_us[idx.min(sorted_us.len() - 1)]
+}
+
+struct Timing {
+    ops: u64,
+    bytes: u64,
+    elapsed: Duration,
+    lat_us: Vec<f64>,
+}
+
+impl Timing {
+    fn new(cap: u64) -> Self {
+        Self { ops: 0, bytes: 0, elapsed: Duration::ZERO, lat_us: Vec::with_capacity(cap as usize) }
+    }
+    fn record(&mut self, bytes: u64, took: Duration) {
+        self.ops += 1;
+        self.bytes += bytes;
+        self.lat_us.push(took.as_secs_f64() * 1e6);
+    }
+    fn stats(mut self) -> (u64, f64, f64, f64, f64) {
+        self.lat_us.sort_by(f64::total_cmp);
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        (
+            self.ops,
+            self.bytes as f64 / 1e6 / secs,
+            self.ops as f64 / secs,
+            percentile(&self.lat_us, 0.50),
+            percentile(&self.lat_us, 0.99),
+        )
+    }
+}
+
+/// Number of operations a cell may do.
+fn cell_ops(cfg: &BenchConfig, bs: u64, capacity_bytes: u64) -> u64 {
+    let by_bytes = (cfg.cell_bytes.min(capacity_bytes / 2) / bs).max(1);
+    by_bytes.min(cfg.max_ops).max(1)
+}
+
+fn open_direct(path: &Path) -> Result<File> {
+    let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(direct)
+        .open(path)
+        .map_err(|e| StoreError::io(format!("opening {} for direct I/O", path.display()), e))
+}
+
+fn raw_cells(cfg: &BenchConfig, target: &Path, pat: &[u8], progress: &mut dyn FnMut(&str)) -> Result<Vec<RawResult>> {
+    let file = open_direct(target)?;
+    let size = cfg.device_bytes;
+    let mut out = Vec::new();
+    for &mode in &cfg.modes {
+        for &bs in &cfg.block_sizes {
+            let n = cell_ops(cfg, bs, size);
+            let mut buf = AlignedBuf::zeroed(bs as usize);
+            let mut w = Timing::new(n);
+            let start = Instant::now();
+            for i in 0..n {
+                let off = (i * bs) % (size / bs * bs);
+                buf.copy_from_slice(op_data(pat, bs, i));
+                let t = Instant::now();
+                file.write_all_at(&buf, off).map_err(|e| StoreError::io("raw write", e))?;
+                let sync_now = match mode {
+                    Mode::Sync => true,
+                    Mode::Batch => (i + 1) % cfg.batch_ops == 0 || i + 1 == n,
+                    Mode::Nosync => false,
+                };
+                if sync_now {
+                    file.sync_data().map_err(|e| StoreError::io("raw fdatasync", e))?;
+                }
+                w.record(bs, t.elapsed());
+                if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
+                    break;
+                }
+            }
+            w.elapsed = start.elapsed();
+            let done = w.ops;
+            let (ops, mbps, iops, p50, p99) = w.stats();
+            progress(&format!("raw {} write {}: {mbps:.1} MB/s", mode.name(), human(bs)));
+            out.push(RawResult { op: "write", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 });
+            let mut r = Timing::new(done);
+            let start = Instant::now();
+            for i in 0..done {
+                let off = (i * bs) % (size / bs * bs);
+                let t = Instant::now();
+                file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
+                r.record(bs, t.elapsed());
+            }
+            r.elapsed = start.elapsed();
+            let (ops, mbps, iops, p50, p99) = r.stats();
+            progress(&format!("raw {} read {}: {mbps:.1} MB/s", mode.name(), human(bs)));
+            out.push(RawResult { op: "read", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 });
+        }
+    }
+    Ok(out)
+}
+
+/// Drops the page cache of every file under `dir`, so that reads of the posix baseline come
+/// from the device like the engine's direct reads do.
+fn drop_file_cache(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            drop_file_cache(&path);
+        } else if let Ok(f) = File::open(&path) {
+            let _ = f.sync_data();
+            let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+        }
+    }
+}
+
+fn object_name(bs: u64, i: u64) -> (String, u64) {
+    let per_obj = (OBJECT_BYTES / bs).max(1);
+    (format!("obj{:06}", i / per_obj), (i % per_obj) * bs)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn store_cell(
+    cfg: &BenchConfig,
+    store: &dyn ObjectStore,
+    posix_dir: Option<&Path>,
+    capacity: u64,
+    mode: Mode,
+    bs: u64,
+    pat: &[u8],
+    progress: &mut dyn FnMut(&str),
+) -> Result<[CellResult; 2]> {
+    let backend = store.backend().name();
+    let n = cell_ops(cfg, bs, capacity);
+    let durability = if mode == Mode::Sync { Durability::Sync } else { Durability::Batch };
+    let mut setup = Transaction::new();
+    setup.create_collection(COLL);
+    store.commit(setup, Durability::Sync)?;
+    store.flush()?;
+
+    let io0 = io_counters();
+    let mut w = Timing::new(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let (obj, off) = object_name(bs, i);
+        let mut txn = Transaction::new();
+        txn.write(COLL, &obj, off, op_data(pat, bs, i).to_vec());
+        let t = Instant::now();
+        store.commit(txn, durability)?;
+        if mode == Mode::Batch && ((i + 1) % cfg.batch_ops == 0 || i + 1 == n) {
+            store.sync()?;
+        }
+        w.record(bs, t.elapsed());
+        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
+            break;
+        }
+    }
+    w.elapsed = start.elapsed();
+    // Everything the writes caused, including deferred copies and log flushes that happen
+    // after the timed loop, counts towards the device bytes.
+    store.flush()?;
+    let io1 = io_counters();
+    let done = w.ops;
+    let user = (done * bs) as f64;
+    let wamp = (io1.write_bytes - io0.write_bytes) as f64 / user.max(1.0);
+    let (ops, mbps, iops, p50, p99) = w.stats();
+    progress(&format!("{backend} {} write {}: {mbps:.1} MB/s, {wamp:.2} device B/B", mode.name(), human(bs)));
+    let write = CellResult {
+        backend, mode: mode.name(), op: "write", block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops,
+        lat_us_p50: p50, lat_us_p99: p99, device_bytes_per_user_byte: wamp,
+    };
+
+    if let Some(dir) = posix_dir {
+        drop_file_cache(dir);
+    }
+    let io0 = io_counters();
+    let mut r = Timing::new(done);
+    let start = Instant::now();
+    for i in 0..done {
+        let (obj, off) = object_name(bs, i);
+        let t = Instant::now();
+        let data = store.read(COLL, &obj, off, bs)?;
+        r.record(bs, t.elapsed());
+        if data != op_data(pat, bs, i) {
+            return Err(StoreError::Corrupt(format!("bench read of {COLL}/{obj} at {off} returned wrong data")));
+        }
+    }
+    r.elapsed = start.elapsed();
+    let io1 = io_counters();
+    let ramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
+    let (ops, mbps, iops, p50, p99) = r.stats();
+    progress(&format!("{backend} {} read {}: {mbps:.1} MB/s", mode.name(), human(bs)));
+    let read = CellResult {
+        backend, mode: mode.name(), op: "read", block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops,
+        lat_us_p50: p50, lat_us_p99: p99, device_bytes_per_user_byte: ramp,
+    };
+
+    // Clean up so the next cell starts from an empty store.
+    let mut after = None;
+    loop {
+        let page = store.list_objects(COLL, "", after.as_deref(), 1000)?;
+        let mut txn = Transaction::new();
+        for o in &page.objects {
+            txn.remove(COLL, o);
+        }
+        store.commit(txn, Durability::Batch)?;
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let mut txn = Transaction::new();
+    txn.remove_collection(COLL);
+    store.commit(txn, Durability::Sync)?;
+    store.flush()?;
+    Ok([write, read])
+}
+
+/// `4096` → `4 KiB`.
+#[must_use]
+pub fn human(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// Number of progress messages a run emits, for progress bars.
+#[must_use]
+pub fn total_steps(cfg: &BenchConfig) -> u64 {
+    let cells = (cfg.modes.len() * cfg.block_sizes.len()) as u64 * 2;
+    cells * (cfg.backends.len() as u64 + 1)
+}
+
+/// Runs the benchmark. `progress` is called once per finished measurement.
+pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchReport> {
+    for &bs in &cfg.block_sizes {
+        if bs == 0 || bs % 4096 != 0 || bs > OBJECT_BYTES {
+            return Err(StoreError::InvalidArgument(format!("block size {bs} must be a multiple of 4096 up to {OBJECT_BYTES}")));
+        }
+    }
+    std::fs::create_dir_all(&cfg.dir).map_err(|e| StoreError::io(format!("creating {}", cfg.dir.display()), e))?;
+    let pat = pattern((OBJECT_BYTES * 2) as usize);
+
+    // The raw limit is measured on the very file or device the block store then uses.
+    let target = match &cfg.device {
+        Some(d) => d.clone(),
+        None => {
+            let path = cfg.dir.join("block.img");
+            let f = File::create(&path).map_err(|e| StoreError::io(format!("creating {}", path.display()), e))?;
+            rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, cfg.device_bytes)
+                .map_err(|e| StoreError::io(format!("preallocating {}", path.display()), e.into()))?;
+            path
+        }
+    };
+    let raw = raw_cells(cfg, &target, &pat, progress)?;
+    // The raw measurement opened the target with O_DIRECT, and the block store opens it the
+    // same way, so both bypass the page cache.
+    let direct_io = true;
+
+    let mut results = Vec::new();
+    let mut memory = Vec::new();
+    for &backend in &cfg.backends {
+        reset_peak_rss();
+        let (store, posix_dir, capacity): (Box<dyn ObjectStore>, Option<PathBuf>, u64) = match backend {
+            BackendKind::Block => {
+                let opts = MkfsOptions { backend, size_bytes: cfg.device_bytes, device: Some(target.clone()), force: true };
+                (mkfs(&cfg.dir.join("block"), &opts)?, None, cfg.device_bytes)
+            }
+            BackendKind::Posix => {
+                let opts = MkfsOptions { backend, size_bytes: cfg.device_bytes, device: None, force: true };
+                let dir = cfg.dir.join("posix");
+                (mkfs(&dir, &opts)?, Some(dir), cfg.device_bytes)
+            }
+            BackendKind::Mem => (Box::new(MemEngine::new_mem(cfg.device_bytes)?), None, cfg.device_bytes),
+        };
+        for &mode in &cfg.modes {
+            for &bs in &cfg.block_sizes {
+                let cells = store_cell(cfg, store.as_ref(), posix_dir.as_deref(), capacity, mode, bs, &pat, progress)?;
+                results.extend(cells);
+            }
+        }
+        drop(store);
+        memory.push(MemoryResult { backend: backend.name(), peak_rss_bytes: peak_rss_bytes() });
+    }
+    Ok(BenchReport { machine: machine(direct_io), config: cfg.clone(), raw, results, memory })
+}
