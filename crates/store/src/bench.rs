@@ -130,7 +130,7 @@ pub struct CellResult {
     pub lat_us_p50: f64,
     pub lat_us_p99: f64,
     /// Bytes the process wrote (writes) or read (reads) to storage per byte of user data,
-    /// including metadata, logs and deferred copies.
+    /// including metadata and logs.
     pub device_bytes_per_user_byte: f64,
 }
 
@@ -390,7 +390,7 @@ fn store_cell(
         }
     }
     w.elapsed = start.elapsed();
-    // Everything the writes caused, including deferred copies and log flushes that happen
+    // Everything the writes caused, including log checkpoints and metadata flushes that happen
     // after the timed loop, counts towards the device bytes.
     store.flush()?;
     let io1 = io_counters();

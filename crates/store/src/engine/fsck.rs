@@ -5,7 +5,7 @@ use shoal_util::crc32c;
 
 use super::device::{BLOCK_BYTES, Device};
 use super::kv::{Ks, KvRead};
-use super::layout::{self, Onode, RESERVED_BYTES, Superblock};
+use super::layout::{self, Onode, Superblock};
 use crate::api::FsckReport;
 use crate::error::Result;
 
@@ -19,9 +19,11 @@ fn split_object_key(key: &[u8]) -> (String, String) {
     (coll, obj)
 }
 
-/// Checks the store. The caller has made the deferred log empty and holds the writer lock.
+/// Checks the store. The caller has checkpointed (the KV store holds everything) and holds the
+/// writer lock.
 pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<FsckReport> {
     let mut report = FsckReport::default();
+    let data_start = sb.log_offset + sb.log_bytes;
     let mut used: Vec<(u64, u64, String)> = Vec::new();
 
     let mut colls = Vec::new();
@@ -72,7 +74,7 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
                 && off % BLOCK_BYTES == 0
                 && e.phys % BLOCK_BYTES == 0
                 && e.csums.len() as u64 == blocks
-                && e.phys >= RESERVED_BYTES
+                && e.phys >= data_start
                 && e.phys + e.len_bytes <= sb.device_bytes;
             if !shape_ok {
                 report.errors.push(format!("{name}: malformed extent at offset {off} (device {}+{})", e.phys, e.len_bytes));
@@ -122,17 +124,9 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
         }
         true
     })?;
-    let mut deferred = 0u64;
-    kv.scan(Ks::Deferred, &[], None, &mut |_, _| {
-        deferred += 1;
-        true
-    })?;
-    if deferred > 0 {
-        report.errors.push(format!("{deferred} deferred writes were not applied"));
-    }
 
     used.sort_unstable_by_key(|u| u.0);
-    let mut expect = RESERVED_BYTES;
+    let mut expect = data_start;
     for (off, len, owner) in &used {
         if *off < expect {
             report.errors.push(format!("device blocks at {off}+{len} ({owner}) are claimed twice"));

@@ -25,12 +25,10 @@ pub enum Ks {
     Xattrs = 4,
     Omap = 5,
     Free = 6,
-    Deferred = 7,
 }
 
 /// Every keyspace, in index order.
-pub const ALL_KEYSPACES: [Ks; 8] =
-    [Ks::Meta, Ks::Colls, Ks::Onodes, Ks::Extents, Ks::Xattrs, Ks::Omap, Ks::Free, Ks::Deferred];
+pub const ALL_KEYSPACES: [Ks; 7] = [Ks::Meta, Ks::Colls, Ks::Onodes, Ks::Extents, Ks::Xattrs, Ks::Omap, Ks::Free];
 
 impl Ks {
     fn name(self) -> &'static str {
@@ -42,7 +40,6 @@ impl Ks {
             Ks::Xattrs => "xattrs",
             Ks::Omap => "omap",
             Ks::Free => "free",
-            Ks::Deferred => "deferred",
         }
     }
 }

@@ -12,7 +12,6 @@
 //! | `xattrs`   | collection NUL object NUL name       | value bytes                    |
 //! | `omap`     | collection NUL object NUL key        | value bytes                    |
 //! | `free`     | be64(device offset)                  | be64(length)                   |
-//! | `deferred` | be64(device offset)                  | one block of data, not yet on the device |
 
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +22,16 @@ pub const FORMAT_VERSION: u32 = 1;
 /// Largest logical length of one extent record, so that records (and their checksum lists) stay
 /// small and a write only rewrites the records it touches.
 pub const MAX_EXTENT_BYTES: u64 = 1 << 20;
-/// Bytes reserved at the start of the device for the label.
-pub const RESERVED_BYTES: u64 = 4096;
+/// Bytes at the start of the device holding the label.
+pub const LABEL_BYTES: u64 = 4096;
+/// Largest commit log region.
+pub const MAX_LOG_BYTES: u64 = 64 << 20;
+
+/// Size of the commit log for a device: 1/16 of it, at most [`MAX_LOG_BYTES`], in whole blocks.
+#[must_use]
+pub fn log_bytes_for(device_bytes: u64) -> u64 {
+    (device_bytes / 16).min(MAX_LOG_BYTES) / 4096 * 4096
+}
 /// Magic bytes at the start of the device label.
 pub const LABEL_MAGIC: &[u8; 8] = b"SHOALDEV";
 
@@ -34,6 +41,9 @@ pub struct Superblock {
     pub version: u32,
     pub uuid: [u8; 16],
     pub device_bytes: u64,
+    /// Device offset and length of the commit log region (see `wal.rs`).
+    pub log_offset: u64,
+    pub log_bytes: u64,
 }
 
 /// An object's record.
@@ -157,7 +167,7 @@ pub fn decode_u64(what: &str, bytes: &[u8]) -> Result<u64> {
 /// The device label: magic, format version and the store's uuid, padded to one block.
 #[must_use]
 pub fn label_block(uuid: &[u8; 16]) -> Vec<u8> {
-    let mut b = vec![0u8; RESERVED_BYTES as usize];
+    let mut b = vec![0u8; LABEL_BYTES as usize];
     b[..8].copy_from_slice(LABEL_MAGIC);
     b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     b[12..28].copy_from_slice(uuid);

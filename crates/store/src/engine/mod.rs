@@ -1,18 +1,19 @@
 //! The engine behind the `block` and `mem` backends, in the manner of BlueStore.
 //!
 //! Data lives on a [`Device`] in extents handed out by an [`alloc::Allocator`]; all metadata
-//! (collections, object records, extent maps with per-block crc32c, xattrs, omap, free space,
-//! deferred writes) lives in a [`Kv`] store. See `docs/ENGINE.md` for the design, the
-//! assumptions about the medium and the exact durability of each call.
+//! (collections, object records, extent maps with per-block crc32c, xattrs, omap, free space)
+//! lives in a [`Kv`] store. See `docs/ENGINE.md` for the design, the assumptions about the
+//! medium and the exact durability of each call.
 //!
-//! Writing works in three steps under one writer lock:
+//! A commit works in three steps under one writer lock:
 //! 1. plan the transaction against an overlay of the metadata (nothing is written yet);
-//! 2. write large data to freshly allocated blocks with direct I/O and flush the device;
-//! 3. commit the metadata batch, which makes the whole transaction visible at once.
+//! 2. write the new data to freshly allocated blocks and the metadata batch to the commit log
+//!    ([`wal`]), both with direct I/O on the same device, and flush the device once if the
+//!    transaction is `Sync`;
+//! 3. hand the batch to the KV store without a sync of its own; the log makes it durable.
 //!
-//! Small writes put their blocks into the metadata batch itself (the *deferred* log), so one
-//! sync of the KV journal makes them durable; they are copied to their place on the device in
-//! bulk later, and the log entries dropped.
+//! Data is never written twice: blocks are copy-on-write, so an overwrite goes to new blocks
+//! and the old ones are freed once the transaction that freed them is durable.
 
 pub mod alloc;
 pub mod device;
@@ -21,39 +22,41 @@ pub mod kv;
 pub mod layout;
 mod read;
 mod txn;
+pub mod wal;
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use shoal_util::AlignedBuf;
 
 use self::alloc::Allocator;
 use self::device::{BLOCK_BYTES, Device};
 use self::kv::{Batch, Ks, Kv, KvRead};
-use self::layout::{Onode, RESERVED_BYTES, Superblock};
+use self::layout::{LABEL_BYTES, Onode, Superblock};
 use self::read::{ExtentMap, read_blocks};
-use self::txn::{DeferredCache, Plan};
+use self::txn::Plan;
+use self::wal::{APPLIED_SEQ_KEY, Log};
 use crate::api::{
     BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Transaction, Usage,
 };
 use crate::error::{Result, StoreError};
 use crate::names;
 
-pub use self::txn::DEFERRED_MAX_BYTES;
-
-/// Deferred blocks held before they are copied to the device in one batch. Bounds the RAM the
-/// deferred cache uses and the amount of log replayed at mount.
-pub const DEFERRED_APPLY_BYTES: u64 = 8 << 20;
-
-/// Smallest device the engine formats: the label plus room for some data.
+/// Smallest device the engine formats: label, commit log and room for some data.
 pub const MIN_DEVICE_BYTES: u64 = 16 << 20;
 
 /// State only the writer touches.
 struct Writer {
     alloc: Allocator,
+    log: Log,
+    /// Sequence number of the last committed transaction.
+    seq: u64,
     /// Space freed by committed transactions that may not be durable yet: not reusable until
-    /// the next sync, so that a crash can never bring back metadata pointing at reused blocks.
+    /// the next device flush, so that a crash can never bring back metadata pointing at blocks
+    /// that were reused.
     pending_free: Vec<(u64, u64)>,
     pending_free_bytes: u64,
+    /// Whether anything was written to the device since the last flush.
+    dirty: bool,
 }
 
 /// The engine over a metadata store `K` and a data device `D`.
@@ -63,8 +66,6 @@ pub struct Engine<K: Kv, D: Device> {
     dev: D,
     superblock: Superblock,
     writer: Mutex<Writer>,
-    /// Committed deferred blocks not yet on the device, by device offset.
-    deferred: RwLock<DeferredCache>,
     /// Readers hold this shared while they read; the writer holds it exclusively while it makes
     /// freed space reusable, so a read never sees a block reused under it.
     reuse: RwLock<()>,
@@ -84,9 +85,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+fn dev_err(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
+    move |e| StoreError::io(what, e)
+}
+
 impl<K: Kv, D: Device> Engine<K, D> {
-    /// Formats a new store: writes the device label, the superblock and one free extent
-    /// covering the device, durably.
+    /// Formats a new store: writes the device label, zeroes the commit log region, and records
+    /// the superblock and one free extent covering the rest of the device, durably.
     pub fn format(kind: BackendKind, kv: K, dev: D, lock_file: Option<std::fs::File>) -> Result<Self> {
         let device_bytes = dev.size_bytes();
         if device_bytes < MIN_DEVICE_BYTES {
@@ -97,19 +102,33 @@ impl<K: Kv, D: Device> Engine<K, D> {
             });
         }
         let uuid: [u8; 16] = random_uuid();
+        let log_offset = LABEL_BYTES;
+        let log_bytes = layout::log_bytes_for(device_bytes);
+        // Zeroing the log region means no stale record can ever be read as a valid one, and on
+        // a file it turns the region's extents into written ones, so log writes never wait for
+        // the file system to convert them.
+        let zeros = AlignedBuf::zeroed((1 << 20).min(log_bytes) as usize);
+        let mut at = 0;
+        while at < log_bytes {
+            let n = (zeros.len() as u64).min(log_bytes - at) as usize;
+            dev.write_at(&zeros[..n], log_offset + at).map_err(dev_err("zeroing the commit log"))?;
+            at += n as u64;
+        }
         let label = AlignedBuf::copy_padded(&layout::label_block(&uuid), BLOCK_BYTES as usize);
-        dev.write_at(&label, 0).map_err(|e| StoreError::io("writing the device label", e))?;
-        dev.sync().map_err(|e| StoreError::io("flushing the device label", e))?;
-        let sb = Superblock { version: layout::FORMAT_VERSION, uuid, device_bytes };
+        dev.write_at(&label, 0).map_err(dev_err("writing the device label"))?;
+        dev.sync().map_err(dev_err("flushing the device label"))?;
+        let sb = Superblock { version: layout::FORMAT_VERSION, uuid, device_bytes, log_offset, log_bytes };
+        let data_start = log_offset + log_bytes;
         let mut batch = Batch::default();
         batch.put(Ks::Meta, layout::SUPERBLOCK_KEY.to_vec(), layout::encode(&sb));
-        batch.put(Ks::Free, layout::u64_key(RESERVED_BYTES), layout::u64_key(device_bytes - RESERVED_BYTES));
+        batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(0));
+        batch.put(Ks::Free, layout::u64_key(data_start), layout::u64_key(device_bytes - data_start));
         kv.commit(batch, true)?;
         Self::load(kind, kv, dev, lock_file)
     }
 
-    /// Mounts an existing store: checks the superblock against the device label, loads the
-    /// free space and replays any deferred writes left by a crash.
+    /// Mounts an existing store: checks the superblock against the device label, replays the
+    /// commit log into the KV store, checkpoints, and loads the free space.
     pub fn load(kind: BackendKind, kv: K, dev: D, lock_file: Option<std::fs::File>) -> Result<Self> {
         let sb_bytes = kv
             .get(Ks::Meta, layout::SUPERBLOCK_KEY)?
@@ -130,14 +149,29 @@ impl<K: Kv, D: Device> Engine<K, D> {
             )));
         }
         let mut label = AlignedBuf::zeroed(BLOCK_BYTES as usize);
-        dev.read_at(&mut label, 0).map_err(|e| StoreError::io("reading the device label", e))?;
+        dev.read_at(&mut label, 0).map_err(dev_err("reading the device label"))?;
         layout::check_label(&label, &sb.uuid).map_err(StoreError::Corrupt)?;
 
+        // Replay: batches the log holds beyond what the KV store has.
+        let applied = match kv.get(Ks::Meta, APPLIED_SEQ_KEY)? {
+            Some(v) => layout::decode_u64("applied sequence number", &v)?,
+            None => return Err(StoreError::Corrupt("the metadata has no applied sequence number".into())),
+        };
+        let mut log = Log::new(sb.log_offset, sb.log_bytes);
+        let mut seq = applied;
+        for (rec_seq, batch) in log.recover(&dev, applied)? {
+            kv.commit(batch, false)?;
+            seq = rec_seq;
+        }
+        kv.sync()?;
+        log.reset();
+
+        let data_start = sb.log_offset + sb.log_bytes;
         let mut alloc = Allocator::default();
         let mut bad: Option<String> = None;
         kv.scan(Ks::Free, &[], None, &mut |k, v| {
             match (layout::decode_u64("free key", k), layout::decode_u64("free length", v)) {
-                (Ok(off), Ok(len)) if len > 0 && off >= RESERVED_BYTES && off + len <= sb.device_bytes => {
+                (Ok(off), Ok(len)) if len > 0 && off >= data_start && off + len <= sb.device_bytes => {
                     alloc.release(off, len);
                     true
                 }
@@ -150,88 +184,35 @@ impl<K: Kv, D: Device> Engine<K, D> {
         if let Some(msg) = bad {
             return Err(StoreError::Corrupt(msg));
         }
-        let engine = Self {
+        let writer = Writer { alloc, log, seq, pending_free: Vec::new(), pending_free_bytes: 0, dirty: false };
+        Ok(Self {
             kind,
             kv,
             dev,
             superblock: sb,
-            writer: Mutex::new(Writer { alloc, pending_free: Vec::new(), pending_free_bytes: 0 }),
-            deferred: RwLock::new(DeferredCache::new()),
+            writer: Mutex::new(writer),
             reuse: RwLock::new(()),
             _lock: lock_file,
-        };
-        engine.replay_deferred()?;
-        Ok(engine)
+        })
     }
 
-    /// Writes every deferred block found in the metadata to the device (after a crash these
-    /// may or may not have been copied already; copying again is harmless).
-    fn replay_deferred(&self) -> Result<()> {
-        let mut found = DeferredCache::new();
-        let mut bad = None;
-        self.kv.scan(Ks::Deferred, &[], None, &mut |k, v| {
-            match layout::decode_u64("deferred key", k) {
-                Ok(off) if v.len() == BLOCK_BYTES as usize => {
-                    found.insert(off, Arc::new(v.to_vec()));
-                    true
-                }
-                _ => {
-                    bad = Some(format!("bad deferred record {k:?}"));
-                    false
-                }
-            }
-        })?;
-        if let Some(msg) = bad {
-            return Err(StoreError::Corrupt(msg));
+    /// Flushes the device: every log record and data block written so far becomes durable, so
+    /// space freed by those transactions can be reused.
+    fn flush_device(&self, w: &mut Writer) -> Result<()> {
+        if w.dirty {
+            self.dev.sync().map_err(dev_err("flushing the device"))?;
+            w.dirty = false;
         }
-        *self.deferred.write().unwrap_or_else(std::sync::PoisonError::into_inner) = found;
-        self.apply_deferred()
-    }
-
-    /// Copies every cached deferred block to its place on the device, flushes the device, then
-    /// drops the log entries. The caller holds the writer lock (or has exclusive access).
-    fn apply_deferred(&self) -> Result<()> {
-        let blocks: Vec<(u64, Arc<Vec<u8>>)> = {
-            let cache = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-            cache.iter().map(|(k, v)| (*k, Arc::clone(v))).collect()
-        };
-        if blocks.is_empty() {
-            return Ok(());
-        }
-        // Coalesce physically adjacent blocks into single writes.
-        let mut i = 0;
-        while i < blocks.len() {
-            let mut j = i + 1;
-            while j < blocks.len() && blocks[j].0 == blocks[j - 1].0 + BLOCK_BYTES {
-                j += 1;
-            }
-            let mut buf = AlignedBuf::zeroed((j - i) * BLOCK_BYTES as usize);
-            for (n, (_, data)) in blocks[i..j].iter().enumerate() {
-                let at = n * BLOCK_BYTES as usize;
-                buf[at..at + BLOCK_BYTES as usize].copy_from_slice(data);
-            }
-            self.dev
-                .write_at(&buf, blocks[i].0)
-                .map_err(|e| StoreError::io("applying deferred writes", e))?;
-            i = j;
-        }
-        self.dev.sync().map_err(|e| StoreError::io("flushing applied deferred writes", e))?;
-        let mut batch = Batch::default();
-        for (off, _) in &blocks {
-            batch.delete(Ks::Deferred, layout::u64_key(*off));
-        }
-        // The deletes need not be synced: if they are lost, replay copies the same blocks again.
-        self.kv.commit(batch, false)?;
-        let mut cache = self.deferred.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (off, _) in &blocks {
-            cache.remove(off);
-        }
+        self.release_pending(w);
         Ok(())
     }
 
-    fn deferred_bytes(&self) -> u64 {
-        let cache = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.len() as u64 * BLOCK_BYTES
+    /// Makes the KV store hold every committed transaction durably, so the log can start over.
+    fn checkpoint(&self, w: &mut Writer) -> Result<()> {
+        self.flush_device(w)?;
+        self.kv.sync()?;
+        w.log.reset();
+        Ok(())
     }
 
     /// Makes space freed by now-durable transactions reusable.
@@ -248,64 +229,57 @@ impl<K: Kv, D: Device> Engine<K, D> {
     }
 
     fn commit_locked(&self, w: &mut Writer, txn: &Transaction, durability: Durability) -> Result<()> {
-        let cache_guard = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let cache: &DeferredCache = &cache_guard;
-        let mut plan = Plan::new(&self.kv, &self.dev, cache, &mut w.alloc, now_ns());
+        let mut plan = Plan::new(&self.kv, &self.dev, &mut w.alloc, now_ns());
         for op in &txn.ops {
             if let Err(e) = plan.apply(op) {
                 plan.abandon();
                 return Err(e);
             }
         }
-        let (batch, frees, direct) = plan.into_batch();
-        drop(cache_guard);
+        let (mut batch, frees, direct) = plan.into_batch();
+        let seq = w.seq + 1;
+        batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
+        for (phys, buf) in &direct {
+            self.dev
+                .write_at(buf, *phys)
+                .map_err(|e| StoreError::io(format!("writing data at device offset {phys}"), e))?;
+            w.dirty = true;
+        }
+        let record = wal::encode_record(seq, &batch);
         let sync = durability == Durability::Sync;
-        if !direct.is_empty() {
-            for (phys, buf) in &direct {
-                self.dev
-                    .write_at(buf, *phys)
-                    .map_err(|e| StoreError::io(format!("writing data at device offset {phys}"), e))?;
+        if record.len() as u64 <= w.log.max_record_bytes() {
+            if !w.log.fits(record.len() as u64) {
+                self.checkpoint(w)?;
             }
-            // New data must be on stable storage before the metadata that points at it can be,
-            // whatever the durability asked for: otherwise a power failure could leave a
-            // committed record pointing at blocks that never reached the disk.
-            self.dev.sync().map_err(|e| StoreError::io("flushing written data", e))?;
-        }
-        let new_deferred: Vec<(u64, Option<Arc<Vec<u8>>>)> = batch
-            .ops
-            .iter()
-            .filter(|((ks, _), _)| *ks == Ks::Deferred)
-            .map(|((_, k), v)| Ok((layout::decode_u64("deferred key", k)?, v.clone().map(Arc::new))))
-            .collect::<Result<_>>()?;
-        self.kv.commit(batch, sync)?;
-        {
-            let mut cache = self.deferred.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            for (off, v) in new_deferred {
-                match v {
-                    Some(v) => cache.insert(off, v),
-                    None => cache.remove(&off),
-                };
+            w.log.append(&self.dev, &record)?;
+            w.dirty = true;
+            if sync {
+                self.flush_device(w)?;
             }
+            self.kv.commit(batch, false)?;
+        } else {
+            // Too big for the log (e.g. removing a huge object): flush the data, commit the
+            // batch to the KV store synchronously, and start a new log lap so that recovery
+            // never expects this transaction's record.
+            self.flush_device(w)?;
+            self.kv.commit(batch, true)?;
+            w.log.reset();
         }
+        w.seq = seq;
         w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
         w.pending_free.extend(frees);
         if sync {
+            // Only now is the transaction that freed this space durable.
             self.release_pending(w);
-        }
-        if self.deferred_bytes() >= DEFERRED_APPLY_BYTES {
-            self.apply_deferred()?;
         }
         Ok(())
     }
 
-    /// Applies deferred writes and syncs: after this the device holds every object's data in
-    /// place and the metadata is durable. Used before unmount and by `fsck`.
+    /// Checkpoints: after this the KV store durably holds every committed transaction and the
+    /// log is empty. Used before unmount and by `fsck`.
     pub fn quiesce(&self) -> Result<()> {
         let mut w = lock(&self.writer);
-        self.apply_deferred()?;
-        self.kv.sync()?;
-        self.release_pending(&mut w);
-        Ok(())
+        self.checkpoint(&mut w)
     }
 
     fn onode<R: KvRead>(&self, view: &R, coll: &str, obj: &str) -> Result<Onode> {
@@ -403,9 +377,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
 
     fn sync(&self) -> Result<()> {
         let mut w = lock(&self.writer);
-        self.kv.sync()?;
-        self.release_pending(&mut w);
-        Ok(())
+        self.flush_device(&mut w)
     }
 
     fn flush(&self) -> Result<()> {
@@ -444,8 +416,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let extents = Self::extents(&snap, coll, obj, lo, hi)?;
-        let cache = self.deferred.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let buf = read_blocks(&self.dev, coll, obj, &extents, lo, hi, &|phys| cache.get(&phys).cloned())?;
+        let buf = read_blocks(&self.dev, coll, obj, &extents, lo, hi, &|_| None)?;
         let at = (offset - lo) as usize;
         Ok(buf[at..at + (end - offset) as usize].to_vec())
     }
@@ -540,7 +511,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
             let w = lock(&self.writer);
             (w.alloc.free_bytes(), w.pending_free_bytes)
         };
-        let capacity = self.superblock.device_bytes - RESERVED_BYTES;
+        let capacity = self.superblock.device_bytes - self.superblock.log_offset - self.superblock.log_bytes;
         let mut collections = 0;
         self.kv.scan(Ks::Colls, &[], None, &mut |_, _| {
             collections += 1;
@@ -575,8 +546,8 @@ impl MemEngine {
 
 impl<K: Kv, D: Device> Drop for Engine<K, D> {
     fn drop(&mut self) {
-        // Leave the data in place and the log empty, so the next mount has nothing to replay.
-        // Errors cannot be returned from drop; replay at the next mount covers a failure here.
+        // Leave the log empty, so the next mount has nothing to replay. Errors cannot be
+        // returned from drop; replay at the next mount covers a failure here.
         let _ = self.quiesce();
     }
 }

@@ -13,8 +13,8 @@ use crate::error::{Result, StoreError};
 pub type ExtentMap = BTreeMap<u64, Extent>;
 
 /// Reads the block-aligned logical range `[lo, hi)` of an object. Holes read as zeros. Blocks
-/// still waiting in the deferred log come from `deferred` (device offset → block); all others
-/// from the device. Every block is verified against its checksum before any byte is returned.
+/// not on the device yet (planned earlier in the same transaction) come from `pending`
+/// (device offset → block); all others from the device. Every block is verified against its checksum before any byte is returned.
 pub fn read_blocks<D: Device>(
     dev: &D,
     coll: &str,
@@ -22,7 +22,7 @@ pub fn read_blocks<D: Device>(
     extents: &ExtentMap,
     lo: u64,
     hi: u64,
-    deferred: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
+    pending: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
 ) -> Result<AlignedBuf> {
     assert!(lo % BLOCK_BYTES == 0 && hi % BLOCK_BYTES == 0 && lo <= hi, "unaligned read {lo}..{hi}");
     let mut out = AlignedBuf::zeroed((hi - lo) as usize);
@@ -37,15 +37,14 @@ pub fn read_blocks<D: Device>(
         let phys = e.phys + (a - off);
         let first_block = ((a - off) / BLOCK_BYTES) as usize;
         let n_blocks = dst.len() / block;
-        // Blocks in the deferred log are newer than what the device holds at their place.
-        let pending: Vec<Option<Arc<Vec<u8>>>> =
-            (0..n_blocks).map(|i| deferred(phys + (i * block) as u64)).collect();
-        if pending.iter().any(Option::is_none) {
+        let staged: Vec<Option<Arc<Vec<u8>>>> =
+            (0..n_blocks).map(|i| pending(phys + (i * block) as u64)).collect();
+        if staged.iter().any(Option::is_none) {
             dev.read_at(dst, phys)
                 .map_err(|err| StoreError::io(format!("reading {coll}/{obj} at device offset {phys}"), err))?;
         }
         for (i, chunk) in dst.chunks_exact_mut(block).enumerate() {
-            if let Some(data) = &pending[i] {
+            if let Some(data) = &staged[i] {
                 chunk.copy_from_slice(data);
             }
             let want = e.csums.get(first_block + i).copied();

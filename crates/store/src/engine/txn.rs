@@ -19,18 +19,9 @@ use crate::api::Op;
 use crate::error::{Result, StoreError};
 use crate::names;
 
-/// Writes whose block-aligned length is below this ride in the metadata log (deferred) and are
-/// copied to their place on the device later; larger writes go straight to newly allocated
-/// blocks with direct I/O and are never written twice.
-pub const DEFERRED_MAX_BYTES: u64 = 64 * 1024;
-
-/// Committed deferred blocks not yet written to the device: device offset → block.
-pub type DeferredCache = BTreeMap<u64, Arc<Vec<u8>>>;
-
 pub struct Plan<'a, R: KvRead, D: Device> {
     kv: &'a R,
     dev: &'a D,
-    cache: &'a DeferredCache,
     alloc: &'a mut Allocator,
     now_ns: i64,
     overlay: BTreeMap<(Ks, Vec<u8>), Option<Vec<u8>>>,
@@ -38,16 +29,15 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     pub allocated: Vec<(u64, u64)>,
     /// Extents this plan stops using; they become reusable once the plan's commit is durable.
     pub frees: Vec<(u64, u64)>,
-    /// Large data to write to the device before the metadata commit.
+    /// Data to write to newly allocated blocks before the metadata commit.
     pub direct: Vec<(u64, AlignedBuf)>,
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
-    pub fn new(kv: &'a R, dev: &'a D, cache: &'a DeferredCache, alloc: &'a mut Allocator, now_ns: i64) -> Self {
+    pub fn new(kv: &'a R, dev: &'a D, alloc: &'a mut Allocator, now_ns: i64) -> Self {
         Self {
             kv,
             dev,
-            cache,
             alloc,
             now_ns,
             overlay: BTreeMap::new(),
@@ -68,6 +58,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// on disk now; reused in memory only after the batch is durable) and the allocator's
     /// changed entries.
     pub fn into_batch(self) -> (Batch, Vec<(u64, u64)>, Vec<(u64, AlignedBuf)>) {
+        debug_assert!(self.direct.iter().all(|(p, b)| p % BLOCK_BYTES == 0 && b.len() as u64 % BLOCK_BYTES == 0));
         let mut batch = Batch::default();
         for (off, len) in self.alloc.drain_changes() {
             match len {
@@ -220,19 +211,8 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         Ok(pieces)
     }
 
-    /// Stops using `[off, off + len)`. Deferred blocks in the range are dropped in the same
-    /// batch, so that a deferred block is never replayed onto space that has been reused.
+    /// Stops using `[off, off + len)`.
     fn free(&mut self, off: u64, len: u64) {
-        let dead: Vec<u64> = self.cache.range(off..off + len).map(|(k, _)| *k).collect();
-        for k in dead {
-            self.delete(Ks::Deferred, layout::u64_key(k));
-        }
-        let lo = (Ks::Deferred, layout::u64_key(off));
-        let hi = (Ks::Deferred, layout::u64_key(off + len));
-        let staged: Vec<Vec<u8>> = self.overlay.range(lo..hi).map(|((_, k), _)| k.clone()).collect();
-        for k in staged {
-            self.delete(Ks::Deferred, k);
-        }
         self.frees.push((off, len));
     }
 
@@ -273,11 +253,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     return Some(Arc::new(buf[from..from + BLOCK_BYTES as usize].to_vec()));
                 }
             }
-            match self.overlay.get(&(Ks::Deferred, layout::u64_key(phys))) {
-                Some(Some(v)) => Some(Arc::new(v.clone())),
-                Some(None) => None,
-                None => self.cache.get(&phys).cloned(),
-            }
+            None
         })
     }
 
@@ -311,16 +287,13 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         let len = buf.len() as u64;
         self.punch(&prefix, lo, lo + len)?;
         let pieces = self.allocate(len)?;
-        let deferred = len < DEFERRED_MAX_BYTES;
-        let mut logical = lo;
         let single = pieces.len() == 1;
+        let mut logical = lo;
         let mut buf = Some(buf);
         for (phys, plen) in pieces {
             let start = (logical - lo) as usize;
-            let bytes: &[u8] = match &buf {
-                Some(b) => &b[start..start + plen as usize],
-                None => unreachable!("buffer moved before the last piece"),
-            };
+            let Some(whole) = &buf else { unreachable!("buffer moved before the last piece") };
+            let bytes = &whole[start..start + plen as usize];
             // Records are at most MAX_EXTENT_BYTES long so that each stays small.
             let mut done = 0u64;
             while done < plen {
@@ -330,18 +303,12 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 self.put(Ks::Extents, layout::extent_key(&prefix, logical + done + n), layout::encode(&e));
                 done += n;
             }
-            if deferred {
-                for (i, block) in bytes.chunks_exact(BLOCK_BYTES as usize).enumerate() {
-                    self.put(Ks::Deferred, layout::u64_key(phys + i as u64 * BLOCK_BYTES), block.to_vec());
-                }
-            } else if single {
-                if let Some(b) = buf.take() {
-                    self.direct.push((phys, b));
-                }
-                break;
+            let data = if single {
+                buf.take().unwrap_or_else(|| unreachable!("single piece takes the buffer once"))
             } else {
-                self.direct.push((phys, AlignedBuf::copy_padded(bytes, BLOCK_BYTES as usize)));
-            }
+                AlignedBuf::copy_padded(bytes, BLOCK_BYTES as usize)
+            };
+            self.direct.push((phys, data));
             logical += plen;
         }
         Ok(())
