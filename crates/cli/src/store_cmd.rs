@@ -104,6 +104,12 @@ pub struct BenchArgs {
     /// Comma-separated backends to run (default: block,posix,mem).
     #[arg(long)]
     pub backends: Option<String>,
+    /// Comma-separated durability modes (default: sync,batch,nosync).
+    #[arg(long)]
+    pub modes: Option<String>,
+    /// Comma-separated block sizes, e.g. 4K,4M (default: 4K,16K,64K,256K,1M,4M).
+    #[arg(long)]
+    pub sizes: Option<String>,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -291,6 +297,12 @@ fn bench_cmd(args: &BenchArgs) -> Result<()> {
     }
     if let Some(b) = &args.backends {
         cfg.backends = b.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    }
+    if let Some(m) = &args.modes {
+        cfg.modes = m.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    }
+    if let Some(sizes) = &args.sizes {
+        cfg.block_sizes = sizes.split(',').map(shoal_store::parse_size).collect::<Result<_, _>>()?;
     }
     let bar = indicatif::ProgressBar::new(bench::total_steps(&cfg));
     bar.set_style(

@@ -50,6 +50,18 @@ impl Mode {
     }
 }
 
+impl std::str::FromStr for Mode {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "sync" => Ok(Mode::Sync),
+            "batch" => Ok(Mode::Batch),
+            "nosync" => Ok(Mode::Nosync),
+            other => Err(StoreError::InvalidArgument(format!("unknown mode {other:?} (expected sync, batch or nosync)"))),
+        }
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchConfig {
@@ -333,6 +345,22 @@ fn raw_cells(cfg: &BenchConfig, target: &Path, pat: &[u8], progress: &mut dyn Fn
     Ok(out)
 }
 
+/// Writes zeros over the whole file once. A freshly preallocated file has *unwritten* extents
+/// that the file system converts, with a journal commit, on the first write to each of them; a
+/// real block device has no such state. Preconditioning gives the raw measurement and the
+/// `block` store the same, device-like starting point.
+fn precondition(path: &Path, len: u64) -> Result<()> {
+    let file = open_direct(path)?;
+    let chunk = AlignedBuf::zeroed(4 << 20);
+    let mut off = 0;
+    while off < len {
+        let n = (chunk.len() as u64).min(len - off) as usize;
+        file.write_all_at(&chunk[..n], off).map_err(|e| StoreError::io("preconditioning the bench file", e))?;
+        off += n as u64;
+    }
+    file.sync_all().map_err(|e| StoreError::io("preconditioning the bench file", e))
+}
+
 /// Drops the page cache of every file under `dir`, so that reads of the posix baseline come
 /// from the device like the engine's direct reads do.
 fn drop_file_cache(dir: &Path) {
@@ -487,6 +515,8 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
             let f = File::create(&path).map_err(|e| StoreError::io(format!("creating {}", path.display()), e))?;
             rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, cfg.device_bytes)
                 .map_err(|e| StoreError::io(format!("preallocating {}", path.display()), e.into()))?;
+            drop(f);
+            precondition(&path, cfg.device_bytes)?;
             path
         }
     };

@@ -4,6 +4,8 @@
 
 pub mod aligned;
 pub mod checksum;
+pub mod pool;
 
 pub use aligned::AlignedBuf;
 pub use checksum::{crc32c, crc32c_blocks};
+pub use pool::BufPool;

@@ -7,8 +7,11 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
+
+use io_uring::{IoUring, opcode, squeue, types};
 
 /// Allocation and checksum unit of the engine, in bytes.
 pub const BLOCK_BYTES: u64 = 4096;
@@ -23,6 +26,14 @@ pub trait Device: Send + Sync + 'static {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Puts every completed write on stable storage.
     fn sync(&self) -> io::Result<()>;
+    /// Writes every `(offset, buffer)` pair, possibly at the same time, and returns when all
+    /// have completed; with `flush`, they (and every earlier write) are also on stable storage.
+    fn write_all(&self, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
+        for (offset, buf) in writes {
+            self.write_at(buf, *offset)?;
+        }
+        if flush { self.sync() } else { Ok(()) }
+    }
     /// Tells the device that `[offset, offset + len)` holds nothing of value any more.
     fn discard(&self, offset: u64, len: u64);
     /// Whether writes bypass the page cache.
@@ -40,7 +51,15 @@ pub struct FileDevice {
     file: File,
     size_bytes: u64,
     direct: bool,
+    /// Submission ring for concurrent writes; `None` where io_uring is unavailable, in which
+    /// case writes are issued one after another.
+    ring: Option<Mutex<IoUring>>,
 }
+
+/// Entries in the submission ring: the most writes (plus one flush) in flight at once.
+const RING_ENTRIES: u32 = 64;
+/// Largest single write submitted to the ring; larger buffers are split.
+const MAX_RING_WRITE_BYTES: usize = 64 << 20;
 
 impl FileDevice {
     /// Opens `path` for direct I/O. A block device is opened exclusively (`O_EXCL`), so that a
@@ -65,7 +84,83 @@ impl FileDevice {
         } else {
             meta.len()
         };
-        Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct })
+        let ring = IoUring::new(RING_ENTRIES).ok().map(Mutex::new);
+        Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring })
+    }
+
+    /// Submits `writes` (and a flush that waits for them) to the ring and waits for every
+    /// completion. Buffers are borrowed for the duration of the call, and the call does not
+    /// return while the kernel may still use them.
+    fn ring_write(&self, ring: &mut IoUring, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
+        let fd = types::Fd(self.file.as_raw_fd());
+        let mut pieces: Vec<(u64, &[u8])> = Vec::new();
+        for (offset, buf) in writes {
+            for (i, chunk) in buf.chunks(MAX_RING_WRITE_BYTES).enumerate() {
+                pieces.push((offset + (i * MAX_RING_WRITE_BYTES) as u64, chunk));
+            }
+        }
+        let mut first_err: Option<io::Error> = None;
+        let batches: Vec<&[(u64, &[u8])]> = pieces.chunks(RING_ENTRIES as usize - 1).collect();
+        for (bi, batch) in batches.iter().enumerate() {
+            let with_flush = flush && bi + 1 == batches.len();
+            let mut sq = ring.submission();
+            for (i, (offset, chunk)) in batch.iter().enumerate() {
+                let len = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+                let entry = opcode::Write::new(fd, chunk.as_ptr(), len).offset(*offset).build().user_data(i as u64);
+                // SAFETY: the buffer outlives the call, which waits for every completion below.
+                if unsafe { sq.push(&entry) }.is_err() {
+                    unreachable!("the ring holds RING_ENTRIES entries and a batch is smaller");
+                }
+            }
+            if with_flush {
+                let entry = opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build()
+                    .flags(squeue::Flags::IO_DRAIN)
+                    .user_data(u64::MAX);
+                // SAFETY: a flush references no memory.
+                if unsafe { sq.push(&entry) }.is_err() {
+                    unreachable!("the ring holds RING_ENTRIES entries and a batch is smaller");
+                }
+            }
+            drop(sq);
+            let want = batch.len() + usize::from(with_flush);
+            let mut done = 0;
+            while done < want {
+                match ring.submit_and_wait(want - done) {
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => continue,
+                    Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => continue,
+                    Err(e) => {
+                        // Requests may still be in flight with pointers into the caller's
+                        // buffers: returning could let the kernel write into freed memory.
+                        eprintln!("shoal: fatal: io_uring wait failed with requests in flight: {e}");
+                        std::process::abort();
+                    }
+                }
+                for cqe in ring.completion() {
+                    done += 1;
+                    let res = cqe.result();
+                    let tag = cqe.user_data();
+                    if res < 0 {
+                        first_err.get_or_insert(io::Error::from_raw_os_error(-res));
+                    } else if tag != u64::MAX {
+                        let (offset, chunk) = batch[tag as usize];
+                        let n = res as usize;
+                        if n < chunk.len() {
+                            // A short write (rare, e.g. near a full device): finish it directly.
+                            if let Err(e) = self.file.write_all_at(&chunk[n..], offset + n as u64) {
+                                first_err.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
@@ -96,6 +191,24 @@ impl Device for FileDevice {
     }
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    fn write_all(&self, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
+        for (offset, buf) in writes {
+            check_aligned(*offset, buf.len());
+            assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+        }
+        match &self.ring {
+            Some(ring) => {
+                let mut ring = ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                self.ring_write(&mut ring, writes, flush)
+            }
+            None => {
+                for (offset, buf) in writes {
+                    self.file.write_all_at(buf, *offset)?;
+                }
+                if flush { self.file.sync_data() } else { Ok(()) }
+            }
+        }
     }
     fn discard(&self, _offset: u64, _len: u64) {
         // Punching holes in a file would turn its extents back into unwritten ones and make the

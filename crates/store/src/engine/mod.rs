@@ -26,7 +26,7 @@ pub mod wal;
 
 use std::sync::{Mutex, MutexGuard, RwLock};
 
-use shoal_util::AlignedBuf;
+use shoal_util::{AlignedBuf, BufPool};
 
 use self::alloc::Allocator;
 use self::device::{BLOCK_BYTES, Device};
@@ -43,6 +43,11 @@ use crate::names;
 
 /// Smallest device the engine formats: label, commit log and room for some data.
 pub const MIN_DEVICE_BYTES: u64 = 16 << 20;
+
+/// Idle I/O buffers the engine keeps for reuse, in bytes.
+pub const POOL_BYTES: usize = 32 << 20;
+/// Largest buffer the pool keeps.
+pub const POOL_MAX_BUF_BYTES: usize = 8 << 20;
 
 /// State only the writer touches.
 struct Writer {
@@ -66,6 +71,8 @@ pub struct Engine<K: Kv, D: Device> {
     dev: D,
     superblock: Superblock,
     writer: Mutex<Writer>,
+    /// Reused buffers for data I/O.
+    pool: BufPool,
     /// Readers hold this shared while they read; the writer holds it exclusively while it makes
     /// freed space reusable, so a read never sees a block reused under it.
     reuse: RwLock<()>,
@@ -191,6 +198,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             dev,
             superblock: sb,
             writer: Mutex::new(writer),
+            pool: BufPool::new(POOL_BYTES, POOL_MAX_BUF_BYTES),
             reuse: RwLock::new(()),
             _lock: lock_file,
         })
@@ -229,7 +237,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
     }
 
     fn commit_locked(&self, w: &mut Writer, txn: &Transaction, durability: Durability) -> Result<()> {
-        let mut plan = Plan::new(&self.kv, &self.dev, &mut w.alloc, now_ns());
+        let mut plan = Plan::new(&self.kv, &self.dev, &self.pool, &mut w.alloc, now_ns());
         for op in &txn.ops {
             if let Err(e) = plan.apply(op) {
                 plan.abandon();
@@ -239,36 +247,36 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let (mut batch, frees, direct) = plan.into_batch();
         let seq = w.seq + 1;
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
-        for (phys, buf) in &direct {
-            self.dev
-                .write_at(buf, *phys)
-                .map_err(|e| StoreError::io(format!("writing data at device offset {phys}"), e))?;
-            w.dirty = true;
-        }
         let record = wal::encode_record(seq, &batch);
-        let sync = durability == Durability::Sync;
-        if record.len() as u64 <= w.log.max_record_bytes() {
-            if !w.log.fits(record.len() as u64) {
-                self.checkpoint(w)?;
-            }
-            w.log.append(&self.dev, &record)?;
-            w.dirty = true;
-            if sync {
-                self.flush_device(w)?;
-            }
+        let use_log = record.len() as u64 <= w.log.max_record_bytes();
+        if use_log && !w.log.fits(record.len() as u64) {
+            self.checkpoint(w)?;
+        }
+        let mut writes: Vec<(u64, &[u8])> = direct.iter().map(|(phys, buf)| (*phys, &buf[..])).collect();
+        if use_log {
+            writes.push((w.log.reserve(record.len() as u64), &record[..]));
+        }
+        // Data and log record go out together; one flush makes both durable. A transaction
+        // too big for the log (e.g. removing a huge object) flushes its data here and commits
+        // its batch to the KV store synchronously instead.
+        let flush = durability == Durability::Sync || !use_log;
+        self.dev.write_all(&writes, flush).map_err(dev_err("writing data and commit log"))?;
+        drop(writes);
+        w.dirty = !flush;
+        for (_, buf) in direct {
+            self.pool.give(buf);
+        }
+        if use_log {
             self.kv.commit(batch, false)?;
         } else {
-            // Too big for the log (e.g. removing a huge object): flush the data, commit the
-            // batch to the KV store synchronously, and start a new log lap so that recovery
-            // never expects this transaction's record.
-            self.flush_device(w)?;
             self.kv.commit(batch, true)?;
+            // Recovery must never expect this transaction's record: start a new lap.
             w.log.reset();
         }
         w.seq = seq;
         w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
         w.pending_free.extend(frees);
-        if sync {
+        if flush {
             // Only now is the transaction that freed this space durable.
             self.release_pending(w);
         }
@@ -416,9 +424,11 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let extents = Self::extents(&snap, coll, obj, lo, hi)?;
-        let buf = read_blocks(&self.dev, coll, obj, &extents, lo, hi, &|_| None)?;
+        let buf = read_blocks(&self.dev, coll, obj, &extents, lo, hi, &|_| None, &self.pool)?;
         let at = (offset - lo) as usize;
-        Ok(buf[at..at + (end - offset) as usize].to_vec())
+        let out = buf[at..at + (end - offset) as usize].to_vec();
+        self.pool.give(buf);
+        Ok(out)
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {

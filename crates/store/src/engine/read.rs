@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shoal_util::{AlignedBuf, crc32c};
+use shoal_util::{AlignedBuf, BufPool, crc32c};
 
 use super::device::{BLOCK_BYTES, Device};
 use super::layout::Extent;
@@ -23,37 +23,61 @@ pub fn read_blocks<D: Device>(
     lo: u64,
     hi: u64,
     pending: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
+    pool: &BufPool,
 ) -> Result<AlignedBuf> {
     assert!(lo % BLOCK_BYTES == 0 && hi % BLOCK_BYTES == 0 && lo <= hi, "unaligned read {lo}..{hi}");
-    let mut out = AlignedBuf::zeroed((hi - lo) as usize);
+    let mut out = pool.take((hi - lo) as usize);
     let block = BLOCK_BYTES as usize;
+    // Pieces of the range that come from the device: (logical start, device offset, length).
+    let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
     for (&off, e) in extents {
-        let end = off + e.len_bytes;
-        let (a, b) = (lo.max(off), hi.min(end));
-        if a >= b {
-            continue;
+        let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
+        if a < b {
+            let phys = e.phys + (a - off);
+            // Extents that continue each other both logically and on the device are read with
+            // one I/O: a 4 MiB object written at once is four records but one read.
+            match pieces.last_mut() {
+                Some(last) if last.0 + last.2 == a && last.1 + last.2 == phys => last.2 += b - a,
+                _ => pieces.push((a, phys, b - a)),
+            }
         }
-        let dst = &mut out[(a - lo) as usize..(b - lo) as usize];
-        let phys = e.phys + (a - off);
-        let first_block = ((a - off) / BLOCK_BYTES) as usize;
+    }
+    // Holes read as zeros: clear whatever the pieces do not cover (pooled buffers hold old data).
+    let mut covered = lo;
+    for &(a, _, len) in &pieces {
+        out[(covered - lo) as usize..(a - lo) as usize].fill(0);
+        covered = a + len;
+    }
+    out[(covered - lo) as usize..].fill(0);
+    for &(a, phys, len) in &pieces {
+        let dst = &mut out[(a - lo) as usize..(a - lo + len) as usize];
         let n_blocks = dst.len() / block;
-        let staged: Vec<Option<Arc<Vec<u8>>>> =
-            (0..n_blocks).map(|i| pending(phys + (i * block) as u64)).collect();
+        let staged: Vec<Option<Arc<Vec<u8>>>> = (0..n_blocks).map(|i| pending(phys + (i * block) as u64)).collect();
         if staged.iter().any(Option::is_none) {
             dev.read_at(dst, phys)
                 .map_err(|err| StoreError::io(format!("reading {coll}/{obj} at device offset {phys}"), err))?;
         }
-        for (i, chunk) in dst.chunks_exact_mut(block).enumerate() {
-            if let Some(data) = &staged[i] {
-                chunk.copy_from_slice(data);
+        for (i, data) in staged.iter().enumerate() {
+            if let Some(data) = data {
+                dst[i * block..(i + 1) * block].copy_from_slice(data);
             }
-            let want = e.csums.get(first_block + i).copied();
-            if want != Some(crc32c(chunk)) {
+        }
+    }
+    // Verify every block against its extent's checksum before returning anything.
+    for (&off, e) in extents {
+        let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
+        if a >= b {
+            continue;
+        }
+        let first_block = ((a - off) / BLOCK_BYTES) as usize;
+        let region = &out[(a - lo) as usize..(b - lo) as usize];
+        for (i, chunk) in region.chunks_exact(block).enumerate() {
+            if e.csums.get(first_block + i).copied() != Some(crc32c(chunk)) {
                 return Err(StoreError::Checksum {
                     coll: coll.to_string(),
                     obj: obj.to_string(),
                     offset: a + (i * block) as u64,
-                    device_offset: phys + (i * block) as u64,
+                    device_offset: e.phys + (a - off) + (i * block) as u64,
                 });
             }
         }

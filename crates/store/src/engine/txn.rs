@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shoal_util::{AlignedBuf, crc32c_blocks};
+use shoal_util::{AlignedBuf, BufPool, crc32c_blocks};
 
 use super::alloc::Allocator;
 use super::device::{BLOCK_BYTES, Device};
@@ -22,6 +22,7 @@ use crate::names;
 pub struct Plan<'a, R: KvRead, D: Device> {
     kv: &'a R,
     dev: &'a D,
+    pool: &'a BufPool,
     alloc: &'a mut Allocator,
     now_ns: i64,
     overlay: BTreeMap<(Ks, Vec<u8>), Option<Vec<u8>>>,
@@ -34,10 +35,11 @@ pub struct Plan<'a, R: KvRead, D: Device> {
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
-    pub fn new(kv: &'a R, dev: &'a D, alloc: &'a mut Allocator, now_ns: i64) -> Self {
+    pub fn new(kv: &'a R, dev: &'a D, pool: &'a BufPool, alloc: &'a mut Allocator, now_ns: i64) -> Self {
         Self {
             kv,
             dev,
+            pool,
             alloc,
             now_ns,
             overlay: BTreeMap::new(),
@@ -254,7 +256,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 }
             }
             None
-        })
+        }, self.pool)
     }
 
     /// Writes `data` at logical offset `off` into fresh blocks (copy-on-write at block
@@ -263,7 +265,13 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         let end = off + data.len() as u64;
         let lo = off / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        let mut buf = AlignedBuf::zeroed((hi - lo) as usize);
+        let mut buf = self.pool.take((hi - lo) as usize);
+        // The data below overwrites everything but the edge blocks, which may hold old bytes
+        // from the pool: clear them first.
+        let edge = BLOCK_BYTES as usize;
+        buf[..edge].fill(0);
+        let n = buf.len();
+        buf[n - edge..].fill(0);
         // Edge blocks that the write only partly covers keep their other bytes. Blocks at or
         // past the old end hold nothing yet and stay zero.
         if off > lo && lo < size {
@@ -306,7 +314,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             let data = if single {
                 buf.take().unwrap_or_else(|| unreachable!("single piece takes the buffer once"))
             } else {
-                AlignedBuf::copy_padded(bytes, BLOCK_BYTES as usize)
+                let mut piece = self.pool.take(bytes.len());
+                piece.copy_from_slice(bytes);
+                piece
             };
             self.direct.push((phys, data));
             logical += plen;

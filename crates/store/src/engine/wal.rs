@@ -111,13 +111,20 @@ impl Log {
         self.head + len <= self.len_bytes
     }
 
+    /// Claims the next `len` bytes of the log and returns their device offset; the caller
+    /// writes the record there.
+    pub fn reserve(&mut self, len: u64) -> u64 {
+        assert!(self.fits(len), "log record of {len} bytes does not fit");
+        assert_eq!(len % BLOCK_BYTES, 0, "log records are whole blocks");
+        let at = self.offset + self.head;
+        self.head += len;
+        at
+    }
+
     /// Writes `record` at the head (not durable until the device is flushed).
     pub fn append<D: Device>(&mut self, dev: &D, record: &AlignedBuf) -> Result<()> {
-        let len = record.len() as u64;
-        assert!(self.fits(len), "log record of {len} bytes does not fit");
-        dev.write_at(record, self.offset + self.head).map_err(|e| StoreError::io("writing the commit log", e))?;
-        self.head += len;
-        Ok(())
+        let at = self.reserve(record.len() as u64);
+        dev.write_at(record, at).map_err(|e| StoreError::io("writing the commit log", e))
     }
 
     /// Starts a new lap at the first block. Only valid right after a checkpoint.
