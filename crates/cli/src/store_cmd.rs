@@ -98,7 +98,8 @@ pub struct BenchArgs {
     /// (its contents are destroyed).
     #[arg(long)]
     pub device: Option<PathBuf>,
-    /// Size of the block store's file (default: 1G, or 256M with --quick).
+    /// Size of the block store and of the raw region; the bench file is twice this
+    /// (default: 1G, or 256M with --quick).
     #[arg(long)]
     pub size: Option<String>,
     /// Comma-separated backends to run (default: block,posix,mem).
@@ -110,6 +111,9 @@ pub struct BenchArgs {
     /// Comma-separated block sizes, e.g. 4K,4M (default: 4K,16K,64K,256K,1M,4M).
     #[arg(long)]
     pub sizes: Option<String>,
+    /// Times each cell is measured; the median is reported (default 3, or 1 with --quick).
+    #[arg(long)]
+    pub rounds: Option<u32>,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -297,6 +301,9 @@ fn bench_cmd(args: &BenchArgs) -> Result<()> {
     }
     if let Some(b) = &args.backends {
         cfg.backends = b.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    }
+    if let Some(r) = args.rounds {
+        cfg.rounds = r;
     }
     if let Some(m) = &args.modes {
         cfg.modes = m.split(',').map(str::parse).collect::<Result<_, _>>()?;

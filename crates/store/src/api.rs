@@ -8,9 +8,50 @@
 //! operation of a committed transaction is visible, or none is. Each commit names its
 //! [`Durability`], which states exactly what is on the medium when the call returns.
 
+use std::sync::Arc;
+
 use serde::Serialize;
+use shoal_util::AlignedBuf;
 
 use crate::error::Result;
+
+/// The bytes of a write. Callers that already hold data in a block-aligned buffer (network
+/// receive paths, benchmarks) pass it as `Aligned`, and block-aligned writes of such data reach
+/// the device without being copied.
+#[derive(Clone)]
+pub enum Data {
+    Vec(Vec<u8>),
+    Aligned(Arc<AlignedBuf>),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Vec(v) => v,
+            Data::Aligned(b) => b,
+        }
+    }
+}
+
+impl PartialEq for Data {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+impl Eq for Data {}
+
+impl std::fmt::Debug for Data {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Data({} bytes)", self.len())
+    }
+}
+
+impl From<Vec<u8>> for Data {
+    fn from(v: Vec<u8>) -> Self {
+        Data::Vec(v)
+    }
+}
 
 /// How durable a transaction is when [`ObjectStore::commit`] returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -35,7 +76,7 @@ pub enum Op {
     Touch { coll: String, obj: String },
     /// Writes `data` at `offset`, creating the object if needed and extending its size if the
     /// write ends past it (a gap reads as zeros).
-    Write { coll: String, obj: String, offset: u64, data: Vec<u8> },
+    Write { coll: String, obj: String, offset: u64, data: Data },
     /// Sets the object's size, dropping data past it or extending with zeros.
     Truncate { coll: String, obj: String, size_bytes: u64 },
     /// Removes the object with its data, xattrs and omap.
@@ -110,7 +151,12 @@ impl Transaction {
         self
     }
     pub fn write(&mut self, coll: &str, obj: &str, offset: u64, data: Vec<u8>) -> &mut Self {
-        self.ops.push(Op::Write { coll: coll.into(), obj: obj.into(), offset, data });
+        self.ops.push(Op::Write { coll: coll.into(), obj: obj.into(), offset, data: Data::Vec(data) });
+        self
+    }
+    /// Like [`Transaction::write`], with data already in an aligned buffer.
+    pub fn write_aligned(&mut self, coll: &str, obj: &str, offset: u64, data: Arc<AlignedBuf>) -> &mut Self {
+        self.ops.push(Op::Write { coll: coll.into(), obj: obj.into(), offset, data: Data::Aligned(data) });
         self
     }
     pub fn truncate(&mut self, coll: &str, obj: &str, size_bytes: u64) -> &mut Self {

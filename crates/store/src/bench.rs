@@ -70,7 +70,8 @@ pub struct BenchConfig {
     pub dir: PathBuf,
     /// Raw block device or file for the raw measurement and the `block` store (overwritten).
     pub device: Option<PathBuf>,
-    /// Size of the file created for the `block` store and the raw measurement.
+    /// Size of the `block` store and of the raw measurement's region; the bench file (or
+    /// `device`) holds both, so it is twice this size.
     pub device_bytes: u64,
     pub block_sizes: Vec<u64>,
     pub modes: Vec<Mode>,
@@ -81,6 +82,8 @@ pub struct BenchConfig {
     pub max_cell_ms: u64,
     /// In `batch` mode, a sync follows every this many operations.
     pub batch_ops: u64,
+    /// Times each cell is measured; the median is reported.
+    pub rounds: u32,
 }
 
 impl BenchConfig {
@@ -98,6 +101,7 @@ impl BenchConfig {
             max_ops: 2048,
             max_cell_ms: 3000,
             batch_ops: 100,
+            rounds: 3,
         }
     }
 
@@ -111,6 +115,7 @@ impl BenchConfig {
             cell_bytes: 32 << 20,
             max_ops: 256,
             max_cell_ms: 700,
+            rounds: 1,
             ..Self::full(dir)
         }
     }
@@ -295,54 +300,56 @@ fn open_direct(path: &Path) -> Result<File> {
         .map_err(|e| StoreError::io(format!("opening {} for direct I/O", path.display()), e))
 }
 
-fn raw_cells(cfg: &BenchConfig, target: &Path, pat: &[u8], progress: &mut dyn FnMut(&str)) -> Result<Vec<RawResult>> {
-    let file = open_direct(target)?;
-    let size = cfg.device_bytes;
-    let mut out = Vec::new();
-    for &mode in &cfg.modes {
-        for &bs in &cfg.block_sizes {
-            let n = cell_ops(cfg, bs, size);
-            let mut buf = AlignedBuf::zeroed(bs as usize);
-            let mut w = Timing::new(n);
-            let start = Instant::now();
-            for i in 0..n {
-                let off = (i * bs) % (size / bs * bs);
-                buf.copy_from_slice(op_data(pat, bs, i));
-                let t = Instant::now();
-                file.write_all_at(&buf, off).map_err(|e| StoreError::io("raw write", e))?;
-                let sync_now = match mode {
-                    Mode::Sync => true,
-                    Mode::Batch => (i + 1) % cfg.batch_ops == 0 || i + 1 == n,
-                    Mode::Nosync => false,
-                };
-                if sync_now {
-                    file.sync_data().map_err(|e| StoreError::io("raw fdatasync", e))?;
-                }
-                w.record(bs, t.elapsed());
-                if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
-                    break;
-                }
-            }
-            w.elapsed = start.elapsed();
-            let done = w.ops;
-            let (ops, mbps, iops, p50, p99) = w.stats();
-            progress(&format!("raw {} write {}: {mbps:.1} MB/s", mode.name(), human(bs)));
-            out.push(RawResult { op: "write", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 });
-            let mut r = Timing::new(done);
-            let start = Instant::now();
-            for i in 0..done {
-                let off = (i * bs) % (size / bs * bs);
-                let t = Instant::now();
-                file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
-                r.record(bs, t.elapsed());
-            }
-            r.elapsed = start.elapsed();
-            let (ops, mbps, iops, p50, p99) = r.stats();
-            progress(&format!("raw {} read {}: {mbps:.1} MB/s", mode.name(), human(bs)));
-            out.push(RawResult { op: "read", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 });
+/// One raw measurement: `O_DIRECT` writes then reads of `bs` blocks, sequentially through the
+/// region `[region_offset, region_offset + region_bytes)` of the target.
+fn raw_cell(
+    cfg: &BenchConfig,
+    file: &File,
+    region_offset: u64,
+    region_bytes: u64,
+    mode: Mode,
+    bs: u64,
+    pat: &[u8],
+) -> Result<[RawResult; 2]> {
+    let n = cell_ops(cfg, bs, region_bytes);
+    let slots = region_bytes / bs;
+    let mut buf = AlignedBuf::zeroed(bs as usize);
+    let mut w = Timing::new(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let off = region_offset + (i % slots) * bs;
+        buf.copy_from_slice(op_data(pat, bs, i));
+        let t = Instant::now();
+        file.write_all_at(&buf, off).map_err(|e| StoreError::io("raw write", e))?;
+        let sync_now = match mode {
+            Mode::Sync => true,
+            Mode::Batch => (i + 1) % cfg.batch_ops == 0 || i + 1 == n,
+            Mode::Nosync => false,
+        };
+        if sync_now {
+            file.sync_data().map_err(|e| StoreError::io("raw fdatasync", e))?;
+        }
+        w.record(bs, t.elapsed());
+        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
+            break;
         }
     }
-    Ok(out)
+    w.elapsed = start.elapsed();
+    let done = w.ops;
+    let (ops, mbps, iops, p50, p99) = w.stats();
+    let write = RawResult { op: "write", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 };
+    let mut r = Timing::new(done);
+    let start = Instant::now();
+    for i in 0..done {
+        let off = region_offset + (i % slots) * bs;
+        let t = Instant::now();
+        file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
+        r.record(bs, t.elapsed());
+    }
+    r.elapsed = start.elapsed();
+    let (ops, mbps, iops, p50, p99) = r.stats();
+    let read = RawResult { op: "read", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 };
+    Ok([write, read])
 }
 
 /// Writes zeros over the whole file once. A freshly preallocated file has *unwritten* extents
@@ -390,7 +397,6 @@ fn store_cell(
     mode: Mode,
     bs: u64,
     pat: &[u8],
-    progress: &mut dyn FnMut(&str),
 ) -> Result<[CellResult; 2]> {
     let backend = store.backend().name();
     let n = cell_ops(cfg, bs, capacity);
@@ -405,8 +411,12 @@ fn store_cell(
     let start = Instant::now();
     for i in 0..n {
         let (obj, off) = object_name(bs, i);
+        // Data arrives in an aligned buffer, as it does from a network receive path; every
+        // backend gets the same buffer.
+        let mut data = AlignedBuf::zeroed(bs as usize);
+        data.copy_from_slice(op_data(pat, bs, i));
         let mut txn = Transaction::new();
-        txn.write(COLL, &obj, off, op_data(pat, bs, i).to_vec());
+        txn.write_aligned(COLL, &obj, off, std::sync::Arc::new(data));
         let t = Instant::now();
         store.commit(txn, durability)?;
         if mode == Mode::Batch && ((i + 1) % cfg.batch_ops == 0 || i + 1 == n) {
@@ -426,7 +436,6 @@ fn store_cell(
     let user = (done * bs) as f64;
     let wamp = (io1.write_bytes - io0.write_bytes) as f64 / user.max(1.0);
     let (ops, mbps, iops, p50, p99) = w.stats();
-    progress(&format!("{backend} {} write {}: {mbps:.1} MB/s, {wamp:.2} device B/B", mode.name(), human(bs)));
     let write = CellResult {
         backend, mode: mode.name(), op: "write", block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops,
         lat_us_p50: p50, lat_us_p99: p99, device_bytes_per_user_byte: wamp,
@@ -451,7 +460,6 @@ fn store_cell(
     let io1 = io_counters();
     let ramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
     let (ops, mbps, iops, p50, p99) = r.stats();
-    progress(&format!("{backend} {} read {}: {mbps:.1} MB/s", mode.name(), human(bs)));
     let read = CellResult {
         backend, mode: mode.name(), op: "read", block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops,
         lat_us_p50: p50, lat_us_p99: p99, device_bytes_per_user_byte: ramp,
@@ -493,62 +501,137 @@ pub fn human(bytes: u64) -> String {
 /// Number of progress messages a run emits, for progress bars.
 #[must_use]
 pub fn total_steps(cfg: &BenchConfig) -> u64 {
-    let cells = (cfg.modes.len() * cfg.block_sizes.len()) as u64 * 2;
-    cells * (cfg.backends.len() as u64 + 1)
+    let cells = (cfg.modes.len() * cfg.block_sizes.len()) as u64;
+    cells * cfg.rounds as u64 * (cfg.backends.len() as u64 + 1)
+}
+
+/// The median of `rounds` by write (or read) throughput.
+fn median_by_mbps<T: Clone>(mut rounds: Vec<T>, mbps: impl Fn(&T) -> f64) -> Option<T> {
+    rounds.sort_by(|a, b| mbps(a).total_cmp(&mbps(b)));
+    rounds.get(rounds.len() / 2).cloned()
+}
+
+struct Target {
+    store: Box<dyn ObjectStore>,
+    posix_dir: Option<PathBuf>,
+}
+
+fn make_store(cfg: &BenchConfig, backend: BackendKind, device: &Path) -> Result<Target> {
+    Ok(match backend {
+        BackendKind::Block => {
+            let opts = MkfsOptions { backend, size_bytes: cfg.device_bytes, device: Some(device.to_path_buf()), force: true };
+            Target { store: mkfs(&cfg.dir.join("block"), &opts)?, posix_dir: None }
+        }
+        BackendKind::Posix => {
+            let opts = MkfsOptions { backend, size_bytes: cfg.device_bytes, device: None, force: true };
+            let dir = cfg.dir.join("posix");
+            Target { store: mkfs(&dir, &opts)?, posix_dir: Some(dir) }
+        }
+        BackendKind::Mem => Target { store: Box::new(MemEngine::new_mem(cfg.device_bytes)?), posix_dir: None },
+    })
 }
 
 /// Runs the benchmark. `progress` is called once per finished measurement.
+///
+/// The data file (or `device`) is twice `device_bytes`: the `block` store lives in the first
+/// half and the raw measurement uses the second, so that raw, `block` and `posix` cells can run
+/// interleaved, round after round, and each reported figure is the median of its rounds. On a
+/// shared, noisy machine that keeps the ratios between them honest. The `mem` backend runs
+/// last, on its own, because its data lives in this process's memory and would hide the
+/// engine's own memory use.
 pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchReport> {
     for &bs in &cfg.block_sizes {
         if bs == 0 || bs % 4096 != 0 || bs > OBJECT_BYTES {
             return Err(StoreError::InvalidArgument(format!("block size {bs} must be a multiple of 4096 up to {OBJECT_BYTES}")));
         }
     }
+    if cfg.rounds == 0 {
+        return Err(StoreError::InvalidArgument("rounds must be at least 1".into()));
+    }
     std::fs::create_dir_all(&cfg.dir).map_err(|e| StoreError::io(format!("creating {}", cfg.dir.display()), e))?;
     let pat = pattern((OBJECT_BYTES * 2) as usize);
-
-    // The raw limit is measured on the very file or device the block store then uses.
+    let file_bytes = cfg.device_bytes * 2;
     let target = match &cfg.device {
         Some(d) => d.clone(),
         None => {
             let path = cfg.dir.join("block.img");
             let f = File::create(&path).map_err(|e| StoreError::io(format!("creating {}", path.display()), e))?;
-            rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, cfg.device_bytes)
+            rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, file_bytes)
                 .map_err(|e| StoreError::io(format!("preallocating {}", path.display()), e.into()))?;
             drop(f);
-            precondition(&path, cfg.device_bytes)?;
+            precondition(&path, file_bytes)?;
             path
         }
     };
-    let raw = raw_cells(cfg, &target, &pat, progress)?;
-    // The raw measurement opened the target with O_DIRECT, and the block store opens it the
-    // same way, so both bypass the page cache.
-    let direct_io = true;
+    let raw_file = open_direct(&target)?;
+    let target_bytes = rustix::fs::seek(&raw_file, rustix::fs::SeekFrom::End(0))
+        .map_err(|e| StoreError::io("sizing the bench target", e.into()))?;
+    if target_bytes < file_bytes {
+        return Err(StoreError::DeviceTooSmall { path: target.clone(), size_bytes: target_bytes, min_bytes: file_bytes });
+    }
 
-    let mut results = Vec::new();
+    let disk_backends: Vec<BackendKind> = cfg.backends.iter().copied().filter(|b| *b != BackendKind::Mem).collect();
+    let mut raw_rounds: Vec<Vec<[RawResult; 2]>> = Vec::new();
+    let mut cell_rounds: Vec<(BackendKind, Vec<[CellResult; 2]>)> = Vec::new();
     let mut memory = Vec::new();
-    for &backend in &cfg.backends {
-        reset_peak_rss();
-        let (store, posix_dir, capacity): (Box<dyn ObjectStore>, Option<PathBuf>, u64) = match backend {
-            BackendKind::Block => {
-                let opts = MkfsOptions { backend, size_bytes: cfg.device_bytes, device: Some(target.clone()), force: true };
-                (mkfs(&cfg.dir.join("block"), &opts)?, None, cfg.device_bytes)
+
+    reset_peak_rss();
+    let targets: Vec<Target> = disk_backends.iter().map(|b| make_store(cfg, *b, &target)).collect::<Result<_>>()?;
+    for &mode in &cfg.modes {
+        for &bs in &cfg.block_sizes {
+            let mut raws = Vec::new();
+            let mut cells: Vec<Vec<[CellResult; 2]>> = vec![Vec::new(); targets.len()];
+            for _ in 0..cfg.rounds {
+                let r = raw_cell(cfg, &raw_file, cfg.device_bytes, cfg.device_bytes, mode, bs, &pat)?;
+                progress(&format!("raw {} {}: write {:.1} MB/s", mode.name(), human(bs), r[0].mb_per_s));
+                raws.push(r);
+                for (t, out) in targets.iter().zip(cells.iter_mut()) {
+                    let c = store_cell(cfg, t.store.as_ref(), t.posix_dir.as_deref(), cfg.device_bytes, mode, bs, &pat)?;
+                    progress(&format!("{} {} {}: write {:.1} MB/s", c[0].backend, mode.name(), human(bs), c[0].mb_per_s));
+                    out.push(c);
+                }
             }
-            BackendKind::Posix => {
-                let opts = MkfsOptions { backend, size_bytes: cfg.device_bytes, device: None, force: true };
-                let dir = cfg.dir.join("posix");
-                (mkfs(&dir, &opts)?, Some(dir), cfg.device_bytes)
-            }
-            BackendKind::Mem => (Box::new(MemEngine::new_mem(cfg.device_bytes)?), None, cfg.device_bytes),
-        };
-        for &mode in &cfg.modes {
-            for &bs in &cfg.block_sizes {
-                let cells = store_cell(cfg, store.as_ref(), posix_dir.as_deref(), capacity, mode, bs, &pat, progress)?;
-                results.extend(cells);
+            raw_rounds.push(raws);
+            for (b, c) in disk_backends.iter().zip(cells) {
+                cell_rounds.push((*b, c));
             }
         }
-        drop(store);
-        memory.push(MemoryResult { backend: backend.name(), peak_rss_bytes: peak_rss_bytes() });
     }
-    Ok(BenchReport { machine: machine(direct_io), config: cfg.clone(), raw, results, memory })
+    drop(targets);
+    if !disk_backends.is_empty() {
+        memory.push(MemoryResult { backend: "block+posix", peak_rss_bytes: peak_rss_bytes() });
+    }
+    if cfg.backends.contains(&BackendKind::Mem) {
+        reset_peak_rss();
+        let t = make_store(cfg, BackendKind::Mem, &target)?;
+        for &mode in &cfg.modes {
+            for &bs in &cfg.block_sizes {
+                let mut rounds = Vec::new();
+                for _ in 0..cfg.rounds {
+                    let c = store_cell(cfg, t.store.as_ref(), None, cfg.device_bytes, mode, bs, &pat)?;
+                    progress(&format!("mem {} {}: write {:.1} MB/s", mode.name(), human(bs), c[0].mb_per_s));
+                    rounds.push(c);
+                }
+                cell_rounds.push((BackendKind::Mem, rounds));
+            }
+        }
+        drop(t);
+        memory.push(MemoryResult { backend: "mem", peak_rss_bytes: peak_rss_bytes() });
+    }
+
+    let mut raw = Vec::new();
+    for rounds in raw_rounds {
+        for op in 0..2 {
+            let picked = median_by_mbps(rounds.iter().map(|r| r[op].clone()).collect(), |r| r.mb_per_s);
+            raw.extend(picked);
+        }
+    }
+    let mut results = Vec::new();
+    for (_, rounds) in cell_rounds {
+        for op in 0..2 {
+            let picked = median_by_mbps(rounds.iter().map(|r| r[op].clone()).collect(), |r| r.mb_per_s);
+            results.extend(picked);
+        }
+    }
+    Ok(BenchReport { machine: machine(true), config: cfg.clone(), raw, results, memory })
 }

@@ -15,6 +15,6 @@ pub mod names;
 pub mod open;
 pub mod posix;
 
-pub use api::{BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Op, Transaction, Usage};
+pub use api::{BackendKind, Data, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Op, Transaction, Usage};
 pub use error::{Result, StoreError};
 pub use open::{MkfsOptions, Store, mkfs, open, parse_size};

@@ -146,6 +146,31 @@ pub fn mkfs(dir: &Path, opts: &MkfsOptions) -> Result<Store> {
         Err(e) => return Err(StoreError::io(format!("stat {}", dir.display()), e)),
     }
     let lock = take_lock(dir)?;
+    match format_locked(dir, opts, lock) {
+        Ok(store) => Ok(store),
+        Err(e) => {
+            // Leave no half-made store behind (it would make the next mkfs refuse the
+            // directory as non-empty): everything in it was created by this call.
+            clear_dir(dir, false);
+            Err(e)
+        }
+    }
+}
+
+/// Removes the contents of `dir` (keeping the lock file if `keep_lock`), ignoring errors.
+fn clear_dir(dir: &Path, keep_lock: bool) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if keep_lock && entry.file_name() == "lock" {
+            continue;
+        }
+        let p = entry.path();
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        let _ = if is_dir { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+    }
+}
+
+fn format_locked(dir: &Path, opts: &MkfsOptions, lock: File) -> Result<Store> {
     // With the lock held nobody else has the store mounted; clear out the old contents.
     for entry in fs::read_dir(dir).map_err(io_err(format!("listing {}", dir.display())))? {
         let entry = entry.map_err(io_err(format!("listing {}", dir.display())))?;

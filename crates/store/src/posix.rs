@@ -6,8 +6,8 @@
 //! holds its xattrs and omap (postcard), present only when it has any. `ENC` keeps
 //! `[A-Za-z0-9_.-]` and writes every other byte (and a leading `.`) as `%XX`.
 //!
-//! Durability: a `Sync` commit fdatasyncs every file it wrote and fsyncs every directory whose
-//! entries it changed before returning. Transactions are validated as a whole before anything is
+//! Durability: a `Sync` commit fdatasyncs every file written and fsyncs every directory whose
+//! entries changed, by it and by every `Batch` commit before it, before returning. Transactions are validated as a whole before anything is
 //! applied, so an invalid transaction changes nothing; but there is no journal, so a crash in the
 //! middle of applying a multi-operation transaction can leave part of it applied. That is the
 //! FileStore-without-journal trade-off this baseline exists to show; the `block` engine does not
@@ -39,7 +39,9 @@ struct Meta {
 pub struct PosixStore {
     root: PathBuf,
     size_bytes: u64,
-    writer: Mutex<()>,
+    /// Files and directories changed by `Batch` commits and not flushed yet: the next `Sync`
+    /// commit flushes them too, as [`Durability::Batch`] promises.
+    unsynced: Mutex<Touched>,
     _lock: Option<File>,
 }
 
@@ -84,11 +86,25 @@ fn mtime_ns(meta: &fs::Metadata) -> i64 {
     meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec())
 }
 
-/// What a transaction has touched and must flush for `Sync`.
+/// What transactions have touched and a `Sync` must flush.
 #[derive(Default)]
 struct Touched {
     files: BTreeSet<PathBuf>,
     dirs: BTreeSet<PathBuf>,
+}
+
+/// Unflushed paths tracked one by one; past this, a `Sync` commit flushes the whole file
+/// system instead, which bounds the memory the set takes.
+const MAX_TRACKED_PATHS: usize = 4096;
+
+impl Touched {
+    fn len(&self) -> usize {
+        self.files.len() + self.dirs.len()
+    }
+    fn merge(&mut self, other: Touched) {
+        self.files.extend(other.files);
+        self.dirs.extend(other.dirs);
+    }
 }
 
 impl PosixStore {
@@ -103,7 +119,7 @@ impl PosixStore {
         if !root.join("colls").is_dir() {
             return Err(StoreError::NotAStore { path: root.to_path_buf(), reason: "no colls directory".into() });
         }
-        Ok(Self { root: root.to_path_buf(), size_bytes, writer: Mutex::new(()), _lock: lock })
+        Ok(Self { root: root.to_path_buf(), size_bytes, unsynced: Mutex::new(Touched::default()), _lock: lock })
     }
 
     fn coll_dir(&self, coll: &str) -> Result<PathBuf> {
@@ -372,6 +388,29 @@ fn remove_if_exists(path: &Path, touched: &mut Touched) -> Result<()> {
     }
 }
 
+impl PosixStore {
+    /// Flushes every file and directory changed since the last flush.
+    fn flush_locked(&self, unsynced: &mut Touched) -> Result<()> {
+        if unsynced.len() > MAX_TRACKED_PATHS {
+            let f = File::open(&self.root).map_err(io_err(format!("opening {}", self.root.display())))?;
+            rustix::fs::syncfs(&f).map_err(|e| StoreError::io("syncfs", e.into()))?;
+        } else {
+            for f in &unsynced.files {
+                if f.exists() {
+                    fsync_path(f, true)?;
+                }
+            }
+            for d in &unsynced.dirs {
+                if d.exists() {
+                    fsync_path(d, false)?;
+                }
+            }
+        }
+        *unsynced = Touched::default();
+        Ok(())
+    }
+}
+
 fn fsync_path(path: &Path, data_only: bool) -> Result<()> {
     let f = File::open(path).map_err(io_err(format!("opening {} to sync it", path.display())))?;
     let r = if data_only { f.sync_data() } else { f.sync_all() };
@@ -384,32 +423,22 @@ impl ObjectStore for PosixStore {
     }
 
     fn commit(&self, txn: Transaction, durability: Durability) -> Result<()> {
-        let _w = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut unsynced = self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.validate(&txn)?;
         let mut touched = Touched::default();
         for op in &txn.ops {
             self.apply(op, &mut touched)?;
         }
+        unsynced.merge(touched);
         if durability == Durability::Sync {
-            for f in &touched.files {
-                if f.exists() {
-                    fsync_path(f, true)?;
-                }
-            }
-            for d in &touched.dirs {
-                if d.exists() {
-                    fsync_path(d, false)?;
-                }
-            }
+            self.flush_locked(&mut unsynced)?;
         }
         Ok(())
     }
 
     fn sync(&self) -> Result<()> {
-        let _w = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // There is no log to flush: every file may hold unsynced data, so sync the file system.
-        let f = File::open(&self.root).map_err(io_err(format!("opening {}", self.root.display())))?;
-        rustix::fs::syncfs(&f).map_err(|e| StoreError::io("syncfs", e.into()))
+        let mut unsynced = self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.flush_locked(&mut unsynced)
     }
 
     fn list_collections(&self) -> Result<Vec<String>> {

@@ -4,7 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use std::sync::Arc;
+
 use proptest::prelude::*;
+use shoal_store::Data;
+use shoal_util::AlignedBuf;
 use shoal_store::engine::MemEngine;
 use shoal_store::{BackendKind, Durability, MkfsOptions, ObjectStore, Op, Store, Transaction};
 
@@ -171,7 +175,15 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => c().prop_map(|coll| Op::CreateCollection { coll }),
         1 => c().prop_map(|coll| Op::RemoveCollection { coll }),
         1 => (c(), o()).prop_map(|(coll, obj)| Op::Touch { coll, obj }),
-        8 => (c(), o(), 0u64..200_000, data_strategy()).prop_map(|(coll, obj, offset, data)| Op::Write { coll, obj, offset, data }),
+        8 => (c(), o(), 0u64..200_000, data_strategy()).prop_map(|(coll, obj, offset, data)| Op::Write { coll, obj, offset, data: data.into() }),
+        // Whole blocks from an aligned buffer: the engine writes these without a copy.
+        3 => (c(), o(), 0u64..48, 1usize..300, any::<u8>()).prop_map(|(coll, obj, block, blocks, b)| {
+            let mut buf = AlignedBuf::zeroed(blocks * 4096);
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = b.wrapping_add((i / 4096) as u8) ^ (i as u8);
+            }
+            Op::Write { coll, obj, offset: block * 4096, data: Data::Aligned(Arc::new(buf)) }
+        }),
         2 => (c(), o(), 0u64..150_000).prop_map(|(coll, obj, size_bytes)| Op::Truncate { coll, obj, size_bytes }),
         2 => (c(), o()).prop_map(|(coll, obj)| Op::Remove { coll, obj }),
         1 => (c(), o(), name_strategy("x", 3), prop::collection::vec(any::<u8>(), 0..20)).prop_map(|(coll, obj, name, value)| Op::SetXattr { coll, obj, name, value }),

@@ -58,6 +58,8 @@ pub struct FileDevice {
 
 /// Entries in the submission ring: the most writes (plus one flush) in flight at once.
 const RING_ENTRIES: u32 = 64;
+/// Smallest total write worth submitting through the ring.
+const RING_MIN_BYTES: usize = 1 << 20;
 /// Largest single write submitted to the ring; larger buffers are split.
 const MAX_RING_WRITE_BYTES: usize = 64 << 20;
 
@@ -197,12 +199,15 @@ impl Device for FileDevice {
             check_aligned(*offset, buf.len());
             assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
         }
+        let total: usize = writes.iter().map(|w| w.1.len()).sum();
         match &self.ring {
-            Some(ring) => {
+            // Handing small writes to the ring costs more (a kernel worker thread wakes up for
+            // each) than issuing them one after another; it pays off once the data is large.
+            Some(ring) if total >= RING_MIN_BYTES => {
                 let mut ring = ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 self.ring_write(&mut ring, writes, flush)
             }
-            None => {
+            _ => {
                 for (offset, buf) in writes {
                     self.file.write_all_at(buf, *offset)?;
                 }

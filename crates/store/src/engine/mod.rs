@@ -264,7 +264,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
         drop(writes);
         w.dirty = !flush;
         for (_, buf) in direct {
-            self.pool.give(buf);
+            if let txn::DirectData::Owned(buf) = buf {
+                self.pool.give(buf);
+            }
         }
         if use_log {
             self.kv.commit(batch, false)?;

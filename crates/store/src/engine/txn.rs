@@ -19,6 +19,23 @@ use crate::api::Op;
 use crate::error::{Result, StoreError};
 use crate::names;
 
+/// Data bound for the device: a buffer of the engine's own, or a block-aligned window of a
+/// caller's aligned buffer (written without a copy).
+pub enum DirectData {
+    Owned(AlignedBuf),
+    Shared(Arc<AlignedBuf>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for DirectData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            DirectData::Owned(b) => b,
+            DirectData::Shared(b, range) => &b[range.clone()],
+        }
+    }
+}
+
 pub struct Plan<'a, R: KvRead, D: Device> {
     kv: &'a R,
     dev: &'a D,
@@ -31,7 +48,7 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     /// Extents this plan stops using; they become reusable once the plan's commit is durable.
     pub frees: Vec<(u64, u64)>,
     /// Data to write to newly allocated blocks before the metadata commit.
-    pub direct: Vec<(u64, AlignedBuf)>,
+    pub direct: Vec<(u64, DirectData)>,
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
@@ -59,7 +76,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// Turns the plan into the metadata batch: the overlay, the pending frees (recorded as free
     /// on disk now; reused in memory only after the batch is durable) and the allocator's
     /// changed entries.
-    pub fn into_batch(self) -> (Batch, Vec<(u64, u64)>, Vec<(u64, AlignedBuf)>) {
+    pub fn into_batch(self) -> (Batch, Vec<(u64, u64)>, Vec<(u64, DirectData)>) {
         debug_assert!(self.direct.iter().all(|(p, b)| p % BLOCK_BYTES == 0 && b.len() as u64 % BLOCK_BYTES == 0));
         let mut batch = Batch::default();
         for (off, len) in self.alloc.drain_changes() {
@@ -286,21 +303,29 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         }
         let at = (off - lo) as usize;
         buf[at..at + data.len()].copy_from_slice(data);
-        self.store_blocks(coll, obj, lo, buf)
+        self.store_blocks(coll, obj, lo, DirectData::Owned(buf))
     }
 
-    /// Replaces the block-aligned logical range starting at `lo` with the blocks in `buf`.
-    fn store_blocks(&mut self, coll: &str, obj: &str, lo: u64, buf: AlignedBuf) -> Result<()> {
+    /// Replaces the block-aligned logical range starting at `lo` with the blocks in `src`.
+    fn store_blocks(&mut self, coll: &str, obj: &str, lo: u64, src: DirectData) -> Result<()> {
         let prefix = layout::child_prefix(coll, obj);
-        let len = buf.len() as u64;
+        let len = src.len() as u64;
         self.punch(&prefix, lo, lo + len)?;
         let pieces = self.allocate(len)?;
-        let single = pieces.len() == 1;
+        // Several pieces share one buffer: turn an owned buffer into a shared one.
+        let src = match src {
+            DirectData::Owned(b) if pieces.len() > 1 => {
+                let n = b.len();
+                DirectData::Shared(Arc::new(b), 0..n)
+            }
+            other => other,
+        };
+        let mut src = Some(src);
         let mut logical = lo;
-        let mut buf = Some(buf);
-        for (phys, plen) in pieces {
+        let n_pieces = pieces.len();
+        for (i, (phys, plen)) in pieces.into_iter().enumerate() {
             let start = (logical - lo) as usize;
-            let Some(whole) = &buf else { unreachable!("buffer moved before the last piece") };
+            let Some(whole) = &src else { unreachable!("buffer moved before the last piece") };
             let bytes = &whole[start..start + plen as usize];
             // Records are at most MAX_EXTENT_BYTES long so that each stays small.
             let mut done = 0u64;
@@ -311,12 +336,12 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 self.put(Ks::Extents, layout::extent_key(&prefix, logical + done + n), layout::encode(&e));
                 done += n;
             }
-            let data = if single {
-                buf.take().unwrap_or_else(|| unreachable!("single piece takes the buffer once"))
-            } else {
-                let mut piece = self.pool.take(bytes.len());
-                piece.copy_from_slice(bytes);
-                piece
+            let data = match &src {
+                Some(DirectData::Shared(b, range)) if n_pieces > 1 || i > 0 => {
+                    let from = range.start + start;
+                    DirectData::Shared(Arc::clone(b), from..from + plen as usize)
+                }
+                _ => src.take().unwrap_or_else(|| unreachable!("a single piece takes the buffer once")),
             };
             self.direct.push((phys, data));
             logical += plen;
@@ -340,7 +365,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     let mut block = AlignedBuf::zeroed(BLOCK_BYTES as usize);
                     let old_block = self.read_aligned(coll, obj, lo, keep_hi)?;
                     block[..tail as usize].copy_from_slice(&old_block[..tail as usize]);
-                    self.store_blocks(coll, obj, lo, block)?;
+                    self.store_blocks(coll, obj, lo, DirectData::Owned(block))?;
                 }
             }
         }
@@ -388,7 +413,13 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 names::check_extent(coll, obj, *offset, data.len() as u64)?;
                 self.require_collection(coll)?;
                 let mut onode = self.onode(coll, obj)?.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
-                if !data.is_empty() {
+                let aligned = offset % BLOCK_BYTES == 0 && data.len() as u64 % BLOCK_BYTES == 0;
+                if let (crate::api::Data::Aligned(buf), true) = (data, aligned && !data.is_empty()) {
+                    // Whole blocks from an aligned buffer go to the device as they are.
+                    let window = DirectData::Shared(Arc::clone(buf), 0..buf.len());
+                    self.store_blocks(coll, obj, *offset, window)?;
+                    onode.size_bytes = onode.size_bytes.max(offset + data.len() as u64);
+                } else if !data.is_empty() {
                     self.write_data(coll, obj, onode.size_bytes, *offset, data)?;
                     onode.size_bytes = onode.size_bytes.max(offset + data.len() as u64);
                 }
