@@ -309,3 +309,28 @@ impl Device for MemDevice {
         false
     }
 }
+
+/// A shared device is a device: lets tests keep a device across engine instances.
+impl<D: Device> Device for std::sync::Arc<D> {
+    fn size_bytes(&self) -> u64 {
+        (**self).size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn write_all(&self, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
+        (**self).write_all(writes, flush)
+    }
+    fn discard(&self, offset: u64, len: u64) {
+        (**self).discard(offset, len);
+    }
+    fn direct_io(&self) -> bool {
+        (**self).direct_io()
+    }
+}

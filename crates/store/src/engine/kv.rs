@@ -47,7 +47,7 @@ impl Ks {
 /// An atomic set of puts (`Some`) and deletes (`None`). A later change of the same key replaces
 /// an earlier one, so a batch never holds two entries for one key (whose order a KV store with
 /// one sequence number per batch could not tell apart).
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 pub struct Batch {
     pub ops: BTreeMap<(Ks, Vec<u8>), Option<Vec<u8>>>,
 }

@@ -10,7 +10,9 @@
 //! Recovery: every batch also stores its sequence number under `meta/applied_seq`. At mount,
 //! records are read from the start of the region; those with a sequence number above the KV
 //! store's `applied_seq` are applied in order, until the first record that is torn, belongs to
-//! an older lap, or breaks the sequence. A *checkpoint* (device flush, KV sync) makes every
+//! an older lap, or breaks the sequence, or whose new data does not match its checksums (a
+//! power failure before the flush can leave the record on the medium without its data; such a
+//! transaction was never acknowledged as durable, and neither was any after it). A *checkpoint* (device flush, KV sync) makes every
 //! record redundant, after which the log starts again at its first block.
 //!
 //! Record layout (little-endian), padded with zeros to whole blocks:
@@ -34,6 +36,16 @@ pub const APPLIED_SEQ_KEY: &[u8] = b"applied_seq";
 #[derive(Serialize, Deserialize)]
 struct Payload {
     ops: Vec<(u8, Vec<u8>, Option<Vec<u8>>)>,
+    /// Device ranges `(offset, length)` of the data the transaction wrote, which recovery
+    /// verifies before it applies the record.
+    written: Vec<(u64, u64)>,
+}
+
+/// A transaction read back from the log.
+pub struct Recovered {
+    pub seq: u64,
+    pub batch: Batch,
+    pub written: Vec<(u64, u64)>,
 }
 
 fn ks_from_u8(v: u8) -> Result<Ks> {
@@ -43,11 +55,13 @@ fn ks_from_u8(v: u8) -> Result<Ks> {
         .ok_or_else(|| StoreError::Corrupt(format!("log record names unknown keyspace {v}")))
 }
 
-/// Encodes a record for `batch` with sequence number `seq`, padded to whole blocks.
+/// Encodes a record for `batch` with sequence number `seq`, padded to whole blocks. `written`
+/// lists the device ranges of the transaction's new data.
 #[must_use]
-pub fn encode_record(seq: u64, batch: &Batch) -> AlignedBuf {
+pub fn encode_record(seq: u64, batch: &Batch, written: Vec<(u64, u64)>) -> AlignedBuf {
     let payload = Payload {
         ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, k.clone(), v.clone())).collect(),
+        written,
     };
     let body = match postcard::to_stdvec(&payload) {
         Ok(b) => b,
@@ -134,7 +148,7 @@ impl Log {
 
     /// Reads the batches with sequence numbers after `applied_seq`, in order (see the module
     /// documentation for where the scan stops).
-    pub fn recover<D: Device>(&self, dev: &D, applied_seq: u64) -> Result<Vec<(u64, Batch)>> {
+    pub fn recover<D: Device>(&self, dev: &D, applied_seq: u64) -> Result<Vec<Recovered>> {
         let mut out = Vec::new();
         let mut expected = applied_seq + 1;
         let mut pos = 0u64;
@@ -164,7 +178,7 @@ impl Log {
             for (ks, key, value) in payload.ops {
                 batch.ops.insert((ks_from_u8(ks)?, key), value);
             }
-            out.push((seq, batch));
+            out.push(Recovered { seq, batch, written: payload.written });
             expected += 1;
             pos += total;
         }
@@ -184,18 +198,18 @@ mod tests {
         for seq in 1..=3u64 {
             let mut b = Batch::default();
             b.put(Ks::Meta, format!("k{seq}").into_bytes(), vec![seq as u8; 5000]);
-            log.append(&dev, &encode_record(seq, &b)).unwrap();
+            log.append(&dev, &encode_record(seq, &b, Vec::new())).unwrap();
         }
         let got = log.recover(&dev, 1).unwrap();
-        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![2, 3]);
-        assert!(got[0].1.ops.contains_key(&(Ks::Meta, b"k2".to_vec())));
+        assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![2, 3]);
+        assert!(got[0].batch.ops.contains_key(&(Ks::Meta, b"k2".to_vec())));
         // A new lap overwrites the start; the stale records after it are not applied.
         log.reset();
         let mut b = Batch::default();
         b.put(Ks::Meta, b"k4".to_vec(), vec![4]);
-        log.append(&dev, &encode_record(4, &b)).unwrap();
+        log.append(&dev, &encode_record(4, &b, Vec::new())).unwrap();
         let got = log.recover(&dev, 3).unwrap();
-        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![4]);
     }
 
     #[test]
@@ -204,7 +218,7 @@ mod tests {
         let mut log = Log::new(0, 64 * 1024);
         let mut b = Batch::default();
         b.put(Ks::Meta, b"k".to_vec(), vec![1; 6000]);
-        let mut rec = encode_record(1, &b);
+        let mut rec = encode_record(1, &b, Vec::new());
         rec[5000] ^= 0xff;
         log.append(&dev, &rec).unwrap();
         assert!(log.recover(&dev, 0).unwrap().is_empty());
