@@ -63,7 +63,7 @@ impl Allocator {
     /// Panics if the range overlaps space that is already free: that would mean two owners of
     /// the same blocks, and continuing could hand them out twice.
     pub fn release(&mut self, off: u64, len: u64) {
-        assert!(len > 0 && off % BLOCK_BYTES == 0 && len % BLOCK_BYTES == 0, "bad free extent {off}+{len}");
+        assert!(len > 0 && off.is_multiple_of(BLOCK_BYTES) && len.is_multiple_of(BLOCK_BYTES), "bad free extent {off}+{len}");
         // The on-disk free list may hold an entry starting at `off` (written when the space was
         // freed); if it merges into a neighbour below, that entry must be deleted.
         self.touched.insert(off);
@@ -99,7 +99,7 @@ impl Allocator {
     /// Allocates `len_bytes` (a multiple of the block size), contiguous when possible, as a list
     /// of `(offset, length)` extents in the order the data should be laid out.
     pub fn allocate(&mut self, len_bytes: u64) -> Result<Vec<(u64, u64)>> {
-        assert!(len_bytes > 0 && len_bytes % BLOCK_BYTES == 0, "bad allocation size {len_bytes}");
+        assert!(len_bytes > 0 && len_bytes.is_multiple_of(BLOCK_BYTES), "bad allocation size {len_bytes}");
         if len_bytes > self.free_bytes {
             return Err(StoreError::NoSpace { needed_bytes: len_bytes, free_bytes: self.free_bytes });
         }

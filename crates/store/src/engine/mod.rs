@@ -284,7 +284,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
                 return Err(e);
             }
         }
-        let (mut batch, frees, direct) = plan.into_batch();
+        let txn::Planned { mut batch, frees, direct } = plan.into_batch();
         let seq = w.seq + 1;
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
         let written: Vec<(u64, u64)> = direct.iter().map(|(phys, buf)| (*phys, buf.len() as u64)).collect();
@@ -471,7 +471,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let extents = Self::extents(&snap, coll, obj, lo, hi)?;
-        let buf = read_blocks(&self.dev, coll, obj, &extents, lo, hi, &|_| None, &self.pool)?;
+        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|_| None, &self.pool)?;
         let at = (offset - lo) as usize;
         let out = buf[at..at + (end - offset) as usize].to_vec();
         self.pool.give(buf);

@@ -17,15 +17,14 @@ pub type ExtentMap = BTreeMap<u64, Extent>;
 /// (device offset → block); all others from the device. Every block is verified against its checksum before any byte is returned.
 pub fn read_blocks<D: Device>(
     dev: &D,
-    coll: &str,
-    obj: &str,
+    (coll, obj): (&str, &str),
     extents: &ExtentMap,
     lo: u64,
     hi: u64,
     pending: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
     pool: &BufPool,
 ) -> Result<AlignedBuf> {
-    assert!(lo % BLOCK_BYTES == 0 && hi % BLOCK_BYTES == 0 && lo <= hi, "unaligned read {lo}..{hi}");
+    assert!(lo.is_multiple_of(BLOCK_BYTES) && hi.is_multiple_of(BLOCK_BYTES) && lo <= hi, "unaligned read {lo}..{hi}");
     let mut out = pool.take((hi - lo) as usize);
     let block = BLOCK_BYTES as usize;
     // Pieces of the range that come from the device: (logical start, device offset, length).

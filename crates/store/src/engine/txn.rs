@@ -36,6 +36,16 @@ impl std::ops::Deref for DirectData {
     }
 }
 
+/// What a finished plan asks the engine to do.
+pub struct Planned {
+    /// The metadata batch, free-space records included.
+    pub batch: Batch,
+    /// Space to make reusable once the commit is durable.
+    pub frees: Vec<(u64, u64)>,
+    /// Data to write to newly allocated blocks.
+    pub direct: Vec<(u64, DirectData)>,
+}
+
 pub struct Plan<'a, R: KvRead, D: Device> {
     kv: &'a R,
     dev: &'a D,
@@ -76,8 +86,8 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// Turns the plan into the metadata batch: the overlay, the pending frees (recorded as free
     /// on disk now; reused in memory only after the batch is durable) and the allocator's
     /// changed entries.
-    pub fn into_batch(self) -> (Batch, Vec<(u64, u64)>, Vec<(u64, DirectData)>) {
-        debug_assert!(self.direct.iter().all(|(p, b)| p % BLOCK_BYTES == 0 && b.len() as u64 % BLOCK_BYTES == 0));
+    pub fn into_batch(self) -> Planned {
+        debug_assert!(self.direct.iter().all(|(p, b)| p % BLOCK_BYTES == 0 && (b.len() as u64).is_multiple_of(BLOCK_BYTES)));
         let mut batch = Batch::default();
         for (off, len) in self.alloc.drain_changes() {
             match len {
@@ -94,7 +104,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 None => batch.delete(ks, key),
             }
         }
-        (batch, self.frees, self.direct)
+        Planned { batch, frees: self.frees, direct: self.direct }
     }
 
     // -- overlay access -----------------------------------------------------------------------
@@ -238,7 +248,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// Removes the block-aligned logical range `[lo, hi)` from the object's extent map and
     /// frees the device space it used.
     fn punch(&mut self, prefix: &[u8], lo: u64, hi: u64) -> Result<()> {
-        debug_assert!(lo % BLOCK_BYTES == 0 && hi % BLOCK_BYTES == 0 && lo <= hi);
+        debug_assert!(lo.is_multiple_of(BLOCK_BYTES) && hi.is_multiple_of(BLOCK_BYTES) && lo <= hi);
         for (off, e) in self.extents(prefix, lo, hi)? {
             let end = off + e.len_bytes;
             if off >= hi || end <= lo {
@@ -264,7 +274,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     fn read_aligned(&self, coll: &str, obj: &str, lo: u64, hi: u64) -> Result<AlignedBuf> {
         let prefix = layout::child_prefix(coll, obj);
         let extents = self.extents(&prefix, lo, hi)?;
-        read_blocks(self.dev, coll, obj, &extents, lo, hi, &|phys| {
+        read_blocks(self.dev, (coll, obj), &extents, lo, hi, &|phys| {
             // Data planned earlier in this transaction is not on the device yet.
             for (at, buf) in &self.direct {
                 if phys >= *at && phys < *at + buf.len() as u64 {
@@ -413,7 +423,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 names::check_extent(coll, obj, *offset, data.len() as u64)?;
                 self.require_collection(coll)?;
                 let mut onode = self.onode(coll, obj)?.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
-                let aligned = offset % BLOCK_BYTES == 0 && data.len() as u64 % BLOCK_BYTES == 0;
+                let aligned = offset % BLOCK_BYTES == 0 && (data.len() as u64).is_multiple_of(BLOCK_BYTES);
                 if let (crate::api::Data::Aligned(buf), true) = (data, aligned && !data.is_empty()) {
                     // Whole blocks from an aligned buffer go to the device as they are.
                     let window = DirectData::Shared(Arc::clone(buf), 0..buf.len());

@@ -109,7 +109,7 @@ pub struct Log {
 impl Log {
     #[must_use]
     pub fn new(offset: u64, len_bytes: u64) -> Self {
-        assert!(offset % BLOCK_BYTES == 0 && len_bytes % BLOCK_BYTES == 0 && len_bytes > 0);
+        assert!(offset.is_multiple_of(BLOCK_BYTES) && len_bytes.is_multiple_of(BLOCK_BYTES) && len_bytes > 0);
         Self { offset, len_bytes, head: 0 }
     }
 
