@@ -53,6 +53,8 @@ pub enum StoreError {
     },
     #[error("metadata store: {0}")]
     Kv(String),
+    #[error("the store stopped accepting writes after a failure ({0}); remount it to recover")]
+    Failed(String),
 }
 
 impl StoreError {
@@ -77,7 +79,7 @@ impl StoreError {
             Self::ObjectTooLarge { .. } => 27, // EFBIG
             Self::Checksum { .. } => 74,       // EBADMSG
             Self::Io { source, .. } => source.raw_os_error().unwrap_or(5),
-            Self::Kv(_) => 5, // EIO
+            Self::Kv(_) | Self::Failed(_) => 5, // EIO
         }
     }
 }

@@ -87,6 +87,10 @@ struct Writer {
     dirty: bool,
     /// Bytes of data written since the last checkpoint (what recovery may have to verify).
     data_since_checkpoint: u64,
+    /// Set when a write or commit failed half-way: the log or the KV store may now disagree
+    /// with memory, so the engine refuses further writes until it is remounted (and
+    /// recovery sorts out what reached the medium).
+    failed: Option<String>,
 }
 
 /// The engine over a metadata store `K` and a data device `D`.
@@ -229,6 +233,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             pending_free_bytes: 0,
             dirty: false,
             data_since_checkpoint: 0,
+            failed: None,
         };
         Ok(Self {
             kind,
@@ -427,12 +432,36 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
             return if durability == Durability::Sync { self.sync() } else { Ok(()) };
         }
         let mut w = lock(&self.writer);
-        self.commit_locked(&mut w, &txn, durability)
+        if let Some(why) = &w.failed {
+            return Err(StoreError::Failed(why.clone()));
+        }
+        match self.commit_locked(&mut w, &txn, durability) {
+            Ok(()) => Ok(()),
+            // Invalid input and a full store change nothing: the store stays writable.
+            Err(e @ (StoreError::InvalidName { .. }
+            | StoreError::InvalidArgument(_)
+            | StoreError::NoSuchCollection(_)
+            | StoreError::CollectionExists(_)
+            | StoreError::CollectionNotEmpty(_)
+            | StoreError::NoSuchObject { .. }
+            | StoreError::ObjectTooLarge { .. }
+            | StoreError::NoSpace { .. }
+            | StoreError::Checksum { .. })) => Err(e),
+            Err(e) => {
+                w.failed = Some(e.to_string());
+                Err(e)
+            }
+        }
     }
 
     fn sync(&self) -> Result<()> {
         let mut w = lock(&self.writer);
-        self.flush_device(&mut w)
+        if let Some(why) = &w.failed {
+            return Err(StoreError::Failed(why.clone()));
+        }
+        // A failed flush may have dropped the data it was flushing (the kernel does not retry):
+        // stop accepting writes rather than pretend a later flush covers it.
+        self.flush_device(&mut w).inspect_err(|e| w.failed = Some(e.to_string()))
     }
 
     fn flush(&self) -> Result<()> {
@@ -739,5 +768,62 @@ mod recovery_tests {
         assert!(!engine.exists("c", "later").unwrap(), "nothing after a torn transaction is applied");
         let report = engine.fsck().unwrap();
         assert!(report.is_clean(), "{:?}", report.errors);
+    }
+
+    /// A device whose writes fail while `fail` is set.
+    struct FlakyDevice {
+        inner: Arc<MemDevice>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Device for FlakyDevice {
+        fn size_bytes(&self) -> u64 {
+            self.inner.size_bytes()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
+            self.inner.write_at(buf, offset)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.inner.sync()
+        }
+        fn discard(&self, offset: u64, len: u64) {
+            self.inner.discard(offset, len);
+        }
+        fn direct_io(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_failed_write_stops_writes_until_remount_and_loses_nothing_acknowledged() {
+        let kv = LossyKv::default();
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flaky = FlakyDevice { inner: Arc::clone(&dev), fail: Arc::clone(&fail) };
+        let engine = Engine::format(BackendKind::Mem, kv.clone(), flaky, None).unwrap();
+        let mut txn = Transaction::new();
+        txn.create_collection("c").write("c", "a", 0, vec![1; 10_000]);
+        engine.commit(txn, Durability::Sync).unwrap();
+        fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut txn = Transaction::new();
+        txn.write("c", "b", 0, vec![2; 10_000]);
+        assert!(matches!(engine.commit(txn.clone(), Durability::Sync), Err(StoreError::Io { .. })));
+        fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        // Even with the device healthy again, the engine refuses writes: its memory may no
+        // longer match the medium.
+        assert!(matches!(engine.commit(txn, Durability::Sync), Err(StoreError::Failed(_))));
+        // Reads still work.
+        assert_eq!(engine.read_all("c", "a").unwrap(), vec![1; 10_000]);
+        engine.simulate_crash();
+        let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
+        assert_eq!(engine.read_all("c", "a").unwrap(), vec![1; 10_000]);
+        assert!(!engine.exists("c", "b").unwrap());
+        assert!(engine.fsck().unwrap().is_clean());
     }
 }
