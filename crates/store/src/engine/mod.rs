@@ -64,6 +64,9 @@ fn data_is_intact<D: Device>(dev: &D, rec: &wal::Recovered) -> Result<bool> {
     Ok(true)
 }
 
+/// Commit log size of a `mem` store.
+pub const MEM_LOG_BYTES: u64 = 4 << 20;
+
 /// Smallest device the engine formats: label, commit log and room for some data.
 pub const MIN_DEVICE_BYTES: u64 = 16 << 20;
 
@@ -141,12 +144,17 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
         let uuid: [u8; 16] = random_uuid();
         let log_offset = LABEL_BYTES;
-        let log_bytes = layout::log_bytes_for(device_bytes);
+        // A RAM store never recovers, so its log only needs room for single records; a small
+        // one keeps the RAM it pins small.
+        let log_bytes = match kind {
+            BackendKind::Mem => layout::log_bytes_for(device_bytes).min(MEM_LOG_BYTES),
+            _ => layout::log_bytes_for(device_bytes),
+        };
         // Zeroing the log region means no stale record can ever be read as a valid one, and on
         // a file it turns the region's extents into written ones, so log writes never wait for
-        // the file system to convert them.
+        // the file system to convert them. A fresh RAM device already reads as zeros.
         let zeros = AlignedBuf::zeroed((1 << 20).min(log_bytes) as usize);
-        let mut at = 0;
+        let mut at = if kind == BackendKind::Mem { log_bytes } else { 0 };
         while at < log_bytes {
             let n = (zeros.len() as u64).min(log_bytes - at) as usize;
             dev.write_at(&zeros[..n], log_offset + at).map_err(dev_err("zeroing the commit log"))?;
