@@ -33,7 +33,12 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
     for (i, &size) in sizes.iter().enumerate() {
         let data: Vec<u8> = (0..size).map(|b| (b * 31 + i) as u8).collect();
         let mut txn = Transaction::new();
-        txn.write("demo", &format!("object-{i}"), 0, data).set_xattr("demo", &format!("object-{i}"), "size", size.to_string().into_bytes());
+        txn.write("demo", &format!("object-{i}"), 0, data).set_xattr(
+            "demo",
+            &format!("object-{i}"),
+            "size",
+            size.to_string().into_bytes(),
+        );
         store.commit(txn, Durability::Sync)?;
     }
     println!("3. reading them back and comparing every byte");

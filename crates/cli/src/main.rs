@@ -4,6 +4,7 @@
 mod demo;
 mod store_cmd;
 mod table;
+mod torture;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,9 @@ enum Command {
     /// Show the engine at work: create a store on a file, store and verify objects, check it,
     /// and run a quick benchmark against plain files and the raw device.
     Demo(demo::DemoArgs),
+    /// Commit random transactions to a store until killed (driven by the crash test).
+    #[command(hide = true)]
+    StoreTorture(torture::TortureArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +36,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Store(cmd) => store_cmd::run(cmd),
         Command::Demo(args) => demo::run(&args),
+        Command::StoreTorture(args) => torture::run(&args),
     };
     match result {
         Ok(code) => code,

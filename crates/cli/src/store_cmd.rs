@@ -141,7 +141,8 @@ pub fn run(cmd: StoreCommand) -> Result<ExitCode> {
             let backend: BackendKind = backend.parse()?;
             let size_bytes = shoal_store::parse_size(&size)?;
             let opts = MkfsOptions { backend, size_bytes, device, force };
-            let store = shoal_store::mkfs(&path, &opts).with_context(|| format!("creating store {}", path.display()))?;
+            let store =
+                shoal_store::mkfs(&path, &opts).with_context(|| format!("creating store {}", path.display()))?;
             let usage = store.usage()?;
             if json {
                 print_json(&serde_json::json!({"path": path, "backend": backend, "size_bytes": usage.size_bytes}))?;
@@ -227,7 +228,9 @@ pub fn run(cmd: StoreCommand) -> Result<ExitCode> {
             let store = mount(&path)?;
             let st = store.stat(coll, obj)?;
             if json {
-                print_json(&serde_json::json!({"collection": coll, "object": obj, "size_bytes": st.size_bytes, "mtime_ns": st.mtime_ns}))?;
+                print_json(
+                    &serde_json::json!({"collection": coll, "object": obj, "size_bytes": st.size_bytes, "mtime_ns": st.mtime_ns}),
+                )?;
             } else {
                 println!("{coll}/{obj} size {} mtime_ns {}", st.size_bytes, st.mtime_ns);
             }

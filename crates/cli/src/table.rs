@@ -4,7 +4,13 @@ use std::fmt::Write;
 
 use shoal_store::bench::{BenchReport, human};
 
-fn find<'a>(r: &'a BenchReport, backend: &str, mode: &str, op: &str, bs: u64) -> Option<&'a shoal_store::bench::CellResult> {
+fn find<'a>(
+    r: &'a BenchReport,
+    backend: &str,
+    mode: &str,
+    op: &str,
+    bs: u64,
+) -> Option<&'a shoal_store::bench::CellResult> {
     r.results.iter().find(|c| c.backend == backend && c.mode == mode && c.op == op && c.block_size == bs)
 }
 
@@ -29,7 +35,8 @@ pub fn render(r: &BenchReport) -> String {
         for mode in &modes {
             for &bs in &r.config.block_sizes {
                 let raw_mbps = raw(r, mode, op, bs);
-                let mut line = format!("{mode:<7} {:>8} {:>9}", human(bs), raw_mbps.map_or("-".into(), |v| format!("{v:.1}")));
+                let mut line =
+                    format!("{mode:<7} {:>8} {:>9}", human(bs), raw_mbps.map_or("-".into(), |v| format!("{v:.1}")));
                 for b in &backends {
                     let cell = find(r, b, mode, op, bs);
                     let text = match cell {

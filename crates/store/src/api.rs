@@ -315,13 +315,7 @@ pub trait ObjectStore: Send + Sync {
 
     /// Up to `max` omap entries with keys strictly after `after` (from the start if `None`),
     /// in key order.
-    fn omap_list(
-        &self,
-        coll: &str,
-        obj: &str,
-        after: Option<&[u8]>,
-        max: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    fn omap_list(&self, coll: &str, obj: &str, after: Option<&[u8]>, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
 
     /// Up to `max` object names of `coll` that start with `prefix` and sort strictly after
     /// `after`, in byte order, with a cursor for the next page.

@@ -57,7 +57,9 @@ impl std::str::FromStr for Mode {
             "sync" => Ok(Mode::Sync),
             "batch" => Ok(Mode::Batch),
             "nosync" => Ok(Mode::Nosync),
-            other => Err(StoreError::InvalidArgument(format!("unknown mode {other:?} (expected sync, batch or nosync)"))),
+            other => {
+                Err(StoreError::InvalidArgument(format!("unknown mode {other:?} (expected sync, batch or nosync)")))
+            }
         }
     }
 }
@@ -186,12 +188,8 @@ struct IoCounters {
 
 fn io_counters() -> IoCounters {
     let text = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
+    let field =
+        |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
     IoCounters { read_bytes: field("read_bytes:"), write_bytes: field("write_bytes:") }
 }
 
@@ -337,7 +335,16 @@ fn raw_cell(
     w.elapsed = start.elapsed();
     let done = w.ops;
     let (ops, mbps, iops, p50, p99) = w.stats();
-    let write = RawResult { op: "write", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 };
+    let write = RawResult {
+        op: "write",
+        mode: mode.name(),
+        block_size: bs,
+        ops,
+        mb_per_s: mbps,
+        ops_per_s: iops,
+        lat_us_p50: p50,
+        lat_us_p99: p99,
+    };
     let mut r = Timing::new(done);
     let start = Instant::now();
     for i in 0..done {
@@ -348,7 +355,16 @@ fn raw_cell(
     }
     r.elapsed = start.elapsed();
     let (ops, mbps, iops, p50, p99) = r.stats();
-    let read = RawResult { op: "read", mode: mode.name(), block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops, lat_us_p50: p50, lat_us_p99: p99 };
+    let read = RawResult {
+        op: "read",
+        mode: mode.name(),
+        block_size: bs,
+        ops,
+        mb_per_s: mbps,
+        ops_per_s: iops,
+        lat_us_p50: p50,
+        lat_us_p99: p99,
+    };
     Ok([write, read])
 }
 
@@ -437,8 +453,16 @@ fn store_cell(
     let wamp = (io1.write_bytes - io0.write_bytes) as f64 / user.max(1.0);
     let (ops, mbps, iops, p50, p99) = w.stats();
     let write = CellResult {
-        backend, mode: mode.name(), op: "write", block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops,
-        lat_us_p50: p50, lat_us_p99: p99, device_bytes_per_user_byte: wamp,
+        backend,
+        mode: mode.name(),
+        op: "write",
+        block_size: bs,
+        ops,
+        mb_per_s: mbps,
+        ops_per_s: iops,
+        lat_us_p50: p50,
+        lat_us_p99: p99,
+        device_bytes_per_user_byte: wamp,
     };
 
     if let Some(dir) = posix_dir {
@@ -461,8 +485,16 @@ fn store_cell(
     let ramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
     let (ops, mbps, iops, p50, p99) = r.stats();
     let read = CellResult {
-        backend, mode: mode.name(), op: "read", block_size: bs, ops, mb_per_s: mbps, ops_per_s: iops,
-        lat_us_p50: p50, lat_us_p99: p99, device_bytes_per_user_byte: ramp,
+        backend,
+        mode: mode.name(),
+        op: "read",
+        block_size: bs,
+        ops,
+        mb_per_s: mbps,
+        ops_per_s: iops,
+        lat_us_p50: p50,
+        lat_us_p99: p99,
+        device_bytes_per_user_byte: ramp,
     };
 
     // Clean up so the next cell starts from an empty store.
@@ -519,7 +551,8 @@ struct Target {
 fn make_store(cfg: &BenchConfig, backend: BackendKind, device: &Path) -> Result<Target> {
     Ok(match backend {
         BackendKind::Block => {
-            let opts = MkfsOptions { backend, size_bytes: cfg.device_bytes, device: Some(device.to_path_buf()), force: true };
+            let opts =
+                MkfsOptions { backend, size_bytes: cfg.device_bytes, device: Some(device.to_path_buf()), force: true };
             Target { store: mkfs(&cfg.dir.join("block"), &opts)?, posix_dir: None }
         }
         BackendKind::Posix => {
@@ -542,7 +575,9 @@ fn make_store(cfg: &BenchConfig, backend: BackendKind, device: &Path) -> Result<
 pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchReport> {
     for &bs in &cfg.block_sizes {
         if bs == 0 || bs % 4096 != 0 || bs > OBJECT_BYTES {
-            return Err(StoreError::InvalidArgument(format!("block size {bs} must be a multiple of 4096 up to {OBJECT_BYTES}")));
+            return Err(StoreError::InvalidArgument(format!(
+                "block size {bs} must be a multiple of 4096 up to {OBJECT_BYTES}"
+            )));
         }
     }
     if cfg.rounds == 0 {
@@ -567,7 +602,11 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
     let target_bytes = rustix::fs::seek(&raw_file, rustix::fs::SeekFrom::End(0))
         .map_err(|e| StoreError::io("sizing the bench target", e.into()))?;
     if target_bytes < file_bytes {
-        return Err(StoreError::DeviceTooSmall { path: target.clone(), size_bytes: target_bytes, min_bytes: file_bytes });
+        return Err(StoreError::DeviceTooSmall {
+            path: target.clone(),
+            size_bytes: target_bytes,
+            min_bytes: file_bytes,
+        });
     }
 
     let disk_backends: Vec<BackendKind> = cfg.backends.iter().copied().filter(|b| *b != BackendKind::Mem).collect();
@@ -586,8 +625,15 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
                 progress(&format!("raw {} {}: write {:.1} MB/s", mode.name(), human(bs), r[0].mb_per_s));
                 raws.push(r);
                 for (t, out) in targets.iter().zip(cells.iter_mut()) {
-                    let c = store_cell(cfg, t.store.as_ref(), t.posix_dir.as_deref(), cfg.device_bytes, mode, bs, &pat)?;
-                    progress(&format!("{} {} {}: write {:.1} MB/s", c[0].backend, mode.name(), human(bs), c[0].mb_per_s));
+                    let c =
+                        store_cell(cfg, t.store.as_ref(), t.posix_dir.as_deref(), cfg.device_bytes, mode, bs, &pat)?;
+                    progress(&format!(
+                        "{} {} {}: write {:.1} MB/s",
+                        c[0].backend,
+                        mode.name(),
+                        human(bs),
+                        c[0].mb_per_s
+                    ));
                     out.push(c);
                 }
             }

@@ -68,12 +68,12 @@ impl StoreError {
     pub fn errno(&self) -> i32 {
         match self {
             Self::PathNotFound { .. } | Self::NoSuchCollection(_) | Self::NoSuchObject { .. } => 2, // ENOENT
-            Self::NotAStore { .. } | Self::Corrupt(_) => 117, // EUCLEAN
-            Self::AlreadyExists { .. } | Self::CollectionExists(_) => 17, // EEXIST
-            Self::Busy { .. } => 16,                                      // EBUSY
-            Self::DeviceTooSmall { .. } | Self::NoSpace { .. } => 28,     // ENOSPC
-            Self::UnknownBackend(_) | Self::InvalidArgument(_) | Self::ReadPastEnd { .. } => 22, // EINVAL
-            Self::InvalidName { reason, .. } if *reason == NAME_TOO_LONG => 36, // ENAMETOOLONG
+            Self::NotAStore { .. } | Self::Corrupt(_) => 117,                                       // EUCLEAN
+            Self::AlreadyExists { .. } | Self::CollectionExists(_) => 17,                           // EEXIST
+            Self::Busy { .. } => 16,                                                                // EBUSY
+            Self::DeviceTooSmall { .. } | Self::NoSpace { .. } => 28,                               // ENOSPC
+            Self::UnknownBackend(_) | Self::InvalidArgument(_) | Self::ReadPastEnd { .. } => 22,    // EINVAL
+            Self::InvalidName { reason, .. } if *reason == NAME_TOO_LONG => 36,                     // ENAMETOOLONG
             Self::InvalidName { .. } => 22,
             Self::CollectionNotEmpty(_) => 39, // ENOTEMPTY
             Self::ObjectTooLarge { .. } => 27, // EFBIG

@@ -80,10 +80,15 @@ fn read_descriptor(dir: &Path) -> Result<Descriptor> {
         }
         Err(e) => return Err(StoreError::io(format!("reading {}", path.display()), e)),
     };
-    let d: Descriptor = serde_json::from_slice(&bytes)
-        .map_err(|e| StoreError::NotAStore { path: dir.to_path_buf(), reason: format!("{DESCRIPTOR} is unreadable: {e}") })?;
+    let d: Descriptor = serde_json::from_slice(&bytes).map_err(|e| StoreError::NotAStore {
+        path: dir.to_path_buf(),
+        reason: format!("{DESCRIPTOR} is unreadable: {e}"),
+    })?;
     if d.format != FORMAT_NAME {
-        return Err(StoreError::NotAStore { path: dir.to_path_buf(), reason: format!("unknown format {:?}", d.format) });
+        return Err(StoreError::NotAStore {
+            path: dir.to_path_buf(),
+            reason: format!("unknown format {:?}", d.format),
+        });
     }
     Ok(d)
 }
@@ -111,9 +116,7 @@ fn write_descriptor(dir: &Path, d: &Descriptor) -> Result<()> {
     f.write_all(&json).map_err(io_err(format!("writing {}", tmp.display())))?;
     f.sync_all().map_err(io_err(format!("syncing {}", tmp.display())))?;
     fs::rename(&tmp, &path).map_err(io_err(format!("renaming {}", tmp.display())))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(format!("syncing {}", dir.display())))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(format!("syncing {}", dir.display())))
 }
 
 /// Creates a new store in directory `dir` (created if missing) and returns it mounted.
@@ -204,7 +207,11 @@ fn format_locked(dir: &Path, opts: &MkfsOptions, lock: File) -> Result<Store> {
                 device.limit(opts.size_bytes);
             }
             if device.size_bytes() < MIN_DEVICE_BYTES {
-                return Err(StoreError::DeviceTooSmall { path: block, size_bytes: device.size_bytes(), min_bytes: MIN_DEVICE_BYTES });
+                return Err(StoreError::DeviceTooSmall {
+                    path: block,
+                    size_bytes: device.size_bytes(),
+                    min_bytes: MIN_DEVICE_BYTES,
+                });
             }
             let size = device.size_bytes();
             let kv = FjallKv::open(&dir.join("meta"))?;
@@ -213,12 +220,7 @@ fn format_locked(dir: &Path, opts: &MkfsOptions, lock: File) -> Result<Store> {
         BackendKind::Posix => (Box::new(PosixStore::format(dir, opts.size_bytes, Some(lock))?), opts.size_bytes),
         BackendKind::Mem => unreachable!("refused above"),
     };
-    let d = Descriptor {
-        format: FORMAT_NAME.into(),
-        version: 1,
-        backend: opts.backend.name().into(),
-        size_bytes,
-    };
+    let d = Descriptor { format: FORMAT_NAME.into(), version: 1, backend: opts.backend.name().into(), size_bytes };
     write_descriptor(dir, &d)?;
     Ok(store)
 }
@@ -259,7 +261,9 @@ pub fn open(dir: &Path) -> Result<Store> {
             Ok(Box::new(BlockEngine::load(BackendKind::Block, kv, device, Some(lock))?))
         }
         BackendKind::Posix => Ok(Box::new(PosixStore::load(dir, d.size_bytes, Some(lock))?)),
-        BackendKind::Mem => Err(StoreError::NotAStore { path: dir.to_path_buf(), reason: "mem stores have no directory".into() }),
+        BackendKind::Mem => {
+            Err(StoreError::NotAStore { path: dir.to_path_buf(), reason: "mem stores have no directory".into() })
+        }
     }
 }
 

@@ -137,11 +137,7 @@ impl PosixStore {
     }
 
     fn require_collection(&self, coll: &str) -> Result<()> {
-        if self.coll_dir(coll)?.is_dir() {
-            Ok(())
-        } else {
-            Err(StoreError::NoSuchCollection(coll.to_string()))
-        }
+        if self.coll_dir(coll)?.is_dir() { Ok(()) } else { Err(StoreError::NoSuchCollection(coll.to_string())) }
     }
 
     fn object_meta(&self, coll: &str, obj: &str) -> Result<fs::Metadata> {
@@ -319,7 +315,10 @@ impl PosixStore {
             }
             Op::Truncate { coll, obj, size_bytes } => {
                 let path = self.data_path(coll, obj)?;
-                let f = OpenOptions::new().write(true).open(&path).map_err(io_err(format!("opening {}", path.display())))?;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(io_err(format!("opening {}", path.display())))?;
                 f.set_len(*size_bytes).map_err(io_err(format!("truncating {}", path.display())))?;
                 touched.files.insert(path);
             }

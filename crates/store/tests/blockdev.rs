@@ -31,9 +31,14 @@ fn block_store_on_a_loop_device() {
     let dev = Loop(String::from_utf8(out.stdout).unwrap().trim().to_string());
 
     let store_dir = dir.path().join("store");
-    let opts = MkfsOptions { backend: BackendKind::Block, size_bytes: 0, device: Some(dev.0.clone().into()), force: false };
+    let opts =
+        MkfsOptions { backend: BackendKind::Block, size_bytes: 0, device: Some(dev.0.clone().into()), force: false };
     let store = shoal_store::mkfs(&store_dir, &opts).unwrap();
-    assert_eq!(store.usage().unwrap().size_bytes, (64 << 20) - 4096 - (4 << 20), "label and a 4 MiB log come off the top");
+    assert_eq!(
+        store.usage().unwrap().size_bytes,
+        (64 << 20) - 4096 - (4 << 20),
+        "label and a 4 MiB log come off the top"
+    );
     let mut txn = Transaction::new();
     txn.create_collection("c").write("c", "big", 0, vec![7u8; 3 << 20]).write("c", "small", 0, b"hello".to_vec());
     store.commit(txn, Durability::Sync).unwrap();
@@ -41,10 +46,7 @@ fn block_store_on_a_loop_device() {
 
     // The device is opened exclusively while mounted: a second opener is refused by the kernel.
     let store = shoal_store::open(&store_dir).unwrap();
-    let held = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags_excl()
-        .open(&dev.0);
+    let held = std::fs::OpenOptions::new().read(true).custom_flags_excl().open(&dev.0);
     assert!(held.is_err(), "an O_EXCL open of a mounted device must fail");
     assert_eq!(store.read_all("c", "big").unwrap(), vec![7u8; 3 << 20]);
     assert_eq!(store.read_all("c", "small").unwrap(), b"hello");

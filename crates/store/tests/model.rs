@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use shoal_store::Data;
-use shoal_util::AlignedBuf;
 use shoal_store::engine::MemEngine;
 use shoal_store::{BackendKind, Durability, MkfsOptions, ObjectStore, Op, Store, Transaction};
+use shoal_util::AlignedBuf;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Obj {
@@ -108,7 +108,11 @@ fn check_equal(store: &dyn ObjectStore, m: &Model) {
             let data = store.read_all(coll, name).unwrap();
             if data != o.data {
                 let at = data.iter().zip(&o.data).position(|(a, b)| a != b);
-                panic!("data of {coll}/{name} differs (first difference at {at:?}, lengths {} vs {})", data.len(), o.data.len());
+                panic!(
+                    "data of {coll}/{name} differs (first difference at {at:?}, lengths {} vs {})",
+                    data.len(),
+                    o.data.len()
+                );
             }
             // A read in the middle, crossing block boundaries.
             if o.data.len() > 10 {
@@ -117,7 +121,8 @@ fn check_equal(store: &dyn ObjectStore, m: &Model) {
             }
             let xattrs: BTreeMap<String, Vec<u8>> = store.list_xattrs(coll, name).unwrap().into_iter().collect();
             assert_eq!(xattrs, o.xattrs, "xattrs of {coll}/{name}");
-            let omap: BTreeMap<Vec<u8>, Vec<u8>> = store.omap_list(coll, name, None, usize::MAX).unwrap().into_iter().collect();
+            let omap: BTreeMap<Vec<u8>, Vec<u8>> =
+                store.omap_list(coll, name, None, usize::MAX).unwrap().into_iter().collect();
             assert_eq!(omap, o.omap, "omap of {coll}/{name}");
         }
     }
@@ -154,7 +159,6 @@ impl std::fmt::Debug for Step {
         }
     }
 }
-
 
 fn name_strategy(prefix: &'static str, n: u8) -> impl Strategy<Value = String> {
     (0..n).prop_map(move |i| format!("{prefix}{i}"))

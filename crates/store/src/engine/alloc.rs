@@ -63,7 +63,10 @@ impl Allocator {
     /// Panics if the range overlaps space that is already free: that would mean two owners of
     /// the same blocks, and continuing could hand them out twice.
     pub fn release(&mut self, off: u64, len: u64) {
-        assert!(len > 0 && off.is_multiple_of(BLOCK_BYTES) && len.is_multiple_of(BLOCK_BYTES), "bad free extent {off}+{len}");
+        assert!(
+            len > 0 && off.is_multiple_of(BLOCK_BYTES) && len.is_multiple_of(BLOCK_BYTES),
+            "bad free extent {off}+{len}"
+        );
         // The on-disk free list may hold an entry starting at `off` (written when the space was
         // freed); if it merges into a neighbour below, that entry must be deleted.
         self.touched.insert(off);

@@ -77,7 +77,9 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
                 && e.phys >= data_start
                 && e.phys + e.len_bytes <= sb.device_bytes;
             if !shape_ok {
-                report.errors.push(format!("{name}: malformed extent at offset {off} (device {}+{})", e.phys, e.len_bytes));
+                report
+                    .errors
+                    .push(format!("{name}: malformed extent at offset {off} (device {}+{})", e.phys, e.len_bytes));
                 continue;
             }
             if off < logical_end {
@@ -131,12 +133,16 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
         if *off < expect {
             report.errors.push(format!("device blocks at {off}+{len} ({owner}) are claimed twice"));
         } else if *off > expect {
-            report.errors.push(format!("device blocks at {expect}+{} are neither used nor free (leaked)", off - expect));
+            report
+                .errors
+                .push(format!("device blocks at {expect}+{} are neither used nor free (leaked)", off - expect));
         }
         expect = expect.max(off + len);
     }
     if expect < sb.device_bytes {
-        report.errors.push(format!("device blocks at {expect}+{} are neither used nor free (leaked)", sb.device_bytes - expect));
+        report
+            .errors
+            .push(format!("device blocks at {expect}+{} are neither used nor free (leaked)", sb.device_bytes - expect));
     }
     let _ = free_bytes;
     Ok(report)

@@ -71,13 +71,7 @@ pub trait KvRead {
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Visits the entries with `lo <= key < hi` (no upper bound if `hi` is `None`) in key order
     /// until `visit` returns `false`.
-    fn scan(
-        &self,
-        ks: Ks,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()>;
+    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
 }
 
 /// A metadata store.
@@ -128,9 +122,8 @@ impl FjallKv {
             .open()?;
         let mut keyspaces = Vec::with_capacity(ALL_KEYSPACES.len());
         for ks in ALL_KEYSPACES {
-            let handle = db.keyspace(ks.name(), || {
-                KeyspaceCreateOptions::default().max_memtable_size(FJALL_MEMTABLE_BYTES)
-            })?;
+            let handle =
+                db.keyspace(ks.name(), || KeyspaceCreateOptions::default().max_memtable_size(FJALL_MEMTABLE_BYTES))?;
             keyspaces.push(handle);
         }
         Ok(Self { db, keyspaces })
@@ -161,13 +154,7 @@ impl KvRead for FjallKv {
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.ks(ks).get(key)?.map(|v| v.to_vec()))
     }
-    fn scan(
-        &self,
-        ks: Ks,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
+    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         fjall_scan(&self.db.snapshot(), self.ks(ks), lo, hi, visit)
     }
 }
@@ -182,13 +169,7 @@ impl KvRead for FjallSnapshot<'_> {
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.snap.get(self.kv.ks(ks), key)?.map(|v| v.to_vec()))
     }
-    fn scan(
-        &self,
-        ks: Ks,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
+    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         fjall_scan(&self.snap, self.kv.ks(ks), lo, hi, visit)
     }
 }
@@ -263,13 +244,7 @@ impl KvRead for MemKv {
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(mem_get(&self.read(), ks, key))
     }
-    fn scan(
-        &self,
-        ks: Ks,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
+    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         mem_scan(&self.read(), ks, lo, hi, visit);
         Ok(())
     }
@@ -282,13 +257,7 @@ impl KvRead for MemSnapshot<'_> {
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(mem_get(&self.0, ks, key))
     }
-    fn scan(
-        &self,
-        ks: Ks,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
+    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         mem_scan(&self.0, ks, lo, hi, visit);
         Ok(())
     }

@@ -35,9 +35,7 @@ use self::layout::{LABEL_BYTES, Onode, Superblock};
 use self::read::{ExtentMap, read_blocks};
 use self::txn::Plan;
 use self::wal::{APPLIED_SEQ_KEY, Log};
-use crate::api::{
-    BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Transaction, Usage,
-};
+use crate::api::{BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Transaction, Usage};
 use crate::error::{Result, StoreError};
 use crate::names;
 
@@ -218,16 +216,17 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let data_start = sb.log_offset + sb.log_bytes;
         let mut alloc = Allocator::default();
         let mut bad: Option<String> = None;
-        kv.scan(Ks::Free, &[], None, &mut |k, v| {
-            match (layout::decode_u64("free key", k), layout::decode_u64("free length", v)) {
-                (Ok(off), Ok(len)) if len > 0 && off >= data_start && off + len <= sb.device_bytes => {
-                    alloc.release(off, len);
-                    true
-                }
-                _ => {
-                    bad = Some(format!("bad free-space record {k:?}"));
-                    false
-                }
+        kv.scan(Ks::Free, &[], None, &mut |k, v| match (
+            layout::decode_u64("free key", k),
+            layout::decode_u64("free length", v),
+        ) {
+            (Ok(off), Ok(len)) if len > 0 && off >= data_start && off + len <= sb.device_bytes => {
+                alloc.release(off, len);
+                true
+            }
+            _ => {
+                bad = Some(format!("bad free-space record {k:?}"));
+                false
             }
         })?;
         if let Some(msg) = bad {
@@ -446,15 +445,17 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         match self.commit_locked(&mut w, &txn, durability) {
             Ok(()) => Ok(()),
             // Invalid input and a full store change nothing: the store stays writable.
-            Err(e @ (StoreError::InvalidName { .. }
-            | StoreError::InvalidArgument(_)
-            | StoreError::NoSuchCollection(_)
-            | StoreError::CollectionExists(_)
-            | StoreError::CollectionNotEmpty(_)
-            | StoreError::NoSuchObject { .. }
-            | StoreError::ObjectTooLarge { .. }
-            | StoreError::NoSpace { .. }
-            | StoreError::Checksum { .. })) => Err(e),
+            Err(
+                e @ (StoreError::InvalidName { .. }
+                | StoreError::InvalidArgument(_)
+                | StoreError::NoSuchCollection(_)
+                | StoreError::CollectionExists(_)
+                | StoreError::CollectionNotEmpty(_)
+                | StoreError::NoSuchObject { .. }
+                | StoreError::ObjectTooLarge { .. }
+                | StoreError::NoSpace { .. }
+                | StoreError::Checksum { .. }),
+            ) => Err(e),
             Err(e) => {
                 w.failed = Some(e.to_string());
                 Err(e)
@@ -545,13 +546,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         snap.get(Ks::Omap, &layout::child_key(&layout::child_prefix(coll, obj), key))
     }
 
-    fn omap_list(
-        &self,
-        coll: &str,
-        obj: &str,
-        after: Option<&[u8]>,
-        max: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn omap_list(&self, coll: &str, obj: &str, after: Option<&[u8]>, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let snap = self.kv.snapshot();
         self.onode(&snap, coll, obj)?;
         let prefix = layout::child_prefix(coll, obj);
@@ -697,7 +692,13 @@ mod recovery_tests {
         fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
             self.live.get(ks, key)
         }
-        fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        fn scan(
+            &self,
+            ks: Ks,
+            lo: &[u8],
+            hi: Option<&[u8]>,
+            visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        ) -> Result<()> {
             self.live.scan(ks, lo, hi, visit)
         }
     }

@@ -87,7 +87,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// on disk now; reused in memory only after the batch is durable) and the allocator's
     /// changed entries.
     pub fn into_batch(self) -> Planned {
-        debug_assert!(self.direct.iter().all(|(p, b)| p % BLOCK_BYTES == 0 && (b.len() as u64).is_multiple_of(BLOCK_BYTES)));
+        debug_assert!(
+            self.direct.iter().all(|(p, b)| p % BLOCK_BYTES == 0 && (b.len() as u64).is_multiple_of(BLOCK_BYTES))
+        );
         let mut batch = Batch::default();
         for (off, len) in self.alloc.drain_changes() {
             match len {
@@ -174,8 +176,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
 
     fn require_onode(&self, coll: &str, obj: &str) -> Result<Onode> {
         self.require_collection(coll)?;
-        self.onode(coll, obj)?
-            .ok_or_else(|| StoreError::NoSuchObject { coll: coll.to_string(), obj: obj.to_string() })
+        self.onode(coll, obj)?.ok_or_else(|| StoreError::NoSuchObject { coll: coll.to_string(), obj: obj.to_string() })
     }
 
     fn put_onode(&mut self, coll: &str, obj: &str, onode: Onode) {
@@ -218,9 +219,10 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         // In a consistent view records never overlap, so no record at or after the stopping
         // point can start before `hi`.
         let upper = stop_key.or(to);
-        let staged = self.overlay.range((Ks::Extents, from.clone())..).take_while(|((ks, k), _)| {
-            *ks == Ks::Extents && upper.as_ref().is_none_or(|u| k < u)
-        });
+        let staged = self
+            .overlay
+            .range((Ks::Extents, from.clone())..)
+            .take_while(|((ks, k), _)| *ks == Ks::Extents && upper.as_ref().is_none_or(|u| k < u));
         for ((_, k), v) in staged {
             if let Some(v) = v {
                 let (start, e) = layout::decode_extent(k, v)?;
@@ -274,16 +276,24 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     fn read_aligned(&self, coll: &str, obj: &str, lo: u64, hi: u64) -> Result<AlignedBuf> {
         let prefix = layout::child_prefix(coll, obj);
         let extents = self.extents(&prefix, lo, hi)?;
-        read_blocks(self.dev, (coll, obj), &extents, lo, hi, &|phys| {
-            // Data planned earlier in this transaction is not on the device yet.
-            for (at, buf) in &self.direct {
-                if phys >= *at && phys < *at + buf.len() as u64 {
-                    let from = (phys - at) as usize;
-                    return Some(Arc::new(buf[from..from + BLOCK_BYTES as usize].to_vec()));
+        read_blocks(
+            self.dev,
+            (coll, obj),
+            &extents,
+            lo,
+            hi,
+            &|phys| {
+                // Data planned earlier in this transaction is not on the device yet.
+                for (at, buf) in &self.direct {
+                    if phys >= *at && phys < *at + buf.len() as u64 {
+                        let from = (phys - at) as usize;
+                        return Some(Arc::new(buf[from..from + BLOCK_BYTES as usize].to_vec()));
+                    }
                 }
-            }
-            None
-        }, self.pool)
+                None
+            },
+            self.pool,
+        )
     }
 
     /// Writes `data` at logical offset `off` into fresh blocks (copy-on-write at block

@@ -59,10 +59,8 @@ fn ks_from_u8(v: u8) -> Result<Ks> {
 /// lists the device ranges of the transaction's new data.
 #[must_use]
 pub fn encode_record(seq: u64, batch: &Batch, written: Vec<(u64, u64)>) -> AlignedBuf {
-    let payload = Payload {
-        ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, k.clone(), v.clone())).collect(),
-        written,
-    };
+    let payload =
+        Payload { ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, k.clone(), v.clone())).collect(), written };
     let body = match postcard::to_stdvec(&payload) {
         Ok(b) => b,
         Err(e) => unreachable!("encoding a log payload cannot fail: {e}"),
