@@ -363,11 +363,15 @@ impl<K: Kv, D: Device> Engine<K, D> {
     }
 
     /// Extent records overlapping `[lo, hi)`, by logical start (see `Plan::extents`).
-    fn extents<R: KvRead>(view: &R, coll: &str, obj: &str, lo: u64, hi: u64) -> Result<ExtentMap> {
+    fn extents<R: KvRead>(view: &R, coll: &str, obj: &str, lo: u64, hi: u64, size_bytes: u64) -> Result<ExtentMap> {
+        let mut map = ExtentMap::new();
+        let end_max = (hi + layout::MAX_EXTENT_BYTES).min(size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES);
+        if end_max <= lo {
+            return Ok(map);
+        }
         let prefix = layout::child_prefix(coll, obj);
         let from = layout::extent_key(&prefix, lo + 1);
-        let to = layout::prefix_end(&prefix);
-        let mut map = ExtentMap::new();
+        let to = Some(layout::extent_key(&prefix, end_max + 1));
         let mut err = None;
         view.scan(Ks::Extents, &from, to.as_deref(), &mut |k, v| match layout::decode_extent(k, v) {
             Ok((start, _)) if start >= hi => false,
@@ -508,7 +512,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         }
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        let extents = Self::extents(&snap, coll, obj, lo, hi)?;
+        let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
         let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|_| None, &self.pool)?;
         let at = (offset - lo) as usize;
         let out = buf[at..at + (end - offset) as usize].to_vec();
@@ -765,7 +769,7 @@ mod recovery_tests {
         write(&engine, "later", 8192, Durability::Batch);
         // Find where "torn" was written and wipe it, as a power failure before the flush could.
         let snap = engine.kv.snapshot();
-        let extents = Engine::<LossyKv, Arc<MemDevice>>::extents(&snap, "c", "torn", 0, 8192).unwrap();
+        let extents = Engine::<LossyKv, Arc<MemDevice>>::extents(&snap, "c", "torn", 0, 8192, 8192).unwrap();
         drop(snap);
         for e in extents.values() {
             dev.write_at(&vec![0u8; e.len_bytes as usize], e.phys).unwrap();

@@ -59,6 +59,10 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     pub frees: Vec<(u64, u64)>,
     /// Data to write to newly allocated blocks before the metadata commit.
     pub direct: Vec<(u64, DirectData)>,
+    /// No extent of the object the current operation works on ends past this (its size at the
+    /// start of the operation, in whole blocks). Bounds extent scans, which matters in an LSM
+    /// store: a scan also walks the tombstones of deleted records in its range.
+    extent_end_bound: u64,
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
@@ -73,6 +77,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             allocated: Vec::new(),
             frees: Vec::new(),
             direct: Vec::new(),
+            extent_end_bound: 0,
         }
     }
 
@@ -188,9 +193,15 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// record ending after `lo` and stops at the first one starting at or after `hi`: an append
     /// looks at no record at all.
     fn extents(&self, prefix: &[u8], lo: u64, hi: u64) -> Result<ExtentMap> {
-        let from = layout::extent_key(prefix, lo + 1);
-        let to = layout::prefix_end(prefix);
         let mut map = ExtentMap::new();
+        // Records overlapping [lo, hi) end in (lo, hi + MAX_EXTENT_BYTES), and none ends past
+        // the object's size.
+        let end_max = (hi + MAX_EXTENT_BYTES).min(self.extent_end_bound);
+        if end_max <= lo {
+            return Ok(map);
+        }
+        let from = layout::extent_key(prefix, lo + 1);
+        let to = Some(layout::extent_key(prefix, end_max + 1));
         let mut stop_key: Option<Vec<u8>> = None;
         let mut err = None;
         self.kv.scan(Ks::Extents, &from, to.as_deref(), &mut |k, v| {
@@ -402,6 +413,11 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
 
     // -- operations ---------------------------------------------------------------------------
 
+    /// Sets the extent scan bound for an object whose size is `size_bytes`.
+    fn bound_extents(&mut self, size_bytes: u64) {
+        self.extent_end_bound = size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+    }
+
     /// Applies one operation to the plan.
     pub fn apply(&mut self, op: &Op) -> Result<()> {
         match op {
@@ -433,6 +449,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 names::check_extent(coll, obj, *offset, data.len() as u64)?;
                 self.require_collection(coll)?;
                 let mut onode = self.onode(coll, obj)?.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
+                self.bound_extents(onode.size_bytes);
                 let aligned = offset % BLOCK_BYTES == 0 && (data.len() as u64).is_multiple_of(BLOCK_BYTES);
                 if let (crate::api::Data::Aligned(buf), true) = (data, aligned && !data.is_empty()) {
                     // Whole blocks from an aligned buffer go to the device as they are.
@@ -449,12 +466,14 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             Op::Truncate { coll, obj, size_bytes } => {
                 names::check_extent(coll, obj, *size_bytes, 0)?;
                 let mut onode = self.require_onode(coll, obj)?;
+                self.bound_extents(onode.size_bytes);
                 self.truncate(coll, obj, &mut onode, *size_bytes)?;
                 onode.mtime_ns = self.now_ns;
                 self.put_onode(coll, obj, onode);
             }
             Op::Remove { coll, obj } => {
                 let onode = self.require_onode(coll, obj)?;
+                self.bound_extents(onode.size_bytes);
                 let prefix = layout::child_prefix(coll, obj);
                 self.punch(&prefix, 0, onode.size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES)?;
                 self.remove_children(Ks::Xattrs, coll, obj)?;
