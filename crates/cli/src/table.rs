@@ -46,17 +46,19 @@ pub fn render(r: &BenchReport) -> String {
                     };
                     let _ = write!(line, " {text:>16}");
                 }
-                let block = find(r, "block", mode, op, bs).map(|c| c.mb_per_s);
-                let posix = find(r, "posix", mode, op, bs).map(|c| c.mb_per_s);
-                let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-                    (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-                    _ => "-".into(),
-                };
-                let _ = write!(line, " {:>10} {:>12}", ratio(block, raw_mbps), ratio(block, posix));
+                let pair = r.paired.iter().find(|p| p.mode == *mode && p.op == op && p.block_size == bs);
+                let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+                let _ = write!(
+                    line,
+                    " {:>10} {:>12}",
+                    show(pair.and_then(|p| p.block_vs_raw)),
+                    show(pair.and_then(|p| p.block_vs_posix))
+                );
                 let _ = writeln!(s, "{line}");
             }
         }
     }
+    let _ = writeln!(s, "\nblock/raw and block/posix: median over rounds of ratios measured back to back.");
     let _ = writeln!(s, "\npeak resident memory per phase:");
     for m in &r.memory {
         let _ = writeln!(s, "  {:<6} {:.1} MiB", m.backend, m.peak_rss_bytes as f64 / (1 << 20) as f64);

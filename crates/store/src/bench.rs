@@ -160,6 +160,17 @@ pub struct MemoryResult {
     pub peak_rss_bytes: u64,
 }
 
+/// Ratios of throughput measured back to back in the same round, the median over rounds. On a
+/// noisy machine these paired ratios are steadier than ratios of separately taken medians.
+#[derive(Clone, Debug, Serialize)]
+pub struct PairedRatio {
+    pub mode: &'static str,
+    pub op: &'static str,
+    pub block_size: u64,
+    pub block_vs_raw: Option<f64>,
+    pub block_vs_posix: Option<f64>,
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -167,7 +178,13 @@ pub struct BenchReport {
     pub config: BenchConfig,
     pub raw: Vec<RawResult>,
     pub results: Vec<CellResult>,
+    pub paired: Vec<PairedRatio>,
     pub memory: Vec<MemoryResult>,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -302,23 +319,29 @@ fn open_direct(path: &Path) -> Result<File> {
 }
 
 /// One raw measurement: `O_DIRECT` writes then reads of `bs` blocks, sequentially through the
-/// region `[region_offset, region_offset + region_bytes)` of the target.
+/// region `[region_offset, region_offset + region_bytes)` of the target, starting where the
+/// previous raw cell stopped (`cursor`), so that raw writes move through the region the way
+/// the engine's copy-on-write allocations move through its own, instead of rewriting blocks
+/// the host may still cache.
+#[allow(clippy::too_many_arguments)]
 fn raw_cell(
     cfg: &BenchConfig,
     file: &File,
     region_offset: u64,
     region_bytes: u64,
+    cursor: &mut u64,
     mode: Mode,
     bs: u64,
     pat: &[u8],
 ) -> Result<[RawResult; 2]> {
     let n = cell_ops(cfg, bs, region_bytes);
     let slots = region_bytes / bs;
+    let first = cursor.div_ceil(bs);
     let mut buf = AlignedBuf::zeroed(bs as usize);
     let mut w = Timing::new(n);
     let start = Instant::now();
     for i in 0..n {
-        let off = region_offset + (i % slots) * bs;
+        let off = region_offset + ((first + i) % slots) * bs;
         buf.copy_from_slice(op_data(pat, bs, i));
         let t = Instant::now();
         file.write_all_at(&buf, off).map_err(|e| StoreError::io("raw write", e))?;
@@ -349,8 +372,9 @@ fn raw_cell(
     };
     let mut r = Timing::new(done);
 
+    *cursor = ((first + done) % slots) * bs;
     for i in 0..done {
-        let off = region_offset + (i % slots) * bs;
+        let off = region_offset + ((first + i) % slots) * bs;
         let t = Instant::now();
         file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
         r.record(bs, t.elapsed());
@@ -616,6 +640,8 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
     let mut raw_rounds: Vec<Vec<[RawResult; 2]>> = Vec::new();
     let mut cell_rounds: Vec<(BackendKind, Vec<[CellResult; 2]>)> = Vec::new();
     let mut memory = Vec::new();
+    let mut raw_cursor = 0u64;
+    let mut paired = Vec::new();
 
     reset_peak_rss();
     let targets: Vec<Target> = disk_backends.iter().map(|b| make_store(cfg, *b, &target)).collect::<Result<_>>()?;
@@ -624,7 +650,7 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
             let mut raws = Vec::new();
             let mut cells: Vec<Vec<[CellResult; 2]>> = vec![Vec::new(); targets.len()];
             for _ in 0..cfg.rounds {
-                let r = raw_cell(cfg, &raw_file, cfg.device_bytes, cfg.device_bytes, mode, bs, &pat)?;
+                let r = raw_cell(cfg, &raw_file, cfg.device_bytes, cfg.device_bytes, &mut raw_cursor, mode, bs, &pat)?;
                 progress(&format!("raw {} {}: write {:.1} MB/s", mode.name(), human(bs), r[0].mb_per_s));
                 raws.push(r);
                 for (t, out) in targets.iter().zip(cells.iter_mut()) {
@@ -639,6 +665,16 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
                     ));
                     out.push(c);
                 }
+            }
+            let find = |b: BackendKind| disk_backends.iter().position(|x| *x == b);
+            for (op, name) in [(0usize, "write"), (1, "read")] {
+                let ratio_to = |other: &dyn Fn(usize) -> f64| -> Option<f64> {
+                    let bi = find(BackendKind::Block)?;
+                    median((0..cfg.rounds as usize).map(|r| cells[bi][r][op].mb_per_s / other(r).max(1e-9)).collect())
+                };
+                let vs_raw = ratio_to(&|r| raws[r][op].mb_per_s);
+                let vs_posix = find(BackendKind::Posix).and_then(|pi| ratio_to(&|r| cells[pi][r][op].mb_per_s));
+                paired.push(PairedRatio { mode: mode.name(), op: name, block_size: bs, block_vs_raw: vs_raw, block_vs_posix: vs_posix });
             }
             raw_rounds.push(raws);
             for (b, c) in disk_backends.iter().zip(cells) {
@@ -682,5 +718,5 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
             results.extend(picked);
         }
     }
-    Ok(BenchReport { machine: machine(true), config: cfg.clone(), raw, results, memory })
+    Ok(BenchReport { machine: machine(true), config: cfg.clone(), raw, results, paired, memory })
 }
