@@ -117,6 +117,9 @@ pub struct BenchArgs {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON document to this file (the table still goes to stdout).
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
 }
 
 fn split_target(target: &str) -> Result<(&str, &str)> {
@@ -325,6 +328,10 @@ fn bench_cmd(args: &BenchArgs) -> Result<()> {
     });
     bar.finish_and_clear();
     let report = report.context("running the benchmark")?;
+    if let Some(path) = &args.json_out {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if args.json {
         print_json(&report)?;
     } else {

@@ -86,7 +86,11 @@ impl FileDevice {
         } else {
             meta.len()
         };
-        let ring = if std::env::var_os("SHOAL_NO_URING").is_some() { None } else { IoUring::new(RING_ENTRIES).ok().map(Mutex::new) };
+        let ring = if std::env::var_os("SHOAL_NO_URING").is_some() {
+            None
+        } else {
+            IoUring::new(RING_ENTRIES).ok().map(Mutex::new)
+        };
         Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring })
     }
 
