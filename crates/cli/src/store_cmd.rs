@@ -111,7 +111,7 @@ pub struct BenchArgs {
     /// Comma-separated block sizes, e.g. 4K,4M (default: 4K,16K,64K,256K,1M,4M).
     #[arg(long)]
     pub sizes: Option<String>,
-    /// Times each cell is measured; the median is reported (default 3, or 1 with --quick).
+    /// Times each cell is measured; the median is reported (default 5, or 1 with --quick).
     #[arg(long)]
     pub rounds: Option<u32>,
     /// Print one JSON document instead of the table.

@@ -99,11 +99,11 @@ impl BenchConfig {
             block_sizes: vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],
             modes: vec![Mode::Sync, Mode::Batch, Mode::Nosync],
             backends: vec![BackendKind::Block, BackendKind::Posix, BackendKind::Mem],
-            cell_bytes: 128 << 20,
+            cell_bytes: 384 << 20,
             max_ops: 2048,
             max_cell_ms: 3000,
             batch_ops: 100,
-            rounds: 3,
+            rounds: 5,
         }
     }
 

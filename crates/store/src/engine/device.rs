@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::{Mutex, RwLock};
 
 use io_uring::{IoUring, opcode, squeue, types};
+use shoal_util::AlignedBuf;
 
 /// Allocation and checksum unit of the engine, in bytes.
 pub const BLOCK_BYTES: u64 = 4096;
@@ -33,6 +34,19 @@ pub trait Device: Send + Sync + 'static {
             self.write_at(buf, *offset)?;
         }
         if flush { self.sync() } else { Ok(()) }
+    }
+    /// Like [`Device::write_all`] with one more buffer that `last` produces while `first` is
+    /// already being written (the engine computes checksums and encodes its log record there,
+    /// overlapping CPU work with device I/O).
+    fn write_then(
+        &self,
+        first: &[(u64, &[u8])],
+        last: &mut dyn FnMut() -> io::Result<(u64, AlignedBuf)>,
+        flush: bool,
+    ) -> io::Result<()> {
+        self.write_all(first, false)?;
+        let (offset, buf) = last()?;
+        self.write_all(&[(offset, &buf[..])], flush)
     }
     /// Tells the device that `[offset, offset + len)` holds nothing of value any more.
     fn discard(&self, offset: u64, len: u64);
@@ -219,6 +233,109 @@ impl Device for FileDevice {
             }
         }
     }
+    fn write_then(
+        &self,
+        first: &[(u64, &[u8])],
+        last: &mut dyn FnMut() -> io::Result<(u64, AlignedBuf)>,
+        flush: bool,
+    ) -> io::Result<()> {
+        let total: usize = first.iter().map(|w| w.1.len()).sum();
+        let Some(ring) =
+            self.ring.as_ref().filter(|_| total >= RING_MIN_BYTES && first.len() < RING_ENTRIES as usize - 2)
+        else {
+            self.write_all(first, false)?;
+            let (offset, buf) = last()?;
+            return self.write_all(&[(offset, &buf[..])], flush);
+        };
+        for (offset, buf) in first {
+            check_aligned(*offset, buf.len());
+            assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+        }
+        let mut ring = ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fd = types::Fd(self.file.as_raw_fd());
+        let push = |ring: &mut IoUring, entry: &squeue::Entry| {
+            // SAFETY: every buffer referenced by an entry outlives this call, which waits for
+            // all completions before returning (including on the error paths below).
+            if unsafe { ring.submission().push(entry) }.is_err() {
+                unreachable!("the ring has room: fewer writes than RING_ENTRIES were pushed");
+            }
+        };
+        for (i, (offset, buf)) in first.iter().enumerate() {
+            let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+            push(&mut ring, &opcode::Write::new(fd, buf.as_ptr(), len).offset(*offset).build().user_data(i as u64));
+        }
+        // Start the data writes now; the caller's work below overlaps with them.
+        let mut in_flight = first.len();
+        let mut first_err: Option<io::Error> = None;
+        if let Err(e) = ring.submit() {
+            first_err = Some(e);
+        }
+        let produced = last();
+        let tail = match &produced {
+            Ok((offset, buf)) => {
+                check_aligned(*offset, buf.len());
+                let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+                push(
+                    &mut ring,
+                    &opcode::Write::new(fd, buf.as_ptr(), len).offset(*offset).build().user_data(first.len() as u64),
+                );
+                in_flight += 1;
+                if flush && first_err.is_none() {
+                    let sync = opcode::Fsync::new(fd)
+                        .flags(types::FsyncFlags::DATASYNC)
+                        .build()
+                        .flags(squeue::Flags::IO_DRAIN);
+                    push(&mut ring, &sync.user_data(u64::MAX));
+                    in_flight += 1;
+                }
+                Some((*offset, &buf[..]))
+            }
+            Err(_) => None,
+        };
+        let mut done = 0;
+        let mut short_fixed = false;
+        while done < in_flight {
+            match ring.submit_and_wait(in_flight - done) {
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => continue,
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => continue,
+                Err(e) => {
+                    eprintln!("shoal: fatal: io_uring wait failed with requests in flight: {e}");
+                    std::process::abort();
+                }
+            }
+            for cqe in ring.completion() {
+                done += 1;
+                let (res, tag) = (cqe.result(), cqe.user_data());
+                if res < 0 {
+                    first_err.get_or_insert(io::Error::from_raw_os_error(-res));
+                    continue;
+                }
+                let target = match tag {
+                    u64::MAX => None,
+                    t if (t as usize) < first.len() => Some(first[t as usize]),
+                    _ => tail,
+                };
+                if let Some((offset, buf)) = target
+                    && (res as usize) < buf.len()
+                {
+                    short_fixed = true;
+                    if let Err(e) = self.file.write_all_at(&buf[res as usize..], offset + res as u64) {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        produced?;
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        // A short write finished synchronously above is not covered by the ring's flush.
+        if flush && short_fixed {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
     fn discard(&self, _offset: u64, _len: u64) {
         // Punching holes in a file would turn its extents back into unwritten ones and make the
         // next write to them pay for a metadata update, so discard is a no-op for now.
@@ -330,6 +447,14 @@ impl<D: Device> Device for std::sync::Arc<D> {
     }
     fn write_all(&self, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
         (**self).write_all(writes, flush)
+    }
+    fn write_then(
+        &self,
+        first: &[(u64, &[u8])],
+        last: &mut dyn FnMut() -> io::Result<(u64, AlignedBuf)>,
+        flush: bool,
+    ) -> io::Result<()> {
+        (**self).write_then(first, last, flush)
     }
     fn discard(&self, offset: u64, len: u64) {
         (**self).discard(offset, len);

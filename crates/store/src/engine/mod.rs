@@ -43,6 +43,26 @@ use crate::names;
 /// the transactions it replays.
 pub const CHECKPOINT_DATA_BYTES: u64 = 256 << 20;
 
+/// Whether two operations name the same object (or the same collection, for collection ops).
+fn same_object(a: &crate::api::Op, b: &crate::api::Op) -> bool {
+    use crate::api::Op;
+    fn obj(op: &Op) -> Option<&str> {
+        match op {
+            Op::CreateCollection { .. } | Op::RemoveCollection { .. } => None,
+            Op::Touch { obj, .. }
+            | Op::Write { obj, .. }
+            | Op::Truncate { obj, .. }
+            | Op::Remove { obj, .. }
+            | Op::SetXattr { obj, .. }
+            | Op::RemoveXattr { obj, .. }
+            | Op::OmapSet { obj, .. }
+            | Op::OmapRemove { obj, .. }
+            | Op::OmapClear { obj, .. } => Some(obj.as_str()),
+        }
+    }
+    a.collection() == b.collection() && obj(a) == obj(b)
+}
+
 /// Whether the data a recovered transaction wrote matches the checksums its batch records.
 fn data_is_intact<D: Device>(dev: &D, rec: &wal::Recovered) -> Result<bool> {
     for ((ks, key), value) in &rec.batch.ops {
@@ -290,34 +310,60 @@ impl<K: Kv, D: Device> Engine<K, D> {
 
     fn commit_locked(&self, w: &mut Writer, txn: &Transaction, durability: Durability) -> Result<()> {
         let mut plan = Plan::new(&self.kv, &self.dev, &self.pool, &mut w.alloc, now_ns());
-        for op in &txn.ops {
-            if let Err(e) = plan.apply(op) {
+        for (i, op) in txn.ops.iter().enumerate() {
+            let last_for_object = !txn.ops[i + 1..].iter().any(|later| same_object(op, later));
+            if let Err(e) = plan.apply(op, last_for_object) {
                 plan.abandon();
                 return Err(e);
             }
         }
-        let txn::Planned { mut batch, frees, direct } = plan.into_batch();
+        let txn::Planned { mut batch, frees, direct, pending_csums } = plan.into_batch();
         let seq = w.seq + 1;
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
         let written: Vec<(u64, u64)> = direct.iter().map(|(phys, buf)| (*phys, buf.len() as u64)).collect();
         let written_bytes: u64 = written.iter().map(|w| w.1).sum();
-        let record = wal::encode_record(seq, &batch, written);
-        let use_log = record.len() as u64 <= w.log.max_record_bytes();
+        // Checksums still to come add at most 5 bytes per block to the record (postcard varints),
+        // plus length prefixes that may grow: one block of slack covers them.
+        let pending_blocks: u64 = pending_csums.iter().map(|p| p.len_bytes / BLOCK_BYTES).sum();
+        let estimate = wal::encode_record(seq, &batch, written.clone()).len() as u64
+            + (pending_blocks * 5).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+            + BLOCK_BYTES;
+        let use_log = estimate <= w.log.max_record_bytes();
         // Checkpoint when the log is full, and when recovery would otherwise have to verify
         // more than CHECKPOINT_DATA_BYTES of data.
-        if use_log && (!w.log.fits(record.len() as u64) || w.data_since_checkpoint > CHECKPOINT_DATA_BYTES) {
+        if use_log && (!w.log.fits(estimate) || w.data_since_checkpoint > CHECKPOINT_DATA_BYTES) {
             self.checkpoint(w)?;
         }
         w.data_since_checkpoint += written_bytes;
-        let mut writes: Vec<(u64, &[u8])> = direct.iter().map(|(phys, buf)| (*phys, &buf[..])).collect();
-        if use_log {
-            writes.push((w.log.reserve(record.len() as u64), &record[..]));
-        }
-        // Data and log record go out together; one flush makes both durable. A transaction
-        // too big for the log (e.g. removing a huge object) flushes its data here and commits
-        // its batch to the KV store synchronously instead.
+        let writes: Vec<(u64, &[u8])> = direct.iter().map(|(phys, buf)| (*phys, &buf[..])).collect();
+        let fill_csums = |batch: &mut Batch| {
+            for p in &pending_csums {
+                let data = &direct[p.direct_index].1[p.from..p.from + p.len_bytes as usize];
+                let csums = shoal_util::crc32c_blocks(data, BLOCK_BYTES as usize);
+                let e = layout::Extent { phys: p.phys, len_bytes: p.len_bytes, csums };
+                batch.put(Ks::Extents, p.key.clone(), layout::encode(&e));
+            }
+        };
         let flush = durability == Durability::Sync || !use_log;
-        self.dev.write_all(&writes, flush).map_err(dev_err("writing data and commit log"))?;
+        if use_log {
+            // Data goes out first; checksums and the log record are computed while it travels,
+            // then the record follows, and one flush makes both durable.
+            let log = &mut w.log;
+            let mut produce = || -> std::io::Result<(u64, AlignedBuf)> {
+                fill_csums(&mut batch);
+                let record = wal::encode_record(seq, &batch, written.clone());
+                if record.len() as u64 > estimate {
+                    return Err(std::io::Error::other("log record outgrew its reservation"));
+                }
+                Ok((log.reserve(record.len() as u64), record))
+            };
+            self.dev.write_then(&writes, &mut produce, flush).map_err(dev_err("writing data and commit log"))?;
+        } else {
+            // Too big for the log (e.g. removing a huge object): flush the data and commit the
+            // batch to the KV store synchronously instead.
+            fill_csums(&mut batch);
+            self.dev.write_all(&writes, true).map_err(dev_err("writing data"))?;
+        }
         drop(writes);
         w.dirty = !flush;
         for (_, buf) in direct {

@@ -36,8 +36,24 @@ impl std::ops::Deref for DirectData {
     }
 }
 
+/// Writes at least this large have their checksums computed while their data is already on
+/// its way to the device (see `Device::write_then`).
+pub const OVERLAP_MIN_BYTES: u64 = 1 << 20;
+
+/// An extent record whose checksums are still to be computed, from `direct[direct_index]`.
+pub struct PendingCsums {
+    pub key: Vec<u8>,
+    pub phys: u64,
+    pub len_bytes: u64,
+    pub direct_index: usize,
+    /// Offset of the extent's bytes in that buffer.
+    pub from: usize,
+}
+
 /// What a finished plan asks the engine to do.
 pub struct Planned {
+    /// Extent records in `batch` whose checksums must be filled in before it is committed.
+    pub pending_csums: Vec<PendingCsums>,
     /// The metadata batch, free-space records included.
     pub batch: Batch,
     /// Space to make reusable once the commit is durable.
@@ -63,6 +79,11 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     /// start of the operation, in whole blocks). Bounds extent scans, which matters in an LSM
     /// store: a scan also walks the tombstones of deleted records in its range.
     extent_end_bound: u64,
+    /// Whether the current operation's large writes may leave their checksums for later: only
+    /// when no later operation of the transaction touches the same object (nothing will read
+    /// or split those records before the commit).
+    defer_csums: bool,
+    pending_csums: Vec<PendingCsums>,
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
@@ -78,6 +99,8 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             frees: Vec::new(),
             direct: Vec::new(),
             extent_end_bound: 0,
+            defer_csums: false,
+            pending_csums: Vec::new(),
         }
     }
 
@@ -111,7 +134,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 None => batch.delete(ks, key),
             }
         }
-        Planned { batch, frees: self.frees, direct: self.direct }
+        Planned { batch, frees: self.frees, direct: self.direct, pending_csums: self.pending_csums }
     }
 
     // -- overlay access -----------------------------------------------------------------------
@@ -359,12 +382,29 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             let Some(whole) = &src else { unreachable!("buffer moved before the last piece") };
             let bytes = &whole[start..start + plen as usize];
             // Records are at most MAX_EXTENT_BYTES long so that each stays small.
+            let defer = self.defer_csums && len >= OVERLAP_MIN_BYTES;
+            let direct_index = self.direct.len();
             let mut done = 0u64;
             while done < plen {
                 let n = (plen - done).min(MAX_EXTENT_BYTES);
-                let slice = &bytes[done as usize..(done + n) as usize];
-                let e = Extent { phys: phys + done, len_bytes: n, csums: crc32c_blocks(slice, BLOCK_BYTES as usize) };
-                self.put(Ks::Extents, layout::extent_key(&prefix, logical + done + n), layout::encode(&e));
+                let key = layout::extent_key(&prefix, logical + done + n);
+                if defer {
+                    self.pending_csums.push(PendingCsums {
+                        key: key.clone(),
+                        phys: phys + done,
+                        len_bytes: n,
+                        direct_index,
+                        from: done as usize,
+                    });
+                    // A placeholder; the commit replaces it before anything can read it.
+                    let e = Extent { phys: phys + done, len_bytes: n, csums: Vec::new() };
+                    self.put(Ks::Extents, key, layout::encode(&e));
+                } else {
+                    let slice = &bytes[done as usize..(done + n) as usize];
+                    let e =
+                        Extent { phys: phys + done, len_bytes: n, csums: crc32c_blocks(slice, BLOCK_BYTES as usize) };
+                    self.put(Ks::Extents, key, layout::encode(&e));
+                }
                 done += n;
             }
             let data = match &src {
@@ -418,8 +458,10 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         self.extent_end_bound = size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
     }
 
-    /// Applies one operation to the plan.
-    pub fn apply(&mut self, op: &Op) -> Result<()> {
+    /// Applies one operation to the plan. `last_for_object` says that no later operation of
+    /// the transaction names the same object.
+    pub fn apply(&mut self, op: &Op, last_for_object: bool) -> Result<()> {
+        self.defer_csums = last_for_object;
         match op {
             Op::CreateCollection { coll } => {
                 names::check_collection(coll)?;
