@@ -156,7 +156,8 @@ pub struct CellResult {
 /// Peak resident memory of one phase.
 #[derive(Clone, Debug, Serialize)]
 pub struct MemoryResult {
-    pub backend: &'static str,
+    /// The backends that ran in the phase, joined with `+`.
+    pub backend: String,
     pub peak_rss_bytes: u64,
 }
 
@@ -718,7 +719,8 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
     }
     drop(targets);
     if !disk_backends.is_empty() {
-        memory.push(MemoryResult { backend: "block+posix", peak_rss_bytes: peak_rss_bytes() });
+        let names: Vec<&str> = disk_backends.iter().map(|b| b.name()).collect();
+        memory.push(MemoryResult { backend: names.join("+"), peak_rss_bytes: peak_rss_bytes() });
     }
     if cfg.backends.contains(&BackendKind::Mem) {
         reset_peak_rss();
@@ -735,7 +737,7 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
             }
         }
         drop(t);
-        memory.push(MemoryResult { backend: "mem", peak_rss_bytes: peak_rss_bytes() });
+        memory.push(MemoryResult { backend: "mem".into(), peak_rss_bytes: peak_rss_bytes() });
     }
 
     let mut raw = Vec::new();
