@@ -83,9 +83,10 @@ pub trait Kv: KvRead + Send + Sync + 'static {
 
     fn snapshot(&self) -> Self::Snapshot<'_>;
 
-    /// Applies `batch` atomically. With `sync` the batch and every batch before it are on
-    /// stable storage when this returns; without, they are in the operating system's buffers
-    /// (they survive a crash of this process, not a power failure).
+    /// Applies `batch` atomically and makes it visible. With `sync` the batch and every batch
+    /// before it are on stable storage when this returns; without, they may be lost by any
+    /// crash (fjall keeps them in its journal buffer): the engine's commit log, written before
+    /// the batch, is what makes a transaction durable and brings lost batches back.
     fn commit(&self, batch: Batch, sync: bool) -> Result<()>;
 
     /// Puts every committed batch on stable storage.
@@ -115,7 +116,12 @@ pub struct FjallKv {
 impl FjallKv {
     /// Opens (creating if needed) the database in `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
+        // The engine's own commit log makes every batch durable (and replays it after a crash),
+        // so fjall need not hand each batch to the operating system as it commits: batches stay
+        // in fjall's journal buffer until a checkpoint persists them. That saves a system call
+        // per commit on the write path.
         let db = Database::builder(dir)
+            .manual_journal_persist(true)
             .cache_size(FJALL_CACHE_BYTES)
             .max_journaling_size(FJALL_MAX_JOURNAL_BYTES)
             .worker_threads(1)
