@@ -153,6 +153,24 @@ pub struct CellResult {
     pub device_bytes_per_user_byte: f64,
 }
 
+impl CellResult {
+    fn new(backend: &'static str, mode: Mode, op: &'static str, bs: u64, timing: Timing, device_ratio: f64) -> Self {
+        let (ops, mb_per_s, ops_per_s, lat_us_p50, lat_us_p99) = timing.stats();
+        Self {
+            backend,
+            mode: mode.name(),
+            op,
+            block_size: bs,
+            ops,
+            mb_per_s,
+            ops_per_s,
+            lat_us_p50,
+            lat_us_p99,
+            device_bytes_per_user_byte: device_ratio,
+        }
+    }
+}
+
 /// Peak resident memory of one phase.
 #[derive(Clone, Debug, Serialize)]
 pub struct MemoryResult {
@@ -484,19 +502,7 @@ fn store_cell(
     let done = w.ops;
     let user = (done * bs) as f64;
     let wamp = (io1.write_bytes - io0.write_bytes) as f64 / user.max(1.0);
-    let (ops, mbps, iops, p50, p99) = w.stats();
-    let write = CellResult {
-        backend,
-        mode: mode.name(),
-        op: "write",
-        block_size: bs,
-        ops,
-        mb_per_s: mbps,
-        ops_per_s: iops,
-        lat_us_p50: p50,
-        lat_us_p99: p99,
-        device_bytes_per_user_byte: wamp,
-    };
+    let write = CellResult::new(backend, mode, "write", bs, w, wamp);
 
     if let Some(dir) = posix_dir {
         drop_file_cache(dir);
@@ -515,19 +521,7 @@ fn store_cell(
     }
     let io1 = io_counters();
     let ramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
-    let (ops, mbps, iops, p50, p99) = r.stats();
-    let read = CellResult {
-        backend,
-        mode: mode.name(),
-        op: "read",
-        block_size: bs,
-        ops,
-        mb_per_s: mbps,
-        ops_per_s: iops,
-        lat_us_p50: p50,
-        lat_us_p99: p99,
-        device_bytes_per_user_byte: ramp,
-    };
+    let read = CellResult::new(backend, mode, "read", bs, r, ramp);
 
     // Clean up so the next cell starts from an empty store.
     let mut after = None;

@@ -14,6 +14,10 @@ use std::sync::{Mutex, RwLock};
 use io_uring::{IoUring, opcode, squeue, types};
 use shoal_util::AlignedBuf;
 
+/// Produces the last buffer of [`Device::write_then`] (or nothing), while the first ones are
+/// being written.
+pub type TailFn<'a> = dyn FnMut() -> io::Result<Option<(u64, AlignedBuf)>> + 'a;
+
 /// Allocation and checksum unit of the engine, in bytes.
 pub const BLOCK_BYTES: u64 = 4096;
 
@@ -38,15 +42,13 @@ pub trait Device: Send + Sync + 'static {
     /// Like [`Device::write_all`] with one more buffer that `last` produces while `first` is
     /// already being written (the engine computes checksums and encodes its log record there,
     /// overlapping CPU work with device I/O).
-    fn write_then(
-        &self,
-        first: &[(u64, &[u8])],
-        last: &mut dyn FnMut() -> io::Result<(u64, AlignedBuf)>,
-        flush: bool,
-    ) -> io::Result<()> {
+    fn write_then(&self, first: &[(u64, &[u8])], last: &mut TailFn<'_>, flush: bool) -> io::Result<()> {
         self.write_all(first, false)?;
-        let (offset, buf) = last()?;
-        self.write_all(&[(offset, &buf[..])], flush)
+        match last()? {
+            Some((offset, buf)) => self.write_all(&[(offset, &buf[..])], flush),
+            None if flush => self.sync(),
+            None => Ok(()),
+        }
     }
     /// Tells the device that `[offset, offset + len)` holds nothing of value any more.
     fn discard(&self, offset: u64, len: u64);
@@ -74,8 +76,6 @@ pub struct FileDevice {
 const RING_ENTRIES: u32 = 64;
 /// Smallest total write worth submitting through the ring.
 const RING_MIN_BYTES: usize = 1 << 20;
-/// Largest single write submitted to the ring; larger buffers are split.
-const MAX_RING_WRITE_BYTES: usize = 64 << 20;
 
 impl FileDevice {
     /// Opens `path` for direct I/O. A block device is opened exclusively (`O_EXCL`), so that a
@@ -106,81 +106,6 @@ impl FileDevice {
             IoUring::new(RING_ENTRIES).ok().map(Mutex::new)
         };
         Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring })
-    }
-
-    /// Submits `writes` (and a flush that waits for them) to the ring and waits for every
-    /// completion. Buffers are borrowed for the duration of the call, and the call does not
-    /// return while the kernel may still use them.
-    fn ring_write(&self, ring: &mut IoUring, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
-        let fd = types::Fd(self.file.as_raw_fd());
-        let mut pieces: Vec<(u64, &[u8])> = Vec::new();
-        for (offset, buf) in writes {
-            for (i, chunk) in buf.chunks(MAX_RING_WRITE_BYTES).enumerate() {
-                pieces.push((offset + (i * MAX_RING_WRITE_BYTES) as u64, chunk));
-            }
-        }
-        let mut first_err: Option<io::Error> = None;
-        let batches: Vec<&[(u64, &[u8])]> = pieces.chunks(RING_ENTRIES as usize - 1).collect();
-        for (bi, batch) in batches.iter().enumerate() {
-            let with_flush = flush && bi + 1 == batches.len();
-            let mut sq = ring.submission();
-            for (i, (offset, chunk)) in batch.iter().enumerate() {
-                let len = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
-                let entry = opcode::Write::new(fd, chunk.as_ptr(), len).offset(*offset).build().user_data(i as u64);
-                // SAFETY: the buffer outlives the call, which waits for every completion below.
-                if unsafe { sq.push(&entry) }.is_err() {
-                    unreachable!("the ring holds RING_ENTRIES entries and a batch is smaller");
-                }
-            }
-            if with_flush {
-                let entry = opcode::Fsync::new(fd)
-                    .flags(types::FsyncFlags::DATASYNC)
-                    .build()
-                    .flags(squeue::Flags::IO_DRAIN)
-                    .user_data(u64::MAX);
-                // SAFETY: a flush references no memory.
-                if unsafe { sq.push(&entry) }.is_err() {
-                    unreachable!("the ring holds RING_ENTRIES entries and a batch is smaller");
-                }
-            }
-            drop(sq);
-            let want = batch.len() + usize::from(with_flush);
-            let mut done = 0;
-            while done < want {
-                match ring.submit_and_wait(want - done) {
-                    Ok(_) => {}
-                    Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => continue,
-                    Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => continue,
-                    Err(e) => {
-                        // Requests may still be in flight with pointers into the caller's
-                        // buffers: returning could let the kernel write into freed memory.
-                        eprintln!("shoal: fatal: io_uring wait failed with requests in flight: {e}");
-                        std::process::abort();
-                    }
-                }
-                for cqe in ring.completion() {
-                    done += 1;
-                    let res = cqe.result();
-                    let tag = cqe.user_data();
-                    if res < 0 {
-                        first_err.get_or_insert(io::Error::from_raw_os_error(-res));
-                    } else if tag != u64::MAX {
-                        let (offset, chunk) = batch[tag as usize];
-                        let n = res as usize;
-                        if n < chunk.len() {
-                            // A short write (rare, e.g. near a full device): finish it directly.
-                            if let Err(e) = self.file.write_all_at(&chunk[n..], offset + n as u64) {
-                                first_err.get_or_insert(e);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 }
 
@@ -213,44 +138,28 @@ impl Device for FileDevice {
         self.file.sync_data()
     }
     fn write_all(&self, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
-        for (offset, buf) in writes {
-            check_aligned(*offset, buf.len());
-            assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
-        }
-        let total: usize = writes.iter().map(|w| w.1.len()).sum();
-        match &self.ring {
-            // Handing small writes to the ring costs more (a kernel worker thread wakes up for
-            // each) than issuing them one after another; it pays off once the data is large.
-            Some(ring) if total >= RING_MIN_BYTES => {
-                let mut ring = ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                self.ring_write(&mut ring, writes, flush)
-            }
-            _ => {
-                for (offset, buf) in writes {
-                    self.file.write_all_at(buf, *offset)?;
-                }
-                if flush { self.file.sync_data() } else { Ok(()) }
-            }
-        }
+        self.write_then(writes, &mut || Ok(None), flush)
     }
-    fn write_then(
-        &self,
-        first: &[(u64, &[u8])],
-        last: &mut dyn FnMut() -> io::Result<(u64, AlignedBuf)>,
-        flush: bool,
-    ) -> io::Result<()> {
-        let total: usize = first.iter().map(|w| w.1.len()).sum();
-        let Some(ring) =
-            self.ring.as_ref().filter(|_| total >= RING_MIN_BYTES && first.len() < RING_ENTRIES as usize - 2)
-        else {
-            self.write_all(first, false)?;
-            let (offset, buf) = last()?;
-            return self.write_all(&[(offset, &buf[..])], flush);
-        };
+    fn write_then(&self, first: &[(u64, &[u8])], last: &mut TailFn<'_>, flush: bool) -> io::Result<()> {
         for (offset, buf) in first {
             check_aligned(*offset, buf.len());
             assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
         }
+        let total: usize = first.iter().map(|w| w.1.len()).sum();
+        let fits_ring =
+            first.len() + 2 <= RING_ENTRIES as usize && first.iter().all(|w| u32::try_from(w.1.len()).is_ok());
+        // Handing small writes to the ring costs more (a kernel worker thread wakes up for
+        // each) than issuing them one after another; it pays off once the data is large.
+        let Some(ring) = self.ring.as_ref().filter(|_| total >= RING_MIN_BYTES && fits_ring) else {
+            for (offset, buf) in first {
+                self.file.write_all_at(buf, *offset)?;
+            }
+            if let Some((offset, buf)) = last()? {
+                check_aligned(offset, buf.len());
+                self.file.write_all_at(&buf, offset)?;
+            }
+            return if flush { self.file.sync_data() } else { Ok(()) };
+        };
         let mut ring = ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let fd = types::Fd(self.file.as_raw_fd());
         let push = |ring: &mut IoUring, entry: &squeue::Entry| {
@@ -272,7 +181,7 @@ impl Device for FileDevice {
         }
         let produced = last();
         let tail = match &produced {
-            Ok((offset, buf)) => {
+            Ok(Some((offset, buf))) => {
                 check_aligned(*offset, buf.len());
                 let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
                 push(
@@ -280,18 +189,16 @@ impl Device for FileDevice {
                     &opcode::Write::new(fd, buf.as_ptr(), len).offset(*offset).build().user_data(first.len() as u64),
                 );
                 in_flight += 1;
-                if flush && first_err.is_none() {
-                    let sync = opcode::Fsync::new(fd)
-                        .flags(types::FsyncFlags::DATASYNC)
-                        .build()
-                        .flags(squeue::Flags::IO_DRAIN);
-                    push(&mut ring, &sync.user_data(u64::MAX));
-                    in_flight += 1;
-                }
                 Some((*offset, &buf[..]))
             }
-            Err(_) => None,
+            Ok(None) | Err(_) => None,
         };
+        if flush && first_err.is_none() && produced.is_ok() {
+            // Drained: starts only after every write submitted above has completed.
+            let sync = opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build().flags(squeue::Flags::IO_DRAIN);
+            push(&mut ring, &sync.user_data(u64::MAX));
+            in_flight += 1;
+        }
         let mut done = 0;
         let mut short_fixed = false;
         while done < in_flight {
@@ -448,12 +355,7 @@ impl<D: Device> Device for std::sync::Arc<D> {
     fn write_all(&self, writes: &[(u64, &[u8])], flush: bool) -> io::Result<()> {
         (**self).write_all(writes, flush)
     }
-    fn write_then(
-        &self,
-        first: &[(u64, &[u8])],
-        last: &mut dyn FnMut() -> io::Result<(u64, AlignedBuf)>,
-        flush: bool,
-    ) -> io::Result<()> {
+    fn write_then(&self, first: &[(u64, &[u8])], last: &mut TailFn<'_>, flush: bool) -> io::Result<()> {
         (**self).write_then(first, last, flush)
     }
     fn discard(&self, offset: u64, len: u64) {

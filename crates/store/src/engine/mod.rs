@@ -99,10 +99,18 @@ struct Writer {
     log: Log,
     /// Sequence number of the last committed transaction.
     seq: u64,
-    /// Space freed by committed transactions that may not be durable yet: not reusable until
-    /// the next device flush, so that a crash can never bring back metadata pointing at blocks
-    /// that were reused.
-    pending_free: Vec<(u64, u64)>,
+    /// Space freed by committed transactions, with the sequence number of the freeing
+    /// transaction. Reusable only once a *durable log record* states that the freeing
+    /// transaction was flushed (`proven_seq`), or after a checkpoint: then no crash can bring
+    /// back metadata pointing at reused blocks, and recovery never checks a record's data
+    /// against blocks that were reused (see `wal.rs`).
+    pending_free: Vec<(u64, u64, u64)>,
+    /// Every transaction up to this one is on stable storage (a device flush completed).
+    flushed_seq: u64,
+    /// The `flushed_through` of the last log record written.
+    last_claim: u64,
+    /// A durable log record states that every transaction up to this one was flushed.
+    proven_seq: u64,
     pending_free_bytes: u64,
     /// Whether anything was written to the device since the last flush.
     dirty: bool,
@@ -223,8 +231,11 @@ impl<K: Kv, D: Device> Engine<K, D> {
         };
         let mut log = Log::new(sb.log_offset, sb.log_bytes);
         let mut seq = applied;
-        for rec in log.recover(&dev, applied)? {
-            if !data_is_intact(&dev, &rec)? {
+        let recovered = log.recover(&dev, applied)?;
+        // Records up to the newest claim are known durable; only later ones can be torn.
+        let known_durable = recovered.iter().map(|r| r.flushed_through).max().unwrap_or(applied);
+        for rec in recovered {
+            if rec.seq > known_durable && !data_is_intact(&dev, &rec)? {
                 break;
             }
             kv.commit(rec.batch, false)?;
@@ -258,6 +269,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
             seq,
             pending_free: Vec::new(),
             pending_free_bytes: 0,
+            flushed_seq: seq,
+            last_claim: seq,
+            proven_seq: seq,
             dirty: false,
             data_since_checkpoint: 0,
             failed: None,
@@ -275,15 +289,21 @@ impl<K: Kv, D: Device> Engine<K, D> {
         })
     }
 
-    /// Flushes the device: every log record and data block written so far becomes durable, so
-    /// space freed by those transactions can be reused.
+    /// Flushes the device: every log record and data block written so far becomes durable.
     fn flush_device(&self, w: &mut Writer) -> Result<()> {
         if w.dirty {
             self.dev.sync().map_err(dev_err("flushing the device"))?;
             w.dirty = false;
+            self.flushed(w);
         }
-        self.release_pending(w);
         Ok(())
+    }
+
+    /// Bookkeeping after a completed flush: the last record (and its claim) is now durable.
+    fn flushed(&self, w: &mut Writer) {
+        w.flushed_seq = w.seq;
+        w.proven_seq = w.proven_seq.max(w.last_claim);
+        self.release_pending(w, w.proven_seq);
     }
 
     /// Makes the KV store hold every committed transaction durably, so the log can start over.
@@ -292,23 +312,44 @@ impl<K: Kv, D: Device> Engine<K, D> {
         self.kv.sync()?;
         w.log.reset();
         w.data_since_checkpoint = 0;
+        // Recovery will not look at any record written so far.
+        w.flushed_seq = w.seq;
+        w.proven_seq = w.seq;
+        w.last_claim = w.seq;
+        self.release_pending(w, u64::MAX);
         Ok(())
     }
 
-    /// Makes space freed by now-durable transactions reusable.
-    fn release_pending(&self, w: &mut Writer) {
-        if w.pending_free.is_empty() {
+    /// Makes space freed by transactions up to `upto_seq` reusable.
+    fn release_pending(&self, w: &mut Writer, upto_seq: u64) {
+        if !w.pending_free.iter().any(|f| f.0 <= upto_seq) {
             return;
         }
         let _exclusive = self.reuse.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (off, len) in std::mem::take(&mut w.pending_free) {
+        let (ready, keep): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut w.pending_free).into_iter().partition(|f| f.0 <= upto_seq);
+        w.pending_free = keep;
+        for (_, off, len) in ready {
             w.alloc.release(off, len);
+            w.pending_free_bytes -= len;
             self.dev.discard(off, len);
         }
-        w.pending_free_bytes = 0;
     }
 
     fn commit_locked(&self, w: &mut Writer, txn: &Transaction, durability: Durability) -> Result<()> {
+        match self.commit_once(w, txn, durability) {
+            // Space freed by recent transactions may still be held back: a checkpoint releases
+            // it, then the transaction gets one more try. (Running out of space is found while
+            // planning, before anything is written.)
+            Err(StoreError::NoSpace { .. }) if !w.pending_free.is_empty() => {
+                self.checkpoint(w)?;
+                self.commit_once(w, txn, durability)
+            }
+            other => other,
+        }
+    }
+
+    fn commit_once(&self, w: &mut Writer, txn: &Transaction, durability: Durability) -> Result<()> {
         let mut plan = Plan::new(&self.kv, &self.dev, &self.pool, &mut w.alloc, now_ns());
         for (i, op) in txn.ops.iter().enumerate() {
             let last_for_object = !txn.ops[i + 1..].iter().any(|later| same_object(op, later));
@@ -325,7 +366,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
         // Checksums still to come add at most 5 bytes per block to the record (postcard varints),
         // plus length prefixes that may grow: one block of slack covers them.
         let pending_blocks: u64 = pending_csums.iter().map(|p| p.len_bytes / BLOCK_BYTES).sum();
-        let estimate = wal::encode_record(seq, &batch, written.clone()).len() as u64
+        let claim = w.flushed_seq;
+        let estimate = wal::encode_record(seq, &batch, written.clone(), claim).len() as u64
             + (pending_blocks * 5).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
             + BLOCK_BYTES;
         let use_log = estimate <= w.log.max_record_bytes();
@@ -349,13 +391,13 @@ impl<K: Kv, D: Device> Engine<K, D> {
             // Data goes out first; checksums and the log record are computed while it travels,
             // then the record follows, and one flush makes both durable.
             let log = &mut w.log;
-            let mut produce = || -> std::io::Result<(u64, AlignedBuf)> {
+            let mut produce = || -> std::io::Result<Option<(u64, AlignedBuf)>> {
                 fill_csums(&mut batch);
-                let record = wal::encode_record(seq, &batch, written.clone());
+                let record = wal::encode_record(seq, &batch, written.clone(), claim);
                 if record.len() as u64 > estimate {
                     return Err(std::io::Error::other("log record outgrew its reservation"));
                 }
-                Ok((log.reserve(record.len() as u64), record))
+                Ok(Some((log.reserve(record.len() as u64), record)))
             };
             self.dev.write_then(&writes, &mut produce, flush).map_err(dev_err("writing data and commit log"))?;
         } else {
@@ -380,10 +422,19 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
         w.seq = seq;
         w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
-        w.pending_free.extend(frees);
-        if flush {
-            // Only now is the transaction that freed this space durable.
-            self.release_pending(w);
+        w.pending_free.extend(frees.into_iter().map(|(off, len)| (seq, off, len)));
+        if use_log {
+            w.last_claim = claim;
+        }
+        if !use_log {
+            // The batch went to the KV store with a sync, which also made every earlier batch
+            // durable there, and the log starts a new lap: like a checkpoint.
+            w.flushed_seq = seq;
+            w.proven_seq = seq;
+            w.last_claim = seq;
+            self.release_pending(w, u64::MAX);
+        } else if flush {
+            self.flushed(w);
         }
         Ok(())
     }

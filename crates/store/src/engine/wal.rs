@@ -12,7 +12,10 @@
 //! store's `applied_seq` are applied in order, until the first record that is torn, belongs to
 //! an older lap, or breaks the sequence, or whose new data does not match its checksums (a
 //! power failure before the flush can leave the record on the medium without its data; such a
-//! transaction was never acknowledged as durable, and neither was any after it). A *checkpoint* (device flush, KV sync) makes every
+//! transaction was never acknowledged as durable, and neither was any after it). Only records
+//! past every record's `flushed_through` are verified: older ones are known durable, and their
+//! blocks may legitimately hold newer data by now (the engine reuses freed blocks only once a
+//! durable record says the freeing transaction was flushed, which keeps this rule sound). A *checkpoint* (device flush, KV sync) makes every
 //! record redundant, after which the log starts again at its first block.
 //!
 //! Record layout (little-endian), padded with zeros to whole blocks:
@@ -39,6 +42,9 @@ struct Payload {
     /// Device ranges `(offset, length)` of the data the transaction wrote, which recovery
     /// verifies before it applies the record.
     written: Vec<(u64, u64)>,
+    /// Every transaction up to this sequence number was on stable storage (a device flush had
+    /// completed) when this record was written.
+    flushed_through: u64,
 }
 
 /// A transaction read back from the log.
@@ -46,6 +52,7 @@ pub struct Recovered {
     pub seq: u64,
     pub batch: Batch,
     pub written: Vec<(u64, u64)>,
+    pub flushed_through: u64,
 }
 
 fn ks_from_u8(v: u8) -> Result<Ks> {
@@ -58,9 +65,12 @@ fn ks_from_u8(v: u8) -> Result<Ks> {
 /// Encodes a record for `batch` with sequence number `seq`, padded to whole blocks. `written`
 /// lists the device ranges of the transaction's new data.
 #[must_use]
-pub fn encode_record(seq: u64, batch: &Batch, written: Vec<(u64, u64)>) -> AlignedBuf {
-    let payload =
-        Payload { ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, k.clone(), v.clone())).collect(), written };
+pub fn encode_record(seq: u64, batch: &Batch, written: Vec<(u64, u64)>, flushed_through: u64) -> AlignedBuf {
+    let payload = Payload {
+        ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, k.clone(), v.clone())).collect(),
+        written,
+        flushed_through,
+    };
     let body = match postcard::to_stdvec(&payload) {
         Ok(b) => b,
         Err(e) => unreachable!("encoding a log payload cannot fail: {e}"),
@@ -176,7 +186,7 @@ impl Log {
             for (ks, key, value) in payload.ops {
                 batch.ops.insert((ks_from_u8(ks)?, key), value);
             }
-            out.push(Recovered { seq, batch, written: payload.written });
+            out.push(Recovered { seq, batch, written: payload.written, flushed_through: payload.flushed_through });
             expected += 1;
             pos += total;
         }
@@ -196,7 +206,7 @@ mod tests {
         for seq in 1..=3u64 {
             let mut b = Batch::default();
             b.put(Ks::Meta, format!("k{seq}").into_bytes(), vec![seq as u8; 5000]);
-            log.append(&dev, &encode_record(seq, &b, Vec::new())).unwrap();
+            log.append(&dev, &encode_record(seq, &b, Vec::new(), 0)).unwrap();
         }
         let got = log.recover(&dev, 1).unwrap();
         assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![2, 3]);
@@ -205,7 +215,7 @@ mod tests {
         log.reset();
         let mut b = Batch::default();
         b.put(Ks::Meta, b"k4".to_vec(), vec![4]);
-        log.append(&dev, &encode_record(4, &b, Vec::new())).unwrap();
+        log.append(&dev, &encode_record(4, &b, Vec::new(), 0)).unwrap();
         let got = log.recover(&dev, 3).unwrap();
         assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![4]);
     }
@@ -216,7 +226,7 @@ mod tests {
         let mut log = Log::new(0, 64 * 1024);
         let mut b = Batch::default();
         b.put(Ks::Meta, b"k".to_vec(), vec![1; 6000]);
-        let mut rec = encode_record(1, &b, Vec::new());
+        let mut rec = encode_record(1, &b, Vec::new(), 0);
         rec[5000] ^= 0xff;
         log.append(&dev, &rec).unwrap();
         assert!(log.recover(&dev, 0).unwrap().is_empty());
