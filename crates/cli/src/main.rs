@@ -2,6 +2,7 @@
 //! own module and calls into the library crates.
 
 mod demo;
+mod placement_cmd;
 mod store_cmd;
 mod table;
 mod torture;
@@ -23,6 +24,9 @@ enum Command {
     /// Work with a local object store directly (no cluster): mkfs, put, get, fsck, bench, ...
     #[command(subcommand)]
     Store(store_cmd::StoreCommand),
+    /// Placement without a cluster: `shoal placement simulate`.
+    #[command(subcommand)]
+    Placement(placement_cmd::PlacementCommand),
     /// Show the engine at work: create a store on a file, store and verify objects, check it,
     /// and run a quick benchmark against plain files and the raw device.
     Demo(demo::DemoArgs),
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Store(cmd) => store_cmd::run(cmd),
         Command::Demo(args) => demo::run(&args),
+        Command::Placement(cmd) => placement_cmd::run(cmd),
         Command::StoreTorture(args) => torture::run(&args),
     };
     match result {
