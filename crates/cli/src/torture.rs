@@ -84,20 +84,11 @@ impl Rng {
     }
 }
 
-/// The bytes of a write or value: the xorshift64 stream starting from state `cseed | 1`, each
-/// step's state appended little-endian, cut to `len` bytes.
+/// The bytes of a write whose content seed is `cseed` (the crash test recomputes them with the
+/// same function of `shoal_util::pattern`).
 #[must_use]
 pub fn content(cseed: u64, len: usize) -> Vec<u8> {
-    let mut s = cseed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        out.extend_from_slice(&s.to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    shoal_util::pattern::xorshift_bytes(cseed, len)
 }
 
 /// Content seed of operation `index` of transaction `txn`.

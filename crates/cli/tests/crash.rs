@@ -34,18 +34,9 @@ struct Obj {
 /// The expected content of collection `t`.
 type Model = BTreeMap<String, Obj>;
 
-/// Same stream as `content` in `torture.rs`: xorshift64 from `cseed | 1`, states little-endian.
+/// The bytes the torture child wrote for content seed `cseed`.
 fn content(cseed: u64, len: usize) -> Vec<u8> {
-    let mut s = cseed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        out.extend_from_slice(&s.to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    shoal_util::pattern::xorshift_bytes(cseed, len)
 }
 
 /// The test's own generator, for seeds and delays.

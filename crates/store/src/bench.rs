@@ -153,6 +153,13 @@ pub struct CellResult {
     pub device_bytes_per_user_byte: f64,
 }
 
+impl RawResult {
+    fn new(op: &'static str, mode: Mode, bs: u64, timing: Timing) -> Self {
+        let (ops, mb_per_s, ops_per_s, lat_us_p50, lat_us_p99) = timing.stats();
+        Self { op, mode: mode.name(), block_size: bs, ops, mb_per_s, ops_per_s, lat_us_p50, lat_us_p99 }
+    }
+}
+
 impl CellResult {
     fn new(backend: &'static str, mode: Mode, op: &'static str, bs: u64, timing: Timing, device_ratio: f64) -> Self {
         let (ops, mb_per_s, ops_per_s, lat_us_p50, lat_us_p99) = timing.stats();
@@ -263,16 +270,7 @@ fn machine(direct_io: bool) -> Machine {
 
 /// Deterministic incompressible data: the cell's operations take windows of it.
 fn pattern(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    shoal_util::pattern::xorshift_bytes(0x9E37_79B9_7F4A_7C15, len)
 }
 
 /// The bytes operation `i` of a cell writes.
@@ -378,17 +376,7 @@ fn raw_cell(
         }
     }
     let done = w.ops;
-    let (ops, mbps, iops, p50, p99) = w.stats();
-    let write = RawResult {
-        op: "write",
-        mode: mode.name(),
-        block_size: bs,
-        ops,
-        mb_per_s: mbps,
-        ops_per_s: iops,
-        lat_us_p50: p50,
-        lat_us_p99: p99,
-    };
+    let write = RawResult::new("write", mode, bs, w);
     let mut r = Timing::new(done);
 
     *cursor = ((first + done) % slots) * bs;
@@ -398,17 +386,7 @@ fn raw_cell(
         file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
         r.record(bs, t.elapsed());
     }
-    let (ops, mbps, iops, p50, p99) = r.stats();
-    let read = RawResult {
-        op: "read",
-        mode: mode.name(),
-        block_size: bs,
-        ops,
-        mb_per_s: mbps,
-        ops_per_s: iops,
-        lat_us_p50: p50,
-        lat_us_p99: p99,
-    };
+    let read = RawResult::new("read", mode, bs, r);
     Ok([write, read])
 }
 

@@ -11,18 +11,9 @@ use shoal_store::{BackendKind, Durability, MkfsOptions, StoreError, Transaction}
 
 const COLL: &str = "c";
 
-/// Distinct pseudo-random content per seed (xorshift64 stream).
+/// Pseudo-random bytes, distinct per seed.
 fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        out.extend_from_slice(&s.to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    shoal_util::pattern::xorshift_bytes(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15), len)
 }
 
 /// Every offset at which `needle` occurs in `hay`, looking only at multiples of `step`.

@@ -4,6 +4,7 @@
 
 pub mod aligned;
 pub mod checksum;
+pub mod pattern;
 pub mod pool;
 
 pub use aligned::AlignedBuf;
