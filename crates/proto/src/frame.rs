@@ -1,0 +1,187 @@
+//! Frames: a fixed header followed by a payload, both checksummed.
+//!
+//! ```text
+//! offset  size  field
+//!      0     4  magic "SHF1"
+//!      4     2  message type (meaning defined by the layer above)
+//!      6     2  flags (reserved, must be zero)
+//!      8     8  request id (pairs a reply with its request; pipelined requests differ)
+//!     16     4  payload length in bytes
+//!     20     4  crc32c of the payload
+//!     24     4  crc32c of bytes 0..24 of the header
+//! ```
+//!
+//! All integers are little-endian. The header checksum is verified before the length is
+//! trusted, so a corrupted length can never make a peer wait for, or allocate, a huge payload;
+//! the length is also checked against a limit before any payload byte is buffered. A frame that
+//! fails any check is an error for the whole connection: after it, the byte stream can no longer
+//! be trusted to be aligned on frame boundaries, so the caller closes that connection (and only
+//! that one).
+
+use shoal_util::crc32c;
+
+/// Bytes of a frame header.
+pub const HEADER_BYTES: usize = 28;
+/// Default and largest payload a decoder accepts: a 64 MiB object write plus room for its
+/// metadata.
+pub const MAX_PAYLOAD_BYTES: u32 = (64 << 20) + (64 << 10);
+const MAGIC: &[u8; 4] = b"SHF1";
+
+/// One message on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub msg_type: u16,
+    pub request_id: u64,
+    pub payload: Vec<u8>,
+}
+
+/// Why a byte stream is not a valid sequence of frames.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("not a Shoal frame (bad magic {0:02x?})")]
+    BadMagic([u8; 4]),
+    #[error("frame header checksum mismatch")]
+    HeaderChecksum,
+    #[error("frame flags {0:#06x} are not supported")]
+    UnsupportedFlags(u16),
+    #[error("frame payload of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge { len: u32, max: u32 },
+    #[error("frame payload checksum mismatch (request {request_id})")]
+    PayloadChecksum { request_id: u64 },
+}
+
+impl Frame {
+    #[must_use]
+    pub fn new(msg_type: u16, request_id: u64, payload: Vec<u8>) -> Self {
+        Self { msg_type, request_id, payload }
+    }
+
+    /// The frame's bytes.
+    ///
+    /// # Panics
+    /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let len = u32::try_from(self.payload.len()).unwrap_or_else(|_| panic!("frame payload over 4 GiB"));
+        let mut out = Vec::with_capacity(HEADER_BYTES + self.payload.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.msg_type.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&self.request_id.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&crc32c(&self.payload).to_le_bytes());
+        let hcrc = crc32c(&out[..24]);
+        out.extend_from_slice(&hcrc.to_le_bytes());
+        debug_assert_eq!(out.len(), HEADER_BYTES);
+        out.extend_from_slice(&self.payload);
+        out
+    }
+}
+
+struct Header {
+    msg_type: u16,
+    request_id: u64,
+    len: u32,
+    payload_crc: u32,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn parse_header(b: &[u8], max_payload: u32) -> Result<Header, FrameError> {
+    debug_assert!(b.len() >= HEADER_BYTES);
+    if &b[..4] != MAGIC {
+        return Err(FrameError::BadMagic([b[0], b[1], b[2], b[3]]));
+    }
+    if u32_at(b, 24) != crc32c(&b[..24]) {
+        return Err(FrameError::HeaderChecksum);
+    }
+    let flags = u16::from_le_bytes([b[6], b[7]]);
+    if flags != 0 {
+        return Err(FrameError::UnsupportedFlags(flags));
+    }
+    let len = u32_at(b, 16);
+    if len > max_payload {
+        return Err(FrameError::TooLarge { len, max: max_payload });
+    }
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&b[8..16]);
+    Ok(Header {
+        msg_type: u16::from_le_bytes([b[4], b[5]]),
+        request_id: u64::from_le_bytes(id),
+        len,
+        payload_crc: u32_at(b, 20),
+    })
+}
+
+/// Turns a byte stream into frames. Feed it whatever arrived with [`FrameDecoder::push`] and
+/// take complete frames with [`FrameDecoder::next_frame`]. It buffers at most one header plus
+/// one payload of at most `max_payload` bytes beyond what the caller has not yet taken.
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    max_payload: u32,
+    failed: Option<FrameError>,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> Self {
+        Self::new(MAX_PAYLOAD_BYTES)
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder refusing payloads over `max_payload` bytes.
+    #[must_use]
+    pub fn new(max_payload: u32) -> Self {
+        Self { buf: Vec::new(), max_payload, failed: None }
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes buffered and not yet returned as frames.
+    #[must_use]
+    pub fn buffered_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next complete frame, `Ok(None)` if more bytes are needed, or the error that makes the
+    /// stream unusable. After an error every later call returns the same error.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        // Refuse a peer that is not speaking this protocol as soon as its first bytes arrive,
+        // instead of waiting for a whole header that may never come.
+        if self.buf.len() >= MAGIC.len() && &self.buf[..MAGIC.len()] != MAGIC {
+            let m = [self.buf[0], self.buf[1], self.buf[2], self.buf[3]];
+            return Err(self.fail(FrameError::BadMagic(m)));
+        }
+        if self.buf.len() < HEADER_BYTES {
+            return Ok(None);
+        }
+        let header = match parse_header(&self.buf, self.max_payload) {
+            Ok(h) => h,
+            Err(e) => return Err(self.fail(e)),
+        };
+        let total = HEADER_BYTES + header.len as usize;
+        if self.buf.len() < total {
+            return Ok(None);
+        }
+        let payload = self.buf[HEADER_BYTES..total].to_vec();
+        if crc32c(&payload) != header.payload_crc {
+            return Err(self.fail(FrameError::PayloadChecksum { request_id: header.request_id }));
+        }
+        self.buf.drain(..total);
+        Ok(Some(Frame { msg_type: header.msg_type, request_id: header.request_id, payload }))
+    }
+
+    fn fail(&mut self, e: FrameError) -> FrameError {
+        self.buf = Vec::new();
+        self.failed = Some(e.clone());
+        e
+    }
+}
