@@ -363,19 +363,21 @@ impl<K: Kv, D: Device> Engine<K, D> {
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
         let written: Vec<(u64, u64)> = direct.iter().map(|(phys, buf)| (*phys, buf.len() as u64)).collect();
         let written_bytes: u64 = written.iter().map(|w| w.1).sum();
-        // Checksums still to come add at most 5 bytes per block to the record (postcard varints),
-        // plus length prefixes that may grow: one block of slack covers them.
+        // An upper bound of the record's size, to reserve log space before the checksums of
+        // large writes exist: encoded with the largest possible claim, plus at most 5 bytes per
+        // checksum (postcard varints) and 16 bytes per record whose length prefixes grow, in
+        // whole blocks.
         let pending_blocks: u64 = pending_csums.iter().map(|p| p.len_bytes / BLOCK_BYTES).sum();
-        let claim = w.flushed_seq;
-        let estimate = wal::encode_record(seq, &batch, written.clone(), claim).len() as u64
-            + (pending_blocks * 5).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
-            + BLOCK_BYTES;
+        let growth = pending_blocks * 5 + pending_csums.len() as u64 * 16;
+        let estimate = wal::encode_record(seq, &batch, written.clone(), u64::MAX).len() as u64
+            + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let use_log = estimate <= w.log.max_record_bytes();
         // Checkpoint when the log is full, and when recovery would otherwise have to verify
         // more than CHECKPOINT_DATA_BYTES of data.
         if use_log && (!w.log.fits(estimate) || w.data_since_checkpoint > CHECKPOINT_DATA_BYTES) {
             self.checkpoint(w)?;
         }
+        let claim = w.flushed_seq;
         w.data_since_checkpoint += written_bytes;
         let writes: Vec<(u64, &[u8])> = direct.iter().map(|(phys, buf)| (*phys, &buf[..])).collect();
         let fill_csums = |batch: &mut Batch| {
@@ -934,6 +936,23 @@ mod recovery_tests {
         let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
         assert_eq!(engine.read_all("c", "a").unwrap(), vec![1; 10_000]);
         assert!(!engine.exists("c", "b").unwrap());
+        assert!(engine.fsck().unwrap().is_clean());
+    }
+
+    #[test]
+    fn a_large_aligned_write_reserves_enough_log_for_its_checksums() {
+        // 48 MiB in one aligned write: 48 extent records whose 12,288 checksums are computed
+        // after the log space was reserved.
+        let engine = MemEngine::new_mem(256 << 20).unwrap();
+        let mut buf = shoal_util::AlignedBuf::zeroed(48 << 20);
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (i / 4096) as u8 ^ (i as u8);
+        }
+        let expect = buf.to_vec();
+        let mut txn = Transaction::new();
+        txn.create_collection("c").write_aligned("c", "big", 0, Arc::new(buf));
+        engine.commit(txn, Durability::Sync).unwrap();
+        assert!(engine.read_all("c", "big").unwrap() == expect);
         assert!(engine.fsck().unwrap().is_clean());
     }
 }
