@@ -97,7 +97,11 @@ fn content_seed(seed: u64, txn: u64, index: usize) -> u64 {
 }
 
 /// Builds transaction `txn` of the run with `seed`, and the lines describing it.
-fn generate(seed: u64, txn: u64) -> (Transaction, Vec<String>) {
+/// Stores at least this large also get writes of 1–2.5 MiB, which take the engine's io_uring
+/// path with checksums computed while the data is in flight.
+const LARGE_WRITES_MIN_STORE_BYTES: u64 = 128 << 20;
+
+fn generate(seed: u64, txn: u64, large_writes: bool) -> (Transaction, Vec<String>) {
     const KIB: u64 = 1024;
     let mut rng = Rng::new(splitmix(seed) ^ splitmix(txn.wrapping_mul(0x9E37_79B9)));
     let mut t = Transaction::new();
@@ -115,10 +119,11 @@ fn generate(seed: u64, txn: u64) -> (Transaction, Vec<String>) {
         let i = t.ops.len();
         match kind {
             0..50 => {
-                let len = match rng.below(3) {
+                let len = match rng.below(if large_writes { 4 } else { 3 }) {
                     0 => rng.range(1, 100),
                     1 => rng.range(1, 16 * KIB),
-                    _ => rng.range(1, 300 * KIB),
+                    2 => rng.range(1, 300 * KIB),
+                    _ => rng.range(1024 * KIB, 2560 * KIB),
                 };
                 let offset = match rng.below(3) {
                     0 => rng.range(0, 128) * 4 * KIB, // block-aligned, up to 512 KiB
@@ -173,13 +178,14 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         txn.create_collection(COLLECTION);
         store.commit(txn, Durability::Sync).context("creating the torture collection")?;
     }
+    let large_writes = store.usage()?.size_bytes >= LARGE_WRITES_MIN_STORE_BYTES;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     writeln!(out, "mounted")?;
     out.flush()?;
     let mut n = 0u64;
     while args.max_txns.is_none_or(|max| n < max) {
         n += 1;
-        let (txn, lines) = generate(args.seed, n);
+        let (txn, lines) = generate(args.seed, n, large_writes);
         for line in &lines {
             writeln!(out, "{line}")?;
         }
@@ -199,13 +205,13 @@ mod tests {
     #[test]
     fn generation_is_a_function_of_seed_and_number() {
         for n in 1..50 {
-            let (a, la) = generate(7, n);
-            let (b, lb) = generate(7, n);
+            let (a, la) = generate(7, n, true);
+            let (b, lb) = generate(7, n, true);
             assert_eq!(a, b);
             assert_eq!(la, lb);
             assert_eq!(la.len(), a.ops.len());
             assert!((1..=8).contains(&a.ops.len()));
         }
-        assert_ne!(generate(7, 1).0, generate(8, 1).0);
+        assert_ne!(generate(7, 1, true).0, generate(8, 1, true).0);
     }
 }
