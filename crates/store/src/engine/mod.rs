@@ -461,32 +461,11 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
     }
 
-    /// Extent records overlapping `[lo, hi)`, by logical start (see `Plan::extents`).
+    /// Extent records overlapping `[lo, hi)`, by logical start (see `read::scan_extents`).
     fn extents<R: KvRead>(view: &R, coll: &str, obj: &str, lo: u64, hi: u64, size_bytes: u64) -> Result<ExtentMap> {
-        let mut map = ExtentMap::new();
-        let end_max = (hi + layout::MAX_EXTENT_BYTES).min(size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES);
-        if end_max <= lo {
-            return Ok(map);
-        }
         let prefix = layout::child_prefix(coll, obj);
-        let from = layout::extent_key(&prefix, lo + 1);
-        let to = Some(layout::extent_key(&prefix, end_max + 1));
-        let mut err = None;
-        view.scan(Ks::Extents, &from, to.as_deref(), &mut |k, v| match layout::decode_extent(k, v) {
-            Ok((start, _)) if start >= hi => false,
-            Ok((start, e)) => {
-                map.insert(start, e);
-                true
-            }
-            Err(e) => {
-                err = Some(e);
-                false
-            }
-        })?;
-        match err {
-            Some(e) => Err(e),
-            None => Ok(map),
-        }
+        let end_bound = size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        Ok(read::scan_extents(view, &prefix, lo, hi, end_bound, &|_| false)?.map(|s| s.map).unwrap_or_default())
     }
 
     fn require_collection<R: KvRead>(view: &R, coll: &str) -> Result<()> {

@@ -6,11 +6,71 @@ use std::sync::Arc;
 use shoal_util::{AlignedBuf, BufPool, crc32c};
 
 use super::device::{BLOCK_BYTES, Device};
-use super::layout::Extent;
+use super::kv::{Ks, KvRead};
+use super::layout::{self, Extent, MAX_EXTENT_BYTES};
 use crate::error::{Result, StoreError};
 
 /// An object's extents by logical offset.
 pub type ExtentMap = BTreeMap<u64, Extent>;
+
+/// What [`scan_extents`] found, and the key range it covered: `[from, upper)`.
+pub struct ExtentScan {
+    pub map: ExtentMap,
+    pub from: Vec<u8>,
+    pub upper: Vec<u8>,
+}
+
+/// The extent records (under object key prefix `prefix`) overlapping `[lo, hi)`, by logical
+/// start, given that no record of the object ends past `end_bound`. Records are keyed by their
+/// logical end, so the scan starts at the first record ending after `lo` and stops at the first
+/// one starting at or after `hi`: an append looks at no record at all, and the tombstones of
+/// deleted records outside the window are never walked. Keys for which `skip` is true are
+/// ignored (a transaction's overlay decides about those). `None` when the window is empty.
+pub fn scan_extents<R: KvRead>(
+    view: &R,
+    prefix: &[u8],
+    lo: u64,
+    hi: u64,
+    end_bound: u64,
+    skip: &dyn Fn(&[u8]) -> bool,
+) -> Result<Option<ExtentScan>> {
+    // Records overlapping [lo, hi) end in (lo, hi + MAX_EXTENT_BYTES).
+    let end_max = (hi + MAX_EXTENT_BYTES).min(end_bound);
+    if end_max <= lo {
+        return Ok(None);
+    }
+    let from = layout::extent_key(prefix, lo + 1);
+    let mut upper = layout::extent_key(prefix, end_max + 1);
+    let mut map = ExtentMap::new();
+    let mut stop: Option<Vec<u8>> = None;
+    let mut err = None;
+    view.scan(Ks::Extents, &from, Some(&upper), &mut |k, v| {
+        if skip(k) {
+            return true;
+        }
+        match layout::decode_extent(k, v) {
+            Ok((start, _)) if start >= hi => {
+                stop = Some(k.to_vec());
+                false
+            }
+            Ok((start, e)) => {
+                map.insert(start, e);
+                true
+            }
+            Err(e) => {
+                err = Some(e);
+                false
+            }
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e);
+    }
+    if let Some(k) = stop {
+        upper = k;
+    }
+    Ok(Some(ExtentScan { map, from, upper }))
+}
 
 /// Reads the block-aligned logical range `[lo, hi)` of an object. Holes read as zeros. Blocks
 /// not on the device yet (planned earlier in the same transaction) come from `pending`

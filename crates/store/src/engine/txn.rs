@@ -14,7 +14,7 @@ use super::alloc::Allocator;
 use super::device::{BLOCK_BYTES, Device};
 use super::kv::{Batch, Ks, KvRead};
 use super::layout::{self, Extent, MAX_EXTENT_BYTES, Onode};
-use super::read::{ExtentMap, read_blocks};
+use super::read::{ExtentMap, read_blocks, scan_extents};
 use crate::api::Op;
 use crate::error::{Result, StoreError};
 use crate::names;
@@ -212,51 +212,20 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     }
 
     /// Extent records overlapping `[lo, hi)` of an object, as the transaction sees them, by
-    /// logical start. Records are keyed by their logical end, so the scan starts at the first
-    /// record ending after `lo` and stops at the first one starting at or after `hi`: an append
-    /// looks at no record at all.
+    /// logical start (see [`scan_extents`]).
     fn extents(&self, prefix: &[u8], lo: u64, hi: u64) -> Result<ExtentMap> {
-        let mut map = ExtentMap::new();
-        // Records overlapping [lo, hi) end in (lo, hi + MAX_EXTENT_BYTES), and none ends past
-        // the object's size.
-        let end_max = (hi + MAX_EXTENT_BYTES).min(self.extent_end_bound);
-        if end_max <= lo {
-            return Ok(map);
-        }
-        let from = layout::extent_key(prefix, lo + 1);
-        let to = Some(layout::extent_key(prefix, end_max + 1));
-        let mut stop_key: Option<Vec<u8>> = None;
-        let mut err = None;
-        self.kv.scan(Ks::Extents, &from, to.as_deref(), &mut |k, v| {
-            // The overlay decides about keys it holds; they are merged below.
-            if self.overlay.contains_key(&(Ks::Extents, k.to_vec())) {
-                return true;
-            }
-            match layout::decode_extent(k, v) {
-                Ok((start, _)) if start >= hi => {
-                    stop_key = Some(k.to_vec());
-                    false
-                }
-                Ok((start, e)) => {
-                    map.insert(start, e);
-                    true
-                }
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
-            }
-        })?;
-        if let Some(e) = err {
-            return Err(e);
-        }
-        // In a consistent view records never overlap, so no record at or after the stopping
-        // point can start before `hi`.
-        let upper = stop_key.or(to);
+        let skip = |k: &[u8]| self.overlay.contains_key(&(Ks::Extents, k.to_vec()));
+        let Some(scan) = scan_extents(self.kv, prefix, lo, hi, self.extent_end_bound, &skip)? else {
+            return Ok(ExtentMap::new());
+        };
+        let mut map = scan.map;
+        // Merge the overlay's records in the range the scan covered. In a consistent view
+        // records never overlap, so none at or past the point where the scan stopped can start
+        // before `hi`.
         let staged = self
             .overlay
-            .range((Ks::Extents, from.clone())..)
-            .take_while(|((ks, k), _)| *ks == Ks::Extents && upper.as_ref().is_none_or(|u| k < u));
+            .range((Ks::Extents, scan.from.clone())..)
+            .take_while(|((ks, k), _)| *ks == Ks::Extents && *k < scan.upper);
         for ((_, k), v) in staged {
             if let Some(v) = v {
                 let (start, e) = layout::decode_extent(k, v)?;
