@@ -805,6 +805,15 @@ mod recovery_tests {
         }
     }
 
+    /// A new engine over `kv` and `dev` with collection `c`.
+    fn fresh(kv: &LossyKv, dev: &Arc<MemDevice>) -> Engine<LossyKv, Arc<MemDevice>> {
+        let engine = Engine::format(BackendKind::Mem, kv.clone(), Arc::clone(dev), None).unwrap();
+        let mut txn = Transaction::new();
+        txn.create_collection("c");
+        engine.commit(txn, Durability::Sync).unwrap();
+        engine
+    }
+
     fn write(engine: &Engine<LossyKv, Arc<MemDevice>>, obj: &str, len: usize, durability: Durability) {
         let mut txn = Transaction::new();
         txn.write("c", obj, 0, vec![obj.len() as u8 ^ 0x5a; len]);
@@ -815,10 +824,7 @@ mod recovery_tests {
     fn synced_transactions_survive_losing_the_kv_journal() {
         let kv = LossyKv::default();
         let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = Engine::format(BackendKind::Mem, kv.clone(), Arc::clone(&dev), None).unwrap();
-        let mut txn = Transaction::new();
-        txn.create_collection("c");
-        engine.commit(txn, Durability::Sync).unwrap();
+        let engine = fresh(&kv, &dev);
         for (i, len) in [1usize, 4096, 70_000, 2 << 20].iter().enumerate() {
             write(&engine, &format!("o{i}"), *len, Durability::Sync);
         }
@@ -838,10 +844,7 @@ mod recovery_tests {
     fn a_record_whose_data_never_arrived_is_not_applied() {
         let kv = LossyKv::default();
         let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = Engine::format(BackendKind::Mem, kv.clone(), Arc::clone(&dev), None).unwrap();
-        let mut txn = Transaction::new();
-        txn.create_collection("c");
-        engine.commit(txn, Durability::Sync).unwrap();
+        let engine = fresh(&kv, &dev);
         write(&engine, "kept", 8192, Durability::Sync);
         write(&engine, "torn", 8192, Durability::Batch);
         write(&engine, "later", 8192, Durability::Batch);
