@@ -37,8 +37,8 @@
 //! and in/out are one predicate here: a caller that wants Ceph's behaviour for down-but-in OSDs
 //! (keep the slot, skip it in the acting set) filters the result instead.
 
-use crate::map::{BucketId, BucketKind, Item, MAX_DEPTH, OsdId, PlacementMap};
-use crate::straw2::{straw2_choose, straw2_choose_by};
+use crate::map::{BucketId, BucketKind, Child, Item, MAX_DEPTH, OsdId, PlacementMap};
+use crate::straw2::straw2_choose_by;
 
 /// Descents per replica slot before the exhaustive pass (Ceph's `choose_total_tries`).
 pub const MAX_ATTEMPTS: u32 = 50;
@@ -124,27 +124,19 @@ impl<F: Fn(OsdId) -> bool> Selection<'_, F> {
 
     /// One straw2 descent from the root by the map's weights.
     fn descend(&self, r: u64) -> Option<(OsdId, Domain)> {
-        let mut at = self.map.root();
-        let mut domain = None;
-        for _ in 0..MAX_DEPTH {
-            let bucket = self.map.bucket(at);
-            if domain.is_none() && self.is_domain_kind(bucket.kind) {
-                domain = Some(Domain::Bucket(at));
-            }
-            let i = straw2_choose_by(&bucket.children, |c| (c.key, c.weight), self.x, r)?;
-            match bucket.children[i].item {
-                Item::Bucket(b) => at = b,
-                Item::Osd(osd) => return Some((osd, domain.unwrap_or(Domain::Osd(osd)))),
-            }
-        }
-        None
+        self.descend_by(r, &|c: &Child| c.weight)
     }
 
     /// A descent weighting each child by its eligible OSDs only. With `strict`, failure domains
     /// already used are not eligible. Finds an OSD whenever an eligible one exists.
     fn exhaustive(&self, slot: usize, strict: bool) -> Option<(OsdId, Domain)> {
         let attempt = if strict { EXHAUSTIVE_STRICT_ATTEMPT } else { EXHAUSTIVE_RELAXED_ATTEMPT };
-        let r = draw_index(slot, attempt);
+        self.descend_by(draw_index(slot, attempt), &|c: &Child| self.eligible_weight(c.item, c.weight, strict, 0))
+    }
+
+    /// A straw2 descent from the root, drawing among each bucket's children by `weight`,
+    /// noting the first failure-domain bucket passed through.
+    fn descend_by(&self, r: u64, weight: &dyn Fn(&Child) -> u64) -> Option<(OsdId, Domain)> {
         let mut at = self.map.root();
         let mut domain = None;
         for _ in 0..MAX_DEPTH {
@@ -152,9 +144,7 @@ impl<F: Fn(OsdId) -> bool> Selection<'_, F> {
             if domain.is_none() && self.is_domain_kind(bucket.kind) {
                 domain = Some(Domain::Bucket(at));
             }
-            let eligible: Vec<(u64, u64)> =
-                bucket.children.iter().map(|c| (c.key, self.eligible_weight(c.item, c.weight, strict, 0))).collect();
-            let i = straw2_choose(&eligible, self.x, r)?;
+            let i = straw2_choose_by(&bucket.children, |c| (c.key, weight(c)), self.x, r)?;
             match bucket.children[i].item {
                 Item::Bucket(b) => at = b,
                 Item::Osd(osd) => return Some((osd, domain.unwrap_or(Domain::Osd(osd)))),
