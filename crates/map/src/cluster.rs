@@ -1,0 +1,127 @@
+//! The map itself and the questions every daemon and client asks of it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use shoal_placement::{BucketKind, OsdId, PgId, PlacementMap, pg_for_object, pg_to_osds};
+
+use crate::error::MapError;
+
+/// Largest object a pool accepts unless configured otherwise: 64 MiB, what one frame carries.
+pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 64 << 20;
+
+/// A monitor: its rank and where it listens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonInfo {
+    pub addr: SocketAddr,
+}
+
+/// An OSD as the map knows it. `up` says whether it is running (it booted and has not been
+/// reported gone); `in_cluster` whether it should hold data. Placement uses OSDs that are both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdInfo {
+    /// The host bucket it sits in (its failure domain with the default rule).
+    pub host: String,
+    /// Where it listens; `None` until it first boots.
+    pub addr: Option<SocketAddr>,
+    pub up: bool,
+    pub in_cluster: bool,
+    /// Epoch of its latest boot: a peer holding an older incarnation's connection reconnects.
+    pub up_from: u64,
+}
+
+/// A replicated pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool {
+    pub id: u32,
+    pub name: String,
+    /// Replicas of every object.
+    pub size: u32,
+    /// Fewest acting replicas with which the pool still accepts writes.
+    pub min_size: u32,
+    /// Placement groups; growing it splits PGs (stable mod).
+    pub pg_num: u32,
+    /// Largest object the pool accepts, in bytes.
+    pub max_object_bytes: u64,
+}
+
+/// Where an object lives: its PG and the PG's acting OSDs, primary first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locator {
+    pub pg: PgId,
+    pub osds: Vec<OsdId>,
+}
+
+/// The cluster map at one epoch. Build it with [`ClusterMap::new`] and change it only through
+/// [`ClusterMap::prepare`] + [`ClusterMap::apply`] (or [`ClusterMap::apply_incremental`]), so
+/// that every copy that saw the same changes is identical.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Names the cluster; a daemon refuses a map with another fsid.
+    pub fsid: String,
+    /// Grows by one with every change.
+    pub epoch: u64,
+    pub mons: BTreeMap<u32, MonInfo>,
+    pub osds: BTreeMap<OsdId, OsdInfo>,
+    pub placement: PlacementMap,
+    pub pools: BTreeMap<u32, Pool>,
+    pub next_pool_id: u32,
+    /// Replicas of a PG go to distinct buckets of this kind when the map has enough of them.
+    pub failure_domain: BucketKind,
+}
+
+
+impl ClusterMap {
+    /// An empty map at epoch 1 with the given monitors.
+    pub fn new(fsid: impl Into<String>, mons: BTreeMap<u32, MonInfo>) -> ClusterMap {
+        ClusterMap {
+            fsid: fsid.into(),
+            epoch: 1,
+            mons,
+            osds: BTreeMap::new(),
+            placement: PlacementMap::new(),
+            pools: BTreeMap::new(),
+            next_pool_id: 1,
+            failure_domain: BucketKind::Host,
+        }
+    }
+
+    /// The pool named `name`.
+    pub fn pool_by_name(&self, name: &str) -> Result<&Pool, MapError> {
+        self.pools.values().find(|p| p.name == name).ok_or_else(|| MapError::UnknownPool(name.to_string()))
+    }
+
+    /// Whether `osd` takes part in placement: booted, not reported down, and in.
+    pub fn is_usable(&self, osd: OsdId) -> bool {
+        self.osds.get(&osd).is_some_and(|o| o.up && o.in_cluster)
+    }
+
+    /// The acting OSDs of PG `pg`, primary first. The list is shorter than the pool's size when
+    /// fewer usable OSDs exist, and empty when none does.
+    pub fn pg_osds(&self, pg: PgId) -> Result<Vec<OsdId>, MapError> {
+        let pool = self.pools.get(&pg.pool).ok_or_else(|| MapError::UnknownPool(format!("id {}", pg.pool)))?;
+        if !self.placement.has_kind(self.failure_domain) {
+            return Ok(Vec::new());
+        }
+        match pg_to_osds(&self.placement, pg.pool, pg.seed, pool.size as usize, self.failure_domain, |o| {
+            self.is_usable(o)
+        }) {
+            Ok(osds) => Ok(osds),
+            Err(shoal_placement::PlacementError::NoUsableOsd(_)) => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Where object `name` of pool `pool_id` lives.
+    pub fn locate(&self, pool_id: u32, name: &str) -> Result<Locator, MapError> {
+        let pool = self.pools.get(&pool_id).ok_or_else(|| MapError::UnknownPool(format!("id {pool_id}")))?;
+        let pg = pg_for_object(pool.id, pool.pg_num, name)?;
+        Ok(Locator { pg, osds: self.pg_osds(pg)? })
+    }
+
+    /// OSDs that are up, and OSDs that are in.
+    pub fn osd_counts(&self) -> (usize, usize) {
+        (self.osds.values().filter(|o| o.up).count(), self.osds.values().filter(|o| o.in_cluster).count())
+    }
+}

@@ -1,0 +1,245 @@
+//! Commands (what an operator or a daemon asks for), changes (what the monitors replicate) and
+//! incrementals (a change with the epoch it produces, what subscribers receive).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use shoal_placement::{OsdId, Weight, pg::MAX_PG_NUM};
+
+use crate::cluster::{ClusterMap, MonInfo, OsdInfo, Pool, DEFAULT_MAX_OBJECT_BYTES};
+use crate::error::MapError;
+
+/// Longest pool name, in bytes.
+pub const MAX_POOL_NAME_BYTES: usize = 64;
+/// Largest `pg_num` a pool may have here: PGs cost memory on every OSD.
+pub const MAX_POOL_PG_NUM: u32 = 1 << 16;
+/// Most replicas a pool may ask for.
+pub const MAX_POOL_SIZE: u32 = 16;
+
+/// A request to change the map. Validated by [`ClusterMap::prepare`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Registers an OSD in a host (the host bucket is created if missing). `id: None` takes the
+    /// lowest free id.
+    CreateOsd { id: Option<OsdId>, host: String, weight: Weight },
+    /// An OSD started and listens at `addr`: marks it up.
+    OsdBoot { id: OsdId, addr: SocketAddr },
+    /// An OSD stopped or was reported unreachable.
+    OsdDown { id: OsdId },
+    /// Stop placing data on an OSD / place data on it again.
+    OsdOut { id: OsdId },
+    OsdIn { id: OsdId },
+    /// Creates a replicated pool. `min_size: None` takes `size - size / 2`, as Ceph does.
+    CreatePool { name: String, size: u32, min_size: Option<u32>, pg_num: u32, max_object_bytes: Option<u64> },
+    RemovePool { name: String },
+    SetPool { name: String, setting: PoolSetting },
+}
+
+/// A pool property `shoal pool set` can change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolSetting {
+    Size(u32),
+    MinSize(u32),
+    /// Only growth is supported: PGs split, they never merge.
+    PgNum(u32),
+    MaxObjectBytes(u64),
+}
+
+/// A validated command with every value resolved: applying it cannot fail on a map that it was
+/// prepared against, and gives the same result on every monitor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    AddOsd { id: OsdId, host: String, weight: Weight },
+    OsdUp { id: OsdId, addr: SocketAddr },
+    OsdDown { id: OsdId },
+    OsdIn { id: OsdId, in_cluster: bool },
+    PutPool(Pool),
+    RemovePool { id: u32 },
+    AddMon { rank: u32, info: MonInfo },
+}
+
+/// One change and the epoch the map has after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incremental {
+    pub epoch: u64,
+    pub change: Change,
+}
+
+fn validate_pool_name(name: &str) -> Result<(), MapError> {
+    let bad = |reason| Err(MapError::InvalidPoolName { name: name.to_string(), reason });
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_POOL_NAME_BYTES {
+        return bad("longer than 64 bytes");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') {
+        return bad("only ASCII letters, digits, '-', '_' and '.' are allowed");
+    }
+    Ok(())
+}
+
+fn validate_pool(map: &ClusterMap, pool: &Pool) -> Result<(), MapError> {
+    let invalid = |s: String| Err(MapError::InvalidPoolSetting(s));
+    if pool.size == 0 || pool.size > MAX_POOL_SIZE {
+        return invalid(format!("size must be between 1 and {MAX_POOL_SIZE}, got {}", pool.size));
+    }
+    if pool.size as usize > map.osds.len() {
+        return Err(MapError::SizeTooLarge { size: pool.size, osds: map.osds.len() });
+    }
+    if pool.min_size == 0 || pool.min_size > pool.size {
+        return invalid(format!("min_size must be between 1 and size ({}), got {}", pool.size, pool.min_size));
+    }
+    if pool.pg_num == 0 || pool.pg_num > MAX_POOL_PG_NUM.min(MAX_PG_NUM) {
+        return invalid(format!("pg_num must be between 1 and {MAX_POOL_PG_NUM}, got {}", pool.pg_num));
+    }
+    if pool.max_object_bytes == 0 || pool.max_object_bytes > DEFAULT_MAX_OBJECT_BYTES {
+        return invalid(format!(
+            "max_object_bytes must be between 1 and {DEFAULT_MAX_OBJECT_BYTES}, got {}",
+            pool.max_object_bytes
+        ));
+    }
+    Ok(())
+}
+
+impl ClusterMap {
+    fn osd(&self, id: OsdId) -> Result<&OsdInfo, MapError> {
+        self.osds.get(&id).ok_or(MapError::UnknownOsd(id))
+    }
+
+    /// Validates `cmd` against this map and resolves it into the change to replicate. `Ok(None)`
+    /// means the command is already satisfied (marking an up OSD up with the same address, an in
+    /// OSD in): no new epoch is needed.
+    pub fn prepare(&self, cmd: &Command) -> Result<Option<Change>, MapError> {
+        Ok(Some(match cmd {
+            Command::CreateOsd { id, host, weight } => {
+                let id = match id {
+                    Some(id) if self.osds.contains_key(id) => return Err(MapError::DuplicateOsd(*id)),
+                    Some(id) => *id,
+                    None => OsdId((0..).find(|n| !self.osds.contains_key(&OsdId(*n))).unwrap_or(0)),
+                };
+                if host.is_empty() || host.len() > MAX_POOL_NAME_BYTES {
+                    return Err(MapError::InvalidPoolSetting(format!("host name {host:?} must be 1 to 64 bytes")));
+                }
+                Change::AddOsd { id, host: host.clone(), weight: *weight }
+            }
+            Command::OsdBoot { id, addr } => {
+                let osd = self.osd(*id)?;
+                if osd.up && osd.addr == Some(*addr) {
+                    return Ok(None);
+                }
+                Change::OsdUp { id: *id, addr: *addr }
+            }
+            Command::OsdDown { id } => {
+                if !self.osd(*id)?.up {
+                    return Ok(None);
+                }
+                Change::OsdDown { id: *id }
+            }
+            Command::OsdOut { id } | Command::OsdIn { id } => {
+                let want = matches!(cmd, Command::OsdIn { .. });
+                if self.osd(*id)?.in_cluster == want {
+                    return Ok(None);
+                }
+                Change::OsdIn { id: *id, in_cluster: want }
+            }
+            Command::CreatePool { name, size, min_size, pg_num, max_object_bytes } => {
+                validate_pool_name(name)?;
+                if self.pool_by_name(name).is_ok() {
+                    return Err(MapError::DuplicatePool(name.clone()));
+                }
+                let pool = Pool {
+                    id: self.next_pool_id,
+                    name: name.clone(),
+                    size: *size,
+                    min_size: min_size.unwrap_or(size - size / 2),
+                    pg_num: *pg_num,
+                    max_object_bytes: max_object_bytes.unwrap_or(DEFAULT_MAX_OBJECT_BYTES),
+                };
+                validate_pool(self, &pool)?;
+                Change::PutPool(pool)
+            }
+            Command::RemovePool { name } => Change::RemovePool { id: self.pool_by_name(name)?.id },
+            Command::SetPool { name, setting } => {
+                let mut pool = self.pool_by_name(name)?.clone();
+                match *setting {
+                    PoolSetting::Size(size) => {
+                        pool.size = size;
+                        pool.min_size = pool.min_size.min(size);
+                    }
+                    PoolSetting::MinSize(min) => pool.min_size = min,
+                    PoolSetting::PgNum(pg_num) => {
+                        if pg_num < pool.pg_num {
+                            return Err(MapError::InvalidPoolSetting(format!(
+                                "pg_num can only grow (PGs split, never merge): {} -> {pg_num}",
+                                pool.pg_num
+                            )));
+                        }
+                        pool.pg_num = pg_num;
+                    }
+                    PoolSetting::MaxObjectBytes(max) => pool.max_object_bytes = max,
+                }
+                validate_pool(self, &pool)?;
+                Change::PutPool(pool)
+            }
+        }))
+    }
+
+    /// Applies a change prepared against this map (or received as an incremental) and bumps
+    /// the epoch. Errors only if the change does not fit this map, in which case the map is
+    /// unchanged.
+    pub fn apply(&mut self, change: &Change) -> Result<(), MapError> {
+        match change {
+            Change::AddOsd { id, host, weight } => {
+                if self.osds.contains_key(id) {
+                    return Err(MapError::DuplicateOsd(*id));
+                }
+                if self.placement.bucket_id(host).is_none() {
+                    self.placement.add_host(host)?;
+                }
+                self.placement.add_osd(*id, host, *weight)?;
+                let info = OsdInfo { host: host.clone(), addr: None, up: false, in_cluster: true, up_from: 0 };
+                self.osds.insert(*id, info);
+            }
+            Change::OsdUp { id, addr } => {
+                let epoch = self.epoch + 1;
+                let osd = self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?;
+                osd.up = true;
+                osd.addr = Some(*addr);
+                osd.up_from = epoch;
+            }
+            Change::OsdDown { id } => self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.up = false,
+            Change::OsdIn { id, in_cluster } => {
+                self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.in_cluster = *in_cluster;
+            }
+            Change::PutPool(pool) => {
+                self.next_pool_id = self.next_pool_id.max(pool.id + 1);
+                self.pools.insert(pool.id, pool.clone());
+            }
+            Change::RemovePool { id } => {
+                self.pools.remove(id).ok_or_else(|| MapError::UnknownPool(format!("id {id}")))?;
+            }
+            Change::AddMon { rank, info } => {
+                self.mons.insert(*rank, info.clone());
+            }
+        }
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// Applies an incremental received from a monitor; it must produce exactly the next epoch.
+    pub fn apply_incremental(&mut self, inc: &Incremental) -> Result<(), MapError> {
+        if inc.epoch != self.epoch + 1 {
+            return Err(MapError::EpochGap { have: self.epoch, got: inc.epoch });
+        }
+        self.apply(&inc.change)
+    }
+
+    /// Prepares and applies `cmd`, returning the incremental (for tests and the simulation;
+    /// the monitor replicates the change between the two steps).
+    pub fn execute(&mut self, cmd: &Command) -> Result<Option<Incremental>, MapError> {
+        let Some(change) = self.prepare(cmd)? else { return Ok(None) };
+        self.apply(&change)?;
+        Ok(Some(Incremental { epoch: self.epoch, change }))
+    }
+}

@@ -1,0 +1,97 @@
+//! The cluster map's commands: validation, epochs, incrementals that replay to identical maps.
+
+use std::collections::BTreeMap;
+
+use shoal_map::{Change, ClusterMap, Command, MapError, OsdId, PoolSetting, Weight};
+
+fn map_with_osds(n: u32) -> ClusterMap {
+    let mut map = ClusterMap::new("test-fsid", BTreeMap::new());
+    for i in 0..n {
+        let cmd = Command::CreateOsd { id: None, host: format!("host-{i}"), weight: Weight::ONE };
+        map.execute(&cmd).expect("create osd");
+        let addr = format!("127.0.0.1:{}", 7000 + i).parse().expect("addr");
+        map.execute(&Command::OsdBoot { id: OsdId(i), addr }).expect("boot");
+    }
+    map
+}
+
+fn create_pool(name: &str, size: u32) -> Command {
+    Command::CreatePool { name: name.into(), size, min_size: None, pg_num: 32, max_object_bytes: None }
+}
+
+#[test]
+fn epochs_grow_and_incrementals_replay_to_the_same_map() {
+    let mut map = ClusterMap::new("f", BTreeMap::new());
+    let mut follower = map.clone();
+    let mut incs = Vec::new();
+    for i in 0..4 {
+        let cmd = Command::CreateOsd { id: None, host: format!("h{}", i % 2), weight: Weight::ONE };
+        incs.push(map.execute(&cmd).unwrap().unwrap());
+    }
+    incs.push(map.execute(&create_pool("data", 2)).unwrap().unwrap());
+    incs.push(map.execute(&Command::OsdOut { id: OsdId(1) }).unwrap().unwrap());
+    assert_eq!(map.epoch, 7);
+    for inc in &incs {
+        follower.apply_incremental(inc).unwrap();
+    }
+    assert_eq!(postcard::to_allocvec(&map).unwrap(), postcard::to_allocvec(&follower).unwrap());
+    // A gap is refused and leaves the follower unchanged.
+    let mut stale = ClusterMap::new("f", BTreeMap::new());
+    assert_eq!(stale.apply_incremental(&incs[2]), Err(MapError::EpochGap { have: 1, got: 4 }));
+    assert_eq!(stale.epoch, 1);
+}
+
+#[test]
+fn pool_commands_are_validated() {
+    let mut map = map_with_osds(3);
+    map.execute(&create_pool("data", 3)).unwrap();
+    assert_eq!(map.execute(&create_pool("data", 1)), Err(MapError::DuplicatePool("data".into())));
+    assert_eq!(map.execute(&create_pool("big", 4)), Err(MapError::SizeTooLarge { size: 4, osds: 3 }));
+    assert!(matches!(map.execute(&create_pool("bad/name", 1)), Err(MapError::InvalidPoolName { .. })));
+    assert!(matches!(map.execute(&create_pool("", 1)), Err(MapError::InvalidPoolName { .. })));
+    assert!(matches!(map.execute(&create_pool("zero", 0)), Err(MapError::InvalidPoolSetting(_))));
+    let rm = Command::RemovePool { name: "nope".into() };
+    assert_eq!(map.execute(&rm), Err(MapError::UnknownPool("nope".into())));
+    let shrink = Command::SetPool { name: "data".into(), setting: PoolSetting::PgNum(16) };
+    assert!(matches!(map.execute(&shrink), Err(MapError::InvalidPoolSetting(_))));
+    let grow = Command::SetPool { name: "data".into(), setting: PoolSetting::PgNum(64) };
+    map.execute(&grow).unwrap();
+    assert_eq!(map.pool_by_name("data").unwrap().pg_num, 64);
+    assert_eq!(map.pool_by_name("data").unwrap().min_size, 2);
+    map.execute(&Command::RemovePool { name: "data".into() }).unwrap();
+    assert!(map.pool_by_name("data").is_err());
+}
+
+#[test]
+fn idempotent_commands_make_no_epoch() {
+    let mut map = map_with_osds(2);
+    let epoch = map.epoch;
+    assert_eq!(map.execute(&Command::OsdIn { id: OsdId(0) }), Ok(None));
+    let addr = "127.0.0.1:7000".parse().unwrap();
+    assert_eq!(map.execute(&Command::OsdBoot { id: OsdId(0), addr }), Ok(None));
+    assert_eq!(map.epoch, epoch);
+    assert_eq!(map.execute(&Command::OsdDown { id: OsdId(9) }), Err(MapError::UnknownOsd(OsdId(9))));
+}
+
+#[test]
+fn placement_uses_only_up_and_in_osds_on_distinct_hosts() {
+    let mut map = map_with_osds(4);
+    map.execute(&create_pool("data", 3)).unwrap();
+    let pool = map.pool_by_name("data").unwrap().id;
+    for i in 0..200 {
+        let loc = map.locate(pool, &format!("obj-{i}")).unwrap();
+        assert_eq!(loc.osds.len(), 3);
+        let mut hosts: Vec<_> = loc.osds.iter().map(|o| map.osds[o].host.clone()).collect();
+        hosts.sort();
+        hosts.dedup();
+        assert_eq!(hosts.len(), 3, "replicas on distinct hosts");
+    }
+    map.execute(&Command::OsdDown { id: OsdId(2) }).unwrap();
+    map.execute(&Command::OsdOut { id: OsdId(3) }).unwrap();
+    for i in 0..200 {
+        let loc = map.locate(pool, &format!("obj-{i}")).unwrap();
+        assert_eq!(loc.osds.len(), 2, "only two usable OSDs remain");
+        assert!(!loc.osds.contains(&OsdId(2)) && !loc.osds.contains(&OsdId(3)));
+    }
+    assert!(matches!(map.prepare(&Command::OsdIn { id: OsdId(3) }), Ok(Some(Change::OsdIn { .. }))));
+}
