@@ -25,7 +25,9 @@ pub const HEADER_BYTES: usize = 28;
 /// Default and largest payload a decoder accepts: a 64 MiB object write plus room for its
 /// metadata.
 pub const MAX_PAYLOAD_BYTES: u32 = (64 << 20) + (64 << 10);
-const MAGIC: &[u8; 4] = b"SHF1";
+/// The first four bytes of every frame. A reader may compare them as soon as they arrive, to
+/// refuse a peer that is not speaking this protocol without waiting for a whole header.
+pub const MAGIC: &[u8; 4] = b"SHF1";
 
 /// One message on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,40 +58,76 @@ impl Frame {
         Self { msg_type, request_id, payload }
     }
 
-    /// The frame's bytes.
+    /// The frame's bytes: [`encode_header`] followed by the payload.
     ///
     /// # Panics
     /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let len = u32::try_from(self.payload.len()).unwrap_or_else(|_| panic!("frame payload over 4 GiB"));
         let mut out = Vec::with_capacity(HEADER_BYTES + self.payload.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.msg_type.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(&self.request_id.to_le_bytes());
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&crc32c(&self.payload).to_le_bytes());
-        let hcrc = crc32c(&out[..24]);
-        out.extend_from_slice(&hcrc.to_le_bytes());
-        debug_assert_eq!(out.len(), HEADER_BYTES);
+        out.extend_from_slice(&encode_header(self.msg_type, self.request_id, &self.payload));
         out.extend_from_slice(&self.payload);
         out
     }
 }
 
-struct Header {
-    msg_type: u16,
-    request_id: u64,
-    len: u32,
-    payload_crc: u32,
+/// The 28-byte header of the frame `(msg_type, request_id, payload)`, without the payload.
+///
+/// A sender writes this header and then the payload itself (for example with one vectored
+/// write), so a large payload is never copied into a new buffer. The bytes are exactly the first
+/// [`HEADER_BYTES`] bytes of [`Frame::encode`].
+///
+/// # Panics
+/// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
+#[must_use]
+pub fn encode_header(msg_type: u16, request_id: u64, payload: &[u8]) -> [u8; HEADER_BYTES] {
+    let len = u32::try_from(payload.len()).unwrap_or_else(|_| panic!("frame payload over 4 GiB"));
+    let mut h = [0u8; HEADER_BYTES];
+    h[..4].copy_from_slice(MAGIC);
+    h[4..6].copy_from_slice(&msg_type.to_le_bytes());
+    // Bytes 6..8 are the flags, which stay zero.
+    h[8..16].copy_from_slice(&request_id.to_le_bytes());
+    h[16..20].copy_from_slice(&len.to_le_bytes());
+    h[20..24].copy_from_slice(&crc32c(payload).to_le_bytes());
+    let hcrc = crc32c(&h[..24]);
+    h[24..28].copy_from_slice(&hcrc.to_le_bytes());
+    h
+}
+
+/// A frame header that passed every check that can be made without the payload.
+///
+/// Readers that read the header and then the payload straight into its own buffer use
+/// [`decode_header`], allocate `len` bytes, read them, and call [`FrameHeader::check_payload`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub msg_type: u16,
+    pub request_id: u64,
+    /// Payload length in bytes, already checked against the decoder's limit.
+    pub len: u32,
+    pub payload_crc: u32,
+}
+
+impl FrameHeader {
+    /// Checks a received payload against the header's length and checksum.
+    pub fn check_payload(&self, payload: &[u8]) -> Result<(), FrameError> {
+        if payload.len() != self.len as usize || crc32c(payload) != self.payload_crc {
+            return Err(FrameError::PayloadChecksum { request_id: self.request_id });
+        }
+        Ok(())
+    }
+}
+
+/// Parses and checks a header (magic, header checksum, flags, and `len <= max_payload`).
+/// The length is only trusted after the header checksum matched.
+pub fn decode_header(b: &[u8; HEADER_BYTES], max_payload: u32) -> Result<FrameHeader, FrameError> {
+    parse_header(b, max_payload)
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-fn parse_header(b: &[u8], max_payload: u32) -> Result<Header, FrameError> {
+fn parse_header(b: &[u8], max_payload: u32) -> Result<FrameHeader, FrameError> {
     debug_assert!(b.len() >= HEADER_BYTES);
     if &b[..4] != MAGIC {
         return Err(FrameError::BadMagic([b[0], b[1], b[2], b[3]]));
@@ -107,7 +145,7 @@ fn parse_header(b: &[u8], max_payload: u32) -> Result<Header, FrameError> {
     }
     let mut id = [0u8; 8];
     id.copy_from_slice(&b[8..16]);
-    Ok(Header {
+    Ok(FrameHeader {
         msg_type: u16::from_le_bytes([b[4], b[5]]),
         request_id: u64::from_le_bytes(id),
         len,
@@ -183,5 +221,37 @@ impl FrameDecoder {
         self.buf = Vec::new();
         self.failed = Some(e.clone());
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn header_then_payload_is_encode(t in any::<u16>(), id in any::<u64>(), payload in prop::collection::vec(any::<u8>(), 0..3000)) {
+            let frame = Frame::new(t, id, payload);
+            let mut split = encode_header(t, id, &frame.payload).to_vec();
+            split.extend_from_slice(&frame.payload);
+            prop_assert_eq!(&split, &frame.encode());
+
+            // And the split reader's path accepts exactly what the sender wrote.
+            let h = decode_header(&encode_header(t, id, &frame.payload), MAX_PAYLOAD_BYTES).unwrap();
+            prop_assert_eq!((h.msg_type, h.request_id, h.len as usize), (t, id, frame.payload.len()));
+            prop_assert!(h.check_payload(&frame.payload).is_ok());
+        }
+    }
+
+    #[test]
+    fn split_reader_refuses_a_corrupt_payload_or_oversized_length() {
+        let h = decode_header(&encode_header(16, 7, b"hello"), MAX_PAYLOAD_BYTES).unwrap();
+        assert_eq!(h.check_payload(b"hellp"), Err(FrameError::PayloadChecksum { request_id: 7 }));
+        assert!(h.check_payload(b"hell").is_err());
+        assert_eq!(
+            decode_header(&encode_header(16, 7, b"hello"), 4),
+            Err(FrameError::TooLarge { len: 5, max: 4 })
+        );
     }
 }
