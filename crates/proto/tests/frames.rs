@@ -69,3 +69,53 @@ fn bad_magic_is_named() {
     d.push(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(matches!(d.next_frame(), Err(FrameError::BadMagic(m)) if &m == b"GET "));
 }
+
+mod messages {
+    use proptest::prelude::*;
+    use shoal_proto::osd::{ObjOp, OsdOp, ReqId};
+    use shoal_proto::{MsgError, decode, decode_frame, encode, frame};
+
+    fn op(object: &str) -> OsdOp {
+        OsdOp {
+            reqid: ReqId { client: 7, tid: 9 },
+            epoch: 3,
+            pool: 1,
+            pg: 5,
+            object: object.into(),
+            ops: vec![ObjOp::WriteFull { len_bytes: 3 }, ObjOp::Stat],
+        }
+    }
+
+    #[test]
+    fn header_and_data_round_trip_without_copying_data() {
+        let payload = encode(&op("a"), vec![1, 2, 3]);
+        let (msg, data): (OsdOp, Vec<u8>) = decode(payload).unwrap();
+        assert_eq!(msg, op("a"));
+        assert_eq!(data, vec![1, 2, 3]);
+        let f = frame(11, &op("b"), Vec::new());
+        assert_eq!(f.msg_type, 32);
+        let (msg, data): (OsdOp, _) = decode_frame(f).unwrap();
+        assert_eq!(msg.object, "b");
+        assert!(data.is_empty());
+    }
+
+    #[test]
+    fn wrong_version_and_short_payloads_are_refused() {
+        let mut payload = encode(&op("a"), vec![]);
+        *payload.last_mut().unwrap() = 99;
+        assert_eq!(decode::<OsdOp>(payload).unwrap_err(), MsgError::Version { got: 99 });
+        assert_eq!(decode::<OsdOp>(vec![1, 2]).unwrap_err(), MsgError::Truncated(2));
+        let mut payload = encode(&op("a"), vec![]);
+        let n = payload.len();
+        payload[n - 5..n - 1].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode::<OsdOp>(payload), Err(MsgError::BadHeaderLength(_))));
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the decoder: they decode or give an error.
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode::<OsdOp>(bytes);
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Messages between monitors, daemons and clients about the cluster map (types 16..=31).
+
+use serde::{Deserialize, Serialize};
+use shoal_map::{ClusterMap, Command, Incremental, OsdId};
+
+use crate::error::RemoteError;
+use crate::msg::Message;
+
+/// Asks a monitor to change the map. Any monitor accepts it and forwards it to the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonCommand {
+    pub command: Command,
+}
+impl Message for MonCommand {
+    const TYPE: u16 = 16;
+}
+
+/// The outcome of a [`MonCommand`]: the epoch at which the change is in the map (the current
+/// epoch if the command needed no change).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonCommandReply {
+    pub result: Result<u64, RemoteError>,
+}
+impl Message for MonCommandReply {
+    const TYPE: u16 = 17;
+}
+
+/// Asks for the map newer than `have_epoch` (0: none). With `subscribe`, the monitor also pushes
+/// a [`MapUpdate`] (request id 0) on this connection after every new epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetMap {
+    pub have_epoch: u64,
+    pub subscribe: bool,
+}
+impl Message for GetMap {
+    const TYPE: u16 = 18;
+}
+
+/// A map update: either the whole map (when the receiver has none or is too far behind) or
+/// the incrementals that lead from the receiver's epoch to the newest, in order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MapUpdate {
+    pub full: Option<ClusterMap>,
+    pub incrementals: Vec<Incremental>,
+}
+impl Message for MapUpdate {
+    const TYPE: u16 = 19;
+}
+
+/// Asks for the cluster's health and activity (`shoal status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetStatus;
+impl Message for GetStatus {
+    const TYPE: u16 = 20;
+}
+
+/// What `shoal status` shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    pub epoch: u64,
+    /// Rank of the Raft leader, if one is known.
+    pub leader: Option<u32>,
+    /// Monitors the leader currently hears from (itself included).
+    pub quorum: Vec<u32>,
+    /// The latest report of every OSD that sent one.
+    pub osd_stats: Vec<OsdStats>,
+}
+impl Message for StatusReply {
+    const TYPE: u16 = 21;
+}
+
+/// An OSD's periodic report to the monitors: its PGs by state, space and I/O rates. Kept in
+/// the monitors' memory only (it is soft state, rebuilt from the next reports).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OsdStats {
+    pub osd: OsdId,
+    pub map_epoch: u64,
+    /// PG state name → count, e.g. `active+clean`.
+    pub pg_states: Vec<(String, u32)>,
+    pub objects: u64,
+    pub used_bytes: u64,
+    pub capacity_bytes: u64,
+    pub read_ops_per_s: f64,
+    pub write_ops_per_s: f64,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+}
+impl Message for OsdStats {
+    const TYPE: u16 = 22;
+}
+
+/// Message types 24..=31 carry the monitors' Raft traffic; their payloads belong to the monitor
+/// crate, which owns the Raft library's types.
+pub const RAFT_TYPES: std::ops::RangeInclusive<u16> = 24..=31;

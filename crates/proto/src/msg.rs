@@ -1,0 +1,93 @@
+//! Message payloads: how a typed message and its bulk data travel in one frame's payload.
+//!
+//! ```text
+//! payload = data bytes | postcard(header) | header length (u32 LE) | version (u8)
+//! ```
+//!
+//! The bulk data (object bytes of a write or a read reply) comes *first* and the small header
+//! last, so that a receiver gets the data as the payload `Vec` truncated to its length, without
+//! copying megabytes, and a sender builds the payload by appending the header to the data it
+//! already owns. The version byte lets a later release refuse (or translate) an older peer's
+//! messages with a clear error instead of misreading them.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Version of every message layout in this crate. Bump it when any message changes shape.
+pub const MSG_VERSION: u8 = 1;
+/// Largest encoded header (everything but the bulk data): 1 MiB is far above any legitimate
+/// header (the largest is an omap batch) and stops a corrupted length from allocating much.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// Why a payload is not the message it claims to be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MsgError {
+    #[error("message payload of {0} bytes is too short for its trailer")]
+    Truncated(usize),
+    #[error("message version {got} is not supported (this build speaks version {MSG_VERSION})")]
+    Version { got: u8 },
+    #[error("message header of {0} bytes exceeds the limit or the payload")]
+    BadHeaderLength(usize),
+    #[error("message header does not decode: {0}")]
+    Decode(String),
+    #[error("unexpected message type {got} (wanted {want})")]
+    UnexpectedType { got: u16, want: u16 },
+}
+
+/// A message with its frame type.
+pub trait Message: Serialize + DeserializeOwned {
+    const TYPE: u16;
+}
+
+/// Encodes `msg` behind `data` (which may be empty) into one frame payload.
+///
+/// # Panics
+/// Panics if the header does not serialize (only possible for types that refuse serialization,
+/// which no message here does) or exceeds [`MAX_HEADER_BYTES`], a bug in the sender.
+#[must_use]
+pub fn encode<M: Serialize>(msg: &M, mut data: Vec<u8>) -> Vec<u8> {
+    let start = data.len();
+    data = postcard::to_extend(msg, data).unwrap_or_else(|e| panic!("message does not serialize: {e}"));
+    let header_len = data.len() - start;
+    assert!(header_len <= MAX_HEADER_BYTES, "message header of {header_len} bytes is over the limit");
+    data.extend_from_slice(&(header_len as u32).to_le_bytes());
+    data.push(MSG_VERSION);
+    data
+}
+
+/// Decodes a payload made by [`encode`]: the header and the bulk data (the payload truncated to
+/// the data, so no copy).
+pub fn decode<M: DeserializeOwned>(mut payload: Vec<u8>) -> Result<(M, Vec<u8>), MsgError> {
+    let n = payload.len();
+    if n < 5 {
+        return Err(MsgError::Truncated(n));
+    }
+    let version = payload[n - 1];
+    if version != MSG_VERSION {
+        return Err(MsgError::Version { got: version });
+    }
+    let mut len_bytes = [0u8; 4];
+    len_bytes.copy_from_slice(&payload[n - 5..n - 1]);
+    let header_len = u32::from_le_bytes(len_bytes) as usize;
+    if header_len > MAX_HEADER_BYTES || header_len > n - 5 {
+        return Err(MsgError::BadHeaderLength(header_len));
+    }
+    let data_len = n - 5 - header_len;
+    let header = postcard::from_bytes(&payload[data_len..n - 5]).map_err(|e| MsgError::Decode(e.to_string()))?;
+    payload.truncate(data_len);
+    Ok((header, payload))
+}
+
+/// [`decode`] after checking that the frame carries message type `M::TYPE`.
+pub fn decode_frame<M: Message>(frame: crate::Frame) -> Result<(M, Vec<u8>), MsgError> {
+    if frame.msg_type != M::TYPE {
+        return Err(MsgError::UnexpectedType { got: frame.msg_type, want: M::TYPE });
+    }
+    decode(frame.payload)
+}
+
+/// A frame carrying `msg` and `data`.
+#[must_use]
+pub fn frame<M: Message>(request_id: u64, msg: &M, data: Vec<u8>) -> crate::Frame {
+    crate::Frame::new(M::TYPE, request_id, encode(msg, data))
+}

@@ -1,0 +1,163 @@
+//! Messages to and between OSDs (types 32..=63): client operations on objects, replication
+//! from a primary to its replicas, and PG listings.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::RemoteError;
+use crate::msg::Message;
+
+/// Identifies a client request across resends: the client's unique id (random per client
+/// instance) and its request counter. A primary applies a write with a given id once, and answers
+/// a resend with the first outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ReqId {
+    pub client: u64,
+    pub tid: u64,
+}
+
+/// One operation of a request. Data-carrying operations name a length; their bytes are the
+/// request's bulk data, concatenated in operation order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjOp {
+    /// Creates the object; `exclusive` fails with `Exists` if it is there.
+    Create { exclusive: bool },
+    /// Replaces the object's data (the object is truncated to `len_bytes`).
+    WriteFull { len_bytes: u64 },
+    /// Writes at an offset, extending the object if needed.
+    Write { offset: u64, len_bytes: u64 },
+    /// Writes at the object's current end.
+    Append { len_bytes: u64 },
+    Truncate { size_bytes: u64 },
+    Remove,
+    /// Reads up to `len_bytes` at `offset` (`u64::MAX`: to the end). The reply's data holds
+    /// the bytes of every read, concatenated in operation order.
+    Read { offset: u64, len_bytes: u64 },
+    Stat,
+    SetXattr { name: String, value: Vec<u8> },
+    GetXattr { name: String },
+    RemoveXattr { name: String },
+    ListXattrs,
+    OmapSet { entries: Vec<(Vec<u8>, Vec<u8>)> },
+    OmapGet { keys: Vec<Vec<u8>> },
+    /// Up to `max` entries after `after` (exclusive), in key order.
+    OmapList { after: Option<Vec<u8>>, max: u32 },
+    OmapRemove { keys: Vec<Vec<u8>> },
+}
+
+impl ObjOp {
+    /// Whether the operation changes the object (and so must be ordered and replicated).
+    #[must_use]
+    pub fn is_write(&self) -> bool {
+        !matches!(
+            self,
+            ObjOp::Read { .. }
+                | ObjOp::Stat
+                | ObjOp::GetXattr { .. }
+                | ObjOp::ListXattrs
+                | ObjOp::OmapGet { .. }
+                | ObjOp::OmapList { .. }
+        )
+    }
+
+    /// Bytes of bulk data the operation consumes from the request.
+    #[must_use]
+    pub fn data_len(&self) -> u64 {
+        match self {
+            ObjOp::WriteFull { len_bytes } | ObjOp::Write { len_bytes, .. } | ObjOp::Append { len_bytes } => {
+                *len_bytes
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// The result of one operation, in the order of the request's operations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpOutput {
+    Done,
+    /// Bytes returned by a read (its data is in the reply's bulk data).
+    Read { len_bytes: u64 },
+    Stat { size_bytes: u64, mtime_ns: i64 },
+    Xattr(Option<Vec<u8>>),
+    Xattrs(Vec<(String, Vec<u8>)>),
+    Omap(Vec<(Vec<u8>, Option<Vec<u8>>)>),
+    OmapList(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+/// A client's request for one object. Sent to the PG's primary as computed from the client's
+/// map at `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdOp {
+    pub reqid: ReqId,
+    pub epoch: u64,
+    pub pool: u32,
+    /// The PG seed the client computed; the OSD recomputes it and refuses a mismatch.
+    pub pg: u32,
+    pub object: String,
+    pub ops: Vec<ObjOp>,
+}
+impl Message for OsdOp {
+    const TYPE: u16 = 32;
+}
+
+/// The reply to an [`OsdOp`]. On `WrongPrimary` the client refreshes its map to at least
+/// `epoch` and resends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdOpReply {
+    pub epoch: u64,
+    pub result: Result<Vec<OpOutput>, RemoteError>,
+}
+impl Message for OsdOpReply {
+    const TYPE: u16 = 33;
+}
+
+/// A write forwarded by a primary to a replica: the same operations, already validated and
+/// ordered; the replica applies them durably and acknowledges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepOp {
+    pub reqid: ReqId,
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub object: String,
+    /// The PG's write sequence number at the primary; replicas apply in this order.
+    pub version: u64,
+    /// Modification time the primary chose, so every replica records the same one.
+    pub mtime_ns: i64,
+    pub ops: Vec<ObjOp>,
+}
+impl Message for RepOp {
+    const TYPE: u16 = 34;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepOpReply {
+    pub epoch: u64,
+    pub version: u64,
+    pub result: Result<(), RemoteError>,
+}
+impl Message for RepOpReply {
+    const TYPE: u16 = 35;
+}
+
+/// Lists objects of one PG, in name order, after `cursor` (exclusive).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgList {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub cursor: Option<String>,
+    pub max: u32,
+}
+impl Message for PgList {
+    const TYPE: u16 = 36;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgListReply {
+    pub epoch: u64,
+    pub result: Result<(Vec<String>, Option<String>), RemoteError>,
+}
+impl Message for PgListReply {
+    const TYPE: u16 = 37;
+}
