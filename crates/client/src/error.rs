@@ -1,0 +1,52 @@
+//! The client's errors: one variant per condition a caller may act on.
+
+use std::path::PathBuf;
+
+use shoal_proto::{ErrorCode, RemoteError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("config {}: {reason}", path.display())]
+    Config { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Net(#[from] shoal_net::NetError),
+    /// The cluster answered with an error (the code says which kind).
+    #[error("{0}")]
+    Remote(RemoteError),
+    #[error("no monitor reachable at {addrs}: {last}")]
+    NoMonitor { addrs: String, last: String },
+    #[error("pool {0:?} does not exist")]
+    UnknownPool(String),
+    #[error("invalid object name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    #[error("object of {size_bytes} bytes exceeds the pool's limit of {max_bytes} bytes")]
+    TooLarge { size_bytes: u64, max_bytes: u64 },
+    #[error("PG {pg} of pool {pool} has no acting OSD")]
+    NoActing { pool: String, pg: String },
+    #[error("operation timed out after {0} ms")]
+    Timeout(u64),
+    #[error("malformed reply: {0}")]
+    BadReply(String),
+}
+
+impl ClientError {
+    /// The remote error code, if the cluster reported one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Remote(e) => Some(e.code),
+            ClientError::UnknownPool(_) => Some(ErrorCode::NotFound),
+            _ => None,
+        }
+    }
+
+    /// Whether the object (or pool) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(ErrorCode::NotFound)
+    }
+}
+
+impl From<shoal_proto::MsgError> for ClientError {
+    fn from(e: shoal_proto::MsgError) -> Self {
+        ClientError::BadReply(e.to_string())
+    }
+}

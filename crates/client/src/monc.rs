@@ -1,0 +1,242 @@
+//! The monitor client: one authenticated connection to some monitor, a subscription that keeps
+//! the newest cluster map, and commands. Used by clients and by OSDs alike.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_map::{ClusterMap, Command};
+use shoal_net::Connection;
+use shoal_proto::mon::{GetMap, GetStatus, MapUpdate, MonCommand, MonCommandReply, OsdStats, StatusReply};
+use shoal_proto::{ErrorCode, Message, decode_frame, encode};
+use tokio::sync::{Mutex, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::ClusterConfig;
+use crate::error::ClientError;
+
+/// Pause between attempts to reach a monitor after a connection failed.
+const RECONNECT_PAUSE_MS: u64 = 50;
+
+/// A handle on the monitors. Cheap to clone; the subscription task stops when the last handle
+/// is dropped.
+#[derive(Clone)]
+pub struct MonClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: ClusterConfig,
+    conn: Mutex<Option<Connection>>,
+    map_tx: watch::Sender<Option<Arc<ClusterMap>>>,
+    subscriber: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(mut task) = self.subscriber.lock()
+            && let Some(task) = task.take()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Applies a map update to `current`. Returns the new map, or `None` if the update does not
+/// lead anywhere from `current` (a gap: the caller asks for the full map).
+pub fn apply_update(current: Option<&ClusterMap>, update: &MapUpdate) -> Option<ClusterMap> {
+    let mut map = match (&update.full, current) {
+        (Some(full), Some(cur)) if full.epoch <= cur.epoch => cur.clone(),
+        (Some(full), _) => full.clone(),
+        (None, Some(cur)) => cur.clone(),
+        (None, None) => return None,
+    };
+    for inc in &update.incrementals {
+        if inc.epoch <= map.epoch {
+            continue;
+        }
+        map.apply_incremental(inc).ok()?;
+    }
+    Some(map)
+}
+
+impl MonClient {
+    /// Connects to the first monitor that answers, fetches the map and subscribes to updates.
+    /// Returns once a map is known.
+    pub async fn connect(cfg: ClusterConfig) -> Result<MonClient, ClientError> {
+        let (map_tx, _) = watch::channel(None);
+        let inner =
+            Arc::new(Inner { cfg, conn: Mutex::new(None), map_tx, subscriber: std::sync::Mutex::new(None) });
+        let first = subscribe_once(&inner).await?;
+        let weak = Arc::downgrade(&inner);
+        let task = tokio::spawn(async move { follow_map(weak, first).await });
+        if let Ok(mut slot) = inner.subscriber.lock() {
+            *slot = Some(task);
+        }
+        Ok(MonClient { inner })
+    }
+
+    /// The newest map this client has seen.
+    ///
+    /// # Panics
+    /// Never: `connect` returns only once a map is known.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.inner.map_tx.borrow().clone().expect("a map is known after connect")
+    }
+
+    /// A receiver that sees every new map.
+    pub fn watch(&self) -> watch::Receiver<Option<Arc<ClusterMap>>> {
+        self.inner.map_tx.subscribe()
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.cfg
+    }
+
+    /// Waits until the map has reached `epoch`, for at most `timeout_ms`.
+    pub async fn wait_for_epoch(&self, epoch: u64, timeout_ms: u64) -> Result<Arc<ClusterMap>, ClientError> {
+        let mut rx = self.watch();
+        let wait = rx.wait_for(|m| m.as_ref().is_some_and(|m| m.epoch >= epoch));
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), wait).await {
+            Ok(Ok(map)) => Ok(map.clone().expect("checked by the predicate")),
+            Ok(Err(_)) => Err(ClientError::Timeout(timeout_ms)),
+            Err(_) => Err(ClientError::Timeout(timeout_ms)),
+        }
+    }
+
+    /// Sends a command to the monitors and returns the epoch at which its effect is in the map.
+    /// Retries on another monitor if the connection breaks or there is no quorum yet, until the
+    /// operation timeout.
+    pub async fn command(&self, command: Command) -> Result<u64, ClientError> {
+        let msg = MonCommand { command };
+        let reply: MonCommandReply = self.call(&msg).await?;
+        reply.result.map_err(ClientError::Remote)
+    }
+
+    /// The cluster's status from the monitor this client talks to.
+    pub async fn status(&self) -> Result<StatusReply, ClientError> {
+        self.call(&GetStatus).await
+    }
+
+    /// Reports an OSD's statistics (its heartbeat to the monitors).
+    pub async fn report_stats(&self, stats: &OsdStats) -> Result<(), ClientError> {
+        let conn = self.connection().await?;
+        conn.call(OsdStats::TYPE, encode(stats, Vec::new())).await?;
+        Ok(())
+    }
+
+    async fn call<Req: Message, Rep: Message>(&self, req: &Req) -> Result<Rep, ClientError> {
+        let timeout_ms = self.inner.cfg.op_timeout_ms;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            let result = async {
+                let conn = self.connection().await?;
+                let frame = conn.call(Req::TYPE, encode(req, Vec::new())).await?;
+                let (reply, _): (Rep, _) = decode_frame(frame)?;
+                Ok::<Rep, ClientError>(reply)
+            }
+            .await;
+            let retry = match &result {
+                Err(ClientError::Net(_)) => {
+                    self.inner.conn.lock().await.take();
+                    true
+                }
+                _ => false,
+            };
+            if !retry || tokio::time::Instant::now() >= deadline {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(RECONNECT_PAUSE_MS)).await;
+        }
+    }
+
+    async fn connection(&self) -> Result<Connection, ClientError> {
+        let mut slot = self.inner.conn.lock().await;
+        if let Some(conn) = slot.as_ref()
+            && !conn.is_closed()
+        {
+            return Ok(conn.clone());
+        }
+        let conn = connect_any(&self.inner.cfg).await?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Whether a command error means "retry later" (no leader yet).
+    pub fn is_transient(err: &ClientError) -> bool {
+        matches!(err, ClientError::Remote(e) if e.code == ErrorCode::NoQuorum)
+    }
+}
+
+/// Connects to the first monitor that accepts us, in rank order.
+async fn connect_any(cfg: &ClusterConfig) -> Result<Connection, ClientError> {
+    let net = cfg.net();
+    let mut last = String::from("no monitors configured");
+    for addr in &cfg.mons {
+        match Connection::connect(*addr, &net).await {
+            Ok(conn) => return Ok(conn),
+            // A refused key will be refused by every monitor: say so at once.
+            Err(e @ shoal_net::NetError::AuthRefused { .. }) => return Err(e.into()),
+            Err(e) => last = format!("{addr}: {e}"),
+        }
+    }
+    let addrs = cfg.mons.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    Err(ClientError::NoMonitor { addrs, last })
+}
+
+/// Opens a dedicated subscription connection, fetches the map and publishes it. Returns the
+/// connection's push receiver.
+async fn subscribe_once(inner: &Inner) -> Result<tokio::sync::mpsc::Receiver<shoal_net::Frame>, ClientError> {
+    let conn = connect_any(&inner.cfg).await?;
+    let pushes = conn.take_pushes().ok_or_else(|| ClientError::BadReply("push channel already taken".into()))?;
+    let have = inner.map_tx.borrow().as_ref().map_or(0, |m| m.epoch);
+    let frame = conn.call(GetMap::TYPE, encode(&GetMap { have_epoch: have, subscribe: true }, Vec::new())).await?;
+    let (update, _): (MapUpdate, _) = decode_frame(frame)?;
+    publish(inner, &update);
+    if inner.map_tx.borrow().is_none() {
+        return Err(ClientError::BadReply("the monitor sent no map".into()));
+    }
+    // The subscription lives as long as the connection; keep it in the shared slot so commands
+    // reuse it.
+    *inner.conn.lock().await = Some(conn);
+    Ok(pushes)
+}
+
+fn publish(inner: &Inner, update: &MapUpdate) -> bool {
+    let current = inner.map_tx.borrow().clone();
+    match apply_update(current.as_deref(), update) {
+        Some(map) => {
+            if current.as_ref().is_none_or(|c| map.epoch > c.epoch) {
+                inner.map_tx.send_replace(Some(Arc::new(map)));
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// Follows pushed map updates; on a lost connection or a gap, subscribes again (to any monitor).
+async fn follow_map(inner: std::sync::Weak<Inner>, mut pushes: tokio::sync::mpsc::Receiver<shoal_net::Frame>) {
+    loop {
+        while let Some(frame) = pushes.recv().await {
+            let Some(inner) = inner.upgrade() else { return };
+            let Ok((update, _)) = decode_frame::<MapUpdate>(frame) else { continue };
+            if !publish(&inner, &update) {
+                // A gap: drop the connection and resubscribe, which fetches what we miss.
+                break;
+            }
+        }
+        loop {
+            let Some(strong) = inner.upgrade() else { return };
+            match subscribe_once(&strong).await {
+                Ok(p) => {
+                    pushes = p;
+                    break;
+                }
+                Err(_) => {
+                    drop(strong);
+                    tokio::time::sleep(Duration::from_millis(RECONNECT_PAUSE_MS)).await;
+                }
+            }
+        }
+    }
+}
