@@ -49,7 +49,7 @@ log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 CMDLOG=$WORK/commands.log
 # run a command and record it (first round only) in the "commands" list of the JSON
 LOGCMDS=1
-x() { [ "$LOGCMDS" = 1 ] && printf '%s\n' "$*" >>"$CMDLOG"; "$@"; }
+x() { [ "$LOGCMDS" = 1 ] && { printf '%q ' "$@"; echo; } >>"$CMDLOG"; "$@"; }
 rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo null; }
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
 
@@ -123,7 +123,7 @@ C() { x ceph --conf "$CONF" --connect-timeout 30 "$@"; }
 
 start_daemon() {  # name cmd... : a foreground daemon, PID in $DIR/pids/NAME.pid
   local name=$1; shift
-  [ "$LOGCMDS" = 1 ] && printf '%s &\n' "$*" >>"$CMDLOG"
+  [ "$LOGCMDS" = 1 ] && { printf '%q ' "$@"; echo '&'; } >>"$CMDLOG"
   "$@" >>"$DIR/log/$name.stdout" 2>&1 &
   echo $! >"$DIR/pids/$name.pid"
 }
@@ -163,33 +163,43 @@ ceph_deploy() {
   x ceph-mon --conf "$CONF" --mkfs -i a --monmap "$DIR/monmap" --keyring "$DIR/mon.keyring" \
     >>"$DIR/log/mon.a.mkfs" 2>&1
   start_daemon mon.a ceph-mon --conf "$CONF" -i a -f
+  PH_MON=$(elapsed "$t0" "$(now)")
   # manager (needed for PG stats, and any real deploy runs one)
   C auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' \
     -o "$DIR/mgr.x/keyring" >/dev/null
   start_daemon mgr.x ceph-mgr --conf "$CONF" -i x -f
+  PH_MGR=$(elapsed "$t0" "$(now)")
   # OSDs, in parallel
   local pids=() i
   for i in $(seq "$n"); do ceph_osd_create & pids+=($!); done
   for i in "${pids[@]}"; do wait "$i"; done
+  PH_OSDS=$(elapsed "$t0" "$(now)")
   C osd pool create bench "$PG_NUM" "$PG_NUM" replicated --size "$pool_size" >/dev/null 2>&1
   C osd pool application enable bench rados >/dev/null 2>&1
-  # wait for ready, then (briefly) for HEALTH_OK
+  PH_POOL=$(elapsed "$t0" "$(now)")
+  # wait for ready, then (briefly) for HEALTH_OK; note on the way when the manager became
+  # available and when all OSDs were up and in (each poll is one `ceph -s`, ~0.3 s)
   deadline=$(( $(date +%s) + HEALTHY_TIMEOUT_S ))
+  PH_MGR_AVAIL=null PH_OSDS_UP=null
+  local ok health osds_ok mgr_ok
   while :; do
     if st=$(C -s --format json 2>/dev/null | jq -r --argjson n "$n" --argjson pg "$PG_NUM" '
         (.osdmap.osdmap // .osdmap) as $o
-        | [ ($o.num_osds == $n and $o.num_up_osds == $n and $o.num_in_osds == $n
-             and .pgmap.num_pgs >= $pg
+        | ($o.num_osds == $n and $o.num_up_osds == $n and $o.num_in_osds == $n) as $osds
+        | [ ($osds and .pgmap.num_pgs >= $pg
              and ([.pgmap.pgs_by_state[]? | select(.state_name == "active+clean") | .count] | add // 0)
                  == .pgmap.num_pgs),
-            .health.status ] | @tsv'); then
-      if [ -z "$ready" ] && [ "${st%%$'\t'*}" = true ]; then
+            .health.status, $osds, (.mgrmap.available // false) ] | @tsv'); then
+      IFS=$'\t' read -r ok health osds_ok mgr_ok <<<"$st"
+      [ "$PH_MGR_AVAIL" = null ] && [ "$mgr_ok" = true ] && PH_MGR_AVAIL=$(elapsed "$t0" "$(now)")
+      [ "$PH_OSDS_UP" = null ] && [ "$osds_ok" = true ] && PH_OSDS_UP=$(elapsed "$t0" "$(now)")
+      if [ -z "$ready" ] && [ "$ok" = true ]; then
         ready=$(elapsed "$t0" "$(now)")
-        HEALTH_AT_READY=${st#*$'\t'}
+        HEALTH_AT_READY=$health
         deadline=$(( $(date +%s) + HEALTH_OK_EXTRA_S ))
         log "ceph $n OSD(s): ready after ${ready}s ($HEALTH_AT_READY)"
       fi
-      if [ -n "$ready" ] && [ "${st#*$'\t'}" = HEALTH_OK ]; then hok=$(elapsed "$t0" "$(now)"); break; fi
+      if [ -n "$ready" ] && [ "$health" = HEALTH_OK ]; then hok=$(elapsed "$t0" "$(now)"); break; fi
     fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
       [ -n "$ready" ] && break
@@ -225,8 +235,11 @@ rados_bench() {  # bs -> JSON object (rados bench's own summary)
 
 fio_bench() {  # bs -> JSON object (fio's rados engine, same pool, 16 in flight)
   local bs=$1 out
+  # 16 objects of 64 MiB (--size is the total; the rados engine ignores --filesize) written round-robin (one object would serialise every write on one
+  # PG; osd_max_object_size is 128 MiB); --time_based wraps around, i.e. later passes overwrite
   out=$(x fio --name="w$bs" --ioengine=rados --conf="$CONF" --clientname=admin --pool=bench \
-          --rw=write --bs="$bs" --iodepth=16 --size=1G --time_based --runtime="$BENCH_S" \
+          --rw=write --bs="$bs" --iodepth=16 --nrfiles=16 --size=1G --file_service_type=roundrobin \
+          --time_based --runtime="$BENCH_S" \
           --percentile_list=50:99 --output-format=json 2>"$WORK/logs/$(basename "$DIR")-fio-$bs.err") || {
     cat "$WORK/logs/$(basename "$DIR")-fio-$bs.err" >&2; return 1; }
   echo "$out" >"$WORK/logs/$(basename "$DIR")-fio-$bs.json"
@@ -259,7 +272,12 @@ ceph_round() {  # -> $WORK/ceph-rN.json
   ceph_deploy 1 1
   d1=$(jq -nc --argjson s "$READY_S" --argjson h "$HEALTH_OK_S" --arg st "$HEALTH_AT_READY" \
         --argjson checks "$HEALTH_DETAIL" \
-        '{ready_s:$s, health_ok_s:$h, health_at_ready:$st, health_checks_after:$checks}')
+        --argjson m "$PH_MON" --argjson g "$PH_MGR" --argjson o "$PH_OSDS" --argjson p "$PH_POOL" \
+        --argjson ma "$PH_MGR_AVAIL" --argjson ou "$PH_OSDS_UP" \
+        '{ready_s:$s, health_ok_s:$h, health_at_ready:$st, health_checks_after:$checks,
+          phases_s: {mon_mkfs_and_started: $m, mgr_started: $g, osds_created_and_started: $o,
+                     pool_created: $p, mgr_available_seen: $ma, osds_up_and_in_seen: $ou,
+                     ready: $s}}')
   sleep "$IDLE_S"
   rss_idle=$(daemon_rss)
   log "ceph: rados bench 4M / 4K, fio rados 4K / 4M (${BENCH_S}s each)"
@@ -275,7 +293,12 @@ ceph_round() {  # -> $WORK/ceph-rN.json
   ceph_deploy 6 3
   d6=$(jq -nc --argjson s "$READY_S" --argjson h "$HEALTH_OK_S" --arg st "$HEALTH_AT_READY" \
         --argjson checks "$HEALTH_DETAIL" \
-        '{ready_s:$s, health_ok_s:$h, health_at_ready:$st, health_checks_after:$checks}')
+        --argjson m "$PH_MON" --argjson g "$PH_MGR" --argjson o "$PH_OSDS" --argjson p "$PH_POOL" \
+        --argjson ma "$PH_MGR_AVAIL" --argjson ou "$PH_OSDS_UP" \
+        '{ready_s:$s, health_ok_s:$h, health_at_ready:$st, health_checks_after:$checks,
+          phases_s: {mon_mkfs_and_started: $m, mgr_started: $g, osds_created_and_started: $o,
+                     pool_created: $p, mgr_available_seen: $ma, osds_up_and_in_seen: $ou,
+                     ready: $s}}')
   sleep "$IDLE_S"
   local rss6; rss6=$(daemon_rss)
   ceph_teardown
