@@ -1,0 +1,296 @@
+//! The client end of a connection: pipelined calls and server pushes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use shoal_proto::{Frame, HEADER_BYTES, MAX_PAYLOAD_BYTES};
+use tokio::io::BufReader;
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::task::AbortHandle;
+
+use crate::wire::{
+    FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, READ_BUFFER, error_frame, error_reason, read_frame, writer_task,
+};
+use crate::{Key, NetError, auth};
+
+/// Who a client is and how it uses its connections.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The entity name the client authenticates as, e.g. "client.admin".
+    pub entity: String,
+    pub key: Key,
+    /// Bound on TCP connect plus handshake.
+    pub connect_timeout_ms: u64,
+    /// Calls that may be outstanding on one connection; further calls wait for a slot.
+    /// Zero is treated as one.
+    pub max_in_flight: usize,
+}
+
+impl ClientConfig {
+    /// A configuration with a 5 s connect timeout and 128 calls in flight.
+    #[must_use]
+    pub fn new(entity: &str, key: Key) -> Self {
+        Self { entity: entity.to_owned(), key, connect_timeout_ms: 5000, max_in_flight: 128 }
+    }
+}
+
+/// A call waiting for its reply. It holds the in-flight slot, so the slot is returned only when
+/// the server has answered (or the connection closed), even if the caller stopped waiting: the
+/// bound on outstanding requests is a bound on what the server is working on.
+struct Pending {
+    reply: oneshot::Sender<Result<Frame, NetError>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// State shared by the handles and the reader task.
+struct Shared {
+    link: Arc<Link>,
+    /// Calls awaiting replies by request id. Closing the connection empties it under the lock,
+    /// and a call is only added under the lock while the connection is open, so no call can be
+    /// left waiting on a closed connection.
+    pending: Mutex<HashMap<u64, Pending>>,
+    pushes_taken: AtomicBool,
+}
+
+impl Shared {
+    fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
+        // A panic while holding this lock cannot leave the map inconsistent (each operation is a
+        // single insert or remove), so a poisoned lock is still usable.
+        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Closes the connection and fails every waiting call with [`NetError::Closed`].
+    fn close(&self) {
+        self.link.close();
+        let drained: Vec<Pending> = self.pending().drain().map(|(_, p)| p).collect();
+        for p in drained {
+            let _ = p.reply.send(Err(NetError::Closed));
+        }
+    }
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Frame>,
+    slots: Arc<Semaphore>,
+    next_id: AtomicU64,
+    pushes: Mutex<Option<mpsc::Receiver<Frame>>>,
+    peer_addr: SocketAddr,
+    server_entity: String,
+    reader: AbortHandle,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone: stop reading, and let the writer flush what is queued and close
+    /// the socket.
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.shared.close();
+    }
+}
+
+/// An authenticated client connection. Cloning it is cheap and every clone uses the same socket;
+/// the connection closes when the last clone is dropped.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer_addr", &self.inner.peer_addr)
+            .field("server_entity", &self.inner.server_entity)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects to `addr` (with `TCP_NODELAY`, since requests are small and latency-bound) and
+    /// runs the handshake as `cfg.entity`. The whole of it is bounded by `cfg.connect_timeout_ms`
+    /// ([`NetError::Timeout`]). A server that does not know the entity or its key refuses with
+    /// [`NetError::AuthRefused`] carrying the server's reason; a server that cannot prove it
+    /// knows the key fails with [`NetError::AuthFailed`].
+    ///
+    /// Must be called inside a Tokio runtime: the connection runs a reader and a writer task.
+    pub async fn connect(addr: SocketAddr, cfg: &ClientConfig) -> Result<Connection, NetError> {
+        let timeout = Duration::from_millis(cfg.connect_timeout_ms);
+        let setup = async {
+            let mut stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let server_entity = auth::client(&mut stream, &cfg.entity, &cfg.key).await?;
+            Ok::<_, NetError>((stream, server_entity))
+        };
+        let (stream, server_entity) = tokio::time::timeout(timeout, setup).await.map_err(|_| NetError::Timeout)??;
+        let peer_addr = stream.peer_addr()?;
+        let (rd, wr) = stream.into_split();
+
+        let max_in_flight = cfg.max_in_flight.max(1);
+        // Every queued frame is a call holding a slot (plus, rarely, one error frame from the
+        // reader), so this queue never makes a call wait beyond the slot it already holds.
+        let (tx, rx) = mpsc::channel(max_in_flight + 1);
+        let (push_tx, push_rx) = mpsc::channel(PUSH_QUEUE_FRAMES);
+        let link = Arc::new(Link::new());
+        let shared = Arc::new(Shared { link: link.clone(), pending: Mutex::new(HashMap::new()), pushes_taken: AtomicBool::new(false) });
+        tokio::spawn(writer_task(wr, rx, link));
+        let reader = tokio::spawn(reader_task(rd, shared.clone(), tx.downgrade(), push_tx)).abort_handle();
+        Ok(Connection {
+            inner: Arc::new(Inner {
+                shared,
+                tx,
+                slots: Arc::new(Semaphore::new(max_in_flight)),
+                next_id: AtomicU64::new(1),
+                pushes: Mutex::new(Some(push_rx)),
+                peer_addr,
+                server_entity,
+                reader,
+            }),
+        })
+    }
+
+    /// Sends a request and waits for the frame whose request id matches. Requests are pipelined:
+    /// many calls may be outstanding on one connection (up to `max_in_flight`; more wait for a
+    /// slot), and replies may come back in any order.
+    ///
+    /// The reply is returned as the server sent it, including its message type. A reply of type
+    /// [`crate::MSG_ERROR`] becomes [`NetError::Remote`] and leaves the connection usable. If the
+    /// connection closes first, the call fails with [`NetError::Closed`].
+    ///
+    /// `msg_type` should be [`FIRST_USER_MSG_TYPE`] or above, or [`crate::MSG_KEEPALIVE`] for a
+    /// round trip the server answers itself; other reserved types make the server close the
+    /// connection. Dropping the returned future abandons the call, but its in-flight slot stays
+    /// taken until the server replies.
+    ///
+    /// # Panics
+    /// Panics if the payload is longer than `u32::MAX` bytes.
+    pub async fn call(&self, msg_type: u16, payload: Vec<u8>) -> Result<Frame, NetError> {
+        self.start_call(msg_type, payload).await?.await
+    }
+
+    /// Like [`Connection::call`], in two steps: the returned future resolves once the frame is
+    /// queued for sending, and yields a [`PendingReply`] to await the reply with. A caller that
+    /// queues several requests one after the other this way knows they leave in that order,
+    /// while still waiting for their replies concurrently (an OSD forwarding writes to a replica
+    /// needs both).
+    pub async fn start_call(&self, msg_type: u16, payload: Vec<u8>) -> Result<PendingReply, NetError> {
+        let inner = &*self.inner;
+        let slot = inner.slots.clone().acquire_owned().await.map_err(|_| NetError::Closed)?;
+        let request_id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        // Room in the write queue is reserved before the call is registered, so that from the
+        // registration to the frame being queued nothing can be interrupted: a call abandoned
+        // in between would otherwise hold its slot forever for a request never sent.
+        let queue = inner.tx.reserve().await.map_err(|_| NetError::Closed)?;
+        let (reply_tx, reply_rx) = oneshot::channel();
+        {
+            let mut pending = inner.shared.pending();
+            if inner.shared.link.is_closed() {
+                return Err(NetError::Closed);
+            }
+            pending.insert(request_id, Pending { reply: reply_tx, _slot: slot });
+        }
+        queue.send(Frame { msg_type, request_id, payload });
+        Ok(PendingReply { rx: reply_rx })
+    }
+
+    /// Frames the server sent unsolicited (request id 0), e.g. map updates, in arrival order.
+    /// Returns the receiver the first time and `None` afterwards.
+    ///
+    /// Up to [`crate::PUSH_QUEUE_FRAMES`] pushes are buffered. Before the receiver is taken, a
+    /// push that finds the buffer full is dropped (nobody has asked for them yet). Once it is
+    /// taken, the owner must keep draining it: a push that finds the buffer full closes the
+    /// connection rather than being lost silently or stalling replies to calls, so the client
+    /// notices (calls fail with [`NetError::Closed`]) and can reconnect and resynchronise. A
+    /// dropped receiver simply discards further pushes.
+    pub fn take_pushes(&self) -> Option<mpsc::Receiver<Frame>> {
+        let taken = self.inner.pushes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if taken.is_some() {
+            self.inner.shared.pushes_taken.store(true, Ordering::Release);
+        }
+        taken
+    }
+
+    /// Whether the connection has closed; every later call fails with [`NetError::Closed`].
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.inner.shared.link.is_closed()
+    }
+
+    #[must_use]
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.inner.peer_addr
+    }
+
+    /// The entity name the server authenticated as (it proved it knows this client's key).
+    #[must_use]
+    pub fn server_entity(&self) -> &str {
+        &self.inner.server_entity
+    }
+}
+
+/// Reads frames and hands each to its waiting call or to the push queue. Anything the protocol
+/// does not allow closes the connection, after telling the server why when possible.
+async fn reader_task(rd: OwnedReadHalf, shared: Arc<Shared>, tx: mpsc::WeakSender<Frame>, pushes: mpsc::Sender<Frame>) {
+    let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
+    let mut header = [0u8; HEADER_BYTES];
+    let violation = loop {
+        let frame = tokio::select! {
+            biased;
+            () = shared.link.reader_stopped() => break None,
+            r = read_frame(&mut rd, &mut header, MAX_PAYLOAD_BYTES) => r,
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => break None,
+            Err(NetError::Frame(e)) => break Some(e.to_string()),
+            Err(_) => break None,
+        };
+        if frame.request_id == 0 {
+            if frame.msg_type >= FIRST_USER_MSG_TYPE {
+                match pushes.try_send(frame) {
+                    Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        if shared.pushes_taken.load(Ordering::Acquire) {
+                            break Some("push queue overflow".to_owned());
+                        }
+                    }
+                }
+            } else if frame.msg_type == MSG_ERROR {
+                // The server's last words before it closes; nothing to answer.
+                break None;
+            }
+            // Other reserved types with id 0 (keepalives) need nothing.
+            continue;
+        }
+        let Some(call) = shared.pending().remove(&frame.request_id) else {
+            break Some(format!("reply for unknown request {}", frame.request_id));
+        };
+        let result = if frame.msg_type == MSG_ERROR { Err(NetError::Remote { reason: error_reason(&frame) }) } else { Ok(frame) };
+        // The caller may have stopped waiting; the reply is then dropped.
+        let _ = call.reply.send(result);
+    };
+    if let (Some(reason), Some(tx)) = (violation, tx.upgrade()) {
+        let _ = tx.try_send(error_frame(0, &reason));
+    }
+    shared.close();
+}
+
+/// The reply of a request queued with [`Connection::start_call`]; resolves like
+/// [`Connection::call`].
+pub struct PendingReply {
+    rx: oneshot::Receiver<Result<Frame, NetError>>,
+}
+
+impl std::future::IntoFuture for PendingReply {
+    type Output = Result<Frame, NetError>;
+    type IntoFuture = std::pin::Pin<Box<dyn Future<Output = Result<Frame, NetError>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.rx.await.unwrap_or(Err(NetError::Closed)) })
+    }
+}

@@ -1,0 +1,241 @@
+//! The server end: accepting, authenticating and serving connections.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_proto::{Frame, HEADER_BYTES, MAX_PAYLOAD_BYTES};
+use tokio::io::BufReader;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::wire::{
+    FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, READ_BUFFER, error_frame, read_frame, writer_task,
+};
+use crate::{Keyring, NetError, auth};
+
+/// Who a server is and whom it accepts.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The entities allowed to connect, with their keys.
+    pub keyring: Arc<Keyring>,
+    /// The server's own entity name ("osd.3", "mon.0"), sent to clients in the handshake.
+    pub entity: String,
+    /// Frames (replies and pushes) that may wait for the writer per connection; a handler that
+    /// sends more waits in [`ServerConn::send`], which in turn stops the connection from reading
+    /// further requests. Zero is treated as one.
+    pub max_queued_replies: usize,
+}
+
+impl ServerConfig {
+    /// A configuration with room for 128 queued replies per connection.
+    #[must_use]
+    pub fn new(keyring: Arc<Keyring>, entity: &str) -> Self {
+        Self { keyring, entity: entity.to_owned(), max_queued_replies: 128 }
+    }
+}
+
+/// What the server does with each authenticated frame.
+pub trait Handler: Send + Sync + 'static {
+    /// Called for each frame of one connection in arrival order. The next frame of that
+    /// connection is not read until this future completes: this is what lets a handler order
+    /// its effects; a handler that wants concurrency spawns (cloning the [`ServerConn`] to reply).
+    ///
+    /// The frame's type is [`FIRST_USER_MSG_TYPE`] or above (the messenger handles its own types).
+    /// A reply carries the request's `request_id`; an error reply is [`crate::error_frame`].
+    fn on_frame(&self, conn: &ServerConn, frame: Frame) -> impl Future<Output = ()> + Send;
+
+    /// Called once when the connection has closed (for whatever reason), after the last
+    /// `on_frame` returned. Frames sent to it afterwards fail with [`NetError::Closed`].
+    fn on_close(&self, _conn: &ServerConn) {}
+}
+
+struct ConnInner {
+    id: u64,
+    peer_entity: String,
+    peer_addr: SocketAddr,
+    tx: mpsc::Sender<Frame>,
+    link: Arc<Link>,
+}
+
+/// One authenticated connection as the server sees it. Clones share it; handlers may keep a
+/// clone to push frames later. Holding a clone does not keep the connection open.
+#[derive(Clone)]
+pub struct ServerConn {
+    inner: Arc<ConnInner>,
+}
+
+impl std::fmt::Debug for ServerConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConn")
+            .field("id", &self.inner.id)
+            .field("peer_entity", &self.inner.peer_entity)
+            .field("peer_addr", &self.inner.peer_addr)
+            .finish()
+    }
+}
+
+impl ServerConn {
+    /// A number unique among the connections of one [`serve`] call.
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The entity the client authenticated as.
+    #[must_use]
+    pub fn peer_entity(&self) -> &str {
+        &self.inner.peer_entity
+    }
+
+    #[must_use]
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.inner.peer_addr
+    }
+
+    /// Queues a frame for the client: a reply (request id = the request's) or a push (request
+    /// id 0). Waits while the connection's queue is full. Fails with [`NetError::Closed`] once
+    /// the connection has closed. Success means queued, not delivered.
+    pub async fn send(&self, frame: Frame) -> Result<(), NetError> {
+        if self.inner.link.is_closed() {
+            return Err(NetError::Closed);
+        }
+        self.inner.tx.send(frame).await.map_err(|_| NetError::Closed)
+    }
+
+    /// Like [`ServerConn::send`] but fails with [`NetError::QueueFull`] instead of waiting.
+    pub fn try_send(&self, frame: Frame) -> Result<(), NetError> {
+        if self.inner.link.is_closed() {
+            return Err(NetError::Closed);
+        }
+        self.inner.tx.try_send(frame).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => NetError::QueueFull,
+            mpsc::error::TrySendError::Closed(_) => NetError::Closed,
+        })
+    }
+
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.inner.link.is_closed() || self.inner.tx.is_closed()
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` resolves, each connection in its own task.
+///
+/// Each connection first completes the handshake (bounded by [`crate::HANDSHAKE_TIMEOUT`]);
+/// refused clients get an error frame naming the problem. A connection that sends a malformed
+/// frame or a reserved message type gets an error frame and is closed; other connections are
+/// unaffected.
+///
+/// On shutdown the listener is closed, every connection stops reading new requests, lets its
+/// current `on_frame` finish, flushes its queued replies and closes; `serve` returns when all
+/// have. It fails only if the listener itself stops working.
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    cfg: ServerConfig,
+    handler: Arc<H>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), NetError> {
+    let cfg = Arc::new(cfg);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    let mut next_id: u64 = 1;
+    let mut shutdown = std::pin::pin!(shutdown);
+    let result = loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break Ok(()),
+            // Reap finished connection tasks so the set does not grow with the server's age.
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let id = next_id;
+                    next_id += 1;
+                    conns.spawn(connection(stream, peer, id, cfg.clone(), handler.clone(), stop_rx.clone()));
+                }
+                Err(e) if accept_error_is_transient(&e) => {
+                    // Out of descriptors or memory: retrying at once would spin, so back off
+                    // briefly; existing connections closing will make room.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => break Err(NetError::Io(e)),
+            },
+        }
+    };
+    drop(listener);
+    let _ = stop_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    result
+}
+
+/// Whether an accept error concerns one connection or a temporary shortage (descriptors,
+/// memory, buffers), rather than the listener itself. Only the errors that say the listening
+/// socket is unusable are fatal; anything else is retried, since giving up would take the whole
+/// daemon off the network for one bad connection.
+fn accept_error_is_transient(e: &std::io::Error) -> bool {
+    // Linux values of EBADF, EFAULT, EINVAL, ENOTSOCK, EOPNOTSUPP.
+    const LISTENER_BROKEN: [i32; 5] = [9, 14, 22, 88, 95];
+    !matches!(e.raw_os_error(), Some(code) if cfg!(target_os = "linux") && LISTENER_BROKEN.contains(&code))
+}
+
+async fn connection<H: Handler>(
+    mut stream: TcpStream,
+    peer_addr: SocketAddr,
+    id: u64,
+    cfg: Arc<ServerConfig>,
+    handler: Arc<H>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Failing to set the option only costs latency, so it is not a reason to refuse the client.
+    let _ = stream.set_nodelay(true);
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, auth::server(&mut stream, &cfg.keyring, &cfg.entity));
+    let peer_entity = tokio::select! {
+        r = handshake => match r {
+            Ok(Ok(entity)) => entity,
+            // Refused, timed out, or gone: the client has been told when it could be.
+            _ => return,
+        },
+        _ = stop.wait_for(|s| *s) => return,
+    };
+
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel(cfg.max_queued_replies.max(1));
+    let link = Arc::new(Link::new());
+    let writer = tokio::spawn(writer_task(wr, rx, link.clone()));
+    let conn = ServerConn { inner: Arc::new(ConnInner { id, peer_entity, peer_addr, tx, link: link.clone() }) };
+
+    let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
+    let mut header = [0u8; HEADER_BYTES];
+    let violation = loop {
+        let frame = tokio::select! {
+            biased;
+            () = link.reader_stopped() => break None,
+            _ = stop.wait_for(|s| *s) => break None,
+            r = read_frame(&mut rd, &mut header, MAX_PAYLOAD_BYTES) => r,
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => break None,
+            Err(NetError::Frame(e)) => break Some(e.to_string()),
+            Err(_) => break None,
+        };
+        if frame.msg_type >= FIRST_USER_MSG_TYPE {
+            handler.on_frame(&conn, frame).await;
+        } else if frame.msg_type == MSG_KEEPALIVE {
+            if frame.request_id != 0 && conn.send(Frame::new(MSG_KEEPALIVE, frame.request_id, Vec::new())).await.is_err() {
+                break None;
+            }
+        } else {
+            break Some(format!("unexpected message type {}", frame.msg_type));
+        }
+    };
+    if let Some(reason) = violation {
+        // Best effort: if the queue is full the client learns only that the connection closed.
+        let _ = conn.inner.tx.try_send(error_frame(0, &reason));
+    }
+    link.close();
+    handler.on_close(&conn);
+    let _ = writer.await;
+}

@@ -1,0 +1,219 @@
+//! Reading and writing frames on a socket, shared by both ends of a connection.
+
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use shoal_proto::frame::{MAGIC, decode_header, encode_header};
+use shoal_proto::{Frame, FrameError, HEADER_BYTES};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+
+use crate::NetError;
+
+/// Server to client, first frame of a connection: a 32-byte challenge followed by the server's
+/// entity name (UTF-8).
+pub const MSG_CHALLENGE: u16 = 1;
+/// Client to server: `HMAC-SHA256(key, server challenge || client entity)` (32 bytes), the
+/// client's own 32-byte challenge, then the client's entity name (UTF-8).
+pub const MSG_AUTH: u16 = 2;
+/// Server to client: `HMAC-SHA256(key, client challenge || server entity)` (32 bytes).
+pub const MSG_AUTH_OK: u16 = 3;
+/// An error, payload a UTF-8 reason. With request id 0 it is the sender's last frame before it
+/// closes the connection (handshake refused, malformed frame received); with the id of a request
+/// it is that request's reply, and [`crate::Connection::call`] returns [`NetError::Remote`].
+pub const MSG_ERROR: u16 = 4;
+/// A liveness probe. A server answers a keepalive with a keepalive carrying the same request id
+/// (without involving the handler), so `call(MSG_KEEPALIVE, vec![])` measures a round trip.
+/// Keepalives with request id 0 are ignored by both sides.
+pub const MSG_KEEPALIVE: u16 = 5;
+/// The first message type upper layers may use; 1..=15 belong to the messenger.
+pub const FIRST_USER_MSG_TYPE: u16 = 16;
+
+/// How long a server waits for a client to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Push frames a client connection buffers (see [`crate::Connection::take_pushes`]).
+pub const PUSH_QUEUE_FRAMES: usize = 256;
+
+/// The largest payload accepted during the handshake, before the peer is known.
+pub(crate) const HANDSHAKE_MAX_PAYLOAD: u32 = 4096;
+/// Frames a writer gathers into one vectored write at most.
+const BATCH_FRAMES: usize = 64;
+/// Bytes a writer gathers into one vectored write before it stops adding frames; a single
+/// frame may be larger.
+const BATCH_BYTES: usize = 1 << 20;
+/// Buffer of the read half. Small frames are read from it many at a time; a payload at least
+/// this large is read straight from the socket into its own buffer.
+pub(crate) const READ_BUFFER: usize = 64 << 10;
+
+/// An error frame (type [`MSG_ERROR`]) with `reason` as its payload. A handler replies with
+/// `error_frame(request.request_id, "...")` to make the caller's `call` fail with
+/// [`NetError::Remote`].
+#[must_use]
+pub fn error_frame(request_id: u64, reason: &str) -> Frame {
+    Frame::new(MSG_ERROR, request_id, reason.as_bytes().to_vec())
+}
+
+/// The text of an error frame. A reason that is not UTF-8 is shown lossily rather than refused:
+/// it only ever ends up in an error message.
+pub(crate) fn error_reason(frame: &Frame) -> String {
+    String::from_utf8_lossy(&frame.payload).into_owned()
+}
+
+/// State one connection's reader, writer and handles share: whether it is closed, and how to
+/// tell the reader and the writer to stop.
+pub(crate) struct Link {
+    closed: AtomicBool,
+    /// Wakes the writer so it flushes what is queued and shuts the socket down.
+    writer_stop: Notify,
+    /// Wakes the reader so it stops reading.
+    reader_stop: Notify,
+}
+
+impl Link {
+    pub(crate) fn new() -> Self {
+        Self { closed: AtomicBool::new(false), writer_stop: Notify::new(), reader_stop: Notify::new() }
+    }
+
+    /// Marks the connection closed and wakes both tasks. `notify_one` keeps a permit when nobody
+    /// is waiting yet, so a task that is busy right now still sees the request when it next waits.
+    pub(crate) fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.writer_stop.notify_one();
+            self.reader_stop.notify_one();
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) async fn reader_stopped(&self) {
+        self.reader_stop.notified().await;
+    }
+}
+
+/// Reads one frame: the header into `header`, then the payload straight into a buffer of its own.
+/// Returns `Ok(None)` when the peer closed the connection cleanly between two frames.
+///
+/// The magic is checked as soon as its four bytes arrive, so a peer speaking something else is
+/// refused at once instead of after a whole header that may never come. The payload buffer is
+/// allocated only after the header checksum and the size limit passed, and it is filled without
+/// zeroing it first.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    header: &mut [u8; HEADER_BYTES],
+    max_payload: u32,
+) -> Result<Option<Frame>, NetError> {
+    // A clean end of stream is only possible before the first byte of a frame.
+    let first = r.read(&mut header[..MAGIC.len()]).await?;
+    if first == 0 {
+        return Ok(None);
+    }
+    if first < MAGIC.len() {
+        r.read_exact(&mut header[first..MAGIC.len()]).await?;
+    }
+    if &header[..MAGIC.len()] != MAGIC {
+        return Err(FrameError::BadMagic([header[0], header[1], header[2], header[3]]).into());
+    }
+    r.read_exact(&mut header[MAGIC.len()..]).await?;
+    let h = decode_header(header, max_payload)?;
+    let len = h.len as usize;
+    let mut payload = Vec::with_capacity(len);
+    while payload.len() < len {
+        let want = (len - payload.len()) as u64;
+        // `take` keeps the read inside this frame; `read_buf` fills the spare capacity directly.
+        let n = (&mut *r).take(want).read_buf(&mut payload).await?;
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
+    h.check_payload(&payload)?;
+    Ok(Some(Frame { msg_type: h.msg_type, request_id: h.request_id, payload }))
+}
+
+/// Writes one frame directly (used during the handshake, before the writer task exists).
+pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, frame: &Frame) -> Result<(), NetError> {
+    let header = encode_header(frame.msg_type, frame.request_id, &frame.payload);
+    write_all_vectored(w, &mut [IoSlice::new(&header), IoSlice::new(&frame.payload)]).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    // Empty slices would make a zero-length write look like a stuck socket.
+    while bufs.first().is_some_and(|b| b.is_empty()) {
+        bufs = &mut bufs[1..];
+    }
+    while !bufs.is_empty() {
+        let n = w.write_vectored(bufs).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut bufs, n);
+    }
+    Ok(())
+}
+
+/// The writer task of a connection: takes frames from `rx` and writes them, as many as are
+/// queued (up to a batch) per vectored write, header and payload side by side so no payload is
+/// copied. Ends when every sender is gone or `link` is closed; either way it first writes what is
+/// already queued (so a final error frame reaches the peer), then shuts the write side down. A
+/// write error closes `link`, which stops the reader too.
+pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<Frame>, link: std::sync::Arc<Link>) {
+    let mut batch: Vec<Frame> = Vec::with_capacity(BATCH_FRAMES);
+    let mut headers = [[0u8; HEADER_BYTES]; BATCH_FRAMES];
+    let mut stopping = false;
+    loop {
+        if !stopping {
+            tokio::select! {
+                biased;
+                f = rx.recv() => match f {
+                    Some(f) => batch.push(f),
+                    None => break,
+                },
+                () = link.writer_stop.notified() => {
+                    // Refuse new frames but keep the queued ones: they are written below.
+                    rx.close();
+                    stopping = true;
+                }
+            }
+        }
+        let mut bytes: usize = batch.iter().map(|f| f.payload.len() + HEADER_BYTES).sum();
+        while batch.len() < BATCH_FRAMES && bytes < BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(f) => {
+                    bytes += f.payload.len() + HEADER_BYTES;
+                    batch.push(f);
+                }
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            if stopping {
+                break;
+            }
+            continue;
+        }
+        let mut slices = [IoSlice::new(&[]); 2 * BATCH_FRAMES];
+        let mut n = 0;
+        for (f, h) in batch.iter().zip(headers.iter_mut()) {
+            *h = encode_header(f.msg_type, f.request_id, &f.payload);
+        }
+        for (f, h) in batch.iter().zip(headers.iter()) {
+            slices[n] = IoSlice::new(h);
+            n += 1;
+            if !f.payload.is_empty() {
+                slices[n] = IoSlice::new(&f.payload);
+                n += 1;
+            }
+        }
+        let written = write_all_vectored(&mut w, &mut slices[..n]).await;
+        batch.clear();
+        if written.is_err() {
+            break;
+        }
+    }
+    link.close();
+    let _ = w.shutdown().await;
+}

@@ -1,0 +1,179 @@
+//! A loopback server with an echo handler, shared by the messenger's tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use shoal_net::{ClientConfig, Frame, Handler, Key, Keyring, ServerConfig, ServerConn, serve};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Echoes type 16 (same payload back); type 17 replies after a delay given by the first payload
+/// byte in milliseconds, from a spawned task, so replies overtake each other; type 18 asks for
+/// `payload[0]` pushes followed by the reply; type 19 never replies; type 20 replies with an
+/// error frame.
+pub struct Echo {
+    pub closed: AtomicUsize,
+}
+
+pub const ECHO: u16 = 16;
+pub const DELAYED_ECHO: u16 = 17;
+pub const PUSH_THEN_REPLY: u16 = 18;
+pub const NEVER_REPLY: u16 = 19;
+pub const FAIL: u16 = 20;
+
+impl Handler for Echo {
+    async fn on_frame(&self, conn: &ServerConn, frame: Frame) {
+        match frame.msg_type {
+            ECHO => {
+                let _ = conn.send(frame).await;
+            }
+            DELAYED_ECHO => {
+                let conn = conn.clone();
+                tokio::spawn(async move {
+                    let ms = frame.payload.first().copied().unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
+                    let _ = conn.send(frame).await;
+                });
+            }
+            PUSH_THEN_REPLY => {
+                let n = frame.payload.first().copied().unwrap_or(0);
+                for i in 0..n {
+                    let _ = conn.send(Frame::new(100, 0, vec![i])).await;
+                }
+                let _ = conn.send(Frame::new(PUSH_THEN_REPLY, frame.request_id, Vec::new())).await;
+            }
+            FAIL => {
+                let _ = conn.send(shoal_net::error_frame(frame.request_id, "no such object")).await;
+            }
+            _ => {}
+        }
+    }
+
+    fn on_close(&self, _conn: &ServerConn) {
+        self.closed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+pub const CLIENT: &str = "client.admin";
+pub const SERVER: &str = "osd.0";
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub client_key: Key,
+    pub handler: Arc<Echo>,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: Option<JoinHandle<Result<(), shoal_net::NetError>>>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        let client_key = Key::generate();
+        let mut ring = Keyring::new();
+        ring.insert(CLIENT, client_key.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler = Arc::new(Echo { closed: AtomicUsize::new(0) });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let cfg = ServerConfig::new(Arc::new(ring), SERVER);
+        let task = tokio::spawn(serve(listener, cfg, handler.clone(), async move {
+            let _ = stopped.await;
+        }));
+        TestServer { addr, client_key, handler, stop: Some(stop), task: Some(task) }
+    }
+
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig::new(CLIENT, self.client_key.clone())
+    }
+
+    /// Stops the server and waits for `serve` to return.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(10), t).await.expect("serve returns after shutdown").unwrap().unwrap();
+        }
+    }
+}
+
+/// Deterministic payload of `len` bytes that differs per `seed`.
+pub fn payload(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub mod raw {
+    //! Speaking the protocol by hand, to misbehave on purpose.
+
+    use hmac::{Hmac, KeyInit, Mac};
+    use sha2::Sha256;
+    use shoal_net::{Frame, Key, MSG_AUTH, MSG_AUTH_OK, MSG_CHALLENGE};
+    use shoal_proto::{FrameDecoder, HEADER_BYTES};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    pub fn mac(key: &Key, challenge: &[u8], entity: &str) -> Vec<u8> {
+        let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0).unwrap();
+        m.update(challenge);
+        m.update(entity.as_bytes());
+        m.finalize().into_bytes().to_vec()
+    }
+
+    /// Reads frames until one arrives; `None` at end of stream.
+    pub async fn read_frame(s: &mut TcpStream, d: &mut FrameDecoder) -> Option<Frame> {
+        loop {
+            if let Some(f) = d.next_frame().expect("the peer sends valid frames") {
+                return Some(f);
+            }
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            d.push(&buf[..n]);
+        }
+    }
+
+    /// Connects and authenticates by hand; returns the socket ready for frames.
+    pub async fn authenticated(addr: std::net::SocketAddr, entity: &str, key: &Key) -> (TcpStream, FrameDecoder) {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut d = FrameDecoder::default();
+        let ch = read_frame(&mut s, &mut d).await.unwrap();
+        assert_eq!(ch.msg_type, MSG_CHALLENGE);
+        let mut p = mac(key, &ch.payload[..32], entity);
+        p.extend_from_slice(&[7u8; 32]);
+        p.extend_from_slice(entity.as_bytes());
+        s.write_all(&Frame::new(MSG_AUTH, 0, p).encode()).await.unwrap();
+        let ok = read_frame(&mut s, &mut d).await.unwrap();
+        assert_eq!(ok.msg_type, MSG_AUTH_OK);
+        (s, d)
+    }
+
+    /// Reads until the peer closes, returning the frames it sent first. Bytes after a frame
+    /// error are ignored.
+    pub async fn until_closed(s: &mut TcpStream, d: &mut FrameDecoder) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            while let Ok(Some(f)) = d.next_frame() {
+                frames.push(f);
+            }
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return frames,
+                Ok(n) => d.push(&buf[..n]),
+            }
+        }
+    }
+
+    pub const HEADER: usize = HEADER_BYTES;
+}
