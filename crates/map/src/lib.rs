@@ -18,4 +18,4 @@ mod error;
 pub use cluster::{ClusterMap, Locator, MonInfo, OsdInfo, Pool, DEFAULT_MAX_OBJECT_BYTES};
 pub use command::{Change, Command, Incremental, PoolSetting};
 pub use error::MapError;
-pub use shoal_placement::{BucketKind, OsdId, PgId, Weight};
+pub use shoal_placement::{BucketKind, OsdId, PgId, Weight, pg_for_object};

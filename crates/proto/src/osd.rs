@@ -122,8 +122,6 @@ pub struct RepOp {
     pub object: String,
     /// The PG's write sequence number at the primary; replicas apply in this order.
     pub version: u64,
-    /// Modification time the primary chose, so every replica records the same one.
-    pub mtime_ns: i64,
     pub ops: Vec<ObjOp>,
 }
 impl Message for RepOp {

@@ -1,0 +1,446 @@
+//! The OSD's logic without I/O: events in, actions out.
+//!
+//! [`OsdCore`] owns the OSD's store and its view of the cluster map. The daemon feeds it
+//! messages, replication replies, map updates and ticks, and carries out the [`Action`]s it
+//! returns (sending frames, reporting stats); the deterministic simulation feeds it the same
+//! events from a seeded event queue. Store calls are made directly (they are synchronous and,
+//! on the `mem` backend, deterministic); durability is batched: writes are committed with
+//! [`Durability::Batch`] and every action marked `after_sync` must be held back until the
+//! driver has called [`ObjectStore::sync`] — one sync covers every write handled in the same
+//! batch of events (group commit).
+//!
+//! Writes: the primary validates the request against its map (it must be the PG's primary),
+//! resolves it ([`crate::exec::resolve_writes`]), commits it locally, forwards it to every
+//! other acting OSD as a [`RepOp`], and answers the client once every replica acknowledged.
+//! Writes to one PG are therefore ordered by the primary (one event at a time), and replicas
+//! apply them in the order they arrive on the primary's single connection to them.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use shoal_map::{ClusterMap, OsdId, PgId};
+use shoal_proto::mon::OsdStats;
+use shoal_proto::osd::{OsdOp, OsdOpReply, PgList, PgListReply, RepOp, RepOpReply, ReqId};
+use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
+use shoal_store::{Durability, ObjectStore, StoreError};
+
+use crate::exec::{build_transaction, execute_reads, is_read_only, pg_collection, resolve_writes, store_error};
+
+/// Who a reply goes to: an opaque handle the driver maps to a connection.
+pub type Token = u64;
+
+/// Completed writes remembered for deduplicating resends (per OSD, oldest evicted first).
+pub const DEDUP_ENTRIES: usize = 4096;
+/// Requests held while waiting for a newer map before they are refused.
+pub const MAX_WAITING_FOR_MAP: usize = 1024;
+/// Writes in flight to replicas at once; beyond it a write is refused with `Timeout`-free
+/// backpressure (`Other`, "busy"), which clients retry.
+pub const MAX_PENDING_WRITES: usize = 4096;
+
+/// Something that happened to the OSD.
+#[derive(Debug)]
+pub enum Event {
+    /// A client's request (frame type `OsdOp`).
+    ClientOp { from: Token, request_id: u64, op: OsdOp, data: Vec<u8> },
+    /// A primary's replicated write.
+    RepOp { from: Token, request_id: u64, op: RepOp, data: Vec<u8> },
+    /// A replica's answer to a [`RepOp`] we sent (or the driver's report that sending failed).
+    RepReply { from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError> },
+    /// A listing request.
+    PgList { from: Token, request_id: u64, req: PgList },
+    /// A newer map.
+    Map(Arc<ClusterMap>),
+    /// Time passes; the core reports its statistics.
+    Tick { now_ms: u64 },
+}
+
+/// Something the driver must do.
+#[derive(Debug)]
+pub enum Action {
+    /// Send `frame` on the connection `to` (a reply carries its request's id). If `after_sync`,
+    /// only once the store has been synced.
+    Reply { to: Token, frame: Frame, after_sync: bool },
+    /// Send a replicated write to `osd` (at once: the replica's commit overlaps the primary's
+    /// sync; the client is answered only after both), and feed its reply, or the failure to
+    /// deliver it, back as [`Event::RepReply`].
+    Replicate { osd: OsdId, op: RepOp, data: Vec<u8> },
+    /// Report statistics to the monitors.
+    Stats(OsdStats),
+}
+
+struct PendingWrite {
+    client: Token,
+    request_id: u64,
+    epoch_sent: u64,
+    waiting: BTreeSet<OsdId>,
+    outputs: Vec<shoal_proto::osd::OpOutput>,
+    error: Option<RemoteError>,
+}
+
+#[derive(Default)]
+struct Counters {
+    read_ops: u64,
+    write_ops: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+/// One OSD's state. See the module docs.
+pub struct OsdCore {
+    id: OsdId,
+    store: Arc<dyn ObjectStore>,
+    map: Arc<ClusterMap>,
+    /// Collections known to exist (cached so a write does not probe the store).
+    collections: BTreeSet<String>,
+    pending: HashMap<ReqId, PendingWrite>,
+    dedup: HashMap<ReqId, Frame>,
+    dedup_order: VecDeque<ReqId>,
+    waiting_for_map: VecDeque<Event>,
+    versions: HashMap<PgId, u64>,
+    counters: Counters,
+    last_tick: Option<(u64, Counters)>,
+}
+
+fn reply_frame<M: Message>(request_id: u64, msg: &M, data: Vec<u8>) -> Frame {
+    Frame::new(M::TYPE, request_id, encode(msg, data))
+}
+
+impl OsdCore {
+    /// A core for OSD `id` on `store`, with the map it booted with.
+    pub fn new(id: OsdId, store: Arc<dyn ObjectStore>, map: Arc<ClusterMap>) -> Result<OsdCore, StoreError> {
+        let collections = store.list_collections()?.into_iter().collect();
+        Ok(OsdCore {
+            id,
+            store,
+            map,
+            collections,
+            pending: HashMap::new(),
+            dedup: HashMap::new(),
+            dedup_order: VecDeque::new(),
+            waiting_for_map: VecDeque::new(),
+            versions: HashMap::new(),
+            counters: Counters::default(),
+            last_tick: None,
+        })
+    }
+
+    pub fn id(&self) -> OsdId {
+        self.id
+    }
+
+    pub fn map(&self) -> &Arc<ClusterMap> {
+        &self.map
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// Handles one event, appending the actions it causes to `out`.
+    pub fn handle(&mut self, event: Event, out: &mut Vec<Action>) {
+        match event {
+            Event::ClientOp { from, request_id, op, data } => {
+                if op.epoch > self.map.epoch {
+                    self.wait_for_map(Event::ClientOp { from, request_id, op, data }, out);
+                } else {
+                    self.client_op(from, request_id, op, data, out);
+                }
+            }
+            Event::RepOp { from, request_id, op, data } => self.rep_op(from, request_id, op, data, out),
+            Event::RepReply { from, reqid, result } => self.rep_reply(from, reqid, result, out),
+            Event::PgList { from, request_id, req } => {
+                if req.epoch > self.map.epoch {
+                    self.wait_for_map(Event::PgList { from, request_id, req }, out);
+                } else {
+                    self.pg_list(from, request_id, req, out);
+                }
+            }
+            Event::Map(map) => {
+                if map.epoch > self.map.epoch {
+                    self.map = map;
+                    let waiting: Vec<Event> = self.waiting_for_map.drain(..).collect();
+                    for ev in waiting {
+                        self.handle(ev, out);
+                    }
+                }
+            }
+            Event::Tick { now_ms } => out.push(Action::Stats(self.stats(now_ms))),
+        }
+    }
+
+    fn wait_for_map(&mut self, event: Event, out: &mut Vec<Action>) {
+        if self.waiting_for_map.len() < MAX_WAITING_FOR_MAP {
+            self.waiting_for_map.push_back(event);
+            return;
+        }
+        let busy = RemoteError::new(ErrorCode::WrongPrimary, "OSD is behind on the map and its queue is full");
+        match event {
+            Event::ClientOp { from, request_id, .. } => {
+                let reply = OsdOpReply { epoch: self.map.epoch, result: Err(busy) };
+                out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+            }
+            Event::PgList { from, request_id, .. } => {
+                let reply = PgListReply { epoch: self.map.epoch, result: Err(busy) };
+                out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks that this OSD is the primary of `pg` in its map; returns the acting set.
+    fn check_primary(&self, pool: u32, pg_seed: u32, object: Option<&str>) -> Result<(PgId, Vec<OsdId>, u64), RemoteError> {
+        let Some(p) = self.map.pools.get(&pool) else {
+            return Err(RemoteError::new(ErrorCode::NotFound, format!("pool id {pool} does not exist")));
+        };
+        let pg = match object {
+            Some(name) => {
+                let computed = shoal_map::pg_for_object(p.id, p.pg_num, name)
+                    .map_err(|e| RemoteError::new(ErrorCode::Invalid, e.to_string()))?;
+                if computed.seed != pg_seed {
+                    return Err(RemoteError::new(
+                        ErrorCode::WrongPrimary,
+                        format!("object {name} is in PG {computed}, not {pool}.{pg_seed:x}"),
+                    ));
+                }
+                computed
+            }
+            None => PgId { pool, seed: pg_seed },
+        };
+        let acting = self.map.pg_osds(pg).map_err(|e| RemoteError::new(ErrorCode::Other, e.to_string()))?;
+        if acting.first() != Some(&self.id) {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!("{} is not the primary of PG {pg} at epoch {}", self.id, self.map.epoch),
+            ));
+        }
+        Ok((pg, acting, p.max_object_bytes))
+    }
+
+    fn client_op(&mut self, from: Token, request_id: u64, op: OsdOp, data: Vec<u8>, out: &mut Vec<Action>) {
+        let epoch = self.map.epoch;
+        let fail = |e: RemoteError| Action::Reply {
+            to: from,
+            frame: reply_frame(request_id, &OsdOpReply { epoch, result: Err(e) }, Vec::new()),
+            after_sync: false,
+        };
+        let (pg, acting, max_object_bytes) = match self.check_primary(op.pool, op.pg, Some(&op.object)) {
+            Ok(v) => v,
+            Err(e) => return out.push(fail(e)),
+        };
+        let read_only = match is_read_only(&op.ops) {
+            Ok(r) => r,
+            Err(e) => return out.push(fail(e)),
+        };
+        let coll = pg_collection(pg);
+        if read_only {
+            let result = execute_reads(&*self.store, &coll, &op.object, &op.ops);
+            let (result, bytes) = match result {
+                Ok((outputs, bytes)) => (Ok(outputs), bytes),
+                Err(e) => (Err(e), Vec::new()),
+            };
+            self.counters.read_ops += 1;
+            self.counters.read_bytes += bytes.len() as u64;
+            let frame = reply_frame(request_id, &OsdOpReply { epoch, result }, bytes);
+            return out.push(Action::Reply { to: from, frame, after_sync: false });
+        }
+        // A resend of a write that already completed gets the first answer again.
+        if let Some(frame) = self.dedup.get(&op.reqid) {
+            let frame = Frame::new(frame.msg_type, request_id, frame.payload.clone());
+            return out.push(Action::Reply { to: from, frame, after_sync: false });
+        }
+        // A resend of a write still in flight: answer the new connection when it completes.
+        if let Some(p) = self.pending.get_mut(&op.reqid) {
+            p.client = from;
+            p.request_id = request_id;
+            return;
+        }
+        let pool = &self.map.pools[&op.pool];
+        if (acting.len() as u32) < pool.min_size {
+            return out.push(fail(RemoteError::new(
+                ErrorCode::Degraded,
+                format!("PG {pg} has {} acting OSDs, below min_size {}", acting.len(), pool.min_size),
+            )));
+        }
+        if self.pending.len() >= MAX_PENDING_WRITES {
+            return out.push(fail(RemoteError::new(ErrorCode::Other, "OSD busy: too many writes in flight")));
+        }
+        let resolved = match resolve_writes(&*self.store, &coll, &op.object, &op.ops, data.len(), max_object_bytes) {
+            Ok(r) => r,
+            Err(e) => return out.push(fail(e)),
+        };
+        let replicas: Vec<OsdId> = acting[1..].to_vec();
+        // Replicas need their own copy of the data; the local commit consumes the original.
+        let copies: Vec<Vec<u8>> = replicas.iter().map(|_| data.clone()).collect();
+        let data_len = data.len() as u64;
+        if let Err(e) = self.commit(&coll, &op.object, &resolved, data) {
+            return out.push(fail(e));
+        }
+        self.counters.write_ops += 1;
+        self.counters.write_bytes += data_len;
+        let version = {
+            let v = self.versions.entry(pg).or_insert(0);
+            *v += 1;
+            *v
+        };
+        let outputs = vec![shoal_proto::osd::OpOutput::Done; op.ops.len()];
+        if replicas.is_empty() {
+            let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
+            self.remember(op.reqid, &frame);
+            return out.push(Action::Reply { to: from, frame, after_sync: true });
+        }
+        for (osd, copy) in replicas.iter().zip(copies) {
+            let rep = RepOp {
+                reqid: op.reqid,
+                epoch,
+                pool: op.pool,
+                pg: pg.seed,
+                object: op.object.clone(),
+                version,
+                ops: resolved.clone(),
+            };
+            out.push(Action::Replicate { osd: *osd, op: rep, data: copy });
+        }
+        let pending = PendingWrite {
+            client: from,
+            request_id,
+            epoch_sent: epoch,
+            waiting: replicas.into_iter().collect(),
+            outputs,
+            error: None,
+        };
+        self.pending.insert(op.reqid, pending);
+    }
+
+    fn commit(&mut self, coll: &str, obj: &str, resolved: &[shoal_proto::osd::ObjOp], data: Vec<u8>) -> Result<(), RemoteError> {
+        let create = !self.collections.contains(coll);
+        let txn = build_transaction(coll, obj, resolved, data, create);
+        self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+        if create {
+            self.collections.insert(coll.to_string());
+        }
+        Ok(())
+    }
+
+    fn remember(&mut self, reqid: ReqId, frame: &Frame) {
+        if self.dedup_order.len() >= DEDUP_ENTRIES
+            && let Some(old) = self.dedup_order.pop_front()
+        {
+            self.dedup.remove(&old);
+        }
+        self.dedup_order.push_back(reqid);
+        self.dedup.insert(reqid, Frame::new(frame.msg_type, 0, frame.payload.clone()));
+    }
+
+    fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: Vec<u8>, out: &mut Vec<Action>) {
+        let coll = pg_collection(PgId { pool: op.pool, seed: op.pg });
+        let result = self.commit(&coll, &op.object, &op.ops, data);
+        if result.is_ok() {
+            self.counters.write_ops += 1;
+        }
+        let reply = RepOpReply { epoch: self.map.epoch, version: op.version, result };
+        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: true });
+    }
+
+    fn rep_reply(&mut self, from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError>, out: &mut Vec<Action>) {
+        let Some(p) = self.pending.get_mut(&reqid) else { return };
+        if !p.waiting.remove(&from) {
+            return;
+        }
+        let err = match result {
+            Ok(r) => r.result.err(),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = err {
+            p.error.get_or_insert(RemoteError::new(e.code, format!("replica {from}: {}", e.message)));
+        }
+        if !p.waiting.is_empty() {
+            return;
+        }
+        let Some(p) = self.pending.remove(&reqid) else { return };
+        let epoch = self.map.epoch.max(p.epoch_sent);
+        let result = match p.error {
+            None => Ok(p.outputs),
+            Some(e) => Err(e),
+        };
+        let ok = result.is_ok();
+        let frame = reply_frame(p.request_id, &OsdOpReply { epoch, result }, Vec::new());
+        if ok {
+            self.remember(reqid, &frame);
+        }
+        out.push(Action::Reply { to: p.client, frame, after_sync: true });
+    }
+
+    fn pg_list(&mut self, from: Token, request_id: u64, req: PgList, out: &mut Vec<Action>) {
+        let result = self.check_primary(req.pool, req.pg, None).and_then(|(pg, _, _)| {
+            let coll = pg_collection(pg);
+            if !self.collections.contains(&coll) {
+                return Ok((Vec::new(), None));
+            }
+            let max = req.max.clamp(1, 10_000) as usize;
+            self.store
+                .list_objects(&coll, "", req.cursor.as_deref(), max)
+                .map(|page| (page.objects, page.next))
+                .map_err(|e| store_error(&e))
+        });
+        let reply = PgListReply { epoch: self.map.epoch, result };
+        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+    }
+
+    /// PGs this OSD is primary of, by state name.
+    pub fn pg_states(&self) -> Vec<(String, u32)> {
+        let mut states: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+        for pool in self.map.pools.values() {
+            for seed in 0..pool.pg_num {
+                let Ok(acting) = self.map.pg_osds(PgId { pool: pool.id, seed }) else { continue };
+                if acting.first() != Some(&self.id) {
+                    continue;
+                }
+                let n = acting.len() as u32;
+                let state = if n >= pool.size {
+                    "active+clean"
+                } else if n >= pool.min_size {
+                    "active+undersized"
+                } else {
+                    "undersized+peered"
+                };
+                *states.entry(state.to_string()).or_default() += 1;
+            }
+        }
+        states.into_iter().collect()
+    }
+
+    fn stats(&mut self, now_ms: u64) -> OsdStats {
+        let usage = self.store.usage().unwrap_or_default();
+        let (r_ops, w_ops, r_b, w_b) = match &self.last_tick {
+            Some((then, c)) if now_ms > *then => {
+                let secs = (now_ms - then) as f64 / 1000.0;
+                (
+                    (self.counters.read_ops - c.read_ops) as f64 / secs,
+                    (self.counters.write_ops - c.write_ops) as f64 / secs,
+                    (self.counters.read_bytes - c.read_bytes) as f64 / secs,
+                    (self.counters.write_bytes - c.write_bytes) as f64 / secs,
+                )
+            }
+            _ => (0.0, 0.0, 0.0, 0.0),
+        };
+        let snapshot = Counters {
+            read_ops: self.counters.read_ops,
+            write_ops: self.counters.write_ops,
+            read_bytes: self.counters.read_bytes,
+            write_bytes: self.counters.write_bytes,
+        };
+        self.last_tick = Some((now_ms, snapshot));
+        OsdStats {
+            osd: self.id,
+            map_epoch: self.map.epoch,
+            pg_states: self.pg_states(),
+            objects: usage.objects,
+            used_bytes: usage.used_bytes,
+            capacity_bytes: usage.size_bytes,
+            read_ops_per_s: r_ops,
+            write_ops_per_s: w_ops,
+            read_bytes_per_s: r_b,
+            write_bytes_per_s: w_b,
+        }
+    }
+}

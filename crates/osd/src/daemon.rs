@@ -1,0 +1,336 @@
+//! The OSD daemon: the I/O around [`OsdCore`].
+//!
+//! Threads: a tokio runtime serves connections (the messenger), follows the map and talks to
+//! peers; one worker thread owns the core and the store. Connection handlers decode frames into
+//! [`Event`]s and queue them to the worker (a bounded queue, so a flood of requests pushes back
+//! on the sockets). The worker takes every event that is queued, handles them, syncs the store
+//! once if any resulting action waits for durability (group commit), then performs the actions.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use shoal_client::{ClusterConfig, MonClient};
+use shoal_map::{Command, OsdId, Weight};
+use shoal_net::{Connection, Handler, Keyring, ServerConfig, ServerConn, error_frame};
+use shoal_proto::osd::{OsdOp, PgList, RepOp, RepOpReply};
+use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, encode};
+use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
+use tokio::sync::mpsc;
+
+use crate::core::{Action, Event, OsdCore, Token};
+
+/// Events queued to the worker before handlers wait.
+const WORKER_QUEUE_EVENTS: usize = 1024;
+/// Events the worker handles before it syncs and acts (bounds the latency a batch adds).
+const WORKER_BATCH_EVENTS: usize = 256;
+/// Replicated writes queued per peer OSD.
+const PEER_QUEUE_OPS: usize = 1024;
+
+/// Everything an OSD needs to start.
+pub struct OsdConfig {
+    pub id: OsdId,
+    /// The host bucket of the map this OSD sits in.
+    pub host: String,
+    pub weight: Weight,
+    pub backend: BackendKind,
+    /// The engine store's directory (`block`, `posix`); unused for `mem`.
+    pub store_dir: PathBuf,
+    /// Capacity of a store created at first start (and of a `mem` store).
+    pub size_bytes: u64,
+    /// Where to listen; port 0 picks a free one (the map records the real address).
+    pub listen: SocketAddr,
+    /// How to reach the monitors, as `osd.N`.
+    pub cluster: ClusterConfig,
+    /// Keys of the entities allowed to connect (clients and peers).
+    pub keyring: Arc<Keyring>,
+    pub stats_interval_ms: u64,
+}
+
+fn open_store(cfg: &OsdConfig) -> Result<Arc<dyn ObjectStore>> {
+    if cfg.backend == BackendKind::Mem {
+        let store = shoal_store::engine::MemEngine::new_mem(cfg.size_bytes).context("creating the mem store")?;
+        return Ok(Arc::new(store));
+    }
+    let store = if cfg.store_dir.join("SHOAL_STORE").exists() {
+        shoal_store::open(&cfg.store_dir)
+    } else {
+        let opts = MkfsOptions { backend: cfg.backend, size_bytes: cfg.size_bytes, device: None, force: false };
+        shoal_store::mkfs(&cfg.store_dir, &opts)
+    }
+    .with_context(|| format!("opening the store at {}", cfg.store_dir.display()))?;
+    Ok(Arc::from(store))
+}
+
+struct Shared {
+    events: mpsc::Sender<Event>,
+    conns: Mutex<HashMap<Token, ServerConn>>,
+}
+
+struct OsdHandler {
+    shared: Arc<Shared>,
+}
+
+impl Handler for OsdHandler {
+    async fn on_frame(&self, conn: &ServerConn, frame: Frame) {
+        let token = conn.id();
+        {
+            let mut conns = self.shared.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            conns.entry(token).or_insert_with(|| conn.clone());
+        }
+        let request_id = frame.request_id;
+        let event = match frame.msg_type {
+            OsdOp::TYPE => decode::<OsdOp>(frame.payload).map(|(op, data)| Event::ClientOp { from: token, request_id, op, data }),
+            RepOp::TYPE => decode::<RepOp>(frame.payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data }),
+            PgList::TYPE => decode::<PgList>(frame.payload).map(|(req, _)| Event::PgList { from: token, request_id, req }),
+            other => {
+                let _ = conn.send(error_frame(request_id, &format!("an OSD does not handle message type {other}"))).await;
+                return;
+            }
+        };
+        match event {
+            Ok(event) => {
+                if self.shared.events.send(event).await.is_err() {
+                    let _ = conn.send(error_frame(request_id, "OSD is shutting down")).await;
+                }
+            }
+            Err(e) => {
+                let _ = conn.send(error_frame(request_id, &format!("malformed message: {e}"))).await;
+            }
+        }
+    }
+
+    fn on_close(&self, conn: &ServerConn) {
+        self.shared.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&conn.id());
+    }
+}
+
+/// Runs an OSD until `shutdown` resolves: opens (or creates) its store, registers with the
+/// monitors, serves, and on shutdown marks itself down and unmounts the store cleanly.
+pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    let store = open_store(&cfg)?;
+    let monc = MonClient::connect(cfg.cluster.clone()).await.context("connecting to the monitors")?;
+    if !monc.map().osds.contains_key(&cfg.id) {
+        let cmd = Command::CreateOsd { id: Some(cfg.id), host: cfg.host.clone(), weight: cfg.weight };
+        match monc.command(cmd).await {
+            Ok(_) => {}
+            // Another start of the same OSD raced us: fine.
+            Err(e) if e.code() == Some(ErrorCode::Exists) => {}
+            Err(e) => return Err(e).context("registering the OSD"),
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("binding {}", cfg.listen))?;
+    let addr = listener.local_addr()?;
+
+    let (tx, rx) = mpsc::channel(WORKER_QUEUE_EVENTS);
+    let shared = Arc::new(Shared { events: tx.clone(), conns: Mutex::new(HashMap::new()) });
+    let core = OsdCore::new(cfg.id, store.clone(), monc.map()).context("loading the store's collections")?;
+    let runtime = tokio::runtime::Handle::current();
+    let peers = Peers::new(monc.clone(), tx.clone(), cfg.cluster.clone());
+    let worker = {
+        let shared = shared.clone();
+        let monc = monc.clone();
+        std::thread::Builder::new()
+            .name(format!("{}-worker", cfg.id))
+            .spawn(move || worker_loop(core, rx, shared, peers, monc, runtime))
+            .context("starting the worker thread")?
+    };
+
+    // Follow the map.
+    let mut watch = monc.watch();
+    let map_tx = tx.clone();
+    let follow = tokio::spawn(async move {
+        while watch.changed().await.is_ok() {
+            let map = watch.borrow_and_update().clone();
+            if let Some(map) = map
+                && map_tx.send(Event::Map(map)).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    // Report statistics (also the OSD's heartbeat to the monitors).
+    let tick_tx = tx.clone();
+    let interval_ms = cfg.stats_interval_ms.max(100);
+    let started = Instant::now();
+    let ticker = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(interval_ms));
+        loop {
+            every.tick().await;
+            let now_ms = started.elapsed().as_millis() as u64;
+            if tick_tx.send(Event::Tick { now_ms }).await.is_err() {
+                return;
+            }
+        }
+    });
+
+    let server_cfg = ServerConfig { keyring: cfg.keyring.clone(), entity: cfg.id.to_string(), max_queued_replies: 1024 };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(shoal_net::serve(listener, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
+        let _ = stop_rx.await;
+    }));
+    monc.command(Command::OsdBoot { id: cfg.id, addr }).await.context("announcing the OSD to the monitors")?;
+
+    shutdown.await;
+    // Tell the monitors first, so clients stop sending here while we close.
+    let _ = tokio::time::timeout(Duration::from_millis(500), monc.command(Command::OsdDown { id: cfg.id })).await;
+    let _ = stop_tx.send(());
+    ticker.abort();
+    follow.abort();
+    let _ = server.await;
+    drop(shared);
+    drop(tx);
+    // The worker ends when every sender is gone; it then syncs and drops its store handle.
+    let joined = tokio::task::spawn_blocking(move || worker.join()).await;
+    if !matches!(joined, Ok(Ok(()))) {
+        bail!("the OSD worker thread failed");
+    }
+    store.flush().context("flushing the store at shutdown")?;
+    Ok(())
+}
+
+fn worker_loop(
+    mut core: OsdCore,
+    mut rx: mpsc::Receiver<Event>,
+    shared: Arc<Shared>,
+    peers: Peers,
+    monc: MonClient,
+    runtime: tokio::runtime::Handle,
+) {
+    let mut actions = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        core.handle(first, &mut actions);
+        for _ in 1..WORKER_BATCH_EVENTS {
+            match rx.try_recv() {
+                Ok(ev) => core.handle(ev, &mut actions),
+                Err(_) => break,
+            }
+        }
+        let needs_sync = actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
+        let mut sync_error = None;
+        if needs_sync && let Err(e) = core.store().sync() {
+            sync_error = Some(RemoteError::new(ErrorCode::Io, format!("store sync failed: {e}")));
+        }
+        for action in actions.drain(..) {
+            match action {
+                Action::Reply { to, frame, after_sync } => {
+                    let frame = match (&sync_error, after_sync) {
+                        (Some(e), true) => error_frame(frame.request_id, &e.message),
+                        _ => frame,
+                    };
+                    let conn = shared.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&to).cloned();
+                    if let Some(conn) = conn
+                        && let Err(shoal_net::NetError::QueueFull) = conn.try_send(frame.clone())
+                    {
+                        runtime.spawn(async move {
+                            let _ = conn.send(frame).await;
+                        });
+                    }
+                }
+                Action::Replicate { osd, op, data } => peers.send(&runtime, osd, op, data, core.map()),
+                Action::Stats(stats) => {
+                    let monc = monc.clone();
+                    runtime.spawn(async move {
+                        let _ = monc.report_stats(&stats).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Connections to peer OSDs for replication: one queue and one sender task per peer, so
+/// replicated writes leave in the order the primary handled them.
+struct Peers {
+    monc: MonClient,
+    events: mpsc::Sender<Event>,
+    cluster: ClusterConfig,
+    queues: Mutex<HashMap<OsdId, mpsc::Sender<(RepOp, Vec<u8>, Option<SocketAddr>)>>>,
+}
+
+impl Peers {
+    fn new(monc: MonClient, events: mpsc::Sender<Event>, cluster: ClusterConfig) -> Peers {
+        Peers { monc, events, cluster, queues: Mutex::new(HashMap::new()) }
+    }
+
+    fn send(&self, runtime: &tokio::runtime::Handle, osd: OsdId, op: RepOp, data: Vec<u8>, map: &shoal_map::ClusterMap) {
+        let addr = map.osds.get(&osd).and_then(|o| o.addr);
+        let mut queues = self.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let queue = queues.entry(osd).or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(PEER_QUEUE_OPS);
+            runtime.spawn(peer_sender(osd, rx, self.events.clone(), self.cluster.clone()));
+            tx
+        });
+        let reqid = op.reqid;
+        if let Err(e) = queue.try_send((op, data, addr)) {
+            let reason = match e {
+                mpsc::error::TrySendError::Full(_) => "replication queue full",
+                mpsc::error::TrySendError::Closed(_) => "replication sender stopped",
+            };
+            let events = self.events.clone();
+            let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {reason}"));
+            runtime.spawn(async move {
+                let _ = events.send(Event::RepReply { from: osd, reqid, result: Err(err) }).await;
+            });
+        }
+        let _ = &self.monc;
+    }
+}
+
+async fn peer_sender(
+    osd: OsdId,
+    mut rx: mpsc::Receiver<(RepOp, Vec<u8>, Option<SocketAddr>)>,
+    events: mpsc::Sender<Event>,
+    cluster: ClusterConfig,
+) {
+    let mut conn: Option<(SocketAddr, Connection)> = None;
+    let net = shoal_net::ClientConfig {
+        entity: cluster.entity.clone(),
+        key: shoal_net::Key(cluster.key.0),
+        connect_timeout_ms: 2_000,
+        max_in_flight: cluster.max_in_flight,
+    };
+    while let Some((op, data, addr)) = rx.recv().await {
+        let reqid = op.reqid;
+        let fail = |msg: String| Event::RepReply { from: osd, reqid, result: Err(RemoteError::new(ErrorCode::Timeout, msg)) };
+        let Some(addr) = addr else {
+            let _ = events.send(fail(format!("{osd} has no address"))).await;
+            continue;
+        };
+        let reuse = conn.as_ref().is_some_and(|(a, c)| *a == addr && !c.is_closed());
+        if !reuse {
+            match Connection::connect(addr, &net).await {
+                Ok(c) => conn = Some((addr, c)),
+                Err(e) => {
+                    conn = None;
+                    let _ = events.send(fail(format!("connecting to {osd} at {addr}: {e}"))).await;
+                    continue;
+                }
+            }
+        }
+        let Some((_, c)) = conn.as_ref() else { continue };
+        // Queue the frame now (in order) and wait for the reply in a separate task, so writes to
+        // this peer are pipelined but never reordered.
+        match c.start_call(RepOp::TYPE, encode(&op, data)).await {
+            Ok(reply) => {
+                let events = events.clone();
+                tokio::spawn(async move {
+                    let result = match reply.await {
+                        Ok(frame) => match decode::<RepOpReply>(frame.payload) {
+                            Ok((r, _)) => Ok(r),
+                            Err(e) => Err(RemoteError::new(ErrorCode::Io, format!("{osd}: bad reply: {e}"))),
+                        },
+                        Err(e) => Err(RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"))),
+                    };
+                    let _ = events.send(Event::RepReply { from: osd, reqid, result }).await;
+                });
+            }
+            Err(e) => {
+                let _ = events.send(fail(format!("{osd}: {e}"))).await;
+            }
+        }
+    }
+}

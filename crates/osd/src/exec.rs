@@ -1,0 +1,226 @@
+//! Executing object operations on the local store: resolving a request's writes into a
+//! deterministic transaction (the same on the primary and every replica), and serving reads.
+
+use shoal_map::PgId;
+use shoal_proto::osd::{ObjOp, OpOutput};
+use shoal_proto::{ErrorCode, RemoteError};
+use shoal_store::{ObjectStore, StoreError, Transaction};
+
+/// The store collection that holds PG `pg`.
+pub fn pg_collection(pg: PgId) -> String {
+    format!("pg.{}.{:x}", pg.pool, pg.seed)
+}
+
+/// Maps a store error onto the wire's error codes, keeping its text (which names the object).
+pub fn store_error(e: &StoreError) -> RemoteError {
+    let code = match e {
+        StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_) => ErrorCode::NotFound,
+        StoreError::InvalidName { .. } | StoreError::InvalidArgument(_) | StoreError::ReadPastEnd { .. } => {
+            ErrorCode::Invalid
+        }
+        StoreError::ObjectTooLarge { .. } => ErrorCode::TooLarge,
+        StoreError::NoSpace { .. } => ErrorCode::NoSpace,
+        StoreError::Checksum { .. } | StoreError::Corrupt(_) => ErrorCode::Corrupt,
+        _ => ErrorCode::Io,
+    };
+    RemoteError::new(code, e.to_string())
+}
+
+fn invalid(msg: impl Into<String>) -> RemoteError {
+    RemoteError::new(ErrorCode::Invalid, msg)
+}
+
+/// Whether a request only reads. A request must either only read or only write (mixed requests
+/// are refused), so that reads never observe a half-replicated write.
+pub fn is_read_only(ops: &[ObjOp]) -> Result<bool, RemoteError> {
+    let writes = ops.iter().filter(|o| o.is_write()).count();
+    if writes != 0 && writes != ops.len() {
+        return Err(invalid("a request must contain only reads or only writes"));
+    }
+    if ops.is_empty() {
+        return Err(invalid("a request needs at least one operation"));
+    }
+    Ok(writes == 0)
+}
+
+/// Resolves write operations against the object's current state on the primary: appends get
+/// their offset, exclusive creates are checked, removes of missing objects fail. The result
+/// applies identically on any replica holding the same state. Also checks that the data length
+/// matches and that the object stays under `max_object_bytes`.
+pub fn resolve_writes(
+    store: &dyn ObjectStore,
+    coll: &str,
+    obj: &str,
+    ops: &[ObjOp],
+    data_len: usize,
+    max_object_bytes: u64,
+) -> Result<Vec<ObjOp>, RemoteError> {
+    let want: u64 = ops.iter().map(ObjOp::data_len).sum();
+    if want != data_len as u64 {
+        return Err(invalid(format!("operations name {want} bytes of data but {data_len} were sent")));
+    }
+    let (mut exists, mut size) = match store.stat(coll, obj) {
+        Ok(st) => (true, st.size_bytes),
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => (false, 0),
+        Err(e) => return Err(store_error(&e)),
+    };
+    let too_large = |end: u64| {
+        RemoteError::new(
+            ErrorCode::TooLarge,
+            format!("object {obj} would grow to {end} bytes, over the pool's limit of {max_object_bytes}"),
+        )
+    };
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        let resolved = match op {
+            ObjOp::Create { exclusive } => {
+                if *exclusive && exists {
+                    return Err(RemoteError::new(ErrorCode::Exists, format!("object {obj} already exists")));
+                }
+                ObjOp::Create { exclusive: false }
+            }
+            ObjOp::WriteFull { len_bytes } => {
+                size = *len_bytes;
+                op.clone()
+            }
+            ObjOp::Write { offset, len_bytes } => {
+                size = size.max(offset.checked_add(*len_bytes).ok_or_else(|| too_large(u64::MAX))?);
+                op.clone()
+            }
+            ObjOp::Append { len_bytes } => {
+                let offset = size;
+                size += len_bytes;
+                ObjOp::Write { offset, len_bytes: *len_bytes }
+            }
+            ObjOp::Truncate { size_bytes } => {
+                size = *size_bytes;
+                op.clone()
+            }
+            ObjOp::Remove => {
+                if !exists {
+                    return Err(RemoteError::new(ErrorCode::NotFound, format!("object {obj} does not exist")));
+                }
+                exists = false;
+                size = 0;
+                out.push(ObjOp::Remove);
+                continue;
+            }
+            ObjOp::SetXattr { .. } | ObjOp::RemoveXattr { .. } | ObjOp::OmapSet { .. } | ObjOp::OmapRemove { .. } => {
+                op.clone()
+            }
+            _ => return Err(invalid(format!("{op:?} is not a write"))),
+        };
+        if size > max_object_bytes {
+            return Err(too_large(size));
+        }
+        exists = true;
+        out.push(resolved);
+    }
+    Ok(out)
+}
+
+/// The store transaction for resolved writes (see [`resolve_writes`]), creating the PG's
+/// collection first if `create_collection`.
+pub fn build_transaction(coll: &str, obj: &str, ops: &[ObjOp], mut data: Vec<u8>, create_collection: bool) -> Transaction {
+    let mut txn = Transaction::new();
+    if create_collection {
+        txn.create_collection(coll);
+    }
+    // Data of the operations in order: split from the back so each piece is moved, not copied,
+    // when there is one data operation (the common case).
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
+    for op in ops.iter().rev() {
+        let len = op.data_len() as usize;
+        if len > 0 {
+            let at = data.len() - len;
+            pieces.push(if at == 0 { std::mem::take(&mut data) } else { data.split_off(at) });
+        }
+    }
+    for op in ops {
+        match op {
+            ObjOp::Create { .. } => {
+                txn.touch(coll, obj);
+            }
+            ObjOp::WriteFull { .. } => {
+                txn.touch(coll, obj).truncate(coll, obj, 0);
+                let piece = pieces.pop().unwrap_or_default();
+                if !piece.is_empty() {
+                    txn.write(coll, obj, 0, piece);
+                }
+            }
+            ObjOp::Write { offset, .. } => {
+                txn.touch(coll, obj);
+                let piece = pieces.pop().unwrap_or_default();
+                if !piece.is_empty() {
+                    txn.write(coll, obj, *offset, piece);
+                }
+            }
+            ObjOp::Truncate { size_bytes } => {
+                txn.touch(coll, obj).truncate(coll, obj, *size_bytes);
+            }
+            ObjOp::Remove => {
+                txn.remove(coll, obj);
+            }
+            ObjOp::SetXattr { name, value } => {
+                txn.touch(coll, obj).set_xattr(coll, obj, name, value.clone());
+            }
+            ObjOp::RemoveXattr { name } => {
+                txn.touch(coll, obj).remove_xattr(coll, obj, name);
+            }
+            ObjOp::OmapSet { entries } => {
+                txn.touch(coll, obj).omap_set(coll, obj, entries.clone());
+            }
+            ObjOp::OmapRemove { keys } => {
+                txn.touch(coll, obj).omap_remove(coll, obj, keys.clone());
+            }
+            // Resolved writes contain nothing else (appends became writes).
+            _ => {}
+        }
+    }
+    txn
+}
+
+/// Runs read operations; returns one output per operation and the concatenated read bytes.
+pub fn execute_reads(store: &dyn ObjectStore, coll: &str, obj: &str, ops: &[ObjOp]) -> Result<(Vec<OpOutput>, Vec<u8>), RemoteError> {
+    let stat = store.stat(coll, obj).map_err(|e| match e {
+        StoreError::NoSuchCollection(_) => {
+            RemoteError::new(ErrorCode::NotFound, format!("object {obj} does not exist"))
+        }
+        e => store_error(&e),
+    })?;
+    let mut outputs = Vec::with_capacity(ops.len());
+    let mut data = Vec::new();
+    for op in ops {
+        outputs.push(match op {
+            ObjOp::Read { offset, len_bytes } => {
+                let start = (*offset).min(stat.size_bytes);
+                let len = (*len_bytes).min(stat.size_bytes - start);
+                if len > 0 {
+                    let bytes = store.read(coll, obj, start, len).map_err(|e| store_error(&e))?;
+                    if data.is_empty() {
+                        data = bytes;
+                    } else {
+                        data.extend_from_slice(&bytes);
+                    }
+                }
+                OpOutput::Read { len_bytes: len }
+            }
+            ObjOp::Stat => OpOutput::Stat { size_bytes: stat.size_bytes, mtime_ns: stat.mtime_ns },
+            ObjOp::GetXattr { name } => OpOutput::Xattr(store.get_xattr(coll, obj, name).map_err(|e| store_error(&e))?),
+            ObjOp::ListXattrs => OpOutput::Xattrs(store.list_xattrs(coll, obj).map_err(|e| store_error(&e))?),
+            ObjOp::OmapGet { keys } => {
+                let mut found = Vec::with_capacity(keys.len());
+                for key in keys {
+                    found.push((key.clone(), store.omap_get(coll, obj, key).map_err(|e| store_error(&e))?));
+                }
+                OpOutput::Omap(found)
+            }
+            ObjOp::OmapList { after, max } => {
+                let max = (*max).min(10_000) as usize;
+                OpOutput::OmapList(store.omap_list(coll, obj, after.as_deref(), max).map_err(|e| store_error(&e))?)
+            }
+            _ => return Err(invalid(format!("{op:?} is not a read"))),
+        });
+    }
+    Ok((outputs, data))
+}

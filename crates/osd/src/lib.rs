@@ -1,0 +1,16 @@
+//! The object storage daemon (`shoal osd`): serves the PGs the map gives it from one local
+//! engine store, with primary-copy replication.
+//!
+//! - [`exec`]: object operations on the store (resolving writes into deterministic
+//!   transactions, serving reads); each PG is one store collection named `pg.POOL.SEED`.
+//! - [`core`]: the OSD's logic as a state machine (events in, actions out), shared by the
+//!   daemon and the deterministic simulation.
+//! - [`daemon`]: the I/O around the core: messenger server, worker thread, monitor client,
+//!   replication connections.
+
+pub mod core;
+pub mod daemon;
+pub mod exec;
+
+pub use core::{Action, Event, OsdCore, Token};
+pub use daemon::{OsdConfig, run};
