@@ -1,0 +1,565 @@
+//! The monitor's logic without I/O: events in, actions out.
+//!
+//! [`MonCore`] owns the applied [`ClusterMap`], a bounded history of recent [`Incremental`]s, the
+//! latest [`OsdStats`] of every OSD and the subscriber list, and decides what to do about each
+//! [`Event`]. It never touches a socket, a disk or a clock (time arrives as `now_ms` in events),
+//! so the daemon ([`crate::run`]) and a deterministic whole-cluster simulation drive the same
+//! code.
+//!
+//! # Driving it without Raft
+//!
+//! Build it with [`MonCore::standalone`] (it is the leader from the start). Every
+//! [`Action::Propose`] it returns is "committed" by feeding the same change back as
+//! [`Event::Applied`]: the core then replies to the command that caused it with the new epoch and
+//! pushes the incremental to subscribers. A proposal that cannot be committed is reported with
+//! [`Event::ProposalFailed`].
+//!
+//! # Proposals are serialized
+//!
+//! The leader keeps at most one proposal in flight and queues the rest (bounded by
+//! [`CoreConfig::max_queued_commands`]). A command is prepared against the map with every
+//! earlier change applied, so two commands can never be resolved against the same epoch (two
+//! `CreatePool` would otherwise pick the same pool id). A new leader proposes nothing until it has
+//! applied every entry of earlier terms (`ready` in [`Event::Leadership`]), for the same reason.
+//! One proposal per Raft round costs little: map changes are rare and small.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use shoal_map::{Change, ClusterMap, Command, Incremental, MapError, OsdId};
+use shoal_proto::mon::{MapUpdate, OsdStats, StatusReply};
+use shoal_proto::{ErrorCode, RemoteError};
+
+/// Identifies one client connection of the monitor (the messenger's connection id in the daemon).
+pub type ConnId = u64;
+
+/// Where a reply goes: a connection and the request id to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReplyTo {
+    pub conn: ConnId,
+    pub request_id: u64,
+}
+
+/// Tunables of [`MonCore`].
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// This monitor's rank.
+    pub rank: u32,
+    /// An up OSD that has not reported for this long is marked down by the leader.
+    pub osd_grace_ms: u64,
+    /// Incrementals kept for subscribers that are behind; one further behind gets the full map.
+    pub history_len: usize,
+    /// Commands waiting for the in-flight proposal (or for a leader); more are refused.
+    pub max_queued_commands: usize,
+    /// How long a command waits for a leader to be elected before it is refused with
+    /// [`ErrorCode::NoQuorum`]. Waiting briefly lets daemons started together with the monitor
+    /// register without a retry loop.
+    pub no_leader_wait_ms: u64,
+    /// Connections subscribed to map updates; further subscriptions get the map but no pushes.
+    pub max_subscribers: usize,
+}
+
+impl CoreConfig {
+    /// The defaults: 5 s OSD grace, 500 incrementals of history, 1024 queued commands, 2 s wait
+    /// for a leader, 65536 subscribers.
+    #[must_use]
+    pub fn new(rank: u32) -> CoreConfig {
+        CoreConfig {
+            rank,
+            osd_grace_ms: 5000,
+            history_len: 500,
+            max_queued_commands: 1024,
+            no_leader_wait_ms: 2000,
+            max_subscribers: 65536,
+        }
+    }
+}
+
+/// Something that happened to the monitor.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A client (or, with `forwarded`, another monitor on a client's behalf) asks for a map
+    /// change. `to: None` is an internal command with nobody to answer.
+    Command {
+        to: Option<ReplyTo>,
+        command: Command,
+        forwarded: bool,
+        now_ms: u64,
+    },
+    /// Raft committed a change and it must be applied now (entries arrive in log order, each
+    /// exactly once per process lifetime after the snapshot the core was built from).
+    Applied {
+        index: u64,
+        change: Change,
+    },
+    /// The in-flight proposal could not be committed (lost leadership, Raft shut down).
+    ProposalFailed {
+        error: RemoteError,
+    },
+    /// The state was replaced by a snapshot received from the leader.
+    MapInstalled {
+        map: ClusterMap,
+    },
+    /// An OSD's periodic report (also its heartbeat). `forwarded`: relayed by another monitor.
+    OsdStats {
+        stats: OsdStats,
+        now_ms: u64,
+        forwarded: bool,
+    },
+    /// A client asks for the map newer than `have_epoch` and maybe to subscribe.
+    GetMap {
+        to: ReplyTo,
+        have_epoch: u64,
+        subscribe: bool,
+    },
+    /// A connection closed: drop its subscription.
+    Closed {
+        conn: ConnId,
+    },
+    GetStatus {
+        to: ReplyTo,
+    },
+    /// What Raft says about leadership. `ready`: this monitor is the leader and has applied
+    /// every entry of earlier terms, so it may propose. `quorum`: ranks the leader hears from.
+    Leadership {
+        leader: Option<u32>,
+        ready: bool,
+        quorum: Vec<u32>,
+        now_ms: u64,
+    },
+    /// Time passes: heartbeat grace and command deadlines are checked.
+    Tick {
+        now_ms: u64,
+    },
+}
+
+/// The answer to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// For a map command: the epoch at which the change is in the map.
+    Command(Result<u64, RemoteError>),
+    Map(MapUpdate),
+    Status(StatusReply),
+    /// For an OSD's stats report: an empty acknowledgement.
+    Ack,
+}
+
+/// Something the caller must do.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Replicate `change` through Raft; feed it back as [`Event::Applied`] once committed, or
+    /// report [`Event::ProposalFailed`].
+    Propose {
+        change: Change,
+    },
+    Reply {
+        to: ReplyTo,
+        reply: Reply,
+    },
+    /// Push `update` (request id 0) to every connection in `conns`; a connection whose queue is
+    /// full should be closed (it re-subscribes), and reported with [`Event::Closed`].
+    Push {
+        conns: Vec<ConnId>,
+        update: Arc<MapUpdate>,
+    },
+    /// Send `command` to the leader and relay its answer to `to`.
+    Forward {
+        to: ReplyTo,
+        leader: u32,
+        command: Command,
+    },
+    /// Relay an OSD's report to the leader, which runs the heartbeat check.
+    ForwardStats {
+        leader: u32,
+        stats: OsdStats,
+    },
+}
+
+/// Maps a validation failure to the code a client acts on; the message is the error's text.
+#[must_use]
+pub fn remote_error(e: &MapError) -> RemoteError {
+    let code = match e {
+        MapError::UnknownPool(_) | MapError::UnknownOsd(_) | MapError::UnknownMon(_) => ErrorCode::NotFound,
+        MapError::DuplicatePool(_) | MapError::DuplicateOsd(_) => ErrorCode::Exists,
+        MapError::InvalidPoolName { .. }
+        | MapError::SizeTooLarge { .. }
+        | MapError::InvalidPoolSetting(_)
+        | MapError::Placement(_) => ErrorCode::Invalid,
+        MapError::EpochGap { .. } => ErrorCode::Other,
+    };
+    RemoteError::new(code, e.to_string())
+}
+
+struct Queued {
+    to: Option<ReplyTo>,
+    command: Command,
+    forwarded: bool,
+    deadline_ms: u64,
+}
+
+struct InFlight {
+    to: Option<ReplyTo>,
+    change: Change,
+}
+
+/// The monitor's state machine. See the module documentation.
+pub struct MonCore {
+    cfg: CoreConfig,
+    map: ClusterMap,
+    /// The newest incrementals, oldest first, at most `cfg.history_len`.
+    history: VecDeque<Incremental>,
+    applied_index: u64,
+    leader: Option<u32>,
+    ready: bool,
+    quorum: Vec<u32>,
+    now_ms: u64,
+    queue: VecDeque<Queued>,
+    in_flight: Option<InFlight>,
+    subscribers: BTreeSet<ConnId>,
+    /// Soft state: the latest report of each OSD in the map, and when the leader last heard
+    /// from it (its own clock).
+    stats: BTreeMap<OsdId, OsdStats>,
+    last_heard_ms: BTreeMap<OsdId, u64>,
+    /// OSDs this leader has proposed down and not yet seen change state, so it proposes once.
+    down_pending: BTreeSet<OsdId>,
+}
+
+impl MonCore {
+    /// A core holding `map` (applied up to Raft index `applied_index`), with no known leader.
+    #[must_use]
+    pub fn new(cfg: CoreConfig, map: ClusterMap, applied_index: u64) -> MonCore {
+        MonCore {
+            cfg,
+            map,
+            history: VecDeque::new(),
+            applied_index,
+            leader: None,
+            ready: false,
+            quorum: Vec::new(),
+            now_ms: 0,
+            queue: VecDeque::new(),
+            in_flight: None,
+            subscribers: BTreeSet::new(),
+            stats: BTreeMap::new(),
+            last_heard_ms: BTreeMap::new(),
+            down_pending: BTreeSet::new(),
+        }
+    }
+
+    /// A core that is the (ready) leader from the start, for driving without Raft.
+    #[must_use]
+    pub fn standalone(cfg: CoreConfig, map: ClusterMap) -> MonCore {
+        let rank = cfg.rank;
+        let mut core = MonCore::new(cfg, map, 0);
+        core.leader = Some(rank);
+        core.ready = true;
+        core.quorum = vec![rank];
+        core
+    }
+
+    #[must_use]
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    #[must_use]
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    #[must_use]
+    pub fn leader(&self) -> Option<u32> {
+        self.leader
+    }
+
+    #[must_use]
+    pub fn is_ready_leader(&self) -> bool {
+        self.ready && self.leader == Some(self.cfg.rank)
+    }
+
+    #[must_use]
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    /// The latest report of `osd`, if any.
+    #[must_use]
+    pub fn osd_stats(&self, osd: OsdId) -> Option<&OsdStats> {
+        self.stats.get(&osd)
+    }
+
+    /// Handles one event and returns what to do, in order.
+    pub fn handle(&mut self, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        match event {
+            Event::Command { to, command, forwarded, now_ms } => {
+                self.advance(now_ms);
+                self.on_command(to, command, forwarded, &mut out);
+            }
+            Event::Applied { index, change } => self.on_applied(index, change, &mut out),
+            Event::ProposalFailed { error } => {
+                if let Some(f) = self.in_flight.take() {
+                    if let Some(to) = f.to {
+                        out.push(Action::Reply { to, reply: Reply::Command(Err(error)) });
+                    }
+                    if let Change::OsdDown { id } = f.change {
+                        self.down_pending.remove(&id);
+                    }
+                }
+                self.pump(&mut out);
+            }
+            Event::MapInstalled { map } => {
+                // The history no longer leads to this map: subscribers get the whole map.
+                self.history.clear();
+                self.map = map;
+                let update = Arc::new(MapUpdate { full: Some(self.map.clone()), incrementals: Vec::new() });
+                self.push(update, &mut out);
+            }
+            Event::OsdStats { stats, now_ms, forwarded } => {
+                self.advance(now_ms);
+                self.on_stats(stats, forwarded, &mut out);
+            }
+            Event::GetMap { to, have_epoch, subscribe } => {
+                let update = self.update_since(have_epoch);
+                if subscribe && self.subscribers.len() < self.cfg.max_subscribers {
+                    self.subscribers.insert(to.conn);
+                }
+                out.push(Action::Reply { to, reply: Reply::Map(update) });
+            }
+            Event::Closed { conn } => {
+                self.subscribers.remove(&conn);
+            }
+            Event::GetStatus { to } => {
+                let reply = StatusReply {
+                    epoch: self.map.epoch,
+                    leader: self.leader,
+                    quorum: self.quorum.clone(),
+                    osd_stats: self.stats.values().cloned().collect(),
+                };
+                out.push(Action::Reply { to, reply: Reply::Status(reply) });
+            }
+            Event::Leadership { leader, ready, quorum, now_ms } => {
+                self.advance(now_ms);
+                self.on_leadership(leader, ready, quorum, &mut out);
+            }
+            Event::Tick { now_ms } => {
+                self.advance(now_ms);
+                self.on_tick(&mut out);
+            }
+        }
+        out
+    }
+
+    /// The update that brings a holder of `have_epoch` to the current map: nothing if it is
+    /// current (or ahead, which happens when this monitor lags the one it heard from), the
+    /// incrementals if the history reaches back far enough, the full map otherwise.
+    #[must_use]
+    pub fn update_since(&self, have_epoch: u64) -> MapUpdate {
+        let epoch = self.map.epoch;
+        if have_epoch >= epoch {
+            return MapUpdate { full: None, incrementals: Vec::new() };
+        }
+        let oldest = self.history.front().map(|i| i.epoch);
+        match oldest {
+            Some(oldest) if have_epoch > 0 && have_epoch + 1 >= oldest => MapUpdate {
+                full: None,
+                incrementals: self.history.iter().filter(|i| i.epoch > have_epoch).cloned().collect(),
+            },
+            _ => MapUpdate { full: Some(self.map.clone()), incrementals: Vec::new() },
+        }
+    }
+
+    fn advance(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
+    fn on_command(&mut self, to: Option<ReplyTo>, command: Command, forwarded: bool, out: &mut Vec<Action>) {
+        match self.leader {
+            Some(leader) if leader != self.cfg.rank => {
+                match (to, forwarded) {
+                    (Some(to), false) => out.push(Action::Forward { to, leader, command }),
+                    (Some(to), true) => {
+                        // One hop only: leadership moved while the command travelled; the
+                        // client retries against the new leader.
+                        let e = RemoteError::new(
+                            ErrorCode::NoQuorum,
+                            format!("mon.{} is not the leader (mon.{leader} is): retry", self.cfg.rank),
+                        );
+                        out.push(Action::Reply { to, reply: Reply::Command(Err(e)) });
+                    }
+                    // Internal commands are the leader's business.
+                    (None, _) => {}
+                }
+                return;
+            }
+            _ => {}
+        }
+        if self.queue.len() >= self.cfg.max_queued_commands {
+            if let Some(to) = to {
+                let e = RemoteError::new(
+                    ErrorCode::Other,
+                    format!("monitor busy: {} map commands already waiting", self.queue.len()),
+                );
+                out.push(Action::Reply { to, reply: Reply::Command(Err(e)) });
+            }
+            return;
+        }
+        let deadline_ms = self.now_ms.saturating_add(self.cfg.no_leader_wait_ms);
+        self.queue.push_back(Queued { to, command, forwarded, deadline_ms });
+        self.pump(out);
+    }
+
+    /// Starts the next queued command if this is the ready leader and nothing is in flight.
+    /// Commands that need no change or fail validation are answered at once, so one call may
+    /// drain many of them.
+    fn pump(&mut self, out: &mut Vec<Action>) {
+        while self.in_flight.is_none() && self.is_ready_leader() {
+            let Some(q) = self.queue.pop_front() else { return };
+            match self.map.prepare(&q.command) {
+                Ok(Some(change)) => {
+                    out.push(Action::Propose { change: change.clone() });
+                    self.in_flight = Some(InFlight { to: q.to, change });
+                }
+                Ok(None) => {
+                    if let Some(to) = q.to {
+                        out.push(Action::Reply { to, reply: Reply::Command(Ok(self.map.epoch)) });
+                    }
+                }
+                Err(e) => {
+                    if let Some(to) = q.to {
+                        out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(&e))) });
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_applied(&mut self, index: u64, change: Change, out: &mut Vec<Action>) {
+        self.applied_index = self.applied_index.max(index);
+        if let Err(e) = self.map.apply(&change) {
+            // Every monitor fails the same way on the same entry, so skipping it keeps them
+            // identical. It means a change was prepared against a different map: a bug.
+            tracing::error!(index, ?change, error = %e, "committed change does not apply; skipped");
+            if self.in_flight.as_ref().is_some_and(|f| f.change == change)
+                && let Some(f) = self.in_flight.take()
+                && let Some(to) = f.to
+            {
+                out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(&e))) });
+            }
+            self.pump(out);
+            return;
+        }
+        let inc = Incremental { epoch: self.map.epoch, change };
+        match &inc.change {
+            Change::OsdUp { id, .. } => {
+                self.down_pending.remove(id);
+                // Grace starts at boot: the OSD's first report may still be on its way.
+                self.last_heard_ms.insert(*id, self.now_ms);
+            }
+            Change::OsdDown { id } => {
+                self.down_pending.remove(id);
+            }
+            _ => {}
+        }
+        if self.in_flight.as_ref().is_some_and(|f| f.change == inc.change)
+            && let Some(f) = self.in_flight.take()
+            && let Some(to) = f.to
+        {
+            out.push(Action::Reply { to, reply: Reply::Command(Ok(inc.epoch)) });
+        }
+        if self.history.len() >= self.cfg.history_len.max(1) {
+            self.history.pop_front();
+        }
+        self.history.push_back(inc.clone());
+        self.push(Arc::new(MapUpdate { full: None, incrementals: vec![inc] }), out);
+        self.pump(out);
+    }
+
+    fn push(&self, update: Arc<MapUpdate>, out: &mut Vec<Action>) {
+        if !self.subscribers.is_empty() {
+            out.push(Action::Push { conns: self.subscribers.iter().copied().collect(), update });
+        }
+    }
+
+    fn on_stats(&mut self, stats: OsdStats, forwarded: bool, out: &mut Vec<Action>) {
+        let osd = stats.osd;
+        // Only OSDs in the map are remembered, which bounds the soft state.
+        if !self.map.osds.contains_key(&osd) {
+            return;
+        }
+        self.last_heard_ms.insert(osd, self.now_ms);
+        if !forwarded && let Some(leader) = self.leader.filter(|l| *l != self.cfg.rank) {
+            out.push(Action::ForwardStats { leader, stats: stats.clone() });
+        }
+        self.stats.insert(osd, stats);
+    }
+
+    fn on_leadership(&mut self, leader: Option<u32>, ready: bool, quorum: Vec<u32>, out: &mut Vec<Action>) {
+        let was_leader = self.is_ready_leader();
+        self.leader = leader;
+        self.ready = ready && leader == Some(self.cfg.rank);
+        self.quorum = quorum;
+        let is_leader = self.is_ready_leader();
+        if is_leader && !was_leader {
+            // Reports went to whichever monitor led before: every OSD gets a fresh grace.
+            let now = self.now_ms;
+            for t in self.last_heard_ms.values_mut() {
+                *t = now;
+            }
+            self.down_pending.clear();
+            self.pump(out);
+        }
+        if !is_leader && was_leader {
+            self.down_pending.clear();
+        }
+        if leader.is_some_and(|l| l != self.cfg.rank) {
+            // Hand the waiting commands to the new leader.
+            for q in std::mem::take(&mut self.queue) {
+                self.on_command(q.to, q.command, q.forwarded, out);
+            }
+        }
+    }
+
+    fn on_tick(&mut self, out: &mut Vec<Action>) {
+        let now = self.now_ms;
+        // Commands that waited too long for a leader.
+        if !self.is_ready_leader() {
+            let mut keep = VecDeque::with_capacity(self.queue.len());
+            for q in std::mem::take(&mut self.queue) {
+                if q.deadline_ms <= now {
+                    if let Some(to) = q.to {
+                        let e = RemoteError::new(
+                            ErrorCode::NoQuorum,
+                            format!(
+                                "mon.{} has no leader after waiting {} ms: fewer than a majority of monitors \
+                                 are reachable",
+                                self.cfg.rank, self.cfg.no_leader_wait_ms
+                            ),
+                        );
+                        out.push(Action::Reply { to, reply: Reply::Command(Err(e)) });
+                    }
+                } else {
+                    keep.push_back(q);
+                }
+            }
+            self.queue = keep;
+            return;
+        }
+        let grace = self.cfg.osd_grace_ms;
+        let mut late = Vec::new();
+        for (id, osd) in &self.map.osds {
+            if !osd.up {
+                continue;
+            }
+            let heard = *self.last_heard_ms.entry(*id).or_insert(now);
+            if now.saturating_sub(heard) >= grace && !self.down_pending.contains(id) {
+                late.push(*id);
+            }
+        }
+        for id in late {
+            tracing::info!(osd = %id, grace_ms = grace, "no report within the grace period: marking down");
+            self.down_pending.insert(id);
+            self.on_command(None, Command::OsdDown { id }, false, out);
+        }
+    }
+}

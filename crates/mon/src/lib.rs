@@ -1,0 +1,3 @@
+//! Shoal's monitor (docs filled in below).
+
+pub mod core;

@@ -1,0 +1,370 @@
+//! The sans-I/O monitor core, driven by hand: validation, replies, subscriptions, heartbeats,
+//! leadership.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use shoal_map::{Change, ClusterMap, Command, MonInfo, OsdId, Weight};
+use shoal_mon::core::{Action, CoreConfig, Event, MonCore, Reply, ReplyTo};
+use shoal_proto::ErrorCode;
+use shoal_proto::mon::{MapUpdate, OsdStats};
+
+fn map() -> ClusterMap {
+    let addr: SocketAddr = "127.0.0.1:6789".parse().unwrap();
+    ClusterMap::new("fsid-test", BTreeMap::from([(0, MonInfo { addr })]))
+}
+
+fn to(conn: u64, request_id: u64) -> ReplyTo {
+    ReplyTo { conn, request_id }
+}
+
+fn cmd(core: &mut MonCore, t: ReplyTo, command: Command, now_ms: u64) -> Vec<Action> {
+    core.handle(Event::Command { to: Some(t), command, forwarded: false, now_ms })
+}
+
+fn stats(osd: u32) -> OsdStats {
+    OsdStats {
+        osd: OsdId(osd),
+        map_epoch: 1,
+        pg_states: vec![],
+        objects: 0,
+        used_bytes: 0,
+        capacity_bytes: 1 << 30,
+        read_ops_per_s: 0.0,
+        write_ops_per_s: 0.0,
+        read_bytes_per_s: 0.0,
+        write_bytes_per_s: 0.0,
+    }
+}
+
+/// Commits every proposal in `actions` by feeding it back (what the simulation does instead of
+/// Raft), repeatedly, and returns every action produced along the way.
+fn commit_all(core: &mut MonCore, mut actions: Vec<Action>) -> Vec<Action> {
+    let mut all = Vec::new();
+    let mut index = core.applied_index();
+    for _ in 0..1000 {
+        let proposals: Vec<Change> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Propose { change } => Some(change.clone()),
+                _ => None,
+            })
+            .collect();
+        all.append(&mut actions);
+        if proposals.is_empty() {
+            return all;
+        }
+        for change in proposals {
+            index += 1;
+            actions.extend(core.handle(Event::Applied { index, change }));
+        }
+    }
+    panic!("proposals never stop");
+}
+
+fn command_replies(actions: &[Action]) -> Vec<(ReplyTo, Result<u64, shoal_proto::RemoteError>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Reply { to, reply: Reply::Command(r) } => Some((*to, r.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn proposals(actions: &[Action]) -> Vec<Change> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Propose { change } => Some(change.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn create_osds(core: &mut MonCore, n: u32) {
+    for i in 0..n {
+        let a = cmd(
+            core,
+            to(1, u64::from(i)),
+            Command::CreateOsd { id: None, host: format!("h{i}"), weight: Weight::ONE },
+            0,
+        );
+        let r = commit_all(core, a);
+        assert!(command_replies(&r)[0].1.is_ok());
+    }
+}
+
+#[test]
+fn commands_are_validated_with_codes_and_messages() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    create_osds(&mut core, 2);
+
+    let a = cmd(&mut core, to(1, 10), Command::RemovePool { name: "nope".into() }, 0);
+    let r = command_replies(&a);
+    let e = r[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotFound);
+    assert!(e.message.contains("nope"), "{}", e.message);
+
+    let create = Command::CreatePool { name: "rbd".into(), size: 3, min_size: None, pg_num: 8, max_object_bytes: None };
+    let a = cmd(&mut core, to(1, 11), create, 0);
+    let e = command_replies(&a)[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::Invalid);
+    assert!(e.message.contains("size 3") && e.message.contains("2 OSDs"), "{}", e.message);
+    assert!(proposals(&a).is_empty());
+
+    let create = Command::CreatePool { name: "rbd".into(), size: 2, min_size: None, pg_num: 8, max_object_bytes: None };
+    let a = cmd(&mut core, to(1, 12), create.clone(), 0);
+    let r = commit_all(&mut core, a);
+    assert_eq!(command_replies(&r), vec![(to(1, 12), Ok(4))]);
+    let a = cmd(&mut core, to(1, 13), create, 0);
+    let e = command_replies(&a)[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::Exists);
+    assert!(e.message.contains("rbd"), "{}", e.message);
+
+    let bad = Command::CreatePool { name: "a b".into(), size: 1, min_size: None, pg_num: 8, max_object_bytes: None };
+    let e = command_replies(&cmd(&mut core, to(1, 14), bad, 0))[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::Invalid);
+    assert!(e.message.contains("a b"), "{}", e.message);
+
+    // Already satisfied: no proposal, the current epoch.
+    let a = cmd(&mut core, to(1, 15), Command::OsdIn { id: OsdId(0) }, 0);
+    assert!(proposals(&a).is_empty());
+    assert_eq!(command_replies(&a), vec![(to(1, 15), Ok(4))]);
+}
+
+#[test]
+fn proposals_are_serialized_and_prepared_against_the_latest_map() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    create_osds(&mut core, 1);
+    let p = |name: &str| Command::CreatePool {
+        name: name.into(),
+        size: 1,
+        min_size: None,
+        pg_num: 4,
+        max_object_bytes: None,
+    };
+    let a1 = cmd(&mut core, to(1, 1), p("a"), 0);
+    let a2 = cmd(&mut core, to(1, 2), p("b"), 0);
+    let a3 = cmd(&mut core, to(1, 3), p("a"), 0);
+    assert_eq!(proposals(&a1).len(), 1);
+    assert!(a2.is_empty() && a3.is_empty(), "queued behind the in-flight proposal");
+    let all = commit_all(&mut core, a1);
+    let replies = command_replies(&all);
+    assert_eq!(replies[0], (to(1, 1), Ok(3)));
+    assert_eq!(replies[1], (to(1, 2), Ok(4)));
+    assert_eq!(replies[2].1.as_ref().unwrap_err().code, ErrorCode::Exists);
+    let ids: Vec<u32> = core.map().pools.keys().copied().collect();
+    assert_eq!(ids, vec![1, 2], "distinct pool ids");
+}
+
+#[test]
+fn failed_proposal_is_reported_and_the_queue_moves_on() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    let a = cmd(&mut core, to(1, 1), Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE }, 0);
+    assert_eq!(proposals(&a).len(), 1);
+    let b = cmd(&mut core, to(1, 2), Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE }, 0);
+    assert!(b.is_empty());
+    let e = shoal_proto::RemoteError::new(ErrorCode::NoQuorum, "lost leadership");
+    let r = core.handle(Event::ProposalFailed { error: e.clone() });
+    assert_eq!(command_replies(&r), vec![(to(1, 1), Err(e))]);
+    assert_eq!(proposals(&r).len(), 1, "the next command is proposed");
+}
+
+fn apply_n(core: &mut MonCore, n: u32) {
+    for i in 0..n {
+        let a =
+            cmd(core, to(9, u64::from(i)), Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE }, 0);
+        commit_all(core, a);
+    }
+}
+
+fn map_reply(actions: &[Action]) -> MapUpdate {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Reply { reply: Reply::Map(m), .. } => Some(m.clone()),
+            _ => None,
+        })
+        .expect("a map reply")
+}
+
+#[test]
+fn subscribers_catch_up_with_incrementals_or_the_full_map() {
+    let mut cfg = CoreConfig::new(0);
+    cfg.history_len = 5;
+    let mut core = MonCore::standalone(cfg, map());
+    apply_n(&mut core, 8); // epochs 2..=9, history holds 5..=9
+    assert_eq!(core.map().epoch, 9);
+
+    let m = map_reply(&core.handle(Event::GetMap { to: to(2, 1), have_epoch: 0, subscribe: false }));
+    assert_eq!(m.full.as_ref().map(|m| m.epoch), Some(9));
+
+    let m = map_reply(&core.handle(Event::GetMap { to: to(2, 2), have_epoch: 6, subscribe: false }));
+    assert!(m.full.is_none());
+    assert_eq!(m.incrementals.iter().map(|i| i.epoch).collect::<Vec<_>>(), vec![7, 8, 9]);
+
+    // Epoch 4 is exactly one before the oldest kept incremental (5): still reachable.
+    let m = map_reply(&core.handle(Event::GetMap { to: to(2, 3), have_epoch: 4, subscribe: false }));
+    assert_eq!(m.incrementals.len(), 5);
+    let m = map_reply(&core.handle(Event::GetMap { to: to(2, 4), have_epoch: 3, subscribe: false }));
+    assert!(m.full.is_some() && m.incrementals.is_empty());
+
+    let m = map_reply(&core.handle(Event::GetMap { to: to(2, 5), have_epoch: 9, subscribe: true }));
+    assert!(m.full.is_none() && m.incrementals.is_empty());
+    assert_eq!(core.subscribers(), 1);
+
+    // A subscriber replaying what it got ends with the same map.
+    let mut mine = map();
+    let m = map_reply(&core.handle(Event::GetMap { to: to(3, 1), have_epoch: 0, subscribe: true }));
+    mine = m.full.unwrap_or(mine);
+    let a = cmd(&mut core, to(1, 1), Command::OsdOut { id: OsdId(2) }, 0);
+    let all = commit_all(&mut core, a);
+    let pushes: Vec<_> = all
+        .iter()
+        .filter_map(|a| match a {
+            Action::Push { conns, update } => Some((conns.clone(), update.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pushes.len(), 1);
+    assert_eq!(pushes[0].0, vec![2, 3]);
+    for inc in &pushes[0].1.incrementals {
+        mine.apply_incremental(inc).unwrap();
+    }
+    assert_eq!(mine.epoch, 10);
+    assert!(!mine.osds[&OsdId(2)].in_cluster);
+
+    core.handle(Event::Closed { conn: 2 });
+    assert_eq!(core.subscribers(), 1);
+}
+
+fn boot(core: &mut MonCore, id: u32, now_ms: u64) {
+    let addr: SocketAddr = format!("127.0.0.1:{}", 7000 + id).parse().unwrap();
+    let a = cmd(core, to(5, u64::from(id)), Command::OsdBoot { id: OsdId(id), addr }, now_ms);
+    let r = commit_all(core, a);
+    assert!(command_replies(&r)[0].1.is_ok());
+}
+
+#[test]
+fn silent_osd_is_marked_down_once_after_the_grace() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    create_osds(&mut core, 2);
+    boot(&mut core, 0, 1000);
+    boot(&mut core, 1, 1000);
+
+    // osd.1 keeps reporting, osd.0 does not.
+    let mut downs = Vec::new();
+    for t in (1000..=9000).step_by(500) {
+        core.handle(Event::OsdStats { stats: stats(1), now_ms: t, forwarded: false });
+        let a = core.handle(Event::Tick { now_ms: t });
+        downs.extend(proposals(&a));
+        if t == 6500 {
+            assert_eq!(downs, vec![Change::OsdDown { id: OsdId(0) }], "proposed at grace, not before");
+        }
+    }
+    assert_eq!(downs, vec![Change::OsdDown { id: OsdId(0) }], "proposed once while in flight");
+    let r = core.handle(Event::Applied { index: 100, change: Change::OsdDown { id: OsdId(0) } });
+    assert!(proposals(&r).is_empty());
+    assert!(!core.map().osds[&OsdId(0)].up);
+    assert!(core.map().osds[&OsdId(1)].up);
+    for t in (9000..=20000).step_by(500) {
+        core.handle(Event::OsdStats { stats: stats(1), now_ms: t, forwarded: false });
+        assert!(proposals(&core.handle(Event::Tick { now_ms: t })).is_empty(), "a down OSD is not re-proposed");
+    }
+    assert!(core.osd_stats(OsdId(1)).is_some());
+
+    // It boots again: a fresh grace from the boot.
+    boot(&mut core, 0, 20000);
+    assert!(proposals(&core.handle(Event::Tick { now_ms: 24000 })).is_empty());
+    assert_eq!(proposals(&core.handle(Event::Tick { now_ms: 25000 })), vec![Change::OsdDown { id: OsdId(0) }]);
+}
+
+#[test]
+fn stats_of_unknown_osds_are_not_kept() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    core.handle(Event::OsdStats { stats: stats(42), now_ms: 1, forwarded: false });
+    assert!(core.osd_stats(OsdId(42)).is_none());
+}
+
+#[test]
+fn non_leader_forwards_commands_and_stats_and_serves_maps() {
+    let mut core = MonCore::new(CoreConfig::new(0), map(), 0);
+    core.handle(Event::Leadership { leader: Some(1), ready: false, quorum: vec![1, 0], now_ms: 0 });
+    // Applied entries from the leader still update the map.
+    core.handle(Event::Applied {
+        index: 1,
+        change: Change::AddOsd { id: OsdId(0), host: "h".into(), weight: Weight::ONE },
+    });
+    assert_eq!(core.map().epoch, 2);
+
+    let a = cmd(&mut core, to(1, 1), Command::OsdIn { id: OsdId(0) }, 0);
+    assert!(matches!(&a[..], [Action::Forward { leader: 1, to: t, .. }] if *t == to(1, 1)));
+
+    let a = core.handle(Event::Command {
+        to: Some(to(1, 2)),
+        command: Command::OsdIn { id: OsdId(0) },
+        forwarded: true,
+        now_ms: 0,
+    });
+    let e = command_replies(&a)[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoQuorum);
+    assert!(e.message.contains("mon.1"), "{}", e.message);
+
+    let a = core.handle(Event::OsdStats { stats: stats(0), now_ms: 5, forwarded: false });
+    assert!(matches!(&a[..], [Action::ForwardStats { leader: 1, .. }]));
+    assert!(core.handle(Event::OsdStats { stats: stats(0), now_ms: 6, forwarded: true }).is_empty());
+
+    // No heartbeat judgement on a follower.
+    core.handle(Event::Applied {
+        index: 2,
+        change: Change::OsdUp { id: OsdId(0), addr: "127.0.0.1:1".parse().unwrap() },
+    });
+    assert!(core.handle(Event::Tick { now_ms: 100_000 }).is_empty());
+
+    let m = map_reply(&core.handle(Event::GetMap { to: to(3, 1), have_epoch: 0, subscribe: true }));
+    assert_eq!(m.full.unwrap().epoch, 3);
+    let status = core.handle(Event::GetStatus { to: to(3, 2) });
+    match &status[..] {
+        [Action::Reply { reply: Reply::Status(s), .. }] => {
+            assert_eq!((s.epoch, s.leader, s.quorum.clone(), s.osd_stats.len()), (3, Some(1), vec![1, 0], 1));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn commands_wait_for_a_leader_then_time_out() {
+    let mut cfg = CoreConfig::new(0);
+    cfg.no_leader_wait_ms = 1000;
+    let mut core = MonCore::new(cfg, map(), 0);
+    let create = Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE };
+    assert!(cmd(&mut core, to(1, 1), create.clone(), 100).is_empty());
+    assert!(core.handle(Event::Tick { now_ms: 500 }).is_empty());
+    // Elected in time: the waiting command is proposed.
+    let a = core.handle(Event::Leadership { leader: Some(0), ready: true, quorum: vec![0], now_ms: 600 });
+    assert_eq!(proposals(&a).len(), 1);
+
+    let mut core = MonCore::new(CoreConfig { no_leader_wait_ms: 1000, ..CoreConfig::new(0) }, map(), 0);
+    assert!(cmd(&mut core, to(1, 1), create.clone(), 100).is_empty());
+    let a = core.handle(Event::Tick { now_ms: 1100 });
+    let e = command_replies(&a)[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoQuorum);
+    assert!(e.message.contains("no leader"), "{}", e.message);
+
+    // Leader known elsewhere: queued commands are forwarded.
+    let mut core = MonCore::new(CoreConfig::new(0), map(), 0);
+    assert!(cmd(&mut core, to(1, 1), create, 100).is_empty());
+    let a = core.handle(Event::Leadership { leader: Some(2), ready: false, quorum: vec![], now_ms: 200 });
+    assert!(matches!(&a[..], [Action::Forward { leader: 2, .. }]));
+}
+
+#[test]
+fn elected_but_not_ready_leader_holds_commands() {
+    let mut core = MonCore::new(CoreConfig::new(0), map(), 0);
+    core.handle(Event::Leadership { leader: Some(0), ready: false, quorum: vec![0], now_ms: 0 });
+    let create = Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE };
+    assert!(cmd(&mut core, to(1, 1), create, 10).is_empty(), "not forwarded to itself, not proposed");
+    let a = core.handle(Event::Leadership { leader: Some(0), ready: true, quorum: vec![0], now_ms: 20 });
+    assert_eq!(proposals(&a).len(), 1);
+}
