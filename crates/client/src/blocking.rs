@@ -61,7 +61,12 @@ impl BlockingClient {
         self.op(pool, object, vec![ObjOp::Remove], Vec::new()).map(|_| ())
     }
 
-    pub fn list(&self, pool: &str, cursor: Option<ListCursor>, max: u32) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
+    pub fn list(
+        &self,
+        pool: &str,
+        cursor: Option<ListCursor>,
+        max: u32,
+    ) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
         self.runtime.block_on(self.client.list(pool, cursor, max))
     }
 }

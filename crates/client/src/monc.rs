@@ -64,8 +64,7 @@ impl MonClient {
     /// Returns once a map is known.
     pub async fn connect(cfg: ClusterConfig) -> Result<MonClient, ClientError> {
         let (map_tx, _) = watch::channel(None);
-        let inner =
-            Arc::new(Inner { cfg, conn: Mutex::new(None), map_tx, subscriber: std::sync::Mutex::new(None) });
+        let inner = Arc::new(Inner { cfg, conn: Mutex::new(None), map_tx, subscriber: std::sync::Mutex::new(None) });
         let first = subscribe_once(&inner).await?;
         let weak = Arc::downgrade(&inner);
         let task = tokio::spawn(async move { follow_map(weak, first).await });

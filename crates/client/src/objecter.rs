@@ -142,7 +142,13 @@ impl Client {
         }
     }
 
-    async fn send(&self, map: &ClusterMap, osd: OsdId, msg_type: u16, payload: Vec<u8>) -> Result<shoal_net::Frame, ClientError> {
+    async fn send(
+        &self,
+        map: &ClusterMap,
+        osd: OsdId,
+        msg_type: u16,
+        payload: Vec<u8>,
+    ) -> Result<shoal_net::Frame, ClientError> {
         let conn = self.osd_connection(map, osd).await?;
         Ok(conn.call(msg_type, payload).await?)
     }
@@ -164,7 +170,12 @@ impl Client {
 
     /// One page of the objects of a pool: every PG in turn, each listed at its primary.
     /// `cursor` is `None` to start; the returned cursor is `None` at the end.
-    pub async fn list(&self, pool: &str, cursor: Option<ListCursor>, max: u32) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
+    pub async fn list(
+        &self,
+        pool: &str,
+        cursor: Option<ListCursor>,
+        max: u32,
+    ) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
         let pool = self.pool(pool)?;
         let mut cursor = cursor.unwrap_or(ListCursor { pg: 0, after: None });
         let mut names = Vec::new();
@@ -175,7 +186,13 @@ impl Client {
             let Some(&primary) = osds.first() else {
                 return Err(ClientError::NoActing { pool: pool.name.clone(), pg: pg.to_string() });
             };
-            let msg = PgList { epoch: map.epoch, pool: pool.id, pg: cursor.pg, cursor: cursor.after.clone(), max: max - names.len() as u32 };
+            let msg = PgList {
+                epoch: map.epoch,
+                pool: pool.id,
+                pg: cursor.pg,
+                cursor: cursor.after.clone(),
+                max: max - names.len() as u32,
+            };
             let frame = self.send(&map, primary, PgList::TYPE, encode(&msg, Vec::new())).await?;
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;
             match reply.result {

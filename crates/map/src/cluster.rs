@@ -71,7 +71,6 @@ pub struct ClusterMap {
     pub failure_domain: BucketKind,
 }
 
-
 impl ClusterMap {
     /// An empty map at epoch 1 with the given monitors.
     pub fn new(fsid: impl Into<String>, mons: BTreeMap<u32, MonInfo>) -> ClusterMap {

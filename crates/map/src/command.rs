@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 use shoal_placement::{OsdId, Weight, pg::MAX_PG_NUM};
 
-use crate::cluster::{ClusterMap, MonInfo, OsdInfo, Pool, DEFAULT_MAX_OBJECT_BYTES};
+use crate::cluster::{ClusterMap, DEFAULT_MAX_OBJECT_BYTES, MonInfo, OsdInfo, Pool};
 use crate::error::MapError;
 
 /// Longest pool name, in bytes.
@@ -21,18 +21,42 @@ pub const MAX_POOL_SIZE: u32 = 16;
 pub enum Command {
     /// Registers an OSD in a host (the host bucket is created if missing). `id: None` takes the
     /// lowest free id.
-    CreateOsd { id: Option<OsdId>, host: String, weight: Weight },
+    CreateOsd {
+        id: Option<OsdId>,
+        host: String,
+        weight: Weight,
+    },
     /// An OSD started and listens at `addr`: marks it up.
-    OsdBoot { id: OsdId, addr: SocketAddr },
+    OsdBoot {
+        id: OsdId,
+        addr: SocketAddr,
+    },
     /// An OSD stopped or was reported unreachable.
-    OsdDown { id: OsdId },
+    OsdDown {
+        id: OsdId,
+    },
     /// Stop placing data on an OSD / place data on it again.
-    OsdOut { id: OsdId },
-    OsdIn { id: OsdId },
+    OsdOut {
+        id: OsdId,
+    },
+    OsdIn {
+        id: OsdId,
+    },
     /// Creates a replicated pool. `min_size: None` takes `size - size / 2`, as Ceph does.
-    CreatePool { name: String, size: u32, min_size: Option<u32>, pg_num: u32, max_object_bytes: Option<u64> },
-    RemovePool { name: String },
-    SetPool { name: String, setting: PoolSetting },
+    CreatePool {
+        name: String,
+        size: u32,
+        min_size: Option<u32>,
+        pg_num: u32,
+        max_object_bytes: Option<u64>,
+    },
+    RemovePool {
+        name: String,
+    },
+    SetPool {
+        name: String,
+        setting: PoolSetting,
+    },
 }
 
 /// A pool property `shoal pool set` can change.

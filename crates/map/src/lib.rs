@@ -15,7 +15,7 @@ mod cluster;
 mod command;
 mod error;
 
-pub use cluster::{ClusterMap, Locator, MonInfo, OsdInfo, Pool, DEFAULT_MAX_OBJECT_BYTES};
+pub use cluster::{ClusterMap, DEFAULT_MAX_OBJECT_BYTES, Locator, MonInfo, OsdInfo, Pool};
 pub use command::{Change, Command, Incremental, PoolSetting};
 pub use error::MapError;
 pub use shoal_placement::{BucketKind, OsdId, PgId, Weight, pg_for_object};

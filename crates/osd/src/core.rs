@@ -177,18 +177,31 @@ impl OsdCore {
         match event {
             Event::ClientOp { from, request_id, .. } => {
                 let reply = OsdOpReply { epoch: self.map.epoch, result: Err(busy) };
-                out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+                out.push(Action::Reply {
+                    to: from,
+                    frame: reply_frame(request_id, &reply, Vec::new()),
+                    after_sync: false,
+                });
             }
             Event::PgList { from, request_id, .. } => {
                 let reply = PgListReply { epoch: self.map.epoch, result: Err(busy) };
-                out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+                out.push(Action::Reply {
+                    to: from,
+                    frame: reply_frame(request_id, &reply, Vec::new()),
+                    after_sync: false,
+                });
             }
             _ => {}
         }
     }
 
     /// Checks that this OSD is the primary of `pg` in its map; returns the acting set.
-    fn check_primary(&self, pool: u32, pg_seed: u32, object: Option<&str>) -> Result<(PgId, Vec<OsdId>, u64), RemoteError> {
+    fn check_primary(
+        &self,
+        pool: u32,
+        pg_seed: u32,
+        object: Option<&str>,
+    ) -> Result<(PgId, Vec<OsdId>, u64), RemoteError> {
         let Some(p) = self.map.pools.get(&pool) else {
             return Err(RemoteError::new(ErrorCode::NotFound, format!("pool id {pool} does not exist")));
         };
@@ -311,7 +324,13 @@ impl OsdCore {
         self.pending.insert(op.reqid, pending);
     }
 
-    fn commit(&mut self, coll: &str, obj: &str, resolved: &[shoal_proto::osd::ObjOp], data: Vec<u8>) -> Result<(), RemoteError> {
+    fn commit(
+        &mut self,
+        coll: &str,
+        obj: &str,
+        resolved: &[shoal_proto::osd::ObjOp],
+        data: Vec<u8>,
+    ) -> Result<(), RemoteError> {
         let create = !self.collections.contains(coll);
         let txn = build_transaction(coll, obj, resolved, data, create);
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;

@@ -83,11 +83,18 @@ impl Handler for OsdHandler {
         }
         let request_id = frame.request_id;
         let event = match frame.msg_type {
-            OsdOp::TYPE => decode::<OsdOp>(frame.payload).map(|(op, data)| Event::ClientOp { from: token, request_id, op, data }),
-            RepOp::TYPE => decode::<RepOp>(frame.payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data }),
-            PgList::TYPE => decode::<PgList>(frame.payload).map(|(req, _)| Event::PgList { from: token, request_id, req }),
+            OsdOp::TYPE => {
+                decode::<OsdOp>(frame.payload).map(|(op, data)| Event::ClientOp { from: token, request_id, op, data })
+            }
+            RepOp::TYPE => {
+                decode::<RepOp>(frame.payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data })
+            }
+            PgList::TYPE => {
+                decode::<PgList>(frame.payload).map(|(req, _)| Event::PgList { from: token, request_id, req })
+            }
             other => {
-                let _ = conn.send(error_frame(request_id, &format!("an OSD does not handle message type {other}"))).await;
+                let _ =
+                    conn.send(error_frame(request_id, &format!("an OSD does not handle message type {other}"))).await;
                 return;
             }
         };
@@ -122,7 +129,8 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
             Err(e) => return Err(e).context("registering the OSD"),
         }
     }
-    let listener = tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("binding {}", cfg.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("binding {}", cfg.listen))?;
     let addr = listener.local_addr()?;
 
     let (tx, rx) = mpsc::channel(WORKER_QUEUE_EVENTS);
@@ -167,11 +175,13 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         }
     });
 
-    let server_cfg = ServerConfig { keyring: cfg.keyring.clone(), entity: cfg.id.to_string(), max_queued_replies: 1024 };
+    let server_cfg =
+        ServerConfig { keyring: cfg.keyring.clone(), entity: cfg.id.to_string(), max_queued_replies: 1024 };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(shoal_net::serve(listener, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
-        let _ = stop_rx.await;
-    }));
+    let server =
+        tokio::spawn(shoal_net::serve(listener, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
+            let _ = stop_rx.await;
+        }));
     monc.command(Command::OsdBoot { id: cfg.id, addr }).await.context("announcing the OSD to the monitors")?;
 
     shutdown.await;
@@ -242,13 +252,17 @@ fn worker_loop(
     }
 }
 
+/// A replicated write queued for one peer: the op, its data, and the peer's address at the
+/// epoch the primary handled it.
+type PeerWrite = (RepOp, Vec<u8>, Option<SocketAddr>);
+
 /// Connections to peer OSDs for replication: one queue and one sender task per peer, so
 /// replicated writes leave in the order the primary handled them.
 struct Peers {
     monc: MonClient,
     events: mpsc::Sender<Event>,
     cluster: ClusterConfig,
-    queues: Mutex<HashMap<OsdId, mpsc::Sender<(RepOp, Vec<u8>, Option<SocketAddr>)>>>,
+    queues: Mutex<HashMap<OsdId, mpsc::Sender<PeerWrite>>>,
 }
 
 impl Peers {
@@ -256,7 +270,14 @@ impl Peers {
         Peers { monc, events, cluster, queues: Mutex::new(HashMap::new()) }
     }
 
-    fn send(&self, runtime: &tokio::runtime::Handle, osd: OsdId, op: RepOp, data: Vec<u8>, map: &shoal_map::ClusterMap) {
+    fn send(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        osd: OsdId,
+        op: RepOp,
+        data: Vec<u8>,
+        map: &shoal_map::ClusterMap,
+    ) {
         let addr = map.osds.get(&osd).and_then(|o| o.addr);
         let mut queues = self.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let queue = queues.entry(osd).or_insert_with(|| {
@@ -282,7 +303,7 @@ impl Peers {
 
 async fn peer_sender(
     osd: OsdId,
-    mut rx: mpsc::Receiver<(RepOp, Vec<u8>, Option<SocketAddr>)>,
+    mut rx: mpsc::Receiver<PeerWrite>,
     events: mpsc::Sender<Event>,
     cluster: ClusterConfig,
 ) {
@@ -295,7 +316,8 @@ async fn peer_sender(
     };
     while let Some((op, data, addr)) = rx.recv().await {
         let reqid = op.reqid;
-        let fail = |msg: String| Event::RepReply { from: osd, reqid, result: Err(RemoteError::new(ErrorCode::Timeout, msg)) };
+        let fail =
+            |msg: String| Event::RepReply { from: osd, reqid, result: Err(RemoteError::new(ErrorCode::Timeout, msg)) };
         let Some(addr) = addr else {
             let _ = events.send(fail(format!("{osd} has no address"))).await;
             continue;

@@ -121,7 +121,13 @@ pub fn resolve_writes(
 
 /// The store transaction for resolved writes (see [`resolve_writes`]), creating the PG's
 /// collection first if `create_collection`.
-pub fn build_transaction(coll: &str, obj: &str, ops: &[ObjOp], mut data: Vec<u8>, create_collection: bool) -> Transaction {
+pub fn build_transaction(
+    coll: &str,
+    obj: &str,
+    ops: &[ObjOp],
+    mut data: Vec<u8>,
+    create_collection: bool,
+) -> Transaction {
     let mut txn = Transaction::new();
     if create_collection {
         txn.create_collection(coll);
@@ -181,7 +187,12 @@ pub fn build_transaction(coll: &str, obj: &str, ops: &[ObjOp], mut data: Vec<u8>
 }
 
 /// Runs read operations; returns one output per operation and the concatenated read bytes.
-pub fn execute_reads(store: &dyn ObjectStore, coll: &str, obj: &str, ops: &[ObjOp]) -> Result<(Vec<OpOutput>, Vec<u8>), RemoteError> {
+pub fn execute_reads(
+    store: &dyn ObjectStore,
+    coll: &str,
+    obj: &str,
+    ops: &[ObjOp],
+) -> Result<(Vec<OpOutput>, Vec<u8>), RemoteError> {
     let stat = store.stat(coll, obj).map_err(|e| match e {
         StoreError::NoSuchCollection(_) => {
             RemoteError::new(ErrorCode::NotFound, format!("object {obj} does not exist"))

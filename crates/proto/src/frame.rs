@@ -249,9 +249,6 @@ mod tests {
         let h = decode_header(&encode_header(16, 7, b"hello"), MAX_PAYLOAD_BYTES).unwrap();
         assert_eq!(h.check_payload(b"hellp"), Err(FrameError::PayloadChecksum { request_id: 7 }));
         assert!(h.check_payload(b"hell").is_err());
-        assert_eq!(
-            decode_header(&encode_header(16, 7, b"hello"), 4),
-            Err(FrameError::TooLarge { len: 5, max: 4 })
-        );
+        assert_eq!(decode_header(&encode_header(16, 7, b"hello"), 4), Err(FrameError::TooLarge { len: 5, max: 4 }));
     }
 }

@@ -20,28 +20,58 @@ pub struct ReqId {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ObjOp {
     /// Creates the object; `exclusive` fails with `Exists` if it is there.
-    Create { exclusive: bool },
+    Create {
+        exclusive: bool,
+    },
     /// Replaces the object's data (the object is truncated to `len_bytes`).
-    WriteFull { len_bytes: u64 },
+    WriteFull {
+        len_bytes: u64,
+    },
     /// Writes at an offset, extending the object if needed.
-    Write { offset: u64, len_bytes: u64 },
+    Write {
+        offset: u64,
+        len_bytes: u64,
+    },
     /// Writes at the object's current end.
-    Append { len_bytes: u64 },
-    Truncate { size_bytes: u64 },
+    Append {
+        len_bytes: u64,
+    },
+    Truncate {
+        size_bytes: u64,
+    },
     Remove,
     /// Reads up to `len_bytes` at `offset` (`u64::MAX`: to the end). The reply's data holds
     /// the bytes of every read, concatenated in operation order.
-    Read { offset: u64, len_bytes: u64 },
+    Read {
+        offset: u64,
+        len_bytes: u64,
+    },
     Stat,
-    SetXattr { name: String, value: Vec<u8> },
-    GetXattr { name: String },
-    RemoveXattr { name: String },
+    SetXattr {
+        name: String,
+        value: Vec<u8>,
+    },
+    GetXattr {
+        name: String,
+    },
+    RemoveXattr {
+        name: String,
+    },
     ListXattrs,
-    OmapSet { entries: Vec<(Vec<u8>, Vec<u8>)> },
-    OmapGet { keys: Vec<Vec<u8>> },
+    OmapSet {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    OmapGet {
+        keys: Vec<Vec<u8>>,
+    },
     /// Up to `max` entries after `after` (exclusive), in key order.
-    OmapList { after: Option<Vec<u8>>, max: u32 },
-    OmapRemove { keys: Vec<Vec<u8>> },
+    OmapList {
+        after: Option<Vec<u8>>,
+        max: u32,
+    },
+    OmapRemove {
+        keys: Vec<Vec<u8>>,
+    },
 }
 
 impl ObjOp {
@@ -63,9 +93,7 @@ impl ObjOp {
     #[must_use]
     pub fn data_len(&self) -> u64 {
         match self {
-            ObjOp::WriteFull { len_bytes } | ObjOp::Write { len_bytes, .. } | ObjOp::Append { len_bytes } => {
-                *len_bytes
-            }
+            ObjOp::WriteFull { len_bytes } | ObjOp::Write { len_bytes, .. } | ObjOp::Append { len_bytes } => *len_bytes,
             _ => 0,
         }
     }
@@ -76,8 +104,13 @@ impl ObjOp {
 pub enum OpOutput {
     Done,
     /// Bytes returned by a read (its data is in the reply's bulk data).
-    Read { len_bytes: u64 },
-    Stat { size_bytes: u64, mtime_ns: i64 },
+    Read {
+        len_bytes: u64,
+    },
+    Stat {
+        size_bytes: u64,
+        mtime_ns: i64,
+    },
     Xattr(Option<Vec<u8>>),
     Xattrs(Vec<(String, Vec<u8>)>),
     Omap(Vec<(Vec<u8>, Option<Vec<u8>>)>),

@@ -1,0 +1,552 @@
+//! A deterministic simulation of a Shoal cluster: the real OSD logic ([`shoal_osd::OsdCore`])
+//! and the real map logic ([`shoal_map::ClusterMap`]) driven by one seeded event queue, with a
+//! simulated network that delays every message by a random amount (so messages on different
+//! connections overtake each other, while each connection stays FIFO as TCP is).
+//!
+//! Everything that varies comes from the seed: message delays, the order clients issue
+//! operations, the moment map changes happen. Two runs with the same seed and configuration
+//! produce the same [`Outcome`], including a hash of every delivered message in delivery
+//! order — so a failure found by a random seed replays exactly. Fault injection (dropped
+//! messages, crashed OSDs, partitions) builds on the same queue.
+//!
+//! The simulated monitor applies commands to its map directly (one monitor, no Raft: the Raft
+//! library is tested on its own) and sends each new map to every node after a random delay.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use shoal_map::{ClusterMap, Command, MonInfo, OsdId, Weight};
+use shoal_osd::{Action, Event, OsdCore};
+use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
+use shoal_proto::{ErrorCode, Frame, Message, decode, encode};
+use shoal_store::ObjectStore;
+use shoal_store::engine::MemEngine;
+
+/// A small, fast, seeded generator (xorshift64*): the simulation's only source of randomness.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        // splitmix64 of the seed, so that nearby seeds give unrelated streams.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)).max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub osds: u32,
+    pub hosts: u32,
+    pub pool_size: u32,
+    pub pg_num: u32,
+    pub clients: u32,
+    /// Objects each client owns (a client keeps at most one operation in flight per object,
+    /// so the expected content of every object is known).
+    pub objects_per_client: u32,
+    /// Writes each client issues in total, spread over its objects.
+    pub writes_per_client: u32,
+    /// Message delay range in microseconds of simulated time.
+    pub min_delay_us: u64,
+    pub max_delay_us: u64,
+    /// Mark this OSD out at this simulated time (microseconds), if set.
+    pub osd_out_at_us: Option<(OsdId, u64)>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            osds: 5,
+            hosts: 5,
+            pool_size: 3,
+            pg_num: 16,
+            clients: 3,
+            objects_per_client: 8,
+            writes_per_client: 60,
+            min_delay_us: 10,
+            max_delay_us: 2_000,
+            osd_out_at_us: None,
+        }
+    }
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Hash of every delivered message, in delivery order: equal hashes mean equal runs.
+    pub trace_hash: u64,
+    pub delivered: u64,
+    pub acked_writes: u64,
+    pub verified_reads: u64,
+    /// Resends after `WrongPrimary` (map changes seen by clients late).
+    pub resends: u64,
+    /// Simulated time at the end, in microseconds.
+    pub end_us: u64,
+    /// Final map epoch.
+    pub epoch: u64,
+    /// Problems found (empty on success).
+    pub violations: Vec<String>,
+}
+
+/// A node of the simulated network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Node {
+    Osd(u32),
+    Client(u32),
+}
+
+impl Node {
+    /// The token an OSD core uses to reply to this node.
+    fn token(self) -> u64 {
+        match self {
+            Node::Osd(i) => u64::from(i),
+            Node::Client(i) => 1_000_000 + u64::from(i),
+        }
+    }
+    fn from_token(t: u64) -> Node {
+        if t >= 1_000_000 { Node::Client((t - 1_000_000) as u32) } else { Node::Osd(t as u32) }
+    }
+}
+
+#[derive(Debug)]
+enum Delivery {
+    /// A frame on the wire from one node to another.
+    Frame { from: Node, to: Node, frame: Frame },
+    /// A new map reaching a node.
+    Map { to: Node, map: Arc<ClusterMap> },
+    /// A client wakes up to issue its next operations.
+    ClientTick(u32),
+    /// The scheduled map change happens.
+    MarkOut(OsdId),
+}
+
+struct Client {
+    map: Arc<ClusterMap>,
+    /// Operations not yet sent, in order: (object index, is_write, value seed).
+    queue: VecDeque<(u32, bool, u64)>,
+    /// Per object: the operation in flight (request id → what it is).
+    in_flight: HashMap<u64, InFlight>,
+    busy_objects: BTreeMap<u32, u64>,
+    /// Requests waiting for a newer map before resending.
+    parked: Vec<(u64, u64)>,
+    next_tid: u64,
+}
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    object: u32,
+    /// Map epoch the latest attempt was sent with.
+    sent_epoch: u64,
+    write: Option<u64>,
+    reqid: ReqId,
+}
+
+/// The simulation.
+pub struct Simulation {
+    cfg: SimConfig,
+    rng: Rng,
+    now_us: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    pending: HashMap<u64, Delivery>,
+    /// Last delivery time per directed link, to keep each connection FIFO.
+    link_clock: HashMap<(Node, Node), u64>,
+    map: ClusterMap,
+    osds: BTreeMap<u32, OsdCore>,
+    clients: Vec<Client>,
+    /// Model: the value seed of each object's last acknowledged write.
+    model: HashMap<(u32, u32), u64>,
+    /// Request ids of replicated writes a primary sent, so replies can be routed back.
+    rep_requests: HashMap<u64, ReqId>,
+    next_rep_request: u64,
+    hash: xxhash_rust::xxh3::Xxh3,
+    outcome: Outcome,
+}
+
+const POOL: &str = "sim";
+/// Bytes of each object value (small: the simulation is about ordering, not bandwidth).
+const VALUE_BYTES: usize = 512;
+
+fn value(seed: u64) -> Vec<u8> {
+    let mut r = Rng::new(seed);
+    (0..VALUE_BYTES).map(|_| r.next_u64() as u8).collect()
+}
+
+fn object_name(client: u32, object: u32) -> String {
+    format!("c{client}-o{object}")
+}
+
+impl Simulation {
+    pub fn new(cfg: SimConfig) -> Simulation {
+        let mut rng = Rng::new(cfg.seed);
+        let mut mons = BTreeMap::new();
+        mons.insert(0, MonInfo { addr: "127.0.0.1:1".parse().expect("literal address") });
+        let mut map = ClusterMap::new(format!("sim-{}", cfg.seed), mons);
+        let mut osds = BTreeMap::new();
+        for i in 0..cfg.osds {
+            let host = format!("host-{}", i % cfg.hosts.max(1));
+            map.execute(&Command::CreateOsd { id: Some(OsdId(i)), host, weight: Weight::ONE }).expect("create osd");
+            let addr = format!("127.0.0.1:{}", 7000 + i).parse().expect("literal address");
+            map.execute(&Command::OsdBoot { id: OsdId(i), addr }).expect("boot osd");
+        }
+        let pool = Command::CreatePool {
+            name: POOL.into(),
+            size: cfg.pool_size,
+            min_size: Some(1),
+            pg_num: cfg.pg_num,
+            max_object_bytes: None,
+        };
+        map.execute(&pool).expect("create pool");
+        let shared = Arc::new(map.clone());
+        for i in 0..cfg.osds {
+            let store: Arc<dyn ObjectStore> = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+            osds.insert(i, OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core"));
+        }
+        let mut clients = Vec::new();
+        for _ in 0..cfg.clients {
+            let mut queue = VecDeque::new();
+            for _ in 0..cfg.writes_per_client {
+                let object = rng.range(0, u64::from(cfg.objects_per_client.max(1)) - 1) as u32;
+                queue.push_back((object, true, rng.next_u64()));
+                // Read back now and then: a read must see the latest acknowledged write.
+                if rng.range(0, 2) == 0 {
+                    queue.push_back((object, false, 0));
+                }
+            }
+            clients.push(Client {
+                map: shared.clone(),
+                queue,
+                in_flight: HashMap::new(),
+                busy_objects: BTreeMap::new(),
+                parked: Vec::new(),
+                next_tid: 1,
+            });
+        }
+        let outcome = Outcome {
+            trace_hash: 0,
+            delivered: 0,
+            acked_writes: 0,
+            verified_reads: 0,
+            resends: 0,
+            end_us: 0,
+            epoch: 0,
+            violations: Vec::new(),
+        };
+        let mut sim = Simulation {
+            cfg,
+            rng,
+            now_us: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            pending: HashMap::new(),
+            link_clock: HashMap::new(),
+            map,
+            osds,
+            clients,
+            model: HashMap::new(),
+            rep_requests: HashMap::new(),
+            next_rep_request: 1,
+            hash: xxhash_rust::xxh3::Xxh3::new(),
+            outcome,
+        };
+        for c in 0..sim.cfg.clients {
+            let at = sim.rng.range(0, 100);
+            sim.schedule(at, Delivery::ClientTick(c));
+        }
+        if let Some((osd, at)) = sim.cfg.osd_out_at_us {
+            sim.schedule(at, Delivery::MarkOut(osd));
+        }
+        sim
+    }
+
+    fn schedule(&mut self, at_us: u64, d: Delivery) {
+        self.seq += 1;
+        self.queue.push(Reverse((at_us, self.seq)));
+        self.pending.insert(self.seq, d);
+    }
+
+    fn send(&mut self, from: Node, to: Node, frame: Frame) {
+        let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us);
+        // FIFO per directed link, as on one TCP connection.
+        let earliest = self.link_clock.get(&(from, to)).copied().unwrap_or(0);
+        let at = (self.now_us + delay).max(earliest);
+        self.link_clock.insert((from, to), at);
+        self.schedule(at, Delivery::Frame { from, to, frame });
+    }
+
+    /// Runs until every client's operations are acknowledged or `max_events` were delivered.
+    pub fn run(mut self, max_events: u64) -> Outcome {
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if self.outcome.delivered >= max_events {
+                self.outcome.violations.push(format!("did not finish within {max_events} events"));
+                break;
+            }
+            let Some(d) = self.pending.remove(&seq) else { continue };
+            self.now_us = at;
+            self.outcome.delivered += 1;
+            self.deliver(d);
+        }
+        for (c, client) in self.clients.iter().enumerate() {
+            if !client.queue.is_empty() || !client.in_flight.is_empty() || !client.parked.is_empty() {
+                self.outcome.violations.push(format!("client {c} has unfinished operations"));
+            }
+        }
+        self.check_replicas();
+        self.outcome.trace_hash = self.hash.digest();
+        self.outcome.end_us = self.now_us;
+        self.outcome.epoch = self.map.epoch;
+        self.outcome
+    }
+
+    fn trace(&mut self, parts: &[&[u8]]) {
+        for p in parts {
+            self.hash.update(&(p.len() as u64).to_le_bytes());
+            self.hash.update(p);
+        }
+    }
+
+    fn deliver(&mut self, d: Delivery) {
+        match d {
+            Delivery::Frame { from, to, frame } => {
+                let tag = format!("{from:?}>{to:?}:{}:{}", frame.msg_type, self.now_us);
+                self.trace(&[tag.as_bytes(), &frame.payload]);
+                match to {
+                    Node::Osd(i) => self.deliver_to_osd(i, from, frame),
+                    Node::Client(c) => self.deliver_to_client(c, frame),
+                }
+            }
+            Delivery::Map { to, map } => {
+                self.trace(&[format!("map {to:?} {}", map.epoch).as_bytes()]);
+                match to {
+                    Node::Osd(i) => self.osd_event(i, Event::Map(map)),
+                    Node::Client(c) => {
+                        let client = &mut self.clients[c as usize];
+                        if map.epoch > client.map.epoch {
+                            client.map = map;
+                        }
+                        let parked = std::mem::take(&mut self.clients[c as usize].parked);
+                        for (tid, epoch) in parked {
+                            if self.clients[c as usize].map.epoch >= epoch {
+                                self.outcome.resends += 1;
+                                self.send_op(c, tid);
+                            } else {
+                                self.clients[c as usize].parked.push((tid, epoch));
+                            }
+                        }
+                    }
+                }
+            }
+            Delivery::ClientTick(c) => self.client_issue(c),
+            Delivery::MarkOut(osd) => {
+                self.trace(&[format!("out {osd}").as_bytes()]);
+                if self.map.execute(&Command::OsdOut { id: osd }).ok().flatten().is_some() {
+                    let map = Arc::new(self.map.clone());
+                    let nodes: Vec<Node> = self
+                        .osds
+                        .keys()
+                        .map(|i| Node::Osd(*i))
+                        .chain((0..self.cfg.clients).map(Node::Client))
+                        .collect();
+                    for n in nodes {
+                        let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us * 5);
+                        self.schedule(self.now_us + delay, Delivery::Map { to: n, map: map.clone() });
+                    }
+                }
+            }
+        }
+    }
+
+    fn osd_event(&mut self, osd: u32, event: Event) {
+        let mut actions = Vec::new();
+        let Some(core) = self.osds.get_mut(&osd) else { return };
+        core.handle(event, &mut actions);
+        for action in actions {
+            match action {
+                // Mem stores are durable as soon as they are committed: nothing to sync.
+                Action::Reply { to, frame, .. } => self.send(Node::Osd(osd), Node::from_token(to), frame),
+                Action::Replicate { osd: peer, op, data } => {
+                    let rid = self.next_rep_request;
+                    self.next_rep_request += 1;
+                    self.rep_requests.insert(rid, op.reqid);
+                    let frame = Frame::new(RepOp::TYPE, rid, encode(&op, data));
+                    self.send(Node::Osd(osd), Node::Osd(peer.0), frame);
+                }
+                Action::Stats(_) => {}
+            }
+        }
+    }
+
+    fn deliver_to_osd(&mut self, osd: u32, from: Node, frame: Frame) {
+        let from_token = from.token();
+        let event = match frame.msg_type {
+            OsdOp::TYPE => match decode::<OsdOp>(frame.payload) {
+                Ok((op, data)) => Event::ClientOp { from: from_token, request_id: frame.request_id, op, data },
+                Err(e) => return self.outcome.violations.push(format!("bad OsdOp: {e}")),
+            },
+            RepOp::TYPE => match decode::<RepOp>(frame.payload) {
+                Ok((op, data)) => Event::RepOp { from: from_token, request_id: frame.request_id, op, data },
+                Err(e) => return self.outcome.violations.push(format!("bad RepOp: {e}")),
+            },
+            RepOpReply::TYPE => {
+                let Some(reqid) = self.rep_requests.remove(&frame.request_id) else { return };
+                let Node::Osd(replica) = from else { return };
+                match decode::<RepOpReply>(frame.payload) {
+                    Ok((reply, _)) => Event::RepReply { from: OsdId(replica), reqid, result: Ok(reply) },
+                    Err(e) => return self.outcome.violations.push(format!("bad RepOpReply: {e}")),
+                }
+            }
+            other => return self.outcome.violations.push(format!("OSD got message type {other}")),
+        };
+        self.osd_event(osd, event);
+    }
+
+    fn client_issue(&mut self, c: u32) {
+        // Issue every queued operation whose object is idle, in queue order.
+        let mut rest = VecDeque::new();
+        let queue = std::mem::take(&mut self.clients[c as usize].queue);
+        for (object, write, seed) in queue {
+            if self.clients[c as usize].busy_objects.contains_key(&object) {
+                rest.push_back((object, write, seed));
+                continue;
+            }
+            let client = &mut self.clients[c as usize];
+            let tid = client.next_tid;
+            client.next_tid += 1;
+            client.busy_objects.insert(object, tid);
+            let reqid = ReqId { client: u64::from(c) + 1, tid };
+            client.in_flight.insert(tid, InFlight { object, sent_epoch: 0, write: write.then_some(seed), reqid });
+            self.send_op(c, tid);
+        }
+        self.clients[c as usize].queue = rest;
+    }
+
+    fn send_op(&mut self, c: u32, tid: u64) {
+        let client = &self.clients[c as usize];
+        let Some(op) = client.in_flight.get(&tid).cloned() else { return };
+        let map = client.map.clone();
+        let name = object_name(c, op.object);
+        let Ok(pool) = map.pool_by_name(POOL) else { return };
+        let Ok(loc) = map.locate(pool.id, &name) else { return };
+        let Some(primary) = loc.osds.first() else {
+            self.clients[c as usize].parked.push((tid, map.epoch + 1));
+            return;
+        };
+        let (ops, data) = match op.write {
+            Some(seed) => (vec![ObjOp::WriteFull { len_bytes: VALUE_BYTES as u64 }], value(seed)),
+            None => (vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], Vec::new()),
+        };
+        if let Some(f) = self.clients[c as usize].in_flight.get_mut(&tid) {
+            f.sent_epoch = map.epoch;
+        }
+        let msg = OsdOp { reqid: op.reqid, epoch: map.epoch, pool: pool.id, pg: loc.pg.seed, object: name, ops };
+        self.send(Node::Client(c), Node::Osd(primary.0), Frame::new(OsdOp::TYPE, tid, encode(&msg, data)));
+    }
+
+    fn deliver_to_client(&mut self, c: u32, frame: Frame) {
+        let tid = frame.request_id;
+        let Some(op) = self.clients[c as usize].in_flight.get(&tid).cloned() else { return };
+        let (reply, data) = match decode::<OsdOpReply>(frame.payload) {
+            Ok(r) => r,
+            Err(e) => return self.outcome.violations.push(format!("bad reply: {e}")),
+        };
+        match reply.result {
+            Ok(outputs) => {
+                let key = (c, op.object);
+                match op.write {
+                    Some(seed) => {
+                        self.model.insert(key, seed);
+                        self.outcome.acked_writes += 1;
+                    }
+                    None => {
+                        let expected = self.model.get(&key).map(|s| value(*s));
+                        match expected {
+                            Some(v) if v == data => self.outcome.verified_reads += 1,
+                            Some(_) => self.outcome.violations.push(format!(
+                                "read of {} returned {} bytes that are not its last acknowledged write",
+                                object_name(c, op.object),
+                                data.len()
+                            )),
+                            None => self.outcome.violations.push(format!(
+                                "read of never-written {} succeeded ({outputs:?})",
+                                object_name(c, op.object)
+                            )),
+                        }
+                    }
+                }
+                self.finish(c, tid, op.object);
+            }
+            Err(e) if e.code == ErrorCode::WrongPrimary => {
+                // Resend once the client's map is newer than the one this attempt used (it may
+                // already be, if a map arrived while the reply was in flight).
+                let epoch = reply.epoch.max(op.sent_epoch + 1);
+                if self.clients[c as usize].map.epoch >= epoch {
+                    self.outcome.resends += 1;
+                    self.send_op(c, tid);
+                } else {
+                    self.clients[c as usize].parked.push((tid, epoch));
+                }
+            }
+            Err(e)
+                if e.code == ErrorCode::NotFound && op.write.is_none() && !self.model.contains_key(&(c, op.object)) =>
+            {
+                self.outcome.verified_reads += 1;
+                self.finish(c, tid, op.object);
+            }
+            Err(e) => {
+                self.outcome.violations.push(format!("{} failed: {e}", object_name(c, op.object)));
+                self.finish(c, tid, op.object);
+            }
+        }
+    }
+
+    fn finish(&mut self, c: u32, tid: u64, object: u32) {
+        let client = &mut self.clients[c as usize];
+        client.in_flight.remove(&tid);
+        client.busy_objects.remove(&object);
+        if !client.queue.is_empty() {
+            let at = self.now_us + self.rng.range(1, 50);
+            self.schedule(at, Delivery::ClientTick(c));
+        }
+    }
+
+    /// Every acknowledged object is on every OSD of its PG's acting set at the final map, with
+    /// its last acknowledged value. (Objects whose PG moved after they were written would need
+    /// recovery, which the simulation does not model yet: those are checked on the OSDs that
+    /// held them when written, i.e. only when no map change happened.)
+    fn check_replicas(&mut self) {
+        if self.cfg.osd_out_at_us.is_some() {
+            return;
+        }
+        let Ok(pool) = self.map.pool_by_name(POOL).cloned() else { return };
+        for (&(c, o), seed) in &self.model {
+            let name = object_name(c, o);
+            let Ok(loc) = self.map.locate(pool.id, &name) else { continue };
+            let coll = shoal_osd::exec::pg_collection(loc.pg);
+            for osd in &loc.osds {
+                let Some(core) = self.osds.get(&osd.0) else { continue };
+                match core.store().read_all(&coll, &name) {
+                    Ok(bytes) if bytes == value(*seed) => {}
+                    Ok(_) => self.outcome.violations.push(format!("{osd} holds a stale {name}")),
+                    Err(e) => self.outcome.violations.push(format!("{osd} lacks {name}: {e}")),
+                }
+            }
+        }
+        let _ = OpOutput::Done;
+    }
+}
