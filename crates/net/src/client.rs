@@ -14,7 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::wire::{
-    FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, READ_BUFFER, error_frame, error_reason, read_frame, writer_task,
+    FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, READ_BUFFER, check_outgoing, error_frame, error_reason, read_frame, writer_task,
 };
 use crate::{Key, NetError, auth};
 
@@ -167,8 +167,8 @@ impl Connection {
     /// connection. Dropping the returned future abandons the call, but its in-flight slot stays
     /// taken until the server replies.
     ///
-    /// # Panics
-    /// Panics if the payload is longer than `u32::MAX` bytes.
+    /// A payload over [`shoal_proto::MAX_PAYLOAD_BYTES`] fails at once with
+    /// [`NetError::Frame`] and is not sent, since the server would close the connection.
     pub async fn call(&self, msg_type: u16, payload: Vec<u8>) -> Result<Frame, NetError> {
         self.start_call(msg_type, payload).await?.await
     }
@@ -180,6 +180,8 @@ impl Connection {
     /// needs both).
     pub async fn start_call(&self, msg_type: u16, payload: Vec<u8>) -> Result<PendingReply, NetError> {
         let inner = &*self.inner;
+        let frame = Frame { msg_type, request_id: 0, payload };
+        check_outgoing(&frame)?;
         let slot = inner.slots.clone().acquire_owned().await.map_err(|_| NetError::Closed)?;
         let request_id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         // Room in the write queue is reserved before the call is registered, so that from the
@@ -194,7 +196,7 @@ impl Connection {
             }
             pending.insert(request_id, Pending { reply: reply_tx, _slot: slot });
         }
-        queue.send(Frame { msg_type, request_id, payload });
+        queue.send(Frame { request_id, ..frame });
         Ok(PendingReply { rx: reply_rx })
     }
 
@@ -286,11 +288,11 @@ pub struct PendingReply {
     rx: oneshot::Receiver<Result<Frame, NetError>>,
 }
 
-impl std::future::IntoFuture for PendingReply {
+/// Polling the receiver directly (it is `Unpin`) keeps `call` free of a boxed future per request.
+impl std::future::Future for PendingReply {
     type Output = Result<Frame, NetError>;
-    type IntoFuture = std::pin::Pin<Box<dyn Future<Output = Result<Frame, NetError>> + Send>>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move { self.rx.await.unwrap_or(Err(NetError::Closed)) })
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.rx).poll(cx).map(|r| r.unwrap_or(Err(NetError::Closed)))
     }
 }

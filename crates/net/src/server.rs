@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::wire::{
-    FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, READ_BUFFER, error_frame, read_frame, writer_task,
+    FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, READ_BUFFER, check_outgoing, error_frame, read_frame, writer_task,
 };
 use crate::{Keyring, NetError, auth};
 
@@ -97,8 +97,10 @@ impl ServerConn {
 
     /// Queues a frame for the client: a reply (request id = the request's) or a push (request
     /// id 0). Waits while the connection's queue is full. Fails with [`NetError::Closed`] once
-    /// the connection has closed. Success means queued, not delivered.
+    /// the connection has closed. Success means queued, not delivered. A payload over
+    /// [`shoal_proto::MAX_PAYLOAD_BYTES`] fails with [`NetError::Frame`] and is not sent.
     pub async fn send(&self, frame: Frame) -> Result<(), NetError> {
+        check_outgoing(&frame)?;
         if self.inner.link.is_closed() {
             return Err(NetError::Closed);
         }
@@ -107,6 +109,7 @@ impl ServerConn {
 
     /// Like [`ServerConn::send`] but fails with [`NetError::QueueFull`] instead of waiting.
     pub fn try_send(&self, frame: Frame) -> Result<(), NetError> {
+        check_outgoing(&frame)?;
         if self.inner.link.is_closed() {
             return Err(NetError::Closed);
         }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use shoal_proto::frame::{MAGIC, decode_header, encode_header};
-use shoal_proto::{Frame, FrameError, HEADER_BYTES};
+use shoal_proto::{Frame, FrameError, HEADER_BYTES, MAX_PAYLOAD_BYTES};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
@@ -52,6 +52,16 @@ pub(crate) const READ_BUFFER: usize = 64 << 10;
 #[must_use]
 pub fn error_frame(request_id: u64, reason: &str) -> Frame {
     Frame::new(MSG_ERROR, request_id, reason.as_bytes().to_vec())
+}
+
+/// Refuses a frame the peer would refuse: sending it would only make the peer close the
+/// connection, failing every other call on it too (and a payload over 4 GiB cannot be framed).
+pub(crate) fn check_outgoing(frame: &Frame) -> Result<(), NetError> {
+    if frame.payload.len() > MAX_PAYLOAD_BYTES as usize {
+        let len = u32::try_from(frame.payload.len()).unwrap_or(u32::MAX);
+        return Err(FrameError::TooLarge { len, max: MAX_PAYLOAD_BYTES }.into());
+    }
+    Ok(())
 }
 
 /// The text of an error frame. A reason that is not UTF-8 is shown lossily rather than refused:

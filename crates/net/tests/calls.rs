@@ -156,3 +156,32 @@ async fn abandoned_calls_do_not_break_the_connection() {
     assert!(!conn.is_closed());
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_call_fails_locally_and_the_connection_survives() {
+    let server = TestServer::start().await;
+    let conn = Connection::connect(server.addr, &server.client_config()).await.unwrap();
+    let huge = vec![0u8; shoal_proto::MAX_PAYLOAD_BYTES as usize + 1];
+    assert!(matches!(conn.call(ECHO, huge).await, Err(NetError::Frame(shoal_proto::FrameError::TooLarge { .. }))));
+    assert_eq!(conn.call(ECHO, vec![1]).await.unwrap().payload, vec![1]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_started_in_order_leave_in_order() {
+    let server = TestServer::start().await;
+    let conn = Connection::connect(server.addr, &server.client_config()).await.unwrap();
+    // The server handles one connection's frames in arrival order, and pushes before replying:
+    // if the requests left in the order they were started, the pushes come out 0, 1, 2.
+    let mut pushes = conn.take_pushes().unwrap();
+    let a = conn.start_call(PUSH_THEN_REPLY, vec![1]).await.unwrap();
+    let b = conn.start_call(PUSH_THEN_REPLY, vec![2]).await.unwrap();
+    let (ra, rb) = tokio::join!(a, b);
+    assert!(ra.is_ok() && rb.is_ok());
+    let got: Vec<u8> = [pushes.recv().await.unwrap(), pushes.recv().await.unwrap(), pushes.recv().await.unwrap()]
+        .iter()
+        .map(|f| f.payload[0])
+        .collect();
+    assert_eq!(got, vec![0, 0, 1]);
+    server.stop().await;
+}

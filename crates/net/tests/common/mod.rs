@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 /// Echoes type 16 (same payload back); type 17 replies after a delay given by the first payload
 /// byte in milliseconds, from a spawned task, so replies overtake each other; type 18 asks for
 /// `payload[0]` pushes followed by the reply; type 19 never replies; type 20 replies with an
-/// error frame.
+/// error frame; type 21 ([`ACK`]) replies with an empty payload.
 pub struct Echo {
     pub closed: AtomicUsize,
 }
@@ -23,6 +23,8 @@ pub const DELAYED_ECHO: u16 = 17;
 pub const PUSH_THEN_REPLY: u16 = 18;
 pub const NEVER_REPLY: u16 = 19;
 pub const FAIL: u16 = 20;
+/// Replies with an empty payload, like a write's acknowledgement.
+pub const ACK: u16 = 21;
 
 impl Handler for Echo {
     async fn on_frame(&self, conn: &ServerConn, frame: Frame) {
@@ -44,6 +46,9 @@ impl Handler for Echo {
                     let _ = conn.send(Frame::new(100, 0, vec![i])).await;
                 }
                 let _ = conn.send(Frame::new(PUSH_THEN_REPLY, frame.request_id, Vec::new())).await;
+            }
+            ACK => {
+                let _ = conn.send(Frame::new(ACK, frame.request_id, Vec::new())).await;
             }
             FAIL => {
                 let _ = conn.send(shoal_net::error_frame(frame.request_id, "no such object")).await;
