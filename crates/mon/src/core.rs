@@ -92,12 +92,15 @@ pub enum Event {
         index: u64,
         change: Change,
     },
-    /// The in-flight proposal could not be committed (lost leadership, Raft shut down).
+    /// Proposal `id` could not be committed (lost leadership, Raft shut down). Ignored if that
+    /// proposal is no longer in flight.
     ProposalFailed {
+        id: u64,
         error: RemoteError,
     },
-    /// The state was replaced by a snapshot received from the leader.
+    /// The state was replaced by a snapshot received from the leader, taken at Raft `index`.
     MapInstalled {
+        index: u64,
         map: ClusterMap,
     },
     /// An OSD's periodic report (also its heartbeat). `forwarded`: relayed by another monitor.
@@ -140,16 +143,15 @@ pub enum Reply {
     Command(Result<u64, RemoteError>),
     Map(MapUpdate),
     Status(StatusReply),
-    /// For an OSD's stats report: an empty acknowledgement.
-    Ack,
 }
 
 /// Something the caller must do.
 #[derive(Debug, Clone)]
 pub enum Action {
     /// Replicate `change` through Raft; feed it back as [`Event::Applied`] once committed, or
-    /// report [`Event::ProposalFailed`].
+    /// report [`Event::ProposalFailed`] with the same `id`.
     Propose {
+        id: u64,
         change: Change,
     },
     Reply {
@@ -198,6 +200,7 @@ struct Queued {
 }
 
 struct InFlight {
+    id: u64,
     to: Option<ReplyTo>,
     change: Change,
 }
@@ -215,6 +218,7 @@ pub struct MonCore {
     now_ms: u64,
     queue: VecDeque<Queued>,
     in_flight: Option<InFlight>,
+    next_proposal: u64,
     subscribers: BTreeSet<ConnId>,
     /// Soft state: the latest report of each OSD in the map, and when the leader last heard
     /// from it (its own clock).
@@ -239,6 +243,7 @@ impl MonCore {
             now_ms: 0,
             queue: VecDeque::new(),
             in_flight: None,
+            next_proposal: 1,
             subscribers: BTreeSet::new(),
             stats: BTreeMap::new(),
             last_heard_ms: BTreeMap::new(),
@@ -297,8 +302,10 @@ impl MonCore {
                 self.on_command(to, command, forwarded, &mut out);
             }
             Event::Applied { index, change } => self.on_applied(index, change, &mut out),
-            Event::ProposalFailed { error } => {
-                if let Some(f) = self.in_flight.take() {
+            Event::ProposalFailed { id, error } => {
+                if self.in_flight.as_ref().is_some_and(|f| f.id == id)
+                    && let Some(f) = self.in_flight.take()
+                {
                     if let Some(to) = f.to {
                         out.push(Action::Reply { to, reply: Reply::Command(Err(error)) });
                     }
@@ -308,7 +315,8 @@ impl MonCore {
                 }
                 self.pump(&mut out);
             }
-            Event::MapInstalled { map } => {
+            Event::MapInstalled { index, map } => {
+                self.applied_index = index;
                 // The history no longer leads to this map: subscribers get the whole map.
                 self.history.clear();
                 self.map = map;
@@ -417,8 +425,10 @@ impl MonCore {
             let Some(q) = self.queue.pop_front() else { return };
             match self.map.prepare(&q.command) {
                 Ok(Some(change)) => {
-                    out.push(Action::Propose { change: change.clone() });
-                    self.in_flight = Some(InFlight { to: q.to, change });
+                    let id = self.next_proposal;
+                    self.next_proposal += 1;
+                    out.push(Action::Propose { id, change: change.clone() });
+                    self.in_flight = Some(InFlight { id, to: q.to, change });
                 }
                 Ok(None) => {
                     if let Some(to) = q.to {

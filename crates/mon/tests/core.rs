@@ -46,7 +46,7 @@ fn commit_all(core: &mut MonCore, mut actions: Vec<Action>) -> Vec<Action> {
         let proposals: Vec<Change> = actions
             .iter()
             .filter_map(|a| match a {
-                Action::Propose { change } => Some(change.clone()),
+                Action::Propose { change, .. } => Some(change.clone()),
                 _ => None,
             })
             .collect();
@@ -76,7 +76,7 @@ fn proposals(actions: &[Action]) -> Vec<Change> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Propose { change } => Some(change.clone()),
+            Action::Propose { change, .. } => Some(change.clone()),
             _ => None,
         })
         .collect()
@@ -166,7 +166,12 @@ fn failed_proposal_is_reported_and_the_queue_moves_on() {
     let b = cmd(&mut core, to(1, 2), Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE }, 0);
     assert!(b.is_empty());
     let e = shoal_proto::RemoteError::new(ErrorCode::NoQuorum, "lost leadership");
-    let r = core.handle(Event::ProposalFailed { error: e.clone() });
+    let id = match &a[0] {
+        Action::Propose { id, .. } => *id,
+        other => panic!("{other:?}"),
+    };
+    assert!(core.handle(Event::ProposalFailed { id: id + 1, error: e.clone() }).is_empty(), "not in flight");
+    let r = core.handle(Event::ProposalFailed { id, error: e.clone() });
     assert_eq!(command_replies(&r), vec![(to(1, 1), Err(e))]);
     assert_eq!(proposals(&r).len(), 1, "the next command is proposed");
 }

@@ -1,0 +1,309 @@
+//! Real monitors on loopback, spoken to through shoal-net: one monitor end to end, three with a
+//! leader failure, restarts from the data directory.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shoal_map::{ClusterMap, Command, OsdId, Weight};
+use shoal_mon::{MonConfig, mkfs, run_with_listener};
+use shoal_net::{ClientConfig, Connection, Key, Keyring, NetError};
+use shoal_proto::mon::{GetMap, GetStatus, MapUpdate, MonCommand, MonCommandReply, OsdStats, StatusReply};
+use shoal_proto::{ErrorCode, Message, RemoteError};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+fn keyring() -> Arc<Keyring> {
+    let mut k = Keyring::new();
+    for e in ["mon.0", "mon.1", "mon.2", "client.admin", "osd.0"] {
+        k.insert(e, Key::generate());
+    }
+    Arc::new(k)
+}
+
+struct Mon {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Mon {
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(5), self.task).await.expect("monitor stops").unwrap().unwrap();
+    }
+}
+
+fn start(dir: &Path, rank: u32, listener: TcpListener, mons: &BTreeMap<u32, SocketAddr>, keys: &Arc<Keyring>) -> Mon {
+    let cfg = MonConfig::new(rank, dir, mons[&rank], mons.clone(), keys.clone());
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(run_with_listener(cfg, listener, async move {
+        let _ = rx.await;
+    }));
+    Mon { stop: Some(tx), task }
+}
+
+async fn connect(addr: SocketAddr, keys: &Keyring, entity: &str) -> Connection {
+    let cfg = ClientConfig::new(entity, keys.get(entity).unwrap().clone());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match Connection::connect(addr, &cfg).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+    }
+}
+
+async fn command(c: &Connection, command: Command) -> Result<u64, RemoteError> {
+    let f = c.call(MonCommand::TYPE, shoal_proto::encode(&MonCommand { command }, vec![])).await.unwrap();
+    shoal_proto::decode_frame::<MonCommandReply>(f).unwrap().0.result
+}
+
+/// Retries `cmd` until it succeeds (leader elections in between), for at most `timeout`.
+async fn command_retry(c: &Connection, cmd: Command, timeout: Duration) -> u64 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match command(c, cmd.clone()).await {
+            Ok(e) => return e,
+            Err(e) if e.code == ErrorCode::NoQuorum && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{cmd:?}: {e:?}"),
+        }
+    }
+}
+
+async fn get_map(c: &Connection, have_epoch: u64, subscribe: bool) -> MapUpdate {
+    let f = c.call(GetMap::TYPE, shoal_proto::encode(&GetMap { have_epoch, subscribe }, vec![])).await.unwrap();
+    shoal_proto::decode_frame::<MapUpdate>(f).unwrap().0
+}
+
+async fn full_map(c: &Connection) -> ClusterMap {
+    get_map(c, 0, false).await.full.expect("a full map")
+}
+
+async fn status(c: &Connection) -> StatusReply {
+    let f = c.call(GetStatus::TYPE, shoal_proto::encode(&GetStatus, vec![])).await.unwrap();
+    shoal_proto::decode_frame::<StatusReply>(f).unwrap().0
+}
+
+async fn bind() -> (TcpListener, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = l.local_addr().unwrap();
+    (l, a)
+}
+
+fn create_osd(host: &str) -> Command {
+    Command::CreateOsd { id: None, host: host.into(), weight: Weight::ONE }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_monitor_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = keyring();
+    let (listener, addr) = bind().await;
+    let mons = BTreeMap::from([(0, addr)]);
+    mkfs(tmp.path(), 0, "fsid-one", &mons).unwrap();
+    assert!(mkfs(tmp.path(), 0, "fsid-one", &mons).unwrap_err().to_string().contains("already holds a monitor"));
+
+    let t0 = Instant::now();
+    let mon = start(tmp.path(), 0, listener, &mons, &keys);
+    let c = connect(addr, &keys, "client.admin").await;
+    let epoch = command_retry(&c, create_osd("h0"), Duration::from_secs(3)).await;
+    let first_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    eprintln!("first command accepted {first_ms:.1} ms after run started (epoch {epoch})");
+    assert_eq!(epoch, 2);
+    assert!(first_ms < 1000.0, "{first_ms} ms");
+
+    for h in ["h1", "h2"] {
+        command(&c, create_osd(h)).await.unwrap();
+    }
+    for i in 0..3 {
+        let addr: SocketAddr = format!("127.0.0.1:{}", 7000 + i).parse().unwrap();
+        command(&c, Command::OsdBoot { id: OsdId(i), addr }).await.unwrap();
+    }
+    let create =
+        Command::CreatePool { name: "rbd".into(), size: 3, min_size: None, pg_num: 16, max_object_bytes: None };
+    let epoch = command(&c, create.clone()).await.unwrap();
+    assert_eq!(epoch, 8);
+    let e = command(&c, create).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Exists);
+    assert!(e.message.contains("rbd"));
+    let e = command(&c, Command::RemovePool { name: "nope".into() }).await.unwrap_err();
+    assert_eq!((e.code, e.message.contains("nope")), (ErrorCode::NotFound, true));
+
+    let map = full_map(&c).await;
+    assert_eq!((map.epoch, map.fsid.as_str(), map.osds.len(), map.pools.len()), (8, "fsid-one", 3, 1));
+
+    // Subscribe on a second connection, at the current epoch: the next change is pushed.
+    let sub = connect(addr, &keys, "client.admin").await;
+    let mut pushes = sub.take_pushes().unwrap();
+    let up = get_map(&sub, 6, true).await;
+    assert_eq!(up.incrementals.iter().map(|i| i.epoch).collect::<Vec<_>>(), vec![7, 8]);
+    command(&c, Command::OsdOut { id: OsdId(2) }).await.unwrap();
+    let push = tokio::time::timeout(Duration::from_secs(2), pushes.recv()).await.unwrap().unwrap();
+    assert_eq!(push.request_id, 0);
+    let (push, _) = shoal_proto::decode_frame::<MapUpdate>(push).unwrap();
+    assert_eq!(push.incrementals.len(), 1);
+    assert_eq!(push.incrementals[0].epoch, 9);
+
+    // OSD reports are acknowledged and show in the status.
+    let osd = connect(addr, &keys, "osd.0").await;
+    let stats = OsdStats {
+        osd: OsdId(0),
+        map_epoch: 9,
+        pg_states: vec![("active+clean".into(), 16)],
+        objects: 1,
+        used_bytes: 4096,
+        capacity_bytes: 1 << 30,
+        read_ops_per_s: 0.0,
+        write_ops_per_s: 1.0,
+        read_bytes_per_s: 0.0,
+        write_bytes_per_s: 4096.0,
+    };
+    let ack = osd.call(OsdStats::TYPE, shoal_proto::encode(&stats, vec![])).await.unwrap();
+    assert!(ack.payload.is_empty());
+    let mut wrong = stats.clone();
+    wrong.osd = OsdId(1);
+    let err = osd.call(OsdStats::TYPE, shoal_proto::encode(&wrong, vec![])).await.unwrap_err();
+    assert!(matches!(err, NetError::Remote { .. }), "{err:?}");
+    let s = status(&c).await;
+    assert_eq!((s.epoch, s.leader, s.quorum.clone()), (9, Some(0), vec![0]));
+    assert_eq!(s.osd_stats, vec![stats]);
+
+    // Malformed requests get an error; the connection keeps working.
+    let err = c.call(MonCommand::TYPE, vec![1, 2, 3]).await.unwrap_err();
+    assert!(matches!(&err, NetError::Remote { reason } if reason.contains("too short")), "{err:?}");
+    let err = c.call(shoal_mon::raft::MSG_APPEND, shoal_proto::encode(&1u8, vec![])).await.unwrap_err();
+    assert!(matches!(&err, NetError::Remote { reason } if reason.contains("client.admin")), "{err:?}");
+    let err = c.call(40, vec![]).await.unwrap_err();
+    assert!(matches!(&err, NetError::Remote { reason } if reason.contains("40")), "{err:?}");
+    assert_eq!(full_map(&c).await.epoch, 9);
+
+    drop((c, sub, osd));
+    mon.stop().await;
+
+    // Restart from the data directory: same map, and it leads again quickly.
+    let (listener, addr) = bind().await;
+    let mons = BTreeMap::from([(0, addr)]);
+    let t0 = Instant::now();
+    let mon = start(tmp.path(), 0, listener, &mons, &keys);
+    let c = connect(addr, &keys, "client.admin").await;
+    let epoch = command_retry(&c, Command::OsdIn { id: OsdId(2) }, Duration::from_secs(3)).await;
+    eprintln!("restarted monitor accepted a command after {:.1} ms", t0.elapsed().as_secs_f64() * 1000.0);
+    assert_eq!(epoch, 10);
+    let map = full_map(&c).await;
+    assert_eq!(map.pools.values().next().unwrap().name, "rbd");
+    assert_eq!(map.osds.len(), 3);
+    mon.stop().await;
+}
+
+async fn leader_of(conns: &[(u32, Connection)], timeout: Duration) -> u32 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for (_, c) in conns {
+            if let Some(l) = status(c).await.leader
+                && conns.iter().any(|(r, _)| *r == l)
+            {
+                return l;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn converge(conns: &[(u32, Connection)], epoch: u64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut epochs = Vec::new();
+        for (_, c) in conns {
+            epochs.push(full_map(c).await.epoch);
+        }
+        if epochs.iter().all(|e| *e == epoch) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "monitors at epochs {epochs:?}, want {epoch}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_monitors_fail_over_and_recover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = keyring();
+    let mut listeners = BTreeMap::new();
+    let mut mons = BTreeMap::new();
+    for r in 0..3 {
+        let (l, a) = bind().await;
+        listeners.insert(r, l);
+        mons.insert(r, a);
+    }
+    let dirs: Vec<_> = (0..3).map(|r| tmp.path().join(format!("mon{r}"))).collect();
+    for r in 0..3u32 {
+        mkfs(&dirs[r as usize], r, "fsid-three", &mons).unwrap();
+    }
+    let t0 = Instant::now();
+    let mut running: BTreeMap<u32, Mon> = BTreeMap::new();
+    for (r, l) in listeners {
+        running.insert(r, start(&dirs[r as usize], r, l, &mons, &keys));
+    }
+    let mut conns = Vec::new();
+    for r in 0..3u32 {
+        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
+    }
+    // Commands sent to every monitor: followers forward them to the leader.
+    let mut epoch = 0;
+    for (i, (_, c)) in conns.iter().enumerate() {
+        epoch = command_retry(c, create_osd(&format!("h{i}")), Duration::from_secs(5)).await;
+    }
+    eprintln!("three monitors: third command done {:.0} ms after start", t0.elapsed().as_secs_f64() * 1000.0);
+    assert_eq!(epoch, 4);
+    converge(&conns, 4, Duration::from_secs(5)).await;
+    let leader = leader_of(&conns, Duration::from_secs(5)).await;
+    let s = status(&conns[leader as usize].1).await;
+    assert_eq!(s.quorum, vec![0, 1, 2]);
+
+    // Kill the leader; the other two elect a new one and keep accepting commands.
+    let t1 = Instant::now();
+    running.remove(&leader).unwrap().stop().await;
+    conns.retain(|(r, _)| *r != leader);
+    let create =
+        Command::CreatePool { name: "data".into(), size: 2, min_size: None, pg_num: 8, max_object_bytes: None };
+    let epoch = command_retry(&conns[0].1, create, Duration::from_secs(5)).await;
+    eprintln!("after killing mon.{leader}: command accepted after {:.0} ms", t1.elapsed().as_secs_f64() * 1000.0);
+    assert_eq!(epoch, 5);
+    let new_leader = leader_of(&conns, Duration::from_secs(5)).await;
+    assert_ne!(new_leader, leader);
+    let epoch = command_retry(&conns[1].1, Command::OsdOut { id: OsdId(0) }, Duration::from_secs(5)).await;
+    assert_eq!(epoch, 6);
+    converge(&conns, 6, Duration::from_secs(5)).await;
+
+    // The old leader restarts from its data directory and catches up.
+    let listener = TcpListener::bind(mons[&leader]).await.unwrap();
+    running.insert(leader, start(&dirs[leader as usize], leader, listener, &mons, &keys));
+    conns.push((leader, connect(mons[&leader], &keys, "client.admin").await));
+    converge(&conns, 6, Duration::from_secs(5)).await;
+    let maps: Vec<ClusterMap> = {
+        let mut v = Vec::new();
+        for (_, c) in &conns {
+            v.push(full_map(c).await);
+        }
+        v
+    };
+    let encoded: Vec<Vec<u8>> = maps.iter().map(|m| postcard::to_allocvec(m).unwrap()).collect();
+    assert!(encoded.windows(2).all(|w| w[0] == w[1]), "identical maps");
+    assert_eq!(maps[0].pools.values().next().unwrap().name, "data");
+
+    for (_, m) in running {
+        m.stop().await;
+    }
+}
