@@ -17,7 +17,7 @@ use shoal_net::{ClientConfig, Handler, Keyring, ServerConfig, ServerConn, error_
 use shoal_proto::mon::{GetMap, GetStatus, MonCommand, MonCommandReply, OsdStats};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use crate::core::{Action, CoreConfig, Event, MonCore, Reply, ReplyTo};
 use crate::error::MonError;
@@ -36,6 +36,9 @@ const FORWARD_STATS_TIMEOUT_MS: u64 = 1000;
 const TICK_MS: u64 = 100;
 /// A peer that answered within this window counts as in the quorum in `StatusReply`.
 const QUORUM_WINDOW_MS: u64 = 1000;
+/// Forwards to the leader waiting for an answer at once; beyond it a command is refused as busy
+/// and an OSD report is dropped (the next one replaces it).
+const MAX_FORWARDS: usize = 1024;
 
 /// How to run one monitor.
 #[derive(Clone)]
@@ -139,6 +142,7 @@ pub async fn run_with_listener(
         raft: OnceLock::new(),
         peers: peers.clone(),
         start: Instant::now(),
+        forwards: Arc::new(Semaphore::new(MAX_FORWARDS)),
     });
 
     let log = tokio::task::spawn_blocking({
@@ -248,6 +252,7 @@ pub(crate) struct Shared {
     raft: OnceLock<MonRaft>,
     peers: Arc<Peers>,
     start: Instant,
+    forwards: Arc<Semaphore>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -335,8 +340,13 @@ impl Shared {
                 }
                 Action::Forward { to, leader, command } => self.forward(to, leader, command),
                 Action::ForwardStats { leader, stats } => {
+                    let Ok(permit) = self.forwards.clone().try_acquire_owned() else {
+                        tracing::debug!("too many forwards in flight: OSD report not relayed");
+                        continue;
+                    };
                     let peers = self.peers.clone();
                     tokio::spawn(async move {
+                        let _permit = permit;
                         let timeout = Duration::from_millis(FORWARD_STATS_TIMEOUT_MS);
                         let payload = shoal_proto::encode(&stats, Vec::new());
                         if let Err(e) = peers.call(leader, OsdStats::TYPE, payload, timeout).await {
@@ -374,8 +384,19 @@ impl Shared {
     }
 
     fn forward(self: &Arc<Self>, to: ReplyTo, leader: u32, command: shoal_map::Command) {
+        let Ok(permit) = self.forwards.clone().try_acquire_owned() else {
+            let e = RemoteError::new(
+                ErrorCode::Other,
+                format!("mon.{} busy: {MAX_FORWARDS} commands forwarded", self.rank),
+            );
+            if let Some(conn) = lock(&self.conns).get(&to.conn) {
+                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Command(Err(e))));
+            }
+            return;
+        };
         let shared = self.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let timeout = Duration::from_millis(FORWARD_TIMEOUT_MS);
             let payload = shoal_proto::encode(&MonCommand { command }, Vec::new());
             let result = match shared.peers.call(leader, MSG_FORWARD, payload, timeout).await {

@@ -73,25 +73,36 @@ fn frame_record(bytes: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(bytes);
 }
 
+/// The end of the record starting at `pos`, if a complete record with a valid checksum is there.
+fn record_at(buf: &[u8], pos: usize) -> Option<usize> {
+    let header = buf.get(pos..pos.checked_add(8)?)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len > MAX_RECORD_BYTES {
+        return None;
+    }
+    let body = buf.get(pos + 8..pos + 8 + len)?;
+    (shoal_util::checksum::crc32c(body) == crc).then_some(pos + 8 + len)
+}
+
 /// Splits `buf` into records. Returns them with their offsets and the length of the valid
-/// prefix: a record cut short or failing its checksum ends the sequence (a torn append).
+/// prefix: a record cut short or failing its checksum ends the sequence.
 fn split_records(buf: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     let mut out = Vec::new();
     let mut pos = 0usize;
-    while buf.len() - pos >= 8 {
-        let len = u32::from_le_bytes([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]]) as usize;
-        let crc = u32::from_le_bytes([buf[pos + 4], buf[pos + 5], buf[pos + 6], buf[pos + 7]]);
-        if len > MAX_RECORD_BYTES || buf.len() - pos - 8 < len {
-            break;
-        }
-        let body = &buf[pos + 8..pos + 8 + len];
-        if shoal_util::checksum::crc32c(body) != crc {
-            break;
-        }
-        out.push((pos as u64, body));
-        pos += 8 + len;
+    while let Some(end) = record_at(buf, pos) {
+        out.push((pos as u64, &buf[pos + 8..end]));
+        pos = end;
     }
     (out, pos)
+}
+
+/// Whether the bytes after an invalid record at `pos` hold another valid record: then the bad
+/// record is damage in the middle of the file, not the tail of an append cut short by a crash.
+fn valid_record_follows(buf: &[u8], pos: usize) -> bool {
+    let Some(header) = buf.get(pos..pos + 8) else { return false };
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    len <= MAX_RECORD_BYTES && record_at(buf, pos + 8 + len).is_some()
 }
 
 fn fsync_dir(dir: &Path) -> Result<(), MonError> {
@@ -276,6 +287,11 @@ impl LogStore {
             }
             entries.insert(index, (offset, entry));
         }
+        if valid < buf.len() && valid_record_follows(&buf, valid) {
+            // Dropping it and what follows would lose entries this monitor acknowledged, which
+            // Raft's safety relies on: refuse to start instead (rebuild this monitor from peers).
+            return Err(MonError::corrupt(&path, format!("damaged record at byte {valid} before valid ones")));
+        }
         if valid < buf.len() {
             // Never acknowledged: the append that wrote it did not finish its sync.
             tracing::warn!(path = %path.display(), valid, len = buf.len(), "cutting off a torn log tail");
@@ -396,4 +412,68 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 /// The snapshot's map bytes as openraft wants them.
 pub(crate) fn snapshot_data(data: Vec<u8>) -> Box<Cursor<Vec<u8>>> {
     Box::new(Cursor::new(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+    use shoal_map::{Change, OsdId};
+
+    use super::*;
+
+    fn entry(index: u64) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 0), index),
+            payload: EntryPayload::Normal(Change::OsdDown { id: OsdId(index as u32) }),
+        }
+    }
+
+    fn indexes(s: &LogStore) -> Vec<u64> {
+        s.lock().entries.keys().copied().collect()
+    }
+
+    #[test]
+    fn torn_tail_is_cut_and_truncate_purge_survive_reopen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = LogStore::open(tmp.path()).unwrap();
+        assert!(s.is_pristine());
+        s.lock().append((1..=10).map(entry).collect()).unwrap();
+        drop(s);
+
+        // A torn append: half a record at the end.
+        let path = tmp.path().join(LOG_FILE);
+        let good = std::fs::metadata(&path).unwrap().len();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&[40, 0, 0, 0, 1, 2, 3, 4, 5]).unwrap();
+        drop(f);
+        let s = LogStore::open(tmp.path()).unwrap();
+        assert_eq!(indexes(&s), (1..=10).collect::<Vec<_>>());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), good);
+
+        s.lock().truncate(8).unwrap();
+        s.lock().append(vec![entry(8)]).unwrap();
+        s.lock().purge(LogId::new(CommittedLeaderId::new(1, 0), 4)).unwrap();
+        drop(s);
+        let s = LogStore::open(tmp.path()).unwrap();
+        assert_eq!(indexes(&s), vec![5, 6, 7, 8]);
+        assert_eq!(s.lock().hard.last_purged.map(|l| l.index), Some(4));
+        assert!(!s.is_pristine());
+
+        // A flipped bit inside a record followed by valid ones is damage, not a torn tail.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[10] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(LogStore::open(tmp.path()), Err(MonError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn meta_is_written_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let meta = Meta { fsid: "f".into(), rank: 1, mons: BTreeMap::new() };
+        write_meta(tmp.path(), &meta).unwrap();
+        assert_eq!(read_meta(tmp.path()).unwrap(), Some(meta.clone()));
+        assert!(matches!(write_meta(tmp.path(), &meta), Err(MonError::AlreadyInitialized { rank: 1, .. })));
+        std::fs::write(tmp.path().join(META_FILE), b"garbage").unwrap();
+        assert!(matches!(read_meta(tmp.path()), Err(MonError::Corrupt { .. })));
+    }
 }

@@ -307,3 +307,76 @@ async fn three_monitors_fail_over_and_recover() {
         m.stop().await;
     }
 }
+
+/// Enough changes to make every monitor snapshot and purge its log (policy: every 256 entries):
+/// a follower that was down meanwhile is brought back by a snapshot, and a restarted monitor
+/// recovers from snapshot plus log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_bound_the_log_and_catch_up_a_lagging_monitor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = keyring();
+    let mut listeners = BTreeMap::new();
+    let mut mons = BTreeMap::new();
+    for r in 0..3 {
+        let (l, a) = bind().await;
+        listeners.insert(r, l);
+        mons.insert(r, a);
+    }
+    let dirs: Vec<_> = (0..3).map(|r| tmp.path().join(format!("mon{r}"))).collect();
+    for r in 0..3u32 {
+        mkfs(&dirs[r as usize], r, "fsid-snap", &mons).unwrap();
+    }
+    let mut running: BTreeMap<u32, Mon> = BTreeMap::new();
+    for (r, l) in listeners {
+        running.insert(r, start(&dirs[r as usize], r, l, &mons, &keys));
+    }
+    let mut conns = Vec::new();
+    for r in 0..3u32 {
+        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
+    }
+    command_retry(&conns[0].1, create_osd("h"), Duration::from_secs(5)).await;
+    let leader = leader_of(&conns, Duration::from_secs(5)).await;
+    let lagger = (leader + 1) % 3;
+    running.remove(&lagger).unwrap().stop().await;
+    conns.retain(|(r, _)| *r != lagger);
+
+    let c = &conns.iter().find(|(r, _)| *r == leader).unwrap().1;
+    let t = Instant::now();
+    let mut epoch = 0;
+    for i in 0..300 {
+        let cmd = if i % 2 == 0 { Command::OsdOut { id: OsdId(0) } } else { Command::OsdIn { id: OsdId(0) } };
+        epoch = command(c, cmd).await.unwrap();
+    }
+    eprintln!("300 commands with 2 of 3 monitors: {:.0} ms", t.elapsed().as_secs_f64() * 1000.0);
+    assert_eq!(epoch, 302);
+    let d = &dirs[leader as usize];
+    assert!(d.join("snapshot").exists(), "leader took a snapshot");
+    let log_bytes = std::fs::metadata(d.join("raft.log")).unwrap().len();
+    assert!(log_bytes < 100 * 1024, "log purged: {log_bytes} bytes");
+
+    let listener = TcpListener::bind(mons[&lagger]).await.unwrap();
+    running.insert(lagger, start(&dirs[lagger as usize], lagger, listener, &mons, &keys));
+    conns.push((lagger, connect(mons[&lagger], &keys, "client.admin").await));
+    converge(&conns, 302, Duration::from_secs(5)).await;
+    assert!(dirs[lagger as usize].join("snapshot").exists(), "caught up by a snapshot: the log it missed is purged");
+    for (_, m) in running {
+        m.stop().await;
+    }
+
+    // Everyone restarts: recovery from snapshot + log gives the same map.
+    let mut running = BTreeMap::new();
+    for r in 0..3u32 {
+        let listener = TcpListener::bind(mons[&r]).await.unwrap();
+        running.insert(r, start(&dirs[r as usize], r, listener, &mons, &keys));
+    }
+    let mut conns = Vec::new();
+    for r in 0..3u32 {
+        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
+    }
+    converge(&conns, 302, Duration::from_secs(5)).await;
+    let epoch = command_retry(&conns[2].1, Command::OsdOut { id: OsdId(0) }, Duration::from_secs(5)).await;
+    assert_eq!(epoch, 303);
+    for (_, m) in running {
+        m.stop().await;
+    }
+}
