@@ -53,12 +53,9 @@ pub struct MonConfig {
     pub mons: BTreeMap<u32, SocketAddr>,
     /// Must hold `mon.<rank>` (used to connect to peers) and every entity allowed to connect.
     pub keyring: Arc<Keyring>,
-    /// An up OSD silent for this long is marked down by the leader.
-    pub osd_grace_ms: u64,
 }
 
 impl MonConfig {
-    /// A configuration with the default 5000 ms OSD grace.
     #[must_use]
     pub fn new(
         rank: u32,
@@ -67,7 +64,7 @@ impl MonConfig {
         mons: BTreeMap<u32, SocketAddr>,
         keyring: Arc<Keyring>,
     ) -> MonConfig {
-        MonConfig { rank, data_dir: data_dir.into(), listen, mons, keyring, osd_grace_ms: 5000 }
+        MonConfig { rank, data_dir: data_dir.into(), listen, mons, keyring }
     }
 }
 
@@ -134,7 +131,8 @@ pub async fn run_with_listener(
     if map.fsid != meta.fsid {
         return Err(MonError::corrupt(&dir, format!("snapshot of cluster {} in cluster {}", map.fsid, meta.fsid)))?;
     }
-    let core_cfg = CoreConfig { osd_grace_ms: cfg.osd_grace_ms, ..CoreConfig::new(rank) };
+    // OSD grace and queue bounds: the defaults of `CoreConfig::new` (5000 ms grace).
+    let core_cfg = CoreConfig::new(rank);
     let shared = Arc::new(Shared {
         rank,
         core: Mutex::new(MonCore::new(core_cfg, map, index)),
