@@ -1,11 +1,17 @@
 //! The `shoal` binary: argument parsing and wiring, nothing else. Each subcommand lives in its
 //! own module and calls into the library crates.
 
+mod admin;
+mod bench_cmd;
+mod conf;
+mod daemons;
 mod demo;
+mod obj;
 mod placement_cmd;
 mod store_cmd;
 mod table;
 mod torture;
+mod up;
 
 use std::process::ExitCode;
 
@@ -21,6 +27,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a local cluster (monitors and OSDs as processes on loopback) and wait until it is
+    /// healthy.
+    Up(up::UpArgs),
+    /// Stop the local cluster `up` started (and remove it, for the mem backend).
+    Down(up::DownArgs),
+    /// Health, daemons, pools, PGs, usage and client I/O of the cluster.
+    Status(admin::StatusArgs),
+    /// OSDs: `tree`, `out ID`, `in ID`, or `run` one OSD daemon in the foreground.
+    #[command(subcommand)]
+    Osd(OsdCli),
+    /// Run a monitor daemon in the foreground.
+    #[command(subcommand)]
+    Mon(MonCli),
+    /// Pools: create, ls, rm, set.
+    #[command(subcommand)]
+    Pool(admin::PoolCommand),
+    /// Objects: put, get, rm, stat, ls.
+    #[command(subcommand)]
+    Obj(obj::ObjCommand),
+    /// Like `rados bench`: write, seq or rand objects with N in flight for S seconds.
+    Bench(bench_cmd::BenchArgs),
     /// Work with a local object store directly (no cluster): mkfs, put, get, fsck, bench, ...
     #[command(subcommand)]
     Store(store_cmd::StoreCommand),
@@ -35,9 +62,32 @@ enum Command {
     StoreTorture(torture::TortureArgs),
 }
 
+#[derive(Subcommand)]
+enum OsdCli {
+    #[command(flatten)]
+    Admin(admin::OsdCommand),
+    /// Run OSD `--id N` until SIGTERM.
+    Run(daemons::OsdArgs),
+}
+
+#[derive(Subcommand)]
+enum MonCli {
+    /// Run monitor `--rank R` until SIGTERM.
+    Run(daemons::MonArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Up(args) => up::up(&args),
+        Command::Down(args) => up::down(&args),
+        Command::Status(args) => admin::status(&args),
+        Command::Osd(OsdCli::Admin(cmd)) => admin::osd(&cmd),
+        Command::Osd(OsdCli::Run(args)) => daemons::run_osd(&args),
+        Command::Mon(MonCli::Run(args)) => daemons::run_mon(&args),
+        Command::Pool(cmd) => admin::pool(&cmd),
+        Command::Obj(cmd) => obj::run(&cmd),
+        Command::Bench(args) => bench_cmd::run(&args),
         Command::Store(cmd) => store_cmd::run(cmd),
         Command::Demo(args) => demo::run(&args),
         Command::Placement(cmd) => placement_cmd::run(cmd),

@@ -65,9 +65,12 @@ fn open_store(cfg: &OsdConfig) -> Result<Arc<dyn ObjectStore>> {
     Ok(Arc::from(store))
 }
 
+/// Open client connections by token: the handler registers them, the worker replies on them.
+type Conns = Arc<Mutex<HashMap<Token, ServerConn>>>;
+
 struct Shared {
     events: mpsc::Sender<Event>,
-    conns: Mutex<HashMap<Token, ServerConn>>,
+    conns: Conns,
 }
 
 struct OsdHandler {
@@ -134,16 +137,20 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     let addr = listener.local_addr()?;
 
     let (tx, rx) = mpsc::channel(WORKER_QUEUE_EVENTS);
-    let shared = Arc::new(Shared { events: tx.clone(), conns: Mutex::new(HashMap::new()) });
+    let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
+    let shared = Arc::new(Shared { events: tx.clone(), conns: conns.clone() });
     let core = OsdCore::new(cfg.id, store.clone(), monc.map()).context("loading the store's collections")?;
     let runtime = tokio::runtime::Handle::current();
-    let peers = Peers::new(monc.clone(), tx.clone(), cfg.cluster.clone());
+    // Peers hold a weak sender: the worker (which owns them) must see its queue close once the
+    // server and the tasks feeding it are gone, or it would never end.
+    let peers = Peers::new(tx.downgrade(), cfg.cluster.clone());
     let worker = {
-        let shared = shared.clone();
         let monc = monc.clone();
+        // The worker gets the connections but no sender of its own queue, so that the queue
+        // closes (and the worker ends) once the server and the feeding tasks are gone.
         std::thread::Builder::new()
             .name(format!("{}-worker", cfg.id))
-            .spawn(move || worker_loop(core, rx, shared, peers, monc, runtime))
+            .spawn(move || worker_loop(core, rx, conns, peers, monc, runtime))
             .context("starting the worker thread")?
     };
 
@@ -205,7 +212,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
 fn worker_loop(
     mut core: OsdCore,
     mut rx: mpsc::Receiver<Event>,
-    shared: Arc<Shared>,
+    conns: Conns,
     peers: Peers,
     monc: MonClient,
     runtime: tokio::runtime::Handle,
@@ -231,7 +238,7 @@ fn worker_loop(
                         (Some(e), true) => error_frame(frame.request_id, &e.message),
                         _ => frame,
                     };
-                    let conn = shared.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&to).cloned();
+                    let conn = conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&to).cloned();
                     if let Some(conn) = conn
                         && let Err(shoal_net::NetError::QueueFull) = conn.try_send(frame.clone())
                     {
@@ -259,15 +266,14 @@ type PeerWrite = (RepOp, Vec<u8>, Option<SocketAddr>);
 /// Connections to peer OSDs for replication: one queue and one sender task per peer, so
 /// replicated writes leave in the order the primary handled them.
 struct Peers {
-    monc: MonClient,
-    events: mpsc::Sender<Event>,
+    events: mpsc::WeakSender<Event>,
     cluster: ClusterConfig,
     queues: Mutex<HashMap<OsdId, mpsc::Sender<PeerWrite>>>,
 }
 
 impl Peers {
-    fn new(monc: MonClient, events: mpsc::Sender<Event>, cluster: ClusterConfig) -> Peers {
-        Peers { monc, events, cluster, queues: Mutex::new(HashMap::new()) }
+    fn new(events: mpsc::WeakSender<Event>, cluster: ClusterConfig) -> Peers {
+        Peers { events, cluster, queues: Mutex::new(HashMap::new()) }
     }
 
     fn send(
@@ -294,19 +300,26 @@ impl Peers {
             let events = self.events.clone();
             let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {reason}"));
             runtime.spawn(async move {
-                let _ = events.send(Event::RepReply { from: osd, reqid, result: Err(err) }).await;
+                if let Some(events) = events.upgrade() {
+                    let _ = events.send(Event::RepReply { from: osd, reqid, result: Err(err) }).await;
+                }
             });
         }
-        let _ = &self.monc;
     }
 }
 
 async fn peer_sender(
     osd: OsdId,
     mut rx: mpsc::Receiver<PeerWrite>,
-    events: mpsc::Sender<Event>,
+    events: mpsc::WeakSender<Event>,
     cluster: ClusterConfig,
 ) {
+    // Feeds an event back to the worker unless the OSD is shutting down.
+    async fn feed(events: &mpsc::WeakSender<Event>, event: Event) {
+        if let Some(events) = events.upgrade() {
+            let _ = events.send(event).await;
+        }
+    }
     let mut conn: Option<(SocketAddr, Connection)> = None;
     let net = shoal_net::ClientConfig {
         entity: cluster.entity.clone(),
@@ -319,7 +332,7 @@ async fn peer_sender(
         let fail =
             |msg: String| Event::RepReply { from: osd, reqid, result: Err(RemoteError::new(ErrorCode::Timeout, msg)) };
         let Some(addr) = addr else {
-            let _ = events.send(fail(format!("{osd} has no address"))).await;
+            feed(&events, fail(format!("{osd} has no address"))).await;
             continue;
         };
         let reuse = conn.as_ref().is_some_and(|(a, c)| *a == addr && !c.is_closed());
@@ -328,7 +341,7 @@ async fn peer_sender(
                 Ok(c) => conn = Some((addr, c)),
                 Err(e) => {
                     conn = None;
-                    let _ = events.send(fail(format!("connecting to {osd} at {addr}: {e}"))).await;
+                    feed(&events, fail(format!("connecting to {osd} at {addr}: {e}"))).await;
                     continue;
                 }
             }
@@ -347,12 +360,10 @@ async fn peer_sender(
                         },
                         Err(e) => Err(RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"))),
                     };
-                    let _ = events.send(Event::RepReply { from: osd, reqid, result }).await;
+                    feed(&events, Event::RepReply { from: osd, reqid, result }).await;
                 });
             }
-            Err(e) => {
-                let _ = events.send(fail(format!("{osd}: {e}"))).await;
-            }
+            Err(e) => feed(&events, fail(format!("{osd}: {e}"))).await,
         }
     }
 }

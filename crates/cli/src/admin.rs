@@ -1,0 +1,300 @@
+//! Cluster administration that reads like Ceph's: `shoal status`, `shoal osd ...`,
+//! `shoal pool ...`. Every command has `--json`.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use shoal_map::{ClusterMap, Command, OsdId, PgId, PoolSetting};
+
+use crate::conf::ConfArgs;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    conf: ConfArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum OsdCommand {
+    /// The placement hierarchy with every OSD's state and weight.
+    Tree {
+        #[command(flatten)]
+        conf: ConfArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop placing data on an OSD.
+    Out {
+        #[command(flatten)]
+        conf: ConfArgs,
+        id: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Place data on an OSD again.
+    In {
+        #[command(flatten)]
+        conf: ConfArgs,
+        id: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PoolCommand {
+    /// Create a replicated pool.
+    Create {
+        #[command(flatten)]
+        conf: ConfArgs,
+        name: String,
+        /// Replicas per object.
+        #[arg(long, default_value_t = 3)]
+        size: u32,
+        /// Fewest acting replicas that still accept writes (default: size - size/2).
+        #[arg(long)]
+        min_size: Option<u32>,
+        #[arg(long, default_value_t = 64)]
+        pg_num: u32,
+        /// Largest object, e.g. 64M.
+        #[arg(long, value_parser = crate::conf::parse_size_arg)]
+        max_object_size: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List pools.
+    Ls {
+        #[command(flatten)]
+        conf: ConfArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a pool (its objects become unreachable).
+    Rm {
+        #[command(flatten)]
+        conf: ConfArgs,
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a pool property: size, min_size, pg_num or max_object_size.
+    Set {
+        #[command(flatten)]
+        conf: ConfArgs,
+        name: String,
+        key: String,
+        value: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn print(json_out: bool, doc: serde_json::Value, text: impl FnOnce() -> String) {
+    if json_out {
+        println!("{doc}");
+    } else {
+        println!("{}", text());
+    }
+}
+
+/// PG states computed from the map, the way clients see them: `active+clean` with every
+/// replica, `active+undersized` with at least min_size, `inactive` below.
+fn pg_summary(map: &ClusterMap) -> BTreeMap<&'static str, u64> {
+    let mut states = BTreeMap::new();
+    for pool in map.pools.values() {
+        for seed in 0..pool.pg_num {
+            let n = map.pg_osds(PgId { pool: pool.id, seed }).map(|a| a.len() as u32).unwrap_or(0);
+            let state = if n >= pool.size {
+                "active+clean"
+            } else if n >= pool.min_size {
+                "active+undersized"
+            } else {
+                "inactive"
+            };
+            *states.entry(state).or_default() += 1;
+        }
+    }
+    states
+}
+
+pub fn status(args: &StatusArgs) -> Result<ExitCode> {
+    let client = args.conf.connect()?;
+    let monc = client.client().mon().clone();
+    let status = client.runtime().block_on(monc.status()).context("asking the monitors for status")?;
+    let map = monc.map();
+    let (up, inn) = map.osd_counts();
+    let pgs = pg_summary(&map);
+    let total_pgs: u64 = pgs.values().sum();
+    let clean = pgs.get("active+clean").copied().unwrap_or(0);
+    let mut problems = Vec::new();
+    if up < map.osds.len() {
+        problems.push(format!("{} OSD(s) down", map.osds.len() - up));
+    }
+    if clean < total_pgs {
+        problems.push(format!("{} PG(s) not active+clean", total_pgs - clean));
+    }
+    if status.quorum.len() * 2 <= map.mons.len().max(status.quorum.len()) {
+        problems.push(format!("monitor quorum {} of {}", status.quorum.len(), map.mons.len()));
+    }
+    let health = if problems.is_empty() { "HEALTH_OK" } else { "HEALTH_WARN" };
+    let sum = |f: fn(&shoal_proto::mon::OsdStats) -> f64| status.osd_stats.iter().map(f).sum::<f64>();
+    let used: u64 = status.osd_stats.iter().map(|s| s.used_bytes).sum();
+    let capacity: u64 = status.osd_stats.iter().map(|s| s.capacity_bytes).sum();
+    let objects: u64 = status.osd_stats.iter().map(|s| s.objects).sum();
+    let (rd, wr) = (sum(|s| s.read_bytes_per_s), sum(|s| s.write_bytes_per_s));
+    let (rops, wops) = (sum(|s| s.read_ops_per_s), sum(|s| s.write_ops_per_s));
+    let doc = json!({
+        "fsid": map.fsid, "health": health, "problems": problems, "epoch": map.epoch,
+        "mons": {"count": map.mons.len(), "quorum": status.quorum, "leader": status.leader},
+        "osds": {"count": map.osds.len(), "up": up, "in": inn},
+        "pools": map.pools.len(), "pgs": {"count": total_pgs, "by_state": pgs},
+        "usage": {"objects": objects, "used_bytes": used, "capacity_bytes": capacity},
+        "io": {"read_bytes_per_s": rd, "write_bytes_per_s": wr, "read_ops_per_s": rops, "write_ops_per_s": wops},
+    });
+    print(args.json, doc, || {
+        let mut s = format!("  cluster:\n    id:     {}\n    health: {health}\n", map.fsid);
+        for p in &problems {
+            s += &format!("            {p}\n");
+        }
+        s += &format!(
+            "\n  services:\n    mon: {} daemons, quorum {:?}, leader {}\n    osd: {} osds: {up} up, {inn} in (epoch {})\n",
+            map.mons.len(),
+            status.quorum,
+            status.leader.map_or("none".into(), |l| format!("mon.{l}")),
+            map.osds.len(),
+            map.epoch
+        );
+        s += &format!("\n  data:\n    pools:   {} pools, {total_pgs} pgs\n", map.pools.len());
+        s += &format!(
+            "    objects: {objects} (replicas counted)\n    usage:   {} used of {}\n    pgs:     {}\n",
+            human(used),
+            human(capacity),
+            pgs.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")
+        );
+        s += &format!(
+            "\n  io:\n    client: {}/s rd, {}/s wr, {rops:.0} op/s rd, {wops:.0} op/s wr",
+            human(rd as u64),
+            human(wr as u64)
+        );
+        s
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
+    match cmd {
+        OsdCommand::Tree { conf, json } => {
+            let client = conf.connect()?;
+            let map = client.client().mon().map();
+            let mut hosts: BTreeMap<&str, Vec<(OsdId, &shoal_map::OsdInfo)>> = BTreeMap::new();
+            for (id, info) in &map.osds {
+                hosts.entry(info.host.as_str()).or_default().push((*id, info));
+            }
+            let weight = |id: OsdId| map.placement.osd_weight(id).map_or(0.0, |w| w.as_f64());
+            let doc = json!({"epoch": map.epoch, "hosts": hosts.iter().map(|(h, osds)| json!({
+                "name": h,
+                "osds": osds.iter().map(|(id, o)| json!({"id": id.0, "weight": weight(*id), "up": o.up, "in": o.in_cluster, "addr": o.addr})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>()});
+            print(*json, doc, || {
+                let mut s = format!("{:<5} {:>8}  {:<24} {:<6} {:<4}\n", "ID", "WEIGHT", "NAME", "STATUS", "IN");
+                s += &format!("{:<5} {:>8.3}  root default\n", "", map.placement.total_weight() as f64 / 65536.0);
+                for (h, osds) in &hosts {
+                    let hw: f64 = osds.iter().map(|(id, _)| weight(*id)).sum();
+                    s += &format!("{:<5} {:>8.3}      host {h}\n", "", hw);
+                    for (id, o) in osds {
+                        s += &format!(
+                            "{:<5} {:>8.3}          {:<16} {:<6} {}\n",
+                            id.0,
+                            weight(*id),
+                            id.to_string(),
+                            if o.up { "up" } else { "down" },
+                            if o.in_cluster { "in" } else { "out" }
+                        );
+                    }
+                }
+                s.trim_end().to_string()
+            });
+        }
+        OsdCommand::Out { conf, id, json } | OsdCommand::In { conf, id, json } => {
+            let out = matches!(cmd, OsdCommand::Out { .. });
+            let command = if out { Command::OsdOut { id: OsdId(*id) } } else { Command::OsdIn { id: OsdId(*id) } };
+            let client = conf.connect()?;
+            let epoch = client.runtime().block_on(client.client().mon().command(command))?;
+            let word = if out { "out" } else { "in" };
+            print(*json, json!({"osd": id, "state": word, "epoch": epoch}), || {
+                format!("marked osd.{id} {word} (epoch {epoch})")
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pool_json(p: &shoal_map::Pool) -> serde_json::Value {
+    json!({"id": p.id, "name": p.name, "size": p.size, "min_size": p.min_size, "pg_num": p.pg_num, "max_object_bytes": p.max_object_bytes})
+}
+
+pub fn pool(cmd: &PoolCommand) -> Result<ExitCode> {
+    let run = |conf: &ConfArgs, command: Command| -> Result<(u64, std::sync::Arc<ClusterMap>)> {
+        let client = conf.connect()?;
+        let monc = client.client().mon().clone();
+        let epoch = client.runtime().block_on(monc.command(command))?;
+        let map = client.runtime().block_on(monc.wait_for_epoch(epoch, 10_000))?;
+        Ok((epoch, map))
+    };
+    match cmd {
+        PoolCommand::Create { conf, name, size, min_size, pg_num, max_object_size, json } => {
+            let command = Command::CreatePool {
+                name: name.clone(),
+                size: *size,
+                min_size: *min_size,
+                pg_num: *pg_num,
+                max_object_bytes: *max_object_size,
+            };
+            let (_, map) = run(conf, command)?;
+            let p = map.pool_by_name(name)?;
+            print(*json, pool_json(p), || {
+                format!("pool '{name}' created (id {}, size {}, {} PGs)", p.id, p.size, p.pg_num)
+            });
+        }
+        PoolCommand::Ls { conf, json } => {
+            let client = conf.connect()?;
+            let map = client.client().mon().map();
+            let doc = json!(map.pools.values().map(pool_json).collect::<Vec<_>>());
+            print(*json, doc, || map.pools.values().map(|p| p.name.clone()).collect::<Vec<_>>().join("\n"));
+        }
+        PoolCommand::Rm { conf, name, json } => {
+            let (epoch, _) = run(conf, Command::RemovePool { name: name.clone() })?;
+            print(*json, json!({"removed": name, "epoch": epoch}), || format!("pool '{name}' removed"));
+        }
+        PoolCommand::Set { conf, name, key, value, json } => {
+            let num = || value.parse::<u32>().with_context(|| format!("{key} needs a whole number, got {value:?}"));
+            let setting = match key.as_str() {
+                "size" => PoolSetting::Size(num()?),
+                "min_size" => PoolSetting::MinSize(num()?),
+                "pg_num" => PoolSetting::PgNum(num()?),
+                "max_object_size" => PoolSetting::MaxObjectBytes(shoal_store::parse_size(value)?),
+                other => anyhow::bail!("unknown pool setting {other:?} (size, min_size, pg_num, max_object_size)"),
+            };
+            let (_, map) = run(conf, Command::SetPool { name: name.clone(), setting })?;
+            let p = map.pool_by_name(name)?;
+            print(*json, pool_json(p), || format!("set pool '{name}' {key} to {value}"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

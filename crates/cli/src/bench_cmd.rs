@@ -1,0 +1,292 @@
+//! `shoal bench`: `rados bench` for Shoal. N operations in flight for S seconds, live
+//! progress each second, then throughput and latency percentiles.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use shoal_proto::osd::ObjOp;
+
+use crate::conf::ConfArgs;
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Write new objects.
+    Write,
+    /// Read the objects a previous `write` run left, in order.
+    Seq,
+    /// Read those objects at random.
+    Rand,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    conf: ConfArgs,
+    #[arg(long, short = 'p', default_value = "data")]
+    pool: String,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Object size, e.g. 4M or 4096.
+    #[arg(short = 'b', long = "block-size", default_value = "4M", value_parser = crate::conf::parse_size_arg)]
+    block_size: u64,
+    /// Operations in flight.
+    #[arg(short = 't', long = "threads", default_value_t = 16)]
+    in_flight: usize,
+    /// Remove the written objects at the end (by default they stay for `seq` and `rand`).
+    #[arg(long)]
+    cleanup: bool,
+    #[arg(long)]
+    json: bool,
+    workload: Workload,
+}
+
+#[derive(Serialize)]
+struct Report {
+    workload: Workload,
+    pool: String,
+    block_size: u64,
+    in_flight: usize,
+    seconds: f64,
+    ops: u64,
+    bytes: u64,
+    mb_per_s: f64,
+    ops_per_s: f64,
+    lat_ms_avg: f64,
+    lat_ms_p50: f64,
+    lat_ms_p99: f64,
+    lat_ms_max: f64,
+    lat_ms_min: f64,
+    errors: u64,
+}
+
+/// Objects a write run names: a fixed prefix so that `seq`/`rand` find them.
+fn object_name(i: u64) -> String {
+    format!("bench_obj_{i}")
+}
+
+/// Latencies are kept in a fixed histogram (1 µs buckets up to 100 ms, then 1 ms buckets up to
+/// 10 s): memory is bounded however long the run, and percentiles are exact to the bucket.
+struct Histogram {
+    fine: Vec<u64>,
+    coarse: Vec<u64>,
+    sum_us: u64,
+    max_us: u64,
+    min_us: u64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new() -> Histogram {
+        Histogram { fine: vec![0; 100_000], coarse: vec![0; 10_000], sum_us: 0, max_us: 0, min_us: u64::MAX, count: 0 }
+    }
+    fn record(&mut self, us: u64) {
+        if us < 100_000 {
+            self.fine[us as usize] += 1;
+        } else {
+            self.coarse[((us / 1000) as usize).min(9_999)] += 1;
+        }
+        self.sum_us += us;
+        self.max_us = self.max_us.max(us);
+        self.min_us = self.min_us.min(us);
+        self.count += 1;
+    }
+    fn percentile_ms(&self, q: f64) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let rank = ((self.count as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (us, n) in self.fine.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return us as f64 / 1000.0;
+            }
+        }
+        for (ms, n) in self.coarse.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return ms as f64;
+            }
+        }
+        self.max_us as f64 / 1000.0
+    }
+}
+
+pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if args.in_flight == 0 || args.in_flight > 1024 {
+        bail!("-t must be between 1 and 1024, got {}", args.in_flight);
+    }
+    if args.block_size == 0 {
+        bail!("-b must be positive");
+    }
+    let mut cfg = args.conf.cluster()?;
+    cfg.max_in_flight = args.in_flight.max(16);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let client = runtime.block_on(shoal_client::Client::connect(cfg))?;
+    let pool = client.pool(&args.pool)?;
+    if args.block_size > pool.max_object_bytes {
+        bail!(
+            "-b {} exceeds pool {}'s maximum object size of {} bytes",
+            args.block_size,
+            pool.name,
+            pool.max_object_bytes
+        );
+    }
+    // For reads: how many objects a previous write run left.
+    let existing = if args.workload == Workload::Write {
+        0
+    } else {
+        let mut n = 0u64;
+        while runtime.block_on(client.op(&args.pool, &object_name(n), vec![ObjOp::Stat], Vec::new())).is_ok() {
+            n += 1;
+            if n >= 1_000_000 {
+                break;
+            }
+        }
+        if n == 0 {
+            bail!("no objects from a `shoal bench ... write` run in pool {}; run that first", args.pool);
+        }
+        n
+    };
+    let payload: Arc<Vec<u8>> = Arc::new(shoal_util::pattern::xorshift_bytes(0x5eed, args.block_size as usize));
+    let duration = Duration::from_secs(args.seconds.max(1));
+    let next = Arc::new(AtomicU64::new(0));
+    let done_ops = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let hist = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for worker in 0..args.in_flight {
+            let client = client.clone();
+            let pool = args.pool.clone();
+            let payload = payload.clone();
+            let next = next.clone();
+            let done_ops = done_ops.clone();
+            let workload = args.workload;
+            let bs = args.block_size;
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut errors = 0u64;
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (worker as u64 + 1);
+                while Instant::now() < deadline {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let t = Instant::now();
+                    let r = match workload {
+                        Workload::Write => {
+                            let op = ObjOp::WriteFull { len_bytes: bs };
+                            client.op_ref(&pool, &object_name(i), vec![op], &payload).await
+                        }
+                        Workload::Seq | Workload::Rand => {
+                            let n = if workload == Workload::Seq {
+                                i % existing
+                            } else {
+                                rng ^= rng << 13;
+                                rng ^= rng >> 7;
+                                rng ^= rng << 17;
+                                rng % existing
+                            };
+                            let op = ObjOp::Read { offset: 0, len_bytes: bs };
+                            client.op(&pool, &object_name(n), vec![op], Vec::new()).await
+                        }
+                    };
+                    match r {
+                        Ok(_) => {
+                            lat.push(t.elapsed().as_micros() as u64);
+                            done_ops.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (lat, errors)
+            }));
+        }
+        // Progress once a second, like rados bench.
+        let progress = {
+            let done_ops = done_ops.clone();
+            let bs = args.block_size;
+            let quiet = args.json;
+            tokio::spawn(async move {
+                let mut last = 0u64;
+                let mut sec = 0;
+                if !quiet {
+                    eprintln!("{:>5} {:>10} {:>12} {:>10}", "sec", "ops", "cur MB/s", "cur op/s");
+                }
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    sec += 1;
+                    let now = done_ops.load(Ordering::Relaxed);
+                    if !quiet {
+                        let d = now - last;
+                        eprintln!("{sec:>5} {now:>10} {:>12.1} {d:>10}", (d * bs) as f64 / 1e6);
+                    }
+                    last = now;
+                }
+            })
+        };
+        let mut hist = Histogram::new();
+        let mut errors = 0;
+        for t in tasks {
+            if let Ok((lat, e)) = t.await {
+                for us in lat {
+                    hist.record(us);
+                }
+                errors += e;
+            }
+        }
+        progress.abort();
+        (hist, errors)
+    });
+    let (hist, errors) = hist;
+    let secs = started.elapsed().as_secs_f64();
+    let ops = hist.count;
+    let bytes = ops * args.block_size;
+    let report = Report {
+        workload: args.workload,
+        pool: args.pool.clone(),
+        block_size: args.block_size,
+        in_flight: args.in_flight,
+        seconds: secs,
+        ops,
+        bytes,
+        mb_per_s: bytes as f64 / secs / 1e6,
+        ops_per_s: ops as f64 / secs,
+        lat_ms_avg: if ops > 0 { hist.sum_us as f64 / ops as f64 / 1000.0 } else { 0.0 },
+        lat_ms_p50: hist.percentile_ms(0.50),
+        lat_ms_p99: hist.percentile_ms(0.99),
+        lat_ms_max: hist.max_us as f64 / 1000.0,
+        lat_ms_min: if ops > 0 { hist.min_us as f64 / 1000.0 } else { 0.0 },
+        errors,
+    };
+    if args.cleanup && args.workload == Workload::Write {
+        let written = next.load(Ordering::Relaxed);
+        runtime.block_on(async {
+            for i in 0..written {
+                let _ = client.op(&args.pool, &object_name(i), vec![ObjOp::Remove], Vec::new()).await;
+            }
+        });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("Total time run:         {:.2} s", report.seconds);
+        println!("Total {:?} ops:        {}", report.workload, report.ops);
+        println!("Object size:            {}", report.block_size);
+        println!("Bandwidth (MB/s):       {:.1}", report.mb_per_s);
+        println!("IOPS:                   {:.0}", report.ops_per_s);
+        println!("Latency avg (ms):       {:.3}", report.lat_ms_avg);
+        println!("Latency p50 (ms):       {:.3}", report.lat_ms_p50);
+        println!("Latency p99 (ms):       {:.3}", report.lat_ms_p99);
+        println!("Latency max (ms):       {:.3}", report.lat_ms_max);
+        if errors > 0 {
+            println!("Errors:                 {errors}");
+        }
+    }
+    Ok(if errors > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}

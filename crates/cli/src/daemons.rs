@@ -1,0 +1,118 @@
+//! `shoal mon` and `shoal osd`: run one daemon in the foreground until SIGTERM or SIGINT.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use shoal_client::{ClusterConfig, ConfFile};
+use shoal_map::{OsdId, Weight};
+use shoal_net::Keyring;
+use shoal_store::BackendKind;
+
+use crate::conf::ConfArgs;
+
+#[derive(Args)]
+pub struct MonArgs {
+    #[command(flatten)]
+    conf: ConfArgs,
+    /// This monitor's rank: its index in the conf file's `mons`.
+    #[arg(long)]
+    rank: u32,
+    /// Data directory (default: `mon.RANK` next to the conf file).
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct OsdArgs {
+    #[command(flatten)]
+    conf: ConfArgs,
+    /// The OSD's id (`osd.ID`).
+    #[arg(long)]
+    id: u32,
+    /// Host bucket of the map the OSD belongs to (default: this machine's host name).
+    #[arg(long)]
+    host: Option<String>,
+    /// Store backend: block, posix or mem.
+    #[arg(long, default_value = "block")]
+    backend: BackendKind,
+    /// Store directory (default: `osd.ID` next to the conf file).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Capacity of a new store (`mem`: its RAM limit), e.g. 4G.
+    #[arg(long, default_value = "4G", value_parser = crate::conf::parse_size_arg)]
+    size: u64,
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    addr: SocketAddr,
+    /// CRUSH-style weight (1.0 = one TiB by convention).
+    #[arg(long, default_value_t = 1.0)]
+    weight: f64,
+}
+
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().context("starting tokio")
+}
+
+/// Resolves when the process gets SIGTERM or SIGINT.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+pub fn run_mon(args: &MonArgs) -> Result<ExitCode> {
+    let conf_path = args.conf.path();
+    let conf = ConfFile::load(&conf_path)?;
+    let Some(&listen) = conf.mons.get(args.rank as usize) else {
+        bail!("{} has no monitor of rank {} ({} listed)", conf_path.display(), args.rank, conf.mons.len());
+    };
+    let keyring = Arc::new(Keyring::load(&conf.keyring)?);
+    let data_dir = args.data.clone().unwrap_or_else(|| args.conf.dir().join(format!("mon.{}", args.rank)));
+    let mons: BTreeMap<u32, SocketAddr> = conf.mons.iter().enumerate().map(|(i, a)| (i as u32, *a)).collect();
+    if !data_dir.exists() {
+        shoal_mon::mkfs(&data_dir, args.rank, &conf.fsid, &mons)
+            .with_context(|| format!("creating monitor data in {}", data_dir.display()))?;
+    }
+    let cfg = shoal_mon::MonConfig { rank: args.rank, data_dir, listen, mons, keyring };
+    runtime(2)?.block_on(shoal_mon::run(cfg, stop_signal()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_osd(args: &OsdArgs) -> Result<ExitCode> {
+    let conf_path = args.conf.path();
+    let conf = ConfFile::load(&conf_path)?;
+    let entity = format!("osd.{}", args.id);
+    let cluster = ClusterConfig::from_conf_file(&conf_path, &entity)?;
+    let keyring = Arc::new(Keyring::load(&conf.keyring)?);
+    let host = match &args.host {
+        Some(h) => h.clone(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into()),
+    };
+    let weight = Weight::from_f64(args.weight).with_context(|| format!("invalid weight {}", args.weight))?;
+    let cfg = shoal_osd::OsdConfig {
+        id: OsdId(args.id),
+        host,
+        weight,
+        backend: args.backend,
+        store_dir: args.store.clone().unwrap_or_else(|| args.conf.dir().join(&entity)),
+        size_bytes: args.size,
+        listen: args.addr,
+        cluster,
+        keyring,
+        stats_interval_ms: 1000,
+    };
+    runtime(2)?.block_on(shoal_osd::run(cfg, stop_signal()))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,373 @@
+//! `shoal up` and `shoal down`: a whole local cluster in one command.
+//!
+//! `up` writes the cluster's files into one directory (conf, keyring, one data directory and
+//! one log per daemon), starts each daemon as its own process on loopback, creates the default
+//! pool `data`, and returns once every OSD is up and every PG of the pool has its full acting
+//! set. `down` stops the daemons (OSDs first, so they can say goodbye to the monitors) and, for
+//! the `mem` backend, removes the directory: like DisTRaC's clusters, a RAM cluster lives only
+//! as long as it is needed.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use shoal_client::blocking::BlockingClient;
+use shoal_client::{ClusterConfig, ConfFile, default_cluster_dir};
+use shoal_map::{Command, PgId};
+use shoal_net::{Key, Keyring};
+use shoal_store::BackendKind;
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Number of OSDs.
+    #[arg(long, default_value_t = 3)]
+    osds: u32,
+    /// Number of monitors: 1 or 3.
+    #[arg(long, default_value_t = 1)]
+    mons: u32,
+    /// Hosts of the map to spread the OSDs over (default: one per OSD).
+    #[arg(long)]
+    hosts: Option<u32>,
+    /// Store backend of every OSD: mem (RAM, removed by `down`), block or posix.
+    #[arg(long, default_value = "mem")]
+    backend: BackendKind,
+    /// Directory for the cluster's files (default: $XDG_RUNTIME_DIR/shoal or /tmp/shoal-$USER).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Capacity of each OSD's store.
+    #[arg(long, default_value = "4G", value_parser = crate::conf::parse_size_arg)]
+    osd_size: u64,
+    /// PGs of the default pool.
+    #[arg(long, default_value_t = 64)]
+    pg_num: u32,
+    /// How long to wait for the cluster to become healthy, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    timeout_ms: u64,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct DownArgs {
+    /// The cluster's directory (default: the one `shoal up` uses without --dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the directory even for the mem backend.
+    #[arg(long)]
+    keep: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `up` records about the cluster for `down` and for people.
+#[derive(Serialize, Deserialize)]
+struct ClusterFile {
+    backend: String,
+    mons: u32,
+    osds: u32,
+}
+
+#[derive(Serialize)]
+struct UpReport {
+    dir: PathBuf,
+    conf: PathBuf,
+    keyring: PathBuf,
+    fsid: String,
+    mons: Vec<SocketAddr>,
+    osds: u32,
+    hosts: u32,
+    backend: String,
+    pool: String,
+    pool_size: u32,
+    healthy_after_ms: u64,
+    logs: Vec<PathBuf>,
+}
+
+fn free_port() -> Result<SocketAddr> {
+    // Bind, read the port the kernel chose, release it for the monitor to take. Another process
+    // could take it in between; the monitor then fails to start and `up` reports its log.
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?)
+}
+
+/// Whether process `pid` is running. A zombie (exited, not yet reaped: daemons outlive the
+/// `up` that started them, and not every init reaps promptly) counts as stopped.
+fn pid_alive(pid: i32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, None | Some("Z") | Some("X"))
+}
+
+fn read_pids(dir: &Path) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(daemon) = name.strip_suffix(".pid")
+            && let Ok(text) = fs::read_to_string(e.path())
+            && let Ok(pid) = text.trim().parse::<i32>()
+        {
+            out.push((daemon.to_string(), pid));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn spawn_daemon(dir: &Path, name: &str, args: &[String]) -> Result<u32> {
+    let exe = std::env::current_exe().context("finding the shoal binary")?;
+    let log_path = dir.join(format!("{name}.log"));
+    let log = fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let child = Process::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in the terminal that ran `up` does not stop the cluster.
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {name}"))?;
+    let pid = child.id();
+    fs::write(dir.join(format!("{name}.pid")), format!("{pid}\n"))?;
+    Ok(pid)
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
+}
+
+pub fn up(args: &UpArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    if args.mons != 1 && args.mons != 3 {
+        bail!("--mons must be 1 or 3, got {}", args.mons);
+    }
+    if args.osds == 0 || args.osds > 1000 {
+        bail!("--osds must be between 1 and 1000, got {}", args.osds);
+    }
+    let hosts = args.hosts.unwrap_or(args.osds).clamp(1, args.osds);
+    let dir = args.dir.clone().unwrap_or_else(default_cluster_dir);
+    let running: Vec<_> = read_pids(&dir).into_iter().filter(|(_, pid)| pid_alive(*pid)).collect();
+    if !running.is_empty() {
+        bail!(
+            "a cluster is already running in {} ({} daemons); stop it with `shoal down --dir {}`",
+            dir.display(),
+            running.len(),
+            dir.display()
+        );
+    }
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("clearing the stale cluster in {}", dir.display()))?;
+    }
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+
+    // Keys and conf.
+    let mut keyring = Keyring::new();
+    keyring.insert("client.admin", Key::generate());
+    for r in 0..args.mons {
+        keyring.insert(&format!("mon.{r}"), Key::generate());
+    }
+    for i in 0..args.osds {
+        keyring.insert(&format!("osd.{i}"), Key::generate());
+    }
+    let keyring_path = dir.join("keyring");
+    keyring.save(&keyring_path)?;
+    let mons: Vec<SocketAddr> = (0..args.mons).map(|_| free_port()).collect::<Result<_>>()?;
+    let fsid = Key::generate().to_hex()[..32].to_string();
+    let conf = ConfFile { fsid: fsid.clone(), mons: mons.clone(), keyring: PathBuf::from("keyring") };
+    let conf_path = dir.join("shoal.toml");
+    conf.save(&conf_path)?;
+    let cluster_file = ClusterFile { backend: args.backend.name().to_string(), mons: args.mons, osds: args.osds };
+    fs::write(dir.join("cluster.json"), serde_json::to_string_pretty(&cluster_file)?)?;
+
+    // Daemons: monitors first (they create their data at first start), then every OSD at once.
+    let conf_arg = conf_path.display().to_string();
+    let mut logs = Vec::new();
+    let mon_map: BTreeMap<u32, SocketAddr> = mons.iter().enumerate().map(|(i, a)| (i as u32, *a)).collect();
+    for r in 0..args.mons {
+        let data = dir.join(format!("mon.{r}"));
+        shoal_mon::mkfs(&data, r, &fsid, &mon_map).with_context(|| format!("creating {}", data.display()))?;
+        let name = format!("mon.{r}");
+        spawn_daemon(
+            &dir,
+            &name,
+            &["mon".into(), "run".into(), "--conf".into(), conf_arg.clone(), "--rank".into(), r.to_string()],
+        )?;
+        logs.push(dir.join(format!("{name}.log")));
+    }
+    for i in 0..args.osds {
+        let name = format!("osd.{i}");
+        let osd_args = vec![
+            "osd".into(),
+            "run".into(),
+            "--conf".into(),
+            conf_arg.clone(),
+            "--id".into(),
+            i.to_string(),
+            "--host".into(),
+            format!("host-{}", i % hosts),
+            "--backend".into(),
+            args.backend.name().into(),
+            "--size".into(),
+            args.osd_size.to_string(),
+        ];
+        spawn_daemon(&dir, &name, &osd_args)?;
+        logs.push(dir.join(format!("{name}.log")));
+    }
+
+    let deadline = started + Duration::from_millis(args.timeout_ms);
+    let check_daemons = || -> Result<()> {
+        for (name, pid) in read_pids(&dir) {
+            if !pid_alive(pid) {
+                let log = dir.join(format!("{name}.log"));
+                bail!("{name} exited during start-up; the end of {}:\n{}", log.display(), log_tail(&log));
+            }
+        }
+        Ok(())
+    };
+    let client = loop {
+        check_daemons()?;
+        let mut cfg = ClusterConfig::from_conf_file(&conf_path, "client.admin")?;
+        cfg.op_timeout_ms = 2_000;
+        match BlockingClient::connect(cfg) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e).context("the monitors did not come up"),
+        }
+    };
+    let monc = client.client().mon().clone();
+    let rt = client.runtime();
+    // Every OSD up.
+    let want_osds = args.osds as usize;
+    loop {
+        check_daemons()?;
+        let map = monc.map();
+        if map.osds.values().filter(|o| o.up).count() >= want_osds {
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!("only {} of {} OSDs came up in {} ms", map.osd_counts().0, want_osds, args.timeout_ms);
+        }
+        let mut watch = monc.watch();
+        let _ = rt.block_on(async { tokio::time::timeout(Duration::from_millis(50), watch.changed()).await });
+    }
+    // The default pool: size 1 in RAM (the DisTRaC choice), else up to three replicas.
+    let size = if args.backend == BackendKind::Mem { 1 } else { args.osds.min(3) };
+    let cmd =
+        Command::CreatePool { name: "data".into(), size, min_size: None, pg_num: args.pg_num, max_object_bytes: None };
+    let epoch = rt.block_on(monc.command(cmd)).context("creating pool data")?;
+    let map = rt.block_on(monc.wait_for_epoch(epoch, args.timeout_ms))?;
+    let pool = map.pool_by_name("data")?.clone();
+    for seed in 0..pool.pg_num {
+        let acting = map.pg_osds(PgId { pool: pool.id, seed })?;
+        if acting.len() < pool.size as usize {
+            bail!("PG {}.{seed:x} has {} of {} OSDs", pool.id, acting.len(), pool.size);
+        }
+    }
+    let report = UpReport {
+        dir: dir.clone(),
+        conf: conf_path.clone(),
+        keyring: keyring_path,
+        fsid,
+        mons,
+        osds: args.osds,
+        hosts,
+        backend: args.backend.name().into(),
+        pool: "data".into(),
+        pool_size: size,
+        healthy_after_ms: started.elapsed().as_millis() as u64,
+        logs,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "shoal cluster up in {} ms: {} mon(s), {} OSD(s) on {} host(s), backend {}",
+            report.healthy_after_ms, args.mons, args.osds, hosts, report.backend
+        );
+        println!("  dir      {}", dir.display());
+        println!("  conf     {}   (export SHOAL_CONF={} for other shells)", conf_path.display(), conf_path.display());
+        println!("  keyring  {}", report.keyring.display());
+        println!("  monitors {}", report.mons.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
+        println!("  logs     {}/*.log", dir.display());
+        println!("  pool     data (size {size}, {} PGs)", args.pg_num);
+        println!("try: shoal status; shoal obj put --pool data NAME FILE; shoal bench --pool data --seconds 5 write");
+        println!(
+            "stop: shoal down{}",
+            if args.dir.is_some() { format!(" --dir {}", dir.display()) } else { String::new() }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn down(args: &DownArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let dir = args.dir.clone().unwrap_or_else(default_cluster_dir);
+    if !dir.join("shoal.toml").exists() {
+        bail!("no cluster in {} (no shoal.toml)", dir.display());
+    }
+    let info: Option<ClusterFile> =
+        fs::read_to_string(dir.join("cluster.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let pids = read_pids(&dir);
+    // OSDs first: each marks itself down at the monitors, which must still be running.
+    let (osds, others): (Vec<_>, Vec<_>) = pids.into_iter().partition(|(n, _)| n.starts_with("osd."));
+    let mut stopped = 0;
+    for group in [osds, others] {
+        for (_, pid) in &group {
+            if pid_alive(*pid) {
+                unsafe { libc::kill(*pid, libc::SIGTERM) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (name, pid) in &group {
+            while pid_alive(*pid) && !reap(*pid) {
+                if Instant::now() >= deadline {
+                    eprintln!("shoal: {name} (pid {pid}) did not stop in 5 s; killing it");
+                    unsafe { libc::kill(*pid, libc::SIGKILL) };
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = fs::remove_file(dir.join(format!("{name}.pid")));
+            stopped += 1;
+        }
+    }
+    let mem = info.as_ref().is_some_and(|i| i.backend == "mem");
+    let removed = mem && !args.keep;
+    if removed {
+        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    if args.json {
+        let doc = serde_json::json!({"dir": dir, "stopped": stopped, "removed": removed, "elapsed_ms": elapsed_ms});
+        println!("{doc}");
+    } else {
+        println!(
+            "stopped {stopped} daemon(s) in {elapsed_ms} ms{}",
+            if removed { format!("; removed {}", dir.display()) } else { String::new() }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reaps `pid` if it is our exited child (it is not when `down` runs in another process than
+/// `up`); returns whether it is gone.
+fn reap(pid: i32) -> bool {
+    let mut status = 0;
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    r == pid
+}

@@ -1,0 +1,224 @@
+//! A real cluster of processes on loopback: `shoal up` with three OSDs in three hosts of the
+//! map, a size-3 pool, 1,000 objects of mixed sizes written and read back byte-exact, and every
+//! OSD's store checked offline after `shoal down`: each object has exactly its three replicas,
+//! on the OSDs placement names. Plus: a wrong key is refused, malformed frames do not crash
+//! daemons, bad pool commands get clear errors, and the CLI's object commands work.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+
+use shoal_client::{Client, ClientError, ClusterConfig};
+use shoal_proto::osd::ObjOp;
+
+fn shoal(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env("SHOAL_CONF", dir.join("shoal.toml"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running shoal")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "shoal failed: {}\nstdout: {}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails_with(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure mentioning {needle:?}");
+    assert!(err.contains(needle), "stderr {err:?} should mention {needle:?}");
+}
+
+/// Sizes from 0 B to 8 MiB: mostly small, a few large, about 120 MiB in all.
+fn size_of(i: u64) -> usize {
+    match i % 100 {
+        0 => 8 << 20,
+        1..=4 => 1 << 20,
+        5..=14 => 64 << 10,
+        15..=19 => 0,
+        20..=29 => 1,
+        _ => (i as usize * 37) % 8192,
+    }
+}
+
+fn content(i: u64) -> Vec<u8> {
+    shoal_util::pattern::xorshift_bytes(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, size_of(i))
+}
+
+struct Down<'a>(&'a Path);
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = shoal(self.0, &["down", "--dir", &self.0.display().to_string(), "--keep"]);
+    }
+}
+
+#[test]
+fn three_replicas_across_three_hosts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("cluster");
+    let d = dir.display().to_string();
+    let up = shoal(
+        tmp.path(),
+        &[
+            "up",
+            "--dir",
+            &d,
+            "--osds",
+            "3",
+            "--hosts",
+            "3",
+            "--backend",
+            "block",
+            "--osd-size",
+            "768M",
+            "--pg-num",
+            "32",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_str(&ok(&up)).expect("up --json");
+    let _down = Down(&dir);
+    assert_eq!(report["pool_size"], 3);
+    let conf = dir.join("shoal.toml");
+
+    // Bad pool commands are refused with the reason.
+    fails_with(&shoal(&dir, &["pool", "create", "data", "--size", "1"]), "already exists");
+    fails_with(&shoal(&dir, &["pool", "create", "big", "--size", "4"]), "larger than the 3 OSDs");
+    fails_with(&shoal(&dir, &["pool", "rm", "nope"]), "does not exist");
+    fails_with(&shoal(&dir, &["obj", "stat", "--pool", "nope", "x"]), "does not exist");
+    let long = "x".repeat(300);
+    fails_with(&shoal(&dir, &["obj", "stat", "--pool", "data", &long]), "longer than 255 bytes");
+
+    // 1,000 objects through the library, 16 in flight.
+    let cfg = ClusterConfig::from_conf_file(&conf, "client.admin").expect("conf");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let client = rt.block_on(Client::connect(cfg.clone())).expect("connect");
+    let sem = Arc::new(tokio::sync::Semaphore::new(16));
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..1000u64 {
+            let permit = sem.clone().acquire_owned().await.expect("semaphore");
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let data = content(i);
+                let op = ObjOp::WriteFull { len_bytes: data.len() as u64 };
+                client.op("data", &format!("obj-{i}"), vec![op], data).await.map(|_| drop(permit))
+            }));
+        }
+        for t in tasks {
+            t.await.expect("task").expect("write");
+        }
+        for i in 0..1000u64 {
+            let name = format!("obj-{i}");
+            let read = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
+            let got = client.op("data", &name, read, vec![]).await.expect("read").data;
+            assert!(got == content(i), "{name}: read {} bytes, wrote {}", got.len(), size_of(i));
+        }
+    });
+    // Listing through the CLI sees them all.
+    let listed: BTreeSet<String> =
+        ok(&shoal(&dir, &["obj", "ls", "--pool", "data"])).lines().map(String::from).collect();
+    assert_eq!(listed.len(), 1000);
+
+    // A wrong key is refused by monitors and OSDs alike.
+    let mut bad = cfg.clone();
+    bad.key = shoal_net::Key::generate();
+    match rt.block_on(Client::connect(bad)) {
+        Err(ClientError::Net(shoal_net::NetError::AuthRefused { reason })) => {
+            assert!(reason.contains("client.admin"), "{reason}")
+        }
+        Err(e) => panic!("wrong key: unexpected error {e}"),
+        Ok(_) => panic!("a client with the wrong key was let in"),
+    }
+
+    // Malformed frames close that connection only.
+    let map = client.mon().map();
+    let mut addrs: Vec<SocketAddr> = map.osds.values().filter_map(|o| o.addr).collect();
+    addrs.extend(map.mons.values().map(|m| m.addr));
+    for addr in &addrs {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n garbage that is not a frame");
+        let mut s = TcpStream::connect(addr).expect("connect");
+        let mut huge = b"SHF1".to_vec();
+        huge.extend_from_slice(&[0xff; 60]);
+        let _ = s.write_all(&huge);
+    }
+    let still = rt.block_on(client.op("data", "obj-7", vec![ObjOp::Stat], vec![])).expect("cluster still serves");
+    assert_eq!(still.outputs.len(), 1);
+
+    // The CLI's object commands.
+    let src = tmp.path().join("in.bin");
+    std::fs::write(&src, content(5)).expect("write input");
+    ok(&shoal(&dir, &["obj", "put", "--pool", "data", "cli-obj", &src.display().to_string()]));
+    let got = tmp.path().join("out.bin");
+    ok(&shoal(&dir, &["obj", "get", "--pool", "data", "cli-obj", "-o", &got.display().to_string()]));
+    assert_eq!(std::fs::read(&got).expect("read output"), content(5));
+    let stat: serde_json::Value =
+        serde_json::from_str(&ok(&shoal(&dir, &["obj", "stat", "--pool", "data", "cli-obj", "--json"]))).expect("json");
+    assert_eq!(stat["size_bytes"], size_of(5) as u64);
+    ok(&shoal(&dir, &["obj", "rm", "--pool", "data", "cli-obj"]));
+    fails_with(&shoal(&dir, &["obj", "get", "--pool", "data", "cli-obj"]), "does not exist");
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&shoal(&dir, &["status", "--json"]))).expect("status json");
+    assert_eq!(status["osds"]["up"], 3);
+    assert_eq!(status["health"], "HEALTH_OK", "{status}");
+    let tree = ok(&shoal(&dir, &["osd", "tree"]));
+    assert!(tree.contains("host-2") && tree.contains("osd.2"), "{tree}");
+
+    // Where placement says each object lives, at the final map.
+    let pool = map.pool_by_name("data").expect("pool").clone();
+    let mut expected: BTreeMap<u32, BTreeSet<(String, String)>> = BTreeMap::new();
+    for i in 0..1000u64 {
+        let name = format!("obj-{i}");
+        let loc = map.locate(pool.id, &name).expect("locate");
+        assert_eq!(loc.osds.len(), 3);
+        let hosts: BTreeSet<_> = loc.osds.iter().map(|o| map.osds[o].host.clone()).collect();
+        assert_eq!(hosts.len(), 3, "{name} replicas on distinct hosts");
+        for osd in loc.osds {
+            expected.entry(osd.0).or_default().insert((shoal_osd::exec::pg_collection(loc.pg), name.clone()));
+        }
+    }
+    drop(client);
+    drop(rt);
+    ok(&shoal(&dir, &["down", "--dir", &d, "--keep"]));
+
+    // Offline, each OSD's store holds exactly the objects placement names, byte-exact.
+    for osd in 0..3u32 {
+        let store = shoal_store::open(&dir.join(format!("osd.{osd}"))).expect("open OSD store");
+        let mut found = BTreeSet::new();
+        for coll in store.list_collections().expect("collections") {
+            let mut after: Option<String> = None;
+            loop {
+                let page = store.list_objects(&coll, "", after.as_deref(), 1000).expect("list");
+                for obj in page.objects {
+                    found.insert((coll.clone(), obj));
+                }
+                match page.next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+        }
+        assert_eq!(
+            found,
+            expected.remove(&osd).unwrap_or_default(),
+            "osd.{osd} holds other objects than placement names"
+        );
+        for (coll, obj) in found.iter().step_by(37) {
+            let i: u64 = obj.trim_start_matches("obj-").parse().expect("name");
+            assert!(store.read_all(coll, obj).expect("read") == content(i), "osd.{osd} {obj} differs");
+        }
+        let report = store.fsck().expect("fsck");
+        assert!(report.is_clean(), "osd.{osd}: {report:?}");
+    }
+}
