@@ -18,7 +18,9 @@ use sha2::Sha256;
 use shoal_proto::{Frame, HEADER_BYTES};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::wire::{HANDSHAKE_MAX_PAYLOAD, MSG_AUTH, MSG_AUTH_OK, MSG_CHALLENGE, MSG_ERROR, error_reason, read_frame, write_frame};
+use crate::wire::{
+    HANDSHAKE_MAX_PAYLOAD, MSG_AUTH, MSG_AUTH_OK, MSG_CHALLENGE, MSG_ERROR, error_reason, read_frame, write_frame,
+};
 use crate::{Key, Keyring, NetError};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -43,14 +45,20 @@ fn mac(key: &Key, challenge: &[u8], entity: &str) -> HmacSha256 {
 }
 
 /// Client side. Returns the server's entity name once both sides are authenticated.
-pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, entity: &str, key: &Key) -> Result<String, NetError> {
+pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    entity: &str,
+    key: &Key,
+) -> Result<String, NetError> {
     let mut header = [0u8; HEADER_BYTES];
     let first = read_frame(s, &mut header, HANDSHAKE_MAX_PAYLOAD).await?.ok_or(NetError::Closed)?;
     if first.msg_type == MSG_ERROR {
         return Err(NetError::AuthRefused { reason: error_reason(&first) });
     }
     if first.msg_type != MSG_CHALLENGE || first.payload.len() < CHALLENGE_BYTES {
-        return Err(NetError::AuthFailed { reason: format!("expected a challenge, got message type {}", first.msg_type) });
+        return Err(NetError::AuthFailed {
+            reason: format!("expected a challenge, got message type {}", first.msg_type),
+        });
     }
     let (server_challenge, server_entity) = first.payload.split_at(CHALLENGE_BYTES);
     let server_entity = std::str::from_utf8(server_entity)
@@ -69,9 +77,9 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, entity:
     match answer.msg_type {
         MSG_ERROR => Err(NetError::AuthRefused { reason: error_reason(&answer) }),
         MSG_AUTH_OK => {
-            mac(key, &my_challenge, &server_entity)
-                .verify_slice(&answer.payload)
-                .map_err(|_| NetError::AuthFailed { reason: format!("{server_entity} does not know the key of {entity}") })?;
+            mac(key, &my_challenge, &server_entity).verify_slice(&answer.payload).map_err(|_| {
+                NetError::AuthFailed { reason: format!("{server_entity} does not know the key of {entity}") }
+            })?;
             Ok(server_entity)
         }
         t => Err(NetError::AuthFailed { reason: format!("expected an answer to the handshake, got message type {t}") }),

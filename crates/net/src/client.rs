@@ -14,7 +14,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::wire::{
-    FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, READ_BUFFER, check_outgoing, error_frame, error_reason, read_frame, writer_task,
+    FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, READ_BUFFER, check_outgoing, error_frame, error_reason,
+    read_frame, writer_task,
 };
 use crate::{Key, NetError, auth};
 
@@ -137,7 +138,11 @@ impl Connection {
         let (tx, rx) = mpsc::channel(max_in_flight + 1);
         let (push_tx, push_rx) = mpsc::channel(PUSH_QUEUE_FRAMES);
         let link = Arc::new(Link::new());
-        let shared = Arc::new(Shared { link: link.clone(), pending: Mutex::new(HashMap::new()), pushes_taken: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            link: link.clone(),
+            pending: Mutex::new(HashMap::new()),
+            pushes_taken: AtomicBool::new(false),
+        });
         tokio::spawn(writer_task(wr, rx, link));
         let reader = tokio::spawn(reader_task(rd, shared.clone(), tx.downgrade(), push_tx)).abort_handle();
         Ok(Connection {
@@ -272,7 +277,11 @@ async fn reader_task(rd: OwnedReadHalf, shared: Arc<Shared>, tx: mpsc::WeakSende
         let Some(call) = shared.pending().remove(&frame.request_id) else {
             break Some(format!("reply for unknown request {}", frame.request_id));
         };
-        let result = if frame.msg_type == MSG_ERROR { Err(NetError::Remote { reason: error_reason(&frame) }) } else { Ok(frame) };
+        let result = if frame.msg_type == MSG_ERROR {
+            Err(NetError::Remote { reason: error_reason(&frame) })
+        } else {
+            Ok(frame)
+        };
         // The caller may have stopped waiting; the reply is then dropped.
         let _ = call.reply.send(result);
     };

@@ -12,7 +12,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::wire::{
-    FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, READ_BUFFER, check_outgoing, error_frame, read_frame, writer_task,
+    FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, READ_BUFFER, check_outgoing, error_frame, read_frame,
+    writer_task,
 };
 use crate::{Keyring, NetError, auth};
 
@@ -227,7 +228,9 @@ async fn connection<H: Handler>(
         if frame.msg_type >= FIRST_USER_MSG_TYPE {
             handler.on_frame(&conn, frame).await;
         } else if frame.msg_type == MSG_KEEPALIVE {
-            if frame.request_id != 0 && conn.send(Frame::new(MSG_KEEPALIVE, frame.request_id, Vec::new())).await.is_err() {
+            if frame.request_id != 0
+                && conn.send(Frame::new(MSG_KEEPALIVE, frame.request_id, Vec::new())).await.is_err()
+            {
                 break None;
             }
         } else {

@@ -170,7 +170,11 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut bufs: &mut [Io
 /// copied. Ends when every sender is gone or `link` is closed; either way it first writes what is
 /// already queued (so a final error frame reaches the peer), then shuts the write side down. A
 /// write error closes `link`, which stops the reader too.
-pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<Frame>, link: std::sync::Arc<Link>) {
+pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::Receiver<Frame>,
+    link: std::sync::Arc<Link>,
+) {
     let mut batch: Vec<Frame> = Vec::with_capacity(BATCH_FRAMES);
     let mut headers = [[0u8; HEADER_BYTES]; BATCH_FRAMES];
     let mut stopping = false;

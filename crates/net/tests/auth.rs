@@ -72,5 +72,8 @@ async fn nothing_listening_is_an_io_error() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    assert!(matches!(Connection::connect(addr, &ClientConfig::new(CLIENT, Key::generate())).await, Err(NetError::Io(_))));
+    assert!(matches!(
+        Connection::connect(addr, &ClientConfig::new(CLIENT, Key::generate())).await,
+        Err(NetError::Io(_))
+    ));
 }

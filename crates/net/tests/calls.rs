@@ -21,7 +21,8 @@ async fn pipelined_calls_of_every_size_get_their_own_replies_out_of_order() {
     assert_eq!(conn.server_entity(), SERVER);
     assert_eq!(conn.peer_addr(), server.addr);
 
-    let mut sizes = vec![0usize, 1, 2, 27, 28, 29, 4095, 4096, 4097, 65535, 65536, 65537, 1 << 20, (4 << 20) - 1, 4 << 20];
+    let mut sizes =
+        vec![0usize, 1, 2, 27, 28, 29, 4095, 4096, 4097, 65535, 65536, 65537, 1 << 20, (4 << 20) - 1, 4 << 20];
     sizes.extend((0..100).map(|i| (i * 7919) % 300_000 + 1));
     let mut calls = JoinSet::new();
     for (i, &len) in sizes.iter().enumerate() {

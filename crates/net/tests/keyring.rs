@@ -39,7 +39,10 @@ fn a_malformed_line_is_named_with_the_file() {
     match Keyring::load(&path) {
         Err(e @ NetError::BadKeyring { line: Some(4), .. }) => {
             let msg = e.to_string();
-            assert!(msg.contains(&path.display().to_string()) && msg.contains("line 4") && msg.contains("osd.1"), "{msg}");
+            assert!(
+                msg.contains(&path.display().to_string()) && msg.contains("line 4") && msg.contains("osd.1"),
+                "{msg}"
+            );
         }
         other => panic!("expected an error on line 4, got {other:?}"),
     }

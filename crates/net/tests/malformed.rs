@@ -17,7 +17,8 @@ const LIMIT: Duration = Duration::from_secs(20);
 async fn server_reason_for(server: &TestServer, bytes: &[u8]) -> String {
     let (mut s, mut d) = raw::authenticated(server.addr, CLIENT, &server.client_key).await;
     s.write_all(bytes).await.unwrap();
-    let frames = tokio::time::timeout(LIMIT, raw::until_closed(&mut s, &mut d)).await.expect("the server closes the connection");
+    let frames =
+        tokio::time::timeout(LIMIT, raw::until_closed(&mut s, &mut d)).await.expect("the server closes the connection");
     let last = frames.last().expect("an error frame before closing");
     assert_eq!((last.msg_type, last.request_id), (MSG_ERROR, 0));
     String::from_utf8(last.payload.clone()).unwrap()
@@ -111,9 +112,11 @@ async fn a_lost_connection_fails_calls_in_flight_with_closed() {
     })
     .await;
     let conn = Connection::connect(addr, &shoal_net::ClientConfig::new(CLIENT, key)).await.unwrap();
-    let (a, b) = tokio::time::timeout(LIMIT, async { tokio::join!(conn.call(ECHO, vec![1]), conn.call(ECHO, vec![2; 100_000])) })
-        .await
-        .expect("calls fail instead of hanging");
+    let (a, b) = tokio::time::timeout(LIMIT, async {
+        tokio::join!(conn.call(ECHO, vec![1]), conn.call(ECHO, vec![2; 100_000]))
+    })
+    .await
+    .expect("calls fail instead of hanging");
     assert!(matches!(a, Err(NetError::Closed)), "{a:?}");
     assert!(matches!(b, Err(NetError::Closed)), "{b:?}");
     assert!(conn.is_closed());

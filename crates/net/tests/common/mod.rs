@@ -99,7 +99,11 @@ impl TestServer {
             let _ = s.send(());
         }
         if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(10), t).await.expect("serve returns after shutdown").unwrap().unwrap();
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("serve returns after shutdown")
+                .unwrap()
+                .unwrap();
         }
     }
 }
