@@ -76,7 +76,25 @@ enum MonCli {
     Run(daemons::MonArgs),
 }
 
+/// Keeps large buffers in the heap instead of a fresh `mmap` per allocation.
+///
+/// Object data travels in buffers of up to 64 MiB. By default glibc serves each one with its own
+/// `mmap` and returns it with `munmap` when freed, so every 4 MiB message costs 1,024 page faults
+/// and the kernel zeroing 4 MiB (measured: over half of an OSD's CPU time under `shoal bench -b
+/// 4M`). Serving them from the heap and trimming only above 128 MiB of free heap lets freed
+/// buffers be reused; the cost is up to that much free memory kept after a burst.
+fn tune_allocator() {
+    const MMAP_THRESHOLD_BYTES: i32 = 32 << 20; // glibc's maximum for this setting
+    const TRIM_THRESHOLD_BYTES: i32 = 128 << 20;
+    // SAFETY: mallopt only adjusts allocator parameters; it is called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
+    }
+}
+
 fn main() -> ExitCode {
+    tune_allocator();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up(args) => up::up(&args),

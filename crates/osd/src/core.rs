@@ -54,6 +54,16 @@ pub enum Event {
     Tick { now_ms: u64 },
 }
 
+impl Event {
+    /// Bytes of object data the event carries.
+    pub fn data_len(&self) -> usize {
+        match self {
+            Event::ClientOp { data, .. } | Event::RepOp { data, .. } => data.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// Something the driver must do.
 #[derive(Debug)]
 pub enum Action {

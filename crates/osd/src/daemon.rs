@@ -27,6 +27,11 @@ use crate::core::{Action, Event, OsdCore, Token};
 const WORKER_QUEUE_EVENTS: usize = 1024;
 /// Events the worker handles before it syncs and acts (bounds the latency a batch adds).
 const WORKER_BATCH_EVENTS: usize = 256;
+/// Object data the worker handles before it syncs and acts. Group commit pays off for small
+/// writes, whose cost is the sync; large writes cost their copy, and holding the first one's
+/// reply until the last one of a batch is stored only stalls the client's pipeline (measured:
+/// 4 MiB writes with 16 in flight ran at half speed with count-only batches).
+const WORKER_BATCH_BYTES: usize = 4 << 20;
 /// Replicated writes queued per peer OSD.
 const PEER_QUEUE_OPS: usize = 1024;
 
@@ -219,10 +224,17 @@ fn worker_loop(
 ) {
     let mut actions = Vec::new();
     while let Some(first) = rx.blocking_recv() {
+        let mut batch_bytes = first.data_len();
         core.handle(first, &mut actions);
         for _ in 1..WORKER_BATCH_EVENTS {
+            if batch_bytes >= WORKER_BATCH_BYTES {
+                break;
+            }
             match rx.try_recv() {
-                Ok(ev) => core.handle(ev, &mut actions),
+                Ok(ev) => {
+                    batch_bytes += ev.data_len();
+                    core.handle(ev, &mut actions);
+                }
                 Err(_) => break,
             }
         }
