@@ -9,15 +9,19 @@
 //! order — so a failure found by a random seed replays exactly. Fault injection (dropped
 //! messages, crashed OSDs, partitions) builds on the same queue.
 //!
-//! The simulated monitor applies commands to its map directly (one monitor, no Raft: the Raft
-//! library is tested on its own) and sends each new map to every node after a random delay.
+//! The simulated monitor is the real monitor logic ([`shoal_mon::MonCore`], standalone: one
+//! monitor whose proposals commit at once; Raft itself is tested in `shoal-mon`). Every OSD and
+//! client subscribes to it, and each map update it pushes reaches each subscriber after its own
+//! random delay.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use shoal_map::{ClusterMap, Command, MonInfo, OsdId, Weight};
+use shoal_mon::{Action as MonAction, CoreConfig, Event as MonEvent, MonCore, ReplyTo};
 use shoal_osd::{Action, Event, OsdCore};
+use shoal_proto::mon::MapUpdate;
 use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
 use shoal_proto::{ErrorCode, Frame, Message, decode, encode};
 use shoal_store::ObjectStore;
@@ -128,8 +132,8 @@ impl Node {
 enum Delivery {
     /// A frame on the wire from one node to another.
     Frame { from: Node, to: Node, frame: Frame },
-    /// A new map reaching a node.
-    Map { to: Node, map: Arc<ClusterMap> },
+    /// A map update pushed by the monitor reaching a node.
+    Map { to: Node, update: Arc<MapUpdate> },
     /// A client wakes up to issue its next operations.
     ClientTick(u32),
     /// The scheduled map change happens.
@@ -167,7 +171,7 @@ pub struct Simulation {
     pending: HashMap<u64, Delivery>,
     /// Last delivery time per directed link, to keep each connection FIFO.
     link_clock: HashMap<(Node, Node), u64>,
-    map: ClusterMap,
+    mon: MonCore,
     osds: BTreeMap<u32, OsdCore>,
     clients: Vec<Client>,
     /// Model: the value seed of each object's last acknowledged write.
@@ -214,6 +218,7 @@ impl Simulation {
         };
         map.execute(&pool).expect("create pool");
         let shared = Arc::new(map.clone());
+        let mon = MonCore::standalone(CoreConfig::new(0), map);
         for i in 0..cfg.osds {
             let store: Arc<dyn ObjectStore> = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
             osds.insert(i, OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core"));
@@ -256,7 +261,7 @@ impl Simulation {
             queue: BinaryHeap::new(),
             pending: HashMap::new(),
             link_clock: HashMap::new(),
-            map,
+            mon,
             osds,
             clients,
             model: HashMap::new(),
@@ -265,6 +270,15 @@ impl Simulation {
             hash: xxhash_rust::xxh3::Xxh3::new(),
             outcome,
         };
+        // Every node subscribes to map updates (the reply is the map it already has).
+        let nodes: Vec<Node> =
+            sim.osds.keys().map(|i| Node::Osd(*i)).chain((0..sim.cfg.clients).map(Node::Client)).collect();
+        for n in nodes {
+            let epoch = sim.mon.map().epoch;
+            let to = ReplyTo { conn: n.token(), request_id: 0 };
+            let actions = sim.mon.handle(MonEvent::GetMap { to, have_epoch: epoch, subscribe: true });
+            sim.mon_actions(actions);
+        }
         for c in 0..sim.cfg.clients {
             let at = sim.rng.range(0, 100);
             sim.schedule(at, Delivery::ClientTick(c));
@@ -310,7 +324,7 @@ impl Simulation {
         self.check_replicas();
         self.outcome.trace_hash = self.hash.digest();
         self.outcome.end_us = self.now_us;
-        self.outcome.epoch = self.map.epoch;
+        self.outcome.epoch = self.mon.map().epoch;
         self.outcome
     }
 
@@ -331,7 +345,15 @@ impl Simulation {
                     Node::Client(c) => self.deliver_to_client(c, frame),
                 }
             }
-            Delivery::Map { to, map } => {
+            Delivery::Map { to, update } => {
+                let current = match to {
+                    Node::Osd(i) => self.osds.get(&i).map(|o| o.map().clone()),
+                    Node::Client(c) => Some(self.clients[c as usize].map.clone()),
+                };
+                let Some(current) = current else { return };
+                let Some(map) = apply_update(&current, &update) else {
+                    return self.outcome.violations.push(format!("{to:?} could not apply a map update"));
+                };
                 self.trace(&[format!("map {to:?} {}", map.epoch).as_bytes()]);
                 match to {
                     Node::Osd(i) => self.osd_event(i, Event::Map(map)),
@@ -355,19 +377,39 @@ impl Simulation {
             Delivery::ClientTick(c) => self.client_issue(c),
             Delivery::MarkOut(osd) => {
                 self.trace(&[format!("out {osd}").as_bytes()]);
-                if self.map.execute(&Command::OsdOut { id: osd }).ok().flatten().is_some() {
-                    let map = Arc::new(self.map.clone());
-                    let nodes: Vec<Node> = self
-                        .osds
-                        .keys()
-                        .map(|i| Node::Osd(*i))
-                        .chain((0..self.cfg.clients).map(Node::Client))
-                        .collect();
-                    for n in nodes {
+                let cmd = MonEvent::Command {
+                    to: None,
+                    command: Command::OsdOut { id: osd },
+                    forwarded: false,
+                    now_ms: self.now_us / 1000,
+                };
+                let actions = self.mon.handle(cmd);
+                self.mon_actions(actions);
+            }
+        }
+    }
+
+    /// Carries out the monitor's actions: a proposal commits at once (one monitor) and is fed
+    /// back as applied; pushes travel to each subscriber with their own delay.
+    fn mon_actions(&mut self, actions: Vec<MonAction>) {
+        let mut queue: VecDeque<MonAction> = actions.into();
+        let mut index = self.mon.applied_index();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                MonAction::Propose { change, .. } => {
+                    index += 1;
+                    queue.extend(self.mon.handle(MonEvent::Applied { index, change }));
+                }
+                MonAction::Push { conns, update } => {
+                    for conn in conns {
                         let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us * 5);
-                        self.schedule(self.now_us + delay, Delivery::Map { to: n, map: map.clone() });
+                        let to = Node::from_token(conn);
+                        self.schedule(self.now_us + delay, Delivery::Map { to, update: update.clone() });
                     }
                 }
+                // Subscription replies carry the map the node already has; nothing is forwarded
+                // with one monitor.
+                MonAction::Reply { .. } | MonAction::Forward { .. } | MonAction::ForwardStats { .. } => {}
             }
         }
     }
@@ -533,10 +575,11 @@ impl Simulation {
         if self.cfg.osd_out_at_us.is_some() {
             return;
         }
-        let Ok(pool) = self.map.pool_by_name(POOL).cloned() else { return };
+        let map = self.mon.map();
+        let Ok(pool) = map.pool_by_name(POOL).cloned() else { return };
         for (&(c, o), seed) in &self.model {
             let name = object_name(c, o);
-            let Ok(loc) = self.map.locate(pool.id, &name) else { continue };
+            let Ok(loc) = map.locate(pool.id, &name) else { continue };
             let coll = shoal_osd::exec::pg_collection(loc.pg);
             for osd in &loc.osds {
                 let Some(core) = self.osds.get(&osd.0) else { continue };
@@ -549,4 +592,18 @@ impl Simulation {
         }
         let _ = OpOutput::Done;
     }
+}
+
+/// A node's map after a pushed update, or `None` if the update does not lead on from it.
+fn apply_update(current: &Arc<ClusterMap>, update: &MapUpdate) -> Option<Arc<ClusterMap>> {
+    let mut map = match &update.full {
+        Some(full) if full.epoch > current.epoch => full.clone(),
+        _ => (**current).clone(),
+    };
+    for inc in &update.incrementals {
+        if inc.epoch > map.epoch {
+            map.apply_incremental(inc).ok()?;
+        }
+    }
+    Some(Arc::new(map))
 }

@@ -29,11 +29,15 @@ fn a_seed_replays_exactly_and_different_seeds_differ() {
 
 #[test]
 fn clients_follow_a_map_change_mid_run() {
+    let mut resends = 0;
     for seed in 1..=5 {
         let cfg = SimConfig { seed, osd_out_at_us: Some((OsdId(1), 20_000)), ..SimConfig::default() };
         let out = Simulation::new(cfg.clone()).run(MAX_EVENTS);
         assert!(out.violations.is_empty(), "seed {seed}: {:?}", out.violations);
         assert_eq!(out.acked_writes, u64::from(cfg.clients * cfg.writes_per_client), "seed {seed}");
         assert!(out.epoch > 1);
+        resends += out.resends;
     }
+    // Some requests reached an OSD whose map disagreed with the client's and were resent.
+    assert!(resends > 0, "no request was ever redirected by the map change");
 }
