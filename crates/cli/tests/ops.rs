@@ -1,0 +1,192 @@
+//! Every object operation through a real cluster (three monitors, four OSDs in RAM, a size-3
+//! pool), a resent write applied once, writes that continue while an OSD is marked out, and
+//! objects over the pool's size limit refused.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use shoal_client::{Client, ClientError, ClusterConfig};
+use shoal_net::{ClientConfig, Connection};
+use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, ReqId};
+use shoal_proto::{ErrorCode, Message, decode, encode};
+
+fn shoal(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env("SHOAL_CONF", dir.join("shoal.toml"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running shoal")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "shoal failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct Down(std::path::PathBuf);
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = shoal(&self.0, &["down", "--dir", &self.0.display().to_string()]);
+    }
+}
+
+async fn op(
+    client: &Client,
+    name: &str,
+    ops: Vec<ObjOp>,
+    data: Vec<u8>,
+) -> Result<(Vec<OpOutput>, Vec<u8>), ClientError> {
+    client.op("rep", name, ops, data).await.map(|r| (r.outputs, r.data))
+}
+
+#[test]
+fn all_operations_on_a_replicated_pool() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--mons", "3", "--backend", "mem", "--osd-size", "1G"]));
+    let _down = Down(dir.clone());
+    ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--pg-num", "16", "--max-object-size", "1M"]));
+    let pools = ok(&shoal(&dir, &["pool", "ls", "--json"]));
+    assert!(pools.contains("\"rep\"") && pools.contains("\"data\""), "{pools}");
+
+    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    rt.block_on(async {
+        let client = Client::connect(cfg.clone()).await.expect("connect");
+        // Create, write at offsets, append, truncate, read ranges, stat.
+        op(&client, "o", vec![ObjOp::Create { exclusive: true }], vec![]).await.expect("create");
+        let e = op(&client, "o", vec![ObjOp::Create { exclusive: true }], vec![]).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::Exists), "{e}");
+        op(&client, "o", vec![ObjOp::Write { offset: 4, len_bytes: 3 }], b"abc".to_vec()).await.expect("write");
+        op(&client, "o", vec![ObjOp::Append { len_bytes: 2 }, ObjOp::Append { len_bytes: 1 }], b"xyz".to_vec())
+            .await
+            .expect("append");
+        let (_, data) =
+            op(&client, "o", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]).await.expect("read");
+        assert_eq!(data, b"\0\0\0\0abcxyz");
+        let (out, data) = op(
+            &client,
+            "o",
+            vec![ObjOp::Read { offset: 4, len_bytes: 2 }, ObjOp::Read { offset: 8, len_bytes: 100 }, ObjOp::Stat],
+            vec![],
+        )
+        .await
+        .expect("ranges");
+        assert_eq!(data, b"abyz");
+        assert!(matches!(out[2], OpOutput::Stat { size_bytes: 10, .. }), "{out:?}");
+        op(&client, "o", vec![ObjOp::Truncate { size_bytes: 5 }], vec![]).await.expect("truncate");
+        let (_, data) =
+            op(&client, "o", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]).await.expect("read");
+        assert_eq!(data, b"\0\0\0\0a");
+        // Xattrs and omap.
+        let set = vec![
+            ObjOp::SetXattr { name: "user.a".into(), value: b"1".to_vec() },
+            ObjOp::SetXattr { name: "user.b".into(), value: b"2".to_vec() },
+            ObjOp::OmapSet { entries: vec![(b"k1".to_vec(), b"v1".to_vec()), (b"k2".to_vec(), b"v2".to_vec())] },
+        ];
+        op(&client, "o", set, vec![]).await.expect("set attrs");
+        op(
+            &client,
+            "o",
+            vec![ObjOp::RemoveXattr { name: "user.a".into() }, ObjOp::OmapRemove { keys: vec![b"k1".to_vec()] }],
+            vec![],
+        )
+        .await
+        .expect("remove attrs");
+        let (out, _) = op(
+            &client,
+            "o",
+            vec![
+                ObjOp::GetXattr { name: "user.b".into() },
+                ObjOp::ListXattrs,
+                ObjOp::OmapGet { keys: vec![b"k1".to_vec(), b"k2".to_vec()] },
+                ObjOp::OmapList { after: None, max: 10 },
+            ],
+            vec![],
+        )
+        .await
+        .expect("get attrs");
+        assert_eq!(out[0], OpOutput::Xattr(Some(b"2".to_vec())));
+        assert_eq!(out[1], OpOutput::Xattrs(vec![("user.b".into(), b"2".to_vec())]));
+        assert_eq!(out[2], OpOutput::Omap(vec![(b"k1".to_vec(), None), (b"k2".to_vec(), Some(b"v2".to_vec()))]));
+        assert_eq!(out[3], OpOutput::OmapList(vec![(b"k2".to_vec(), b"v2".to_vec())]));
+        // Mixed requests, missing objects and oversized objects get clear errors.
+        let e = op(&client, "o", vec![ObjOp::Stat, ObjOp::Remove], vec![]).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::Invalid), "{e}");
+        let e = op(&client, "missing", vec![ObjOp::Stat], vec![]).await.unwrap_err();
+        assert!(e.is_not_found() && e.to_string().contains("missing"), "{e}");
+        let e = op(&client, "big", vec![ObjOp::WriteFull { len_bytes: 2 << 20 }], vec![7; 2 << 20]).await.unwrap_err();
+        assert!(matches!(e, ClientError::TooLarge { .. }), "{e}");
+        let e =
+            op(&client, "o", vec![ObjOp::Write { offset: (1 << 20) - 1, len_bytes: 2 }], vec![1, 2]).await.unwrap_err();
+        assert!(e.to_string().contains("limit"), "{e}");
+        op(&client, "o", vec![ObjOp::Remove], vec![]).await.expect("remove");
+        let e = op(&client, "o", vec![ObjOp::Remove], vec![]).await.unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+
+        // A resent append (same request id, e.g. after a reconnect) is applied once.
+        let map = client.mon().map();
+        let pool = map.pool_by_name("rep").expect("pool").clone();
+        let loc = map.locate(pool.id, "dedup").expect("locate");
+        let primary: SocketAddr = map.osds[&loc.osds[0]].addr.expect("address");
+        let net = ClientConfig::new("client.admin", shoal_net::Key(cfg.key.0));
+        let reqid = ReqId { client: 0xfeed, tid: 1 };
+        let msg = OsdOp {
+            reqid,
+            epoch: map.epoch,
+            pool: pool.id,
+            pg: loc.pg.seed,
+            object: "dedup".into(),
+            ops: vec![ObjOp::Append { len_bytes: 4 }],
+        };
+        for _ in 0..3 {
+            // A new connection each time, as after a reconnect.
+            let conn = Connection::connect(primary, &net).await.expect("connect osd");
+            let reply = conn.call(OsdOp::TYPE, encode(&msg, b"once".to_vec())).await.expect("call");
+            let (reply, _): (OsdOpReply, _) = decode(reply.payload).expect("decode");
+            reply.result.expect("append");
+        }
+        let (_, data) =
+            op(&client, "dedup", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]).await.expect("read");
+        assert_eq!(data, b"once");
+        // A request for the wrong PG is refused, not misplaced.
+        let conn = Connection::connect(primary, &net).await.expect("connect osd");
+        let wrong = OsdOp { pg: (loc.pg.seed + 1) % pool.pg_num, reqid: ReqId { client: 0xfeed, tid: 2 }, ..msg };
+        let reply = conn.call(OsdOp::TYPE, encode(&wrong, b"nope".to_vec())).await.expect("call");
+        let (reply, _): (OsdOpReply, _) = decode(reply.payload).expect("decode");
+        assert_eq!(reply.result.unwrap_err().code, ErrorCode::WrongPrimary);
+
+        // Writes keep succeeding while an OSD is marked out (clients follow the new map).
+        let writer = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in 0..300u32 {
+                    let data = i.to_le_bytes().repeat(64);
+                    op(&client, &format!("w{i}"), vec![ObjOp::WriteFull { len_bytes: 256 }], data)
+                        .await
+                        .expect("write during out");
+                }
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let epoch = client.mon().command(shoal_map::Command::OsdOut { id: shoal_map::OsdId(1) }).await.expect("out");
+        writer.await.expect("writer");
+        let map = client.mon().wait_for_epoch(epoch, 5_000).await.expect("map");
+        assert!(!map.osds[&shoal_map::OsdId(1)].in_cluster);
+        // Objects written after the change are on their new acting sets; read the last ones.
+        for i in 250..300u32 {
+            let (_, data) = op(&client, &format!("w{i}"), vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![])
+                .await
+                .expect("read back");
+            assert_eq!(data, i.to_le_bytes().repeat(64));
+        }
+    });
+    let status = ok(&shoal(&dir, &["status", "--json"]));
+    let status: serde_json::Value = serde_json::from_str(&status).expect("json");
+    assert_eq!(status["mons"]["count"], 3, "{status}");
+    assert_eq!(status["osds"]["in"], 3, "{status}");
+    ok(&shoal(&dir, &["osd", "in", "1"]));
+}
