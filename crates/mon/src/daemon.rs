@@ -329,9 +329,12 @@ impl Shared {
                             None => Err(shoal_net::NetError::Closed),
                         };
                         if let Err(e) = sent {
-                            // A subscriber that does not keep up loses its subscription; it
-                            // notices the missing epochs and asks again.
-                            tracing::warn!(conn = id, error = %e, "map push not queued: dropping the subscription");
+                            // A subscriber that does not keep up loses its connection (closed
+                            // here, so it notices), reconnects and asks for what it missed.
+                            tracing::warn!(conn = id, error = %e, "map push not queued: closing the subscriber");
+                            if let Some(conn) = registry.get(&id) {
+                                conn.close();
+                            }
                             dropped.push(id);
                         }
                     }

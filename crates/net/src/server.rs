@@ -124,6 +124,14 @@ impl ServerConn {
     pub fn is_closed(&self) -> bool {
         self.inner.link.is_closed() || self.inner.tx.is_closed()
     }
+
+    /// Closes the connection from the server's side: frames already queued are still written,
+    /// then the socket shuts down and the client's calls fail with [`NetError::Closed`]. For a
+    /// peer that does not keep up with pushes: it notices, reconnects and resynchronises,
+    /// instead of silently missing updates.
+    pub fn close(&self) {
+        self.inner.link.close();
+    }
 }
 
 /// Accepts connections on `listener` until `shutdown` resolves, each connection in its own task.

@@ -186,3 +186,19 @@ async fn requests_started_in_order_leave_in_order() {
     assert_eq!(got, vec![0, 0, 1]);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_side_close_delivers_what_was_queued_then_fails_calls() {
+    let server = TestServer::start().await;
+    let conn = Connection::connect(server.addr, &server.client_config()).await.unwrap();
+    let mut pushes = conn.take_pushes().unwrap();
+    let result = tokio::time::timeout(LIMIT, conn.call(PUSH_THEN_CLOSE, Vec::new())).await.unwrap();
+    assert!(matches!(result, Err(NetError::Closed)), "{result:?}");
+    let pushed = tokio::time::timeout(LIMIT, pushes.recv()).await.unwrap().expect("the queued push arrives");
+    assert_eq!(pushed.payload, vec![7]);
+    assert!(conn.is_closed());
+    // The server still serves others.
+    let other = Connection::connect(server.addr, &server.client_config()).await.unwrap();
+    assert_eq!(other.call(ECHO, vec![1, 2]).await.unwrap().payload, vec![1, 2]);
+    server.stop().await;
+}

@@ -25,6 +25,8 @@ pub const NEVER_REPLY: u16 = 19;
 pub const FAIL: u16 = 20;
 /// Replies with an empty payload, like a write's acknowledgement.
 pub const ACK: u16 = 21;
+/// Pushes one frame, then closes the connection from the server's side.
+pub const PUSH_THEN_CLOSE: u16 = 22;
 
 impl Handler for Echo {
     async fn on_frame(&self, conn: &ServerConn, frame: Frame) {
@@ -52,6 +54,10 @@ impl Handler for Echo {
             }
             FAIL => {
                 let _ = conn.send(shoal_net::error_frame(frame.request_id, "no such object")).await;
+            }
+            PUSH_THEN_CLOSE => {
+                let _ = conn.send(Frame::new(100, 0, vec![7])).await;
+                conn.close();
             }
             _ => {}
         }
