@@ -54,6 +54,18 @@ pub struct OsdArgs {
     weight: f64,
 }
 
+/// Daemons log to stderr, which `shoal up` points at `DIR/NAME.log`: one line per event, with
+/// a timestamp, no colours. The Raft library reports every election step at INFO; only its
+/// warnings are kept.
+fn init_logging() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = Targets::new().with_default(LevelFilter::INFO).with_target("openraft", LevelFilter::WARN);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).with_target(false);
+    let _ = tracing_subscriber::registry().with(filter).with(fmt).try_init();
+}
+
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().context("starting tokio")
 }
@@ -71,6 +83,7 @@ async fn stop_signal() {
 }
 
 pub fn run_mon(args: &MonArgs) -> Result<ExitCode> {
+    init_logging();
     let conf_path = args.conf.path();
     let conf = ConfFile::load(&conf_path)?;
     let Some(&listen) = conf.mons.get(args.rank as usize) else {
@@ -89,6 +102,7 @@ pub fn run_mon(args: &MonArgs) -> Result<ExitCode> {
 }
 
 pub fn run_osd(args: &OsdArgs) -> Result<ExitCode> {
+    init_logging();
     let conf_path = args.conf.path();
     let conf = ConfFile::load(&conf_path)?;
     let entity = format!("osd.{}", args.id);

@@ -127,7 +127,7 @@ impl Handler for OsdHandler {
 /// monitors, serves, and on shutdown marks itself down and unmounts the store cleanly.
 pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     let store = open_store(&cfg)?;
-    let monc = MonClient::connect(cfg.cluster.clone()).await.context("connecting to the monitors")?;
+    let monc = connect_monitors(&cfg.cluster).await?;
     if !monc.map().osds.contains_key(&cfg.id) {
         let cmd = Command::CreateOsd { id: Some(cfg.id), host: cfg.host.clone(), weight: cfg.weight };
         match monc.command(cmd).await {
@@ -194,9 +194,15 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         tokio::spawn(shoal_net::serve(listener, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
             let _ = stop_rx.await;
         }));
-    monc.command(Command::OsdBoot { id: cfg.id, addr }).await.context("announcing the OSD to the monitors")?;
+    let epoch =
+        monc.command(Command::OsdBoot { id: cfg.id, addr }).await.context("announcing the OSD to the monitors")?;
+    tracing::info!(
+        osd = %cfg.id, %addr, host = %cfg.host, backend = cfg.backend.name(), store = %cfg.store_dir.display(),
+        epoch, "up and serving"
+    );
 
     shutdown.await;
+    tracing::info!(osd = %cfg.id, "stopping: marking down, draining, unmounting");
     // Tell the monitors first, so clients stop sending here while we close.
     let _ = tokio::time::timeout(Duration::from_millis(500), monc.command(Command::OsdDown { id: cfg.id })).await;
     let _ = stop_tx.send(());
@@ -211,7 +217,33 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         bail!("the OSD worker thread failed");
     }
     store.flush().context("flushing the store at shutdown")?;
+    tracing::info!(osd = %cfg.id, "stopped");
     Ok(())
+}
+
+/// How long an OSD keeps trying to reach the monitors at start: they may be starting at the
+/// same moment (as under `shoal up`) or electing a leader.
+const MON_CONNECT_TIMEOUT_MS: u64 = 30_000;
+
+async fn connect_monitors(cluster: &ClusterConfig) -> Result<MonClient> {
+    let deadline = Instant::now() + Duration::from_millis(MON_CONNECT_TIMEOUT_MS);
+    let mut pause_ms = 5;
+    loop {
+        match MonClient::connect(cluster.clone()).await {
+            Ok(m) => return Ok(m),
+            // A refused key will not become valid by waiting.
+            Err(e @ shoal_client::ClientError::Net(shoal_net::NetError::AuthRefused { .. })) => {
+                return Err(e).context("connecting to the monitors");
+            }
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e).with_context(|| format!("connecting to the monitors for {MON_CONNECT_TIMEOUT_MS} ms"));
+            }
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                pause_ms = (pause_ms * 2).min(200);
+            }
+        }
+    }
 }
 
 fn worker_loop(
@@ -241,6 +273,7 @@ fn worker_loop(
         let needs_sync = actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
         let mut sync_error = None;
         if needs_sync && let Err(e) = core.store().sync() {
+            tracing::error!(error = %e, "store sync failed: failing this batch's writes");
             sync_error = Some(RemoteError::new(ErrorCode::Io, format!("store sync failed: {e}")));
         }
         for action in actions.drain(..) {
@@ -344,6 +377,7 @@ async fn peer_sender(
         let fail =
             |msg: String| Event::RepReply { from: osd, reqid, result: Err(RemoteError::new(ErrorCode::Timeout, msg)) };
         let Some(addr) = addr else {
+            tracing::warn!(peer = %osd, "replica has no address in the map");
             feed(&events, fail(format!("{osd} has no address"))).await;
             continue;
         };
@@ -353,6 +387,7 @@ async fn peer_sender(
                 Ok(c) => conn = Some((addr, c)),
                 Err(e) => {
                     conn = None;
+                    tracing::warn!(peer = %osd, %addr, error = %e, "cannot reach replica");
                     feed(&events, fail(format!("connecting to {osd} at {addr}: {e}"))).await;
                     continue;
                 }
