@@ -8,19 +8,32 @@ use clap::Args;
 use shoal_client::blocking::BlockingClient;
 use shoal_client::{ClusterConfig, default_cluster_dir};
 
-#[derive(Args, Clone, Debug)]
-pub struct ConfArgs {
-    /// Cluster config file (default: $SHOAL_CONF, else the default `shoal up` directory).
-    #[arg(long, env = "SHOAL_CONF", global = true)]
+/// Where the cluster is and who we are: the top-level `--conf` and `--name` options (global, so
+/// they may come before or after the subcommand). Set once by `main`.
+#[derive(Clone, Debug)]
+pub struct Identity {
     pub conf: Option<PathBuf>,
-    /// Who to act as (must have a key in the keyring).
-    #[arg(long = "name", default_value = "client.admin", global = true)]
     pub entity: String,
 }
 
+static IDENTITY: std::sync::OnceLock<Identity> = std::sync::OnceLock::new();
+
+/// Records the global options; called once by `main` before any command runs.
+pub fn set_identity(identity: Identity) {
+    let _ = IDENTITY.set(identity);
+}
+
+/// Flattened into every command that talks to a cluster; it reads the global options.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ConfArgs {}
+
 impl ConfArgs {
+    fn identity(&self) -> Identity {
+        IDENTITY.get().cloned().unwrap_or(Identity { conf: None, entity: "client.admin".into() })
+    }
+
     pub fn path(&self) -> PathBuf {
-        self.conf.clone().unwrap_or_else(|| default_cluster_dir().join("shoal.toml"))
+        self.identity().conf.unwrap_or_else(|| default_cluster_dir().join("shoal.toml"))
     }
 
     /// The directory of the conf file (where `shoal up` put the daemons' data and logs).
@@ -30,7 +43,7 @@ impl ConfArgs {
     }
 
     pub fn cluster(&self) -> Result<ClusterConfig> {
-        Ok(ClusterConfig::from_conf_file(&self.path(), &self.entity)?)
+        Ok(ClusterConfig::from_conf_file(&self.path(), &self.identity().entity)?)
     }
 
     pub fn connect(&self) -> Result<BlockingClient> {

@@ -21,6 +21,12 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "shoal", version, about)]
 struct Cli {
+    /// Cluster config file (default: $SHOAL_CONF, else the directory `shoal up` uses by default).
+    #[arg(long, env = "SHOAL_CONF", global = true)]
+    conf: Option<std::path::PathBuf>,
+    /// Who to act as (an entity with a key in the keyring).
+    #[arg(long = "name", default_value = "client.admin", global = true)]
+    name: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -96,6 +102,7 @@ fn tune_allocator() {
 fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
+    conf::set_identity(conf::Identity { conf: cli.conf.clone(), entity: cli.name.clone() });
     let result = match cli.command {
         Command::Up(args) => up::up(&args),
         Command::Down(args) => up::down(&args),
