@@ -25,8 +25,8 @@ struct Cli {
     #[arg(long, env = "SHOAL_CONF", global = true)]
     conf: Option<std::path::PathBuf>,
     /// Who to act as (an entity with a key in the keyring).
-    #[arg(long = "name", default_value = "client.admin", global = true)]
-    name: String,
+    #[arg(long = "name", id = "entity", value_name = "ENTITY", default_value = "client.admin", global = true)]
+    entity: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -102,7 +102,7 @@ fn tune_allocator() {
 fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
-    conf::set_identity(conf::Identity { conf: cli.conf.clone(), entity: cli.name.clone() });
+    conf::set_identity(conf::Identity { conf: cli.conf.clone(), entity: cli.entity.clone() });
     let result = match cli.command {
         Command::Up(args) => up::up(&args),
         Command::Down(args) => up::down(&args),
