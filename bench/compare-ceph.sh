@@ -356,7 +356,8 @@ shoal_rss() {
 
 shoal_up() {  # n -> sets READY_S
   local t0; t0=$(now)
-  x "$SHOAL_BIN" up --osds "$1" --backend mem --dir "$DIR" >"$WORK/shoal-up.log" 2>&1 || {
+  # The same RAM cap per OSD as Ceph's memstore gets here (MEMSTORE_BYTES).
+  x "$SHOAL_BIN" up --osds "$1" --backend mem --osd-size "$MEMSTORE_BYTES" --dir "$DIR" >"$WORK/shoal-up.log" 2>&1 || {
     cat "$WORK/shoal-up.log" >&2; return 1; }
   READY_S=$(elapsed "$t0" "$(now)")
   log "shoal $1 OSD(s): up after ${READY_S}s"
@@ -370,7 +371,7 @@ shoal_down() {
 }
 shoal_bench() {
   x "$SHOAL_BIN" --conf "$DIR/shoal.toml" bench --pool data --seconds "$BENCH_S" -b "$1" -t 16 write --json \
-    2>"$WORK/shoal-bench.err" | tail -n 1 | jq -c '. + {tool: "shoal bench"}'
+    2>"$WORK/shoal-bench.err" | jq -c '. + {tool: "shoal bench"}'
 }
 
 shoal_round() {  # -> $WORK/shoal-rN.json; called under `if`, so every step checks itself

@@ -64,6 +64,8 @@ struct Report {
     lat_ms_max: f64,
     lat_ms_min: f64,
     errors: u64,
+    /// The first failure, so a run with errors says why.
+    first_error: Option<String>,
 }
 
 /// Objects a write run names: a fixed prefix so that `seq`/`rand` find them.
@@ -174,6 +176,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             tasks.push(tokio::spawn(async move {
                 let mut lat = Vec::new();
                 let mut errors = 0u64;
+                let mut first_error: Option<String> = None;
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (worker as u64 + 1);
                 while Instant::now() < deadline {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -201,10 +204,13 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
                             lat.push(t.elapsed().as_micros() as u64);
                             done_ops.fetch_add(1, Ordering::Relaxed);
                         }
-                        Err(_) => errors += 1,
+                        Err(e) => {
+                            errors += 1;
+                            first_error.get_or_insert_with(|| e.to_string());
+                        }
                     }
                 }
-                (lat, errors)
+                (lat, errors, first_error)
             }));
         }
         // Progress once a second, like rados bench.
@@ -232,18 +238,20 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         };
         let mut hist = Histogram::new();
         let mut errors = 0;
+        let mut first_error = None;
         for t in tasks {
-            if let Ok((lat, e)) = t.await {
+            if let Ok((lat, e, first)) = t.await {
                 for us in lat {
                     hist.record(us);
                 }
                 errors += e;
+                first_error = first_error.or(first);
             }
         }
         progress.abort();
-        (hist, errors)
+        (hist, errors, first_error)
     });
-    let (hist, errors) = hist;
+    let (hist, errors, first_error) = hist;
     let secs = started.elapsed().as_secs_f64();
     let ops = hist.count;
     let bytes = ops * args.block_size;
@@ -263,6 +271,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         lat_ms_max: hist.max_us as f64 / 1000.0,
         lat_ms_min: if ops > 0 { hist.min_us as f64 / 1000.0 } else { 0.0 },
         errors,
+        first_error,
     };
     if args.cleanup && args.workload == Workload::Write {
         let written = next.load(Ordering::Relaxed);
@@ -284,8 +293,8 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         println!("Latency p50 (ms):       {:.3}", report.lat_ms_p50);
         println!("Latency p99 (ms):       {:.3}", report.lat_ms_p99);
         println!("Latency max (ms):       {:.3}", report.lat_ms_max);
-        if errors > 0 {
-            println!("Errors:                 {errors}");
+        if let Some(first) = &report.first_error {
+            println!("Errors:                 {errors} (first: {first})");
         }
     }
     Ok(if errors > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })

@@ -41,9 +41,10 @@ pub struct UpArgs {
     /// Directory for the cluster's files (default: $XDG_RUNTIME_DIR/shoal or /tmp/shoal-$USER).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Capacity of each OSD's store.
-    #[arg(long, default_value = "4G", value_parser = crate::conf::parse_size_arg)]
-    osd_size: u64,
+    /// Capacity of each OSD's store (default: 4G on disk; in RAM, half the machine's memory
+    /// shared among the OSDs — RAM stores take memory only as data arrives).
+    #[arg(long, value_parser = crate::conf::parse_size_arg)]
+    osd_size: Option<u64>,
     /// PGs of the default pool.
     #[arg(long, default_value_t = 64)]
     pg_num: u32,
@@ -89,6 +90,24 @@ struct UpReport {
     pool_size: u32,
     healthy_after_ms: u64,
     logs: Vec<PathBuf>,
+}
+
+/// 4 GiB on disk; in RAM, half of the machine's memory divided among the OSDs (at least 1 GiB),
+/// so a RAM cluster can hold as much as the machine can spare without one OSD taking it all.
+fn default_osd_size(backend: BackendKind, osds: u32) -> u64 {
+    const GIB: u64 = 1 << 30;
+    if backend != BackendKind::Mem {
+        return 4 * GIB;
+    }
+    let total_kib = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(8 * 1024 * 1024);
+    (total_kib * 1024 / 2 / u64::from(osds.max(1))).max(GIB)
 }
 
 fn free_port() -> Result<SocketAddr> {
@@ -156,6 +175,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         bail!("--osds must be between 1 and 1000, got {}", args.osds);
     }
     let hosts = args.hosts.unwrap_or(args.osds).clamp(1, args.osds);
+    let osd_size = args.osd_size.unwrap_or_else(|| default_osd_size(args.backend, args.osds));
     let dir = args.dir.clone().unwrap_or_else(default_cluster_dir);
     let running: Vec<_> = read_pids(&dir).into_iter().filter(|(_, pid)| pid_alive(*pid)).collect();
     if !running.is_empty() {
@@ -220,7 +240,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
             "--backend".into(),
             args.backend.name().into(),
             "--size".into(),
-            args.osd_size.to_string(),
+            osd_size.to_string(),
         ];
         spawn_daemon(&dir, &name, &osd_args)?;
         logs.push(dir.join(format!("{name}.log")));
