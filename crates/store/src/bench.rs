@@ -195,6 +195,10 @@ pub struct PairedRatio {
     pub block_size: u64,
     pub block_vs_raw: Option<f64>,
     pub block_vs_posix: Option<f64>,
+    /// The per-round ratios the medians above are taken of, in round order (empty when the
+    /// other side did not run), so that a reader can see how much they spread.
+    pub block_vs_raw_rounds: Vec<f64>,
+    pub block_vs_posix_rounds: Vec<f64>,
 }
 
 /// The whole run.
@@ -669,18 +673,21 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
             }
             let find = |b: BackendKind| disk_backends.iter().position(|x| *x == b);
             for (op, name) in [(0usize, "write"), (1, "read")] {
-                let ratio_to = |other: &dyn Fn(usize) -> f64| -> Option<f64> {
-                    let bi = find(BackendKind::Block)?;
-                    median((0..cfg.rounds as usize).map(|r| cells[bi][r][op].mb_per_s / other(r).max(1e-9)).collect())
+                let ratios_to = |other: &dyn Fn(usize) -> f64| -> Vec<f64> {
+                    let Some(bi) = find(BackendKind::Block) else { return Vec::new() };
+                    (0..cfg.rounds as usize).map(|r| cells[bi][r][op].mb_per_s / other(r).max(1e-9)).collect()
                 };
-                let vs_raw = ratio_to(&|r| raws[r][op].mb_per_s);
-                let vs_posix = find(BackendKind::Posix).and_then(|pi| ratio_to(&|r| cells[pi][r][op].mb_per_s));
+                let vs_raw = ratios_to(&|r| raws[r][op].mb_per_s);
+                let vs_posix = find(BackendKind::Posix).map(|pi| ratios_to(&|r| cells[pi][r][op].mb_per_s));
+                let vs_posix = vs_posix.unwrap_or_default();
                 paired.push(PairedRatio {
                     mode: mode.name(),
                     op: name,
                     block_size: bs,
-                    block_vs_raw: vs_raw,
-                    block_vs_posix: vs_posix,
+                    block_vs_raw: median(vs_raw.clone()),
+                    block_vs_posix: median(vs_posix.clone()),
+                    block_vs_raw_rounds: vs_raw,
+                    block_vs_posix_rounds: vs_posix,
                 });
             }
             raw_rounds.push(raws);
