@@ -7,37 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
+mod common;
+
+use common::{Down, fails_with, ok, shoal};
 use shoal_client::{Client, ClientError, ClusterConfig};
 use shoal_proto::osd::ObjOp;
-
-fn shoal(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(args)
-        .env("SHOAL_CONF", dir.join("shoal.toml"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("running shoal")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "shoal failed: {}\nstdout: {}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails_with(out: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure mentioning {needle:?}");
-    assert!(err.contains(needle), "stderr {err:?} should mention {needle:?}");
-}
 
 /// Sizes from 0 B to 8 MiB: mostly small, a few large, about 120 MiB in all.
 fn size_of(i: u64) -> usize {
@@ -53,13 +29,6 @@ fn size_of(i: u64) -> usize {
 
 fn content(i: u64) -> Vec<u8> {
     shoal_util::pattern::xorshift_bytes(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, size_of(i))
-}
-
-struct Down<'a>(&'a Path);
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        let _ = shoal(self.0, &["down", "--dir", &self.0.display().to_string(), "--keep"]);
-    }
 }
 
 #[test]
@@ -87,7 +56,7 @@ fn three_replicas_across_three_hosts() {
         ],
     );
     let report: serde_json::Value = serde_json::from_str(&ok(&up)).expect("up --json");
-    let _down = Down(&dir);
+    let _down = Down(dir.clone());
     assert_eq!(report["pool_size"], 3);
     let conf = dir.join("shoal.toml");
 

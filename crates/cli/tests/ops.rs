@@ -3,34 +3,14 @@
 //! objects over the pool's size limit refused.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
+mod common;
+
+use common::{Down, ok, shoal};
 use shoal_client::{Client, ClientError, ClusterConfig};
 use shoal_net::{ClientConfig, Connection};
 use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, ReqId};
 use shoal_proto::{ErrorCode, Message, decode, encode};
-
-fn shoal(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(args)
-        .env("SHOAL_CONF", dir.join("shoal.toml"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("running shoal")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "shoal failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-struct Down(std::path::PathBuf);
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = shoal(&self.0, &["down", "--dir", &self.0.display().to_string()]);
-    }
-}
 
 async fn op(
     client: &Client,

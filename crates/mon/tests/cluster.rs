@@ -236,10 +236,11 @@ async fn converge(conns: &[(u32, Connection)], epoch: u64, timeout: Duration) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_monitors_fail_over_and_recover() {
-    let tmp = tempfile::tempdir().unwrap();
-    let keys = keyring();
+/// Three monitors' listeners, addresses and freshly made data directories under `root`.
+async fn three_mons(
+    root: &Path,
+    fsid: &str,
+) -> (BTreeMap<u32, TcpListener>, BTreeMap<u32, SocketAddr>, Vec<std::path::PathBuf>) {
     let mut listeners = BTreeMap::new();
     let mut mons = BTreeMap::new();
     for r in 0..3 {
@@ -247,10 +248,18 @@ async fn three_monitors_fail_over_and_recover() {
         listeners.insert(r, l);
         mons.insert(r, a);
     }
-    let dirs: Vec<_> = (0..3).map(|r| tmp.path().join(format!("mon{r}"))).collect();
+    let dirs: Vec<_> = (0..3).map(|r| root.join(format!("mon{r}"))).collect();
     for r in 0..3u32 {
-        mkfs(&dirs[r as usize], r, "fsid-three", &mons).unwrap();
+        mkfs(&dirs[r as usize], r, fsid, &mons).unwrap();
     }
+    (listeners, mons, dirs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_monitors_fail_over_and_recover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = keyring();
+    let (listeners, mons, dirs) = three_mons(tmp.path(), "fsid-three").await;
     let t0 = Instant::now();
     let mut running: BTreeMap<u32, Mon> = BTreeMap::new();
     for (r, l) in listeners {
@@ -315,17 +324,7 @@ async fn three_monitors_fail_over_and_recover() {
 async fn snapshots_bound_the_log_and_catch_up_a_lagging_monitor() {
     let tmp = tempfile::tempdir().unwrap();
     let keys = keyring();
-    let mut listeners = BTreeMap::new();
-    let mut mons = BTreeMap::new();
-    for r in 0..3 {
-        let (l, a) = bind().await;
-        listeners.insert(r, l);
-        mons.insert(r, a);
-    }
-    let dirs: Vec<_> = (0..3).map(|r| tmp.path().join(format!("mon{r}"))).collect();
-    for r in 0..3u32 {
-        mkfs(&dirs[r as usize], r, "fsid-snap", &mons).unwrap();
-    }
+    let (listeners, mons, dirs) = three_mons(tmp.path(), "fsid-snap").await;
     let mut running: BTreeMap<u32, Mon> = BTreeMap::new();
     for (r, l) in listeners {
         running.insert(r, start(&dirs[r as usize], r, l, &mons, &keys));

@@ -1,0 +1,42 @@
+//! Running the `shoal` binary against a cluster directory, shared by the cluster tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Runs `shoal ARGS` with `SHOAL_CONF` pointing into `dir`, empty stdin.
+pub fn shoal(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env("SHOAL_CONF", dir.join("shoal.toml"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running shoal")
+}
+
+/// Asserts success and returns stdout.
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "shoal failed: {}\nstdout: {}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts failure with `needle` in stderr.
+pub fn fails_with(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure mentioning {needle:?}");
+    assert!(err.contains(needle), "stderr {err:?} should mention {needle:?}");
+}
+
+/// Stops the cluster in a directory when dropped (also when a test fails half-way).
+pub struct Down(pub std::path::PathBuf);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = shoal(&self.0, &["down", "--dir", &self.0.display().to_string(), "--keep"]);
+    }
+}
