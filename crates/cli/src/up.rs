@@ -68,12 +68,16 @@ pub struct DownArgs {
     json: bool,
 }
 
-/// What `up` records about the cluster for `down` and for people.
+/// What `up` records about the cluster for `down`, for a restart, and for people.
 #[derive(Serialize, Deserialize)]
 struct ClusterFile {
     backend: String,
     mons: u32,
     osds: u32,
+    #[serde(default)]
+    hosts: u32,
+    #[serde(default)]
+    osd_size: u64,
 }
 
 #[derive(Serialize)]
@@ -166,6 +170,27 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(10)..].join("\n")
 }
 
+/// Writes a new cluster's keyring (a key for the admin, every monitor and every OSD), conf file
+/// (monitor addresses on free loopback ports) and `cluster.json`. Returns the fsid and the
+/// monitor addresses.
+fn create_cluster_files(dir: &Path, mons_n: u32, osds: u32, info: &ClusterFile) -> Result<(String, Vec<SocketAddr>)> {
+    let mut keyring = Keyring::new();
+    keyring.insert("client.admin", Key::generate());
+    for r in 0..mons_n {
+        keyring.insert(&format!("mon.{r}"), Key::generate());
+    }
+    for i in 0..osds {
+        keyring.insert(&format!("osd.{i}"), Key::generate());
+    }
+    keyring.save(&dir.join("keyring"))?;
+    let mons: Vec<SocketAddr> = (0..mons_n).map(|_| free_port()).collect::<Result<_>>()?;
+    let fsid = Key::generate().to_hex()[..32].to_string();
+    let conf = ConfFile { fsid: fsid.clone(), mons: mons.clone(), keyring: PathBuf::from("keyring") };
+    conf.save(&dir.join("shoal.toml"))?;
+    fs::write(dir.join("cluster.json"), serde_json::to_string_pretty(info)?)?;
+    Ok((fsid, mons))
+}
+
 pub fn up(args: &UpArgs) -> Result<ExitCode> {
     let started = Instant::now();
     if args.mons != 1 && args.mons != 3 {
@@ -174,8 +199,6 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     if args.osds == 0 || args.osds > 1000 {
         bail!("--osds must be between 1 and 1000, got {}", args.osds);
     }
-    let hosts = args.hosts.unwrap_or(args.osds).clamp(1, args.osds);
-    let osd_size = args.osd_size.unwrap_or_else(|| default_osd_size(args.backend, args.osds));
     let dir = args.dir.clone().unwrap_or_else(default_cluster_dir);
     let running: Vec<_> = read_pids(&dir).into_iter().filter(|(_, pid)| pid_alive(*pid)).collect();
     if !running.is_empty() {
@@ -186,38 +209,68 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
             dir.display()
         );
     }
-    if dir.exists() {
-        fs::remove_dir_all(&dir).with_context(|| format!("clearing the stale cluster in {}", dir.display()))?;
-    }
+    // A stopped cluster on disk is restarted as it was (its data is kept); a stopped RAM cluster
+    // has nothing left to keep and is replaced; any other non-empty directory is left alone.
+    let previous: Option<ClusterFile> =
+        fs::read_to_string(dir.join("cluster.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let restart = match &previous {
+        Some(p) if p.backend != "mem" && dir.join("shoal.toml").exists() => true,
+        Some(_) => {
+            fs::remove_dir_all(&dir)
+                .with_context(|| format!("clearing the stopped RAM cluster in {}", dir.display()))?;
+            false
+        }
+        None if fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) => {
+            bail!("{} is not empty and holds no Shoal cluster; choose another --dir", dir.display())
+        }
+        None => false,
+    };
+    let (backend, mons_n, osds, hosts, osd_size) = match previous.as_ref().filter(|_| restart) {
+        Some(p) => {
+            let backend: BackendKind = p.backend.parse()?;
+            let hosts = if p.hosts == 0 { p.osds } else { p.hosts };
+            let size = if p.osd_size == 0 { default_osd_size(backend, p.osds) } else { p.osd_size };
+            (backend, p.mons, p.osds, hosts, size)
+        }
+        None => {
+            let hosts = args.hosts.unwrap_or(args.osds).clamp(1, args.osds);
+            (
+                args.backend,
+                args.mons,
+                args.osds,
+                hosts,
+                args.osd_size.unwrap_or_else(|| default_osd_size(args.backend, args.osds)),
+            )
+        }
+    };
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
-
-    // Keys and conf.
-    let mut keyring = Keyring::new();
-    keyring.insert("client.admin", Key::generate());
-    for r in 0..args.mons {
-        keyring.insert(&format!("mon.{r}"), Key::generate());
-    }
-    for i in 0..args.osds {
-        keyring.insert(&format!("osd.{i}"), Key::generate());
-    }
-    let keyring_path = dir.join("keyring");
-    keyring.save(&keyring_path)?;
-    let mons: Vec<SocketAddr> = (0..args.mons).map(|_| free_port()).collect::<Result<_>>()?;
-    let fsid = Key::generate().to_hex()[..32].to_string();
-    let conf = ConfFile { fsid: fsid.clone(), mons: mons.clone(), keyring: PathBuf::from("keyring") };
     let conf_path = dir.join("shoal.toml");
-    conf.save(&conf_path)?;
-    let cluster_file = ClusterFile { backend: args.backend.name().to_string(), mons: args.mons, osds: args.osds };
-    fs::write(dir.join("cluster.json"), serde_json::to_string_pretty(&cluster_file)?)?;
+    let keyring_path = dir.join("keyring");
+    let (fsid, mons) = if restart {
+        if !args.json {
+            println!("restarting the {} cluster in {} (its data is kept)", backend.name(), dir.display());
+        }
+        let conf = ConfFile::load(&conf_path)?;
+        (conf.fsid, conf.mons)
+    } else {
+        create_cluster_files(
+            &dir,
+            mons_n,
+            osds,
+            &ClusterFile { backend: backend.name().into(), mons: mons_n, osds, hosts, osd_size },
+        )?
+    };
 
     // Daemons: monitors first (they create their data at first start), then every OSD at once.
     let conf_arg = conf_path.display().to_string();
     let mut logs = Vec::new();
     let mon_map: BTreeMap<u32, SocketAddr> = mons.iter().enumerate().map(|(i, a)| (i as u32, *a)).collect();
-    for r in 0..args.mons {
+    for r in 0..mons_n {
         let data = dir.join(format!("mon.{r}"));
-        shoal_mon::mkfs(&data, r, &fsid, &mon_map).with_context(|| format!("creating {}", data.display()))?;
+        if !restart {
+            shoal_mon::mkfs(&data, r, &fsid, &mon_map).with_context(|| format!("creating {}", data.display()))?;
+        }
         let name = format!("mon.{r}");
         spawn_daemon(
             &dir,
@@ -226,26 +279,6 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         )?;
         logs.push(dir.join(format!("{name}.log")));
     }
-    for i in 0..args.osds {
-        let name = format!("osd.{i}");
-        let osd_args = vec![
-            "osd".into(),
-            "run".into(),
-            "--conf".into(),
-            conf_arg.clone(),
-            "--id".into(),
-            i.to_string(),
-            "--host".into(),
-            format!("host-{}", i % hosts),
-            "--backend".into(),
-            args.backend.name().into(),
-            "--size".into(),
-            osd_size.to_string(),
-        ];
-        spawn_daemon(&dir, &name, &osd_args)?;
-        logs.push(dir.join(format!("{name}.log")));
-    }
-
     let deadline = started + Duration::from_millis(args.timeout_ms);
     let check_daemons = || -> Result<()> {
         for (name, pid) in read_pids(&dir) {
@@ -271,12 +304,35 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     };
     let monc = client.client().mon().clone();
     let rt = client.runtime();
+    // OSDs start once the monitors answer, so that "up" below means booted by this start (a
+    // restarted cluster's map may still show OSDs up from before).
+    let booted_after = monc.map().epoch;
+    for i in 0..osds {
+        let name = format!("osd.{i}");
+        let osd_args = vec![
+            "osd".into(),
+            "run".into(),
+            "--conf".into(),
+            conf_arg.clone(),
+            "--id".into(),
+            i.to_string(),
+            "--host".into(),
+            format!("host-{}", i % hosts),
+            "--backend".into(),
+            backend.name().into(),
+            "--size".into(),
+            osd_size.to_string(),
+        ];
+        spawn_daemon(&dir, &name, &osd_args)?;
+        logs.push(dir.join(format!("{name}.log")));
+    }
+
     // Every OSD up.
-    let want_osds = args.osds as usize;
+    let want_osds = osds as usize;
     loop {
         check_daemons()?;
         let map = monc.map();
-        if map.osds.values().filter(|o| o.up).count() >= want_osds {
+        if map.osds.values().filter(|o| o.up && o.up_from > booted_after).count() >= want_osds {
             break;
         }
         if Instant::now() >= deadline {
@@ -286,11 +342,20 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         let _ = rt.block_on(async { tokio::time::timeout(Duration::from_millis(50), watch.changed()).await });
     }
     // The default pool: size 1 in RAM (the DisTRaC choice), else up to three replicas.
-    let size = if args.backend == BackendKind::Mem { 1 } else { args.osds.min(3) };
-    let cmd =
-        Command::CreatePool { name: "data".into(), size, min_size: None, pg_num: args.pg_num, max_object_bytes: None };
-    let epoch = rt.block_on(monc.command(cmd)).context("creating pool data")?;
-    let map = rt.block_on(monc.wait_for_epoch(epoch, args.timeout_ms))?;
+    let size = if backend == BackendKind::Mem { 1 } else { osds.min(3) };
+    let map = if monc.map().pool_by_name("data").is_ok() {
+        monc.map()
+    } else {
+        let cmd = Command::CreatePool {
+            name: "data".into(),
+            size,
+            min_size: None,
+            pg_num: args.pg_num,
+            max_object_bytes: None,
+        };
+        let epoch = rt.block_on(monc.command(cmd)).context("creating pool data")?;
+        rt.block_on(monc.wait_for_epoch(epoch, args.timeout_ms))?
+    };
     let pool = map.pool_by_name("data")?.clone();
     for seed in 0..pool.pg_num {
         let acting = map.pg_osds(PgId { pool: pool.id, seed })?;
@@ -304,11 +369,11 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         keyring: keyring_path,
         fsid,
         mons,
-        osds: args.osds,
+        osds,
         hosts,
-        backend: args.backend.name().into(),
+        backend: backend.name().into(),
         pool: "data".into(),
-        pool_size: size,
+        pool_size: pool.size,
         healthy_after_ms: started.elapsed().as_millis() as u64,
         logs,
     };
@@ -317,14 +382,14 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     } else {
         println!(
             "shoal cluster up in {} ms: {} mon(s), {} OSD(s) on {} host(s), backend {}",
-            report.healthy_after_ms, args.mons, args.osds, hosts, report.backend
+            report.healthy_after_ms, mons_n, osds, hosts, report.backend
         );
         println!("  dir      {}", dir.display());
         println!("  conf     {}   (export SHOAL_CONF={} for other shells)", conf_path.display(), conf_path.display());
         println!("  keyring  {}", report.keyring.display());
         println!("  monitors {}", report.mons.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
         println!("  logs     {}/*.log", dir.display());
-        println!("  pool     data (size {size}, {} PGs)", args.pg_num);
+        println!("  pool     data (size {}, {} PGs)", pool.size, pool.pg_num);
         println!("try: shoal status; shoal obj put --pool data NAME FILE; shoal bench --pool data --seconds 5 write");
         println!(
             "stop: shoal down{}",

@@ -190,4 +190,19 @@ fn three_replicas_across_three_hosts() {
         let report = store.fsck().expect("fsck");
         assert!(report.is_clean(), "osd.{osd}: {report:?}");
     }
+
+    // `up` on the stopped cluster restarts it with its data; a non-cluster directory is refused.
+    let again = ok(&shoal(tmp.path(), &["up", "--dir", &d]));
+    assert!(again.contains("restarting"), "{again}");
+    for i in [0u64, 1, 999] {
+        let out = tmp.path().join(format!("again-{i}"));
+        ok(&shoal(&dir, &["obj", "get", "--pool", "data", &format!("obj-{i}"), "-o", &out.display().to_string()]));
+        assert!(std::fs::read(&out).expect("read") == content(i), "obj-{i} after restart");
+    }
+    ok(&shoal(&dir, &["down", "--dir", &d, "--keep"]));
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    std::fs::write(other.join("precious"), b"x").expect("write");
+    fails_with(&shoal(tmp.path(), &["up", "--dir", &other.display().to_string()]), "holds no Shoal cluster");
+    assert!(other.join("precious").exists());
 }
