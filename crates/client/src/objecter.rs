@@ -75,7 +75,9 @@ impl Client {
 
     /// Runs `ops` on one object atomically at its PG's primary. Write data for the operations
     /// (in operation order) is `data`. Resends with the same request id after a map change or a
-    /// lost connection, so a write is applied once; fails after the operation timeout.
+    /// lost connection, so a write is applied once; when a replica fails (`Timeout`,
+    /// `Degraded`), waits for the map that routes around it and resends, unless the request
+    /// appends. Fails after the operation timeout.
     pub async fn op(&self, pool: &str, object: &str, ops: Vec<ObjOp>, data: Vec<u8>) -> Result<OpResult, ClientError> {
         self.op_ref(pool, object, ops, &data).await
     }
@@ -109,6 +111,10 @@ impl Client {
         let reqid = ReqId { client: self.client_id, tid: self.next_tid.fetch_add(1, Ordering::Relaxed) };
         let timeout_ms = self.mon.config().op_timeout_ms;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        // Every operation but an append gives the same result when applied twice; an append whose
+        // first attempt reached the primary but not every replica would be appended again.
+        let retryable = !ops.iter().any(|o| matches!(o, ObjOp::Append { .. }));
+        let mut last_error: Option<shoal_proto::RemoteError> = None;
         loop {
             let map = self.mon.map();
             let pool_now = map.pool_by_name(&pool.name).map_err(|_| ClientError::UnknownPool(pool.name.clone()))?;
@@ -133,6 +139,13 @@ impl Client {
                             match reply.result {
                                 Ok(outputs) => return Ok(OpResult { outputs, data: bytes }),
                                 Err(e) if e.code == ErrorCode::WrongPrimary => reply.epoch.max(map.epoch + 1),
+                                // A replica that crashed fails the write until the monitors mark
+                                // it down (and the PG gets a new acting set): wait for that map
+                                // and resend, if resending cannot apply the request twice.
+                                Err(e) if retryable && matches!(e.code, ErrorCode::Timeout | ErrorCode::Degraded) => {
+                                    last_error = Some(e);
+                                    map.epoch + 1
+                                }
                                 Err(e) => return Err(ClientError::Remote(e)),
                             }
                         }
@@ -146,7 +159,10 @@ impl Client {
             };
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return Err(ClientError::Timeout(timeout_ms));
+                return Err(match last_error {
+                    Some(e) => ClientError::Remote(e),
+                    None => ClientError::Timeout(timeout_ms),
+                });
             }
             // Wait for a newer map (or a short pause: the OSD may simply have restarted).
             let wait_ms = (deadline - now).as_millis().min(500) as u64;

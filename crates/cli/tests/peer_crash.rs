@@ -1,0 +1,50 @@
+//! A crashed peer: an OSD of a size-3 pool is killed with SIGKILL in the middle of a stream of
+//! writes. The monitors notice its silence and mark it down, PGs get new acting sets, and every
+//! write still completes (the client waits for the new map and resends); what was written after
+//! the crash reads back exactly.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Down, ok, shoal};
+use shoal_client::{Client, ClusterConfig};
+use shoal_proto::osd::ObjOp;
+
+#[test]
+fn writes_survive_a_killed_osd() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--backend", "mem", "--osd-size", "1G"]));
+    let _down = Down(dir.clone());
+    ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "16"]));
+    let victim: i32 = std::fs::read_to_string(dir.join("osd.2.pid")).expect("pid file").trim().parse().expect("pid");
+
+    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    rt.block_on(async {
+        let client = Client::connect(cfg).await.expect("connect");
+        let value = |i: u32| i.to_le_bytes().repeat(1024);
+        let started = Instant::now();
+        for i in 0..120u32 {
+            if i == 40 {
+                // SAFETY: kill(2) with a pid read from the cluster's own pid file.
+                assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0, "kill osd.2");
+            }
+            let op = ObjOp::WriteFull { len_bytes: 4096 };
+            client.op("rep", &format!("o{i}"), vec![op], value(i)).await.unwrap_or_else(|e| panic!("write o{i}: {e}"));
+        }
+        // The monitors marked it down (after their grace period) and the writes went on.
+        let map = client.mon().map();
+        assert!(!map.osds[&shoal_map::OsdId(2)].up, "osd.2 still up in epoch {}", map.epoch);
+        assert!(started.elapsed() < Duration::from_secs(30));
+        for i in 40..120u32 {
+            let read = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
+            let got = client.op("rep", &format!("o{i}"), read, vec![]).await.expect("read").data;
+            assert_eq!(got, value(i), "o{i}");
+        }
+    });
+    let status: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["status", "--json"]))).expect("json");
+    assert_eq!(status["osds"]["up"], 3, "{status}");
+}
