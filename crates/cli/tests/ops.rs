@@ -132,6 +132,18 @@ fn all_operations_on_a_replicated_pool() {
         let (_, data) =
             op(&client, "dedup", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]).await.expect("read");
         assert_eq!(data, b"once");
+        // Well-formed frames carrying malformed messages get an error reply; the OSD carries on.
+        let conn = Connection::connect(primary, &net).await.expect("connect osd");
+        for payload in [vec![], vec![0xff; 3], vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 1], encode(&"not an op", vec![9; 64])] {
+            match conn.call(OsdOp::TYPE, payload).await {
+                Err(shoal_net::NetError::Remote { reason }) => assert!(reason.contains("malformed"), "{reason}"),
+                other => panic!("malformed OsdOp answered with {other:?}"),
+            }
+        }
+        match conn.call(999, vec![1, 2, 3]).await {
+            Err(shoal_net::NetError::Remote { reason }) => assert!(reason.contains("999"), "{reason}"),
+            other => panic!("unknown message type answered with {other:?}"),
+        }
         // A request for the wrong PG is refused, not misplaced.
         let conn = Connection::connect(primary, &net).await.expect("connect osd");
         let wrong = OsdOp { pg: (loc.pg.seed + 1) % pool.pg_num, reqid: ReqId { client: 0xfeed, tid: 2 }, ..msg };
