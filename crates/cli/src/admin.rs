@@ -47,6 +47,61 @@ pub enum OsdCommand {
 }
 
 #[derive(Subcommand)]
+pub enum AuthCommand {
+    /// Create a key for ENTITY (`client.NAME`) and print it as a keyring line
+    /// (`shoal auth add client.bob > bob.keyring`). OSDs and monitors accept it at once.
+    Add {
+        #[command(flatten)]
+        conf: ConfArgs,
+        entity: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Entities with keys in the cluster's auth table (the bootstrap keyring's are not listed).
+    Ls {
+        #[command(flatten)]
+        conf: ConfArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove ENTITY's key: new connections with it are refused.
+    Rm {
+        #[command(flatten)]
+        conf: ConfArgs,
+        entity: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn auth(cmd: &AuthCommand) -> Result<ExitCode> {
+    match cmd {
+        AuthCommand::Add { conf, entity, json } => {
+            let key = shoal_net::Key::generate();
+            let client = conf.connect()?;
+            let command = Command::AuthAdd { entity: entity.clone(), key: key.0 };
+            let epoch = client.runtime().block_on(client.client().mon().command(command))?;
+            print(*json, json!({"entity": entity, "key": key.to_hex(), "epoch": epoch}), || {
+                format!("{entity} {}", key.to_hex())
+            });
+        }
+        AuthCommand::Ls { conf, json } => {
+            let client = conf.connect()?;
+            let map = client.client().mon().map();
+            let entities: Vec<&String> = map.auth.keys().collect();
+            print(*json, json!(entities), || entities.iter().map(|e| e.as_str()).collect::<Vec<_>>().join("\n"));
+        }
+        AuthCommand::Rm { conf, entity, json } => {
+            let client = conf.connect()?;
+            let command = Command::AuthRemove { entity: entity.clone() };
+            let epoch = client.runtime().block_on(client.client().mon().command(command))?;
+            print(*json, json!({"removed": entity, "epoch": epoch}), || format!("removed the key of {entity}"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Subcommand)]
 pub enum PoolCommand {
     /// Create a replicated pool.
     Create {

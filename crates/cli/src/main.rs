@@ -25,7 +25,7 @@ struct Cli {
     #[arg(long, env = "SHOAL_CONF", global = true)]
     conf: Option<std::path::PathBuf>,
     /// Who to act as (an entity with a key in the keyring).
-    #[arg(long = "name", id = "entity", value_name = "ENTITY", default_value = "client.admin", global = true)]
+    #[arg(long = "name", id = "act_as", value_name = "ENTITY", default_value = "client.admin", global = true)]
     entity: String,
     #[command(subcommand)]
     command: Command,
@@ -49,6 +49,9 @@ enum Command {
     /// Pools: create, ls, rm, set.
     #[command(subcommand)]
     Pool(admin::PoolCommand),
+    /// Client keys kept by the monitors: add, ls, rm.
+    #[command(subcommand)]
+    Auth(admin::AuthCommand),
     /// Objects: put, get, rm, stat, ls.
     #[command(subcommand)]
     Obj(obj::ObjCommand),
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
         Command::Osd(OsdCli::Run(args)) => daemons::run_osd(&args),
         Command::Mon(MonCli::Run(args)) => daemons::run_mon(&args),
         Command::Pool(cmd) => admin::pool(&cmd),
+        Command::Auth(cmd) => admin::auth(&cmd),
         Command::Obj(cmd) => obj::run(&cmd),
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Store(cmd) => store_cmd::run(cmd),

@@ -181,4 +181,36 @@ fn all_operations_on_a_replicated_pool() {
     assert_eq!(status["mons"]["count"], 3, "{status}");
     assert_eq!(status["osds"]["in"], 3, "{status}");
     ok(&shoal(&dir, &["osd", "in", "1"]));
+
+    // Client keys kept by the monitors: a new client works at once on monitors and OSDs, sees
+    // no keys in its map, may not change the map, and is refused once its key is removed.
+    let line = ok(&shoal(&dir, &["auth", "add", "client.bob"]));
+    std::fs::write(dir.join("bob.keyring"), &line).expect("write keyring");
+    let conf = std::fs::read_to_string(dir.join("shoal.toml")).expect("conf");
+    let bob_conf: String = conf
+        .lines()
+        .map(|l| if l.starts_with("keyring") { "keyring = \"bob.keyring\"" } else { l })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(dir.join("bob.toml"), bob_conf).expect("write conf");
+    let bob = |args: &[&str]| {
+        let mut all = vec!["--conf", "bob.toml", "--name", "client.bob"];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all
+            .iter()
+            .map(|a| if *a == "bob.toml" { dir.join("bob.toml").display().to_string() } else { a.to_string() })
+            .collect();
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        shoal(&dir, &refs)
+    };
+    let src = dir.join("bob-in");
+    std::fs::write(&src, b"from bob").expect("write");
+    ok(&bob(&["obj", "put", "--pool", "rep", "bobs", &src.display().to_string()]));
+    assert_eq!(ok(&bob(&["obj", "get", "--pool", "rep", "bobs"])), "from bob");
+    assert_eq!(ok(&bob(&["auth", "ls", "--json"])).trim(), "[]", "client.bob must not see keys");
+    assert!(ok(&shoal(&dir, &["auth", "ls"])).contains("client.bob"));
+    common::fails_with(&bob(&["pool", "create", "mine", "--size", "1"]), "permission denied");
+    common::fails_with(&shoal(&dir, &["auth", "add", "osd.9"]), "client.NAME");
+    ok(&shoal(&dir, &["auth", "rm", "client.bob"]));
+    common::fails_with(&bob(&["obj", "get", "--pool", "rep", "bobs"]), "unknown entity client.bob");
 }

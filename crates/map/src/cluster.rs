@@ -69,6 +69,11 @@ pub struct ClusterMap {
     pub next_pool_id: u32,
     /// Replicas of a PG go to distinct buckets of this kind when the map has enough of them.
     pub failure_domain: BucketKind,
+    /// Secret keys of the entities added with `shoal auth add` (entity → 32-byte key). Daemons
+    /// accept these entities in addition to their bootstrap keyring file. Monitors send this
+    /// table only to daemons and the admin; other clients get the map [`ClusterMap::redacted`].
+    #[serde(default)]
+    pub auth: BTreeMap<String, [u8; 32]>,
 }
 
 impl ClusterMap {
@@ -83,7 +88,15 @@ impl ClusterMap {
             pools: BTreeMap::new(),
             next_pool_id: 1,
             failure_domain: BucketKind::Host,
+            auth: BTreeMap::new(),
         }
+    }
+
+    /// The map without secrets, for clients that must not learn other entities' keys.
+    pub fn redacted(&self) -> ClusterMap {
+        let mut map = self.clone();
+        map.auth.clear();
+        map
     }
 
     /// The pool named `name`.

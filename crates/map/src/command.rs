@@ -57,6 +57,14 @@ pub enum Command {
         name: String,
         setting: PoolSetting,
     },
+    /// Adds (or replaces) the key of `entity` (`client.NAME`; daemons use their bootstrap keys).
+    AuthAdd {
+        entity: String,
+        key: [u8; 32],
+    },
+    AuthRemove {
+        entity: String,
+    },
 }
 
 /// A pool property `shoal pool set` can change.
@@ -73,13 +81,49 @@ pub enum PoolSetting {
 /// prepared against, and gives the same result on every monitor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Change {
-    AddOsd { id: OsdId, host: String, weight: Weight },
-    OsdUp { id: OsdId, addr: SocketAddr },
-    OsdDown { id: OsdId },
-    OsdIn { id: OsdId, in_cluster: bool },
+    AddOsd {
+        id: OsdId,
+        host: String,
+        weight: Weight,
+    },
+    OsdUp {
+        id: OsdId,
+        addr: SocketAddr,
+    },
+    OsdDown {
+        id: OsdId,
+    },
+    OsdIn {
+        id: OsdId,
+        in_cluster: bool,
+    },
     PutPool(Pool),
-    RemovePool { id: u32 },
-    AddMon { rank: u32, info: MonInfo },
+    RemovePool {
+        id: u32,
+    },
+    AddMon {
+        rank: u32,
+        info: MonInfo,
+    },
+    AuthSet {
+        entity: String,
+        key: [u8; 32],
+    },
+    AuthRemove {
+        entity: String,
+    },
+    /// A change whose content the receiver may not see (a key): it only advances the epoch.
+    Redacted,
+}
+
+impl Change {
+    /// The change as a client without access to keys may see it.
+    pub fn redacted(&self) -> Change {
+        match self {
+            Change::AuthSet { .. } | Change::AuthRemove { .. } => Change::Redacted,
+            other => other.clone(),
+        }
+    }
 }
 
 /// One change and the epoch the map has after it.
@@ -99,6 +143,26 @@ fn validate_pool_name(name: &str) -> Result<(), MapError> {
     }
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') {
         return bad("only ASCII letters, digits, '-', '_' and '.' are allowed");
+    }
+    Ok(())
+}
+
+/// Longest entity name, in bytes.
+pub const MAX_ENTITY_BYTES: usize = 64;
+
+fn validate_client_entity(entity: &str) -> Result<(), MapError> {
+    let bad = |reason: &'static str| Err(MapError::InvalidEntity { entity: entity.to_string(), reason });
+    let Some(name) = entity.strip_prefix("client.") else {
+        return bad("keys can be managed for `client.NAME` entities only (daemons use their keyring file)");
+    };
+    if name.is_empty() || entity.len() > MAX_ENTITY_BYTES {
+        return bad("the name after `client.` must be 1 to 57 bytes");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') {
+        return bad("only ASCII letters, digits, '-', '_' and '.' are allowed");
+    }
+    if entity == "client.admin" {
+        return bad("client.admin's key lives in the bootstrap keyring");
     }
     Ok(())
 }
@@ -206,6 +270,19 @@ impl ClusterMap {
                 validate_pool(self, &pool)?;
                 Change::PutPool(pool)
             }
+            Command::AuthAdd { entity, key } => {
+                validate_client_entity(entity)?;
+                if self.auth.get(entity) == Some(key) {
+                    return Ok(None);
+                }
+                Change::AuthSet { entity: entity.clone(), key: *key }
+            }
+            Command::AuthRemove { entity } => {
+                if !self.auth.contains_key(entity) {
+                    return Err(MapError::UnknownEntity(entity.clone()));
+                }
+                Change::AuthRemove { entity: entity.clone() }
+            }
         }))
     }
 
@@ -246,6 +323,13 @@ impl ClusterMap {
             Change::AddMon { rank, info } => {
                 self.mons.insert(*rank, info.clone());
             }
+            Change::AuthSet { entity, key } => {
+                self.auth.insert(entity.clone(), *key);
+            }
+            Change::AuthRemove { entity } => {
+                self.auth.remove(entity);
+            }
+            Change::Redacted => {}
         }
         self.epoch += 1;
         Ok(())

@@ -19,6 +19,10 @@ pub enum MapError {
     UnknownOsd(OsdId),
     #[error("{0} already exists")]
     DuplicateOsd(OsdId),
+    #[error("invalid entity {entity:?}: {reason}")]
+    InvalidEntity { entity: String, reason: &'static str },
+    #[error("no key for {0} in the cluster's auth table")]
+    UnknownEntity(String),
     #[error("monitor mon.{0} does not exist")]
     UnknownMon(u32),
     #[error("incremental for epoch {got} cannot follow epoch {have}")]

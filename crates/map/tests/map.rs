@@ -95,3 +95,27 @@ fn placement_uses_only_up_and_in_osds_on_distinct_hosts() {
     }
     assert!(matches!(map.prepare(&Command::OsdIn { id: OsdId(3) }), Ok(Some(Change::OsdIn { .. }))));
 }
+
+#[test]
+fn auth_keys_are_validated_and_redacted() {
+    let mut map = map_with_osds(1);
+    let add = Command::AuthAdd { entity: "client.bob".into(), key: [7; 32] };
+    let inc = map.execute(&add).unwrap().unwrap();
+    assert_eq!(map.auth["client.bob"], [7; 32]);
+    assert_eq!(map.execute(&add), Ok(None), "the same key again is no change");
+    assert!(matches!(inc.change.redacted(), Change::Redacted));
+    assert!(map.redacted().auth.is_empty());
+    // A follower applying the redacted incremental stays at the same epoch, without the key.
+    let mut follower = map.redacted();
+    follower.epoch -= 1;
+    follower.apply_incremental(&shoal_map::Incremental { epoch: inc.epoch, change: inc.change.redacted() }).unwrap();
+    assert_eq!(follower.epoch, map.epoch);
+    for bad in ["osd.1", "client.", "client.admin", "client.a b", "bob"] {
+        let cmd = Command::AuthAdd { entity: bad.into(), key: [1; 32] };
+        assert!(matches!(map.execute(&cmd), Err(MapError::InvalidEntity { .. })), "{bad}");
+    }
+    let rm = Command::AuthRemove { entity: "client.carol".into() };
+    assert_eq!(map.execute(&rm), Err(MapError::UnknownEntity("client.carol".into())));
+    map.execute(&Command::AuthRemove { entity: "client.bob".into() }).unwrap();
+    assert!(map.auth.is_empty());
+}

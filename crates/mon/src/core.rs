@@ -181,11 +181,14 @@ pub enum Action {
 #[must_use]
 pub fn remote_error(e: &MapError) -> RemoteError {
     let code = match e {
-        MapError::UnknownPool(_) | MapError::UnknownOsd(_) | MapError::UnknownMon(_) => ErrorCode::NotFound,
+        MapError::UnknownPool(_) | MapError::UnknownOsd(_) | MapError::UnknownMon(_) | MapError::UnknownEntity(_) => {
+            ErrorCode::NotFound
+        }
         MapError::DuplicatePool(_) | MapError::DuplicateOsd(_) => ErrorCode::Exists,
         MapError::InvalidPoolName { .. }
         | MapError::SizeTooLarge { .. }
         | MapError::InvalidPoolSetting(_)
+        | MapError::InvalidEntity { .. }
         | MapError::Placement(_) => ErrorCode::Invalid,
         MapError::EpochGap { .. } => ErrorCode::Other,
     };

@@ -133,8 +133,10 @@ pub async fn run_with_listener(
     }
     // OSD grace and queue bounds: the defaults of `CoreConfig::new` (5000 ms grace).
     let core_cfg = CoreConfig::new(rank);
+    cfg.keyring.set_learned(learned_keys(&map));
     let shared = Arc::new(Shared {
         rank,
+        keyring: cfg.keyring.clone(),
         core: Mutex::new(MonCore::new(core_cfg, map, index)),
         conns: Mutex::new(HashMap::new()),
         raft: OnceLock::new(),
@@ -243,6 +245,8 @@ async fn watch_raft(shared: Arc<Shared>, raft: MonRaft, mut stop: watch::Receive
 /// What the Raft state machine, the server handler and the background tasks share.
 pub(crate) struct Shared {
     rank: u32,
+    /// The server's keyring: the bootstrap file plus the keys of the map's auth table.
+    keyring: Arc<Keyring>,
     core: Mutex<MonCore>,
     /// Open client connections by id, to deliver replies and pushes. Entries are removed when
     /// the connection closes.
@@ -258,9 +262,49 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn reply_frame(request_id: u64, reply: &Reply) -> Frame {
+/// The keys of the map's auth table, as the messenger's learned keys.
+fn learned_keys(map: &ClusterMap) -> std::collections::BTreeMap<String, shoal_net::Key> {
+    map.auth.iter().map(|(e, k)| (e.clone(), shoal_net::Key(*k))).collect()
+}
+
+/// Whether `entity` may receive the map's auth table: daemons (they check clients' keys) and
+/// the administrator. Every other client gets maps and incrementals without keys.
+fn may_see_keys(entity: &str) -> bool {
+    entity.starts_with("mon.") || entity.starts_with("osd.") || entity == "client.admin"
+}
+
+/// Who may change the map: the administrator and monitors anything; an OSD only its own entry
+/// (register, boot, mark itself down); other clients nothing (they read maps and do object I/O).
+fn may_run(entity: &str, command: &shoal_map::Command) -> Result<(), String> {
+    use shoal_map::Command as C;
+    if entity == "client.admin" || entity.starts_with("mon.") {
+        return Ok(());
+    }
+    let own = match command {
+        C::CreateOsd { id: Some(id), .. } | C::OsdBoot { id, .. } | C::OsdDown { id } => Some(*id),
+        _ => None,
+    };
+    match own {
+        Some(id) if entity == id.to_string() => Ok(()),
+        _ => Err(format!("permission denied: {entity} may not change the cluster map")),
+    }
+}
+
+fn redacted(update: &shoal_proto::mon::MapUpdate) -> shoal_proto::mon::MapUpdate {
+    shoal_proto::mon::MapUpdate {
+        full: update.full.as_ref().map(ClusterMap::redacted),
+        incrementals: update
+            .incrementals
+            .iter()
+            .map(|i| shoal_map::Incremental { epoch: i.epoch, change: i.change.redacted() })
+            .collect(),
+    }
+}
+
+fn reply_frame(request_id: u64, reply: &Reply, peer: &str) -> Frame {
     match reply {
         Reply::Command(r) => shoal_proto::frame(request_id, &MonCommandReply { result: r.clone() }, Vec::new()),
+        Reply::Map(m) if !may_see_keys(peer) => shoal_proto::frame(request_id, &redacted(m), Vec::new()),
         Reply::Map(m) => shoal_proto::frame(request_id, m, Vec::new()),
         Reply::Status(s) => shoal_proto::frame(request_id, s, Vec::new()),
     }
@@ -294,15 +338,20 @@ impl Shared {
     /// Applies a committed change; returns the epoch after it.
     pub(crate) fn apply(self: &Arc<Self>, index: u64, change: Change) -> u64 {
         let mut core = lock(&self.core);
+        let auth_changed = matches!(change, Change::AuthSet { .. } | Change::AuthRemove { .. });
         let actions = core.handle(Event::Applied { index, change });
         for conn in self.dispatch(actions) {
             core.handle(Event::Closed { conn });
+        }
+        if auth_changed {
+            self.keyring.set_learned(learned_keys(core.map()));
         }
         core.map().epoch
     }
 
     /// Replaces the map with a snapshot's.
     pub(crate) fn install(self: &Arc<Self>, map: ClusterMap, index: u64) {
+        self.keyring.set_learned(learned_keys(&map));
         self.drive(Event::MapInstalled { index, map });
     }
 
@@ -314,7 +363,7 @@ impl Shared {
                 Action::Propose { id, change } => self.propose(id, change),
                 Action::Reply { to, reply } => {
                     if let Some(conn) = lock(&self.conns).get(&to.conn).cloned()
-                        && let Err(e) = conn.try_send(reply_frame(to.request_id, &reply))
+                        && let Err(e) = conn.try_send(reply_frame(to.request_id, &reply, conn.peer_entity()))
                     {
                         // The client stopped reading (or left); its request is lost with it.
                         tracing::warn!(conn = to.conn, peer = conn.peer_entity(), error = %e, "reply not queued");
@@ -322,9 +371,15 @@ impl Shared {
                 }
                 Action::Push { conns, update } => {
                     let frame = shoal_proto::frame(0, &*update, Vec::new());
+                    let mut without_keys: Option<Frame> = None;
                     let registry = lock(&self.conns);
                     for id in conns {
                         let sent = match registry.get(&id) {
+                            Some(conn) if !may_see_keys(conn.peer_entity()) => {
+                                let f = without_keys
+                                    .get_or_insert_with(|| shoal_proto::frame(0, &redacted(&update), Vec::new()));
+                                conn.try_send(f.clone())
+                            }
                             Some(conn) => conn.try_send(frame.clone()),
                             None => Err(shoal_net::NetError::Closed),
                         };
@@ -391,7 +446,7 @@ impl Shared {
                 format!("mon.{} busy: {MAX_FORWARDS} commands forwarded", self.rank),
             );
             if let Some(conn) = lock(&self.conns).get(&to.conn) {
-                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Command(Err(e))));
+                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Command(Err(e)), conn.peer_entity()));
             }
             return;
         };
@@ -411,7 +466,7 @@ impl Shared {
                 )),
             };
             if let Some(conn) = lock(&shared.conns).get(&to.conn).cloned() {
-                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Command(result)));
+                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Command(result), conn.peer_entity()));
             }
         });
     }
@@ -448,6 +503,11 @@ impl MonHandler {
                     return Err(format!("{} may not forward monitor commands", conn.peer_entity()));
                 }
                 let m: MonCommand = decode(&frame)?;
+                if !forwarded && let Err(reason) = may_run(conn.peer_entity(), &m.command) {
+                    let e = shoal_proto::RemoteError::new(shoal_proto::ErrorCode::Invalid, reason);
+                    let _ = conn.send(reply_frame(rid, &Reply::Command(Err(e)), conn.peer_entity())).await;
+                    return Ok(());
+                }
                 shared.drive(Event::Command { to: Some(to), command: m.command, forwarded, now_ms });
             }
             GetMap::TYPE => {

@@ -113,7 +113,7 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
     let refused = match check_auth(&auth, keyring, &my_challenge) {
         Ok((entity, key)) => {
             let client_challenge = &auth.payload[MAC_BYTES..MAC_BYTES + CHALLENGE_BYTES];
-            let proof = mac(key, client_challenge, server_entity).finalize().into_bytes();
+            let proof = mac(&key, client_challenge, server_entity).finalize().into_bytes();
             write_frame(s, &Frame::new(MSG_AUTH_OK, 0, proof.to_vec())).await?;
             return Ok(entity);
         }
@@ -125,7 +125,7 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Checks a client's MSG_AUTH frame; the error is the reason sent back to the client.
-fn check_auth<'k>(auth: &Frame, keyring: &'k Keyring, my_challenge: &[u8]) -> Result<(String, &'k Key), String> {
+fn check_auth(auth: &Frame, keyring: &Keyring, my_challenge: &[u8]) -> Result<(String, Key), String> {
     if auth.msg_type != MSG_AUTH {
         return Err(format!("expected authentication, got message type {}", auth.msg_type));
     }
@@ -138,7 +138,7 @@ fn check_auth<'k>(auth: &Frame, keyring: &'k Keyring, my_challenge: &[u8]) -> Re
         return Err("entity name too long".into());
     }
     let entity = std::str::from_utf8(entity).map_err(|_| "entity name is not UTF-8".to_owned())?;
-    let key = keyring.get(entity).ok_or_else(|| format!("unknown entity {entity}"))?;
-    mac(key, my_challenge, entity).verify_slice(proof).map_err(|_| format!("bad key for {entity}"))?;
+    let key = keyring.lookup(entity).ok_or_else(|| format!("unknown entity {entity}"))?;
+    mac(&key, my_challenge, entity).verify_slice(proof).map_err(|_| format!("bad key for {entity}"))?;
     Ok((entity.to_owned(), key))
 }

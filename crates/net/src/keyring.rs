@@ -85,9 +85,15 @@ impl fmt::Debug for Key {
 /// The file format is text: one `ENTITY HEXKEY` per line (separated by spaces or tabs), blank
 /// lines and lines starting with `#` ignored. An entity name is non-empty, has no whitespace
 /// and does not start with `#`.
+///
+/// Besides the keys it was built or loaded with, a keyring holds *learned* keys, replaced as a
+/// whole with [`Keyring::set_learned`] (daemons learn client keys from the cluster map). Clones
+/// share the learned keys, so a server holding the keyring sees updates made through any clone.
+/// Only the built or loaded keys are saved.
 #[derive(Clone, Default, Debug)]
 pub struct Keyring {
     keys: BTreeMap<String, Key>,
+    learned: std::sync::Arc<std::sync::RwLock<BTreeMap<String, Key>>>,
 }
 
 impl Keyring {
@@ -101,9 +107,25 @@ impl Keyring {
         self.keys.insert(entity.to_owned(), key);
     }
 
+    /// The key of `entity` among the built or loaded keys (not the learned ones).
     #[must_use]
     pub fn get(&self, entity: &str) -> Option<&Key> {
         self.keys.get(entity)
+    }
+
+    /// The key a server checks `entity` against: its built or loaded key, else a learned one.
+    #[must_use]
+    pub fn lookup(&self, entity: &str) -> Option<Key> {
+        if let Some(k) = self.keys.get(entity) {
+            return Some(k.clone());
+        }
+        self.learned.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(entity).cloned()
+    }
+
+    /// Replaces the learned keys (for every clone of this keyring). A connection already
+    /// authenticated stays open when its entity's key is removed; new ones are refused.
+    pub fn set_learned(&self, keys: BTreeMap<String, Key>) {
+        *self.learned.write().unwrap_or_else(std::sync::PoisonError::into_inner) = keys;
     }
 
     /// Number of entities.

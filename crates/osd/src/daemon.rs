@@ -159,16 +159,22 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
             .context("starting the worker thread")?
     };
 
-    // Follow the map.
+    // Follow the map, and accept the clients its auth table lists (besides the keyring file).
+    let learn = |keyring: &Keyring, map: &shoal_map::ClusterMap| {
+        keyring.set_learned(map.auth.iter().map(|(e, k)| (e.clone(), shoal_net::Key(*k))).collect());
+    };
+    learn(&cfg.keyring, &monc.map());
     let mut watch = monc.watch();
     let map_tx = tx.clone();
+    let keyring = cfg.keyring.clone();
     let follow = tokio::spawn(async move {
         while watch.changed().await.is_ok() {
             let map = watch.borrow_and_update().clone();
-            if let Some(map) = map
-                && map_tx.send(Event::Map(map)).await.is_err()
-            {
-                return;
+            if let Some(map) = map {
+                learn(&keyring, &map);
+                if map_tx.send(Event::Map(map)).await.is_err() {
+                    return;
+                }
             }
         }
     });
