@@ -264,20 +264,24 @@ daemon_rss() {  # JSON {name: kib} for every daemon of $DIR
   printf '}\n'
 }
 
-ceph_round() {  # -> $WORK/ceph-rN.json
-  local r=$1 d1 d6 t_down1 rss_idle rss_after b4m b4k f4m f4k
-  # one OSD, size-1 pool: deploy, idle RSS, benches, teardown
-  DIR=$WORK/ceph1-r$r
-  log "ceph: deploying 1 OSD in $DIR"
-  ceph_deploy 1 1
-  d1=$(jq -nc --argjson s "$READY_S" --argjson h "$HEALTH_OK_S" --arg st "$HEALTH_AT_READY" \
+deploy_json() {  # the last ceph_deploy's timings as JSON
+  jq -nc --argjson s "$READY_S" --argjson h "$HEALTH_OK_S" --arg st "$HEALTH_AT_READY" \
         --argjson checks "$HEALTH_DETAIL" \
         --argjson m "$PH_MON" --argjson g "$PH_MGR" --argjson o "$PH_OSDS" --argjson p "$PH_POOL" \
         --argjson ma "$PH_MGR_AVAIL" --argjson ou "$PH_OSDS_UP" \
         '{ready_s:$s, health_ok_s:$h, health_at_ready:$st, health_checks_after:$checks,
           phases_s: {mon_mkfs_and_started: $m, mgr_started: $g, osds_created_and_started: $o,
                      pool_created: $p, mgr_available_seen: $ma, osds_up_and_in_seen: $ou,
-                     ready: $s}}')
+                     ready: $s}}'
+}
+
+ceph_round() {  # -> $WORK/ceph-rN.json
+  local r=$1 d1 d6 t_down1 rss_idle rss_after b4m b4k f4m f4k
+  # one OSD, size-1 pool: deploy, idle RSS, benches, teardown
+  DIR=$WORK/ceph1-r$r
+  log "ceph: deploying 1 OSD in $DIR"
+  ceph_deploy 1 1
+  d1=$(deploy_json)
   sleep "$IDLE_S"
   rss_idle=$(daemon_rss)
   log "ceph: rados bench 4M / 4K, fio rados 4K / 4M (${BENCH_S}s each)"
@@ -291,14 +295,7 @@ ceph_round() {  # -> $WORK/ceph-rN.json
   DIR=$WORK/ceph6-r$r
   log "ceph: deploying 6 OSDs in $DIR"
   ceph_deploy 6 3
-  d6=$(jq -nc --argjson s "$READY_S" --argjson h "$HEALTH_OK_S" --arg st "$HEALTH_AT_READY" \
-        --argjson checks "$HEALTH_DETAIL" \
-        --argjson m "$PH_MON" --argjson g "$PH_MGR" --argjson o "$PH_OSDS" --argjson p "$PH_POOL" \
-        --argjson ma "$PH_MGR_AVAIL" --argjson ou "$PH_OSDS_UP" \
-        '{ready_s:$s, health_ok_s:$h, health_at_ready:$st, health_checks_after:$checks,
-          phases_s: {mon_mkfs_and_started: $m, mgr_started: $g, osds_created_and_started: $o,
-                     pool_created: $p, mgr_available_seen: $ma, osds_up_and_in_seen: $ou,
-                     ready: $s}}')
+  d6=$(deploy_json)
   sleep "$IDLE_S"
   local rss6; rss6=$(daemon_rss)
   ceph_teardown
