@@ -1,7 +1,8 @@
 //! Loopback throughput, printed and never asserted (timings depend on the machine and its load).
 //!
-//! `cargo test -p shoal-net --test bench -- --ignored --nocapture`
+//! `cargo run --release -p shoal-net --example loopback_bench`
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -38,9 +39,8 @@ async fn run(conn: &Connection, len: usize) -> (u64, f64) {
     (calls, started.elapsed().as_secs_f64())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "benchmark: run with --ignored --nocapture"]
-async fn loopback_throughput() {
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
     let server = TestServer::start().await;
     let mut cfg = server.client_config();
     cfg.max_in_flight = IN_FLIGHT;
