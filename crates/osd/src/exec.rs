@@ -59,10 +59,20 @@ pub fn resolve_writes(
     if want != data_len as u64 {
         return Err(invalid(format!("operations name {want} bytes of data but {data_len} were sent")));
     }
-    let (mut exists, mut size) = match store.stat(coll, obj) {
-        Ok(st) => (true, st.size_bytes),
-        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => (false, 0),
-        Err(e) => return Err(store_error(&e)),
+    // Only appends, exclusive creates and removes depend on the object's current state; the
+    // common whole-object and offset writes skip the metadata lookup. (A size limit check needs
+    // no current size: the stored object is already within the limit, so a write's end is what
+    // can cross it.)
+    let needs_state =
+        ops.iter().any(|o| matches!(o, ObjOp::Append { .. } | ObjOp::Create { exclusive: true } | ObjOp::Remove));
+    let (mut exists, mut size) = if !needs_state {
+        (true, 0)
+    } else {
+        match store.stat(coll, obj) {
+            Ok(st) => (true, st.size_bytes),
+            Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => (false, 0),
+            Err(e) => return Err(store_error(&e)),
+        }
     };
     let too_large = |end: u64| {
         RemoteError::new(
