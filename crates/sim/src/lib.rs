@@ -70,6 +70,14 @@ pub struct SimConfig {
     pub max_delay_us: u64,
     /// Mark this OSD out at this simulated time (microseconds), if set.
     pub osd_out_at_us: Option<(OsdId, u64)>,
+    /// Writes append a small piece instead of replacing the object, so that a write applied
+    /// twice shows in the content.
+    pub appends: bool,
+    /// Messages between clients and OSDs lost, per thousand (a connection reset: the client
+    /// reconnects and resends with the same request id).
+    pub drop_client_per_mille: u64,
+    /// A client resends a request with no answer after this long.
+    pub client_timeout_us: u64,
 }
 
 impl Default for SimConfig {
@@ -86,6 +94,9 @@ impl Default for SimConfig {
             min_delay_us: 10,
             max_delay_us: 2_000,
             osd_out_at_us: None,
+            appends: false,
+            drop_client_per_mille: 0,
+            client_timeout_us: 50_000,
         }
     }
 }
@@ -97,6 +108,8 @@ pub struct Outcome {
     pub trace_hash: u64,
     pub delivered: u64,
     pub acked_writes: u64,
+    /// Client/OSD messages the network lost.
+    pub dropped: u64,
     pub verified_reads: u64,
     /// Resends after `WrongPrimary` (map changes seen by clients late).
     pub resends: u64,
@@ -138,6 +151,8 @@ enum Delivery {
     ClientTick(u32),
     /// The scheduled map change happens.
     MarkOut(OsdId),
+    /// A client's request `tid` has waited for its answer since attempt `attempt`.
+    ClientTimeout { client: u32, tid: u64, attempt: u32 },
 }
 
 struct Client {
@@ -155,6 +170,8 @@ struct Client {
 #[derive(Debug, Clone)]
 struct InFlight {
     object: u32,
+    /// Sends so far; a timeout for an older attempt is stale.
+    attempt: u32,
     /// Map epoch the latest attempt was sent with.
     sent_epoch: u64,
     write: Option<u64>,
@@ -174,8 +191,8 @@ pub struct Simulation {
     mon: MonCore,
     osds: BTreeMap<u32, OsdCore>,
     clients: Vec<Client>,
-    /// Model: the value seed of each object's last acknowledged write.
-    model: HashMap<(u32, u32), u64>,
+    /// Model: each object's content after its acknowledged writes.
+    model: HashMap<(u32, u32), Vec<u8>>,
     /// Request ids of replicated writes a primary sent, so replies can be routed back.
     rep_requests: HashMap<u64, ReqId>,
     next_rep_request: u64,
@@ -186,10 +203,16 @@ pub struct Simulation {
 const POOL: &str = "sim";
 /// Bytes of each object value (small: the simulation is about ordering, not bandwidth).
 const VALUE_BYTES: usize = 512;
+/// Bytes of each appended piece.
+const APPEND_BYTES: usize = 48;
 
 fn value(seed: u64) -> Vec<u8> {
     let mut r = Rng::new(seed);
     (0..VALUE_BYTES).map(|_| r.next_u64() as u8).collect()
+}
+
+fn piece(seed: u64) -> Vec<u8> {
+    value(seed)[..APPEND_BYTES].to_vec()
 }
 
 fn object_name(client: u32, object: u32) -> String {
@@ -247,6 +270,7 @@ impl Simulation {
             trace_hash: 0,
             delivered: 0,
             acked_writes: 0,
+            dropped: 0,
             verified_reads: 0,
             resends: 0,
             end_us: 0,
@@ -296,6 +320,12 @@ impl Simulation {
     }
 
     fn send(&mut self, from: Node, to: Node, frame: Frame) {
+        let client_link = matches!(from, Node::Client(_)) || matches!(to, Node::Client(_));
+        if client_link && self.rng.range(0, 999) < self.cfg.drop_client_per_mille {
+            self.outcome.dropped += 1;
+            self.trace(&[format!("drop {from:?}>{to:?}:{}", frame.request_id).as_bytes()]);
+            return;
+        }
         let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us);
         // FIFO per directed link, as on one TCP connection.
         let earliest = self.link_clock.get(&(from, to)).copied().unwrap_or(0);
@@ -368,13 +398,21 @@ impl Simulation {
                                 self.outcome.resends += 1;
                                 self.send_op(c, tid);
                             } else {
-                                self.clients[c as usize].parked.push((tid, epoch));
+                                self.park(c, tid, epoch);
                             }
                         }
                     }
                 }
             }
             Delivery::ClientTick(c) => self.client_issue(c),
+            Delivery::ClientTimeout { client, tid, attempt } => {
+                let current = self.clients[client as usize].in_flight.get(&tid).map(|f| f.attempt);
+                if current == Some(attempt) {
+                    self.trace(&[format!("timeout c{client} t{tid} a{attempt}").as_bytes()]);
+                    self.outcome.resends += 1;
+                    self.send_op(client, tid);
+                }
+            }
             Delivery::MarkOut(osd) => {
                 self.trace(&[format!("out {osd}").as_bytes()]);
                 let cmd = MonEvent::Command {
@@ -472,10 +510,19 @@ impl Simulation {
             client.next_tid += 1;
             client.busy_objects.insert(object, tid);
             let reqid = ReqId { client: u64::from(c) + 1, tid };
-            client.in_flight.insert(tid, InFlight { object, sent_epoch: 0, write: write.then_some(seed), reqid });
+            client
+                .in_flight
+                .insert(tid, InFlight { object, attempt: 0, sent_epoch: 0, write: write.then_some(seed), reqid });
             self.send_op(c, tid);
         }
         self.clients[c as usize].queue = rest;
+    }
+
+    /// Holds request `tid` until the client's map reaches `epoch` (once per request).
+    fn park(&mut self, c: u32, tid: u64, epoch: u64) {
+        let parked = &mut self.clients[c as usize].parked;
+        parked.retain(|(t, _)| *t != tid);
+        parked.push((tid, epoch));
     }
 
     fn send_op(&mut self, c: u32, tid: u64) {
@@ -486,16 +533,22 @@ impl Simulation {
         let Ok(pool) = map.pool_by_name(POOL) else { return };
         let Ok(loc) = map.locate(pool.id, &name) else { return };
         let Some(primary) = loc.osds.first() else {
-            self.clients[c as usize].parked.push((tid, map.epoch + 1));
+            self.park(c, tid, map.epoch + 1);
             return;
         };
         let (ops, data) = match op.write {
+            Some(seed) if self.cfg.appends => (vec![ObjOp::Append { len_bytes: APPEND_BYTES as u64 }], piece(seed)),
             Some(seed) => (vec![ObjOp::WriteFull { len_bytes: VALUE_BYTES as u64 }], value(seed)),
             None => (vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], Vec::new()),
         };
+        let mut attempt = 0;
         if let Some(f) = self.clients[c as usize].in_flight.get_mut(&tid) {
             f.sent_epoch = map.epoch;
+            f.attempt += 1;
+            attempt = f.attempt;
         }
+        let at = self.now_us + self.cfg.client_timeout_us;
+        self.schedule(at, Delivery::ClientTimeout { client: c, tid, attempt });
         let msg = OsdOp { reqid: op.reqid, epoch: map.epoch, pool: pool.id, pg: loc.pg.seed, object: name, ops };
         self.send(Node::Client(c), Node::Osd(primary.0), Frame::new(OsdOp::TYPE, tid, encode(&msg, data)));
     }
@@ -512,11 +565,15 @@ impl Simulation {
                 let key = (c, op.object);
                 match op.write {
                     Some(seed) => {
-                        self.model.insert(key, seed);
+                        if self.cfg.appends {
+                            self.model.entry(key).or_default().extend_from_slice(&piece(seed));
+                        } else {
+                            self.model.insert(key, value(seed));
+                        }
                         self.outcome.acked_writes += 1;
                     }
                     None => {
-                        let expected = self.model.get(&key).map(|s| value(*s));
+                        let expected = self.model.get(&key).cloned();
                         match expected {
                             Some(v) if v == data => self.outcome.verified_reads += 1,
                             Some(_) => self.outcome.violations.push(format!(
@@ -541,7 +598,7 @@ impl Simulation {
                     self.outcome.resends += 1;
                     self.send_op(c, tid);
                 } else {
-                    self.clients[c as usize].parked.push((tid, epoch));
+                    self.park(c, tid, epoch);
                 }
             }
             Err(e)
@@ -584,7 +641,7 @@ impl Simulation {
             for osd in &loc.osds {
                 let Some(core) = self.osds.get(&osd.0) else { continue };
                 match core.store().read_all(&coll, &name) {
-                    Ok(bytes) if bytes == value(*seed) => {}
+                    Ok(bytes) if bytes == *seed => {}
                     Ok(_) => self.outcome.violations.push(format!("{osd} holds a stale {name}")),
                     Err(e) => self.outcome.violations.push(format!("{osd} lacks {name}: {e}")),
                 }
