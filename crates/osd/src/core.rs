@@ -24,7 +24,9 @@ use shoal_proto::osd::{OsdOp, OsdOpReply, PgList, PgListReply, RepOp, RepOpReply
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
 use shoal_store::{Durability, ObjectStore, StoreError};
 
-use crate::exec::{build_transaction, execute_reads, is_read_only, pg_collection, resolve_writes, store_error};
+use crate::exec::{
+    build_transaction, check_precondition, execute_reads, is_read_only, pg_collection, resolve_writes, store_error,
+};
 
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
@@ -287,10 +289,11 @@ impl OsdCore {
         if self.pending.len() >= MAX_PENDING_WRITES {
             return out.push(fail(RemoteError::new(ErrorCode::Other, "OSD busy: too many writes in flight")));
         }
-        let resolved = match resolve_writes(&*self.store, &coll, &op.object, &op.ops, data.len(), max_object_bytes) {
-            Ok(r) => r,
-            Err(e) => return out.push(fail(e)),
-        };
+        let (resolved, precondition) =
+            match resolve_writes(&*self.store, &coll, &op.object, &op.ops, data.len(), max_object_bytes) {
+                Ok(r) => r,
+                Err(e) => return out.push(fail(e)),
+            };
         let replicas: Vec<OsdId> = acting[1..].to_vec();
         // Replicas need their own copy of the data; the local commit consumes the original.
         let copies: Vec<Vec<u8>> = replicas.iter().map(|_| data.clone()).collect();
@@ -319,6 +322,7 @@ impl OsdCore {
                 pg: pg.seed,
                 object: op.object.clone(),
                 version,
+                precondition,
                 ops: resolved.clone(),
             };
             out.push(Action::Replicate { osd: *osd, op: rep, data: copy });
@@ -362,7 +366,8 @@ impl OsdCore {
 
     fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: Vec<u8>, out: &mut Vec<Action>) {
         let coll = pg_collection(PgId { pool: op.pool, seed: op.pg });
-        let result = self.commit(&coll, &op.object, &op.ops, data);
+        let result = check_precondition(&*self.store, &coll, &op.object, op.precondition)
+            .and_then(|()| self.commit(&coll, &op.object, &op.ops, data));
         if result.is_ok() {
             self.counters.write_ops += 1;
         }

@@ -2,7 +2,7 @@
 //! deterministic transaction (the same on the primary and every replica), and serving reads.
 
 use shoal_map::PgId;
-use shoal_proto::osd::{ObjOp, OpOutput};
+use shoal_proto::osd::{ObjOp, OpOutput, Precondition};
 use shoal_proto::{ErrorCode, RemoteError};
 use shoal_store::{ObjectStore, StoreError, Transaction};
 
@@ -54,23 +54,23 @@ pub fn resolve_writes(
     ops: &[ObjOp],
     data_len: usize,
     max_object_bytes: u64,
-) -> Result<Vec<ObjOp>, RemoteError> {
+) -> Result<(Vec<ObjOp>, Precondition), RemoteError> {
     let want: u64 = ops.iter().map(ObjOp::data_len).sum();
     if want != data_len as u64 {
         return Err(invalid(format!("operations name {want} bytes of data but {data_len} were sent")));
     }
-    // Only appends, exclusive creates and removes depend on the object's current state; the
-    // common whole-object and offset writes skip the metadata lookup. (A size limit check needs
-    // no current size: the stored object is already within the limit, so a write's end is what
-    // can cross it.)
-    let needs_state =
-        ops.iter().any(|o| matches!(o, ObjOp::Append { .. } | ObjOp::Create { exclusive: true } | ObjOp::Remove));
-    let (mut exists, mut size) = if !needs_state {
-        (true, 0)
+    // A request that starts by replacing the object whole does not depend on its current
+    // state, and skips the metadata lookup (the common case: `write_full`). Any other write is
+    // resolved against the current state, which replicas must also have (the precondition).
+    // (A size limit check needs no current size: the stored object is already within the
+    // limit, so a write's end is what can cross it.)
+    let replaces = matches!(ops.first(), Some(ObjOp::WriteFull { .. }));
+    let (mut exists, mut size, precondition) = if replaces {
+        (true, 0, Precondition::Any)
     } else {
         match store.stat(coll, obj) {
-            Ok(st) => (true, st.size_bytes),
-            Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => (false, 0),
+            Ok(st) => (true, st.size_bytes, Precondition::Size(st.size_bytes)),
+            Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => (false, 0, Precondition::Absent),
             Err(e) => return Err(store_error(&e)),
         }
     };
@@ -126,7 +126,31 @@ pub fn resolve_writes(
         exists = true;
         out.push(resolved);
     }
-    Ok(out)
+    Ok((out, precondition))
+}
+
+/// Checks a replicated write's precondition against this replica's copy of the object.
+pub fn check_precondition(
+    store: &dyn ObjectStore,
+    coll: &str,
+    obj: &str,
+    want: Precondition,
+) -> Result<(), RemoteError> {
+    if want == Precondition::Any {
+        return Ok(());
+    }
+    let have = match store.stat(coll, obj) {
+        Ok(st) => Precondition::Size(st.size_bytes),
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => Precondition::Absent,
+        Err(e) => return Err(store_error(&e)),
+    };
+    if have == want {
+        return Ok(());
+    }
+    Err(RemoteError::new(
+        ErrorCode::Corrupt,
+        format!("replica of {obj} diverges from the primary (primary: {want:?}, replica: {have:?}); write refused"),
+    ))
 }
 
 /// The store transaction for resolved writes (see [`resolve_writes`]), creating the PG's

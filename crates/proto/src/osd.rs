@@ -155,7 +155,22 @@ pub struct RepOp {
     pub object: String,
     /// The PG's write sequence number at the primary; replicas apply in this order.
     pub version: u64,
+    /// The object's state on the primary before `ops`, for writes whose result depends on it.
+    pub precondition: Precondition,
     pub ops: Vec<ObjOp>,
+}
+
+/// What a replica must find before applying a replicated write: the primary resolved the
+/// write (an append's offset, a partial overwrite) against this state, so applying it to any
+/// other state would make the replica diverge silently. A mismatch is refused instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Precondition {
+    /// The write replaces the object whole: any state will do.
+    Any,
+    /// The object did not exist on the primary.
+    Absent,
+    /// The object existed with this size.
+    Size(u64),
 }
 impl Message for RepOp {
     const TYPE: u16 = 34;
