@@ -48,8 +48,9 @@ pub enum OsdCommand {
 
 #[derive(Subcommand)]
 pub enum AuthCommand {
-    /// Create a key for ENTITY (`client.NAME`) and print it as a keyring line
-    /// (`shoal auth add client.bob > bob.keyring`). OSDs and monitors accept it at once.
+    /// Create a key for ENTITY (`client.NAME`, or `osd.N` to add an OSD to a running cluster)
+    /// and print it as a keyring line (`shoal auth add client.bob > bob.keyring`). OSDs and
+    /// monitors accept it at once.
     Add {
         #[command(flatten)]
         conf: ConfArgs,

@@ -210,7 +210,7 @@ fn all_operations_on_a_replicated_pool() {
     assert_eq!(ok(&bob(&["auth", "ls", "--json"])).trim(), "[]", "client.bob must not see keys");
     assert!(ok(&shoal(&dir, &["auth", "ls"])).contains("client.bob"));
     common::fails_with(&bob(&["pool", "create", "mine", "--size", "1"]), "permission denied");
-    common::fails_with(&shoal(&dir, &["auth", "add", "osd.9"]), "client.NAME");
+    common::fails_with(&shoal(&dir, &["auth", "add", "mon.9"]), "client.NAME");
     ok(&shoal(&dir, &["auth", "rm", "client.bob"]));
     common::fails_with(&bob(&["obj", "get", "--pool", "rep", "bobs"]), "unknown entity client.bob");
 }

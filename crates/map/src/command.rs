@@ -57,7 +57,8 @@ pub enum Command {
         name: String,
         setting: PoolSetting,
     },
-    /// Adds (or replaces) the key of `entity` (`client.NAME`; daemons use their bootstrap keys).
+    /// Adds (or replaces) the key of `entity` (`client.NAME`, or `osd.N` for an OSD added to a
+    /// running cluster; monitors and the admin use their bootstrap keys).
     AuthAdd {
         entity: String,
         key: [u8; 32],
@@ -150,10 +151,18 @@ fn validate_pool_name(name: &str) -> Result<(), MapError> {
 /// Longest entity name, in bytes.
 pub const MAX_ENTITY_BYTES: usize = 64;
 
-fn validate_client_entity(entity: &str) -> Result<(), MapError> {
+/// Entities whose keys the map may hold: clients (`client.NAME`) and OSDs added to a running
+/// cluster (`osd.N`). Monitors and `client.admin` keep their bootstrap keys.
+fn validate_auth_entity(entity: &str) -> Result<(), MapError> {
     let bad = |reason: &'static str| Err(MapError::InvalidEntity { entity: entity.to_string(), reason });
+    if let Some(n) = entity.strip_prefix("osd.") {
+        return match n.parse::<u32>() {
+            Ok(id) if id.to_string() == n => Ok(()),
+            _ => bad("an OSD entity is `osd.` followed by its number"),
+        };
+    }
     let Some(name) = entity.strip_prefix("client.") else {
-        return bad("keys can be managed for `client.NAME` entities only (daemons use their keyring file)");
+        return bad("keys can be managed for `client.NAME` and `osd.N` entities only");
     };
     if name.is_empty() || entity.len() > MAX_ENTITY_BYTES {
         return bad("the name after `client.` must be 1 to 57 bytes");
@@ -271,7 +280,7 @@ impl ClusterMap {
                 Change::PutPool(pool)
             }
             Command::AuthAdd { entity, key } => {
-                validate_client_entity(entity)?;
+                validate_auth_entity(entity)?;
                 if self.auth.get(entity) == Some(key) {
                     return Ok(None);
                 }

@@ -110,7 +110,9 @@ fn auth_keys_are_validated_and_redacted() {
     follower.epoch -= 1;
     follower.apply_incremental(&shoal_map::Incremental { epoch: inc.epoch, change: inc.change.redacted() }).unwrap();
     assert_eq!(follower.epoch, map.epoch);
-    for bad in ["osd.1", "client.", "client.admin", "client.a b", "bob"] {
+    map.execute(&Command::AuthAdd { entity: "osd.7".into(), key: [2; 32] }).unwrap();
+    map.execute(&Command::AuthRemove { entity: "osd.7".into() }).unwrap();
+    for bad in ["mon.0", "osd.x", "osd.01", "client.", "client.admin", "client.a b", "bob"] {
         let cmd = Command::AuthAdd { entity: bad.into(), key: [1; 32] };
         assert!(matches!(map.execute(&cmd), Err(MapError::InvalidEntity { .. })), "{bad}");
     }

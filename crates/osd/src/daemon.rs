@@ -139,7 +139,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     }
     let listener =
         tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("binding {}", cfg.listen))?;
-    let addr = listener.local_addr()?;
+    let addr = advertised_addr(listener.local_addr()?, &cfg.cluster.mons);
 
     let (tx, rx) = mpsc::channel(WORKER_QUEUE_EVENTS);
     let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
@@ -225,6 +225,25 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     store.flush().context("flushing the store at shutdown")?;
     tracing::info!(osd = %cfg.id, "stopped");
     Ok(())
+}
+
+/// The address to put in the map: the bound one, unless it is a wildcard (`0.0.0.0`), which
+/// clients cannot connect to; then the local address this machine uses to reach the first
+/// monitor (found by connecting a UDP socket, which sends nothing).
+fn advertised_addr(bound: SocketAddr, mons: &[SocketAddr]) -> SocketAddr {
+    if !bound.ip().is_unspecified() {
+        return bound;
+    }
+    let local_ip = mons.first().and_then(|mon| {
+        let any: SocketAddr = if mon.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
+        let probe = std::net::UdpSocket::bind(any).ok()?;
+        probe.connect(mon).ok()?;
+        probe.local_addr().ok().map(|a| a.ip())
+    });
+    match local_ip {
+        Some(ip) => SocketAddr::new(ip, bound.port()),
+        None => bound,
+    }
 }
 
 /// How long an OSD keeps trying to reach the monitors at start: they may be starting at the
