@@ -213,4 +213,38 @@ fn all_operations_on_a_replicated_pool() {
     common::fails_with(&shoal(&dir, &["auth", "add", "mon.9"]), "client.NAME");
     ok(&shoal(&dir, &["auth", "rm", "client.bob"]));
     common::fails_with(&bob(&["obj", "get", "--pool", "rep", "bobs"]), "unknown entity client.bob");
+
+    // An OSD joins the running cluster with a key added through the monitors, bound to a
+    // wildcard address and announced with a reachable one.
+    let line = ok(&shoal(&dir, &["auth", "add", "osd.4"]));
+    let mut keyring = std::fs::read_to_string(dir.join("keyring")).expect("keyring");
+    keyring.push_str(&line);
+    std::fs::write(dir.join("keyring"), keyring).expect("write keyring");
+    let conf = dir.join("shoal.toml").display().to_string();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["osd", "run", "--conf", &conf, "--id", "4", "--host", "late", "--backend", "mem", "--size", "1G"])
+        .args(["--addr", "0.0.0.0:0"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start osd.4");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let joined = loop {
+        let tree: serde_json::Value =
+            serde_json::from_str(&ok(&shoal(&dir, &["osd", "tree", "--json"]))).expect("json");
+        let osd4 = tree["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h["osds"].as_array().cloned().unwrap_or_default())
+            .find(|o| o["id"] == 4);
+        if let Some(o) = osd4.filter(|o| o["up"] == true) {
+            break o;
+        }
+        assert!(std::time::Instant::now() < deadline, "osd.4 did not come up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let addr = joined["addr"].as_str().expect("address");
+    assert!(!addr.starts_with("0.0.0.0"), "announced {addr}");
+    let _ = child.kill();
+    let _ = child.wait();
 }
