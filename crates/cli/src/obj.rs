@@ -60,13 +60,21 @@ pub enum ObjCommand {
 pub fn run(cmd: &ObjCommand) -> Result<ExitCode> {
     match cmd {
         ObjCommand::Put { p, name, file } => {
-            let mut data = Vec::new();
-            if file.as_os_str() == "-" {
-                std::io::stdin().read_to_end(&mut data).context("reading stdin")?;
-            } else {
-                data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-            }
             let client = p.conf.connect()?;
+            // Read at most one byte more than the pool accepts, so an oversized input is refused
+            // without holding all of it in memory.
+            let max_bytes = client.client().pool(&p.pool)?.max_object_bytes;
+            let mut data = Vec::new();
+            let what = if file.as_os_str() == "-" { "stdin".to_string() } else { file.display().to_string() };
+            let input: Box<dyn Read> = if file.as_os_str() == "-" {
+                Box::new(std::io::stdin())
+            } else {
+                Box::new(std::fs::File::open(file).with_context(|| format!("reading {what}"))?)
+            };
+            input.take(max_bytes + 1).read_to_end(&mut data).with_context(|| format!("reading {what}"))?;
+            if data.len() as u64 > max_bytes {
+                anyhow::bail!("{what} is larger than pool {}'s maximum object size of {max_bytes} bytes", p.pool);
+            }
             let len = data.len();
             client.write_full(&p.pool, name, data)?;
             if p.json {
