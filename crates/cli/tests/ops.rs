@@ -203,6 +203,12 @@ fn all_operations_on_a_replicated_pool() {
         let refs: Vec<&str> = all.iter().map(String::as_str).collect();
         shoal(&dir, &refs)
     };
+    let big = dir.join("big-in");
+    std::fs::write(&big, vec![1u8; 2 << 20]).expect("write");
+    common::fails_with(
+        &shoal(&dir, &["obj", "put", "--pool", "rep", "big", &big.display().to_string()]),
+        "larger than pool rep's maximum object size",
+    );
     let src = dir.join("bob-in");
     std::fs::write(&src, b"from bob").expect("write");
     ok(&bob(&["obj", "put", "--pool", "rep", "bobs", &src.display().to_string()]));
