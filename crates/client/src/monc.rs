@@ -41,24 +41,6 @@ impl Drop for Inner {
     }
 }
 
-/// Applies a map update to `current`. Returns the new map, or `None` if the update does not
-/// lead anywhere from `current` (a gap: the caller asks for the full map).
-pub fn apply_update(current: Option<&ClusterMap>, update: &MapUpdate) -> Option<ClusterMap> {
-    let mut map = match (&update.full, current) {
-        (Some(full), Some(cur)) if full.epoch <= cur.epoch => cur.clone(),
-        (Some(full), _) => full.clone(),
-        (None, Some(cur)) => cur.clone(),
-        (None, None) => return None,
-    };
-    for inc in &update.incrementals {
-        if inc.epoch <= map.epoch {
-            continue;
-        }
-        map.apply_incremental(inc).ok()?;
-    }
-    Some(map)
-}
-
 impl MonClient {
     /// Connects to the first monitor that answers, fetches the map and subscribes to updates.
     /// Returns once a map is known.
@@ -202,7 +184,7 @@ async fn subscribe_once(inner: &Inner) -> Result<tokio::sync::mpsc::Receiver<sho
 
 fn publish(inner: &Inner, update: &MapUpdate) -> bool {
     let current = inner.map_tx.borrow().clone();
-    match apply_update(current.as_deref(), update) {
+    match update.apply_to(current.as_deref()) {
         Some(map) => {
             if current.as_ref().is_none_or(|c| map.epoch > c.epoch) {
                 inner.map_tx.send_replace(Some(Arc::new(map)));

@@ -47,6 +47,27 @@ impl Message for MapUpdate {
     const TYPE: u16 = 19;
 }
 
+impl MapUpdate {
+    /// The map after this update, starting from `current` (the receiver's map, if any): the full
+    /// map if it is newer, then every incremental past the epoch reached. `None` if the update
+    /// does not lead on from `current` (a gap): the receiver then asks for the full map.
+    #[must_use]
+    pub fn apply_to(&self, current: Option<&ClusterMap>) -> Option<ClusterMap> {
+        let mut map = match (&self.full, current) {
+            (Some(full), Some(cur)) if full.epoch <= cur.epoch => cur.clone(),
+            (Some(full), _) => full.clone(),
+            (None, Some(cur)) => cur.clone(),
+            (None, None) => return None,
+        };
+        for inc in &self.incrementals {
+            if inc.epoch > map.epoch {
+                map.apply_incremental(inc).ok()?;
+            }
+        }
+        Some(map)
+    }
+}
+
 /// Asks for the cluster's health and activity (`shoal status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GetStatus;

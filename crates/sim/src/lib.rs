@@ -381,7 +381,7 @@ impl Simulation {
                     Node::Client(c) => Some(self.clients[c as usize].map.clone()),
                 };
                 let Some(current) = current else { return };
-                let Some(map) = apply_update(&current, &update) else {
+                let Some(map) = update.apply_to(Some(&current)).map(Arc::new) else {
                     return self.outcome.violations.push(format!("{to:?} could not apply a map update"));
                 };
                 self.trace(&[format!("map {to:?} {}", map.epoch).as_bytes()]);
@@ -649,18 +649,4 @@ impl Simulation {
         }
         let _ = OpOutput::Done;
     }
-}
-
-/// A node's map after a pushed update, or `None` if the update does not lead on from it.
-fn apply_update(current: &Arc<ClusterMap>, update: &MapUpdate) -> Option<Arc<ClusterMap>> {
-    let mut map = match &update.full {
-        Some(full) if full.epoch > current.epoch => full.clone(),
-        _ => (**current).clone(),
-    };
-    for inc in &update.incrementals {
-        if inc.epoch > map.epoch {
-            map.apply_incremental(inc).ok()?;
-        }
-    }
-    Some(Arc::new(map))
 }
