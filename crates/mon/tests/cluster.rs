@@ -236,11 +236,13 @@ async fn converge(conns: &[(u32, Connection)], epoch: u64, timeout: Duration) {
     }
 }
 
-/// Three monitors' listeners, addresses and freshly made data directories under `root`.
+/// Three monitors: made under `root`, started, and a `client.admin` connection to each. Returns
+/// the running monitors by rank, the connections, the addresses and the data directories.
 async fn three_mons(
     root: &Path,
     fsid: &str,
-) -> (BTreeMap<u32, TcpListener>, BTreeMap<u32, SocketAddr>, Vec<std::path::PathBuf>) {
+    keys: &Arc<Keyring>,
+) -> (BTreeMap<u32, Mon>, Vec<(u32, Connection)>, BTreeMap<u32, SocketAddr>, Vec<std::path::PathBuf>) {
     let mut listeners = BTreeMap::new();
     let mut mons = BTreeMap::new();
     for r in 0..3 {
@@ -252,23 +254,23 @@ async fn three_mons(
     for r in 0..3u32 {
         mkfs(&dirs[r as usize], r, fsid, &mons).unwrap();
     }
-    (listeners, mons, dirs)
+    let mut running = BTreeMap::new();
+    for (r, l) in listeners {
+        running.insert(r, start(&dirs[r as usize], r, l, &mons, keys));
+    }
+    let mut conns = Vec::new();
+    for r in 0..3u32 {
+        conns.push((r, connect(mons[&r], keys, "client.admin").await));
+    }
+    (running, conns, mons, dirs)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_monitors_fail_over_and_recover() {
     let tmp = tempfile::tempdir().unwrap();
     let keys = keyring();
-    let (listeners, mons, dirs) = three_mons(tmp.path(), "fsid-three").await;
     let t0 = Instant::now();
-    let mut running: BTreeMap<u32, Mon> = BTreeMap::new();
-    for (r, l) in listeners {
-        running.insert(r, start(&dirs[r as usize], r, l, &mons, &keys));
-    }
-    let mut conns = Vec::new();
-    for r in 0..3u32 {
-        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
-    }
+    let (mut running, mut conns, mons, dirs) = three_mons(tmp.path(), "fsid-three", &keys).await;
     // Commands sent to every monitor: followers forward them to the leader.
     let mut epoch = 0;
     for (i, (_, c)) in conns.iter().enumerate() {
@@ -324,15 +326,7 @@ async fn three_monitors_fail_over_and_recover() {
 async fn snapshots_bound_the_log_and_catch_up_a_lagging_monitor() {
     let tmp = tempfile::tempdir().unwrap();
     let keys = keyring();
-    let (listeners, mons, dirs) = three_mons(tmp.path(), "fsid-snap").await;
-    let mut running: BTreeMap<u32, Mon> = BTreeMap::new();
-    for (r, l) in listeners {
-        running.insert(r, start(&dirs[r as usize], r, l, &mons, &keys));
-    }
-    let mut conns = Vec::new();
-    for r in 0..3u32 {
-        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
-    }
+    let (mut running, mut conns, mons, dirs) = three_mons(tmp.path(), "fsid-snap", &keys).await;
     command_retry(&conns[0].1, create_osd("h"), Duration::from_secs(5)).await;
     let leader = leader_of(&conns, Duration::from_secs(5)).await;
     let lagger = (leader + 1) % 3;
