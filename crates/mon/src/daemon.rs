@@ -133,7 +133,7 @@ pub async fn run_with_listener(
     }
     // OSD grace and queue bounds: the defaults of `CoreConfig::new` (5000 ms grace).
     let core_cfg = CoreConfig::new(rank);
-    cfg.keyring.set_learned(learned_keys(&map));
+    cfg.keyring.set_learned(map.auth.clone());
     let shared = Arc::new(Shared {
         rank,
         keyring: cfg.keyring.clone(),
@@ -262,11 +262,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The keys of the map's auth table, as the messenger's learned keys.
-fn learned_keys(map: &ClusterMap) -> std::collections::BTreeMap<String, shoal_net::Key> {
-    map.auth.iter().map(|(e, k)| (e.clone(), shoal_net::Key(*k))).collect()
-}
-
 /// Whether `entity` may receive the map's auth table: daemons (they check clients' keys) and
 /// the administrator. Every other client gets maps and incrementals without keys.
 fn may_see_keys(entity: &str) -> bool {
@@ -344,14 +339,14 @@ impl Shared {
             core.handle(Event::Closed { conn });
         }
         if auth_changed {
-            self.keyring.set_learned(learned_keys(core.map()));
+            self.keyring.set_learned(core.map().auth.clone());
         }
         core.map().epoch
     }
 
     /// Replaces the map with a snapshot's.
     pub(crate) fn install(self: &Arc<Self>, map: ClusterMap, index: u64) {
-        self.keyring.set_learned(learned_keys(&map));
+        self.keyring.set_learned(map.auth.clone());
         self.drive(Event::MapInstalled { index, map });
     }
 

@@ -80,6 +80,12 @@ impl fmt::Debug for Key {
     }
 }
 
+impl From<[u8; 32]> for Key {
+    fn from(bytes: [u8; 32]) -> Key {
+        Key(bytes)
+    }
+}
+
 /// Entity name to key. Servers use it to check clients; tools create and store it.
 ///
 /// The file format is text: one `ENTITY HEXKEY` per line (separated by spaces or tabs), blank
@@ -124,7 +130,8 @@ impl Keyring {
 
     /// Replaces the learned keys (for every clone of this keyring). A connection already
     /// authenticated stays open when its entity's key is removed; new ones are refused.
-    pub fn set_learned(&self, keys: BTreeMap<String, Key>) {
+    pub fn set_learned<K: Into<Key>>(&self, keys: impl IntoIterator<Item = (String, K)>) {
+        let keys: BTreeMap<String, Key> = keys.into_iter().map(|(e, k)| (e, k.into())).collect();
         *self.learned.write().unwrap_or_else(std::sync::PoisonError::into_inner) = keys;
     }
 

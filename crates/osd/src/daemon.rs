@@ -160,10 +160,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     };
 
     // Follow the map, and accept the clients its auth table lists (besides the keyring file).
-    let learn = |keyring: &Keyring, map: &shoal_map::ClusterMap| {
-        keyring.set_learned(map.auth.iter().map(|(e, k)| (e.clone(), shoal_net::Key(*k))).collect());
-    };
-    learn(&cfg.keyring, &monc.map());
+    cfg.keyring.set_learned(monc.map().auth.clone());
     let mut watch = monc.watch();
     let map_tx = tx.clone();
     let keyring = cfg.keyring.clone();
@@ -171,7 +168,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         while watch.changed().await.is_ok() {
             let map = watch.borrow_and_update().clone();
             if let Some(map) = map {
-                learn(&keyring, &map);
+                keyring.set_learned(map.auth.clone());
                 if map_tx.send(Event::Map(map)).await.is_err() {
                     return;
                 }
