@@ -178,6 +178,25 @@ fn pg_summary(map: &ClusterMap) -> BTreeMap<&'static str, u64> {
     states
 }
 
+/// Appends a problem for every OSD the monitors flagged full (an error: its PGs take no writes)
+/// and every one reporting at least [`shoal_map::NEARFULL_PERMILLE`] used (a warning); returns
+/// how many errors it added.
+fn capacity_problems(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats], problems: &mut Vec<String>) -> usize {
+    let mut errors = 0;
+    for (id, info) in &map.osds {
+        let report = stats.iter().find(|s| s.osd == *id);
+        let permille = report.map(|s| shoal_map::used_permille(s.used_bytes, s.capacity_bytes));
+        let used = permille.map_or_else(|| "usage unknown".to_string(), |p| format!("{}.{}% used", p / 10, p % 10));
+        if info.full {
+            problems.push(format!("{id} is full ({used}): PGs with a replica on it take no writes but removals"));
+            errors += 1;
+        } else if permille.is_some_and(|p| p >= shoal_map::NEARFULL_PERMILLE) {
+            problems.push(format!("{id} is nearfull ({used})"));
+        }
+    }
+    errors
+}
+
 pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let client = args.conf.connect()?;
     let monc = client.client().mon().clone();
@@ -197,7 +216,14 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     if status.quorum.len() * 2 <= map.mons.len().max(status.quorum.len()) {
         problems.push(format!("monitor quorum {} of {}", status.quorum.len(), map.mons.len()));
     }
-    let health = if problems.is_empty() { "HEALTH_OK" } else { "HEALTH_WARN" };
+    let errors = capacity_problems(&map, &status.osd_stats, &mut problems);
+    let health = if errors > 0 {
+        "HEALTH_ERR"
+    } else if problems.is_empty() {
+        "HEALTH_OK"
+    } else {
+        "HEALTH_WARN"
+    };
     let sum = |f: fn(&shoal_proto::mon::OsdStats) -> f64| status.osd_stats.iter().map(f).sum::<f64>();
     let used: u64 = status.osd_stats.iter().map(|s| s.used_bytes).sum();
     let capacity: u64 = status.osd_stats.iter().map(|s| s.capacity_bytes).sum();
@@ -265,7 +291,7 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
             let weight = |id: OsdId| map.placement.osd_weight(id).map_or(0.0, |w| w.as_f64());
             let doc = json!({"epoch": map.epoch, "hosts": hosts.iter().map(|(h, osds)| json!({
                 "name": h,
-                "osds": osds.iter().map(|(id, o)| json!({"id": id.0, "weight": weight(*id), "up": o.up, "in": o.in_cluster, "addr": o.addr})).collect::<Vec<_>>(),
+                "osds": osds.iter().map(|(id, o)| json!({"id": id.0, "weight": weight(*id), "up": o.up, "in": o.in_cluster, "full": o.full, "addr": o.addr})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>()});
             print(*json, doc, || {
                 let mut s = format!("{:<5} {:>8}  {:<24} {:<6} {:<4}\n", "ID", "WEIGHT", "NAME", "STATUS", "IN");
@@ -275,12 +301,13 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
                     s += &format!("{:<5} {:>8.3}      host {h}\n", "", hw);
                     for (id, o) in osds {
                         s += &format!(
-                            "{:<5} {:>8.3}          {:<16} {:<6} {}\n",
+                            "{:<5} {:>8.3}          {:<16} {:<6} {}{}\n",
                             id.0,
                             weight(*id),
                             id.to_string(),
                             if o.up { "up" } else { "down" },
-                            if o.in_cluster { "in" } else { "out" }
+                            if o.in_cluster { "in" } else { "out" },
+                            if o.full { "  full" } else { "" }
                         );
                     }
                 }

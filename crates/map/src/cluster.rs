@@ -29,6 +29,31 @@ pub struct OsdInfo {
     pub in_cluster: bool,
     /// Epoch of its latest boot: a peer holding an older incarnation's connection reconnects.
     pub up_from: u64,
+    /// Set by the monitors when the OSD's store reports at least [`FULL_PERMILLE`] of its
+    /// capacity used, cleared below [`FULL_CLEAR_PERMILLE`]. Primaries refuse writes that need
+    /// space in a PG with a full member, so that no replica runs out mid-write and diverges;
+    /// removals are still served, so space can be freed.
+    pub full: bool,
+}
+
+/// Share of an OSD's capacity, in thousandths, from which the monitors flag it full (as Ceph's
+/// `mon_osd_full_ratio` of 0.95).
+pub const FULL_PERMILLE: u64 = 950;
+/// A full OSD is cleared only once its usage drops below this, so that an OSD hovering around
+/// [`FULL_PERMILLE`] does not flip the flag (and the map's epoch) on every report.
+pub const FULL_CLEAR_PERMILLE: u64 = 930;
+/// Share of capacity from which `shoal status` warns that an OSD is nearly full (Ceph's
+/// `mon_osd_nearfull_ratio` of 0.85).
+pub const NEARFULL_PERMILLE: u64 = 850;
+
+/// Used share of a store in thousandths, rounded down; a store of no capacity counts as empty.
+#[must_use]
+pub fn used_permille(used_bytes: u64, capacity_bytes: u64) -> u64 {
+    if capacity_bytes == 0 {
+        return 0;
+    }
+    // u128: used_bytes * 1000 overflows u64 above 18 PB.
+    (u128::from(used_bytes) * 1000 / u128::from(capacity_bytes)).min(u128::from(u64::MAX)) as u64
 }
 
 /// A replicated pool.

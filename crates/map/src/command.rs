@@ -42,6 +42,12 @@ pub enum Command {
     OsdIn {
         id: OsdId,
     },
+    /// Flags an OSD full or clears the flag. The monitors issue it themselves from OSD reports
+    /// ([`crate::FULL_PERMILLE`]); an administrator's setting lasts until the next report.
+    OsdFull {
+        id: OsdId,
+        full: bool,
+    },
     /// Creates a replicated pool. `min_size: None` takes `size - size / 2`, as Ceph does.
     CreatePool {
         name: String,
@@ -97,6 +103,10 @@ pub enum Change {
     OsdIn {
         id: OsdId,
         in_cluster: bool,
+    },
+    OsdFull {
+        id: OsdId,
+        full: bool,
     },
     PutPool(Pool),
     RemovePool {
@@ -240,6 +250,12 @@ impl ClusterMap {
                 }
                 Change::OsdIn { id: *id, in_cluster: want }
             }
+            Command::OsdFull { id, full } => {
+                if self.osd(*id)?.full == *full {
+                    return Ok(None);
+                }
+                Change::OsdFull { id: *id, full: *full }
+            }
             Command::CreatePool { name, size, min_size, pg_num, max_object_bytes } => {
                 validate_pool_name(name)?;
                 if self.pool_by_name(name).is_ok() {
@@ -308,7 +324,8 @@ impl ClusterMap {
                     self.placement.add_host(host)?;
                 }
                 self.placement.add_osd(*id, host, *weight)?;
-                let info = OsdInfo { host: host.clone(), addr: None, up: false, in_cluster: true, up_from: 0 };
+                let info =
+                    OsdInfo { host: host.clone(), addr: None, up: false, in_cluster: true, up_from: 0, full: false };
                 self.osds.insert(*id, info);
             }
             Change::OsdUp { id, addr } => {
@@ -322,6 +339,7 @@ impl ClusterMap {
             Change::OsdIn { id, in_cluster } => {
                 self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.in_cluster = *in_cluster;
             }
+            Change::OsdFull { id, full } => self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.full = *full,
             Change::PutPool(pool) => {
                 self.next_pool_id = self.next_pool_id.max(pool.id + 1);
                 self.pools.insert(pool.id, pool.clone());

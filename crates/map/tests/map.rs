@@ -121,3 +121,32 @@ fn auth_keys_are_validated_and_redacted() {
     map.execute(&Command::AuthRemove { entity: "client.bob".into() }).unwrap();
     assert!(map.auth.is_empty());
 }
+
+#[test]
+fn full_flag_is_set_cleared_and_survives_incrementals() {
+    let mut map = map_with_osds(2);
+    let mut follower = map.clone();
+    assert!(!map.osds[&OsdId(1)].full, "a new OSD is not full");
+    let set = map.execute(&Command::OsdFull { id: OsdId(1), full: true }).unwrap().expect("a new epoch");
+    assert_eq!(set.change, Change::OsdFull { id: OsdId(1), full: true });
+    assert!(map.osds[&OsdId(1)].full);
+    assert!(!map.osds[&OsdId(0)].full, "only the named OSD is flagged");
+    // Setting what is already set needs no epoch; an unknown OSD is named.
+    assert_eq!(map.execute(&Command::OsdFull { id: OsdId(1), full: true }), Ok(None));
+    assert_eq!(map.execute(&Command::OsdFull { id: OsdId(7), full: true }), Err(MapError::UnknownOsd(OsdId(7))));
+    let clear = map.execute(&Command::OsdFull { id: OsdId(1), full: false }).unwrap().expect("a new epoch");
+    follower.apply_incremental(&set).unwrap();
+    assert!(follower.osds[&OsdId(1)].full);
+    follower.apply_incremental(&clear).unwrap();
+    assert_eq!(postcard::to_allocvec(&map).unwrap(), postcard::to_allocvec(&follower).unwrap());
+}
+
+#[test]
+fn used_share_is_in_thousandths_and_never_overflows() {
+    use shoal_map::used_permille;
+    assert_eq!(used_permille(0, 0), 0, "a store without capacity counts as empty");
+    assert_eq!(used_permille(95, 100), 950);
+    assert_eq!(used_permille(949_999, 1_000_000), 949, "rounded down");
+    assert_eq!(used_permille(u64::MAX, u64::MAX), 1000);
+    assert_eq!(used_permille(u64::MAX / 2, u64::MAX), 499);
+}

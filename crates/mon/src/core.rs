@@ -26,7 +26,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use shoal_map::{Change, ClusterMap, Command, Incremental, MapError, OsdId};
+use shoal_map::{
+    Change, ClusterMap, Command, FULL_CLEAR_PERMILLE, FULL_PERMILLE, Incremental, MapError, OsdId, used_permille,
+};
 use shoal_proto::mon::{MapUpdate, OsdStats, StatusReply};
 use shoal_proto::{ErrorCode, RemoteError};
 
@@ -504,7 +506,32 @@ impl MonCore {
         if !forwarded && let Some(leader) = self.leader.filter(|l| *l != self.cfg.rank) {
             out.push(Action::ForwardStats { leader, stats: stats.clone() });
         }
+        self.flag_fullness(&stats, out);
         self.stats.insert(osd, stats);
+    }
+
+    /// On the leader: flags an OSD full when its report crosses [`FULL_PERMILLE`] and clears the
+    /// flag below [`FULL_CLEAR_PERMILLE`], unless such a change is already queued or in flight
+    /// (reports arrive every second; one proposal per crossing is enough).
+    fn flag_fullness(&mut self, stats: &OsdStats, out: &mut Vec<Action>) {
+        if !self.is_ready_leader() {
+            return;
+        }
+        let Some(info) = self.map.osds.get(&stats.osd) else { return };
+        let permille = used_permille(stats.used_bytes, stats.capacity_bytes);
+        let full = if info.full { permille >= FULL_CLEAR_PERMILLE } else { permille >= FULL_PERMILLE };
+        if full == info.full {
+            return;
+        }
+        let id = stats.osd;
+        let is_full_change = |c: &Command| matches!(c, Command::OsdFull { id: i, .. } if *i == id);
+        let in_flight =
+            self.in_flight.as_ref().is_some_and(|f| matches!(f.change, Change::OsdFull { id: i, .. } if i == id));
+        if in_flight || self.queue.iter().any(|q| is_full_change(&q.command)) {
+            return;
+        }
+        tracing::info!(osd = %id, used_permille = permille, full, "OSD crossed the full threshold");
+        self.on_command(None, Command::OsdFull { id, full }, false, out);
     }
 
     fn on_leadership(&mut self, leader: Option<u32>, ready: bool, quorum: Vec<u32>, out: &mut Vec<Action>) {

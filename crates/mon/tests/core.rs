@@ -373,3 +373,42 @@ fn elected_but_not_ready_leader_holds_commands() {
     let a = core.handle(Event::Leadership { leader: Some(0), ready: true, quorum: vec![0], now_ms: 20 });
     assert_eq!(proposals(&a).len(), 1);
 }
+
+fn stats_used(osd: u32, used_permille: u64) -> OsdStats {
+    let mut s = stats(osd);
+    s.capacity_bytes = 1_000_000;
+    s.used_bytes = used_permille * 1000;
+    s
+}
+
+#[test]
+fn full_flag_follows_reports_with_hysteresis_and_one_proposal_per_crossing() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    create_osds(&mut core, 2);
+    boot(&mut core, 0, 0);
+    boot(&mut core, 1, 0);
+    let report = |core: &mut MonCore, osd: u32, permille: u64, t: u64| {
+        core.handle(Event::OsdStats { stats: stats_used(osd, permille), now_ms: t, forwarded: false })
+    };
+    // Nearly full is not full.
+    assert!(proposals(&report(&mut core, 1, 949, 10)).is_empty());
+    // Crossing 95% proposes once, however many reports arrive while the change is in flight.
+    let first = report(&mut core, 1, 960, 20);
+    assert_eq!(proposals(&first), vec![Change::OsdFull { id: OsdId(1), full: true }]);
+    assert!(proposals(&report(&mut core, 1, 990, 30)).is_empty(), "already in flight");
+    commit_all(&mut core, first);
+    assert!(core.map().osds[&OsdId(1)].full);
+    assert!(!core.map().osds[&OsdId(0)].full);
+    // Between the two thresholds a full OSD stays full (no flapping).
+    assert!(proposals(&report(&mut core, 1, 940, 40)).is_empty());
+    assert!(proposals(&report(&mut core, 1, 930, 50)).is_empty());
+    let clear = report(&mut core, 1, 929, 60);
+    assert_eq!(proposals(&clear), vec![Change::OsdFull { id: OsdId(1), full: false }]);
+    commit_all(&mut core, clear);
+    assert!(!core.map().osds[&OsdId(1)].full);
+    // A store that reports no capacity is never flagged.
+    let mut empty = stats(0);
+    empty.capacity_bytes = 0;
+    empty.used_bytes = 5;
+    assert!(proposals(&core.handle(Event::OsdStats { stats: empty, now_ms: 70, forwarded: false })).is_empty());
+}

@@ -113,6 +113,13 @@ pub struct OsdCore {
     last_tick: Option<(u64, Counters)>,
 }
 
+/// Whether a write request only gives space back (removals), and so is served even when a
+/// member of the PG is full: that is how users get out of a full cluster.
+fn frees_space(ops: &[shoal_proto::osd::ObjOp]) -> bool {
+    use shoal_proto::osd::ObjOp;
+    ops.iter().all(|o| matches!(o, ObjOp::Remove | ObjOp::RemoveXattr { .. } | ObjOp::OmapRemove { .. }))
+}
+
 fn reply_frame<M: Message>(request_id: u64, msg: &M, data: Vec<u8>) -> Frame {
     Frame::new(M::TYPE, request_id, encode(msg, data))
 }
@@ -284,6 +291,18 @@ impl OsdCore {
             return out.push(fail(RemoteError::new(
                 ErrorCode::Degraded,
                 format!("PG {pg} has {} acting OSDs, below min_size {}", acting.len(), pool.min_size),
+            )));
+        }
+        if let Some(full) = acting.iter().find(|o| self.map.osds.get(o).is_some_and(|i| i.full))
+            && !frees_space(&op.ops)
+        {
+            return out.push(fail(RemoteError::new(
+                ErrorCode::NoSpace,
+                format!(
+                    "PG {pg} takes no writes: {full} is full (flagged by the monitors at {}% used); remove objects \
+                     or add OSDs",
+                    shoal_map::FULL_PERMILLE / 10
+                ),
             )));
         }
         if self.pending.len() >= MAX_PENDING_WRITES {

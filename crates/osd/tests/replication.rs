@@ -1,7 +1,7 @@
 //! Primary-copy replication through two OSD cores wired by hand: a write reaches the replica
 //! and is acknowledged only after it; and a replica whose copy differs from the state the
 //! primary resolved a partial write against refuses it, so the divergence is reported instead
-//! of written.
+//! of written. A PG with a member the monitors flagged full takes removals but no other writes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,18 +35,25 @@ fn core(id: OsdId, map: &Arc<ClusterMap>) -> OsdCore {
 /// Sends an append through `primary`, delivering its replicated write to `replica` and the
 /// replica's answer back; returns the client's reply.
 fn append(primary: &mut OsdCore, replica: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) -> OsdOpReply {
+    let ops = vec![ObjOp::Append { len_bytes: bytes.len() as u64 }];
+    request(primary, replica, map, tid, ops, bytes)
+}
+
+/// Sends a write request of `ops` with `data` through `primary` (as [`append`] does).
+fn request(
+    primary: &mut OsdCore,
+    replica: &mut OsdCore,
+    map: &ClusterMap,
+    tid: u64,
+    ops: Vec<ObjOp>,
+    data: &[u8],
+) -> OsdOpReply {
     let pool = map.pool_by_name("p").unwrap().id;
     let loc = map.locate(pool, "obj").unwrap();
-    let op = OsdOp {
-        reqid: ReqId { client: 7, tid },
-        epoch: map.epoch,
-        pool,
-        pg: loc.pg.seed,
-        object: "obj".into(),
-        ops: vec![ObjOp::Append { len_bytes: bytes.len() as u64 }],
-    };
+    let op =
+        OsdOp { reqid: ReqId { client: 7, tid }, epoch: map.epoch, pool, pg: loc.pg.seed, object: "obj".into(), ops };
     let mut out = Vec::new();
-    primary.handle(Event::ClientOp { from: CLIENT, request_id: tid, op, data: bytes.to_vec() }, &mut out);
+    primary.handle(Event::ClientOp { from: CLIENT, request_id: tid, op, data: data.to_vec() }, &mut out);
     let mut client_reply = None;
     while let Some(action) = out.pop() {
         match action {
@@ -98,4 +105,43 @@ fn replicas_refuse_writes_resolved_against_another_state() {
     assert_eq!(err.code, ErrorCode::Corrupt, "{err}");
     assert!(err.message.contains("diverges"), "{err}");
     assert_eq!(content(&replica, &map).as_deref(), Some(&b"abcdef"[..]), "the replica's data is intact");
+}
+
+#[test]
+fn a_full_member_stops_writes_that_need_space_but_not_removals() {
+    let mut map = (*map()).clone();
+    let pool = map.pool_by_name("p").unwrap().id;
+    let acting = map.locate(pool, "obj").unwrap().osds;
+    let (mut primary, mut replica) = (core(acting[0], &Arc::new(map.clone())), core(acting[1], &Arc::new(map.clone())));
+    append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("append before the flag");
+
+    // The monitors flag the replica full; both cores get the new map.
+    map.execute(&Command::OsdFull { id: acting[1], full: true }).unwrap();
+    let flagged = Arc::new(map.clone());
+    for c in [&mut primary, &mut replica] {
+        c.handle(Event::Map(flagged.clone()), &mut Vec::new());
+    }
+    let err = append(&mut primary, &mut replica, &map, 2, b"def").result.expect_err("refused while full");
+    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
+    assert!(err.message.contains(&format!("{} is full", acting[1])), "names the full OSD: {err}");
+    let err = request(&mut primary, &mut replica, &map, 3, vec![ObjOp::WriteFull { len_bytes: 1 }], b"x")
+        .result
+        .expect_err("a whole-object write needs space too");
+    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
+    assert_eq!(content(&primary, &map).as_deref(), Some(&b"abc"[..]), "nothing was applied");
+    assert_eq!(content(&replica, &map).as_deref(), Some(&b"abc"[..]));
+
+    // Removing gives space back, so it is served on every replica.
+    request(&mut primary, &mut replica, &map, 4, vec![ObjOp::Remove], b"").result.expect("remove while full");
+    assert_eq!(content(&primary, &map), None);
+    assert_eq!(content(&replica, &map), None);
+
+    // Once the flag is cleared, writes are taken again.
+    map.execute(&Command::OsdFull { id: acting[1], full: false }).unwrap();
+    let cleared = Arc::new(map.clone());
+    for c in [&mut primary, &mut replica] {
+        c.handle(Event::Map(cleared.clone()), &mut Vec::new());
+    }
+    append(&mut primary, &mut replica, &map, 5, b"ghi").result.expect("append after the flag is cleared");
+    assert_eq!(content(&replica, &map).as_deref(), Some(&b"ghi"[..]));
 }

@@ -1,0 +1,122 @@
+//! A cluster filling up: `shoal status` warns when an OSD is nearly full, the monitors flag it
+//! full from its reports, primaries then refuse writes that need space with an error naming the
+//! OSD (before any replica runs out mid-write), every acknowledged object stays readable, removals
+//! still work, and writes are taken again once space is freed.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Down, ok, shoal};
+use shoal_client::{Client, ClientError, ClusterConfig};
+use shoal_proto::ErrorCode;
+use shoal_proto::osd::ObjOp;
+
+const MIB: usize = 1 << 20;
+
+fn status(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&ok(&shoal(dir, &["status", "--json"]))).expect("status json")
+}
+
+/// Polls `shoal status --json` until `pred` holds (OSDs report once a second), for at most 15 s.
+fn wait_for_status(dir: &std::path::Path, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = status(dir);
+        if pred(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "status never showed {what}: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn problems(s: &serde_json::Value) -> Vec<String> {
+    s["problems"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_filling_cluster_warns_then_refuses_writes_without_losing_data() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "3", "--backend", "mem", "--osd-size", "128M"]));
+    let _down = Down(dir.clone());
+    // Size 3 on 3 OSDs: every OSD holds every object, so all three fill together.
+    ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--pg-num", "8"]));
+
+    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    let client = rt.block_on(Client::connect(cfg)).expect("connect");
+    let value = |i: usize, len: usize| {
+        (0..len).map(|b| (b as u32).wrapping_mul(31).wrapping_add(i as u32) as u8).collect::<Vec<u8>>()
+    };
+    let write = |name: &str, data: Vec<u8>| {
+        let op = ObjOp::WriteFull { len_bytes: data.len() as u64 };
+        rt.block_on(client.op("rep", name, vec![op], data))
+    };
+    let mut stored: Vec<(String, Vec<u8>)> = Vec::new();
+
+    // 27 objects of 4 MiB: 108 MiB of 128 MiB (84%), then 1 MiB more crosses the 85% warning.
+    for i in 0..27 {
+        let (name, data) = (format!("big{i}"), value(i, 4 * MIB));
+        write(&name, data.clone()).unwrap_or_else(|e| panic!("write {name}: {e}"));
+        stored.push((name, data));
+    }
+    let (name, data) = ("mid".to_string(), value(99, 2 * MIB));
+    write(&name, data.clone()).unwrap_or_else(|e| panic!("write {name}: {e}"));
+    stored.push((name, data));
+    let s = wait_for_status(&dir, "a nearfull warning", |s| problems(s).iter().any(|p| p.contains("nearfull")));
+    assert_eq!(s["health"], "HEALTH_WARN", "{s}");
+
+    // Small writes, paced so that the monitors (one report per OSD per second) flag the OSDs
+    // full before the stores run out: the refusal must be the flag's, naming an OSD.
+    let mut refused = None;
+    for i in 0..200 {
+        let (name, data) = (format!("small{i}"), value(1000 + i, 256 << 10));
+        match write(&name, data.clone()) {
+            Ok(_) => stored.push((name, data)),
+            Err(ClientError::Remote(e)) => {
+                refused = Some(e);
+                break;
+            }
+            Err(e) => panic!("write {name}: unexpected error {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let e = refused.expect("writes were never refused");
+    assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
+    assert!(e.message.contains("is full") && e.message.contains("osd."), "the error names the full OSD: {e}");
+    let s = status(&dir);
+    assert_eq!(s["health"], "HEALTH_ERR", "{s}");
+    assert!(problems(&s).iter().any(|p| p.contains("is full")), "{s}");
+    let tree: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["osd", "tree", "--json"]))).expect("json");
+    let mut flagged =
+        tree["hosts"].as_array().into_iter().flatten().flat_map(|h| h["osds"].as_array().into_iter().flatten());
+    assert!(flagged.any(|o| o["full"] == true), "osd tree shows the full flag: {tree}");
+    // The CLI reports the same refusal by name.
+    let file = tmp.path().join("one-mib");
+    std::fs::write(&file, vec![7u8; MIB]).expect("write file");
+    let out = shoal(&dir, &["obj", "put", "--pool", "rep", "late", &file.display().to_string()]);
+    assert!(!out.status.success(), "a put into a full cluster must fail");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is full"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Nothing acknowledged was lost.
+    for (name, data) in &stored {
+        let read = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
+        let got = rt.block_on(client.op("rep", name, read, vec![])).unwrap_or_else(|e| panic!("read {name}: {e}"));
+        assert!(got.data == *data, "{name} changed while the cluster filled up");
+    }
+
+    // Removing objects is how a user gets out; once usage falls below the clearing threshold the
+    // monitors clear the flag and writes are taken again.
+    for i in 0..6 {
+        ok(&shoal(&dir, &["obj", "rm", "--pool", "rep", &format!("big{i}")]));
+    }
+    let s = wait_for_status(&dir, "the full flag cleared", |s| s["health"] != "HEALTH_ERR");
+    assert!(!problems(&s).iter().any(|p| p.contains("is full")), "{s}");
+    write("after", value(7, MIB)).expect("a write after space was freed");
+}
