@@ -28,6 +28,24 @@ pub enum OsdCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Usage of every OSD (capacity, used, share used, objects, full flag), from their latest
+    /// reports to the monitors.
+    Df {
+        #[command(flatten)]
+        conf: ConfArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Where an object lives: its PG and the OSDs acting for it (the first is the primary).
+    /// Computed from the map alone, as every client does; the object need not exist.
+    Map {
+        #[command(flatten)]
+        conf: ConfArgs,
+        pool: String,
+        object: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop placing data on an OSD.
     Out {
         #[command(flatten)]
@@ -314,6 +332,26 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
                 s.trim_end().to_string()
             });
         }
+        OsdCommand::Df { conf, json } => osd_df(conf, *json)?,
+        OsdCommand::Map { conf, pool, object, json } => {
+            shoal_client::validate_object_name(object)?;
+            let client = conf.connect()?;
+            let map = client.client().mon().map();
+            let p = map.pool_by_name(pool)?;
+            let loc = map.locate(p.id, object).with_context(|| format!("locating {object:?} in pool {pool:?}"))?;
+            let acting: Vec<u32> = loc.osds.iter().map(|o| o.0).collect();
+            let doc = json!({
+                "epoch": map.epoch, "pool": p.name, "pool_id": p.id, "object": object,
+                "pg": loc.pg.to_string(), "acting": acting, "primary": acting.first(),
+            });
+            print(*json, doc, || {
+                let primary = acting.first().map_or("none".to_string(), |o| format!("osd.{o}"));
+                format!(
+                    "epoch {} pool '{}' ({}) object '{object}' -> pg {} -> acting {acting:?}, primary {primary}",
+                    map.epoch, p.name, p.id, loc.pg
+                )
+            });
+        }
         OsdCommand::Out { conf, id, json } | OsdCommand::In { conf, id, json } => {
             let out = matches!(cmd, OsdCommand::Out { .. });
             let command = if out { Command::OsdOut { id: OsdId(*id) } } else { Command::OsdIn { id: OsdId(*id) } };
@@ -326,6 +364,68 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `shoal osd df`: one row per OSD of the map; an OSD that has not reported shows no figures.
+fn osd_df(conf: &ConfArgs, json_out: bool) -> Result<()> {
+    let client = conf.connect()?;
+    let monc = client.client().mon().clone();
+    let status = client.runtime().block_on(monc.status()).context("asking the monitors for OSD reports")?;
+    let map = monc.map();
+    let rows: Vec<serde_json::Value> = map
+        .osds
+        .iter()
+        .map(|(id, info)| {
+            let report = status.osd_stats.iter().find(|s| s.osd == *id);
+            json!({
+                "id": id.0, "host": info.host, "up": info.up, "in": info.in_cluster, "full": info.full,
+                "capacity_bytes": report.map(|r| r.capacity_bytes),
+                "used_bytes": report.map(|r| r.used_bytes),
+                "used_percent": report.map(|r| shoal_map::used_permille(r.used_bytes, r.capacity_bytes) as f64 / 10.0),
+                "objects": report.map(|r| r.objects),
+            })
+        })
+        .collect();
+    let total_capacity: u64 = status.osd_stats.iter().map(|s| s.capacity_bytes).sum();
+    let total_used: u64 = status.osd_stats.iter().map(|s| s.used_bytes).sum();
+    let doc = json!({"epoch": map.epoch, "osds": rows, "total": {
+        "capacity_bytes": total_capacity, "used_bytes": total_used,
+        "used_percent": shoal_map::used_permille(total_used, total_capacity) as f64 / 10.0,
+    }});
+    print(json_out, doc, || {
+        let mut s = format!(
+            "{:<5} {:<12} {:<6} {:<4} {:>10} {:>10} {:>6} {:>8}  {}\n",
+            "ID", "HOST", "STATUS", "IN", "SIZE", "USED", "%USE", "OBJECTS", "FLAGS"
+        );
+        for (id, info) in &map.osds {
+            let report = status.osd_stats.iter().find(|r| r.osd == *id);
+            let (size, used, pct, objects) = match report {
+                Some(r) => (
+                    human(r.capacity_bytes),
+                    human(r.used_bytes),
+                    format!("{:.1}", shoal_map::used_permille(r.used_bytes, r.capacity_bytes) as f64 / 10.0),
+                    r.objects.to_string(),
+                ),
+                None => ("-".into(), "-".into(), "-".into(), "-".into()),
+            };
+            s += &format!(
+                "{:<5} {:<12} {:<6} {:<4} {size:>10} {used:>10} {pct:>6} {objects:>8}  {}\n",
+                id.0,
+                info.host,
+                if info.up { "up" } else { "down" },
+                if info.in_cluster { "in" } else { "out" },
+                if info.full { "full" } else { "" }
+            );
+        }
+        s += &format!(
+            "TOTAL {:>36} {:>10} {:>6.1}",
+            human(total_capacity),
+            human(total_used),
+            shoal_map::used_permille(total_used, total_capacity) as f64 / 10.0
+        );
+        s
+    });
+    Ok(())
 }
 
 fn pool_json(p: &shoal_map::Pool) -> serde_json::Value {

@@ -97,6 +97,13 @@ fn a_filling_cluster_warns_then_refuses_writes_without_losing_data() {
     let mut flagged =
         tree["hosts"].as_array().into_iter().flatten().flat_map(|h| h["osds"].as_array().into_iter().flatten());
     assert!(flagged.any(|o| o["full"] == true), "osd tree shows the full flag: {tree}");
+    let df: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["osd", "df", "--json"]))).expect("json");
+    let rows = df["osds"].as_array().expect("osds");
+    assert_eq!(rows.len(), 3, "{df}");
+    assert!(
+        rows.iter().any(|o| o["full"] == true && o["used_percent"].as_f64().is_some_and(|p| p >= 95.0)),
+        "osd df shows a full OSD at 95% or more: {df}"
+    );
     // The CLI reports the same refusal by name.
     let file = tmp.path().join("one-mib");
     std::fs::write(&file, vec![7u8; MIB]).expect("write file");

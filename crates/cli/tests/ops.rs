@@ -1,6 +1,6 @@
 //! Every object operation through a real cluster (three monitors, four OSDs in RAM, a size-3
 //! pool), a resent write applied once, writes that continue while an OSD is marked out, and
-//! objects over the pool's size limit refused.
+//! objects over the pool's size limit refused; `shoal osd map` agrees with the client.
 
 use std::net::SocketAddr;
 
@@ -111,6 +111,15 @@ fn all_operations_on_a_replicated_pool() {
         let map = client.mon().map();
         let pool = map.pool_by_name("rep").expect("pool").clone();
         let loc = map.locate(pool.id, "dedup").expect("locate");
+        // `shoal osd map` names the same PG and acting set as the client computes.
+        let shown: serde_json::Value =
+            serde_json::from_str(&ok(&shoal(&dir, &["osd", "map", "rep", "dedup", "--json"]))).expect("json");
+        assert_eq!(shown["pg"], loc.pg.to_string(), "{shown}");
+        let acting: Vec<u32> = loc.osds.iter().map(|o| o.0).collect();
+        assert_eq!(shown["acting"], serde_json::json!(acting), "{shown}");
+        assert_eq!(shown["primary"], acting[0], "{shown}");
+        common::fails_with(&shoal(&dir, &["osd", "map", "rep", ""]), "empty");
+        common::fails_with(&shoal(&dir, &["osd", "map", "nope", "x"]), "nope");
         let primary: SocketAddr = map.osds[&loc.osds[0]].addr.expect("address");
         let net = ClientConfig::new("client.admin", shoal_net::Key(cfg.key.0));
         let reqid = ReqId { client: 0xfeed, tid: 1 };
