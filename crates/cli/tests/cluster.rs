@@ -161,11 +161,24 @@ fn three_replicas_across_three_hosts() {
     drop(rt);
     ok(&shoal(&dir, &["down", "--dir", &d, "--keep"]));
 
-    // Offline, each OSD's store holds exactly the objects placement names, byte-exact.
+    // Offline, each OSD's store holds exactly the objects placement names, byte-exact, and
+    // every replica of a PG holds the same PG log (one entry per write, in the same order).
+    let mut logs: BTreeMap<String, Vec<Vec<shoal_osd::pglog::LogEntry>>> = BTreeMap::new();
     for osd in 0..3u32 {
         let store = shoal_store::open(&dir.join(format!("osd.{osd}"))).expect("open OSD store");
         let mut found = BTreeSet::new();
         for coll in store.list_collections().expect("collections") {
+            if let Some(rest) = coll.strip_prefix("pglog.") {
+                let (pool, seed) = rest.split_once('.').expect("pglog.POOL.SEED");
+                let pg = shoal_map::PgId {
+                    pool: pool.parse().expect("pool id"),
+                    seed: u32::from_str_radix(seed, 16).expect("seed"),
+                };
+                let entries = shoal_osd::pglog::read_entries(&*store, pg).expect("read PG log");
+                assert!(!entries.is_empty() && entries.len() <= shoal_osd::pglog::LOG_ENTRIES, "{coll}");
+                logs.entry(coll.clone()).or_default().push(entries);
+                continue;
+            }
             let mut after: Option<String> = None;
             loop {
                 let page = store.list_objects(&coll, "", after.as_deref(), 1000).expect("list");
@@ -189,6 +202,11 @@ fn three_replicas_across_three_hosts() {
         }
         let report = store.fsck().expect("fsck");
         assert!(report.is_clean(), "osd.{osd}: {report:?}");
+    }
+    assert!(!logs.is_empty(), "no PG logs found");
+    for (coll, replicas) in &logs {
+        assert_eq!(replicas.len(), 3, "{coll} is on {} OSDs, not 3", replicas.len());
+        assert!(replicas.iter().all(|r| r == &replicas[0]), "replicas of {coll} hold different logs");
     }
 
     // `up` on the stopped cluster restarts it with its data; a non-cluster directory is refused.

@@ -14,19 +14,25 @@
 //! other acting OSD as a [`RepOp`], and answers the client once every replica acknowledged.
 //! Writes to one PG are therefore ordered by the primary (one event at a time), and replicas
 //! apply them in the order they arrive on the primary's single connection to them.
+//!
+//! Every applied write is recorded in its PG's log ([`crate::pglog`]) in the same transaction,
+//! on the primary and on each replica, with the version the primary gave it. A write whose
+//! request id is in the log is not applied again: a resend is answered from the log, whichever
+//! member of the PG receives it and whether or not the OSD restarted in between.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use shoal_map::{ClusterMap, OsdId, PgId};
 use shoal_proto::mon::OsdStats;
-use shoal_proto::osd::{OsdOp, OsdOpReply, PgList, PgListReply, RepOp, RepOpReply, ReqId};
+use shoal_proto::osd::{Eversion, OsdOp, OsdOpReply, PgList, PgListReply, RepOp, RepOpReply, ReqId};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
 use shoal_store::{Durability, ObjectStore, StoreError};
 
 use crate::exec::{
     build_transaction, check_precondition, execute_reads, is_read_only, pg_collection, resolve_writes, store_error,
 };
+use crate::pglog::{LogEntry, PgLog};
 
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
@@ -108,7 +114,13 @@ pub struct OsdCore {
     dedup: HashMap<ReqId, Frame>,
     dedup_order: VecDeque<ReqId>,
     waiting_for_map: VecDeque<Event>,
-    versions: HashMap<PgId, u64>,
+    /// PG logs, loaded from the store the first time a PG is written here.
+    logs: HashMap<PgId, PgLog>,
+    /// Writes this primary applied whose replication failed (bounded like `dedup`): a resend
+    /// of one is applied again, so that it reaches the acting set of the newer map, instead of
+    /// being answered from the log.
+    failed: HashSet<ReqId>,
+    failed_order: VecDeque<ReqId>,
     counters: Counters,
     last_tick: Option<(u64, Counters)>,
 }
@@ -137,7 +149,9 @@ impl OsdCore {
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             waiting_for_map: VecDeque::new(),
-            versions: HashMap::new(),
+            logs: HashMap::new(),
+            failed: HashSet::new(),
+            failed_order: VecDeque::new(),
             counters: Counters::default(),
             last_tick: None,
         })
@@ -286,6 +300,27 @@ impl OsdCore {
             p.request_id = request_id;
             return;
         }
+        // A resend of a write applied here before (possibly by the previous primary, when this
+        // OSD was its replica, or before a restart): answered from the PG log, not applied again.
+        let failed_here = self.failed.contains(&op.reqid);
+        let last_update = match self.log_mut(pg) {
+            Ok(log) => match log.lookup(&op.reqid) {
+                Some(op_count) if !failed_here => {
+                    let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
+                    let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
+                    return out.push(Action::Reply { to: from, frame, after_sync: true });
+                }
+                _ => log.last_update(),
+            },
+            Err(e) => return out.push(fail(e)),
+        };
+        if last_update.epoch > epoch {
+            return out.push(fail(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!("PG {pg} holds a write of epoch {}, newer than this OSD's map ({epoch})", last_update.epoch),
+            )));
+        }
+        let version = Eversion { epoch, seq: last_update.seq + 1 };
         let pool = &self.map.pools[&op.pool];
         if (acting.len() as u32) < pool.min_size {
             return out.push(fail(RemoteError::new(
@@ -317,16 +352,13 @@ impl OsdCore {
         // Replicas need their own copy of the data; the local commit consumes the original.
         let copies: Vec<Vec<u8>> = replicas.iter().map(|_| data.clone()).collect();
         let data_len = data.len() as u64;
-        if let Err(e) = self.commit(&coll, &op.object, &resolved, data) {
+        let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
+        if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
             return out.push(fail(e));
         }
+        self.forget_failure(&op.reqid);
         self.counters.write_ops += 1;
         self.counters.write_bytes += data_len;
-        let version = {
-            let v = self.versions.entry(pg).or_insert(0);
-            *v += 1;
-            *v
-        };
         let outputs = vec![shoal_proto::osd::OpOutput::Done; op.ops.len()];
         if replicas.is_empty() {
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
@@ -357,20 +389,53 @@ impl OsdCore {
         self.pending.insert(op.reqid, pending);
     }
 
+    /// PG `pg`'s log, read from the store on first use.
+    fn log_mut(&mut self, pg: PgId) -> Result<&mut PgLog, RemoteError> {
+        if !self.logs.contains_key(&pg) {
+            let log = PgLog::load(&*self.store, pg).map_err(|e| store_error(&e))?;
+            self.logs.insert(pg, log);
+        }
+        self.logs.get_mut(&pg).ok_or_else(|| RemoteError::new(ErrorCode::Other, "PG log vanished"))
+    }
+
+    /// Applies a resolved write and its PG log entry in one transaction (the log must be loaded).
     fn commit(
         &mut self,
+        pg: PgId,
         coll: &str,
-        obj: &str,
         resolved: &[shoal_proto::osd::ObjOp],
         data: Vec<u8>,
+        entry: &LogEntry,
     ) -> Result<(), RemoteError> {
         let create = !self.collections.contains(coll);
-        let txn = build_transaction(coll, obj, resolved, data, create);
+        let mut txn = build_transaction(coll, &entry.object, resolved, data, create);
+        let log = self.log_mut(pg)?;
+        log.record(&mut txn, pg, entry);
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+        if let Some(log) = self.logs.get_mut(&pg) {
+            log.applied(entry);
+        }
         if create {
             self.collections.insert(coll.to_string());
         }
         Ok(())
+    }
+
+    fn remember_failure(&mut self, reqid: ReqId) {
+        if !self.failed.insert(reqid) {
+            return;
+        }
+        if self.failed_order.len() >= DEDUP_ENTRIES
+            && let Some(old) = self.failed_order.pop_front()
+        {
+            self.failed.remove(&old);
+        }
+        self.failed_order.push_back(reqid);
+    }
+
+    fn forget_failure(&mut self, reqid: &ReqId) {
+        // The order queue keeps the id until it ages out; removing it from the set is enough.
+        self.failed.remove(reqid);
     }
 
     fn remember(&mut self, reqid: ReqId, frame: &Frame) {
@@ -384,14 +449,41 @@ impl OsdCore {
     }
 
     fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: Vec<u8>, out: &mut Vec<Action>) {
-        let coll = pg_collection(PgId { pool: op.pool, seed: op.pg });
-        let result = check_precondition(&*self.store, &coll, &op.object, op.precondition)
-            .and_then(|()| self.commit(&coll, &op.object, &op.ops, data));
+        let pg = PgId { pool: op.pool, seed: op.pg };
+        let coll = pg_collection(pg);
+        let result = self.apply_rep_op(pg, &coll, &op, data);
         if result.is_ok() {
             self.counters.write_ops += 1;
         }
         let reply = RepOpReply { epoch: self.map.epoch, version: op.version, result };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: true });
+    }
+
+    /// A replica's side of a replicated write: applied once (a second delivery of the same request
+    /// is acknowledged without applying it), only if newer than everything this replica applied
+    /// to the PG (an older version comes from a primary that has been replaced), and only on the
+    /// state the primary resolved it against.
+    fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: Vec<u8>) -> Result<(), RemoteError> {
+        let log = self.log_mut(pg)?;
+        if log.lookup(&op.reqid).is_some() {
+            return Ok(());
+        }
+        let last = log.last_update();
+        if op.version <= last {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!(
+                    "replicated write {} to PG {pg} is not newer than this replica's last update {last}: its primary \
+                     has been replaced",
+                    op.version
+                ),
+            ));
+        }
+        check_precondition(&*self.store, coll, &op.object, op.precondition)?;
+        // The primary resolves each operation into exactly one, so the count is the client's.
+        let entry =
+            LogEntry { version: op.version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
+        self.commit(pg, coll, &op.ops, data, &entry)
     }
 
     fn rep_reply(&mut self, from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError>, out: &mut Vec<Action>) {
@@ -419,6 +511,8 @@ impl OsdCore {
         let frame = reply_frame(p.request_id, &OsdOpReply { epoch, result }, Vec::new());
         if ok {
             self.remember(reqid, &frame);
+        } else {
+            self.remember_failure(reqid);
         }
         out.push(Action::Reply { to: p.client, frame, after_sync: true });
     }

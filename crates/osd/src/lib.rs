@@ -3,6 +3,8 @@
 //!
 //! - [`exec`]: object operations on the store (resolving writes into deterministic
 //!   transactions, serving reads); each PG is one store collection named `pg.POOL.SEED`.
+//! - [`pglog`]: each PG's durable log of applied writes (versions, request ids), written in the
+//!   same transaction as each write on every member.
 //! - [`core`]: the OSD's logic as a state machine (events in, actions out), shared by the
 //!   daemon and the deterministic simulation.
 //! - [`daemon`]: the I/O around the core: messenger server, worker thread, monitor client,
@@ -11,6 +13,7 @@
 pub mod core;
 pub mod daemon;
 pub mod exec;
+pub mod pglog;
 
 pub use core::{Action, Event, OsdCore, Token};
 pub use daemon::{OsdConfig, run};

@@ -97,10 +97,16 @@ fn replicas_refuse_writes_resolved_against_another_state() {
     assert_eq!(content(&primary, &map).as_deref(), Some(&b"abcdef"[..]));
     assert_eq!(content(&replica, &map).as_deref(), Some(&b"abcdef"[..]));
 
-    // The primary's copy is gone (as on an OSD that became primary without recovery): its append
-    // would start at offset 0 and overwrite the replica's data. The replica refuses.
-    let mut fresh = core(acting[0], &map);
-    let reply = append(&mut fresh, &mut replica, &map, 3, b"XYZ");
+    // The primary's copy is gone (as on an OSD that became primary without recovery, at a later
+    // epoch, so its versions are newer than the replica's): its append would start at offset 0
+    // and overwrite the replica's data. The replica refuses.
+    let mut later = (*map).clone();
+    later
+        .execute(&Command::CreatePool { name: "q".into(), size: 1, min_size: None, pg_num: 1, max_object_bytes: None })
+        .unwrap();
+    let later = Arc::new(later);
+    let mut fresh = core(acting[0], &later);
+    let reply = append(&mut fresh, &mut replica, &later, 3, b"XYZ");
     let err = reply.result.expect_err("a diverging write must fail");
     assert_eq!(err.code, ErrorCode::Corrupt, "{err}");
     assert!(err.message.contains("diverges"), "{err}");
@@ -144,4 +150,121 @@ fn a_full_member_stops_writes_that_need_space_but_not_removals() {
     }
     append(&mut primary, &mut replica, &map, 5, b"ghi").result.expect("append after the flag is cleared");
     assert_eq!(content(&replica, &map).as_deref(), Some(&b"ghi"[..]));
+}
+
+/// Delivers a client write to `primary` and its replicated write to `replica`, but drops every
+/// answer to the client (as a connection reset would): the write is applied on both.
+fn write_reply_lost(primary: &mut OsdCore, replica: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) {
+    let reply = append(primary, replica, map, tid, bytes);
+    reply.result.expect("applied (the client just never hears of it)");
+}
+
+fn resend(core: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) -> OsdOpReply {
+    let pool = map.pool_by_name("p").unwrap().id;
+    let loc = map.locate(pool, "obj").unwrap();
+    let op = OsdOp {
+        reqid: ReqId { client: 7, tid },
+        epoch: map.epoch,
+        pool,
+        pg: loc.pg.seed,
+        object: "obj".into(),
+        ops: vec![ObjOp::Append { len_bytes: bytes.len() as u64 }],
+    };
+    let mut out = Vec::new();
+    core.handle(Event::ClientOp { from: CLIENT, request_id: 99, op, data: bytes.to_vec() }, &mut out);
+    let [Action::Reply { frame, .. }] = &out[..] else { panic!("expected one reply, got {out:?}") };
+    decode::<OsdOpReply>(frame.payload.clone()).unwrap().0
+}
+
+#[test]
+fn a_resent_append_is_applied_once_by_a_new_primary_and_after_a_restart() {
+    let map = map();
+    let pool = map.pool_by_name("p").unwrap().id;
+    let acting = map.locate(pool, "obj").unwrap().osds;
+    let (mut primary, mut replica) = (core(acting[0], &map), core(acting[1], &map));
+    append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("first append");
+    write_reply_lost(&mut primary, &mut replica, &map, 2, b"def");
+
+    // The primary is marked out: the replica is now the PG's only member, and so its primary.
+    let mut next = (*map).clone();
+    next.execute(&Command::OsdOut { id: acting[0] }).unwrap();
+    assert_eq!(next.locate(pool, "obj").unwrap().osds, vec![acting[1]]);
+    replica.handle(Event::Map(Arc::new(next.clone())), &mut Vec::new());
+    // The client resends append #2 there: the replica's PG log knows it, so it is not applied twice.
+    let reply = resend(&mut replica, &next, 2, b"def");
+    assert_eq!(reply.result.expect("answered"), vec![shoal_proto::osd::OpOutput::Done]);
+    assert_eq!(content(&replica, &next).as_deref(), Some(&b"abcdef"[..]));
+
+    // The OSD restarts on the same store: the log is read back, and the resend is still recognised.
+    let store = replica.store().clone();
+    let mut restarted = OsdCore::new(acting[1], store, Arc::new(next.clone())).unwrap();
+    let reply = resend(&mut restarted, &next, 2, b"def");
+    assert!(reply.result.is_ok(), "{reply:?}");
+    assert_eq!(content(&restarted, &next).as_deref(), Some(&b"abcdef"[..]));
+    // A new append gets a version of the newer epoch, after everything in the log.
+    let reply = resend(&mut restarted, &next, 3, b"ghi");
+    assert!(reply.result.is_ok(), "{reply:?}");
+    assert_eq!(content(&restarted, &next).as_deref(), Some(&b"abcdefghi"[..]));
+    let pg = next.locate(pool, "obj").unwrap().pg;
+    let versions: Vec<_> =
+        shoal_osd::pglog::read_entries(&**restarted.store(), pg).unwrap().iter().map(|e| e.version).collect();
+    assert_eq!(versions.len(), 3);
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+    assert_eq!(versions[2].epoch, next.epoch, "ordered at the new primary's epoch");
+}
+
+#[test]
+fn replicas_apply_a_replicated_write_once_and_refuse_one_from_a_replaced_primary() {
+    let map = map();
+    let pool = map.pool_by_name("p").unwrap().id;
+    let loc = map.locate(pool, "obj").unwrap();
+    let mut replica = core(loc.osds[1], &map);
+    let rep = |tid: u64, seq: u64, epoch: u64, precondition| RepOp {
+        reqid: ReqId { client: 7, tid },
+        epoch,
+        pool,
+        pg: loc.pg.seed,
+        object: "obj".into(),
+        version: shoal_proto::osd::Eversion { epoch, seq },
+        precondition,
+        ops: vec![ObjOp::Write { offset: 0, len_bytes: 3 }],
+    };
+    let deliver = |replica: &mut OsdCore, op: RepOp, data: &[u8]| {
+        let mut out = Vec::new();
+        replica.handle(Event::RepOp { from: 1, request_id: 1, op, data: data.to_vec() }, &mut out);
+        let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
+        decode::<RepOpReply>(frame.payload.clone()).unwrap().0.result
+    };
+    use shoal_proto::osd::Precondition;
+    deliver(&mut replica, rep(1, 1, map.epoch, Precondition::Absent), b"abc").expect("first delivery");
+    // The same replicated write again (a primary resending after a reconnect): acknowledged, not
+    // applied again (it would fail its precondition if it were).
+    deliver(&mut replica, rep(1, 1, map.epoch, Precondition::Absent), b"abc").expect("second delivery");
+    // A newer write from a newer primary, then a late one from the replaced primary.
+    deliver(&mut replica, rep(2, 2, map.epoch + 5, Precondition::Size(3)), b"xyz").expect("newer primary");
+    let err = deliver(&mut replica, rep(3, 3, map.epoch, Precondition::Size(3)), b"old").expect_err("stale primary");
+    assert_eq!(err.code, ErrorCode::WrongPrimary, "{err}");
+    assert!(err.message.contains("replaced"), "{err}");
+    assert_eq!(content(&replica, &map).as_deref(), Some(&b"xyz"[..]));
+}
+
+#[test]
+fn the_pg_log_is_bounded_and_identical_on_every_member() {
+    let map = map();
+    let pool = map.pool_by_name("p").unwrap().id;
+    let loc = map.locate(pool, "obj").unwrap();
+    let (mut primary, mut replica) = (core(loc.osds[0], &map), core(loc.osds[1], &map));
+    let writes = shoal_osd::pglog::LOG_ENTRIES as u64 + 40;
+    for tid in 1..=writes {
+        append(&mut primary, &mut replica, &map, tid, b"x").result.expect("append");
+    }
+    let on_primary = shoal_osd::pglog::read_entries(&**primary.store(), loc.pg).unwrap();
+    let on_replica = shoal_osd::pglog::read_entries(&**replica.store(), loc.pg).unwrap();
+    assert_eq!(on_primary.len(), shoal_osd::pglog::LOG_ENTRIES, "trimmed to the bound");
+    assert_eq!(on_primary, on_replica);
+    assert_eq!(on_primary[0].reqid.tid, writes - shoal_osd::pglog::LOG_ENTRIES as u64 + 1, "oldest trimmed first");
+    // A resend of a write still in the log is recognised; one trimmed away is not (and would be
+    // applied again): the log's bound is the dedup window.
+    assert!(resend(&mut primary, &map, writes, b"x").result.is_ok());
+    assert_eq!(content(&primary, &map).map(|c| c.len()), Some(writes as usize));
 }

@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 
 /// Version of every message layout in this crate. Bump it when any message changes shape
 /// (2: replicated writes carry a precondition; the auth table joined the map. 3: OSDs carry a
-/// full flag).
-pub const MSG_VERSION: u8 = 3;
+/// full flag. 4: replicated writes carry an epoch-and-sequence version).
+pub const MSG_VERSION: u8 = 4;
 /// Largest encoded header (everything but the bulk data): 1 MiB is far above any legitimate
 /// header (the largest is an omap batch) and stops a corrupted length from allocating much.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;

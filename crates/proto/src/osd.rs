@@ -15,6 +15,44 @@ pub struct ReqId {
     pub tid: u64,
 }
 
+/// A write's place in its PG's history: the map epoch of the primary that ordered it and a
+/// per-PG sequence number that only grows. Versions order by epoch first, so a later primary's
+/// writes sort after anything an earlier primary ordered, even one still writing on a stale map.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Eversion {
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+impl Eversion {
+    /// Bytes of [`Eversion::to_key`].
+    pub const KEY_BYTES: usize = 16;
+
+    /// Big-endian epoch then sequence: byte order equals version order, so a store's key order
+    /// is the PG's history order.
+    #[must_use]
+    pub fn to_key(self) -> [u8; 16] {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&self.epoch.to_be_bytes());
+        k[8..].copy_from_slice(&self.seq.to_be_bytes());
+        k
+    }
+
+    /// The version a key made by [`Eversion::to_key`] holds; `None` if it is not 16 bytes.
+    #[must_use]
+    pub fn from_key(key: &[u8]) -> Option<Eversion> {
+        let k: &[u8; 16] = key.try_into().ok()?;
+        let (e, s) = k.split_at(8);
+        Some(Eversion { epoch: u64::from_be_bytes(e.try_into().ok()?), seq: u64::from_be_bytes(s.try_into().ok()?) })
+    }
+}
+
+impl std::fmt::Display for Eversion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}'{}", self.epoch, self.seq)
+    }
+}
+
 /// One operation of a request. Data-carrying operations name a length; their bytes are the
 /// request's bulk data, concatenated in operation order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,8 +191,9 @@ pub struct RepOp {
     pub pool: u32,
     pub pg: u32,
     pub object: String,
-    /// The PG's write sequence number at the primary; replicas apply in this order.
-    pub version: u64,
+    /// The write's version, ordered by the primary; replicas apply in this order and record it
+    /// in their PG log.
+    pub version: Eversion,
     /// The object's state on the primary before `ops`, for writes whose result depends on it.
     pub precondition: Precondition,
     pub ops: Vec<ObjOp>,
@@ -179,7 +218,7 @@ impl Message for RepOp {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepOpReply {
     pub epoch: u64,
-    pub version: u64,
+    pub version: Eversion,
     pub result: Result<(), RemoteError>,
 }
 impl Message for RepOpReply {

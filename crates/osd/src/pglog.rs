@@ -1,0 +1,242 @@
+//! The PG log: every member's durable record of the writes it applied to a PG, in version order.
+//!
+//! Each write a primary orders gets an [`Eversion`]; the primary and every replica add one entry
+//! (version → request id, object, operation count) **in the same store transaction as the write
+//! itself**, so an entry exists exactly when its write was applied. The entries live in the omap
+//! of one object ([`LOG_OBJECT`]) in a collection of their own (`pglog.POOL.SEED`, next to the
+//! PG's `pg.POOL.SEED`, so listings of the PG never see it), keyed by [`Eversion::to_key`] so the
+//! store's key order is the PG's history. Only the newest [`LOG_ENTRIES`] are kept: each write
+//! past that removes the oldest entry in the same transaction, so every member holding the same
+//! history holds the same log.
+//!
+//! What the log answers today: whether a request id was already applied to the PG on this OSD —
+//! across reconnects, OSD restarts and a change of primary (a replica that becomes primary has
+//! the entries of the writes it received) — so that a resent write is applied once; and the
+//! newest version, so that versions keep growing across primaries. Peering and recovery (decision
+//! 0008) will compare members' logs.
+//!
+//! Entry value layout (all integers big-endian): `client u64 | tid u64 | op_count u32 | object`.
+
+use std::collections::{HashMap, VecDeque};
+
+use shoal_map::PgId;
+use shoal_proto::osd::{Eversion, ReqId};
+use shoal_store::{ObjectStore, StoreError, Transaction};
+
+/// Entries a PG log keeps (per PG, on every member). Bounds both the store's log object and the
+/// in-memory index: a resend older than this many writes to the same PG is not recognised.
+pub const LOG_ENTRIES: usize = 512;
+/// The object holding a PG's log entries in its omap.
+pub const LOG_OBJECT: &str = "log";
+/// Fixed bytes of an entry's value before the object name.
+const ENTRY_FIXED_BYTES: usize = 20;
+
+/// The store collection holding PG `pg`'s log.
+pub fn log_collection(pg: PgId) -> String {
+    format!("pglog.{}.{:x}", pg.pool, pg.seed)
+}
+
+/// One applied write, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub version: Eversion,
+    pub reqid: ReqId,
+    pub object: String,
+    /// Operations of the request, so that a resend can be answered with one result per operation.
+    pub op_count: u32,
+}
+
+impl LogEntry {
+    fn encode_value(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(ENTRY_FIXED_BYTES + self.object.len());
+        v.extend_from_slice(&self.reqid.client.to_be_bytes());
+        v.extend_from_slice(&self.reqid.tid.to_be_bytes());
+        v.extend_from_slice(&self.op_count.to_be_bytes());
+        v.extend_from_slice(self.object.as_bytes());
+        v
+    }
+
+    fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry, StoreError> {
+        let bad = |what: &str| StoreError::Corrupt(format!("PG log entry: {what}"));
+        let version = Eversion::from_key(key).ok_or_else(|| bad("key is not a version"))?;
+        if value.len() < ENTRY_FIXED_BYTES {
+            return Err(bad("value too short"));
+        }
+        let u64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&value[at..at + 8]);
+            u64::from_be_bytes(b)
+        };
+        let mut count = [0u8; 4];
+        count.copy_from_slice(&value[16..20]);
+        let object = std::str::from_utf8(&value[ENTRY_FIXED_BYTES..]).map_err(|_| bad("object name is not UTF-8"))?;
+        Ok(LogEntry {
+            version,
+            reqid: ReqId { client: u64_at(0), tid: u64_at(8) },
+            object: object.to_string(),
+            op_count: u32::from_be_bytes(count),
+        })
+    }
+}
+
+/// One PG's log on this OSD: the stored entries' versions in order and an index by request id.
+#[derive(Debug, Default)]
+pub struct PgLog {
+    /// Versions and request ids of the kept entries, oldest first.
+    entries: VecDeque<(Eversion, ReqId)>,
+    /// Version and operation count of every kept entry, by request id (the newest entry when a
+    /// request was applied again after its replication failed).
+    by_reqid: HashMap<ReqId, (Eversion, u32)>,
+    /// Whether the log collection and object exist in the store.
+    created: bool,
+}
+
+impl PgLog {
+    /// Reads PG `pg`'s log from the store (empty if it has none).
+    pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<PgLog, StoreError> {
+        let coll = log_collection(pg);
+        let mut log = PgLog::default();
+        if !store.collection_exists(&coll)? || !store.exists(&coll, LOG_OBJECT)? {
+            return Ok(log);
+        }
+        log.created = true;
+        let mut after: Option<Vec<u8>> = None;
+        // Bounded: the log never holds more than LOG_ENTRIES; a store holding more (damaged, or
+        // written by a build with a larger bound) keeps only the newest.
+        for _ in 0..=(4 * LOG_ENTRIES / 256) {
+            let page = store.omap_list(&coll, LOG_OBJECT, after.as_deref(), 256)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (k, v) in &page {
+                let e = LogEntry::decode(k, v)?;
+                log.push(e.version, e.reqid, e.op_count);
+            }
+        }
+        while log.entries.len() > LOG_ENTRIES {
+            log.pop_oldest();
+        }
+        Ok(log)
+    }
+
+    /// The newest version applied (the default, `0'0`, if none).
+    #[must_use]
+    pub fn last_update(&self) -> Eversion {
+        self.entries.back().map(|(v, _)| *v).unwrap_or_default()
+    }
+
+    /// The operation count of request `reqid` if it was applied to this PG (within the log).
+    #[must_use]
+    pub fn lookup(&self, reqid: &ReqId) -> Option<u32> {
+        self.by_reqid.get(reqid).map(|(_, n)| *n)
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Adds `entry` to `txn` (creating the log on first use and trimming the oldest entry when the
+    /// log is full), to be committed with the write it records. Call [`PgLog::applied`] once the
+    /// transaction committed.
+    ///
+    /// # Panics
+    /// If `entry.version` is not newer than [`PgLog::last_update`]: callers order writes first.
+    pub fn record(&self, txn: &mut Transaction, pg: PgId, entry: &LogEntry) {
+        assert!(entry.version > self.last_update(), "PG log versions must grow");
+        let coll = log_collection(pg);
+        if !self.created {
+            txn.create_collection(&coll).touch(&coll, LOG_OBJECT);
+        }
+        if self.entries.len() >= LOG_ENTRIES
+            && let Some((oldest, _)) = self.entries.front()
+        {
+            txn.omap_remove(&coll, LOG_OBJECT, vec![oldest.to_key().to_vec()]);
+        }
+        txn.omap_set(&coll, LOG_OBJECT, vec![(entry.version.to_key().to_vec(), entry.encode_value())]);
+    }
+
+    /// Updates the in-memory log after the transaction built by [`PgLog::record`] committed.
+    pub fn applied(&mut self, entry: &LogEntry) {
+        self.created = true;
+        if self.entries.len() >= LOG_ENTRIES {
+            self.pop_oldest();
+        }
+        self.push(entry.version, entry.reqid, entry.op_count);
+    }
+
+    fn push(&mut self, version: Eversion, reqid: ReqId, op_count: u32) {
+        self.entries.push_back((version, reqid));
+        self.by_reqid.insert(reqid, (version, op_count));
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((version, reqid)) = self.entries.pop_front()
+            && self.by_reqid.get(&reqid).is_some_and(|(v, _)| *v == version)
+        {
+            // Only if this was the request's newest entry: a request applied again (after its
+            // replication failed) keeps the index of its later entry.
+            self.by_reqid.remove(&reqid);
+        }
+    }
+}
+
+/// Reads every kept entry of PG `pg`'s log on `store`, oldest first (for tests and tools).
+pub fn read_entries(store: &dyn ObjectStore, pg: PgId) -> Result<Vec<LogEntry>, StoreError> {
+    let coll = log_collection(pg);
+    if !store.collection_exists(&coll)? || !store.exists(&coll, LOG_OBJECT)? {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    for _ in 0..=(4 * LOG_ENTRIES / 256) {
+        let page = store.omap_list(&coll, LOG_OBJECT, after.as_deref(), 256)?;
+        let Some((last, _)) = page.last() else { break };
+        after = Some(last.clone());
+        for (k, v) in &page {
+            out.push(LogEntry::decode(k, v)?);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_refuse_damage() {
+        let e = LogEntry {
+            version: Eversion { epoch: 7, seq: 42 },
+            reqid: ReqId { client: u64::MAX, tid: 3 },
+            object: "obj/ü".into(),
+            op_count: 2,
+        };
+        let back = LogEntry::decode(&e.version.to_key(), &e.encode_value()).expect("decode");
+        assert_eq!(back, e);
+        assert!(LogEntry::decode(&[1, 2, 3], &e.encode_value()).is_err(), "short key");
+        assert!(LogEntry::decode(&e.version.to_key(), &e.encode_value()[..19]).is_err(), "short value");
+        let mut bad = e.encode_value();
+        bad.push(0xff);
+        assert!(LogEntry::decode(&e.version.to_key(), &bad).is_err(), "object name not UTF-8");
+    }
+
+    #[test]
+    fn version_keys_sort_like_versions() {
+        let vs = [
+            Eversion { epoch: 1, seq: 9 },
+            Eversion { epoch: 2, seq: 1 },
+            Eversion { epoch: 2, seq: 256 },
+            Eversion { epoch: 300, seq: 0 },
+        ];
+        for w in vs.windows(2) {
+            assert!(w[0] < w[1]);
+            assert!(w[0].to_key() < w[1].to_key());
+            assert_eq!(Eversion::from_key(&w[1].to_key()), Some(w[1]));
+        }
+    }
+}
