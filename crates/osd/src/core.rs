@@ -37,8 +37,9 @@ use crate::pglog::{LogEntry, PgLog};
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
 
-/// Completed writes remembered for deduplicating resends (per OSD, oldest evicted first).
-pub const DEDUP_ENTRIES: usize = 4096;
+/// Writes whose replication failed, remembered so that their resends are applied again (per
+/// OSD, oldest forgotten first). Completed writes are recognised by the PG log instead.
+pub const FAILED_ENTRIES: usize = 4096;
 /// Requests held while waiting for a newer map before they are refused.
 pub const MAX_WAITING_FOR_MAP: usize = 1024;
 /// Writes in flight to replicas at once; beyond it a write is refused with `Timeout`-free
@@ -111,12 +112,10 @@ pub struct OsdCore {
     /// Collections known to exist (cached so a write does not probe the store).
     collections: BTreeSet<String>,
     pending: HashMap<ReqId, PendingWrite>,
-    dedup: HashMap<ReqId, Frame>,
-    dedup_order: VecDeque<ReqId>,
     waiting_for_map: VecDeque<Event>,
     /// PG logs, loaded from the store the first time a PG is written here.
     logs: HashMap<PgId, PgLog>,
-    /// Writes this primary applied whose replication failed (bounded like `dedup`): a resend
+    /// Writes this primary applied whose replication failed (at most [`FAILED_ENTRIES`]): a resend
     /// of one is applied again, so that it reaches the acting set of the newer map, instead of
     /// being answered from the log.
     failed: HashSet<ReqId>,
@@ -146,8 +145,6 @@ impl OsdCore {
             map,
             collections,
             pending: HashMap::new(),
-            dedup: HashMap::new(),
-            dedup_order: VecDeque::new(),
             waiting_for_map: VecDeque::new(),
             logs: HashMap::new(),
             failed: HashSet::new(),
@@ -289,11 +286,6 @@ impl OsdCore {
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result }, bytes);
             return out.push(Action::Reply { to: from, frame, after_sync: false });
         }
-        // A resend of a write that already completed gets the first answer again.
-        if let Some(frame) = self.dedup.get(&op.reqid) {
-            let frame = Frame::new(frame.msg_type, request_id, frame.payload.clone());
-            return out.push(Action::Reply { to: from, frame, after_sync: false });
-        }
         // A resend of a write still in flight: answer the new connection when it completes.
         if let Some(p) = self.pending.get_mut(&op.reqid) {
             p.client = from;
@@ -362,7 +354,6 @@ impl OsdCore {
         let outputs = vec![shoal_proto::osd::OpOutput::Done; op.ops.len()];
         if replicas.is_empty() {
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
-            self.remember(op.reqid, &frame);
             return out.push(Action::Reply { to: from, frame, after_sync: true });
         }
         for (osd, copy) in replicas.iter().zip(copies) {
@@ -425,7 +416,7 @@ impl OsdCore {
         if !self.failed.insert(reqid) {
             return;
         }
-        if self.failed_order.len() >= DEDUP_ENTRIES
+        if self.failed_order.len() >= FAILED_ENTRIES
             && let Some(old) = self.failed_order.pop_front()
         {
             self.failed.remove(&old);
@@ -434,18 +425,11 @@ impl OsdCore {
     }
 
     fn forget_failure(&mut self, reqid: &ReqId) {
-        // The order queue keeps the id until it ages out; removing it from the set is enough.
-        self.failed.remove(reqid);
-    }
-
-    fn remember(&mut self, reqid: ReqId, frame: &Frame) {
-        if self.dedup_order.len() >= DEDUP_ENTRIES
-            && let Some(old) = self.dedup_order.pop_front()
-        {
-            self.dedup.remove(&old);
+        // Rare (a failed write applied again): the linear scan of at most FAILED_ENTRIES keeps each
+        // id in the order queue at most once, so aging out never drops a newer failure.
+        if self.failed.remove(reqid) {
+            self.failed_order.retain(|r| r != reqid);
         }
-        self.dedup_order.push_back(reqid);
-        self.dedup.insert(reqid, Frame::new(frame.msg_type, 0, frame.payload.clone()));
     }
 
     fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: Vec<u8>, out: &mut Vec<Action>) {
@@ -507,13 +491,10 @@ impl OsdCore {
             None => Ok(p.outputs),
             Some(e) => Err(e),
         };
-        let ok = result.is_ok();
-        let frame = reply_frame(p.request_id, &OsdOpReply { epoch, result }, Vec::new());
-        if ok {
-            self.remember(reqid, &frame);
-        } else {
+        if result.is_err() {
             self.remember_failure(reqid);
         }
+        let frame = reply_frame(p.request_id, &OsdOpReply { epoch, result }, Vec::new());
         out.push(Action::Reply { to: p.client, frame, after_sync: true });
     }
 
