@@ -148,11 +148,16 @@ pub enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a pool (its objects become unreachable).
+    /// Remove a pool and every object in it, for good: its objects become unreachable at once
+    /// and each OSD deletes them in the background (`shoal osd df` shows the space coming back).
+    /// Needs `--yes-i-really-mean-it`.
     Rm {
         #[command(flatten)]
         conf: ConfArgs,
         name: String,
+        /// Confirms that the pool's data is to be deleted.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
         #[arg(long)]
         json: bool,
     },
@@ -461,7 +466,15 @@ pub fn pool(cmd: &PoolCommand) -> Result<ExitCode> {
             let doc = json!(map.pools.values().map(pool_json).collect::<Vec<_>>());
             print(*json, doc, || map.pools.values().map(|p| p.name.clone()).collect::<Vec<_>>().join("\n"));
         }
-        PoolCommand::Rm { conf, name, json } => {
+        PoolCommand::Rm { conf, name, yes_i_really_mean_it, json } => {
+            if !yes_i_really_mean_it {
+                let client = conf.connect()?;
+                let map = client.client().mon().map();
+                map.pool_by_name(name)?;
+                anyhow::bail!(
+                    "removing pool '{name}' deletes every object in it for good; repeat with --yes-i-really-mean-it"
+                );
+            }
             let (epoch, _) = run(conf, Command::RemovePool { name: name.clone() })?;
             print(*json, json!({"removed": name, "epoch": epoch}), || format!("pool '{name}' removed"));
         }

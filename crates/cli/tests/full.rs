@@ -127,3 +127,45 @@ fn a_filling_cluster_warns_then_refuses_writes_without_losing_data() {
     assert!(!problems(&s).iter().any(|p| p.contains("is full")), "{s}");
     write("after", value(7, MIB)).expect("a write after space was freed");
 }
+
+#[test]
+fn removing_a_pool_asks_for_confirmation_then_gives_its_space_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "2", "--backend", "mem", "--osd-size", "256M"]));
+    let _down = Down(dir.clone());
+    ok(&shoal(&dir, &["pool", "create", "scratch", "--size", "2", "--pg-num", "8"]));
+    let file = tmp.path().join("one-mib");
+    std::fs::write(&file, vec![3u8; MIB]).expect("write file");
+    for i in 0..24 {
+        ok(&shoal(&dir, &["obj", "put", "--pool", "scratch", &format!("o{i}"), &file.display().to_string()]));
+    }
+    let used = |s: &serde_json::Value| s["total"]["used_bytes"].as_u64().unwrap_or(0);
+    let df = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&ok(&shoal(dir, &["osd", "df", "--json"]))).expect("df json")
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while used(&df(&dir)) < 48 * MIB as u64 {
+        assert!(Instant::now() < deadline, "usage never showed the pool's data: {}", df(&dir));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Without the confirmation nothing happens; an unknown pool is named either way.
+    common::fails_with(&shoal(&dir, &["pool", "rm", "scratch"]), "--yes-i-really-mean-it");
+    common::fails_with(&shoal(&dir, &["pool", "rm", "nope"]), "does not exist");
+    ok(&shoal(&dir, &["obj", "stat", "--pool", "scratch", "o0"]));
+
+    ok(&shoal(&dir, &["pool", "rm", "scratch", "--yes-i-really-mean-it"]));
+    common::fails_with(&shoal(&dir, &["obj", "stat", "--pool", "scratch", "o0"]), "scratch");
+    // Every OSD purges the pool's collections in the background; usage falls back to nothing.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = df(&dir);
+        if used(&s) < MIB as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the deleted pool's space never came back: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

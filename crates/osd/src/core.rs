@@ -40,6 +40,9 @@ pub type Token = u64;
 /// Writes whose replication failed, remembered so that their resends are applied again (per
 /// OSD, oldest forgotten first). Completed writes are recognised by the PG log instead.
 pub const FAILED_ENTRIES: usize = 4096;
+/// Objects removed per tick from the collections of deleted pools, so that purging a large pool
+/// never holds the worker (and the client operations queued behind it) for long.
+pub const PURGE_OBJECTS_PER_TICK: usize = 2048;
 /// Requests held while waiting for a newer map before they are refused.
 pub const MAX_WAITING_FOR_MAP: usize = 1024;
 /// Writes in flight to replicas at once; beyond it a write is refused with `Timeout`-free
@@ -120,8 +123,16 @@ pub struct OsdCore {
     /// being answered from the log.
     failed: HashSet<ReqId>,
     failed_order: VecDeque<ReqId>,
+    /// Collections of deleted pools still to be emptied and removed, a bounded batch per tick.
+    purge: VecDeque<String>,
     counters: Counters,
     last_tick: Option<(u64, Counters)>,
+}
+
+/// The pool id of a PG collection (`pg.POOL.SEED`) or PG log collection (`pglog.POOL.SEED`).
+fn collection_pool(coll: &str) -> Option<u32> {
+    let rest = coll.strip_prefix("pg.").or_else(|| coll.strip_prefix("pglog."))?;
+    rest.split_once('.')?.0.parse().ok()
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -139,7 +150,7 @@ impl OsdCore {
     /// A core for OSD `id` on `store`, with the map it booted with.
     pub fn new(id: OsdId, store: Arc<dyn ObjectStore>, map: Arc<ClusterMap>) -> Result<OsdCore, StoreError> {
         let collections = store.list_collections()?.into_iter().collect();
-        Ok(OsdCore {
+        let mut core = OsdCore {
             id,
             store,
             map,
@@ -151,7 +162,77 @@ impl OsdCore {
             failed_order: VecDeque::new(),
             counters: Counters::default(),
             last_tick: None,
-        })
+            purge: VecDeque::new(),
+        };
+        // Pools deleted while this OSD was down (or before a purge finished) are purged now.
+        core.queue_orphans();
+        Ok(core)
+    }
+
+    /// Queues every local collection of a pool the map says was deleted: its id was handed out
+    /// (below `next_pool_id`) and the pool is gone. A collection of a pool newer than this OSD's
+    /// map is left alone: the map is merely behind.
+    fn queue_orphans(&mut self) {
+        let colls = match self.store.list_collections() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing collections to purge deleted pools failed; retried on the next map");
+                return;
+            }
+        };
+        for coll in colls {
+            let Some(pool) = collection_pool(&coll) else { continue };
+            if pool < self.map.next_pool_id && !self.map.pools.contains_key(&pool) && !self.purge.contains(&coll) {
+                self.purge.push_back(coll);
+            }
+        }
+        let map = &self.map;
+        self.logs.retain(|pg, _| map.pools.contains_key(&pg.pool) || pg.pool >= map.next_pool_id);
+    }
+
+    /// Removes up to `budget` objects of deleted pools, then each emptied collection.
+    fn purge_step(&mut self, budget: usize) {
+        let mut left = budget;
+        while left > 0 {
+            let Some(coll) = self.purge.front().cloned() else { return };
+            let page = match self.store.list_objects(&coll, "", None, left) {
+                Ok(p) => p,
+                Err(StoreError::NoSuchCollection(_)) => {
+                    self.purge.pop_front();
+                    self.collections.remove(&coll);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried on the next map");
+                    self.purge.pop_front();
+                    return;
+                }
+            };
+            let mut txn = shoal_store::Transaction::new();
+            for obj in &page.objects {
+                txn.remove(&coll, obj);
+            }
+            let emptied = page.next.is_none();
+            if emptied {
+                txn.remove_collection(&coll);
+            }
+            if let Err(e) = self.store.commit(txn, Durability::Batch) {
+                tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried on the next map");
+                self.purge.pop_front();
+                return;
+            }
+            left = left.saturating_sub(page.objects.len().max(1));
+            if emptied {
+                self.purge.pop_front();
+                self.collections.remove(&coll);
+            }
+        }
+    }
+
+    /// Collections of deleted pools still queued for purging.
+    #[must_use]
+    pub fn purge_backlog(&self) -> usize {
+        self.purge.len()
     }
 
     pub fn id(&self) -> OsdId {
@@ -187,14 +268,21 @@ impl OsdCore {
             }
             Event::Map(map) => {
                 if map.epoch > self.map.epoch {
+                    let pool_removed = self.map.pools.keys().any(|id| !map.pools.contains_key(id));
                     self.map = map;
+                    if pool_removed {
+                        self.queue_orphans();
+                    }
                     let waiting: Vec<Event> = self.waiting_for_map.drain(..).collect();
                     for ev in waiting {
                         self.handle(ev, out);
                     }
                 }
             }
-            Event::Tick { now_ms } => out.push(Action::Stats(self.stats(now_ms))),
+            Event::Tick { now_ms } => {
+                self.purge_step(PURGE_OBJECTS_PER_TICK);
+                out.push(Action::Stats(self.stats(now_ms)));
+            }
         }
     }
 
@@ -448,6 +536,9 @@ impl OsdCore {
     /// to the PG (an older version comes from a primary that has been replaced), and only on the
     /// state the primary resolved it against.
     fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: Vec<u8>) -> Result<(), RemoteError> {
+        if pg.pool < self.map.next_pool_id && !self.map.pools.contains_key(&pg.pool) {
+            return Err(RemoteError::new(ErrorCode::NotFound, format!("pool id {} has been deleted", pg.pool)));
+        }
         let log = self.log_mut(pg)?;
         if log.lookup(&op.reqid).is_some() {
             return Ok(());

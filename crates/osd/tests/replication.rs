@@ -268,3 +268,68 @@ fn the_pg_log_is_bounded_and_identical_on_every_member() {
     assert!(resend(&mut primary, &map, writes, b"x").result.is_ok());
     assert_eq!(content(&primary, &map).map(|c| c.len()), Some(writes as usize));
 }
+
+#[test]
+fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
+    let map = map();
+    let pool = map.pool_by_name("p").unwrap().id;
+    let loc = map.locate(pool, "obj").unwrap();
+    let (mut primary, mut replica) = (core(loc.osds[0], &map), core(loc.osds[1], &map));
+    append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("append");
+    // More objects than one tick removes, straight into the PG's collection.
+    let coll = shoal_osd::exec::pg_collection(loc.pg);
+    let many = shoal_osd::core::PURGE_OBJECTS_PER_TICK + 100;
+    for chunk in (0..many).collect::<Vec<_>>().chunks(500) {
+        let mut txn = shoal_store::Transaction::new();
+        for i in chunk {
+            txn.touch(&coll, &format!("bulk-{i}"));
+        }
+        primary.store().commit(txn, shoal_store::Durability::Batch).unwrap();
+    }
+    let pool_collections = |c: &OsdCore| {
+        c.store()
+            .list_collections()
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.ends_with(&format!("{pool}.{:x}", loc.pg.seed)))
+            .count()
+    };
+    assert_eq!(pool_collections(&primary), 2, "the PG and its log");
+
+    let mut without = (*map).clone();
+    without.execute(&Command::RemovePool { name: "p".into() }).unwrap();
+    let without = Arc::new(without);
+    primary.handle(Event::Map(without.clone()), &mut Vec::new());
+    assert_eq!(primary.purge_backlog(), 2);
+    primary.handle(Event::Tick { now_ms: 1 }, &mut Vec::new());
+    assert!(primary.store().usage().unwrap().objects > 0, "one tick removes a bounded batch");
+    primary.handle(Event::Tick { now_ms: 2 }, &mut Vec::new());
+    primary.handle(Event::Tick { now_ms: 3 }, &mut Vec::new());
+    assert_eq!(primary.purge_backlog(), 0);
+    assert_eq!(pool_collections(&primary), 0);
+    assert_eq!(primary.store().usage().unwrap().objects, 0);
+
+    // An OSD that was down when the pool was deleted purges it when it starts with the new map.
+    let mut restarted = OsdCore::new(replica.id(), replica.store().clone(), without.clone()).unwrap();
+    assert_eq!(restarted.purge_backlog(), 2);
+    restarted.handle(Event::Tick { now_ms: 1 }, &mut Vec::new());
+    assert_eq!(pool_collections(&restarted), 0);
+
+    // A late replicated write to the deleted pool (from a primary on an older map) is refused.
+    let op = RepOp {
+        reqid: ReqId { client: 7, tid: 9 },
+        epoch: map.epoch,
+        pool,
+        pg: loc.pg.seed,
+        object: "obj".into(),
+        version: shoal_proto::osd::Eversion { epoch: map.epoch, seq: 9 },
+        precondition: shoal_proto::osd::Precondition::Any,
+        ops: vec![ObjOp::WriteFull { len_bytes: 1 }],
+    };
+    let mut out = Vec::new();
+    restarted.handle(Event::RepOp { from: 1, request_id: 1, op, data: b"z".to_vec() }, &mut out);
+    let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
+    let err = decode::<RepOpReply>(frame.payload.clone()).unwrap().0.result.expect_err("deleted pool");
+    assert_eq!(err.code, ErrorCode::NotFound, "{err}");
+    assert_eq!(pool_collections(&restarted), 0, "nothing was recreated");
+}
