@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Down, ok, shoal};
+use common::{ok, shoal};
 use shoal_client::{Client, ClientError, ClusterConfig};
 use shoal_proto::ErrorCode;
 use shoal_proto::osd::ObjOp;
@@ -41,10 +41,7 @@ fn problems(s: &serde_json::Value) -> Vec<String> {
 #[test]
 fn a_filling_cluster_warns_then_refuses_writes_without_losing_data() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "3", "--backend", "mem", "--osd-size", "128M"]));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_mem(tmp.path(), 3, "128M");
     // Size 3 on 3 OSDs: every OSD holds every object, so all three fill together.
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--pg-num", "8"]));
 
@@ -131,10 +128,7 @@ fn a_filling_cluster_warns_then_refuses_writes_without_losing_data() {
 #[test]
 fn removing_a_pool_asks_for_confirmation_then_gives_its_space_back() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "2", "--backend", "mem", "--osd-size", "256M"]));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_mem(tmp.path(), 2, "256M");
     ok(&shoal(&dir, &["pool", "create", "scratch", "--size", "2", "--pg-num", "8"]));
     let file = tmp.path().join("one-mib");
     std::fs::write(&file, vec![3u8; MIB]).expect("write file");

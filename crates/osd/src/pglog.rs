@@ -94,23 +94,11 @@ pub struct PgLog {
 impl PgLog {
     /// Reads PG `pg`'s log from the store (empty if it has none).
     pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<PgLog, StoreError> {
-        let coll = log_collection(pg);
         let mut log = PgLog::default();
-        if !store.collection_exists(&coll)? || !store.exists(&coll, LOG_OBJECT)? {
-            return Ok(log);
-        }
+        let Some(entries) = scan(store, pg)? else { return Ok(log) };
         log.created = true;
-        let mut after: Option<Vec<u8>> = None;
-        // Bounded: the log never holds more than LOG_ENTRIES; a store holding more (damaged, or
-        // written by a build with a larger bound) keeps only the newest.
-        for _ in 0..=(4 * LOG_ENTRIES / 256) {
-            let page = store.omap_list(&coll, LOG_OBJECT, after.as_deref(), 256)?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (k, v) in &page {
-                let e = LogEntry::decode(k, v)?;
-                log.push(e.version, e.reqid, e.op_count);
-            }
+        for e in entries {
+            log.push(e.version, e.reqid, e.op_count);
         }
         while log.entries.len() > LOG_ENTRIES {
             log.pop_oldest();
@@ -187,21 +175,29 @@ impl PgLog {
 
 /// Reads every kept entry of PG `pg`'s log on `store`, oldest first (for tests and tools).
 pub fn read_entries(store: &dyn ObjectStore, pg: PgId) -> Result<Vec<LogEntry>, StoreError> {
+    Ok(scan(store, pg)?.unwrap_or_default())
+}
+
+/// The stored entries of PG `pg`'s log, oldest first; `None` if the PG has no log yet. Bounded:
+/// the log never holds more than [`LOG_ENTRIES`], and a store holding more (damaged, or written
+/// by a build with a larger bound) is read only up to four times that.
+fn scan(store: &dyn ObjectStore, pg: PgId) -> Result<Option<Vec<LogEntry>>, StoreError> {
+    const PAGE: usize = 256;
     let coll = log_collection(pg);
     if !store.collection_exists(&coll)? || !store.exists(&coll, LOG_OBJECT)? {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     let mut out = Vec::new();
     let mut after: Option<Vec<u8>> = None;
-    for _ in 0..=(4 * LOG_ENTRIES / 256) {
-        let page = store.omap_list(&coll, LOG_OBJECT, after.as_deref(), 256)?;
+    for _ in 0..=(4 * LOG_ENTRIES / PAGE) {
+        let page = store.omap_list(&coll, LOG_OBJECT, after.as_deref(), PAGE)?;
         let Some((last, _)) = page.last() else { break };
         after = Some(last.clone());
         for (k, v) in &page {
             out.push(LogEntry::decode(k, v)?);
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 #[cfg(test)]

@@ -48,10 +48,7 @@ fn request(
     ops: Vec<ObjOp>,
     data: &[u8],
 ) -> OsdOpReply {
-    let pool = map.pool_by_name("p").unwrap().id;
-    let loc = map.locate(pool, "obj").unwrap();
-    let op =
-        OsdOp { reqid: ReqId { client: 7, tid }, epoch: map.epoch, pool, pg: loc.pg.seed, object: "obj".into(), ops };
+    let op = client_op(map, tid, ops);
     let mut out = Vec::new();
     primary.handle(Event::ClientOp { from: CLIENT, request_id: tid, op, data: data.to_vec() }, &mut out);
     let mut client_reply = None;
@@ -159,17 +156,16 @@ fn write_reply_lost(primary: &mut OsdCore, replica: &mut OsdCore, map: &ClusterM
     reply.result.expect("applied (the client just never hears of it)");
 }
 
-fn resend(core: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) -> OsdOpReply {
+/// Client 7's request `tid` on object `obj` of pool `p`, routed with `map`.
+fn client_op(map: &ClusterMap, tid: u64, ops: Vec<ObjOp>) -> OsdOp {
     let pool = map.pool_by_name("p").unwrap().id;
-    let loc = map.locate(pool, "obj").unwrap();
-    let op = OsdOp {
-        reqid: ReqId { client: 7, tid },
-        epoch: map.epoch,
-        pool,
-        pg: loc.pg.seed,
-        object: "obj".into(),
-        ops: vec![ObjOp::Append { len_bytes: bytes.len() as u64 }],
-    };
+    let pg = map.locate(pool, "obj").unwrap().pg.seed;
+    OsdOp { reqid: ReqId { client: 7, tid }, epoch: map.epoch, pool, pg, object: "obj".into(), ops }
+}
+
+/// Sends an append to `core` alone (no replica involved) and returns its answer.
+fn resend(core: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) -> OsdOpReply {
+    let op = client_op(map, tid, vec![ObjOp::Append { len_bytes: bytes.len() as u64 }]);
     let mut out = Vec::new();
     core.handle(Event::ClientOp { from: CLIENT, request_id: 99, op, data: bytes.to_vec() }, &mut out);
     let [Action::Reply { frame, .. }] = &out[..] else { panic!("expected one reply, got {out:?}") };

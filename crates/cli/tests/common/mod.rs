@@ -40,3 +40,13 @@ impl Drop for Down {
         let _ = shoal(&self.0, &["down", "--dir", &self.0.display().to_string(), "--keep"]);
     }
 }
+
+/// Starts a RAM cluster of `osds` OSDs of `osd_size` each in `tmp/c` (`shoal up`) and returns its
+/// directory with a guard that stops it.
+pub fn up_mem(tmp: &Path, osds: u32, osd_size: &str) -> (std::path::PathBuf, Down) {
+    let dir = tmp.join("c");
+    let d = dir.display().to_string();
+    let n = osds.to_string();
+    ok(&shoal(tmp, &["up", "--dir", &d, "--osds", &n, "--backend", "mem", "--osd-size", osd_size]));
+    (dir.clone(), Down(dir))
+}
