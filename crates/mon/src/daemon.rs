@@ -81,7 +81,7 @@ pub fn mkfs(data_dir: &Path, rank: u32, fsid: &str, mons: &BTreeMap<u32, SocketA
     if fsid.is_empty() {
         return Err(MonError::Config("empty fsid".into()));
     }
-    store::write_meta(data_dir, &Meta { fsid: fsid.to_string(), rank, mons: mons.clone() })
+    store::write_meta(data_dir, &Meta::new(fsid.to_string(), rank, mons.clone()))
 }
 
 /// The map every monitor of a new cluster starts from.

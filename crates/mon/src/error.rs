@@ -15,6 +15,14 @@ pub enum MonError {
     AlreadyInitialized { path: PathBuf, rank: u32, fsid: String },
     #[error("{} holds no monitor: run mkfs first", path.display())]
     NotInitialized { path: PathBuf },
+    /// The directory was written by a build with another on-disk format (see
+    /// [`crate::store::MON_STORE_FORMAT`]); nothing in it was changed.
+    #[error(
+        "{} holds monitor data in store format {found}, but this build reads format {want}: run the Shoal \
+         build that created it, or recreate the cluster",
+        path.display()
+    )]
+    Format { path: PathBuf, found: u32, want: u32 },
     #[error("invalid monitor configuration: {0}")]
     Config(String),
 }

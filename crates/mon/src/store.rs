@@ -43,6 +43,13 @@ const SNAPSHOT_FILE: &str = "snapshot";
 /// corrupted length cannot make the monitor allocate more.
 const MAX_RECORD_BYTES: usize = 256 << 20;
 
+/// Version of everything a monitor stores: the identity, the Raft log's entries and the
+/// snapshot. Records are postcard, which is not self-describing, so any change to the shape of
+/// [`Meta`], the cluster map or its changes must bump this; a monitor then refuses a directory of
+/// another format by name instead of misreading it. 0: before the number existed. 1: OSDs carry
+/// a full flag.
+pub const MON_STORE_FORMAT: u32 = 1;
+
 /// The identity mkfs writes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
@@ -50,6 +57,28 @@ pub struct Meta {
     pub rank: u32,
     /// The monitors the cluster was created with, by rank.
     pub mons: BTreeMap<u32, SocketAddr>,
+    /// [`MON_STORE_FORMAT`] of the build that ran mkfs (last, so that an older build's identity
+    /// file, which lacks it, still decodes as [`MetaV0`] and is recognised).
+    pub format: u32,
+}
+
+impl Meta {
+    /// The identity of a new monitor, in this build's format.
+    #[must_use]
+    pub fn new(fsid: String, rank: u32, mons: BTreeMap<u32, SocketAddr>) -> Meta {
+        Meta { fsid, rank, mons, format: MON_STORE_FORMAT }
+    }
+}
+
+/// The identity file as builds before [`MON_STORE_FORMAT`] wrote it.
+#[derive(Deserialize)]
+struct MetaV0 {
+    #[allow(dead_code)]
+    fsid: String,
+    #[allow(dead_code)]
+    rank: u32,
+    #[allow(dead_code)]
+    mons: BTreeMap<u32, SocketAddr>,
 }
 
 /// Raft's small persistent state besides the log.
@@ -130,6 +159,13 @@ fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), M
 /// error: atomic replacement means it cannot be torn.
 fn read_atomic<T: for<'de> Deserialize<'de>>(dir: &Path, name: &str) -> Result<Option<T>, MonError> {
     let path = dir.join(name);
+    let Some(body) = read_atomic_bytes(dir, name)? else { return Ok(None) };
+    postcard::from_bytes(&body).map(Some).map_err(|e| MonError::corrupt(&path, format!("undecodable contents: {e}")))
+}
+
+/// The one record of a file written by [`write_atomic`], undecoded.
+fn read_atomic_bytes(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, MonError> {
+    let path = dir.join(name);
     let buf = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -137,9 +173,7 @@ fn read_atomic<T: for<'de> Deserialize<'de>>(dir: &Path, name: &str) -> Result<O
     };
     let (records, end) = split_records(&buf);
     match records.as_slice() {
-        [(_, body)] if end == buf.len() => postcard::from_bytes(body)
-            .map(Some)
-            .map_err(|e| MonError::corrupt(&path, format!("undecodable contents: {e}"))),
+        [(_, body)] if end == buf.len() => Ok(Some(body.to_vec())),
         _ => Err(MonError::corrupt(&path, "checksum mismatch or trailing bytes")),
     }
 }
@@ -153,8 +187,20 @@ pub(crate) fn write_meta(dir: &Path, meta: &Meta) -> Result<(), MonError> {
     write_atomic(dir, META_FILE, meta)
 }
 
+/// The identity, if `dir` holds a monitor of this build's format; a directory of another format
+/// is refused with [`MonError::Format`], before anything else in it is read.
 pub(crate) fn read_meta(dir: &Path) -> Result<Option<Meta>, MonError> {
-    read_atomic(dir, META_FILE)
+    let path = dir.join(META_FILE);
+    let Some(body) = read_atomic_bytes(dir, META_FILE)? else { return Ok(None) };
+    let format_error = |found| MonError::Format { path: path.clone(), found, want: MON_STORE_FORMAT };
+    match postcard::from_bytes::<Meta>(&body) {
+        Ok(meta) if meta.format == MON_STORE_FORMAT => Ok(Some(meta)),
+        Ok(meta) => Err(format_error(meta.format)),
+        Err(e) => match postcard::from_bytes::<MetaV0>(&body) {
+            Ok(_) => Err(format_error(0)),
+            Err(_) => Err(MonError::corrupt(&path, format!("undecodable contents: {e}"))),
+        },
+    }
 }
 
 pub(crate) fn read_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, MonError> {
@@ -469,11 +515,32 @@ mod tests {
     #[test]
     fn meta_is_written_once() {
         let tmp = tempfile::tempdir().unwrap();
-        let meta = Meta { fsid: "f".into(), rank: 1, mons: BTreeMap::new() };
+        let meta = Meta::new("f".into(), 1, BTreeMap::new());
         write_meta(tmp.path(), &meta).unwrap();
         assert_eq!(read_meta(tmp.path()).unwrap(), Some(meta.clone()));
         assert!(matches!(write_meta(tmp.path(), &meta), Err(MonError::AlreadyInitialized { rank: 1, .. })));
         std::fs::write(tmp.path().join(META_FILE), b"garbage").unwrap();
         assert!(matches!(read_meta(tmp.path()), Err(MonError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn another_format_is_refused_by_name() {
+        // An identity file as builds before the format number wrote it.
+        #[derive(Serialize)]
+        struct OldMeta {
+            fsid: String,
+            rank: u32,
+            mons: BTreeMap<u32, SocketAddr>,
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        write_atomic(tmp.path(), META_FILE, &OldMeta { fsid: "f".into(), rank: 0, mons: BTreeMap::new() }).unwrap();
+        let err = read_meta(tmp.path()).unwrap_err();
+        assert!(matches!(err, MonError::Format { found: 0, want: MON_STORE_FORMAT, .. }), "{err}");
+        assert!(err.to_string().contains("store format 0"), "{err}");
+        // A newer build's directory.
+        let newer = Meta { format: MON_STORE_FORMAT + 1, ..Meta::new("f".into(), 0, BTreeMap::new()) };
+        write_atomic(tmp.path(), META_FILE, &newer).unwrap();
+        let err = read_meta(tmp.path()).unwrap_err();
+        assert!(matches!(err, MonError::Format { found, .. } if found == MON_STORE_FORMAT + 1), "{err}");
     }
 }
