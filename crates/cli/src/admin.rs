@@ -423,7 +423,7 @@ fn osd_df(conf: &ConfArgs, json_out: bool) -> Result<()> {
             );
         }
         s += &format!(
-            "TOTAL {:>36} {:>10} {:>6.1}",
+            "TOTAL {:>35} {:>10} {:>6.1}",
             human(total_capacity),
             human(total_used),
             shoal_map::used_permille(total_used, total_capacity) as f64 / 10.0
