@@ -175,7 +175,7 @@ fn three_replicas_across_three_hosts() {
                     seed: u32::from_str_radix(seed, 16).expect("seed"),
                 };
                 let entries = shoal_osd::pglog::read_entries(&*store, pg).expect("read PG log");
-                assert!(!entries.is_empty() && entries.len() <= shoal_osd::pglog::LOG_ENTRIES, "{coll}");
+                assert!(!entries.is_empty() && entries.len() <= shoal_osd::pglog::MAX_LOG_ENTRIES, "{coll}");
                 logs.entry(coll.clone()).or_default().push(entries);
                 continue;
             }

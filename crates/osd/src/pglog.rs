@@ -5,9 +5,10 @@
 //! itself**, so an entry exists exactly when its write was applied. The entries live in the omap
 //! of one object ([`LOG_OBJECT`]) in a collection of their own (`pglog.POOL.SEED`, next to the
 //! PG's `pg.POOL.SEED`, so listings of the PG never see it), keyed by [`Eversion::to_key`] so the
-//! store's key order is the PG's history. Only the newest [`LOG_ENTRIES`] are kept: each write
-//! past that removes the oldest entry in the same transaction, so every member holding the same
-//! history holds the same log.
+//! store's key order is the PG's history. At least the newest [`LOG_ENTRIES`] are kept: the write
+//! that would make the log [`LOG_ENTRIES`] + [`TRIM_BATCH`] long removes the oldest
+//! [`TRIM_BATCH`] entries in its own transaction (one removal per batch of writes rather than one
+//! per write), so every member holding the same history holds the same log.
 //!
 //! What the log answers today: whether a request id was already applied to the PG on this OSD —
 //! across reconnects, OSD restarts and a change of primary (a replica that becomes primary has
@@ -23,9 +24,14 @@ use shoal_map::PgId;
 use shoal_proto::osd::{Eversion, ReqId};
 use shoal_store::{ObjectStore, StoreError, Transaction};
 
-/// Entries a PG log keeps (per PG, on every member). Bounds both the store's log object and the
-/// in-memory index: a resend older than this many writes to the same PG is not recognised.
+/// Entries a PG log keeps at least (per PG, on every member): a resend older than this many
+/// writes to the same PG may not be recognised.
 pub const LOG_ENTRIES: usize = 512;
+/// Entries trimmed at once; the log never holds more than [`LOG_ENTRIES`] + [`TRIM_BATCH`] − 1,
+/// which bounds the store's log object and the in-memory index.
+pub const TRIM_BATCH: usize = 64;
+/// Longest a log gets.
+pub const MAX_LOG_ENTRIES: usize = LOG_ENTRIES + TRIM_BATCH - 1;
 /// The object holding a PG's log entries in its omap.
 pub const LOG_OBJECT: &str = "log";
 /// Fixed bytes of an entry's value before the object name.
@@ -100,7 +106,7 @@ impl PgLog {
         for e in entries {
             log.push(e.version, e.reqid, e.op_count);
         }
-        while log.entries.len() > LOG_ENTRIES {
+        while log.entries.len() > MAX_LOG_ENTRIES {
             log.pop_oldest();
         }
         Ok(log)
@@ -140,10 +146,9 @@ impl PgLog {
         if !self.created {
             txn.create_collection(&coll).touch(&coll, LOG_OBJECT);
         }
-        if self.entries.len() >= LOG_ENTRIES
-            && let Some((oldest, _)) = self.entries.front()
-        {
-            txn.omap_remove(&coll, LOG_OBJECT, vec![oldest.to_key().to_vec()]);
+        if self.entries.len() >= MAX_LOG_ENTRIES {
+            let oldest = self.entries.iter().take(TRIM_BATCH).map(|(v, _)| v.to_key().to_vec()).collect();
+            txn.omap_remove(&coll, LOG_OBJECT, oldest);
         }
         txn.omap_set(&coll, LOG_OBJECT, vec![(entry.version.to_key().to_vec(), entry.encode_value())]);
     }
@@ -151,8 +156,10 @@ impl PgLog {
     /// Updates the in-memory log after the transaction built by [`PgLog::record`] committed.
     pub fn applied(&mut self, entry: &LogEntry) {
         self.created = true;
-        if self.entries.len() >= LOG_ENTRIES {
-            self.pop_oldest();
+        if self.entries.len() >= MAX_LOG_ENTRIES {
+            for _ in 0..TRIM_BATCH {
+                self.pop_oldest();
+            }
         }
         self.push(entry.version, entry.reqid, entry.op_count);
     }
@@ -179,7 +186,7 @@ pub fn read_entries(store: &dyn ObjectStore, pg: PgId) -> Result<Vec<LogEntry>, 
 }
 
 /// The stored entries of PG `pg`'s log, oldest first; `None` if the PG has no log yet. Bounded:
-/// the log never holds more than [`LOG_ENTRIES`], and a store holding more (damaged, or written
+/// the log never holds more than [`MAX_LOG_ENTRIES`], and a store holding more (damaged, or written
 /// by a build with a larger bound) is read only up to four times that.
 fn scan(store: &dyn ObjectStore, pg: PgId) -> Result<Option<Vec<LogEntry>>, StoreError> {
     const PAGE: usize = 256;

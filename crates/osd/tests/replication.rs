@@ -250,15 +250,22 @@ fn the_pg_log_is_bounded_and_identical_on_every_member() {
     let pool = map.pool_by_name("p").unwrap().id;
     let loc = map.locate(pool, "obj").unwrap();
     let (mut primary, mut replica) = (core(loc.osds[0], &map), core(loc.osds[1], &map));
-    let writes = shoal_osd::pglog::LOG_ENTRIES as u64 + 40;
+    use shoal_osd::pglog::{LOG_ENTRIES, MAX_LOG_ENTRIES, TRIM_BATCH};
+    // One past the longest log: the oldest batch is trimmed.
+    let writes = MAX_LOG_ENTRIES as u64 + 1;
     for tid in 1..=writes {
         append(&mut primary, &mut replica, &map, tid, b"x").result.expect("append");
     }
     let on_primary = shoal_osd::pglog::read_entries(&**primary.store(), loc.pg).unwrap();
     let on_replica = shoal_osd::pglog::read_entries(&**replica.store(), loc.pg).unwrap();
-    assert_eq!(on_primary.len(), shoal_osd::pglog::LOG_ENTRIES, "trimmed to the bound");
+    assert_eq!(on_primary.len(), MAX_LOG_ENTRIES + 1 - TRIM_BATCH, "a batch was trimmed");
+    assert!(on_primary.len() >= LOG_ENTRIES);
     assert_eq!(on_primary, on_replica);
-    assert_eq!(on_primary[0].reqid.tid, writes - shoal_osd::pglog::LOG_ENTRIES as u64 + 1, "oldest trimmed first");
+    assert_eq!(on_primary[0].reqid.tid, TRIM_BATCH as u64 + 1, "oldest trimmed first");
+    // Read back from the store, the log is the same.
+    let reloaded = shoal_osd::pglog::PgLog::load(&**primary.store(), loc.pg).unwrap();
+    assert_eq!(reloaded.len(), on_primary.len());
+    assert_eq!(reloaded.last_update(), on_primary.last().unwrap().version);
     // A resend of a write still in the log is recognised; one trimmed away is not (and would be
     // applied again): the log's bound is the dedup window.
     assert!(resend(&mut primary, &map, writes, b"x").result.is_ok());
