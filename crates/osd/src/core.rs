@@ -34,15 +34,15 @@ use crate::exec::{
 };
 use crate::pglog::{LogEntry, PgLog};
 
+mod purge;
+pub use purge::PURGE_OBJECTS_PER_TICK;
+
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
 
 /// Writes whose replication failed, remembered so that their resends are applied again (per
 /// OSD, oldest forgotten first). Completed writes are recognised by the PG log instead.
 pub const FAILED_ENTRIES: usize = 4096;
-/// Objects removed per tick from the collections of deleted pools, so that purging a large pool
-/// never holds the worker (and the client operations queued behind it) for long.
-pub const PURGE_OBJECTS_PER_TICK: usize = 2048;
 /// Requests held while waiting for a newer map before they are refused.
 pub const MAX_WAITING_FOR_MAP: usize = 1024;
 /// Writes in flight to replicas at once; beyond it a write is refused with `Timeout`-free
@@ -129,12 +129,6 @@ pub struct OsdCore {
     last_tick: Option<(u64, Counters)>,
 }
 
-/// The pool id of a PG collection (`pg.POOL.SEED`) or PG log collection (`pglog.POOL.SEED`).
-fn collection_pool(coll: &str) -> Option<u32> {
-    let rest = coll.strip_prefix("pg.").or_else(|| coll.strip_prefix("pglog."))?;
-    rest.split_once('.')?.0.parse().ok()
-}
-
 /// Whether a write request only gives space back (removals), and so is served even when a
 /// member of the PG is full: that is how users get out of a full cluster.
 fn frees_space(ops: &[shoal_proto::osd::ObjOp]) -> bool {
@@ -167,72 +161,6 @@ impl OsdCore {
         // Pools deleted while this OSD was down (or before a purge finished) are purged now.
         core.queue_orphans();
         Ok(core)
-    }
-
-    /// Queues every local collection of a pool the map says was deleted: its id was handed out
-    /// (below `next_pool_id`) and the pool is gone. A collection of a pool newer than this OSD's
-    /// map is left alone: the map is merely behind.
-    fn queue_orphans(&mut self) {
-        let colls = match self.store.list_collections() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "listing collections to purge deleted pools failed; retried on the next map");
-                return;
-            }
-        };
-        for coll in colls {
-            let Some(pool) = collection_pool(&coll) else { continue };
-            if pool < self.map.next_pool_id && !self.map.pools.contains_key(&pool) && !self.purge.contains(&coll) {
-                self.purge.push_back(coll);
-            }
-        }
-        let map = &self.map;
-        self.logs.retain(|pg, _| map.pools.contains_key(&pg.pool) || pg.pool >= map.next_pool_id);
-    }
-
-    /// Removes up to `budget` objects of deleted pools, then each emptied collection.
-    fn purge_step(&mut self, budget: usize) {
-        let mut left = budget;
-        while left > 0 {
-            let Some(coll) = self.purge.front().cloned() else { return };
-            let page = match self.store.list_objects(&coll, "", None, left) {
-                Ok(p) => p,
-                Err(StoreError::NoSuchCollection(_)) => {
-                    self.purge.pop_front();
-                    self.collections.remove(&coll);
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried on the next map");
-                    self.purge.pop_front();
-                    return;
-                }
-            };
-            let mut txn = shoal_store::Transaction::new();
-            for obj in &page.objects {
-                txn.remove(&coll, obj);
-            }
-            let emptied = page.next.is_none();
-            if emptied {
-                txn.remove_collection(&coll);
-            }
-            if let Err(e) = self.store.commit(txn, Durability::Batch) {
-                tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried on the next map");
-                self.purge.pop_front();
-                return;
-            }
-            left = left.saturating_sub(page.objects.len().max(1));
-            if emptied {
-                self.purge.pop_front();
-                self.collections.remove(&coll);
-            }
-        }
-    }
-
-    /// Collections of deleted pools still queued for purging.
-    #[must_use]
-    pub fn purge_backlog(&self) -> usize {
-        self.purge.len()
     }
 
     pub fn id(&self) -> OsdId {
