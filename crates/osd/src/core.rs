@@ -40,9 +40,9 @@ pub use purge::PURGE_OBJECTS_PER_TICK;
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
 
-/// Writes whose replication failed, remembered so that their resends are applied again (per
-/// OSD, oldest forgotten first). Completed writes are recognised by the PG log instead.
-pub const FAILED_ENTRIES: usize = 4096;
+/// Writes this OSD saw complete on every acting member, remembered (per OSD, oldest forgotten
+/// first) so that their resends are answered from the PG log even when they are idempotent.
+pub const COMPLETED_ENTRIES: usize = 4096;
 /// Requests held while waiting for a newer map before they are refused.
 pub const MAX_WAITING_FOR_MAP: usize = 1024;
 /// Writes in flight to replicas at once; beyond it a write is refused with `Timeout`-free
@@ -118,15 +118,41 @@ pub struct OsdCore {
     waiting_for_map: VecDeque<Event>,
     /// PG logs, loaded from the store the first time a PG is written here.
     logs: HashMap<PgId, PgLog>,
-    /// Writes this primary applied whose replication failed (at most [`FAILED_ENTRIES`]): a resend
-    /// of one is applied again, so that it reaches the acting set of the newer map, instead of
-    /// being answered from the log.
-    failed: HashSet<ReqId>,
-    failed_order: VecDeque<ReqId>,
+    /// Writes this primary saw acknowledged by every acting member, in this process's lifetime
+    /// (at most [`COMPLETED_ENTRIES`]). See [`answer_from_log`].
+    completed: HashSet<ReqId>,
+    completed_order: VecDeque<ReqId>,
     /// Collections of deleted pools still to be emptied and removed, a bounded batch per tick.
     purge: VecDeque<String>,
     counters: Counters,
     last_tick: Option<(u64, Counters)>,
+}
+
+/// Whether a resent write found in the PG log is answered from it (`true`) or applied again.
+///
+/// Answering from the log never applies a write twice, but without peering (decision 0008) this
+/// OSD cannot know whether every replica got the write when it did not see that happen itself:
+/// after a restart, or when it received the write as a replica of a primary that has since been
+/// replaced. So: a write it saw complete is answered from the log; otherwise an idempotent request
+/// (whole or positioned writes, truncates, xattr and omap changes, non-exclusive creates) is
+/// applied again, which also brings replicas that missed it up to date, and a request that must
+/// not be applied twice (append, exclusive create, remove) is answered from the log.
+fn answer_from_log(known_complete: bool, ops: &[shoal_proto::osd::ObjOp]) -> bool {
+    use shoal_proto::osd::ObjOp;
+    let idempotent = ops.iter().all(|o| {
+        matches!(
+            o,
+            ObjOp::WriteFull { .. }
+                | ObjOp::Write { .. }
+                | ObjOp::Truncate { .. }
+                | ObjOp::SetXattr { .. }
+                | ObjOp::RemoveXattr { .. }
+                | ObjOp::OmapSet { .. }
+                | ObjOp::OmapRemove { .. }
+                | ObjOp::Create { exclusive: false }
+        )
+    });
+    known_complete || !idempotent
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -152,8 +178,8 @@ impl OsdCore {
             pending: HashMap::new(),
             waiting_for_map: VecDeque::new(),
             logs: HashMap::new(),
-            failed: HashSet::new(),
-            failed_order: VecDeque::new(),
+            completed: HashSet::new(),
+            completed_order: VecDeque::new(),
             counters: Counters::default(),
             last_tick: None,
             purge: VecDeque::new(),
@@ -309,11 +335,11 @@ impl OsdCore {
             return;
         }
         // A resend of a write applied here before (possibly by the previous primary, when this
-        // OSD was its replica, or before a restart): answered from the PG log, not applied again.
-        let failed_here = self.failed.contains(&op.reqid);
+        // OSD was its replica, or before a restart): answered from the PG log when that is safe.
+        let known_complete = self.completed.contains(&op.reqid);
         let last_update = match self.log_mut(pg) {
             Ok(log) => match log.lookup(&op.reqid) {
-                Some(op_count) if !failed_here => {
+                Some(op_count) if answer_from_log(known_complete, &op.ops) => {
                     let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
                     let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
                     return out.push(Action::Reply { to: from, frame, after_sync: true });
@@ -364,12 +390,12 @@ impl OsdCore {
         if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
             return out.push(fail(e));
         }
-        self.forget_failure(&op.reqid);
         self.counters.write_ops += 1;
         self.counters.write_bytes += data_len;
         let outputs = vec![shoal_proto::osd::OpOutput::Done; op.ops.len()];
         if replicas.is_empty() {
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
+            self.remember_completed(op.reqid);
             return out.push(Action::Reply { to: from, frame, after_sync: true });
         }
         for (osd, copy) in replicas.iter().zip(copies) {
@@ -428,24 +454,16 @@ impl OsdCore {
         Ok(())
     }
 
-    fn remember_failure(&mut self, reqid: ReqId) {
-        if !self.failed.insert(reqid) {
+    fn remember_completed(&mut self, reqid: ReqId) {
+        if !self.completed.insert(reqid) {
             return;
         }
-        if self.failed_order.len() >= FAILED_ENTRIES
-            && let Some(old) = self.failed_order.pop_front()
+        if self.completed_order.len() >= COMPLETED_ENTRIES
+            && let Some(old) = self.completed_order.pop_front()
         {
-            self.failed.remove(&old);
+            self.completed.remove(&old);
         }
-        self.failed_order.push_back(reqid);
-    }
-
-    fn forget_failure(&mut self, reqid: &ReqId) {
-        // Rare (a failed write applied again): the linear scan of at most FAILED_ENTRIES keeps each
-        // id in the order queue at most once, so aging out never drops a newer failure.
-        if self.failed.remove(reqid) {
-            self.failed_order.retain(|r| r != reqid);
-        }
+        self.completed_order.push_back(reqid);
     }
 
     fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: Vec<u8>, out: &mut Vec<Action>) {
@@ -510,8 +528,8 @@ impl OsdCore {
             None => Ok(p.outputs),
             Some(e) => Err(e),
         };
-        if result.is_err() {
-            self.remember_failure(reqid);
+        if result.is_ok() {
+            self.remember_completed(reqid);
         }
         let frame = reply_frame(p.request_id, &OsdOpReply { epoch, result }, Vec::new());
         out.push(Action::Reply { to: p.client, frame, after_sync: true });

@@ -91,7 +91,7 @@ pub struct PgLog {
     /// Versions and request ids of the kept entries, oldest first.
     entries: VecDeque<(Eversion, ReqId)>,
     /// Version and operation count of every kept entry, by request id (the newest entry when a
-    /// request was applied again after its replication failed).
+    /// request was applied again: an idempotent resend whose completion this OSD had not seen).
     by_reqid: HashMap<ReqId, (Eversion, u32)>,
     /// Whether the log collection and object exist in the store.
     created: bool,
@@ -173,8 +173,8 @@ impl PgLog {
         if let Some((version, reqid)) = self.entries.pop_front()
             && self.by_reqid.get(&reqid).is_some_and(|(v, _)| *v == version)
         {
-            // Only if this was the request's newest entry: a request applied again (after its
-            // replication failed) keeps the index of its later entry.
+            // Only if this was the request's newest entry: a request applied again (an idempotent
+            // resend) keeps the index of its later entry.
             self.by_reqid.remove(&reqid);
         }
     }

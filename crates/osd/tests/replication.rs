@@ -336,3 +336,32 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
     assert_eq!(err.code, ErrorCode::NotFound, "{err}");
     assert_eq!(pool_collections(&restarted), 0, "nothing was recreated");
 }
+
+#[test]
+fn an_idempotent_resend_to_a_restarted_primary_reaches_a_replica_that_missed_it() {
+    let map = map();
+    let pool = map.pool_by_name("p").unwrap().id;
+    let acting = map.locate(pool, "obj").unwrap().osds;
+    let (mut primary, mut replica) = (core(acting[0], &map), core(acting[1], &map));
+    request(&mut primary, &mut replica, &map, 1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"old").result.unwrap();
+
+    // The primary applies write 2 and crashes before its replicated write leaves.
+    let mut out = Vec::new();
+    let op = client_op(&map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
+    primary.handle(Event::ClientOp { from: CLIENT, request_id: 2, op, data: b"new".to_vec() }, &mut out);
+    assert!(out.iter().any(|a| matches!(a, Action::Replicate { .. })), "{out:?}");
+    assert_eq!(content(&primary, &map).as_deref(), Some(&b"new"[..]));
+    assert_eq!(content(&replica, &map).as_deref(), Some(&b"old"[..]), "the replicated write was lost");
+    let mut restarted = OsdCore::new(acting[0], primary.store().clone(), map.clone()).unwrap();
+
+    // The resend is in the restarted primary's log, but it never saw the write complete: a whole-
+    // object write is applied again, so the replica gets it too.
+    let reply = request(&mut restarted, &mut replica, &map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }], b"new");
+    reply.result.expect("resend");
+    assert_eq!(content(&replica, &map).as_deref(), Some(&b"new"[..]));
+    // Once seen complete, a further resend is answered from the log without another write.
+    let mut out = Vec::new();
+    let op = client_op(&map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
+    restarted.handle(Event::ClientOp { from: CLIENT, request_id: 3, op, data: b"new".to_vec() }, &mut out);
+    assert!(matches!(&out[..], [Action::Reply { .. }]), "answered from the log: {out:?}");
+}
