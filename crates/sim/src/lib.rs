@@ -6,8 +6,10 @@
 //! Everything that varies comes from the seed: message delays, the order clients issue
 //! operations, the moment map changes happen. Two runs with the same seed and configuration
 //! produce the same [`Outcome`], including a hash of every delivered message in delivery
-//! order — so a failure found by a random seed replays exactly. Fault injection (dropped
-//! messages, crashed OSDs, partitions) builds on the same queue.
+//! order — so a failure found by a random seed replays exactly. Faults come from the same queue:
+//! lost client messages, an OSD marked out, and an OSD process that crashes (its in-memory state
+//! is lost, its store kept, its peers' replicated writes to it fail) and restarts on its store.
+//! Partitions and disk faults are still to come.
 //!
 //! The simulated monitor is the real monitor logic ([`shoal_mon::MonCore`], standalone: one
 //! monitor whose proposals commit at once; Raft itself is tested in `shoal-mon`). Every OSD and
@@ -78,6 +80,10 @@ pub struct SimConfig {
     pub drop_client_per_mille: u64,
     /// A client resends a request with no answer after this long.
     pub client_timeout_us: u64,
+    /// Crash this OSD at the first time and restart it on its store at the second (microseconds).
+    /// The restart is quicker than the monitors' grace period, so the map does not change: its
+    /// peers see their connections to it fail, and clients resend.
+    pub osd_crash: Option<(OsdId, u64, u64)>,
 }
 
 impl Default for SimConfig {
@@ -97,6 +103,7 @@ impl Default for SimConfig {
             appends: false,
             drop_client_per_mille: 0,
             client_timeout_us: 50_000,
+            osd_crash: None,
         }
     }
 }
@@ -153,6 +160,10 @@ enum Delivery {
     MarkOut(OsdId),
     /// A client's request `tid` has waited for its answer since attempt `attempt`.
     ClientTimeout { client: u32, tid: u64, attempt: u32 },
+    /// The OSD process dies: its in-memory state is gone, its store stays.
+    Crash(OsdId),
+    /// The OSD starts again on its store.
+    Restart(OsdId),
 }
 
 struct Client {
@@ -194,7 +205,10 @@ pub struct Simulation {
     /// Model: each object's content after its acknowledged writes.
     model: HashMap<(u32, u32), Vec<u8>>,
     /// Request ids of replicated writes a primary sent, so replies can be routed back.
-    rep_requests: HashMap<u64, ReqId>,
+    /// Replicated writes in flight: request id → (write, primary, replica).
+    rep_requests: HashMap<u64, (ReqId, u32, u32)>,
+    /// Stores of crashed OSDs, until they restart.
+    crashed: BTreeMap<u32, Arc<dyn ObjectStore>>,
     next_rep_request: u64,
     hash: xxhash_rust::xxh3::Xxh3,
     outcome: Outcome,
@@ -290,6 +304,7 @@ impl Simulation {
             clients,
             model: HashMap::new(),
             rep_requests: HashMap::new(),
+            crashed: BTreeMap::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
             outcome,
@@ -309,6 +324,10 @@ impl Simulation {
         }
         if let Some((osd, at)) = sim.cfg.osd_out_at_us {
             sim.schedule(at, Delivery::MarkOut(osd));
+        }
+        if let Some((osd, crash_at, restart_at)) = sim.cfg.osd_crash {
+            sim.schedule(crash_at, Delivery::Crash(osd));
+            sim.schedule(restart_at, Delivery::Restart(osd));
         }
         sim
     }
@@ -413,6 +432,36 @@ impl Simulation {
                     self.send_op(client, tid);
                 }
             }
+            Delivery::Crash(osd) => {
+                self.trace(&[format!("crash {osd}").as_bytes()]);
+                if let Some(core) = self.osds.remove(&osd.0) {
+                    self.crashed.insert(osd.0, core.store().clone());
+                }
+                // Its peers' connections to it fail: every replicated write waiting on it fails.
+                let lost: Vec<u64> = self
+                    .rep_requests
+                    .iter()
+                    .filter(|(_, (_, _, replica))| *replica == osd.0)
+                    .map(|(r, _)| *r)
+                    .collect();
+                for rid in lost {
+                    if let Some((reqid, primary, _)) = self.rep_requests.remove(&rid) {
+                        self.fail_replication(primary, osd.0, reqid);
+                    }
+                }
+            }
+            Delivery::Restart(osd) => {
+                self.trace(&[format!("restart {osd}").as_bytes()]);
+                if let Some(store) = self.crashed.remove(&osd.0) {
+                    let map = Arc::new(self.mon.map().clone());
+                    match OsdCore::new(osd, store, map) {
+                        Ok(core) => {
+                            self.osds.insert(osd.0, core);
+                        }
+                        Err(e) => self.outcome.violations.push(format!("{osd} does not restart: {e}")),
+                    }
+                }
+            }
             Delivery::MarkOut(osd) => {
                 self.trace(&[format!("out {osd}").as_bytes()]);
                 let cmd = MonEvent::Command {
@@ -461,15 +510,26 @@ impl Simulation {
                 // Mem stores are durable as soon as they are committed: nothing to sync.
                 Action::Reply { to, frame, .. } => self.send(Node::Osd(osd), Node::from_token(to), frame),
                 Action::Replicate { osd: peer, op, data } => {
+                    if self.crashed.contains_key(&peer.0) {
+                        // Connection refused.
+                        self.fail_replication(osd, peer.0, op.reqid);
+                        continue;
+                    }
                     let rid = self.next_rep_request;
                     self.next_rep_request += 1;
-                    self.rep_requests.insert(rid, op.reqid);
+                    self.rep_requests.insert(rid, (op.reqid, osd, peer.0));
                     let frame = Frame::new(RepOp::TYPE, rid, encode(&op, data));
                     self.send(Node::Osd(osd), Node::Osd(peer.0), frame);
                 }
                 Action::Stats(_) => {}
             }
         }
+    }
+
+    /// What the daemon does when its connection to a replica fails: the waiting write fails.
+    fn fail_replication(&mut self, primary: u32, replica: u32, reqid: ReqId) {
+        let result = Err(shoal_proto::RemoteError::new(ErrorCode::Timeout, format!("osd.{replica} connection lost")));
+        self.osd_event(primary, Event::RepReply { from: OsdId(replica), reqid, result });
     }
 
     fn deliver_to_osd(&mut self, osd: u32, from: Node, frame: Frame) {
@@ -484,7 +544,7 @@ impl Simulation {
                 Err(e) => return self.outcome.violations.push(format!("bad RepOp: {e}")),
             },
             RepOpReply::TYPE => {
-                let Some(reqid) = self.rep_requests.remove(&frame.request_id) else { return };
+                let Some((reqid, _, _)) = self.rep_requests.remove(&frame.request_id) else { return };
                 let Node::Osd(replica) = from else { return };
                 match decode::<RepOpReply>(frame.payload) {
                     Ok((reply, _)) => Event::RepReply { from: OsdId(replica), reqid, result: Ok(reply) },
@@ -600,6 +660,11 @@ impl Simulation {
                 } else {
                     self.park(c, tid, epoch);
                 }
+            }
+            // A replica's connection failed: the real client resends idempotent writes after a
+            // pause; here the request's timeout resends it.
+            Err(e) if e.code == ErrorCode::Timeout && op.write.is_some() && !self.cfg.appends => {
+                self.trace(&[format!("replica failure c{c} t{tid}").as_bytes()]);
             }
             Err(e)
                 if e.code == ErrorCode::NotFound && op.write.is_none() && !self.model.contains_key(&(c, op.object)) =>
