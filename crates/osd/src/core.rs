@@ -16,9 +16,10 @@
 //! apply them in the order they arrive on the primary's single connection to them.
 //!
 //! Every applied write is recorded in its PG's log ([`crate::pglog`]) in the same transaction,
-//! on the primary and on each replica, with the version the primary gave it. A write whose
-//! request id is in the log is not applied again: a resend is answered from the log, whichever
-//! member of the PG receives it and whether or not the OSD restarted in between.
+//! on the primary and on each replica, with the version the primary gave it. A resend whose
+//! request id is in the log is answered from it, whichever member of the PG receives it and
+//! whether or not the OSD restarted in between — unless it is idempotent and this OSD did not see
+//! it complete, in which case it is applied again (see `answer_from_log`).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -477,16 +478,18 @@ impl OsdCore {
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: true });
     }
 
-    /// A replica's side of a replicated write: applied once (a second delivery of the same request
-    /// is acknowledged without applying it), only if newer than everything this replica applied
-    /// to the PG (an older version comes from a primary that has been replaced), and only on the
-    /// state the primary resolved it against.
+    /// A replica's side of a replicated write: applied once (a second delivery of the same
+    /// replicated write, same request and same version, is acknowledged without applying it),
+    /// only if newer than everything this replica applied to the PG (an older version comes from a
+    /// primary that has been replaced), and only on the state the primary resolved it against.
+    /// A request the primary applied again (an idempotent resend, under a newer version) is
+    /// applied again here too, so that both hold the same state.
     fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: Vec<u8>) -> Result<(), RemoteError> {
         if pg.pool < self.map.next_pool_id && !self.map.pools.contains_key(&pg.pool) {
             return Err(RemoteError::new(ErrorCode::NotFound, format!("pool id {} has been deleted", pg.pool)));
         }
         let log = self.log_mut(pg)?;
-        if log.lookup(&op.reqid).is_some() {
+        if log.version_of(&op.reqid) == Some(op.version) {
             return Ok(());
         }
         let last = log.last_update();

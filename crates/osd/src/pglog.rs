@@ -124,6 +124,12 @@ impl PgLog {
         self.by_reqid.get(reqid).map(|(_, n)| *n)
     }
 
+    /// The version of the newest entry of request `reqid`, if it is in the log.
+    #[must_use]
+    pub fn version_of(&self, reqid: &ReqId) -> Option<Eversion> {
+        self.by_reqid.get(reqid).map(|(v, _)| *v)
+    }
+
     #[must_use]
     pub fn len(&self) -> usize {
         self.entries.len()
