@@ -93,14 +93,16 @@ pub struct PgLog {
     /// Version and operation count of every kept entry, by request id (the newest entry when a
     /// request was applied again: an idempotent resend whose completion this OSD had not seen).
     by_reqid: HashMap<ReqId, (Eversion, u32)>,
-    /// Whether the log collection and object exist in the store.
+    /// Whether the log collection exists in the store.
+    has_collection: bool,
+    /// Whether the log object exists in the store.
     created: bool,
 }
 
 impl PgLog {
     /// Reads PG `pg`'s log from the store (empty if it has none).
     pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<PgLog, StoreError> {
-        let mut log = PgLog::default();
+        let mut log = PgLog { has_collection: store.collection_exists(&log_collection(pg))?, ..PgLog::default() };
         let Some(entries) = scan(store, pg)? else { return Ok(log) };
         log.created = true;
         for e in entries {
@@ -149,8 +151,11 @@ impl PgLog {
     pub fn record(&self, txn: &mut Transaction, pg: PgId, entry: &LogEntry) {
         assert!(entry.version > self.last_update(), "PG log versions must grow");
         let coll = log_collection(pg);
+        if !self.has_collection {
+            txn.create_collection(&coll);
+        }
         if !self.created {
-            txn.create_collection(&coll).touch(&coll, LOG_OBJECT);
+            txn.touch(&coll, LOG_OBJECT);
         }
         if self.entries.len() >= MAX_LOG_ENTRIES {
             let oldest = self.entries.iter().take(TRIM_BATCH).map(|(v, _)| v.to_key().to_vec()).collect();
@@ -161,6 +166,7 @@ impl PgLog {
 
     /// Updates the in-memory log after the transaction built by [`PgLog::record`] committed.
     pub fn applied(&mut self, entry: &LogEntry) {
+        self.has_collection = true;
         self.created = true;
         if self.entries.len() >= MAX_LOG_ENTRIES {
             for _ in 0..TRIM_BATCH {
