@@ -19,7 +19,7 @@ impl OsdCore {
         let colls = match self.store.list_collections() {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, "listing collections to purge deleted pools failed; retried on the next map");
+                tracing::warn!(error = %e, "listing collections to purge deleted pools failed; retried at the next pool removal or OSD start");
                 return;
             }
         };
@@ -46,7 +46,7 @@ impl OsdCore {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried on the next map");
+                    tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried at the next pool removal or OSD start");
                     self.purge.pop_front();
                     return;
                 }
@@ -60,7 +60,7 @@ impl OsdCore {
                 txn.remove_collection(&coll);
             }
             if let Err(e) = self.store.commit(txn, Durability::Batch) {
-                tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried on the next map");
+                tracing::warn!(collection = %coll, error = %e, "purging a deleted pool failed; retried at the next pool removal or OSD start");
                 self.purge.pop_front();
                 return;
             }
