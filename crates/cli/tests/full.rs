@@ -69,22 +69,42 @@ fn a_filling_cluster_warns_then_refuses_writes_without_losing_data() {
     let s = wait_for_status(&dir, "a nearfull warning", |s| problems(s).iter().any(|p| p.contains("nearfull")));
     assert_eq!(s["health"], "HEALTH_WARN", "{s}");
 
-    // Small writes, paced so that the monitors (one report per OSD per second) flag the OSDs
-    // full before the stores run out: the refusal must be the flag's, naming an OSD.
+    // Small paced writes until an OSD's report shows 95% used (reports come once a second, so at
+    // most a few writes land past the line, far from the store's own limit), then wait for the
+    // monitors' flag: the next write must be refused by the flag, naming an OSD, however slow
+    // this machine is.
+    let monc = client.mon().clone();
+    let over_full = || {
+        let status = rt.block_on(monc.status()).expect("status");
+        status.osd_stats.iter().any(|s| shoal_map::used_permille(s.used_bytes, s.capacity_bytes) >= 950)
+    };
     let mut refused = None;
     for i in 0..200 {
         let (name, data) = (format!("small{i}"), value(1000 + i, 256 << 10));
         match write(&name, data.clone()) {
             Ok(_) => stored.push((name, data)),
-            Err(ClientError::Remote(e)) => {
+            // The flag arrived between two of our checks: that is the refusal we wait for.
+            Err(ClientError::Remote(e)) if e.code == ErrorCode::NoSpace && e.message.contains("is full") => {
                 refused = Some(e);
                 break;
             }
             Err(e) => panic!("write {name}: unexpected error {e}"),
         }
+        if over_full() {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while !monc.map().osds.values().any(|o| o.full) {
+                assert!(Instant::now() < deadline, "the monitors never flagged a full OSD");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            match write("refused", value(2000, 256 << 10)) {
+                Err(ClientError::Remote(e)) => refused = Some(e),
+                other => panic!("a write to a full cluster was not refused: {other:?}"),
+            }
+            break;
+        }
         std::thread::sleep(Duration::from_millis(150));
     }
-    let e = refused.expect("writes were never refused");
+    let e = refused.expect("no OSD ever reported 95% used");
     assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
     assert!(e.message.contains("is full") && e.message.contains("osd."), "the error names the full OSD: {e}");
     let s = status(&dir);
