@@ -7,6 +7,7 @@ mod conf;
 mod daemons;
 mod demo;
 mod obj;
+mod pglog_cmd;
 mod placement_cmd;
 mod store_cmd;
 mod table;
@@ -77,6 +78,8 @@ enum OsdCli {
     Admin(admin::OsdCommand),
     /// Run OSD `--id N` until SIGTERM.
     Run(daemons::OsdArgs),
+    /// The PG logs in a stopped OSD's store (offline): `shoal osd pglog DIR/osd.N [--pg 1.1f]`.
+    Pglog(pglog_cmd::PglogArgs),
 }
 
 #[derive(Subcommand)]
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Command::Status(args) => admin::status(&args),
         Command::Osd(OsdCli::Admin(cmd)) => admin::osd(&cmd),
         Command::Osd(OsdCli::Run(args)) => daemons::run_osd(&args),
+        Command::Osd(OsdCli::Pglog(args)) => pglog_cmd::run(&args),
         Command::Mon(MonCli::Run(args)) => daemons::run_mon(&args),
         Command::Pool(cmd) => admin::pool(&cmd),
         Command::Auth(cmd) => admin::auth(&cmd),

@@ -3,7 +3,7 @@
 //! is there, in order, exactly once (what was applied is a prefix of what was sent); resending
 //! every request with its original request id then applies none twice (the PG log, read back
 //! from the store, recognises them) and the missing tail once; and offline, the PG log holds one
-//! entry per append, in order, in a store that passes fsck.
+//! entry per append, in order, in a store that passes fsck, and `shoal osd pglog` shows it.
 
 mod common;
 
@@ -159,4 +159,26 @@ fn appends_survive_sigkill_and_resends_apply_once() {
     assert!(entries.windows(2).all(|w| w[0].version < w[1].version), "log versions grow");
     let report = store.fsck().expect("fsck");
     assert!(report.is_clean(), "{report:?}");
+    drop(store);
+
+    // The same log through the CLI, as an operator would read it.
+    let shown: serde_json::Value = serde_json::from_str(&ok(&shoal(
+        &dir,
+        &["osd", "pglog", &dir.join("osd.0").display().to_string(), "--pg", &pg.to_string(), "--json"],
+    )))
+    .expect("pglog json");
+    let shown_tids: Vec<u64> = shown["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["object"] == "journal")
+        .filter_map(|e| e["tid"].as_u64())
+        .collect();
+    assert_eq!(shown_tids, tids);
+    let summary = ok(&shoal(&dir, &["osd", "pglog", &dir.join("osd.0").display().to_string()]));
+    assert!(summary.contains(&pg.to_string()), "{summary}");
+    common::fails_with(
+        &shoal(&dir, &["osd", "pglog", &dir.join("osd.0").display().to_string(), "--pg", "1.zz"]),
+        "not hex",
+    );
 }
