@@ -7,8 +7,9 @@
 //! operations, the moment map changes happen. Two runs with the same seed and configuration
 //! produce the same [`Outcome`], including a hash of every delivered message in delivery
 //! order — so a failure found by a random seed replays exactly. Faults come from the same queue:
-//! lost client messages, an OSD marked out, and an OSD process that crashes (its in-memory state
-//! is lost, its store kept, its peers' replicated writes to it fail) and restarts on its store.
+//! lost client messages, lost replication messages (the primary times out), an OSD marked out,
+//! and an OSD process that crashes (its in-memory state is lost, its store kept, its peers'
+//! replicated writes to it fail) and restarts on its store.
 //! Partitions and disk faults are still to come.
 //!
 //! The simulated monitor is the real monitor logic ([`shoal_mon::MonCore`], standalone: one
@@ -84,6 +85,10 @@ pub struct SimConfig {
     /// The restart is quicker than the monitors' grace period, so the map does not change: its
     /// peers see their connections to it fail, and clients resend.
     pub osd_crash: Option<(OsdId, u64, u64)>,
+    /// Replicated writes and their answers lost between OSDs, per thousand. A primary that hears
+    /// nothing back within `replication_timeout_us` fails the write, as the daemon does.
+    pub drop_replication_per_mille: u64,
+    pub replication_timeout_us: u64,
 }
 
 impl Default for SimConfig {
@@ -104,6 +109,8 @@ impl Default for SimConfig {
             drop_client_per_mille: 0,
             client_timeout_us: 50_000,
             osd_crash: None,
+            drop_replication_per_mille: 0,
+            replication_timeout_us: 30_000,
         }
     }
 }
@@ -164,6 +171,8 @@ enum Delivery {
     Crash(OsdId),
     /// The OSD starts again on its store.
     Restart(OsdId),
+    /// A replicated write's time to be answered is up.
+    ReplicationTimeout { rid: u64 },
 }
 
 struct Client {
@@ -340,7 +349,9 @@ impl Simulation {
 
     fn send(&mut self, from: Node, to: Node, frame: Frame) {
         let client_link = matches!(from, Node::Client(_)) || matches!(to, Node::Client(_));
-        if client_link && self.rng.range(0, 999) < self.cfg.drop_client_per_mille {
+        let drop_per_mille =
+            if client_link { self.cfg.drop_client_per_mille } else { self.cfg.drop_replication_per_mille };
+        if drop_per_mille > 0 && self.rng.range(0, 999) < drop_per_mille {
             self.outcome.dropped += 1;
             self.trace(&[format!("drop {from:?}>{to:?}:{}", frame.request_id).as_bytes()]);
             return;
@@ -462,6 +473,12 @@ impl Simulation {
                     }
                 }
             }
+            Delivery::ReplicationTimeout { rid } => {
+                if let Some((reqid, primary, replica)) = self.rep_requests.remove(&rid) {
+                    self.trace(&[format!("replication timeout {rid}").as_bytes()]);
+                    self.fail_replication(primary, replica, reqid);
+                }
+            }
             Delivery::MarkOut(osd) => {
                 self.trace(&[format!("out {osd}").as_bytes()]);
                 let cmd = MonEvent::Command {
@@ -520,6 +537,8 @@ impl Simulation {
                     self.rep_requests.insert(rid, (op.reqid, osd, peer.0));
                     let frame = Frame::new(RepOp::TYPE, rid, encode(&op, data));
                     self.send(Node::Osd(osd), Node::Osd(peer.0), frame);
+                    let at = self.now_us + self.cfg.replication_timeout_us;
+                    self.schedule(at, Delivery::ReplicationTimeout { rid });
                 }
                 Action::Stats(_) => {}
             }
