@@ -1,20 +1,34 @@
 //! The deterministic cluster simulation: writes and reads through simulated OSDs with delayed,
-//! reordered messages; replays exactly from its seed.
+//! reordered and lost messages, crashed OSDs and map changes; replays exactly from its seed.
 
 use shoal_map::OsdId;
-use shoal_sim::{SimConfig, Simulation};
+use shoal_sim::{Outcome, SimConfig, Simulation};
 
 const MAX_EVENTS: u64 = 2_000_000;
 
+/// Runs `config(seed)` for every seed and checks what every run must hold: no violation (every
+/// read matched the model, every replica current at the end where the run checks it) and every
+/// write acknowledged. Returns the outcomes for the test's own checks.
+fn run_seeds(seeds: std::ops::RangeInclusive<u64>, config: impl Fn(u64) -> SimConfig) -> Vec<Outcome> {
+    seeds
+        .map(|seed| {
+            let cfg = config(seed);
+            let out = Simulation::new(cfg.clone()).run(MAX_EVENTS);
+            assert!(out.violations.is_empty(), "seed {seed}: {:?}", out.violations);
+            assert_eq!(out.acked_writes, u64::from(cfg.clients * cfg.writes_per_client), "seed {seed}");
+            out
+        })
+        .collect()
+}
+
+fn total(outs: &[Outcome], f: impl Fn(&Outcome) -> u64) -> u64 {
+    outs.iter().map(f).sum()
+}
+
 #[test]
 fn writes_and_reads_survive_delays_and_reordering() {
-    for seed in 1..=5 {
-        let cfg = SimConfig { seed, ..SimConfig::default() };
-        let out = Simulation::new(cfg.clone()).run(MAX_EVENTS);
-        assert!(out.violations.is_empty(), "seed {seed}: {:?}", out.violations);
-        assert_eq!(out.acked_writes, u64::from(cfg.clients * cfg.writes_per_client), "seed {seed}");
-        assert!(out.verified_reads > 0, "seed {seed}");
-    }
+    let outs = run_seeds(1..=5, |seed| SimConfig { seed, ..SimConfig::default() });
+    assert!(outs.iter().all(|o| o.verified_reads > 0));
 }
 
 #[test]
@@ -29,82 +43,54 @@ fn a_seed_replays_exactly_and_different_seeds_differ() {
 
 #[test]
 fn clients_follow_a_map_change_mid_run() {
-    let mut resends = 0;
-    for seed in 1..=5 {
-        let cfg = SimConfig { seed, osd_out_at_us: Some((OsdId(1), 20_000)), ..SimConfig::default() };
-        let out = Simulation::new(cfg.clone()).run(MAX_EVENTS);
-        assert!(out.violations.is_empty(), "seed {seed}: {:?}", out.violations);
-        assert_eq!(out.acked_writes, u64::from(cfg.clients * cfg.writes_per_client), "seed {seed}");
-        assert!(out.epoch > 1);
-        resends += out.resends;
-    }
+    let outs =
+        run_seeds(1..=5, |seed| SimConfig { seed, osd_out_at_us: Some((OsdId(1), 20_000)), ..SimConfig::default() });
+    assert!(outs.iter().all(|o| o.epoch > 1));
     // Some requests reached an OSD whose map disagreed with the client's and were resent.
-    assert!(resends > 0, "no request was ever redirected by the map change");
+    assert!(total(&outs, |o| o.resends) > 0, "no request was ever redirected by the map change");
 }
 
 #[test]
 fn lost_messages_and_resends_apply_each_append_once() {
-    let mut dropped = 0;
-    let mut resends = 0;
-    for seed in 1..=5 {
-        let cfg = SimConfig {
-            seed,
-            appends: true,
-            drop_client_per_mille: 100,
-            client_timeout_us: 20_000,
-            writes_per_client: 40,
-            ..SimConfig::default()
-        };
-        let out = Simulation::new(cfg.clone()).run(MAX_EVENTS);
-        // Every read compares the whole object with the model's concatenation of acknowledged
-        // appends: an append applied twice (a resend not recognised) would show.
-        assert!(out.violations.is_empty(), "seed {seed}: {:?}", out.violations);
-        assert_eq!(out.acked_writes, u64::from(cfg.clients * cfg.writes_per_client), "seed {seed}");
-        dropped += out.dropped;
-        resends += out.resends;
-    }
+    // Every read compares the whole object with the model's concatenation of acknowledged
+    // appends: an append applied twice (a resend not recognised) would show.
+    let outs = run_seeds(1..=5, |seed| SimConfig {
+        seed,
+        appends: true,
+        drop_client_per_mille: 100,
+        client_timeout_us: 20_000,
+        writes_per_client: 40,
+        ..SimConfig::default()
+    });
+    let (dropped, resends) = (total(&outs, |o| o.dropped), total(&outs, |o| o.resends));
     assert!(dropped > 0 && resends > 0, "the network lost nothing ({dropped} dropped, {resends} resends)");
 }
 
 #[test]
 fn an_osd_crashed_and_restarted_on_its_store_ends_with_every_replica_current() {
-    let mut resends = 0;
-    for seed in 1..=6 {
-        // osd.1 dies 15 ms in and comes back 45 ms in, before the monitors would mark it down:
-        // writes that needed it fail and are resent, and the final check reads every acknowledged
-        // object on every OSD of its acting set, osd.1 included.
-        let cfg = SimConfig {
-            seed,
-            osd_crash: Some((OsdId(1), 15_000, 45_000)),
-            client_timeout_us: 10_000,
-            ..SimConfig::default()
-        };
-        let out = Simulation::new(cfg.clone()).run(MAX_EVENTS);
-        assert!(out.violations.is_empty(), "seed {seed}: {:?}", out.violations);
-        assert_eq!(out.acked_writes, u64::from(cfg.clients * cfg.writes_per_client), "seed {seed}");
-        resends += out.resends;
-    }
-    assert!(resends > 0, "the crash never made a client resend");
+    // osd.1 dies 15 ms in and comes back 45 ms in, before the monitors would mark it down: writes
+    // that needed it fail and are resent, and the final check reads every acknowledged object on
+    // every OSD of its acting set, osd.1 included.
+    let outs = run_seeds(1..=6, |seed| SimConfig {
+        seed,
+        osd_crash: Some((OsdId(1), 15_000, 45_000)),
+        client_timeout_us: 10_000,
+        ..SimConfig::default()
+    });
+    assert!(total(&outs, |o| o.resends) > 0, "the crash never made a client resend");
 }
 
 #[test]
 fn lost_replication_messages_end_with_every_replica_current() {
-    let mut resends = 0;
-    for seed in 1..=5 {
-        // 5% of replicated writes and of their answers are lost: the primary times out, the
-        // client resends, and the write is applied again wherever it is missing. The final check
-        // reads every acknowledged object on every OSD of its acting set.
-        let cfg = SimConfig {
-            seed,
-            drop_replication_per_mille: 50,
-            replication_timeout_us: 5_000,
-            client_timeout_us: 10_000,
-            ..SimConfig::default()
-        };
-        let out = Simulation::new(cfg.clone()).run(MAX_EVENTS);
-        assert!(out.violations.is_empty(), "seed {seed}: {:?}", out.violations);
-        assert_eq!(out.acked_writes, u64::from(cfg.clients * cfg.writes_per_client), "seed {seed}");
-        resends += out.resends;
-    }
-    assert!(resends > 0, "no replication message was ever lost");
+    // 5% of replicated writes and of their answers are lost: the primary times out, the client
+    // resends, and the write is applied again wherever it is missing. The final check reads every
+    // acknowledged object on every OSD of its acting set.
+    let outs = run_seeds(1..=5, |seed| SimConfig {
+        seed,
+        drop_replication_per_mille: 50,
+        replication_timeout_us: 5_000,
+        client_timeout_us: 10_000,
+        ..SimConfig::default()
+    });
+    assert!(total(&outs, |o| o.resends) > 0, "no replication message was ever lost");
 }
