@@ -32,6 +32,12 @@ fn core(id: OsdId, map: &Arc<ClusterMap>) -> OsdCore {
     OsdCore::new(id, store, map.clone()).unwrap()
 }
 
+/// The primary and the replica of object `obj`'s PG at `map`, each on a new RAM store.
+fn primary_and_replica(map: &Arc<ClusterMap>) -> (OsdCore, OsdCore) {
+    let acting = map.locate(map.pool_by_name("p").unwrap().id, "obj").unwrap().osds;
+    (core(acting[0], map), core(acting[1], map))
+}
+
 /// Sends an append through `primary`, delivering its replicated write to `replica` and the
 /// replica's answer back; returns the client's reply.
 fn append(primary: &mut OsdCore, replica: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) -> OsdOpReply {
@@ -87,7 +93,7 @@ fn replicas_refuse_writes_resolved_against_another_state() {
     let map = map();
     let pool = map.pool_by_name("p").unwrap().id;
     let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = (core(acting[0], &map), core(acting[1], &map));
+    let (mut primary, mut replica) = primary_and_replica(&map);
 
     append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("first append");
     append(&mut primary, &mut replica, &map, 2, b"def").result.expect("second append");
@@ -115,7 +121,7 @@ fn a_full_member_stops_writes_that_need_space_but_not_removals() {
     let mut map = (*map()).clone();
     let pool = map.pool_by_name("p").unwrap().id;
     let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = (core(acting[0], &Arc::new(map.clone())), core(acting[1], &Arc::new(map.clone())));
+    let (mut primary, mut replica) = primary_and_replica(&Arc::new(map.clone()));
     append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("append before the flag");
 
     // The monitors flag the replica full; both cores get the new map.
@@ -177,7 +183,7 @@ fn a_resent_append_is_applied_once_by_a_new_primary_and_after_a_restart() {
     let map = map();
     let pool = map.pool_by_name("p").unwrap().id;
     let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = (core(acting[0], &map), core(acting[1], &map));
+    let (mut primary, mut replica) = primary_and_replica(&map);
     append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("first append");
     write_reply_lost(&mut primary, &mut replica, &map, 2, b"def");
 
@@ -253,7 +259,7 @@ fn the_pg_log_is_bounded_and_identical_on_every_member() {
     let map = map();
     let pool = map.pool_by_name("p").unwrap().id;
     let loc = map.locate(pool, "obj").unwrap();
-    let (mut primary, mut replica) = (core(loc.osds[0], &map), core(loc.osds[1], &map));
+    let (mut primary, mut replica) = primary_and_replica(&map);
     use shoal_osd::pglog::{LOG_ENTRIES, MAX_LOG_ENTRIES, TRIM_BATCH};
     // One past the longest log: the oldest batch is trimmed.
     let writes = MAX_LOG_ENTRIES as u64 + 1;
@@ -281,7 +287,7 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
     let map = map();
     let pool = map.pool_by_name("p").unwrap().id;
     let loc = map.locate(pool, "obj").unwrap();
-    let (mut primary, mut replica) = (core(loc.osds[0], &map), core(loc.osds[1], &map));
+    let (mut primary, mut replica) = primary_and_replica(&map);
     append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("append");
     // More objects than one tick removes, straight into the PG's collection.
     let coll = shoal_osd::exec::pg_collection(loc.pg);
@@ -346,7 +352,7 @@ fn an_idempotent_resend_to_a_restarted_primary_reaches_a_replica_that_missed_it(
     let map = map();
     let pool = map.pool_by_name("p").unwrap().id;
     let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = (core(acting[0], &map), core(acting[1], &map));
+    let (mut primary, mut replica) = primary_and_replica(&map);
     request(&mut primary, &mut replica, &map, 1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"old").result.unwrap();
 
     // The primary applies write 2 and crashes before its replicated write leaves.
