@@ -7,6 +7,7 @@ mod conf;
 mod daemons;
 mod demo;
 mod obj;
+mod pg_cmd;
 mod pglog_cmd;
 mod placement_cmd;
 mod store_cmd;
@@ -50,6 +51,9 @@ enum Command {
     /// Pools: create, ls, rm, set.
     #[command(subcommand)]
     Pool(admin::PoolCommand),
+    /// PGs: `ls` with each member's last update and object count.
+    #[command(subcommand)]
+    Pg(pg_cmd::PgCommand),
     /// Client keys kept by the monitors: add, ls, rm.
     #[command(subcommand)]
     Auth(admin::AuthCommand),
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::Osd(OsdCli::Pglog(args)) => pglog_cmd::run(&args),
         Command::Mon(MonCli::Run(args)) => daemons::run_mon(&args),
         Command::Pool(cmd) => admin::pool(&cmd),
+        Command::Pg(cmd) => pg_cmd::run(&cmd),
         Command::Auth(cmd) => admin::auth(&cmd),
         Command::Obj(cmd) => obj::run(&cmd),
         Command::Bench(args) => bench_cmd::run(&args),

@@ -1,7 +1,8 @@
 //! A crashed peer: an OSD of a size-3 pool is killed with SIGKILL in the middle of a stream of
 //! writes. The monitors notice its silence and mark it down, PGs get new acting sets, and every
 //! write still completes (the client waits for the new map and resends); what was written after
-//! the crash reads back exactly.
+//! the crash reads back exactly. `shoal pg ls` then shows the PGs whose new members lack the
+//! objects written before the crash (recovery is not built yet).
 
 mod common;
 
@@ -47,4 +48,21 @@ fn writes_survive_a_killed_osd() {
     });
     let status: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["status", "--json"]))).expect("json");
     assert_eq!(status["osds"]["up"], 3, "{status}");
+
+    // `shoal pg ls` shows what the crash left behind: PGs whose new member never received the
+    // objects written before it joined are `diverged` (recovery is not built yet); the others
+    // have members that agree on their last update and object count.
+    let pgs: serde_json::Value =
+        serde_json::from_str(&ok(&shoal(&dir, &["pg", "ls", "--pool", "rep", "--json"]))).expect("pg ls json");
+    let rows = pgs["pgs"].as_array().expect("pgs");
+    assert_eq!(rows.len(), 16, "{pgs}");
+    assert!(pgs["diverged"].as_u64().is_some_and(|n| n > 0), "no PG shows the missing objects: {pgs}");
+    for row in rows {
+        let members = row["members"].as_array().expect("members");
+        assert_eq!(members.len(), 3, "{row}");
+        assert!(members.iter().all(|m| m["osd"] != 2), "the dead OSD is in an acting set: {row}");
+        if row["state"] == "active+clean" {
+            assert!(members.iter().all(|m| m["last_update"] == members[0]["last_update"]), "{row}");
+        }
+    }
 }

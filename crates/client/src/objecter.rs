@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shoal_map::{ClusterMap, OsdId, Pool};
 use shoal_net::Connection;
-use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, PgList, PgListReply, ReqId};
+use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, ReqId};
 use shoal_proto::{ErrorCode, Message, decode_frame, encode};
 use tokio::sync::Mutex;
 
@@ -239,6 +239,17 @@ impl Client {
         }
         let done = cursor.pg >= pool.pg_num;
         Ok((names, if done { None } else { Some(cursor) }))
+    }
+}
+
+impl Client {
+    /// What OSD `osd` holds of PG `pg` (any OSD answers, member of the PG or not).
+    pub async fn pg_query(&self, osd: shoal_map::OsdId, pg: shoal_map::PgId) -> Result<PgInfo, ClientError> {
+        let map = self.mon.map();
+        let msg = PgQuery { epoch: map.epoch, pool: pg.pool, pg: pg.seed };
+        let frame = self.send(&map, osd, PgQuery::TYPE, encode(&msg, Vec::new())).await?;
+        let (reply, _): (PgQueryReply, _) = decode_frame(frame)?;
+        reply.result.map_err(ClientError::Remote)
     }
 }
 

@@ -26,7 +26,10 @@ use std::sync::Arc;
 
 use shoal_map::{ClusterMap, OsdId, PgId};
 use shoal_proto::mon::OsdStats;
-use shoal_proto::osd::{Eversion, OsdOp, OsdOpReply, PgList, PgListReply, RepOp, RepOpReply, ReqId};
+use shoal_proto::osd::{
+    Eversion, OsdOp, OsdOpReply, PG_INFO_MAX_OBJECTS, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, RepOp,
+    RepOpReply, ReqId,
+};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
 use shoal_store::{Durability, ObjectStore, StoreError};
 
@@ -61,6 +64,8 @@ pub enum Event {
     RepReply { from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError> },
     /// A listing request.
     PgList { from: Token, request_id: u64, req: PgList },
+    /// A question about what this OSD holds of a PG.
+    PgQuery { from: Token, request_id: u64, req: PgQuery },
     /// A newer map.
     Map(Arc<ClusterMap>),
     /// Time passes; the core reports its statistics.
@@ -221,6 +226,13 @@ impl OsdCore {
                     self.pg_list(from, request_id, req, out);
                 }
             }
+            Event::PgQuery { from, request_id, req } => {
+                if req.epoch > self.map.epoch {
+                    self.wait_for_map(Event::PgQuery { from, request_id, req }, out);
+                } else {
+                    self.pg_query(from, request_id, &req, out);
+                }
+            }
             Event::Map(map) => {
                 if map.epoch > self.map.epoch {
                     let pool_removed = self.map.pools.keys().any(|id| !map.pools.contains_key(id));
@@ -258,6 +270,14 @@ impl OsdCore {
             }
             Event::PgList { from, request_id, .. } => {
                 let reply = PgListReply { epoch: self.map.epoch, result: Err(busy) };
+                out.push(Action::Reply {
+                    to: from,
+                    frame: reply_frame(request_id, &reply, Vec::new()),
+                    after_sync: false,
+                });
+            }
+            Event::PgQuery { from, request_id, .. } => {
+                let reply = PgQueryReply { epoch: self.map.epoch, result: Err(busy) };
                 out.push(Action::Reply {
                     to: from,
                     frame: reply_frame(request_id, &reply, Vec::new()),
@@ -552,6 +572,43 @@ impl OsdCore {
         });
         let reply = PgListReply { epoch: self.map.epoch, result };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+    }
+
+    /// What this OSD holds of a PG: its log's newest version and length, and its objects. Any
+    /// OSD answers, whether or not the PG maps to it (a former member may still hold data).
+    fn pg_query(&mut self, from: Token, request_id: u64, req: &PgQuery, out: &mut Vec<Action>) {
+        let pg = PgId { pool: req.pool, seed: req.pg };
+        let result = self.pg_info(pg);
+        let reply = PgQueryReply { epoch: self.map.epoch, result };
+        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+    }
+
+    fn pg_info(&mut self, pg: PgId) -> Result<PgInfo, RemoteError> {
+        if self.map.pools.get(&pg.pool).is_none_or(|p| pg.seed >= p.pg_num) {
+            return Err(RemoteError::new(
+                ErrorCode::NotFound,
+                format!("PG {pg} does not exist at epoch {}", self.map.epoch),
+            ));
+        }
+        let (last_update, log_entries) = {
+            let log = self.log_mut(pg)?;
+            (log.last_update(), log.len() as u32)
+        };
+        let coll = pg_collection(pg);
+        let mut objects = 0u64;
+        if self.collections.contains(&coll) {
+            let mut after: Option<String> = None;
+            // Bounded by PG_INFO_MAX_OBJECTS, a page at a time.
+            while objects < PG_INFO_MAX_OBJECTS {
+                let page = self.store.list_objects(&coll, "", after.as_deref(), 4096).map_err(|e| store_error(&e))?;
+                objects += page.objects.len() as u64;
+                match page.next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+        }
+        Ok(PgInfo { last_update, log_entries, objects: objects.min(PG_INFO_MAX_OBJECTS) })
     }
 
     /// PGs this OSD is primary of, by state name.

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use shoal_client::{ClusterConfig, MonClient};
 use shoal_map::{Command, OsdId, Weight};
 use shoal_net::{Connection, Handler, Keyring, ServerConfig, ServerConn, error_frame};
-use shoal_proto::osd::{OsdOp, PgList, RepOp, RepOpReply};
+use shoal_proto::osd::{OsdOp, PgList, PgQuery, RepOp, RepOpReply};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, encode};
 use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
 use tokio::sync::mpsc;
@@ -99,6 +99,9 @@ impl Handler for OsdHandler {
             }
             PgList::TYPE => {
                 decode::<PgList>(frame.payload).map(|(req, _)| Event::PgList { from: token, request_id, req })
+            }
+            PgQuery::TYPE => {
+                decode::<PgQuery>(frame.payload).map(|(req, _)| Event::PgQuery { from: token, request_id, req })
             }
             other => {
                 let _ =

@@ -375,3 +375,28 @@ fn an_idempotent_resend_to_a_restarted_primary_reaches_a_replica_that_missed_it(
     restarted.handle(Event::ClientOp { from: CLIENT, request_id: 3, op, data: b"new".to_vec() }, &mut out);
     assert!(matches!(&out[..], [Action::Reply { .. }]), "answered from the log: {out:?}");
 }
+
+#[test]
+fn any_member_answers_what_it_holds_of_a_pg() {
+    let map = map();
+    let (mut primary, mut replica) = primary_and_replica(&map);
+    append(&mut primary, &mut replica, &map, 1, b"abc").result.unwrap();
+    append(&mut primary, &mut replica, &map, 2, b"def").result.unwrap();
+    let pool = map.pool_by_name("p").unwrap().id;
+    let pg = map.locate(pool, "obj").unwrap().pg;
+    let query = |core: &mut OsdCore, seed: u32| {
+        let mut out = Vec::new();
+        let req = shoal_proto::osd::PgQuery { epoch: map.epoch, pool, pg: seed };
+        core.handle(Event::PgQuery { from: CLIENT, request_id: 1, req }, &mut out);
+        let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
+        decode::<shoal_proto::osd::PgQueryReply>(frame.payload.clone()).unwrap().0.result
+    };
+    let (a, b) = (query(&mut primary, pg.seed).unwrap(), query(&mut replica, pg.seed).unwrap());
+    assert_eq!(a, b, "both members hold the same writes");
+    assert_eq!((a.objects, a.log_entries), (1, 2));
+    assert_eq!(a.last_update.seq, 2);
+    let empty = query(&mut primary, (pg.seed + 1) % 8).unwrap();
+    assert_eq!((empty.objects, empty.log_entries, empty.last_update.seq), (0, 0, 0));
+    let err = query(&mut primary, 99).unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound, "{err}");
+}

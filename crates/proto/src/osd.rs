@@ -246,3 +246,38 @@ pub struct PgListReply {
 impl Message for PgListReply {
     const TYPE: u16 = 37;
 }
+
+/// Asks one OSD what it holds of a PG, whether or not it is the PG's primary: for `shoal pg ls`,
+/// and the first step of peering (decision 0008).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgQuery {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+}
+impl Message for PgQuery {
+    const TYPE: u16 = 38;
+}
+
+/// What an OSD holds of a PG.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgInfo {
+    /// The newest write in its PG log (`0'0` if none).
+    pub last_update: Eversion,
+    /// Entries its PG log keeps.
+    pub log_entries: u32,
+    /// Objects it holds in the PG (counted up to [`PG_INFO_MAX_OBJECTS`]).
+    pub objects: u64,
+}
+
+/// Objects a [`PgQuery`] counts at most, which bounds the work of one query.
+pub const PG_INFO_MAX_OBJECTS: u64 = 1_000_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgQueryReply {
+    pub epoch: u64,
+    pub result: Result<PgInfo, RemoteError>,
+}
+impl Message for PgQueryReply {
+    const TYPE: u16 = 39;
+}

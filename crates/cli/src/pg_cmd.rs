@@ -1,0 +1,100 @@
+//! `shoal pg ls`: every PG of a pool (or of all pools) with its acting OSDs and what each of
+//! them holds — the newest write in its PG log and its object count — so that members that
+//! disagree are visible. Until recovery exists (decision 0008), a member that missed writes (a
+//! new member after an acting-set change, an OSD that came back) shows here as `diverged`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+use shoal_map::PgId;
+
+use crate::conf::ConfArgs;
+
+#[derive(Subcommand)]
+pub enum PgCommand {
+    /// PGs with their acting OSDs, each member's last update and object count, and whether the
+    /// members agree.
+    Ls {
+        #[command(flatten)]
+        conf: ConfArgs,
+        /// Only this pool's PGs.
+        #[arg(long)]
+        pool: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
+    let PgCommand::Ls { conf, pool, json } = cmd;
+    let client = conf.connect()?;
+    let map = client.client().mon().map();
+    let pools: Vec<&shoal_map::Pool> = match pool {
+        Some(name) => vec![map.pool_by_name(name)?],
+        None => map.pools.values().collect(),
+    };
+    let mut rows = Vec::new();
+    let mut diverged = 0usize;
+    for p in pools {
+        for seed in 0..p.pg_num {
+            let pg = PgId { pool: p.id, seed };
+            let acting = map.pg_osds(pg).unwrap_or_default();
+            let mut members = Vec::new();
+            for osd in &acting {
+                let info = client.runtime().block_on(client.client().pg_query(*osd, pg));
+                members.push(match info {
+                    Ok(i) => json!({"osd": osd.0, "last_update": i.last_update.to_string(), "log_entries": i.log_entries, "objects": i.objects}),
+                    Err(e) => json!({"osd": osd.0, "error": e.to_string()}),
+                });
+            }
+            let agree = members.windows(2).all(|w| {
+                w[0].get("error").is_none()
+                    && w[0]["last_update"] == w[1]["last_update"]
+                    && w[0]["objects"] == w[1]["objects"]
+            }) && members.iter().all(|m| m.get("error").is_none());
+            let state = if acting.len() < p.min_size as usize {
+                "inactive"
+            } else if !agree {
+                diverged += 1;
+                "active+diverged"
+            } else if acting.len() < p.size as usize {
+                "active+undersized"
+            } else {
+                "active+clean"
+            };
+            rows.push(json!({"pg": pg.to_string(), "pool": p.name, "state": state,
+                             "acting": acting.iter().map(|o| o.0).collect::<Vec<_>>(), "members": members}));
+        }
+    }
+    if *json {
+        println!("{}", json!({"epoch": map.epoch, "pgs": rows, "diverged": diverged}));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<10} {:<20} {:<14} MEMBERS (osd: last update / objects)", "PG", "STATE", "ACTING");
+    for r in &rows {
+        let members: Vec<String> = r["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| match m.get("error") {
+                Some(e) => format!("osd.{}: {e}", m["osd"]),
+                None => format!("osd.{}: {} / {}", m["osd"], m["last_update"].as_str().unwrap_or("?"), m["objects"]),
+            })
+            .collect();
+        println!(
+            "{:<10} {:<20} {:<14} {}",
+            r["pg"].as_str().unwrap_or("?"),
+            r["state"].as_str().unwrap_or("?"),
+            r["acting"].to_string(),
+            members.join(", ")
+        );
+    }
+    if diverged > 0 {
+        println!(
+            "{diverged} PG(s) diverged: their members hold different writes (recovery is not built yet; see docs/CLUSTER.md)"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
