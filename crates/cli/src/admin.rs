@@ -181,21 +181,13 @@ fn print(json_out: bool, doc: serde_json::Value, text: impl FnOnce() -> String) 
     }
 }
 
-/// PG states computed from the map, the way clients see them: `active+clean` with every
-/// replica, `active+undersized` with at least min_size, `inactive` below.
+/// PG states computed from the map, the way clients see them ([`shoal_map::Pool::acting_state`]).
 fn pg_summary(map: &ClusterMap) -> BTreeMap<&'static str, u64> {
     let mut states = BTreeMap::new();
     for pool in map.pools.values() {
         for seed in 0..pool.pg_num {
-            let n = map.pg_osds(PgId { pool: pool.id, seed }).map(|a| a.len() as u32).unwrap_or(0);
-            let state = if n >= pool.size {
-                "active+clean"
-            } else if n >= pool.min_size {
-                "active+undersized"
-            } else {
-                "inactive"
-            };
-            *states.entry(state).or_default() += 1;
+            let n = map.pg_osds(PgId { pool: pool.id, seed }).map_or(0, |a| a.len());
+            *states.entry(pool.acting_state(n)).or_default() += 1;
         }
     }
     states

@@ -41,28 +41,29 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
         for seed in 0..p.pg_num {
             let pg = PgId { pool: p.id, seed };
             let acting = map.pg_osds(pg).unwrap_or_default();
-            let mut members = Vec::new();
-            for osd in &acting {
-                let info = client.runtime().block_on(client.client().pg_query(*osd, pg));
-                members.push(match info {
+            let infos: Vec<_> =
+                acting.iter().map(|osd| client.runtime().block_on(client.client().pg_query(*osd, pg))).collect();
+            // Members agree when each answered with the same newest write and object count.
+            let agree = infos.iter().all(|i| {
+                i.as_ref().is_ok_and(|i| {
+                    infos[0].as_ref().is_ok_and(|f| f.last_update == i.last_update && f.objects == i.objects)
+                })
+            });
+            let members: Vec<_> = acting
+                .iter()
+                .zip(&infos)
+                .map(|(osd, info)| match info {
                     Ok(i) => json!({"osd": osd.0, "last_update": i.last_update.to_string(), "log_entries": i.log_entries, "objects": i.objects}),
                     Err(e) => json!({"osd": osd.0, "error": e.to_string()}),
-                });
-            }
-            let agree = members.windows(2).all(|w| {
-                w[0].get("error").is_none()
-                    && w[0]["last_update"] == w[1]["last_update"]
-                    && w[0]["objects"] == w[1]["objects"]
-            }) && members.iter().all(|m| m.get("error").is_none());
-            let state = if acting.len() < p.min_size as usize {
-                "inactive"
-            } else if !agree {
-                diverged += 1;
-                "active+diverged"
-            } else if acting.len() < p.size as usize {
-                "active+undersized"
-            } else {
-                "active+clean"
+                })
+                .collect();
+            let state = match p.acting_state(acting.len()) {
+                "inactive" => "inactive",
+                _ if !agree => {
+                    diverged += 1;
+                    "active+diverged"
+                }
+                other => other,
             };
             rows.push(json!({"pg": pg.to_string(), "pool": p.name, "state": state,
                              "acting": acting.iter().map(|o| o.0).collect::<Vec<_>>(), "members": members}));

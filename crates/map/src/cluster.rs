@@ -101,6 +101,23 @@ pub struct ClusterMap {
     pub auth: BTreeMap<String, [u8; 32]>,
 }
 
+impl Pool {
+    /// The state a PG of this pool is in with `acting` OSDs, as far as the map tells:
+    /// `active+clean` with every replica, `active+undersized` with at least `min_size` (writes are
+    /// still taken), `inactive` below. One naming for `shoal status`, `shoal pg ls` and OSD reports.
+    #[must_use]
+    pub fn acting_state(&self, acting: usize) -> &'static str {
+        let n = u32::try_from(acting).unwrap_or(u32::MAX);
+        if n >= self.size {
+            "active+clean"
+        } else if n >= self.min_size {
+            "active+undersized"
+        } else {
+            "inactive"
+        }
+    }
+}
+
 impl ClusterMap {
     /// An empty map at epoch 1 with the given monitors.
     pub fn new(fsid: impl Into<String>, mons: BTreeMap<u32, MonInfo>) -> ClusterMap {

@@ -259,33 +259,20 @@ impl OsdCore {
             return;
         }
         let busy = RemoteError::new(ErrorCode::WrongPrimary, "OSD is behind on the map and its queue is full");
-        match event {
+        let epoch = self.map.epoch;
+        let (to, frame) = match event {
             Event::ClientOp { from, request_id, .. } => {
-                let reply = OsdOpReply { epoch: self.map.epoch, result: Err(busy) };
-                out.push(Action::Reply {
-                    to: from,
-                    frame: reply_frame(request_id, &reply, Vec::new()),
-                    after_sync: false,
-                });
+                (from, reply_frame(request_id, &OsdOpReply { epoch, result: Err(busy) }, Vec::new()))
             }
             Event::PgList { from, request_id, .. } => {
-                let reply = PgListReply { epoch: self.map.epoch, result: Err(busy) };
-                out.push(Action::Reply {
-                    to: from,
-                    frame: reply_frame(request_id, &reply, Vec::new()),
-                    after_sync: false,
-                });
+                (from, reply_frame(request_id, &PgListReply { epoch, result: Err(busy) }, Vec::new()))
             }
             Event::PgQuery { from, request_id, .. } => {
-                let reply = PgQueryReply { epoch: self.map.epoch, result: Err(busy) };
-                out.push(Action::Reply {
-                    to: from,
-                    frame: reply_frame(request_id, &reply, Vec::new()),
-                    after_sync: false,
-                });
+                (from, reply_frame(request_id, &PgQueryReply { epoch, result: Err(busy) }, Vec::new()))
             }
-            _ => {}
-        }
+            _ => return,
+        };
+        out.push(Action::Reply { to, frame, after_sync: false });
     }
 
     /// Checks that this OSD is the primary of `pg` in its map; returns the acting set.
@@ -452,7 +439,7 @@ impl OsdCore {
         self.logs.get_mut(&pg).ok_or_else(|| RemoteError::new(ErrorCode::Other, "PG log vanished"))
     }
 
-    /// Applies a resolved write and its PG log entry in one transaction (the log must be loaded).
+    /// Applies a resolved write and its PG log entry in one transaction (loading the log if needed).
     fn commit(
         &mut self,
         pg: PgId,
@@ -620,15 +607,7 @@ impl OsdCore {
                 if acting.first() != Some(&self.id) {
                     continue;
                 }
-                let n = acting.len() as u32;
-                let state = if n >= pool.size {
-                    "active+clean"
-                } else if n >= pool.min_size {
-                    "active+undersized"
-                } else {
-                    "undersized+peered"
-                };
-                *states.entry(state.to_string()).or_default() += 1;
+                *states.entry(pool.acting_state(acting.len()).to_string()).or_default() += 1;
             }
         }
         states.into_iter().collect()
