@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
 use shoal_map::PgId;
@@ -24,10 +24,7 @@ pub struct PglogArgs {
 }
 
 fn parse_pg(s: &str) -> Result<PgId> {
-    let Some((pool, seed)) = s.split_once('.') else { bail!("PG {s:?} is not POOL.SEED (for example 1.1f)") };
-    let pool = pool.parse().with_context(|| format!("pool id {pool:?} in PG {s:?} is not a number"))?;
-    let seed = u32::from_str_radix(seed, 16).with_context(|| format!("seed {seed:?} in PG {s:?} is not hex"))?;
-    Ok(PgId { pool, seed })
+    s.parse().map_err(|e: String| anyhow::anyhow!(e))
 }
 
 fn entry_json(e: &LogEntry) -> serde_json::Value {

@@ -169,11 +169,7 @@ fn three_replicas_across_three_hosts() {
         let mut found = BTreeSet::new();
         for coll in store.list_collections().expect("collections") {
             if let Some(rest) = coll.strip_prefix("pglog.") {
-                let (pool, seed) = rest.split_once('.').expect("pglog.POOL.SEED");
-                let pg = shoal_map::PgId {
-                    pool: pool.parse().expect("pool id"),
-                    seed: u32::from_str_radix(seed, 16).expect("seed"),
-                };
+                let pg: shoal_map::PgId = rest.parse().expect("pglog.POOL.SEED");
                 let entries = shoal_osd::pglog::read_entries(&*store, pg).expect("read PG log");
                 assert!(!entries.is_empty() && entries.len() <= shoal_osd::pglog::MAX_LOG_ENTRIES, "{coll}");
                 logs.entry(coll.clone()).or_default().push(entries);

@@ -8,7 +8,7 @@ use shoal_store::{ObjectStore, StoreError, Transaction};
 
 /// The store collection that holds PG `pg`.
 pub fn pg_collection(pg: PgId) -> String {
-    format!("pg.{}.{:x}", pg.pool, pg.seed)
+    format!("pg.{pg}")
 }
 
 /// Maps a store error onto the wire's error codes, keeping its text (which names the object).

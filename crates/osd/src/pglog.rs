@@ -39,7 +39,7 @@ const ENTRY_FIXED_BYTES: usize = 20;
 
 /// The store collection holding PG `pg`'s log.
 pub fn log_collection(pg: PgId) -> String {
-    format!("pglog.{}.{:x}", pg.pool, pg.seed)
+    format!("pglog.{pg}")
 }
 
 /// One applied write, as recorded.

@@ -50,6 +50,18 @@ impl std::fmt::Display for PgId {
     }
 }
 
+/// Parses what [`PgId`]'s `Display` writes: `POOL.SEED`, the pool in decimal, the seed in hex.
+impl std::str::FromStr for PgId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PgId, String> {
+        let (pool, seed) = s.split_once('.').ok_or_else(|| format!("PG {s:?} is not POOL.SEED (for example 1.1f)"))?;
+        let pool = pool.parse().map_err(|_| format!("pool id {pool:?} in PG {s:?} is not a number"))?;
+        let seed = u32::from_str_radix(seed, 16).map_err(|_| format!("seed {seed:?} in PG {s:?} is not hex"))?;
+        Ok(PgId { pool, seed })
+    }
+}
+
 /// Ceph's stable modulo: `x` reduced to `0..b`, given `bmask` = next power of two `>= b`,
 /// minus one (see [`pg_mask`]). Contract: `b >= 1` and `bmask` is that mask; then the result is
 /// `< b`. Unlike `x % b`, growing `b` by one changes the result for only the `x` whose result
@@ -109,6 +121,16 @@ fn check_pg_num(pg_num: u32) -> Result<(), PlacementError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn pg_ids_parse_what_they_print() {
+        for pg in [PgId { pool: 0, seed: 0 }, PgId { pool: 7, seed: 0x1f }, PgId { pool: u32::MAX, seed: u32::MAX }] {
+            assert_eq!(pg.to_string().parse::<PgId>(), Ok(pg));
+        }
+        for bad in ["", "1", "1.", ".1", "x.1", "1.zz", "1.2.3"] {
+            assert!(bad.parse::<PgId>().is_err(), "{bad:?} parsed");
+        }
+    }
 
     #[test]
     fn stable_mod_small_cases() {

@@ -5,6 +5,8 @@
 
 use shoal_store::{Durability, StoreError};
 
+use shoal_map::PgId;
+
 use super::OsdCore;
 
 /// Objects removed per tick from the collections of deleted pools, so that purging a large pool
@@ -82,5 +84,5 @@ impl OsdCore {
 /// The pool id of a PG collection (`pg.POOL.SEED`) or PG log collection (`pglog.POOL.SEED`).
 fn collection_pool(coll: &str) -> Option<u32> {
     let rest = coll.strip_prefix("pg.").or_else(|| coll.strip_prefix("pglog."))?;
-    rest.split_once('.')?.0.parse().ok()
+    rest.parse::<PgId>().ok().map(|pg| pg.pool)
 }
