@@ -71,7 +71,6 @@ fn appends_survive_sigkill_and_resends_apply_once() {
     let d = dir.display().to_string();
     ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--backend", "block", "--osd-size", "256M"]));
     let _down = Down(dir.clone());
-    let victim: i32 = std::fs::read_to_string(dir.join("osd.0.pid")).expect("pid file").trim().parse().expect("pid");
     let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
     let net = ClientConfig::new("client.admin", shoal_net::Key(cfg.key.0));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
@@ -97,8 +96,7 @@ fn appends_survive_sigkill_and_resends_apply_once() {
                 max_acked = tid;
             }
             if max_acked == KILL_AFTER_ACKS && !killed {
-                // SAFETY: kill(2) with a pid read from the cluster's own pid file.
-                assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0, "kill osd.0");
+                common::sigkill(&dir, "osd.0");
                 killed = true;
             }
             if killed && next <= SENT {

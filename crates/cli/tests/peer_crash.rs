@@ -20,7 +20,6 @@ fn writes_survive_a_killed_osd() {
     ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--backend", "mem", "--osd-size", "1G"]));
     let _down = Down(dir.clone());
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "16"]));
-    let victim: i32 = std::fs::read_to_string(dir.join("osd.2.pid")).expect("pid file").trim().parse().expect("pid");
 
     let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
@@ -30,8 +29,7 @@ fn writes_survive_a_killed_osd() {
         let started = Instant::now();
         for i in 0..120u32 {
             if i == 40 {
-                // SAFETY: kill(2) with a pid read from the cluster's own pid file.
-                assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0, "kill osd.2");
+                common::sigkill(&dir, "osd.2");
             }
             let op = ObjOp::WriteFull { len_bytes: 4096 };
             client.op("rep", &format!("o{i}"), vec![op], value(i)).await.unwrap_or_else(|e| panic!("write o{i}: {e}"));

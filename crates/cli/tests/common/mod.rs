@@ -50,3 +50,11 @@ pub fn up_mem(tmp: &Path, osds: u32, osd_size: &str) -> (std::path::PathBuf, Dow
     ok(&shoal(tmp, &["up", "--dir", &d, "--osds", &n, "--backend", "mem", "--osd-size", osd_size]));
     (dir.clone(), Down(dir))
 }
+
+/// Kills daemon `name` (`osd.2`, ...) of the cluster in `dir` with SIGKILL, using its pid file.
+pub fn sigkill(dir: &Path, name: &str) {
+    let pid: i32 =
+        std::fs::read_to_string(dir.join(format!("{name}.pid"))).expect("pid file").trim().parse().expect("pid");
+    // SAFETY: kill(2) with a pid read from the cluster's own pid file.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {name}");
+}
