@@ -99,6 +99,29 @@ pub struct ClusterMap {
     /// table only to daemons and the admin; other clients get the map [`ClusterMap::redacted`].
     #[serde(default)]
     pub auth: BTreeMap<String, [u8; 32]>,
+    /// Temporary acting sets, set by a PG's primary while the OSDs placement names cannot serve
+    /// it yet (a new primary without the PG's data): the listed OSDs that are up act instead,
+    /// the first of them primary, until the placement's members are complete (decision 0009).
+    #[serde(default)]
+    pub pg_temp: BTreeMap<PgId, Vec<OsdId>>,
+    /// Each PG's last activation: the interval whose members hold every acknowledged write.
+    /// Peering must hear from one of them, or the PG stays down (decision 0009).
+    #[serde(default)]
+    pub pg_active: BTreeMap<PgId, PgActivation>,
+}
+
+/// The record of a PG's last activation, committed by the monitors after every member of the
+/// acting set durably recorded it and before the primary serves any I/O.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgActivation {
+    /// The epoch the record was committed at; the next activation must name it (a
+    /// compare-and-set, so two primaries never both build on the same history).
+    pub epoch: u64,
+    /// The map epoch at which the primary activated the members (`last_epoch_started` on each).
+    pub activated_at: u64,
+    /// The members holding every write of the PG in full (the acting set minus members still
+    /// being backfilled), primary first.
+    pub members: Vec<OsdId>,
 }
 
 impl Pool {
@@ -131,6 +154,8 @@ impl ClusterMap {
             next_pool_id: 1,
             failure_domain: BucketKind::Host,
             auth: BTreeMap::new(),
+            pg_temp: BTreeMap::new(),
+            pg_active: BTreeMap::new(),
         }
     }
 
@@ -151,9 +176,23 @@ impl ClusterMap {
         self.osds.get(&osd).is_some_and(|o| o.up && o.in_cluster)
     }
 
-    /// The acting OSDs of PG `pg`, primary first. The list is shorter than the pool's size when
-    /// fewer usable OSDs exist, and empty when none does.
+    /// The acting OSDs of PG `pg`, primary first: its temporary acting set's members that are up
+    /// if it has one with any (see [`ClusterMap::pg_temp`]), else the OSDs placement names
+    /// ([`ClusterMap::pg_up_osds`]). The list is shorter than the pool's size when fewer usable
+    /// OSDs exist, and empty when none does.
     pub fn pg_osds(&self, pg: PgId) -> Result<Vec<OsdId>, MapError> {
+        if let Some(temp) = self.pg_temp.get(&pg) {
+            let up: Vec<OsdId> = temp.iter().copied().filter(|o| self.osds.get(o).is_some_and(|i| i.up)).collect();
+            if !up.is_empty() && self.pools.contains_key(&pg.pool) {
+                return Ok(up);
+            }
+        }
+        self.pg_up_osds(pg)
+    }
+
+    /// The OSDs placement names for PG `pg` (usable ones only), primary first, ignoring any
+    /// temporary acting set.
+    pub fn pg_up_osds(&self, pg: PgId) -> Result<Vec<OsdId>, MapError> {
         let pool = self.pools.get(&pg.pool).ok_or_else(|| MapError::UnknownPool(format!("id {}", pg.pool)))?;
         if !self.placement.has_kind(self.failure_domain) {
             return Ok(Vec::new());

@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
-use shoal_placement::{OsdId, Weight, pg::MAX_PG_NUM};
+use shoal_placement::{OsdId, PgId, Weight, pg::MAX_PG_NUM};
 
-use crate::cluster::{ClusterMap, DEFAULT_MAX_OBJECT_BYTES, MonInfo, OsdInfo, Pool};
+use crate::cluster::{ClusterMap, DEFAULT_MAX_OBJECT_BYTES, MonInfo, OsdInfo, PgActivation, Pool};
 use crate::error::MapError;
 
 /// Longest pool name, in bytes.
@@ -72,6 +72,28 @@ pub enum Command {
     AuthRemove {
         entity: String,
     },
+    /// A PG primary's requests for temporary acting sets (an empty list removes the PG's). Entries
+    /// from an OSD that is not the PG's acting or placement primary are dropped.
+    PgTemp {
+        by: OsdId,
+        entries: Vec<(PgId, Vec<OsdId>)>,
+    },
+    /// A PG primary records activations (see [`crate::PgActivation`]). Entries whose `prior_epoch`
+    /// is not the PG's current record's epoch (0: none), or whose members are not the PG's acting
+    /// set led by `by`, are dropped: another primary got there first, or the interval changed.
+    PgActivated {
+        by: OsdId,
+        records: Vec<ActivationProposal>,
+    },
+}
+
+/// One PG's activation, as its primary proposes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationProposal {
+    pub pg: PgId,
+    pub prior_epoch: u64,
+    pub activated_at: u64,
+    pub members: Vec<OsdId>,
 }
 
 /// A pool property `shoal pool set` can change.
@@ -122,6 +144,14 @@ pub enum Change {
     },
     AuthRemove {
         entity: String,
+    },
+    /// Temporary acting sets set (non-empty) or removed (empty).
+    PgTemp {
+        entries: Vec<(PgId, Vec<OsdId>)>,
+    },
+    /// Activations recorded; each record's epoch is the epoch this change produces.
+    PgActivated {
+        records: Vec<(PgId, u64, Vec<OsdId>)>,
     },
     /// A change whose content the receiver may not see (a key): it only advances the epoch.
     Redacted,
@@ -308,7 +338,54 @@ impl ClusterMap {
                 }
                 Change::AuthRemove { entity: entity.clone() }
             }
+            Command::PgTemp { by, entries } => {
+                let mut keep = Vec::new();
+                for (pg, osds) in entries {
+                    if !self.pg_exists(*pg) || osds.iter().any(|o| !self.osds.contains_key(o)) {
+                        continue;
+                    }
+                    let primary = |v: Result<Vec<OsdId>, MapError>| v.ok().and_then(|v| v.first().copied());
+                    if primary(self.pg_osds(*pg)) != Some(*by) && primary(self.pg_up_osds(*pg)) != Some(*by) {
+                        continue;
+                    }
+                    let current = self.pg_temp.get(pg).cloned().unwrap_or_default();
+                    if current != *osds {
+                        keep.push((*pg, osds.clone()));
+                    }
+                }
+                if keep.is_empty() {
+                    return Ok(None);
+                }
+                Change::PgTemp { entries: keep }
+            }
+            Command::PgActivated { by, records } => {
+                let mut keep = Vec::new();
+                for r in records {
+                    if !self.pg_exists(r.pg) {
+                        continue;
+                    }
+                    let prior = self.pg_active.get(&r.pg).map_or(0, |a| a.epoch);
+                    let Ok(acting) = self.pg_osds(r.pg) else { continue };
+                    let valid = prior == r.prior_epoch
+                        && acting.first() == Some(by)
+                        && r.members.first() == Some(by)
+                        && r.members.iter().all(|m| acting.contains(m))
+                        && r.activated_at <= self.epoch;
+                    if valid {
+                        keep.push((r.pg, r.activated_at, r.members.clone()));
+                    }
+                }
+                if keep.is_empty() {
+                    return Ok(None);
+                }
+                Change::PgActivated { records: keep }
+            }
         }))
+    }
+
+    /// Whether PG `pg` exists in this map.
+    fn pg_exists(&self, pg: PgId) -> bool {
+        self.pools.get(&pg.pool).is_some_and(|p| pg.seed < p.pg_num)
     }
 
     /// Applies a change prepared against this map (or received as an incremental) and bumps
@@ -346,6 +423,24 @@ impl ClusterMap {
             }
             Change::RemovePool { id } => {
                 self.pools.remove(id).ok_or_else(|| MapError::UnknownPool(format!("id {id}")))?;
+                self.pg_temp.retain(|pg, _| pg.pool != *id);
+                self.pg_active.retain(|pg, _| pg.pool != *id);
+            }
+            Change::PgTemp { entries } => {
+                for (pg, osds) in entries {
+                    if osds.is_empty() {
+                        self.pg_temp.remove(pg);
+                    } else {
+                        self.pg_temp.insert(*pg, osds.clone());
+                    }
+                }
+            }
+            Change::PgActivated { records } => {
+                let epoch = self.epoch + 1;
+                for (pg, activated_at, members) in records {
+                    let record = PgActivation { epoch, activated_at: *activated_at, members: members.clone() };
+                    self.pg_active.insert(*pg, record);
+                }
             }
             Change::AddMon { rank, info } => {
                 self.mons.insert(*rank, info.clone());

@@ -17,8 +17,8 @@ mod error;
 
 pub use cluster::{
     ClusterMap, DEFAULT_MAX_OBJECT_BYTES, FULL_CLEAR_PERMILLE, FULL_PERMILLE, Locator, MonInfo, NEARFULL_PERMILLE,
-    OsdInfo, Pool, used_permille,
+    OsdInfo, PgActivation, Pool, used_permille,
 };
-pub use command::{Change, Command, Incremental, PoolSetting};
+pub use command::{ActivationProposal, Change, Command, Incremental, PoolSetting};
 pub use error::MapError;
 pub use shoal_placement::{BucketKind, OsdId, PgId, Weight, pg_for_object};

@@ -276,7 +276,11 @@ fn may_run(entity: &str, command: &shoal_map::Command) -> Result<(), String> {
         return Ok(());
     }
     let own = match command {
-        C::CreateOsd { id: Some(id), .. } | C::OsdBoot { id, .. } | C::OsdDown { id } => Some(*id),
+        C::CreateOsd { id: Some(id), .. }
+        | C::OsdBoot { id, .. }
+        | C::OsdDown { id }
+        | C::PgTemp { by: id, .. }
+        | C::PgActivated { by: id, .. } => Some(*id),
         _ => None,
     };
     match own {

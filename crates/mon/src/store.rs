@@ -47,8 +47,8 @@ const MAX_RECORD_BYTES: usize = 256 << 20;
 /// snapshot. Records are postcard, which is not self-describing, so any change to the shape of
 /// [`Meta`], the cluster map or its changes must bump this; a monitor then refuses a directory of
 /// another format by name instead of misreading it. 0: before the number existed. 1: OSDs carry
-/// a full flag.
-pub const MON_STORE_FORMAT: u32 = 1;
+/// a full flag. 2: the map holds temporary acting sets and PG activation records.
+pub const MON_STORE_FORMAT: u32 = 2;
 
 /// The identity mkfs writes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,15 +16,16 @@
 //! apply them in the order they arrive on the primary's single connection to them.
 //!
 //! Every applied write is recorded in its PG's log ([`crate::pglog`]) in the same transaction,
-//! on the primary and on each replica, with the version the primary gave it. A resend whose
-//! request id is in the log is answered from it, whichever member of the PG receives it and
-//! whether or not the OSD restarted in between — unless it is idempotent and this OSD did not see
-//! it complete, in which case it is applied again (see `answer_from_log`).
+//! on the primary and on each replica, with the version the primary gave it. A PG serves nothing
+//! until its primary has peered ([`peering`]): every acting member then holds the authoritative
+//! log, so a resend whose request id is in the log is answered from it (once the object is on
+//! every acting member), whichever member is primary and whether or not OSDs restarted.
+//! Objects a member lacks are recovered and backfilled in the background ([`recovery`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use shoal_map::{ClusterMap, OsdId, PgId};
+use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgId};
 use shoal_proto::mon::OsdStats;
 use shoal_proto::osd::{
     Eversion, OsdOp, OsdOpReply, PG_INFO_MAX_OBJECTS, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, RepOp,
@@ -37,16 +38,20 @@ use crate::exec::{
     build_transaction, check_precondition, execute_reads, is_read_only, pg_collection, resolve_writes, store_error,
 };
 use crate::pglog::{LogEntry, PgLog};
+use crate::pgmeta::PgMeta;
 
+mod peering;
 mod purge;
+mod recovery;
+pub use peering::{MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
+use peering::{PgState, Phase, Role};
 pub use purge::PURGE_OBJECTS_PER_TICK;
+use recovery::Need;
+pub use recovery::{BACKFILL_CHUNK_BYTES, BACKFILL_CHUNK_OBJECTS, DEFAULT_RECOVERY_MAX_OPS};
 
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
 
-/// Writes this OSD saw complete on every acting member, remembered (per OSD, oldest forgotten
-/// first) so that their resends are answered from the PG log even when they are idempotent.
-pub const COMPLETED_ENTRIES: usize = 4096;
 /// Requests held while waiting for a newer map before they are refused.
 pub const MAX_WAITING_FOR_MAP: usize = 1024;
 /// Writes in flight to replicas at once; beyond it a write is refused with `Timeout`-free
@@ -70,6 +75,24 @@ pub enum Event {
     Map(Arc<ClusterMap>),
     /// Time passes; the core reports its statistics.
     Tick { now_ms: u64 },
+    /// A request from a peer OSD about a PG (peering, recovery, strays: message types 40..=48),
+    /// decoded by the core.
+    PeerMsg { from: Token, request_id: u64, msg_type: u16, payload: Vec<u8> },
+    /// The answer to an [`Action::Peer`] (or the driver's report that it could not be delivered).
+    PeerReply { from: OsdId, call: PeerCall, result: Result<Frame, RemoteError> },
+    /// The monitors answered an [`Action::MonCommand`]; `epoch`: the map epoch the change is in
+    /// (the driver may feed this only once its map reached it).
+    MonCommandDone { epoch: Option<u64> },
+}
+
+/// What a call to a peer was for, so its answer reaches the step that waits for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerCall {
+    Query { pg: PgId, attempt: u64 },
+    Activate { pg: PgId, attempt: u64 },
+    Pull { pg: PgId, attempt: u64, object: String },
+    Push { pg: PgId, attempt: u64, objects: Vec<String>, backfill: bool },
+    Stray { pg: PgId },
 }
 
 impl Event {
@@ -77,6 +100,7 @@ impl Event {
     pub fn data_len(&self) -> usize {
         match self {
             Event::ClientOp { data, .. } | Event::RepOp { data, .. } => data.len(),
+            Event::PeerMsg { payload, .. } => payload.len(),
             _ => 0,
         }
     }
@@ -92,11 +116,17 @@ pub enum Action {
     /// sync; the client is answered only after both), and feed its reply, or the failure to
     /// deliver it, back as [`Event::RepReply`].
     Replicate { osd: OsdId, op: RepOp, data: Vec<u8> },
+    /// Send a peering or recovery request to `osd`, on the same ordered link as its replicated
+    /// writes, and feed the answer back as [`Event::PeerReply`] with `call`.
+    Peer { osd: OsdId, msg_type: u16, payload: Vec<u8>, call: PeerCall },
+    /// Ask the monitors to run a command; feed the outcome back as [`Event::MonCommandDone`].
+    MonCommand(Command),
     /// Report statistics to the monitors.
     Stats(OsdStats),
 }
 
 struct PendingWrite {
+    pg: PgId,
     client: Token,
     request_id: u64,
     epoch_sent: u64,
@@ -124,41 +154,23 @@ pub struct OsdCore {
     waiting_for_map: VecDeque<Event>,
     /// PG logs, loaded from the store the first time a PG is written here.
     logs: HashMap<PgId, PgLog>,
-    /// Writes this primary saw acknowledged by every acting member, in this process's lifetime
-    /// (at most [`COMPLETED_ENTRIES`]). See [`answer_from_log`].
-    completed: HashSet<ReqId>,
-    completed_order: VecDeque<ReqId>,
+    /// PG peering records (les, backfill cursor, missing set), loaded on first use.
+    metas: HashMap<PgId, PgMeta>,
+    /// Every PG this OSD acts for or holds data of, with its peering state.
+    pgs: BTreeMap<PgId, PgState>,
+    /// Activation records and temporary acting sets waiting to be sent to the monitors.
+    pending_records: BTreeMap<PgId, ActivationProposal>,
+    pending_temp: BTreeMap<PgId, Vec<OsdId>>,
+    /// A command to the monitors is in flight.
+    mon_busy: bool,
+    /// Strays waiting for their primary's answer.
+    strays_asking: BTreeSet<PgId>,
+    /// Objects recovered (or backfill chunks) in flight at once, across this OSD's PGs.
+    pub recovery_max_ops: usize,
     /// Collections of deleted pools still to be emptied and removed, a bounded batch per tick.
     purge: VecDeque<String>,
     counters: Counters,
     last_tick: Option<(u64, Counters)>,
-}
-
-/// Whether a resent write found in the PG log is answered from it (`true`) or applied again.
-///
-/// Answering from the log never applies a write twice, but without peering (decision 0008) this
-/// OSD cannot know whether every replica got the write when it did not see that happen itself:
-/// after a restart, or when it received the write as a replica of a primary that has since been
-/// replaced. So: a write it saw complete is answered from the log; otherwise an idempotent request
-/// (whole or positioned writes, truncates, xattr and omap changes, non-exclusive creates) is
-/// applied again, which also brings replicas that missed it up to date, and a request that must
-/// not be applied twice (append, exclusive create, remove) is answered from the log.
-fn answer_from_log(known_complete: bool, ops: &[shoal_proto::osd::ObjOp]) -> bool {
-    use shoal_proto::osd::ObjOp;
-    let idempotent = ops.iter().all(|o| {
-        matches!(
-            o,
-            ObjOp::WriteFull { .. }
-                | ObjOp::Write { .. }
-                | ObjOp::Truncate { .. }
-                | ObjOp::SetXattr { .. }
-                | ObjOp::RemoveXattr { .. }
-                | ObjOp::OmapSet { .. }
-                | ObjOp::OmapRemove { .. }
-                | ObjOp::Create { exclusive: false }
-        )
-    });
-    known_complete || !idempotent
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -184,8 +196,13 @@ impl OsdCore {
             pending: HashMap::new(),
             waiting_for_map: VecDeque::new(),
             logs: HashMap::new(),
-            completed: HashSet::new(),
-            completed_order: VecDeque::new(),
+            metas: HashMap::new(),
+            pgs: BTreeMap::new(),
+            pending_records: BTreeMap::new(),
+            pending_temp: BTreeMap::new(),
+            mon_busy: false,
+            strays_asking: BTreeSet::new(),
+            recovery_max_ops: DEFAULT_RECOVERY_MAX_OPS,
             counters: Counters::default(),
             last_tick: None,
             purge: VecDeque::new(),
@@ -234,12 +251,17 @@ impl OsdCore {
                 }
             }
             Event::Map(map) => {
-                if map.epoch > self.map.epoch {
+                let first = self.pgs.is_empty() && self.logs.is_empty();
+                if map.epoch > self.map.epoch || first {
                     let pool_removed = self.map.pools.keys().any(|id| !map.pools.contains_key(id));
-                    self.map = map;
+                    if map.epoch >= self.map.epoch {
+                        self.map = map;
+                    }
                     if pool_removed {
                         self.queue_orphans();
                     }
+                    self.update_intervals(out);
+                    self.check_records(out);
                     let waiting: Vec<Event> = self.waiting_for_map.drain(..).collect();
                     for ev in waiting {
                         self.handle(ev, out);
@@ -247,8 +269,38 @@ impl OsdCore {
                 }
             }
             Event::Tick { now_ms } => {
+                if self.pgs.is_empty() {
+                    self.update_intervals(out);
+                }
                 self.purge_step(PURGE_OBJECTS_PER_TICK);
+                self.peering_tick(out);
+                let active: Vec<PgId> = self
+                    .pgs
+                    .iter()
+                    .filter(|(_, s)| matches!(&s.role, Role::Primary(p) if p.phase == Phase::Active))
+                    .map(|(pg, _)| *pg)
+                    .collect();
+                for pg in active {
+                    self.recover(pg, out);
+                }
+                self.ask_strays(out);
+                self.flush_mon(out);
                 out.push(Action::Stats(self.stats(now_ms)));
+            }
+            Event::PeerMsg { from, request_id, msg_type, payload } => {
+                if Self::peer_msg_epoch(msg_type, &payload) > self.map.epoch {
+                    self.wait_for_map(Event::PeerMsg { from, request_id, msg_type, payload }, out);
+                } else {
+                    self.on_peer_msg(from, request_id, msg_type, payload, out);
+                }
+            }
+            Event::PeerReply { from, call, result } => self.on_peer_reply(from, call, result, out),
+            Event::MonCommandDone { epoch } => {
+                if epoch.is_some_and(|e| e > self.map.epoch) {
+                    self.wait_for_map(Event::MonCommandDone { epoch }, out);
+                } else {
+                    self.mon_command_done(out);
+                }
             }
         }
     }
@@ -270,6 +322,12 @@ impl OsdCore {
             Event::PgQuery { from, request_id, .. } => {
                 (from, reply_frame(request_id, &PgQueryReply { epoch, result: Err(busy) }, Vec::new()))
             }
+            Event::PeerMsg { from, request_id, .. } => {
+                let ack = shoal_proto::osd::PeerAck { epoch, result: Err(busy) };
+                (from, reply_frame(request_id, &ack, Vec::new()))
+            }
+            // The driver must not lose this one: it unblocks the next command to the monitors.
+            Event::MonCommandDone { .. } => return self.mon_command_done(out),
             _ => return,
         };
         out.push(Action::Reply { to, frame, after_sync: false });
@@ -309,6 +367,54 @@ impl OsdCore {
         Ok((pg, acting, p.max_object_bytes))
     }
 
+    /// Where a PG stands for a client operation on this primary: `Ok(())` to serve it now;
+    /// otherwise the operation was queued (peering) or refused.
+    fn pg_gate(&mut self, pg: PgId, event: Event, out: &mut Vec<Action>) -> Result<Event, ()> {
+        let epoch = self.map.epoch;
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else {
+            // Not peered here yet (the map that makes this OSD primary is still being handled).
+            let Event::ClientOp { from, request_id, .. } = event else { return Err(()) };
+            let e = RemoteError::new(ErrorCode::WrongPrimary, format!("PG {pg} is not peered on this OSD yet"));
+            let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Err(e) }, Vec::new());
+            out.push(Action::Reply { to: from, frame, after_sync: false });
+            return Err(());
+        };
+        let refuse = |why: String| {
+            let Event::ClientOp { from, request_id, .. } = &event else { return None };
+            let e = RemoteError::new(ErrorCode::Degraded, why);
+            Some(Action::Reply {
+                to: *from,
+                frame: reply_frame(*request_id, &OsdOpReply { epoch, result: Err(e) }, Vec::new()),
+                after_sync: false,
+            })
+        };
+        match &p.phase {
+            Phase::Active => Ok(event),
+            Phase::Down => {
+                out.extend(refuse(format!("PG {pg} is down: no OSD of its last active interval is up")));
+                Err(())
+            }
+            Phase::Incomplete => {
+                out.extend(refuse(format!("PG {pg} is incomplete: no OSD up holds it whole")));
+                Err(())
+            }
+            Phase::Undersized => {
+                out.extend(refuse(format!(
+                    "PG {pg} is undersized+degraded+peered: fewer complete replicas than min_size"
+                )));
+                Err(())
+            }
+            _ if p.queued.len() >= MAX_QUEUED_OPS_PER_PG => {
+                out.extend(refuse(format!("PG {pg} is peering and its queue is full")));
+                Err(())
+            }
+            _ => {
+                p.queued.push_back(event);
+                Err(())
+            }
+        }
+    }
+
     fn client_op(&mut self, from: Token, request_id: u64, op: OsdOp, data: Vec<u8>, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
         let fail = |e: RemoteError| Action::Reply {
@@ -324,6 +430,23 @@ impl OsdCore {
             Ok(r) => r,
             Err(e) => return out.push(fail(e)),
         };
+        // Served only by an active PG, and only on objects present where the operation needs them.
+        let event = Event::ClientOp { from, request_id, op, data };
+        let Ok(event) = self.pg_gate(pg, event, out) else { return };
+        let Event::ClientOp { op, data, .. } = event else { return };
+        if self.pending.contains_key(&op.reqid) && !read_only {
+            // A resend of a write still in flight: answer the new connection when it completes.
+            if let Some(p) = self.pending.get_mut(&op.reqid) {
+                p.client = from;
+                p.request_id = request_id;
+            }
+            return;
+        }
+        let need = if read_only { Need::Primary } else { Need::All };
+        if !self.object_ready(pg, &op.object, need, out) {
+            let object = op.object.clone();
+            return self.block_on(pg, &object, Event::ClientOp { from, request_id, op, data });
+        }
         let coll = pg_collection(pg);
         if read_only {
             let result = execute_reads(&*self.store, &coll, &op.object, &op.ops);
@@ -336,23 +459,17 @@ impl OsdCore {
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result }, bytes);
             return out.push(Action::Reply { to: from, frame, after_sync: false });
         }
-        // A resend of a write still in flight: answer the new connection when it completes.
-        if let Some(p) = self.pending.get_mut(&op.reqid) {
-            p.client = from;
-            p.request_id = request_id;
-            return;
-        }
-        // A resend of a write applied here before (possibly by the previous primary, when this
-        // OSD was its replica, or before a restart): answered from the PG log when that is safe.
-        let known_complete = self.completed.contains(&op.reqid);
+        // A resend of a write applied before (by this primary or one before it; peering made the
+        // log the same on every acting member, and the object is on all of them): answered from
+        // the PG log, never applied twice.
         let last_update = match self.log_mut(pg) {
             Ok(log) => match log.lookup(&op.reqid) {
-                Some(op_count) if answer_from_log(known_complete, &op.ops) => {
+                Some(op_count) => {
                     let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
                     let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
                     return out.push(Action::Reply { to: from, frame, after_sync: true });
                 }
-                _ => log.last_update(),
+                None => log.last_update(),
             },
             Err(e) => return out.push(fail(e)),
         };
@@ -391,8 +508,16 @@ impl OsdCore {
                 Err(e) => return out.push(fail(e)),
             };
         let replicas: Vec<OsdId> = acting[1..].to_vec();
+        // Backfill targets that have not been sent this object yet get the log entry only.
+        let log_only: Vec<bool> = match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) => replicas
+                .iter()
+                .map(|r| p.peers.get(r).and_then(|pp| pp.backfill.as_deref()).is_some_and(|c| op.object.as_str() > c))
+                .collect(),
+            _ => vec![false; replicas.len()],
+        };
         // Replicas need their own copy of the data; the local commit consumes the original.
-        let copies: Vec<Vec<u8>> = replicas.iter().map(|_| data.clone()).collect();
+        let copies: Vec<Vec<u8>> = log_only.iter().map(|only| if *only { Vec::new() } else { data.clone() }).collect();
         let data_len = data.len() as u64;
         let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
         if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
@@ -403,10 +528,9 @@ impl OsdCore {
         let outputs = vec![shoal_proto::osd::OpOutput::Done; op.ops.len()];
         if replicas.is_empty() {
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
-            self.remember_completed(op.reqid);
             return out.push(Action::Reply { to: from, frame, after_sync: true });
         }
-        for (osd, copy) in replicas.iter().zip(copies) {
+        for ((osd, copy), only) in replicas.iter().zip(copies).zip(log_only) {
             let rep = RepOp {
                 reqid: op.reqid,
                 epoch,
@@ -416,10 +540,13 @@ impl OsdCore {
                 version,
                 precondition,
                 ops: resolved.clone(),
+                prev: last_update,
+                log_only: only,
             };
             out.push(Action::Replicate { osd: *osd, op: rep, data: copy });
         }
         let pending = PendingWrite {
+            pg,
             client: from,
             request_id,
             epoch_sent: epoch,
@@ -428,6 +555,15 @@ impl OsdCore {
             error: None,
         };
         self.pending.insert(op.reqid, pending);
+    }
+
+    /// PG `pg`'s peering record, read from the store on first use.
+    fn meta_mut(&mut self, pg: PgId) -> Result<&mut PgMeta, RemoteError> {
+        if !self.metas.contains_key(&pg) {
+            let meta = PgMeta::load(&*self.store, pg).map_err(|e| store_error(&e))?;
+            self.metas.insert(pg, meta);
+        }
+        self.metas.get_mut(&pg).ok_or_else(|| RemoteError::new(ErrorCode::Other, "PG record vanished"))
     }
 
     /// PG `pg`'s log, read from the store on first use.
@@ -462,18 +598,6 @@ impl OsdCore {
         Ok(())
     }
 
-    fn remember_completed(&mut self, reqid: ReqId) {
-        if !self.completed.insert(reqid) {
-            return;
-        }
-        if self.completed_order.len() >= COMPLETED_ENTRIES
-            && let Some(old) = self.completed_order.pop_front()
-        {
-            self.completed.remove(&old);
-        }
-        self.completed_order.push_back(reqid);
-    }
-
     fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: Vec<u8>, out: &mut Vec<Action>) {
         let pg = PgId { pool: op.pool, seed: op.pg };
         let coll = pg_collection(pg);
@@ -485,35 +609,52 @@ impl OsdCore {
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: true });
     }
 
-    /// A replica's side of a replicated write: applied once (a second delivery of the same
-    /// replicated write, same request and same version, is acknowledged without applying it),
-    /// only if newer than everything this replica applied to the PG (an older version comes from a
-    /// primary that has been replaced), and only on the state the primary resolved it against.
-    /// A request the primary applied again (an idempotent resend, under a newer version) is
-    /// applied again here too, so that both hold the same state.
+    /// A replica's side of a replicated write. Applied only when this OSD was activated for the
+    /// PG in the current interval at or before the write's epoch (a replaced primary's writes are
+    /// refused), and only right after the version the primary applied before it (a replica that
+    /// missed a write refuses the next, and its primary peers again); a second delivery of the same
+    /// write is acknowledged without applying it. A log-only write (this OSD is being backfilled
+    /// and has not been sent the object yet) records the entry without touching the object.
     fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: Vec<u8>) -> Result<(), RemoteError> {
         if pg.pool < self.map.next_pool_id && !self.map.pools.contains_key(&pg.pool) {
             return Err(RemoteError::new(ErrorCode::NotFound, format!("pool id {} has been deleted", pg.pool)));
+        }
+        let activated_at = match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Replica { activated_at: Some(a) }, .. }) => *a,
+            _ => {
+                return Err(RemoteError::new(
+                    ErrorCode::WrongPrimary,
+                    format!("{} is not an activated replica of PG {pg} at epoch {}", self.id, self.map.epoch),
+                ));
+            }
+        };
+        if op.epoch < activated_at {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!("replicated write of epoch {} to PG {pg} predates its activation at {activated_at}", op.epoch),
+            ));
         }
         let log = self.log_mut(pg)?;
         if log.version_of(&op.reqid) == Some(op.version) {
             return Ok(());
         }
         let last = log.last_update();
-        if op.version <= last {
+        if op.prev != last {
             return Err(RemoteError::new(
                 ErrorCode::WrongPrimary,
                 format!(
-                    "replicated write {} to PG {pg} is not newer than this replica's last update {last}: its primary \
-                     has been replaced",
-                    op.version
+                    "replicated write {} to PG {pg} follows {}, but this replica's last update is {last}",
+                    op.version, op.prev
                 ),
             ));
         }
-        check_precondition(&*self.store, coll, &op.object, op.precondition)?;
-        // The primary resolves each operation into exactly one, so the count is the client's.
         let entry =
             LogEntry { version: op.version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
+        if op.log_only {
+            return self.commit(pg, coll, &[], Vec::new(), &entry);
+        }
+        check_precondition(&*self.store, coll, &op.object, op.precondition)?;
+        // The primary resolves each operation into exactly one, so the count is the client's.
         self.commit(pg, coll, &op.ops, data, &entry)
     }
 
@@ -528,19 +669,28 @@ impl OsdCore {
         };
         if let Some(e) = err {
             p.error.get_or_insert(RemoteError::new(e.code, format!("replica {from}: {}", e.message)));
+            // A replica that missed or refused a write no longer mirrors the primary: peer again,
+            // which finds what it lacks, before serving more.
+            let pg = p.pg;
+            if let Some(PgState { role: Role::Primary(pr), .. }) = self.pgs.get(&pg)
+                && pr.phase == Phase::Active
+            {
+                tracing::info!(%pg, replica = %from, error = %e, "replicated write failed: peering again");
+                self.start_peering(pg, out);
+            }
         }
+        let Some(p) = self.pending.get(&reqid) else { return };
         if !p.waiting.is_empty() {
             return;
         }
         let Some(p) = self.pending.remove(&reqid) else { return };
         let epoch = self.map.epoch.max(p.epoch_sent);
         let result = match p.error {
+            // A failed write is reported as a timeout: the client resends it, and the resend is
+            // answered from the log once peering made every member hold it.
             None => Ok(p.outputs),
-            Some(e) => Err(e),
+            Some(e) => Err(RemoteError::new(ErrorCode::Timeout, e.message)),
         };
-        if result.is_ok() {
-            self.remember_completed(reqid);
-        }
         let frame = reply_frame(p.request_id, &OsdOpReply { epoch, result }, Vec::new());
         out.push(Action::Reply { to: p.client, frame, after_sync: true });
     }
@@ -598,19 +748,75 @@ impl OsdCore {
         Ok(PgInfo { last_update, log_entries, objects: objects.min(PG_INFO_MAX_OBJECTS) })
     }
 
+    /// The state of PG `pg` as this OSD sees it, if it is the PG's primary: `peering`, `down`,
+    /// `incomplete`, `undersized+degraded+peered`, or `active` with `+recovering`,
+    /// `+backfilling`, `+undersized+degraded` and `+clean` as they apply.
+    #[must_use]
+    pub fn pg_state(&self, pg: PgId) -> Option<String> {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return None };
+        let size = self.map.pools.get(&pg.pool).map_or(0, |pool| pool.size as usize);
+        Some(match &p.phase {
+            Phase::Querying | Phase::WaitingTemp | Phase::Activating { .. } | Phase::Recording => "peering".into(),
+            Phase::Down => "down".into(),
+            Phase::Incomplete => "incomplete".into(),
+            Phase::Undersized => "undersized+degraded+peered".into(),
+            Phase::Active => {
+                let own_missing = self.metas.get(&pg).is_some_and(|m| !m.missing.is_empty());
+                let recovering = own_missing || p.peers.values().any(|pp| !pp.missing.is_empty());
+                let backfilling = p.peers.values().any(|pp| pp.backfill.is_some());
+                let mut state = String::from("active");
+                if recovering {
+                    state.push_str("+recovering");
+                }
+                if backfilling {
+                    state.push_str("+backfilling");
+                }
+                let complete = 1 + p.peers.values().filter(|pp| pp.backfill.is_none()).count();
+                if complete < size {
+                    state.push_str("+undersized+degraded");
+                } else if !recovering && !backfilling && p.unfound.is_empty() {
+                    state.push_str("+clean");
+                }
+                if !p.unfound.is_empty() {
+                    state.push_str("+unfound");
+                }
+                state
+            }
+        })
+    }
+
     /// PGs this OSD is primary of, by state name.
     pub fn pg_states(&self) -> Vec<(String, u32)> {
-        let mut states: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
-        for pool in self.map.pools.values() {
-            for seed in 0..pool.pg_num {
-                let Ok(acting) = self.map.pg_osds(PgId { pool: pool.id, seed }) else { continue };
-                if acting.first() != Some(&self.id) {
-                    continue;
+        let mut states: BTreeMap<String, u32> = BTreeMap::new();
+        for pg in self.pgs.keys() {
+            if let Some(state) = self.pg_state(*pg) {
+                *states.entry(state).or_default() += 1;
+            }
+        }
+        // PGs mapped here that no OSD can act for are not counted by anyone: count them here on
+        // the lowest-numbered OSD that is up, so `shoal status` shows them.
+        if self.map.osds.iter().find(|(_, i)| i.up).map(|(o, _)| *o) == Some(self.id) {
+            for pool in self.map.pools.values() {
+                for seed in 0..pool.pg_num {
+                    if self.map.pg_osds(PgId { pool: pool.id, seed }).is_ok_and(|a| a.is_empty()) {
+                        *states.entry("inactive".into()).or_default() += 1;
+                    }
                 }
-                *states.entry(pool.acting_state(acting.len()).to_string()).or_default() += 1;
             }
         }
         states.into_iter().collect()
+    }
+
+    /// PGs this OSD holds data of without acting for them (removed once clean elsewhere).
+    #[must_use]
+    pub fn strays(&self) -> usize {
+        self.pgs.values().filter(|s| matches!(s.role, Role::Stray)).count()
+    }
+
+    /// Whether every PG this OSD is primary of is active and clean (for tests and tools).
+    #[must_use]
+    pub fn all_clean(&self) -> bool {
+        self.pgs.keys().all(|pg| self.pg_state(*pg).is_none_or(|s| s == "active+clean"))
     }
 
     fn stats(&mut self, now_ms: u64) -> OsdStats {

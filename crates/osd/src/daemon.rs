@@ -21,7 +21,7 @@ use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, encode};
 use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
 use tokio::sync::mpsc;
 
-use crate::core::{Action, Event, OsdCore, Token};
+use crate::core::{Action, Event, OsdCore, PeerCall, Token};
 
 /// Events queued to the worker before handlers wait.
 const WORKER_QUEUE_EVENTS: usize = 1024;
@@ -102,6 +102,10 @@ impl Handler for OsdHandler {
             }
             PgQuery::TYPE => {
                 decode::<PgQuery>(frame.payload).map(|(req, _)| Event::PgQuery { from: token, request_id, req })
+            }
+            // Peering and recovery: the core decodes them.
+            40..=48 if conn.peer_entity().starts_with("osd.") => {
+                Ok(Event::PeerMsg { from: token, request_id, msg_type: frame.msg_type, payload: frame.payload })
             }
             other => {
                 let _ =
@@ -317,7 +321,33 @@ fn worker_loop(
                         });
                     }
                 }
-                Action::Replicate { osd, op, data } => peers.send(&runtime, osd, op, data, core.map()),
+                Action::Replicate { osd, op, data } => {
+                    peers.send(&runtime, osd, PeerSend::Rep(op, data), core.map());
+                }
+                Action::Peer { osd, msg_type, payload, call } => {
+                    peers.send(&runtime, osd, PeerSend::Call(msg_type, payload, call), core.map());
+                }
+                Action::MonCommand(command) => {
+                    let monc = monc.clone();
+                    let events = peers.events.clone();
+                    runtime.spawn(async move {
+                        let epoch = match monc.command(command).await {
+                            Ok(epoch) => {
+                                // The change is in the map from `epoch`: feed the answer once the
+                                // OSD's map has it too (bounded wait; the core also waits).
+                                let _ = monc.wait_for_epoch(epoch, 5_000).await;
+                                Some(epoch)
+                            }
+                            Err(e) => {
+                                tracing::info!(error = %e, "monitor command failed; retried by peering");
+                                None
+                            }
+                        };
+                        if let Some(events) = events.upgrade() {
+                            let _ = events.send(Event::MonCommandDone { epoch }).await;
+                        }
+                    });
+                }
                 Action::Stats(stats) => {
                     let monc = monc.clone();
                     runtime.spawn(async move {
@@ -329,9 +359,14 @@ fn worker_loop(
     }
 }
 
-/// A replicated write queued for one peer: the op, its data, and the peer's address at the
-/// epoch the primary handled it.
-type PeerWrite = (RepOp, Vec<u8>, Option<SocketAddr>);
+/// What goes to a peer: a replicated write, or a peering/recovery request with what it is for.
+enum PeerSend {
+    Rep(RepOp, Vec<u8>),
+    Call(u16, Vec<u8>, PeerCall),
+}
+
+/// A message queued for one peer, with the peer's address at the epoch the core sent it.
+type PeerWrite = (PeerSend, Option<SocketAddr>);
 
 /// Connections to peer OSDs for replication: one queue and one sender task per peer, so
 /// replicated writes leave in the order the primary handled them.
@@ -346,14 +381,7 @@ impl Peers {
         Peers { events, cluster, queues: Mutex::new(HashMap::new()) }
     }
 
-    fn send(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        osd: OsdId,
-        op: RepOp,
-        data: Vec<u8>,
-        map: &shoal_map::ClusterMap,
-    ) {
+    fn send(&self, runtime: &tokio::runtime::Handle, osd: OsdId, msg: PeerSend, map: &shoal_map::ClusterMap) {
         let addr = map.osds.get(&osd).and_then(|o| o.addr);
         let mut queues = self.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let queue = queues.entry(osd).or_insert_with(|| {
@@ -361,20 +389,28 @@ impl Peers {
             runtime.spawn(peer_sender(osd, rx, self.events.clone(), self.cluster.clone()));
             tx
         });
-        let reqid = op.reqid;
-        if let Err(e) = queue.try_send((op, data, addr)) {
-            let reason = match e {
-                mpsc::error::TrySendError::Full(_) => "replication queue full",
-                mpsc::error::TrySendError::Closed(_) => "replication sender stopped",
+        if let Err(e) = queue.try_send((msg, addr)) {
+            let (reason, (msg, _)) = match e {
+                mpsc::error::TrySendError::Full(m) => ("replication queue full", m),
+                mpsc::error::TrySendError::Closed(m) => ("replication sender stopped", m),
             };
             let events = self.events.clone();
             let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {reason}"));
+            let event = failure_event(osd, &msg, err);
             runtime.spawn(async move {
                 if let Some(events) = events.upgrade() {
-                    let _ = events.send(Event::RepReply { from: osd, reqid, result: Err(err) }).await;
+                    let _ = events.send(event).await;
                 }
             });
         }
+    }
+}
+
+/// The event that tells the core a message to `osd` failed.
+fn failure_event(osd: OsdId, msg: &PeerSend, err: RemoteError) -> Event {
+    match msg {
+        PeerSend::Rep(op, _) => Event::RepReply { from: osd, reqid: op.reqid, result: Err(err) },
+        PeerSend::Call(_, _, call) => Event::PeerReply { from: osd, call: call.clone(), result: Err(err) },
     }
 }
 
@@ -397,12 +433,10 @@ async fn peer_sender(
         connect_timeout_ms: 2_000,
         max_in_flight: cluster.max_in_flight,
     };
-    while let Some((op, data, addr)) = rx.recv().await {
-        let reqid = op.reqid;
-        let fail =
-            |msg: String| Event::RepReply { from: osd, reqid, result: Err(RemoteError::new(ErrorCode::Timeout, msg)) };
+    while let Some((msg, addr)) = rx.recv().await {
+        let fail = |text: String| failure_event(osd, &msg, RemoteError::new(ErrorCode::Timeout, text));
         let Some(addr) = addr else {
-            tracing::warn!(peer = %osd, "replica has no address in the map");
+            tracing::warn!(peer = %osd, "peer has no address in the map");
             feed(&events, fail(format!("{osd} has no address"))).await;
             continue;
         };
@@ -412,30 +446,53 @@ async fn peer_sender(
                 Ok(c) => conn = Some((addr, c)),
                 Err(e) => {
                     conn = None;
-                    tracing::warn!(peer = %osd, %addr, error = %e, "cannot reach replica");
+                    tracing::warn!(peer = %osd, %addr, error = %e, "cannot reach peer");
                     feed(&events, fail(format!("connecting to {osd} at {addr}: {e}"))).await;
                     continue;
                 }
             }
         }
         let Some((_, c)) = conn.as_ref() else { continue };
-        // Queue the frame now (in order) and wait for the reply in a separate task, so writes to
+        // Queue the frame now (in order) and wait for the reply in a separate task, so messages to
         // this peer are pipelined but never reordered.
-        match c.start_call(RepOp::TYPE, encode(&op, data)).await {
+        let (msg_type, payload, call) = match msg {
+            PeerSend::Rep(op, data) => {
+                let reqid = op.reqid;
+                match c.start_call(RepOp::TYPE, encode(&op, data)).await {
+                    Ok(reply) => {
+                        let events = events.clone();
+                        tokio::spawn(async move {
+                            let result = match reply.await {
+                                Ok(frame) => match decode::<RepOpReply>(frame.payload) {
+                                    Ok((r, _)) => Ok(r),
+                                    Err(e) => Err(RemoteError::new(ErrorCode::Io, format!("{osd}: bad reply: {e}"))),
+                                },
+                                Err(e) => Err(RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"))),
+                            };
+                            feed(&events, Event::RepReply { from: osd, reqid, result }).await;
+                        });
+                    }
+                    Err(e) => {
+                        let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"));
+                        feed(&events, Event::RepReply { from: osd, reqid, result: Err(err) }).await;
+                    }
+                }
+                continue;
+            }
+            PeerSend::Call(t, p, call) => (t, p, call),
+        };
+        match c.start_call(msg_type, payload).await {
             Ok(reply) => {
                 let events = events.clone();
                 tokio::spawn(async move {
-                    let result = match reply.await {
-                        Ok(frame) => match decode::<RepOpReply>(frame.payload) {
-                            Ok((r, _)) => Ok(r),
-                            Err(e) => Err(RemoteError::new(ErrorCode::Io, format!("{osd}: bad reply: {e}"))),
-                        },
-                        Err(e) => Err(RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"))),
-                    };
-                    feed(&events, Event::RepReply { from: osd, reqid, result }).await;
+                    let result = reply.await.map_err(|e| RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}")));
+                    feed(&events, Event::PeerReply { from: osd, call, result }).await;
                 });
             }
-            Err(e) => feed(&events, fail(format!("{osd}: {e}"))).await,
+            Err(e) => {
+                let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"));
+                feed(&events, Event::PeerReply { from: osd, call, result: Err(err) }).await;
+            }
         }
     }
 }

@@ -10,10 +10,13 @@
 //! - [`daemon`]: the I/O around the core: messenger server, worker thread, monitor client,
 //!   replication connections.
 
+pub mod copy;
 pub mod core;
 pub mod daemon;
 pub mod exec;
+pub mod merge;
 pub mod pglog;
+pub mod pgmeta;
 
-pub use core::{Action, Event, OsdCore, Token};
+pub use core::{Action, Event, OsdCore, PeerCall, Token};
 pub use daemon::{OsdConfig, run};

@@ -192,6 +192,26 @@ impl PgLog {
     }
 }
 
+/// Adds to `txn` the replacement of PG `pg`'s whole log by `entries` (oldest first; at most the
+/// newest [`MAX_LOG_ENTRIES`] are kept): what a member does when peering activates it with the
+/// authoritative log. The log collection must exist or be created earlier in `txn`; reload the
+/// in-memory log ([`PgLog::load`]) once the transaction committed.
+pub fn write_whole(txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd::PgLogEntry]) {
+    let coll = log_collection(pg);
+    txn.touch(&coll, LOG_OBJECT).omap_clear(&coll, LOG_OBJECT);
+    let skip = entries.len().saturating_sub(MAX_LOG_ENTRIES);
+    let kv: Vec<(Vec<u8>, Vec<u8>)> = entries[skip..]
+        .iter()
+        .map(|e| {
+            let entry = LogEntry { version: e.version, reqid: e.reqid, object: e.object.clone(), op_count: e.op_count };
+            (e.version.to_key().to_vec(), entry.encode_value())
+        })
+        .collect();
+    if !kv.is_empty() {
+        txn.omap_set(&coll, LOG_OBJECT, kv);
+    }
+}
+
 /// Reads every kept entry of PG `pg`'s log on `store`, oldest first (for tests and tools).
 pub fn read_entries(store: &dyn ObjectStore, pg: PgId) -> Result<Vec<LogEntry>, StoreError> {
     Ok(scan(store, pg)?.unwrap_or_default())

@@ -197,6 +197,12 @@ pub struct RepOp {
     /// The object's state on the primary before `ops`, for writes whose result depends on it.
     pub precondition: Precondition,
     pub ops: Vec<ObjOp>,
+    /// The PG's newest version on the primary before this write: a replica whose log does not end
+    /// there missed a write and refuses this one (its primary then peers again).
+    pub prev: Eversion,
+    /// Record the log entry only: the replica is being backfilled and has not been given this
+    /// object yet (backfill will copy it), or the primary pushed the object whole just before.
+    pub log_only: bool,
 }
 
 /// What a replica must find before applying a replicated write: the primary resolved the
@@ -280,4 +286,154 @@ pub struct PgQueryReply {
 }
 impl Message for PgQueryReply {
     const TYPE: u16 = 39;
+}
+
+/// A PG log entry as peers exchange it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgLogEntry {
+    pub version: Eversion,
+    pub reqid: ReqId,
+    pub object: String,
+    pub op_count: u32,
+}
+
+/// Peering's first step: a PG's primary asks a peer what it holds of the PG (its info, log and
+/// missing set). Answered once the peer's map reaches `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerQuery {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+}
+impl Message for PeerQuery {
+    const TYPE: u16 = 40;
+}
+
+/// What a peer holds of a PG.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PeerState {
+    /// The epoch at which a primary last activated this OSD for the PG (0: never).
+    pub les: u64,
+    /// `Some(cursor)` while the OSD is being backfilled: objects named after `cursor` may be
+    /// missing or stale. `None`: every object in the log's history is here or in `missing`.
+    pub backfill: Option<String>,
+    /// The PG log, oldest first.
+    pub log: Vec<PgLogEntry>,
+    /// Objects known to be missing or stale here, with the version needed (`0'0`: whatever the
+    /// authoritative copy holds).
+    pub missing: Vec<(String, Eversion)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub epoch: u64,
+    pub result: Result<PeerState, RemoteError>,
+}
+impl Message for PeerInfo {
+    const TYPE: u16 = 41;
+}
+
+/// The primary activates a member for the PG: the member replaces its log with the
+/// authoritative one, records its missing set (or that it is to be backfilled) and
+/// `last_epoch_started = activated_at`, durably, before answering with a [`PeerAck`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgActivate {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub activated_at: u64,
+    pub log: Vec<PgLogEntry>,
+    pub missing: Vec<(String, Eversion)>,
+    pub backfill: bool,
+}
+impl Message for PgActivate {
+    const TYPE: u16 = 42;
+}
+
+/// The answer to a [`PgActivate`], a [`PgPush`] or a [`PgStray`] removal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerAck {
+    pub epoch: u64,
+    pub result: Result<(), RemoteError>,
+}
+impl Message for PeerAck {
+    const TYPE: u16 = 43;
+}
+
+/// The primary asks a peer for one object whole (recovery of an object the primary lacks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPull {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub object: String,
+}
+impl Message for PgPull {
+    const TYPE: u16 = 44;
+}
+
+/// An object whole: its data is the message's bulk data at this copy's place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectCopy {
+    pub name: String,
+    /// `false`: the object does not exist (the copy removes it).
+    pub exists: bool,
+    pub size_bytes: u64,
+    pub xattrs: Vec<(String, Vec<u8>)>,
+    pub omap: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPullReply {
+    pub epoch: u64,
+    pub result: Result<ObjectCopy, RemoteError>,
+}
+impl Message for PgPullReply {
+    const TYPE: u16 = 45;
+}
+
+/// Objects the primary copies to a member (recovery or backfill), their data concatenated in
+/// order in the bulk data. With `backfill`, the member also removes its objects in the range
+/// that are not among `objects`, and records the range's end as its backfill cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPush {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub objects: Vec<ObjectCopy>,
+    pub backfill: Option<BackfillRange>,
+}
+impl Message for PgPush {
+    const TYPE: u16 = 46;
+}
+
+/// Names in `(after, upto]` (`after: None`: from the first; `upto: None`: to the last).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackfillRange {
+    pub after: Option<String>,
+    pub upto: Option<String>,
+}
+
+/// An OSD holding a PG it is not acting for asks the PG's primary whether it may remove its copy
+/// (yes once the PG is clean without it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStray {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    /// The asking OSD.
+    pub osd: shoal_map::OsdId,
+}
+impl Message for PgStray {
+    const TYPE: u16 = 47;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStrayReply {
+    pub epoch: u64,
+    /// `Ok(true)`: the PG is clean on its acting set; remove the copy.
+    pub result: Result<bool, RemoteError>,
+}
+impl Message for PgStrayReply {
+    const TYPE: u16 = 48;
 }

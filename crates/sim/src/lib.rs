@@ -89,6 +89,25 @@ pub struct SimConfig {
     /// nothing back within `replication_timeout_us` fails the write, as the daemon does.
     pub drop_replication_per_mille: u64,
     pub replication_timeout_us: u64,
+    /// Faults at simulated times (microseconds), in addition to the two above.
+    pub faults: Vec<(u64, Fault)>,
+    /// OSD ticks (peering retries, background recovery) every this many microseconds.
+    pub tick_us: u64,
+}
+
+/// Something the nemesis does to the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The OSD process dies: its in-memory state is gone, its store stays.
+    Crash(OsdId),
+    /// The OSD starts again on its store and boots (a new interval for its PGs).
+    Restart(OsdId),
+    /// The OSD starts again on a new, empty store (a replaced disk).
+    RestartEmpty(OsdId),
+    /// The monitors mark the OSD down (as they do after its grace).
+    MarkDown(OsdId),
+    Out(OsdId),
+    In(OsdId),
 }
 
 impl Default for SimConfig {
@@ -111,6 +130,8 @@ impl Default for SimConfig {
             osd_crash: None,
             drop_replication_per_mille: 0,
             replication_timeout_us: 30_000,
+            faults: Vec::new(),
+            tick_us: 5_000,
         }
     }
 }
@@ -173,6 +194,12 @@ enum Delivery {
     Restart(OsdId),
     /// A replicated write's time to be answered is up.
     ReplicationTimeout { rid: u64 },
+    /// A fault from the configuration.
+    Fault(Fault),
+    /// Every OSD ticks.
+    Tick,
+    /// The monitors answer an OSD's command.
+    MonDone { osd: u32, epoch: Option<u64> },
 }
 
 struct Client {
@@ -208,6 +235,8 @@ pub struct Simulation {
     pending: HashMap<u64, Delivery>,
     /// Last delivery time per directed link, to keep each connection FIFO.
     link_clock: HashMap<(Node, Node), u64>,
+    /// Last map push time per subscriber (pushes on one connection stay in order).
+    mon_link_clock: HashMap<Node, u64>,
     mon: MonCore,
     osds: BTreeMap<u32, OsdCore>,
     clients: Vec<Client>,
@@ -216,6 +245,8 @@ pub struct Simulation {
     /// Request ids of replicated writes a primary sent, so replies can be routed back.
     /// Replicated writes in flight: request id → (write, primary, replica).
     rep_requests: HashMap<u64, (ReqId, u32, u32)>,
+    /// Peering and recovery calls in flight: request id → (caller, callee, what for).
+    peer_calls: HashMap<u64, (u32, u32, shoal_osd::PeerCall)>,
     /// Stores of crashed OSDs, until they restart.
     crashed: BTreeMap<u32, Arc<dyn ObjectStore>>,
     next_rep_request: u64,
@@ -308,11 +339,13 @@ impl Simulation {
             queue: BinaryHeap::new(),
             pending: HashMap::new(),
             link_clock: HashMap::new(),
+            mon_link_clock: HashMap::new(),
             mon,
             osds,
             clients,
             model: HashMap::new(),
             rep_requests: HashMap::new(),
+            peer_calls: HashMap::new(),
             crashed: BTreeMap::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
@@ -338,6 +371,16 @@ impl Simulation {
             sim.schedule(crash_at, Delivery::Crash(osd));
             sim.schedule(restart_at, Delivery::Restart(osd));
         }
+        for (at, fault) in sim.cfg.faults.clone() {
+            sim.schedule(at, Delivery::Fault(fault));
+        }
+        // Every OSD sees the map once at start (as the daemon's first map), which starts peering.
+        let map = Arc::new(sim.mon.map().clone());
+        let ids: Vec<u32> = sim.osds.keys().copied().collect();
+        for i in ids {
+            sim.osd_event(i, Event::Map(map.clone()));
+        }
+        sim.schedule(sim.cfg.tick_us, Delivery::Tick);
         sim
     }
 
@@ -460,23 +503,33 @@ impl Simulation {
                         self.fail_replication(primary, osd.0, reqid);
                     }
                 }
+                self.fail_peer_calls_to(osd.0);
             }
-            Delivery::Restart(osd) => {
-                self.trace(&[format!("restart {osd}").as_bytes()]);
-                if let Some(store) = self.crashed.remove(&osd.0) {
-                    let map = Arc::new(self.mon.map().clone());
-                    match OsdCore::new(osd, store, map) {
-                        Ok(core) => {
-                            self.osds.insert(osd.0, core);
-                        }
-                        Err(e) => self.outcome.violations.push(format!("{osd} does not restart: {e}")),
-                    }
+            Delivery::Restart(osd) => self.restart(osd, false),
+            Delivery::Fault(f) => self.fault(f),
+            Delivery::Tick => {
+                let ids: Vec<u32> = self.osds.keys().copied().collect();
+                for i in ids {
+                    let now_ms = self.now_us / 1000;
+                    self.osd_event(i, Event::Tick { now_ms });
                 }
+                if !self.quiescent() {
+                    self.schedule(self.now_us + self.cfg.tick_us, Delivery::Tick);
+                }
+            }
+            Delivery::MonDone { osd, epoch } => {
+                self.trace(&[format!("mon done {osd} {epoch:?}").as_bytes()]);
+                self.osd_event(osd, Event::MonCommandDone { epoch });
             }
             Delivery::ReplicationTimeout { rid } => {
                 if let Some((reqid, primary, replica)) = self.rep_requests.remove(&rid) {
                     self.trace(&[format!("replication timeout {rid}").as_bytes()]);
                     self.fail_replication(primary, replica, reqid);
+                }
+                if let Some((caller, callee, call)) = self.peer_calls.remove(&rid) {
+                    self.trace(&[format!("peer call timeout {rid}").as_bytes()]);
+                    let err = shoal_proto::RemoteError::new(ErrorCode::Timeout, "no answer");
+                    self.osd_event(caller, Event::PeerReply { from: OsdId(callee), call, result: Err(err) });
                 }
             }
             Delivery::MarkOut(osd) => {
@@ -508,7 +561,11 @@ impl Simulation {
                     for conn in conns {
                         let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us * 5);
                         let to = Node::from_token(conn);
-                        self.schedule(self.now_us + delay, Delivery::Map { to, update: update.clone() });
+                        // One connection per subscriber: updates arrive in order.
+                        let earliest = self.mon_link_clock.get(&to).copied().unwrap_or(0);
+                        let at = (self.now_us + delay).max(earliest);
+                        self.mon_link_clock.insert(to, at);
+                        self.schedule(at, Delivery::Map { to, update: update.clone() });
                     }
                 }
                 // Subscription replies carry the map the node already has; nothing is forwarded
@@ -540,9 +597,93 @@ impl Simulation {
                     let at = self.now_us + self.cfg.replication_timeout_us;
                     self.schedule(at, Delivery::ReplicationTimeout { rid });
                 }
+                Action::Peer { osd: peer, msg_type, payload, call } => {
+                    if self.crashed.contains_key(&peer.0) || !self.osds.contains_key(&peer.0) {
+                        let err = shoal_proto::RemoteError::new(ErrorCode::Timeout, format!("{peer} unreachable"));
+                        self.osd_event(osd, Event::PeerReply { from: peer, call, result: Err(err) });
+                        continue;
+                    }
+                    let rid = self.next_rep_request;
+                    self.next_rep_request += 1;
+                    self.peer_calls.insert(rid, (osd, peer.0, call));
+                    self.send(Node::Osd(osd), Node::Osd(peer.0), Frame::new(msg_type, rid, payload));
+                    let at = self.now_us + self.cfg.replication_timeout_us;
+                    self.schedule(at, Delivery::ReplicationTimeout { rid });
+                }
+                Action::MonCommand(command) => {
+                    let before = self.mon.map().epoch;
+                    let cmd = MonEvent::Command { to: None, command, forwarded: false, now_ms: self.now_us / 1000 };
+                    let actions = self.mon.handle(cmd);
+                    self.mon_actions(actions);
+                    let after = self.mon.map().epoch;
+                    let epoch = (after > before).then_some(after);
+                    let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us * 5);
+                    self.schedule(self.now_us + delay, Delivery::MonDone { osd, epoch });
+                }
                 Action::Stats(_) => {}
             }
         }
+    }
+
+    /// Every peer call a crashed OSD was to answer fails at its caller (the connection broke).
+    fn fail_peer_calls_to(&mut self, dead: u32) {
+        let mut lost: Vec<u64> =
+            self.peer_calls.iter().filter(|(_, (_, callee, _))| *callee == dead).map(|(r, _)| *r).collect();
+        lost.sort_unstable();
+        for rid in lost {
+            if let Some((caller, _, call)) = self.peer_calls.remove(&rid) {
+                let err = shoal_proto::RemoteError::new(ErrorCode::Timeout, format!("osd.{dead} connection lost"));
+                self.osd_event(caller, Event::PeerReply { from: OsdId(dead), call, result: Err(err) });
+            }
+        }
+    }
+
+    fn restart(&mut self, osd: OsdId, empty: bool) {
+        self.trace(&[format!("restart {osd} empty={empty}").as_bytes()]);
+        let Some(mut store) = self.crashed.remove(&osd.0) else { return };
+        if empty {
+            store = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+        }
+        let map = Arc::new(self.mon.map().clone());
+        match OsdCore::new(osd, store, map.clone()) {
+            Ok(core) => {
+                self.osds.insert(osd.0, core);
+                self.osd_event(osd.0, Event::Map(map));
+            }
+            Err(e) => return self.outcome.violations.push(format!("{osd} does not restart: {e}")),
+        }
+        // It boots: the map records the new incarnation, a new interval for its PGs.
+        let addr = format!("127.0.0.1:{}", 17000 + self.now_us % 10000).parse().expect("literal address");
+        self.mon_command(Command::OsdBoot { id: osd, addr });
+    }
+
+    fn mon_command(&mut self, command: Command) {
+        let cmd = MonEvent::Command { to: None, command, forwarded: false, now_ms: self.now_us / 1000 };
+        let actions = self.mon.handle(cmd);
+        self.mon_actions(actions);
+    }
+
+    fn fault(&mut self, f: Fault) {
+        self.trace(&[format!("fault {f:?}").as_bytes()]);
+        match f {
+            Fault::Crash(osd) => self.deliver(Delivery::Crash(osd)),
+            Fault::Restart(osd) => self.restart(osd, false),
+            Fault::RestartEmpty(osd) => self.restart(osd, true),
+            Fault::MarkDown(osd) => self.mon_command(Command::OsdDown { id: osd }),
+            Fault::Out(osd) => self.mon_command(Command::OsdOut { id: osd }),
+            Fault::In(osd) => self.mon_command(Command::OsdIn { id: osd }),
+        }
+    }
+
+    /// Clients are done, no fault is still to come, and every PG is active and clean.
+    fn quiescent(&self) -> bool {
+        let clients_done =
+            self.clients.iter().all(|c| c.queue.is_empty() && c.in_flight.is_empty() && c.parked.is_empty());
+        let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(_) | Delivery::Restart(_)));
+        clients_done
+            && faults_done
+            && self.crashed.is_empty()
+            && self.osds.values().all(|o| o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
     }
 
     /// What the daemon does when its connection to a replica fails: the waiting write fails.
@@ -569,6 +710,16 @@ impl Simulation {
                     Ok((reply, _)) => Event::RepReply { from: OsdId(replica), reqid, result: Ok(reply) },
                     Err(e) => return self.outcome.violations.push(format!("bad RepOpReply: {e}")),
                 }
+            }
+            40 | 42 | 44 | 46 | 47 => Event::PeerMsg {
+                from: from_token,
+                request_id: frame.request_id,
+                msg_type: frame.msg_type,
+                payload: frame.payload,
+            },
+            41 | 43 | 45 | 48 => {
+                let Some((_, callee, call)) = self.peer_calls.remove(&frame.request_id) else { return };
+                Event::PeerReply { from: OsdId(callee), call, result: Ok(frame) }
             }
             other => return self.outcome.violations.push(format!("OSD got message type {other}")),
         };
@@ -682,8 +833,10 @@ impl Simulation {
             }
             // A replica's connection failed: the real client resends idempotent writes after a
             // pause; here the request's timeout resends it.
-            Err(e) if e.code == ErrorCode::Timeout && op.write.is_some() && !self.cfg.appends => {
-                self.trace(&[format!("replica failure c{c} t{tid}").as_bytes()]);
+            // A replica failed or the PG cannot serve yet: the request's timeout resends it, with
+            // the same request id (appends too: the resend is answered from the PG log).
+            Err(e) if matches!(e.code, ErrorCode::Timeout | ErrorCode::Degraded) => {
+                self.trace(&[format!("retry later c{c} t{tid}: {}", e.message).as_bytes()]);
             }
             Err(e)
                 if e.code == ErrorCode::NotFound && op.write.is_none() && !self.model.contains_key(&(c, op.object)) =>
@@ -708,26 +861,25 @@ impl Simulation {
         }
     }
 
-    /// Every acknowledged object is on every OSD of its PG's acting set at the final map, with
-    /// its last acknowledged value. (Objects whose PG moved after they were written would need
-    /// recovery, which the simulation does not model yet: those are checked on the OSDs that
-    /// held them when written, i.e. only when no map change happened.)
+    /// At quiescence: every acknowledged object is on every OSD of its PG's acting set at the final
+    /// map with its last acknowledged value, and on no other OSD (strays were removed).
     fn check_replicas(&mut self) {
-        if self.cfg.osd_out_at_us.is_some() {
-            return;
-        }
-        let map = self.mon.map();
+        let map = self.mon.map().clone();
         let Ok(pool) = map.pool_by_name(POOL).cloned() else { return };
-        for (&(c, o), seed) in &self.model {
+        for (&(c, o), want) in &self.model {
             let name = object_name(c, o);
             let Ok(loc) = map.locate(pool.id, &name) else { continue };
             let coll = shoal_osd::exec::pg_collection(loc.pg);
-            for osd in &loc.osds {
-                let Some(core) = self.osds.get(&osd.0) else { continue };
+            for (id, core) in &self.osds {
+                let acting = loc.osds.contains(&OsdId(*id));
                 match core.store().read_all(&coll, &name) {
-                    Ok(bytes) if bytes == *seed => {}
-                    Ok(_) => self.outcome.violations.push(format!("{osd} holds a stale {name}")),
-                    Err(e) => self.outcome.violations.push(format!("{osd} lacks {name}: {e}")),
+                    Ok(bytes) if acting && bytes == *want => {}
+                    Ok(_) if acting => self.outcome.violations.push(format!("osd.{id} holds a stale {name}")),
+                    Err(e) if acting => self.outcome.violations.push(format!("osd.{id} lacks {name}: {e}")),
+                    Ok(_) => {
+                        self.outcome.violations.push(format!("osd.{id} still holds {name} outside its acting set"))
+                    }
+                    Err(_) => {}
                 }
             }
         }

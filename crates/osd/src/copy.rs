@@ -1,0 +1,132 @@
+//! Objects copied whole between members of a PG (recovery and backfill): reading an object's
+//! data, xattrs and omap from the store, and turning received copies into store transactions.
+
+use shoal_proto::osd::ObjectCopy;
+use shoal_proto::{ErrorCode, RemoteError};
+use shoal_store::{ObjectStore, StoreError, Transaction};
+
+use crate::exec::store_error;
+
+/// Omap entries read per store call while copying an object.
+const OMAP_PAGE: usize = 4096;
+
+/// Reads object `name` of collection `coll` whole. A missing object (or collection) gives a copy
+/// with `exists: false`, which removes the object where it is applied. The object's bytes are
+/// appended to `data`.
+pub fn read_copy(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    data: &mut Vec<u8>,
+) -> Result<ObjectCopy, RemoteError> {
+    let absent =
+        ObjectCopy { name: name.to_string(), exists: false, size_bytes: 0, xattrs: Vec::new(), omap: Vec::new() };
+    let stat = match store.stat(coll, name) {
+        Ok(s) => s,
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => return Ok(absent),
+        Err(e) => return Err(store_error(&e)),
+    };
+    if stat.size_bytes > 0 {
+        let bytes = store.read(coll, name, 0, stat.size_bytes).map_err(|e| store_error(&e))?;
+        if bytes.len() as u64 != stat.size_bytes {
+            return Err(RemoteError::new(ErrorCode::Io, format!("short read of {name} while copying it")));
+        }
+        data.extend_from_slice(&bytes);
+    }
+    let xattrs = store.list_xattrs(coll, name).map_err(|e| store_error(&e))?;
+    let mut omap = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = store.omap_list(coll, name, after.as_deref(), OMAP_PAGE).map_err(|e| store_error(&e))?;
+        let Some((last, _)) = page.last() else { break };
+        after = Some(last.clone());
+        let short = page.len() < OMAP_PAGE;
+        omap.extend(page);
+        if short {
+            break;
+        }
+    }
+    Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap })
+}
+
+/// Adds to `txn` the replacement of the local object by `copy` (its bytes are `data`): removed,
+/// then recreated with exactly the copy's data, xattrs and omap.
+pub fn apply_copy(
+    txn: &mut Transaction,
+    store: &dyn ObjectStore,
+    coll: &str,
+    copy: &ObjectCopy,
+    data: Vec<u8>,
+) -> Result<(), RemoteError> {
+    if data.len() as u64 != copy.size_bytes {
+        return Err(RemoteError::new(
+            ErrorCode::Invalid,
+            format!("copy of {} names {} bytes but carries {}", copy.name, copy.size_bytes, data.len()),
+        ));
+    }
+    let present = store.exists(coll, &copy.name).map_err(|e| store_error(&e))?;
+    if present {
+        txn.remove(coll, &copy.name);
+    }
+    if !copy.exists {
+        return Ok(());
+    }
+    txn.touch(coll, &copy.name);
+    if !data.is_empty() {
+        txn.write(coll, &copy.name, 0, data);
+    }
+    for (k, v) in &copy.xattrs {
+        txn.set_xattr(coll, &copy.name, k, v.clone());
+    }
+    if !copy.omap.is_empty() {
+        txn.omap_set(coll, &copy.name, copy.omap.clone());
+    }
+    Ok(())
+}
+
+/// Splits a message's bulk data into the data of each copy, in order.
+pub fn split_data(copies: &[ObjectCopy], mut data: Vec<u8>) -> Result<Vec<Vec<u8>>, RemoteError> {
+    let want: u64 = copies.iter().map(|c| c.size_bytes).sum();
+    if want != data.len() as u64 {
+        return Err(RemoteError::new(
+            ErrorCode::Invalid,
+            format!("copies name {want} bytes of data but {} were sent", data.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(copies.len());
+    for c in copies.iter().rev() {
+        let at = data.len() - c.size_bytes as usize;
+        out.push(data.split_off(at));
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// Names of the local objects of `coll` in `(after, upto]` (all of them to the end when `upto` is
+/// `None`), a page at a time.
+pub fn list_range(
+    store: &dyn ObjectStore,
+    coll: &str,
+    after: Option<&str>,
+    upto: Option<&str>,
+) -> Result<Vec<String>, RemoteError> {
+    let mut out = Vec::new();
+    let mut cursor = after.map(str::to_string);
+    loop {
+        let page = match store.list_objects(coll, "", cursor.as_deref(), 1024) {
+            Ok(p) => p,
+            Err(StoreError::NoSuchCollection(_)) => return Ok(out),
+            Err(e) => return Err(store_error(&e)),
+        };
+        for name in page.objects {
+            if upto.is_some_and(|u| name.as_str() > u) {
+                return Ok(out);
+            }
+            out.push(name);
+        }
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => return Ok(out),
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! Peering: after every change of a PG's acting set (an interval), its primary establishes what
+//! the PG holds before serving anything (decision 0009).
+//!
+//! 1. **Query** every acting member and every member of the PG's last activation record (the map's
+//!    [`shoal_map::PgActivation`]) that is up, for its [`PeerState`]: log, missing set, backfill
+//!    cursor, last activation. If no member of the record is up, the PG is `down`; if all of them
+//!    answered and none may serve as the authority (store replaced, still backfilling), it is
+//!    `incomplete`. Either way it serves nothing, so an acknowledged write is never rolled back.
+//! 2. **Choose** the authority: the eligible member with the newest log. Plan every other member
+//!    against it ([`crate::merge::plan_member`]): the objects it lacks (log recovery) or a
+//!    backfill. A primary that would need a backfill itself asks the monitors for a temporary
+//!    acting set led by the authority instead, and the PG keeps serving from complete members.
+//! 3. **Activate**: every acting member durably replaces its log with the authority's and records
+//!    its missing set (or backfill) and `last_epoch_started`; then the primary has the monitors
+//!    record the activation (compare-and-set on the previous record), and only once that record
+//!    is in its map does it serve I/O.
+//!
+//! Replicas accept replicated writes only from the primary that activated them in the current
+//! interval and only in order (each carries the version it follows), so a replaced primary cannot
+//! add to a PG behind its successor's back.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgActivation, PgId};
+use shoal_proto::osd::{PeerInfo, PeerQuery, PeerState, PgActivate, PgLogEntry};
+use shoal_proto::{ErrorCode, Message, RemoteError, decode, encode};
+use shoal_store::Transaction;
+
+use super::{Action, Event, OsdCore, PeerCall, reply_frame};
+use crate::merge::{MemberPlan, choose_authority, plan_member};
+use crate::pglog::{PgLog, log_collection};
+use crate::pgmeta::PgMeta;
+
+/// Ticks a peering step may wait for answers before it starts over.
+pub const PEERING_RETRY_TICKS: u32 = 5;
+/// Client operations queued per PG while it peers; more are refused as busy.
+pub const MAX_QUEUED_OPS_PER_PG: usize = 1024;
+
+/// The members of an interval: the acting set in order, with each member's boot epoch (an OSD
+/// that restarted starts a new interval even if the acting set looks the same).
+pub(crate) type Interval = Vec<(OsdId, u64)>;
+
+/// Where a primary is in bringing its PG to service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Querying,
+    /// Waiting for the monitors to set a temporary acting set led by a complete member.
+    WaitingTemp,
+    Activating {
+        waiting: BTreeSet<OsdId>,
+    },
+    /// Waiting for the monitors to record the activation.
+    Recording,
+    Active,
+    /// No member of the last activation is up.
+    Down,
+    /// Every member of the last activation answered; none holds the PG whole.
+    Incomplete,
+    /// Fewer complete members than the pool's `min_size`.
+    Undersized,
+}
+
+/// What the primary knows of one acting replica while the PG is active.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PeerPlan {
+    pub missing: BTreeMap<String, shoal_proto::osd::Eversion>,
+    /// `Some(cursor)` while backfilling: objects after the cursor are not on it yet ("" : none).
+    pub backfill: Option<String>,
+}
+
+/// A primary's state for one PG.
+pub(crate) struct Primary {
+    pub phase: Phase,
+    /// Counts peering attempts; answers to an older attempt are ignored.
+    pub attempt: u64,
+    pub acting: Vec<OsdId>,
+    pub record: Option<PgActivation>,
+    pub answers: BTreeMap<OsdId, PeerState>,
+    pub waiting: BTreeSet<OsdId>,
+    /// Acting replicas and what they lack.
+    pub peers: BTreeMap<OsdId, PeerPlan>,
+    /// Members that hold the PG's history (may serve pulls), with the objects they lack.
+    pub sources: BTreeMap<OsdId, BTreeSet<String>>,
+    /// Client operations waiting for the PG to become active.
+    pub queued: VecDeque<Event>,
+    /// Client operations waiting for one object to be recovered.
+    pub blocked: BTreeMap<String, Vec<Event>>,
+    /// Objects being recovered: the members whose acknowledgement is awaited (a pull waits on
+    /// the source).
+    pub recovering: BTreeMap<String, BTreeSet<OsdId>>,
+    /// Replicas with a backfill chunk in flight.
+    pub backfilling: BTreeSet<OsdId>,
+    /// Objects missing on the primary that no member can provide.
+    pub unfound: BTreeSet<String>,
+    pub proposal: Option<ActivationProposal>,
+    pub phase_ticks: u32,
+}
+
+pub(crate) enum Role {
+    Primary(Box<Primary>),
+    /// `activated_at`: the epoch its primary activated it at in the current interval.
+    Replica {
+        activated_at: Option<u64>,
+    },
+    /// Holds data of a PG it is not acting for.
+    Stray,
+}
+
+pub(crate) struct PgState {
+    pub interval: Interval,
+    pub role: Role,
+}
+
+impl Primary {
+    fn new(acting: Vec<OsdId>, record: Option<PgActivation>, attempt: u64) -> Primary {
+        Primary {
+            phase: Phase::Querying,
+            attempt,
+            acting,
+            record,
+            answers: BTreeMap::new(),
+            waiting: BTreeSet::new(),
+            peers: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            queued: VecDeque::new(),
+            blocked: BTreeMap::new(),
+            recovering: BTreeMap::new(),
+            backfilling: BTreeSet::new(),
+            unfound: BTreeSet::new(),
+            proposal: None,
+            phase_ticks: 0,
+        }
+    }
+
+    /// Whether every acting member holds every object.
+    pub fn is_clean(&self, own: &PgMeta) -> bool {
+        self.phase == Phase::Active
+            && own.missing.is_empty()
+            && self.peers.values().all(|p| p.missing.is_empty() && p.backfill.is_none())
+    }
+}
+
+/// The interval of `pg` in `map`: its acting OSDs with their boot epochs.
+pub(crate) fn interval_of(map: &ClusterMap, pg: PgId) -> Interval {
+    map.pg_osds(pg).unwrap_or_default().into_iter().map(|o| (o, map.osds.get(&o).map_or(0, |i| i.up_from))).collect()
+}
+
+impl OsdCore {
+    /// Re-evaluates every PG against the current map: PGs whose interval changed start peering
+    /// (primary), wait for activation (replica) or become strays.
+    pub(super) fn update_intervals(&mut self, out: &mut Vec<Action>) {
+        let map = self.map.clone();
+        let mut seen = BTreeSet::new();
+        for pool in map.pools.values() {
+            for seed in 0..pool.pg_num {
+                let pg = PgId { pool: pool.id, seed };
+                let interval = interval_of(&map, pg);
+                let member = interval.iter().any(|(o, _)| *o == self.id);
+                let held = self.collections.contains(&crate::exec::pg_collection(pg))
+                    || self.collections.contains(&log_collection(pg));
+                if !member && !held {
+                    continue;
+                }
+                seen.insert(pg);
+                let changed = self.pgs.get(&pg).is_none_or(|s| s.interval != interval);
+                if changed {
+                    self.new_interval(pg, interval, out);
+                } else if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg)
+                    && (matches!(p.phase, Phase::Down | Phase::WaitingTemp | Phase::Incomplete)
+                        || !p.unfound.is_empty())
+                {
+                    // Another OSD came up or the monitors answered: try again.
+                    self.start_peering(pg, out);
+                }
+            }
+        }
+        let gone: Vec<PgId> = self.pgs.keys().filter(|pg| !seen.contains(pg)).copied().collect();
+        for pg in gone {
+            if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.remove(&pg) {
+                self.refuse_all(*p, out);
+            }
+        }
+    }
+
+    fn new_interval(&mut self, pg: PgId, interval: Interval, out: &mut Vec<Action>) {
+        let primary = interval.first().map(|(o, _)| *o);
+        let member = interval.iter().any(|(o, _)| *o == self.id);
+        let role = if primary == Some(self.id) {
+            Role::Primary(Box::new(Primary::new(Vec::new(), None, 0)))
+        } else if member {
+            Role::Replica { activated_at: None }
+        } else {
+            Role::Stray
+        };
+        let old = self.pgs.insert(pg, PgState { interval, role });
+        // Operations queued on a former primary role go back through the front door: they are
+        // answered `WrongPrimary` (or served, if this OSD is still primary) under the new interval.
+        if let Some(PgState { role: Role::Primary(p), .. }) = old {
+            self.refuse_all(*p, out);
+        }
+        if primary == Some(self.id) {
+            self.start_peering(pg, out);
+        }
+    }
+
+    /// Re-handles every operation a primary role held.
+    fn refuse_all(&mut self, p: Primary, out: &mut Vec<Action>) {
+        let mut events: Vec<Event> = p.queued.into_iter().collect();
+        for (_, evs) in p.blocked {
+            events.extend(evs);
+        }
+        for ev in events {
+            self.handle(ev, out);
+        }
+    }
+
+    /// Starts (or restarts) peering of `pg` on this primary: queries every member that may know.
+    pub(super) fn start_peering(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let map = self.map.clone();
+        let acting: Vec<OsdId> = map.pg_osds(pg).unwrap_or_default();
+        let record = map.pg_active.get(&pg).cloned();
+        let Some(state) = self.pgs.get_mut(&pg) else { return };
+        let Role::Primary(p) = &mut state.role else { return };
+        let attempt = p.attempt + 1;
+        let queued = std::mem::take(&mut p.queued);
+        let blocked = std::mem::take(&mut p.blocked);
+        let mut fresh = Primary::new(acting.clone(), record.clone(), attempt);
+        fresh.queued = queued;
+        for (_, evs) in blocked {
+            fresh.queued.extend(evs);
+        }
+        **p = fresh;
+        let mut targets: BTreeSet<OsdId> = acting.iter().copied().collect();
+        if let Some(r) = &record {
+            targets.extend(r.members.iter().copied());
+        }
+        targets.retain(|o| map.osds.get(o).is_some_and(|i| i.up));
+        if let Some(r) = &record
+            && !r.members.iter().any(|m| targets.contains(m))
+        {
+            p.phase = Phase::Down;
+            tracing::warn!(%pg, members = ?r.members, "PG down: no member of its last activation is up");
+            return;
+        }
+        p.waiting = targets.clone();
+        let epoch = map.epoch;
+        for osd in targets {
+            if osd == self.id {
+                continue;
+            }
+            let q = PeerQuery { epoch, pool: pg.pool, pg: pg.seed };
+            out.push(Action::Peer {
+                osd,
+                msg_type: PeerQuery::TYPE,
+                payload: encode(&q, Vec::new()),
+                call: PeerCall::Query { pg, attempt },
+            });
+        }
+        // This OSD answers itself.
+        match self.local_peer_state(pg) {
+            Ok(own) => self.peer_answered(pg, attempt, self.id, Ok(own), out),
+            Err(e) => {
+                tracing::error!(%pg, error = %e, "cannot read own PG state; peering retried");
+            }
+        }
+    }
+
+    /// What this OSD holds of `pg`, as a peer reports it.
+    pub(super) fn local_peer_state(&mut self, pg: PgId) -> Result<PeerState, RemoteError> {
+        let meta = self.meta_mut(pg)?.clone();
+        let log = crate::pglog::read_entries(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
+        Ok(PeerState {
+            les: meta.les,
+            backfill: meta.backfill,
+            log: log
+                .into_iter()
+                .map(|e| PgLogEntry { version: e.version, reqid: e.reqid, object: e.object, op_count: e.op_count })
+                .collect(),
+            missing: meta.missing.into_iter().collect(),
+        })
+    }
+
+    /// A peer's (or this OSD's own) answer to a query.
+    pub(super) fn peer_answered(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        from: OsdId,
+        result: Result<PeerState, RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        if p.attempt != attempt || p.phase != Phase::Querying || !p.waiting.remove(&from) {
+            return;
+        }
+        match result {
+            Ok(state) => {
+                p.answers.insert(from, state);
+            }
+            Err(e) => {
+                tracing::info!(%pg, peer = %from, error = %e, "peer did not answer the query");
+                // An acting member must answer: wait for the next tick (or map) and start over.
+                if p.acting.contains(&from) {
+                    return;
+                }
+            }
+        }
+        if p.waiting.is_empty() {
+            self.choose_and_activate(pg, out);
+        }
+    }
+
+    fn choose_and_activate(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let me = self.id;
+        let epoch = self.map.epoch;
+        let min_size = self.map.pools.get(&pg.pool).map_or(1, |p| p.min_size) as usize;
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        let Some(auth) = choose_authority(&p.answers, p.record.as_ref(), me) else {
+            p.phase = Phase::Incomplete;
+            tracing::warn!(%pg, "PG incomplete: no member of its last activation holds it whole");
+            return;
+        };
+        let auth_log = p.answers[&auth].log.clone();
+        let mut plans = BTreeMap::new();
+        for (osd, state) in &p.answers {
+            plans.insert(*osd, plan_member(&auth_log, state));
+        }
+        // A primary that must be backfilled hands the PG to the authority for the time being.
+        if plans.get(&me) != Some(&MemberPlan::Log { missing: plans_missing(&plans, me) }) || auth_is_needed(&plans, me)
+        {
+            let mut temp = vec![auth];
+            temp.extend(p.acting.iter().copied().filter(|o| *o != auth));
+            p.phase = Phase::WaitingTemp;
+            tracing::info!(%pg, authority = %auth, ?temp, "primary lacks the PG's history: asking for a temporary acting set");
+            self.pending_temp.insert(pg, temp);
+            self.flush_mon(out);
+            return;
+        }
+        let complete: Vec<OsdId> =
+            p.acting.iter().copied().filter(|o| matches!(plans.get(o), Some(MemberPlan::Log { .. }))).collect();
+        if complete.len() < min_size {
+            p.phase = Phase::Undersized;
+            tracing::info!(%pg, complete = complete.len(), min_size, "PG undersized: not activated");
+            return;
+        }
+        // Sources: every answering member whose log shares the authority's history.
+        p.sources = plans
+            .iter()
+            .filter_map(|(o, plan)| match plan {
+                MemberPlan::Log { missing } => Some((*o, missing.keys().cloned().collect())),
+                MemberPlan::Backfill => None,
+            })
+            .collect();
+        let mut waiting = BTreeSet::new();
+        let mut own_missing = BTreeMap::new();
+        for osd in p.acting.clone() {
+            let (missing, backfill) = match plans.get(&osd) {
+                Some(MemberPlan::Log { missing }) => (missing.clone(), false),
+                _ => (BTreeMap::new(), true),
+            };
+            if osd == me {
+                own_missing = missing;
+                continue;
+            }
+            p.peers.insert(osd, PeerPlan { missing: missing.clone(), backfill: backfill.then(String::new) });
+            let msg = PgActivate {
+                epoch,
+                pool: pg.pool,
+                pg: pg.seed,
+                activated_at: epoch,
+                log: auth_log.clone(),
+                missing: missing.into_iter().collect(),
+                backfill,
+            };
+            waiting.insert(osd);
+            out.push(Action::Peer {
+                osd,
+                msg_type: PgActivate::TYPE,
+                payload: encode(&msg, Vec::new()),
+                call: PeerCall::Activate { pg, attempt: p.attempt },
+            });
+        }
+        p.proposal = Some(ActivationProposal {
+            pg,
+            prior_epoch: p.record.as_ref().map_or(0, |r| r.epoch),
+            activated_at: epoch,
+            members: complete,
+        });
+        p.phase = Phase::Activating { waiting: waiting.clone() };
+        p.phase_ticks = 0;
+        let attempt = p.attempt;
+        // The primary activates itself like any member.
+        let own = PgMeta { les: epoch, backfill: None, missing: own_missing };
+        if let Err(e) = self.activate_local(pg, &auth_log, &own) {
+            tracing::error!(%pg, error = %e, "activating the primary's own copy failed; peering retried");
+            return;
+        }
+        if waiting.is_empty() {
+            self.activated(pg, attempt, me, Ok(()), out);
+        }
+    }
+
+    /// Replaces this OSD's log and peering record for `pg`, durably once the driver syncs (the
+    /// answer to the primary waits for that sync).
+    pub(super) fn activate_local(&mut self, pg: PgId, log: &[PgLogEntry], meta: &PgMeta) -> Result<(), RemoteError> {
+        self.cancel_purge(pg);
+        let coll = log_collection(pg);
+        let mut txn = Transaction::new();
+        if !self.collections.contains(&coll) {
+            txn.create_collection(&coll);
+        }
+        crate::pglog::write_whole(&mut txn, pg, log);
+        meta.write_whole(&mut txn, pg);
+        self.store.commit(txn, shoal_store::Durability::Batch).map_err(|e| crate::exec::store_error(&e))?;
+        self.collections.insert(coll);
+        let reloaded = PgLog::load(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
+        self.logs.insert(pg, reloaded);
+        self.metas.insert(pg, meta.clone());
+        Ok(())
+    }
+
+    /// A member's answer to an activation.
+    pub(super) fn activated(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        from: OsdId,
+        result: Result<(), RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        if p.attempt != attempt {
+            return;
+        }
+        let Phase::Activating { waiting } = &mut p.phase else { return };
+        if let Err(e) = result {
+            tracing::info!(%pg, peer = %from, error = %e, "activation refused; peering again at the next tick");
+            return;
+        }
+        waiting.remove(&from);
+        if !waiting.is_empty() {
+            return;
+        }
+        p.phase = Phase::Recording;
+        p.phase_ticks = 0;
+        if let Some(prop) = p.proposal.clone() {
+            self.pending_records.insert(pg, prop);
+        }
+        self.flush_mon(out);
+    }
+
+    /// The map may now hold this primary's activation record: go active if so.
+    pub(super) fn check_records(&mut self, out: &mut Vec<Action>) {
+        let ready: Vec<PgId> = self
+            .pgs
+            .iter()
+            .filter_map(|(pg, s)| match &s.role {
+                Role::Primary(p) if p.phase == Phase::Recording => {
+                    let prop = p.proposal.as_ref()?;
+                    let rec = self.map.pg_active.get(pg)?;
+                    (rec.activated_at == prop.activated_at
+                        && rec.members == prop.members
+                        && rec.epoch > prop.prior_epoch)
+                        .then_some(*pg)
+                }
+                _ => None,
+            })
+            .collect();
+        for pg in ready {
+            self.go_active(pg, out);
+        }
+    }
+
+    fn go_active(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        p.phase = Phase::Active;
+        p.record = self.map.pg_active.get(&pg).cloned();
+        let queued: Vec<Event> = p.queued.drain(..).collect();
+        tracing::debug!(%pg, "PG active");
+        for ev in queued {
+            self.handle(ev, out);
+        }
+        self.recover(pg, out);
+    }
+
+    /// The monitors answered this OSD's command; `Some(epoch)`: it is in the map from `epoch`.
+    pub(super) fn mon_command_done(&mut self, out: &mut Vec<Action>) {
+        self.mon_busy = false;
+        // Activations the monitors dropped (another record won, or the interval moved on) peer
+        // again; the others became active when their map arrived.
+        let stale: Vec<PgId> = self
+            .pgs
+            .iter()
+            .filter_map(|(pg, s)| match &s.role {
+                Role::Primary(p)
+                    if (p.phase == Phase::Recording && !self.pending_records.contains_key(pg))
+                        || (p.phase == Phase::WaitingTemp && !self.pending_temp.contains_key(pg)) =>
+                {
+                    Some(*pg)
+                }
+                _ => None,
+            })
+            .collect();
+        self.check_records(out);
+        for pg in stale {
+            if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg)
+                && matches!(p.phase, Phase::Recording | Phase::WaitingTemp)
+            {
+                self.start_peering(pg, out);
+            }
+        }
+        self.flush_mon(out);
+    }
+
+    /// Sends the next batch of activation records or temporary acting sets to the monitors (one
+    /// command in flight per OSD, so a burst of peering PGs costs a few map epochs, not one each).
+    pub(super) fn flush_mon(&mut self, out: &mut Vec<Action>) {
+        if self.mon_busy {
+            return;
+        }
+        if !self.pending_records.is_empty() {
+            let records: Vec<ActivationProposal> = std::mem::take(&mut self.pending_records).into_values().collect();
+            self.mon_busy = true;
+            out.push(Action::MonCommand(Command::PgActivated { by: self.id, records }));
+        } else if !self.pending_temp.is_empty() {
+            let entries: Vec<(PgId, Vec<OsdId>)> = std::mem::take(&mut self.pending_temp).into_iter().collect();
+            self.mon_busy = true;
+            out.push(Action::MonCommand(Command::PgTemp { by: self.id, entries }));
+        }
+    }
+
+    /// Ticks: peering steps that waited too long start over.
+    pub(super) fn peering_tick(&mut self, out: &mut Vec<Action>) {
+        let mut restart = Vec::new();
+        for (pg, s) in &mut self.pgs {
+            if let Role::Primary(p) = &mut s.role {
+                if matches!(p.phase, Phase::Querying | Phase::Activating { .. } | Phase::Recording | Phase::WaitingTemp)
+                {
+                    p.phase_ticks += 1;
+                    if p.phase_ticks > PEERING_RETRY_TICKS {
+                        restart.push(*pg);
+                    }
+                }
+            }
+        }
+        for pg in restart {
+            self.start_peering(pg, out);
+        }
+    }
+
+    // ---- the member's side ----
+
+    /// A query from a primary: answered with this OSD's state of the PG.
+    pub(super) fn on_peer_query(&mut self, from: u64, request_id: u64, q: PeerQuery, out: &mut Vec<Action>) {
+        let pg = PgId { pool: q.pool, seed: q.pg };
+        let result = if self.map.pools.get(&pg.pool).is_none_or(|p| pg.seed >= p.pg_num) {
+            Err(RemoteError::new(ErrorCode::NotFound, format!("PG {pg} does not exist at epoch {}", self.map.epoch)))
+        } else {
+            self.local_peer_state(pg)
+        };
+        let reply = PeerInfo { epoch: self.map.epoch, result };
+        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+    }
+
+    /// An activation from the PG's primary: refused unless the sender is the primary in this
+    /// OSD's map (which is at least as new as the sender's).
+    pub(super) fn on_activate(&mut self, a: PgActivate) -> Result<(), RemoteError> {
+        let pg = PgId { pool: a.pool, seed: a.pg };
+        let acting = self.map.pg_osds(pg).unwrap_or_default();
+        if !acting.contains(&self.id) || acting.first() == Some(&self.id) {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!("{} is not a replica of PG {pg} at epoch {}", self.id, self.map.epoch),
+            ));
+        }
+        if a.activated_at > self.map.epoch {
+            return Err(RemoteError::new(ErrorCode::WrongPrimary, "activation from a newer map"));
+        }
+        let meta = PgMeta {
+            les: a.activated_at,
+            backfill: a.backfill.then(String::new),
+            missing: if a.backfill { BTreeMap::new() } else { a.missing.into_iter().collect() },
+        };
+        self.activate_local(pg, &a.log, &meta)?;
+        let interval = interval_of(&self.map, pg);
+        self.pgs.insert(pg, PgState { interval, role: Role::Replica { activated_at: Some(a.activated_at) } });
+        Ok(())
+    }
+
+    /// Decodes and handles a request from a peer OSD (peering, recovery, strays).
+    pub(super) fn on_peer_msg(
+        &mut self,
+        from: u64,
+        request_id: u64,
+        msg_type: u16,
+        payload: Vec<u8>,
+        out: &mut Vec<Action>,
+    ) {
+        let epoch = self.map.epoch;
+        let ack = |result: Result<(), RemoteError>| Action::Reply {
+            to: from,
+            frame: reply_frame(request_id, &shoal_proto::osd::PeerAck { epoch, result }, Vec::new()),
+            after_sync: true,
+        };
+        let bad = |e: shoal_proto::MsgError| RemoteError::new(ErrorCode::Invalid, format!("malformed message: {e}"));
+        match msg_type {
+            PeerQuery::TYPE => match decode::<PeerQuery>(payload) {
+                Ok((q, _)) => self.on_peer_query(from, request_id, q, out),
+                Err(e) => out.push(ack(Err(bad(e)))),
+            },
+            PgActivate::TYPE => {
+                let r = decode::<PgActivate>(payload).map_err(bad).and_then(|(a, _)| self.on_activate(a));
+                out.push(ack(r));
+            }
+            shoal_proto::osd::PgPull::TYPE => match decode::<shoal_proto::osd::PgPull>(payload) {
+                Ok((p, _)) => self.on_pull(from, request_id, p, out),
+                Err(e) => out.push(ack(Err(bad(e)))),
+            },
+            shoal_proto::osd::PgPush::TYPE => {
+                let r = decode::<shoal_proto::osd::PgPush>(payload).map_err(bad).and_then(|(p, d)| self.on_push(p, d));
+                out.push(ack(r));
+            }
+            shoal_proto::osd::PgStray::TYPE => match decode::<shoal_proto::osd::PgStray>(payload) {
+                Ok((s, _)) => self.on_stray_question(from, request_id, s, out),
+                Err(e) => out.push(ack(Err(bad(e)))),
+            },
+            other => out.push(ack(Err(RemoteError::new(ErrorCode::Invalid, format!("not a peer message: {other}"))))),
+        }
+    }
+
+    /// The epoch a peer message must wait for before it is handled (its sender's map).
+    pub(super) fn peer_msg_epoch(msg_type: u16, payload: &[u8]) -> u64 {
+        fn epoch_of<M: Message>(payload: &[u8], f: impl Fn(&M) -> u64) -> u64 {
+            decode::<M>(payload.to_vec()).map(|(m, _)| f(&m)).unwrap_or(0)
+        }
+        match msg_type {
+            PeerQuery::TYPE => epoch_of::<PeerQuery>(payload, |m| m.epoch),
+            PgActivate::TYPE => epoch_of::<PgActivate>(payload, |m| m.epoch),
+            shoal_proto::osd::PgPull::TYPE => epoch_of::<shoal_proto::osd::PgPull>(payload, |m| m.epoch),
+            shoal_proto::osd::PgStray::TYPE => epoch_of::<shoal_proto::osd::PgStray>(payload, |m| m.epoch),
+            _ => 0,
+        }
+    }
+
+    /// Decodes a peer's reply to one of this OSD's calls and hands it to the step that waits.
+    pub(super) fn on_peer_reply(
+        &mut self,
+        from: OsdId,
+        call: PeerCall,
+        result: Result<shoal_proto::Frame, RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        fn payload<M: Message>(r: Result<shoal_proto::Frame, RemoteError>) -> Result<(M, Vec<u8>), RemoteError> {
+            let frame = r?;
+            shoal_proto::decode_frame::<M>(frame)
+                .map_err(|e| RemoteError::new(ErrorCode::Io, format!("bad reply: {e}")))
+        }
+        match call {
+            PeerCall::Query { pg, attempt } => {
+                let r = payload::<PeerInfo>(result).and_then(|(m, _)| m.result);
+                self.peer_answered(pg, attempt, from, r, out);
+            }
+            PeerCall::Activate { pg, attempt } => {
+                let r = payload::<shoal_proto::osd::PeerAck>(result).and_then(|(m, _)| m.result);
+                self.activated(pg, attempt, from, r, out);
+            }
+            PeerCall::Pull { pg, attempt, object } => {
+                let r = payload::<shoal_proto::osd::PgPullReply>(result).and_then(|(m, d)| m.result.map(|c| (c, d)));
+                self.pulled(pg, attempt, from, object, r, out);
+            }
+            PeerCall::Push { pg, attempt, objects, backfill } => {
+                let r = payload::<shoal_proto::osd::PeerAck>(result).and_then(|(m, _)| m.result);
+                self.pushed(pg, attempt, from, objects, backfill, r, out);
+            }
+            PeerCall::Stray { pg } => {
+                let r = payload::<shoal_proto::osd::PgStrayReply>(result).and_then(|(m, _)| m.result);
+                self.stray_answered(pg, r);
+            }
+        }
+    }
+}
+
+/// The missing set `me` was planned with (empty if it is to be backfilled).
+fn plans_missing(plans: &BTreeMap<OsdId, MemberPlan>, me: OsdId) -> BTreeMap<String, shoal_proto::osd::Eversion> {
+    match plans.get(&me) {
+        Some(MemberPlan::Log { missing }) => missing.clone(),
+        _ => BTreeMap::new(),
+    }
+}
+
+/// Whether the primary `me` lacks history that only a temporary acting set can bring it without
+/// stopping service: it must be backfilled.
+fn auth_is_needed(plans: &BTreeMap<OsdId, MemberPlan>, me: OsdId) -> bool {
+    !matches!(plans.get(&me), Some(MemberPlan::Log { .. }))
+}

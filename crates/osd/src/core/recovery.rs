@@ -1,0 +1,505 @@
+//! Recovery and backfill on an active PG's primary, and the members' side of them.
+//!
+//! - **Log recovery**: objects the peering plan found missing are copied whole — pulled from a
+//!   member that has them when the primary lacks them, pushed to each acting replica that lacks
+//!   them — in the background within [`OsdCore::recovery_max_ops`] objects in flight per OSD. A
+//!   client operation on an object that is still missing somewhere it is needed recovers that
+//!   object first, outside the bound, and only that operation waits.
+//! - **Backfill**: a replica whose log does not overlap is sent the primary's objects in name
+//!   order, a chunk at a time (at most [`BACKFILL_CHUNK_OBJECTS`] objects and about
+//!   [`BACKFILL_CHUNK_BYTES`]); each chunk also removes the replica's objects in its range that the
+//!   primary does not have, and moves its cursor in the same transaction. Writes to names up to the
+//!   last chunk sent are replicated as usual (the link is ordered, so the chunk lands first);
+//!   writes beyond it reach the replica's log only.
+//! - **Strays**: an OSD holding a PG it no longer acts for asks the primary, now and then,
+//!   whether the PG is clean without it; then it purges its copy.
+
+use std::collections::BTreeSet;
+
+use shoal_map::{OsdId, PgId};
+use shoal_proto::osd::{BackfillRange, ObjectCopy, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply};
+use shoal_proto::{ErrorCode, Message, RemoteError, encode};
+use shoal_store::{Durability, Transaction};
+
+use super::peering::{PgState, Phase, Role};
+use super::{Action, Event, OsdCore, PeerCall, reply_frame};
+use crate::copy::{apply_copy, list_range, read_copy, split_data};
+use crate::exec::{pg_collection, store_error};
+use crate::pglog::log_collection;
+use crate::pgmeta::PgMeta;
+
+/// Objects in one backfill chunk at most.
+pub const BACKFILL_CHUNK_OBJECTS: usize = 64;
+/// Data in one backfill chunk, about (a chunk holds at least one object whatever its size).
+pub const BACKFILL_CHUNK_BYTES: u64 = 4 << 20;
+/// Objects recovered (or backfill chunks) in flight per OSD by default.
+pub const DEFAULT_RECOVERY_MAX_OPS: usize = 8;
+
+/// What a client operation needs before it can run on an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// The primary's copy (reads).
+    Primary,
+    /// Every acting member's copy (writes, and answers from the log that confirm a write).
+    All,
+}
+
+impl OsdCore {
+    /// Whether `object` of the active PG `pg` is ready for an operation needing `need`; if not,
+    /// starts recovering it at once (whatever the background bound) and returns `false`.
+    pub(super) fn object_ready(&mut self, pg: PgId, object: &str, need: Need, out: &mut Vec<Action>) -> bool {
+        let own_missing = self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return true };
+        let peers_missing = need == Need::All && p.peers.values().any(|pp| pp.missing.contains_key(object));
+        if !own_missing && !peers_missing && !p.recovering.contains_key(object) {
+            return true;
+        }
+        if !p.recovering.contains_key(object) {
+            self.recover_object(pg, object, out);
+        }
+        false
+    }
+
+    /// Holds a client operation until `object` is recovered.
+    pub(super) fn block_on(&mut self, pg: PgId, object: &str, event: Event) {
+        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+            p.blocked.entry(object.to_string()).or_default().push(event);
+        }
+    }
+
+    /// Starts recovering one object: a pull if the primary lacks it, else pushes to the replicas
+    /// that do.
+    fn recover_object(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
+        let own_missing = self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
+        let me = self.id;
+        let epoch = self.map.epoch;
+        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        if p.recovering.contains_key(object) {
+            return;
+        }
+        if own_missing {
+            let source =
+                p.sources.iter().find(|(o, lacks)| **o != me && up(o) && !lacks.contains(object)).map(|(o, _)| *o);
+            let Some(source) = source else {
+                if p.unfound.insert(object.to_string()) {
+                    tracing::warn!(%pg, object, "object unfound: no member that is up holds it");
+                }
+                return;
+            };
+            p.unfound.remove(object);
+            p.recovering.insert(object.to_string(), BTreeSet::from([source]));
+            let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string() };
+            out.push(Action::Peer {
+                osd: source,
+                msg_type: PgPull::TYPE,
+                payload: encode(&pull, Vec::new()),
+                call: PeerCall::Pull { pg, attempt: p.attempt, object: object.to_string() },
+            });
+            return;
+        }
+        let targets: BTreeSet<OsdId> =
+            p.peers.iter().filter(|(_, pp)| pp.missing.contains_key(object)).map(|(o, _)| *o).collect();
+        if targets.is_empty() {
+            self.unblock(pg, object, out);
+            return;
+        }
+        let attempt = p.attempt;
+        let mut data = Vec::new();
+        let copy = match read_copy(&*self.store, &pg_collection(pg), object, &mut data) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(%pg, object, error = %e, "cannot read an object to recover it");
+                return;
+            }
+        };
+        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+            p.recovering.insert(object.to_string(), targets.clone());
+        }
+        for osd in targets {
+            let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: vec![copy.clone()], backfill: None };
+            out.push(Action::Peer {
+                osd,
+                msg_type: PgPush::TYPE,
+                payload: encode(&push, data.clone()),
+                call: PeerCall::Push { pg, attempt, objects: vec![object.to_string()], backfill: false },
+            });
+        }
+    }
+
+    /// Runs the operations that waited for `object`.
+    fn unblock(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
+        let events = match self.pgs.get_mut(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) => p.blocked.remove(object).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        for ev in events {
+            self.handle(ev, out);
+        }
+    }
+
+    /// Objects and backfill chunks being recovered by this OSD, across its PGs.
+    fn recovery_in_flight(&self) -> usize {
+        self.pgs
+            .values()
+            .map(|s| match &s.role {
+                Role::Primary(p) => p.recovering.len() + p.backfilling.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Starts background recovery of `pg` up to the OSD's bound: the primary's own missing
+    /// objects first, then the replicas', then backfill chunks. A PG with nothing left is clean;
+    /// if it runs on a temporary acting set, the primary asks for it to be removed.
+    pub(super) fn recover(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let own: Vec<String> = self.metas.get(&pg).map(|m| m.missing.keys().cloned().collect()).unwrap_or_default();
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
+        if p.phase != Phase::Active {
+            return;
+        }
+        for name in &own {
+            if self.recovery_in_flight() >= self.recovery_max_ops {
+                return;
+            }
+            let skip = match self.pgs.get(&pg) {
+                Some(PgState { role: Role::Primary(p), .. }) => {
+                    p.recovering.contains_key(name) || p.unfound.contains(name)
+                }
+                _ => true,
+            };
+            if !skip {
+                self.recover_object(pg, name, out);
+            }
+        }
+        if !own.is_empty() {
+            return;
+        }
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
+        let mut theirs: BTreeSet<String> = BTreeSet::new();
+        for pp in p.peers.values() {
+            theirs.extend(pp.missing.keys().filter(|n| !p.recovering.contains_key(*n)).take(256).cloned());
+        }
+        let backfill: Vec<OsdId> = p
+            .peers
+            .iter()
+            .filter(|(o, pp)| pp.backfill.is_some() && !p.backfilling.contains(o))
+            .map(|(o, _)| *o)
+            .collect();
+        for name in theirs {
+            if self.recovery_in_flight() >= self.recovery_max_ops {
+                return;
+            }
+            self.recover_object(pg, &name, out);
+        }
+        for osd in backfill {
+            if self.recovery_in_flight() >= self.recovery_max_ops {
+                return;
+            }
+            self.send_backfill_chunk(pg, osd, out);
+        }
+        self.maybe_clean(pg, out);
+    }
+
+    /// A clean PG on a temporary acting set hands back to the OSDs placement names.
+    fn maybe_clean(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let empty = PgMeta::default();
+        let own = self.metas.get(&pg).unwrap_or(&empty);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
+        if !p.is_clean(own) || !p.recovering.is_empty() || !p.backfilling.is_empty() {
+            return;
+        }
+        if self.map.pg_temp.contains_key(&pg) && !self.pending_temp.contains_key(&pg) {
+            let up = self.map.pg_up_osds(pg).unwrap_or_default();
+            if !up.is_empty() && up != p.acting {
+                tracing::info!(%pg, ?up, "PG clean on its temporary acting set: handing back");
+                self.pending_temp.insert(pg, Vec::new());
+                self.flush_mon(out);
+            }
+        }
+    }
+
+    fn send_backfill_chunk(&mut self, pg: PgId, osd: OsdId, out: &mut Vec<Action>) {
+        let epoch = self.map.epoch;
+        let coll = pg_collection(pg);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
+        let Some(cursor) = p.peers.get(&osd).and_then(|pp| pp.backfill.clone()) else { return };
+        let attempt = p.attempt;
+        let after = (!cursor.is_empty()).then_some(cursor.clone());
+        let page = match self.store.list_objects(&coll, "", after.as_deref(), BACKFILL_CHUNK_OBJECTS) {
+            Ok(page) => page,
+            Err(shoal_store::StoreError::NoSuchCollection(_)) => shoal_store::ListPage::default(),
+            Err(e) => {
+                tracing::error!(%pg, error = %e, "listing for backfill failed");
+                return;
+            }
+        };
+        let mut objects: Vec<ObjectCopy> = Vec::new();
+        let mut data = Vec::new();
+        let mut upto: Option<String> = None;
+        let total = page.objects.len();
+        for (i, name) in page.objects.into_iter().enumerate() {
+            match read_copy(&*self.store, &coll, &name, &mut data) {
+                Ok(c) => objects.push(c),
+                Err(e) => {
+                    tracing::error!(%pg, object = %name, error = %e, "reading an object for backfill failed");
+                    return;
+                }
+            }
+            let last = i + 1 == total;
+            if data.len() as u64 >= BACKFILL_CHUNK_BYTES && !last {
+                upto = Some(name);
+                break;
+            }
+            if last && page.next.is_some() {
+                upto = Some(name);
+            }
+        }
+        let range = BackfillRange { after, upto: upto.clone() };
+        let names: Vec<String> = objects.iter().map(|c| c.name.clone()).collect();
+        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects, backfill: Some(range) };
+        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+            p.backfilling.insert(osd);
+            // Writes to names up to here now go to the replica in full: the chunk precedes them
+            // on the ordered link.
+            if let Some(pp) = p.peers.get_mut(&osd) {
+                pp.backfill = Some(upto.clone().unwrap_or_else(|| LAST_NAME.to_string()));
+            }
+        }
+        out.push(Action::Peer {
+            osd,
+            msg_type: PgPush::TYPE,
+            payload: encode(&push, data),
+            call: PeerCall::Push { pg, attempt, objects: names, backfill: true },
+        });
+    }
+
+    /// A member's answer to a pull.
+    pub(super) fn pulled(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        from: OsdId,
+        object: String,
+        result: Result<(ObjectCopy, Vec<u8>), RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        if p.attempt != attempt {
+            return;
+        }
+        p.recovering.remove(&object);
+        let (copy, data) = match result {
+            Ok(v) if v.0.name == object => v,
+            Ok(_) | Err(_) => {
+                // That source does not have it after all: try another.
+                if let Some(lacks) = p.sources.get_mut(&from) {
+                    lacks.insert(object.clone());
+                }
+                tracing::info!(%pg, object, source = %from, "pull failed; trying another source");
+                self.recover_object(pg, &object, out);
+                return;
+            }
+        };
+        if let Err(e) = self.install_copies(pg, vec![copy], data, None) {
+            tracing::error!(%pg, object, error = %e, "storing a pulled object failed");
+            return;
+        }
+        // Now the replicas that lack it, then whoever waited.
+        self.recover_object(pg, &object, out);
+        self.recover(pg, out);
+    }
+
+    /// A member's answer to a push (recovery or backfill).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pushed(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        from: OsdId,
+        objects: Vec<String>,
+        backfill: bool,
+        result: Result<(), RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        if p.attempt != attempt {
+            return;
+        }
+        if let Err(e) = result {
+            tracing::info!(%pg, peer = %from, error = %e, "push refused: peering again");
+            self.start_peering(pg, out);
+            return;
+        }
+        if backfill {
+            p.backfilling.remove(&from);
+            if let Some(pp) = p.peers.get_mut(&from)
+                && pp.backfill.as_deref() == Some(LAST_NAME)
+            {
+                pp.backfill = None;
+            }
+        } else {
+            let mut done = Vec::new();
+            for name in objects {
+                if let Some(pp) = p.peers.get_mut(&from) {
+                    pp.missing.remove(&name);
+                }
+                if let Some(waiting) = p.recovering.get_mut(&name) {
+                    waiting.remove(&from);
+                    if waiting.is_empty() {
+                        p.recovering.remove(&name);
+                        done.push(name);
+                    }
+                }
+            }
+            for name in done {
+                self.unblock(pg, &name, out);
+            }
+        }
+        self.recover(pg, out);
+    }
+
+    /// Stores received copies (and a backfill range's removals and cursor) in one transaction.
+    fn install_copies(
+        &mut self,
+        pg: PgId,
+        copies: Vec<ObjectCopy>,
+        data: Vec<u8>,
+        backfill: Option<BackfillRange>,
+    ) -> Result<(), RemoteError> {
+        self.cancel_purge(pg);
+        let coll = pg_collection(pg);
+        let lcoll = log_collection(pg);
+        let datas = split_data(&copies, data)?;
+        let mut txn = Transaction::new();
+        if !self.collections.contains(&coll) {
+            txn.create_collection(&coll);
+        }
+        if !self.collections.contains(&lcoll) {
+            txn.create_collection(&lcoll);
+        }
+        let names: BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
+        if let Some(range) = &backfill {
+            for local in list_range(&*self.store, &coll, range.after.as_deref(), range.upto.as_deref())? {
+                if !names.contains(local.as_str()) {
+                    txn.remove(&coll, &local);
+                }
+            }
+        }
+        for (copy, bytes) in copies.iter().zip(datas) {
+            apply_copy(&mut txn, &*self.store, &coll, copy, bytes)?;
+            PgMeta::write_recovered(&mut txn, pg, &copy.name);
+        }
+        if let Some(range) = &backfill {
+            PgMeta::write_backfill(&mut txn, pg, range.upto.as_deref());
+        }
+        self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+        self.collections.insert(coll);
+        self.collections.insert(lcoll);
+        let meta = self.meta_mut(pg)?;
+        for c in &copies {
+            meta.missing.remove(&c.name);
+        }
+        if let Some(range) = backfill {
+            meta.backfill = range.upto;
+        }
+        Ok(())
+    }
+
+    /// A pull from the primary: this OSD's copy of the object, if it holds it.
+    pub(super) fn on_pull(&mut self, from: u64, request_id: u64, pull: PgPull, out: &mut Vec<Action>) {
+        let pg = PgId { pool: pull.pool, seed: pull.pg };
+        let mut data = Vec::new();
+        let result = match self.meta_mut(pg) {
+            Ok(meta) if !meta.has(&pull.object) => {
+                Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
+            }
+            Ok(_) => read_copy(&*self.store, &pg_collection(pg), &pull.object, &mut data),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            data.clear();
+        }
+        let reply = PgPullReply { epoch: self.map.epoch, result };
+        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, data), after_sync: false });
+    }
+
+    /// A push from the primary: refused unless this OSD is an activated replica of the PG.
+    pub(super) fn on_push(&mut self, push: PgPush, data: Vec<u8>) -> Result<(), RemoteError> {
+        let pg = PgId { pool: push.pool, seed: push.pg };
+        match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Replica { activated_at: Some(_) }, .. }) => {}
+            _ => {
+                return Err(RemoteError::new(
+                    ErrorCode::WrongPrimary,
+                    format!("{} is not an activated replica of PG {pg}", self.id),
+                ));
+            }
+        }
+        self.install_copies(pg, push.objects, data, push.backfill)
+    }
+
+    /// Strays ask the primaries of the PGs they hold whether they may remove them.
+    pub(super) fn ask_strays(&mut self, out: &mut Vec<Action>) {
+        let strays: Vec<PgId> = self
+            .pgs
+            .iter()
+            .filter(|(pg, s)| matches!(s.role, Role::Stray) && !self.strays_asking.contains(pg))
+            .map(|(pg, _)| *pg)
+            .collect();
+        for pg in strays {
+            let Some(&primary) = self.map.pg_osds(pg).unwrap_or_default().first() else { continue };
+            self.strays_asking.insert(pg);
+            let q = PgStray { epoch: self.map.epoch, pool: pg.pool, pg: pg.seed, osd: self.id };
+            out.push(Action::Peer {
+                osd: primary,
+                msg_type: PgStray::TYPE,
+                payload: encode(&q, Vec::new()),
+                call: PeerCall::Stray { pg },
+            });
+        }
+    }
+
+    /// The primary's answer to a stray: purge the copy if the PG is clean without this OSD.
+    pub(super) fn stray_answered(&mut self, pg: PgId, result: Result<bool, RemoteError>) {
+        self.strays_asking.remove(&pg);
+        let still_stray = matches!(self.pgs.get(&pg), Some(PgState { role: Role::Stray, .. }))
+            && !self.map.pg_osds(pg).unwrap_or_default().contains(&self.id);
+        if result == Ok(true) && still_stray {
+            tracing::info!(%pg, "PG clean elsewhere: removing this OSD's stray copy");
+            self.pgs.remove(&pg);
+            self.logs.remove(&pg);
+            self.metas.remove(&pg);
+            for coll in [log_collection(pg), pg_collection(pg)] {
+                if self.collections.contains(&coll) && !self.purge.contains(&coll) {
+                    self.purge.push_back(coll);
+                }
+            }
+        }
+    }
+
+    /// The primary's side of a stray's question.
+    pub(super) fn on_stray_question(&mut self, from: u64, request_id: u64, q: PgStray, out: &mut Vec<Action>) {
+        let pg = PgId { pool: q.pool, seed: q.pg };
+        let empty = PgMeta::default();
+        let own = self.metas.get(&pg).unwrap_or(&empty);
+        let clean = match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) => {
+                p.is_clean(own) && p.recovering.is_empty() && !p.acting.contains(&q.osd)
+            }
+            _ => false,
+        };
+        let reply = PgStrayReply { epoch: self.map.epoch, result: Ok(clean) };
+        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+    }
+
+    /// Stops purging `pg`'s collections: the PG is in use here again.
+    pub(super) fn cancel_purge(&mut self, pg: PgId) {
+        let names = [pg_collection(pg), log_collection(pg)];
+        self.purge.retain(|c| !names.contains(c));
+    }
+}
+
+/// A backfill cursor past every object name (names are UTF-8 of at most 255 bytes, and U+10FFFF
+/// is the largest scalar value).
+pub(crate) const LAST_NAME: &str = "\u{10ffff}";
