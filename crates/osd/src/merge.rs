@@ -99,7 +99,7 @@ mod tests {
         }
     }
     fn state(log: Vec<PgLogEntry>) -> PeerState {
-        PeerState { les: 5, backfill: None, log, missing: Vec::new() }
+        PeerState { les: 10, backfill: None, log, missing: Vec::new() }
     }
     fn v(epoch: u64, seq: u64) -> Eversion {
         Eversion { epoch, seq }

@@ -1,21 +1,22 @@
-//! Primary-copy replication through two OSD cores wired by hand: a write reaches the replica
-//! and is acknowledged only after it; and a replica whose copy differs from the state the
-//! primary resolved a partial write against refuses it, so the divergence is reported instead
-//! of written. A PG with a member the monitors flagged full takes removals but no other writes.
+//! OSD cores wired by a small synchronous network in one thread: peering (queries, activation,
+//! the monitors' activation record), primary-copy replication, recovery, and what replicas refuse
+//! (a write resolved against another state, a replicated write that skips one, a replaced
+//! primary's writes). A PG with a member the monitors flagged full takes removals but no other
+//! writes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use shoal_map::{ClusterMap, Command, OsdId, Weight};
-use shoal_osd::{Action, Event, OsdCore};
+use shoal_osd::{Action, Event, OsdCore, PeerCall};
 use shoal_proto::osd::{ObjOp, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
-use shoal_proto::{ErrorCode, decode, encode};
+use shoal_proto::{ErrorCode, Frame, decode, encode};
 use shoal_store::ObjectStore;
 use shoal_store::engine::MemEngine;
 
 const CLIENT: u64 = 1_000;
 
-fn map() -> Arc<ClusterMap> {
+fn new_map() -> ClusterMap {
     let mut map = ClusterMap::new("t", BTreeMap::new());
     for i in 0..2 {
         map.execute(&Command::CreateOsd { id: Some(OsdId(i)), host: format!("h{i}"), weight: Weight::ONE }).unwrap();
@@ -24,142 +25,177 @@ fn map() -> Arc<ClusterMap> {
     }
     let pool = Command::CreatePool { name: "p".into(), size: 2, min_size: Some(1), pg_num: 8, max_object_bytes: None };
     map.execute(&pool).unwrap();
-    Arc::new(map)
+    map
 }
 
-fn core(id: OsdId, map: &Arc<ClusterMap>) -> OsdCore {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
-    OsdCore::new(id, store, map.clone()).unwrap()
+enum Call {
+    Rep(ReqId),
+    Peer(PeerCall),
 }
 
-/// The primary and the replica of object `obj`'s PG at `map`, each on a new RAM store.
-fn primary_and_replica(map: &Arc<ClusterMap>) -> (OsdCore, OsdCore) {
-    let acting = map.locate(map.pool_by_name("p").unwrap().id, "obj").unwrap().osds;
-    (core(acting[0], map), core(acting[1], map))
+/// Two OSDs and a monitor's map, with every message delivered in order at once.
+struct Net {
+    map: ClusterMap,
+    cores: BTreeMap<u32, OsdCore>,
+    calls: BTreeMap<u64, (u32, u32, Call)>,
+    next_rid: u64,
+    replies: BTreeMap<u64, OsdOpReply>,
+    /// Replicated writes to these OSDs are lost.
+    drop_rep_to: Vec<u32>,
+    /// Replicated writes captured instead of delivered (when `capture` is set).
+    captured: Vec<(u32, RepOp, Vec<u8>)>,
+    capture: bool,
 }
 
-/// Sends an append through `primary`, delivering its replicated write to `replica` and the
-/// replica's answer back; returns the client's reply.
-fn append(primary: &mut OsdCore, replica: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) -> OsdOpReply {
-    let ops = vec![ObjOp::Append { len_bytes: bytes.len() as u64 }];
-    request(primary, replica, map, tid, ops, bytes)
-}
+impl Net {
+    fn new() -> Net {
+        let map = new_map();
+        let shared = Arc::new(map.clone());
+        let mut cores = BTreeMap::new();
+        for i in 0..2 {
+            let store: Arc<dyn ObjectStore> = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
+            cores.insert(i, OsdCore::new(OsdId(i), store, shared.clone()).unwrap());
+        }
+        let mut net = Net {
+            map,
+            cores,
+            calls: BTreeMap::new(),
+            next_rid: 1,
+            replies: BTreeMap::new(),
+            drop_rep_to: Vec::new(),
+            captured: Vec::new(),
+            capture: false,
+        };
+        net.broadcast();
+        net
+    }
 
-/// Sends a write request of `ops` with `data` through `primary` (as [`append`] does).
-fn request(
-    primary: &mut OsdCore,
-    replica: &mut OsdCore,
-    map: &ClusterMap,
-    tid: u64,
-    ops: Vec<ObjOp>,
-    data: &[u8],
-) -> OsdOpReply {
-    let op = client_op(map, tid, ops);
-    let mut out = Vec::new();
-    primary.handle(Event::ClientOp { from: CLIENT, request_id: tid, op, data: data.to_vec() }, &mut out);
-    let mut client_reply = None;
-    while let Some(action) = out.pop() {
-        match action {
-            Action::Replicate { osd, op, data } => {
-                assert_eq!(osd, replica.id());
-                let (reqid, mut rep_out) = (op.reqid, Vec::new());
-                let (op, data): (RepOp, Vec<u8>) = decode(encode(&op, data)).unwrap();
-                replica.handle(Event::RepOp { from: u64::from(primary.id().0), request_id: 1, op, data }, &mut rep_out);
-                for a in rep_out {
-                    let Action::Reply { frame, after_sync: true, .. } = a else { panic!("unexpected {a:?}") };
-                    let (reply, _): (RepOpReply, _) = decode(frame.payload).unwrap();
-                    primary.handle(Event::RepReply { from: osd, reqid, result: Ok(reply) }, &mut out);
-                }
+    fn acting(&self) -> Vec<OsdId> {
+        self.map.locate(self.map.pool_by_name("p").unwrap().id, "obj").unwrap().osds
+    }
+
+    fn core(&self, osd: OsdId) -> &OsdCore {
+        &self.cores[&osd.0]
+    }
+
+    /// Every core gets the current map.
+    fn broadcast(&mut self) {
+        let map = Arc::new(self.map.clone());
+        let ids: Vec<u32> = self.cores.keys().copied().collect();
+        let queue = ids.into_iter().map(|i| (i, Event::Map(map.clone()))).collect();
+        self.run(queue);
+    }
+
+    fn change(&mut self, cmd: Command) {
+        self.map.execute(&cmd).unwrap();
+        self.broadcast();
+    }
+
+    fn tick(&mut self) {
+        let ids: Vec<u32> = self.cores.keys().copied().collect();
+        self.run(ids.into_iter().map(|i| (i, Event::Tick { now_ms: 1 })).collect());
+    }
+
+    /// Replaces OSD `osd`'s core by a fresh one on the same store (a restart) and boots it.
+    fn restart(&mut self, osd: OsdId) {
+        let store = self.cores[&osd.0].store().clone();
+        let core = OsdCore::new(osd, store, Arc::new(self.map.clone())).unwrap();
+        self.cores.insert(osd.0, core);
+        let addr = format!("127.0.0.1:{}", 8000 + self.map.epoch).parse().unwrap();
+        self.change(Command::OsdBoot { id: osd, addr });
+    }
+
+    /// Delivers `queue` and everything it causes, in order.
+    fn run(&mut self, mut queue: VecDeque<(u32, Event)>) {
+        let mut steps = 0;
+        while let Some((osd, event)) = queue.pop_front() {
+            steps += 1;
+            assert!(steps < 100_000, "the network does not settle");
+            let mut out = Vec::new();
+            let Some(core) = self.cores.get_mut(&osd) else { continue };
+            core.handle(event, &mut out);
+            for action in out {
+                self.route(osd, action, &mut queue);
             }
-            Action::Reply { to: CLIENT, frame, after_sync } => {
-                let (reply, _): (OsdOpReply, _) = decode(frame.payload).unwrap();
-                assert!(after_sync || reply.result.is_err(), "a write is acknowledged only after a sync");
-                client_reply = Some(reply);
-            }
-            other => panic!("unexpected {other:?}"),
         }
     }
-    client_reply.expect("the client got an answer")
-}
 
-fn content(core: &OsdCore, map: &ClusterMap) -> Option<Vec<u8>> {
-    let pool = map.pool_by_name("p").unwrap().id;
-    let coll = shoal_osd::exec::pg_collection(map.locate(pool, "obj").unwrap().pg);
-    core.store().read_all(&coll, "obj").ok()
-}
-
-#[test]
-fn replicas_refuse_writes_resolved_against_another_state() {
-    let map = map();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = primary_and_replica(&map);
-
-    append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("first append");
-    append(&mut primary, &mut replica, &map, 2, b"def").result.expect("second append");
-    assert_eq!(content(&primary, &map).as_deref(), Some(&b"abcdef"[..]));
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"abcdef"[..]));
-
-    // The primary's copy is gone (as on an OSD that became primary without recovery, at a later
-    // epoch, so its versions are newer than the replica's): its append would start at offset 0
-    // and overwrite the replica's data. The replica refuses.
-    let mut later = (*map).clone();
-    later
-        .execute(&Command::CreatePool { name: "q".into(), size: 1, min_size: None, pg_num: 1, max_object_bytes: None })
-        .unwrap();
-    let later = Arc::new(later);
-    let mut fresh = core(acting[0], &later);
-    let reply = append(&mut fresh, &mut replica, &later, 3, b"XYZ");
-    let err = reply.result.expect_err("a diverging write must fail");
-    assert_eq!(err.code, ErrorCode::Corrupt, "{err}");
-    assert!(err.message.contains("diverges"), "{err}");
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"abcdef"[..]), "the replica's data is intact");
-}
-
-#[test]
-fn a_full_member_stops_writes_that_need_space_but_not_removals() {
-    let mut map = (*map()).clone();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = primary_and_replica(&Arc::new(map.clone()));
-    append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("append before the flag");
-
-    // The monitors flag the replica full; both cores get the new map.
-    map.execute(&Command::OsdFull { id: acting[1], full: true }).unwrap();
-    let flagged = Arc::new(map.clone());
-    for c in [&mut primary, &mut replica] {
-        c.handle(Event::Map(flagged.clone()), &mut Vec::new());
+    fn route(&mut self, from: u32, action: Action, queue: &mut VecDeque<(u32, Event)>) {
+        match action {
+            Action::Reply { to: CLIENT, frame, .. } => {
+                let (reply, _): (OsdOpReply, _) = decode(frame.payload).unwrap();
+                self.replies.insert(frame.request_id, reply);
+            }
+            Action::Reply { frame, .. } => self.answer(frame, queue),
+            Action::Replicate { osd, op, data } => {
+                if self.drop_rep_to.contains(&osd.0) {
+                    return;
+                }
+                if self.capture {
+                    self.captured.push((osd.0, op, data));
+                    return;
+                }
+                let rid = self.rid(from, osd.0, Call::Rep(op.reqid));
+                let (op, data): (RepOp, Vec<u8>) = decode(encode(&op, data)).unwrap();
+                queue.push_back((osd.0, Event::RepOp { from: u64::from(from), request_id: rid, op, data }));
+            }
+            Action::Peer { osd, msg_type, payload, call } => {
+                let rid = self.rid(from, osd.0, Call::Peer(call));
+                queue.push_back((osd.0, Event::PeerMsg { from: u64::from(from), request_id: rid, msg_type, payload }));
+            }
+            Action::MonCommand(cmd) => {
+                let epoch = self.map.execute(&cmd).unwrap().map(|i| i.epoch);
+                if epoch.is_some() {
+                    let map = Arc::new(self.map.clone());
+                    for i in self.cores.keys() {
+                        queue.push_back((*i, Event::Map(map.clone())));
+                    }
+                }
+                queue.push_back((from, Event::MonCommandDone { epoch }));
+            }
+            Action::Stats(_) => {}
+        }
     }
-    let err = append(&mut primary, &mut replica, &map, 2, b"def").result.expect_err("refused while full");
-    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
-    assert!(err.message.contains(&format!("{} is full", acting[1])), "names the full OSD: {err}");
-    let err = request(&mut primary, &mut replica, &map, 3, vec![ObjOp::WriteFull { len_bytes: 1 }], b"x")
-        .result
-        .expect_err("a whole-object write needs space too");
-    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
-    assert_eq!(content(&primary, &map).as_deref(), Some(&b"abc"[..]), "nothing was applied");
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"abc"[..]));
 
-    // Removing gives space back, so it is served on every replica.
-    request(&mut primary, &mut replica, &map, 4, vec![ObjOp::Remove], b"").result.expect("remove while full");
-    assert_eq!(content(&primary, &map), None);
-    assert_eq!(content(&replica, &map), None);
-
-    // Once the flag is cleared, writes are taken again.
-    map.execute(&Command::OsdFull { id: acting[1], full: false }).unwrap();
-    let cleared = Arc::new(map.clone());
-    for c in [&mut primary, &mut replica] {
-        c.handle(Event::Map(cleared.clone()), &mut Vec::new());
+    fn rid(&mut self, caller: u32, callee: u32, call: Call) -> u64 {
+        let rid = self.next_rid;
+        self.next_rid += 1;
+        self.calls.insert(rid, (caller, callee, call));
+        rid
     }
-    append(&mut primary, &mut replica, &map, 5, b"ghi").result.expect("append after the flag is cleared");
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"ghi"[..]));
-}
 
-/// Delivers a client write to `primary` and its replicated write to `replica`, but drops every
-/// answer to the client (as a connection reset would): the write is applied on both.
-fn write_reply_lost(primary: &mut OsdCore, replica: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) {
-    let reply = append(primary, replica, map, tid, bytes);
-    reply.result.expect("applied (the client just never hears of it)");
+    fn answer(&mut self, frame: Frame, queue: &mut VecDeque<(u32, Event)>) {
+        let Some((caller, callee, call)) = self.calls.remove(&frame.request_id) else { return };
+        let event = match call {
+            Call::Rep(reqid) => {
+                let (reply, _): (RepOpReply, _) = decode(frame.payload).unwrap();
+                Event::RepReply { from: OsdId(callee), reqid, result: Ok(reply) }
+            }
+            Call::Peer(call) => Event::PeerReply { from: OsdId(callee), call, result: Ok(frame) },
+        };
+        queue.push_back((caller, event));
+    }
+
+    /// Sends client 7's request `tid` to the primary and returns its answer.
+    fn request(&mut self, tid: u64, ops: Vec<ObjOp>, data: &[u8]) -> OsdOpReply {
+        let op = client_op(&self.map, tid, ops);
+        let primary = self.acting()[0].0;
+        let request_id = self.next_rid;
+        self.next_rid += 1;
+        let event = Event::ClientOp { from: CLIENT, request_id, op, data: data.to_vec() };
+        self.run(VecDeque::from([(primary, event)]));
+        self.replies.remove(&request_id).expect("the client got an answer")
+    }
+
+    fn append(&mut self, tid: u64, bytes: &[u8]) -> OsdOpReply {
+        self.request(tid, vec![ObjOp::Append { len_bytes: bytes.len() as u64 }], bytes)
+    }
+
+    fn content(&self, osd: OsdId) -> Option<Vec<u8>> {
+        let pool = self.map.pool_by_name("p").unwrap().id;
+        let coll = shoal_osd::exec::pg_collection(self.map.locate(pool, "obj").unwrap().pg);
+        self.cores[&osd.0].store().read_all(&coll, "obj").ok()
+    }
 }
 
 /// Client 7's request `tid` on object `obj` of pool `p`, routed with `map`.
@@ -169,175 +205,230 @@ fn client_op(map: &ClusterMap, tid: u64, ops: Vec<ObjOp>) -> OsdOp {
     OsdOp { reqid: ReqId { client: 7, tid }, epoch: map.epoch, pool, pg, object: "obj".into(), ops }
 }
 
-/// Sends an append to `core` alone (no replica involved) and returns its answer.
-fn resend(core: &mut OsdCore, map: &ClusterMap, tid: u64, bytes: &[u8]) -> OsdOpReply {
-    let op = client_op(map, tid, vec![ObjOp::Append { len_bytes: bytes.len() as u64 }]);
-    let mut out = Vec::new();
-    core.handle(Event::ClientOp { from: CLIENT, request_id: 99, op, data: bytes.to_vec() }, &mut out);
-    let [Action::Reply { frame, .. }] = &out[..] else { panic!("expected one reply, got {out:?}") };
-    decode::<OsdOpReply>(frame.payload.clone()).unwrap().0
+#[test]
+fn a_pg_serves_only_once_peered_and_recorded_by_the_monitors() {
+    let mut net = Net::new();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let record = net.map.pg_active.get(&pg).expect("the monitors recorded the activation").clone();
+    assert_eq!(record.members, net.acting());
+    assert!(net.core(net.acting()[0]).pg_state(pg).as_deref() == Some("active+clean"));
+    net.append(1, b"abc").result.expect("first append");
+    net.append(2, b"def").result.expect("second append");
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcdef"[..]));
+    }
+}
+
+#[test]
+fn replicas_refuse_writes_resolved_against_another_state() {
+    let mut net = Net::new();
+    net.append(1, b"abc").result.expect("first append");
+    let acting = net.acting();
+    // The replica's copy is damaged behind the OSD's back (a bug or a bad disk): the primary
+    // resolves the next append at offset 3, which the replica's copy does not match.
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, "obj").unwrap().pg);
+    let mut txn = shoal_store::Transaction::new();
+    txn.truncate(&coll, "obj", 1);
+    net.core(acting[1]).store().commit(txn, shoal_store::Durability::Sync).unwrap();
+    let err = net.append(2, b"def").result.expect_err("a diverging write must fail");
+    assert_eq!(err.code, ErrorCode::Timeout, "reported for a resend: {err}");
+    assert!(err.message.contains("diverges"), "{err}");
+    // The refusal made the primary peer again: the replica now lacks the append (it is not in its
+    // log), so peering recovered the primary's whole copy to it.
+    for osd in &acting {
+        assert_eq!(net.content(*osd).as_deref(), Some(&b"abcdef"[..]), "{osd}");
+    }
+}
+
+#[test]
+fn a_full_member_stops_writes_that_need_space_but_not_removals() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    net.append(1, b"abc").result.expect("append before the flag");
+    net.change(Command::OsdFull { id: acting[1], full: true });
+    let err = net.append(2, b"def").result.expect_err("refused while full");
+    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
+    assert!(err.message.contains(&format!("{} is full", acting[1])), "names the full OSD: {err}");
+    let err =
+        net.request(3, vec![ObjOp::WriteFull { len_bytes: 1 }], b"x").result.expect_err("a whole write needs space");
+    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
+    for osd in &acting {
+        assert_eq!(net.content(*osd).as_deref(), Some(&b"abc"[..]), "nothing was applied");
+    }
+    // Removing gives space back, so it is served on every replica.
+    net.request(4, vec![ObjOp::Remove], b"").result.expect("remove while full");
+    for osd in &acting {
+        assert_eq!(net.content(*osd), None);
+    }
+    net.change(Command::OsdFull { id: acting[1], full: false });
+    net.append(5, b"ghi").result.expect("append after the flag is cleared");
+    assert_eq!(net.content(acting[1]).as_deref(), Some(&b"ghi"[..]));
 }
 
 #[test]
 fn a_resent_append_is_applied_once_by_a_new_primary_and_after_a_restart() {
-    let map = map();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = primary_and_replica(&map);
-    append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("first append");
-    write_reply_lost(&mut primary, &mut replica, &map, 2, b"def");
+    let mut net = Net::new();
+    let acting = net.acting();
+    net.append(1, b"abc").result.expect("first append");
+    net.append(2, b"def").result.expect("applied; the client never hears of it");
 
     // The primary is marked out: the replica is now the PG's only member, and so its primary.
-    let mut next = (*map).clone();
-    next.execute(&Command::OsdOut { id: acting[0] }).unwrap();
-    assert_eq!(next.locate(pool, "obj").unwrap().osds, vec![acting[1]]);
-    replica.handle(Event::Map(Arc::new(next.clone())), &mut Vec::new());
-    // The client resends append #2 there: the replica's PG log knows it, so it is not applied twice.
-    let reply = resend(&mut replica, &next, 2, b"def");
+    net.change(Command::OsdOut { id: acting[0] });
+    assert_eq!(net.acting(), vec![acting[1]]);
+    // The client resends append #2 there: the PG log knows it, so it is not applied twice.
+    let reply = net.append(2, b"def");
     assert_eq!(reply.result.expect("answered"), vec![shoal_proto::osd::OpOutput::Done]);
-    assert_eq!(content(&replica, &next).as_deref(), Some(&b"abcdef"[..]));
+    assert_eq!(net.content(acting[1]).as_deref(), Some(&b"abcdef"[..]));
 
-    // The OSD restarts on the same store: the log is read back, and the resend is still recognised.
-    let store = replica.store().clone();
-    let mut restarted = OsdCore::new(acting[1], store, Arc::new(next.clone())).unwrap();
-    let reply = resend(&mut restarted, &next, 2, b"def");
-    assert!(reply.result.is_ok(), "{reply:?}");
-    assert_eq!(content(&restarted, &next).as_deref(), Some(&b"abcdef"[..]));
-    // A new append gets a version of the newer epoch, after everything in the log.
-    let reply = resend(&mut restarted, &next, 3, b"ghi");
-    assert!(reply.result.is_ok(), "{reply:?}");
-    assert_eq!(content(&restarted, &next).as_deref(), Some(&b"abcdefghi"[..]));
-    let pg = next.locate(pool, "obj").unwrap().pg;
+    // The OSD restarts on the same store: it peers again and still recognises the resend.
+    net.restart(acting[1]);
+    assert!(net.append(2, b"def").result.is_ok());
+    assert_eq!(net.content(acting[1]).as_deref(), Some(&b"abcdef"[..]));
+    // A new append gets a version after everything in the log.
+    net.append(3, b"ghi").result.expect("new append");
+    assert_eq!(net.content(acting[1]).as_deref(), Some(&b"abcdefghi"[..]));
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
     let versions: Vec<_> =
-        shoal_osd::pglog::read_entries(&**restarted.store(), pg).unwrap().iter().map(|e| e.version).collect();
+        shoal_osd::pglog::read_entries(&**net.core(acting[1]).store(), pg).unwrap().iter().map(|e| e.version).collect();
     assert_eq!(versions.len(), 3);
     assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
-    assert_eq!(versions[2].epoch, next.epoch, "ordered at the new primary's epoch");
+
+    // The old primary comes back in: it is a stray or a member again, and ends with the same bytes.
+    net.change(Command::OsdIn { id: acting[0] });
+    for _ in 0..20 {
+        net.tick();
+    }
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcdefghi"[..]), "{osd}");
+    }
 }
 
 #[test]
-fn replicas_apply_a_replicated_write_once_and_refuse_one_from_a_replaced_primary() {
-    let map = map();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let loc = map.locate(pool, "obj").unwrap();
-    let mut replica = core(loc.osds[1], &map);
-    let rep = |tid: u64, seq: u64, epoch: u64, precondition| RepOp {
-        reqid: ReqId { client: 7, tid },
-        epoch,
-        pool,
-        pg: loc.pg.seed,
-        object: "obj".into(),
-        version: shoal_proto::osd::Eversion { epoch, seq },
-        precondition,
-        ops: vec![ObjOp::Write { offset: 0, len_bytes: 3 }],
-    };
-    let deliver = |replica: &mut OsdCore, op: RepOp, data: &[u8]| {
+fn replicas_apply_a_replicated_write_once_and_refuse_gaps_and_replaced_primaries() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    net.append(1, b"abc").result.expect("first append");
+    // Capture the next replicated write instead of delivering it.
+    net.capture = true;
+    let op = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+    net.run(VecDeque::from([(
+        acting[0].0,
+        Event::ClientOp { from: CLIENT, request_id: 50, op, data: b"def".to_vec() },
+    )]));
+    net.capture = false;
+    let (to, rep, data) = net.captured.pop().expect("a replicated write");
+    let deliver = |net: &mut Net, op: RepOp, data: &[u8]| {
         let mut out = Vec::new();
-        replica.handle(Event::RepOp { from: 1, request_id: 1, op, data: data.to_vec() }, &mut out);
+        net.cores
+            .get_mut(&to)
+            .unwrap()
+            .handle(Event::RepOp { from: 99, request_id: 1, op, data: data.to_vec() }, &mut out);
         let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
         decode::<RepOpReply>(frame.payload.clone()).unwrap().0.result
     };
-    use shoal_proto::osd::Precondition;
-    deliver(&mut replica, rep(1, 1, map.epoch, Precondition::Absent), b"abc").expect("first delivery");
-    // The same replicated write again (a primary resending after a reconnect): acknowledged, not
-    // applied again (it would fail its precondition if it were).
-    deliver(&mut replica, rep(1, 1, map.epoch, Precondition::Absent), b"abc").expect("second delivery");
-    // A newer write from a newer primary, then a late one from the replaced primary.
-    deliver(&mut replica, rep(2, 2, map.epoch + 5, Precondition::Size(3)), b"xyz").expect("newer primary");
-    let err = deliver(&mut replica, rep(3, 3, map.epoch, Precondition::Size(3)), b"old").expect_err("stale primary");
+    // One that skips a write it follows is refused (the replica missed one).
+    let mut gap = rep.clone();
+    gap.prev.seq += 1;
+    gap.version.seq += 1;
+    let err = deliver(&mut net, gap, &data).expect_err("gap");
     assert_eq!(err.code, ErrorCode::WrongPrimary, "{err}");
-    assert!(err.message.contains("replaced"), "{err}");
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"xyz"[..]));
-    // Request 1 applied again by its primary (an idempotent resend it had not seen complete) comes
-    // under a newer version: the replica applies it too, so that both hold the same bytes.
-    deliver(&mut replica, rep(1, 3, map.epoch + 5, Precondition::Any), b"abc").expect("re-applied request");
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"abc"[..]));
+    assert!(err.message.contains("follows"), "{err}");
+    // Delivered twice (a primary resending after a reconnect): applied once.
+    deliver(&mut net, rep.clone(), &data).expect("first delivery");
+    deliver(&mut net, rep.clone(), &data).expect("second delivery");
+    assert_eq!(net.content(OsdId(to)).as_deref(), Some(&b"abcdef"[..]));
+    // A write stamped before the replica's activation comes from a replaced primary.
+    let mut stale = rep;
+    stale.reqid.tid = 9;
+    stale.prev = stale.version;
+    stale.version.seq += 1;
+    stale.epoch = 1;
+    let err = deliver(&mut net, stale, &data).expect_err("stale primary");
+    assert_eq!(err.code, ErrorCode::WrongPrimary, "{err}");
+    assert!(err.message.contains("predates"), "{err}");
 }
 
 #[test]
 fn the_pg_log_is_bounded_and_identical_on_every_member() {
-    let map = map();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let loc = map.locate(pool, "obj").unwrap();
-    let (mut primary, mut replica) = primary_and_replica(&map);
+    let mut net = Net::new();
+    let acting = net.acting();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
     use shoal_osd::pglog::{LOG_ENTRIES, MAX_LOG_ENTRIES, TRIM_BATCH};
-    // One past the longest log: the oldest batch is trimmed.
     let writes = MAX_LOG_ENTRIES as u64 + 1;
     for tid in 1..=writes {
-        append(&mut primary, &mut replica, &map, tid, b"x").result.expect("append");
+        net.append(tid, b"x").result.expect("append");
     }
-    let on_primary = shoal_osd::pglog::read_entries(&**primary.store(), loc.pg).unwrap();
-    let on_replica = shoal_osd::pglog::read_entries(&**replica.store(), loc.pg).unwrap();
+    let on_primary = shoal_osd::pglog::read_entries(&**net.core(acting[0]).store(), pg).unwrap();
+    let on_replica = shoal_osd::pglog::read_entries(&**net.core(acting[1]).store(), pg).unwrap();
     assert_eq!(on_primary.len(), MAX_LOG_ENTRIES + 1 - TRIM_BATCH, "a batch was trimmed");
     assert!(on_primary.len() >= LOG_ENTRIES);
     assert_eq!(on_primary, on_replica);
-    assert_eq!(on_primary[0].reqid.tid, TRIM_BATCH as u64 + 1, "oldest trimmed first");
-    // Read back from the store, the log is the same.
-    let reloaded = shoal_osd::pglog::PgLog::load(&**primary.store(), loc.pg).unwrap();
+    let reloaded = shoal_osd::pglog::PgLog::load(&**net.core(acting[0]).store(), pg).unwrap();
     assert_eq!(reloaded.len(), on_primary.len());
     assert_eq!(reloaded.last_update(), on_primary.last().unwrap().version);
-    // A resend of a write still in the log is recognised; one trimmed away is not (and would be
-    // applied again): the log's bound is the dedup window.
-    assert!(resend(&mut primary, &map, writes, b"x").result.is_ok());
-    assert_eq!(content(&primary, &map).map(|c| c.len()), Some(writes as usize));
+    // A resend of a write still in the log is recognised.
+    assert!(net.append(writes, b"x").result.is_ok());
+    assert_eq!(net.content(acting[0]).map(|c| c.len()), Some(writes as usize));
 }
 
 #[test]
 fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
-    let map = map();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let loc = map.locate(pool, "obj").unwrap();
-    let (mut primary, mut replica) = primary_and_replica(&map);
-    append(&mut primary, &mut replica, &map, 1, b"abc").result.expect("append");
-    // More objects than one tick removes, straight into the PG's collection.
-    let coll = shoal_osd::exec::pg_collection(loc.pg);
+    let mut net = Net::new();
+    let acting = net.acting();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    net.append(1, b"abc").result.expect("append");
+    let coll = shoal_osd::exec::pg_collection(pg);
     let many = shoal_osd::core::PURGE_OBJECTS_PER_TICK + 100;
     for chunk in (0..many).collect::<Vec<_>>().chunks(500) {
         let mut txn = shoal_store::Transaction::new();
         for i in chunk {
             txn.touch(&coll, &format!("bulk-{i}"));
         }
-        primary.store().commit(txn, shoal_store::Durability::Batch).unwrap();
+        net.core(acting[0]).store().commit(txn, shoal_store::Durability::Batch).unwrap();
     }
     let pool_collections = |c: &OsdCore| {
-        c.store()
-            .list_collections()
-            .unwrap()
-            .into_iter()
-            .filter(|n| n.ends_with(&format!("{pool}.{:x}", loc.pg.seed)))
-            .count()
+        let prefixes = [format!("pg.{pool}."), format!("pglog.{pool}.")];
+        c.store().list_collections().unwrap().into_iter().filter(|n| prefixes.iter().any(|p| n.starts_with(p))).count()
     };
-    assert_eq!(pool_collections(&primary), 2, "the PG and its log");
-
-    let mut without = (*map).clone();
-    without.execute(&Command::RemovePool { name: "p".into() }).unwrap();
-    let without = Arc::new(without);
-    primary.handle(Event::Map(without.clone()), &mut Vec::new());
-    assert_eq!(primary.purge_backlog(), 2);
+    // The written PG's data and every PG's log (activation creates them).
+    let before = pool_collections(net.core(acting[0]));
+    assert_eq!(before, 9, "one PG's objects and eight PG logs");
+    let replica_store = net.core(acting[1]).store().clone();
+    net.cores.remove(&acting[1].0);
+    net.change(Command::RemovePool { name: "p".into() });
+    let primary = net.cores.get_mut(&acting[0].0).unwrap();
+    assert_eq!(primary.purge_backlog(), before);
     primary.handle(Event::Tick { now_ms: 1 }, &mut Vec::new());
     assert!(primary.store().usage().unwrap().objects > 0, "one tick removes a bounded batch");
-    primary.handle(Event::Tick { now_ms: 2 }, &mut Vec::new());
-    primary.handle(Event::Tick { now_ms: 3 }, &mut Vec::new());
+    for t in 2..6 {
+        primary.handle(Event::Tick { now_ms: t }, &mut Vec::new());
+    }
     assert_eq!(primary.purge_backlog(), 0);
-    assert_eq!(pool_collections(&primary), 0);
+    assert_eq!(pool_collections(primary), 0);
     assert_eq!(primary.store().usage().unwrap().objects, 0);
 
     // An OSD that was down when the pool was deleted purges it when it starts with the new map.
-    let mut restarted = OsdCore::new(replica.id(), replica.store().clone(), without.clone()).unwrap();
-    assert_eq!(restarted.purge_backlog(), 2);
+    let mut restarted = OsdCore::new(acting[1], replica_store, Arc::new(net.map.clone())).unwrap();
+    assert_eq!(restarted.purge_backlog(), before);
     restarted.handle(Event::Tick { now_ms: 1 }, &mut Vec::new());
     assert_eq!(pool_collections(&restarted), 0);
-
     // A late replicated write to the deleted pool (from a primary on an older map) is refused.
     let op = RepOp {
         reqid: ReqId { client: 7, tid: 9 },
-        epoch: map.epoch,
+        epoch: 3,
         pool,
-        pg: loc.pg.seed,
+        pg: pg.seed,
         object: "obj".into(),
-        version: shoal_proto::osd::Eversion { epoch: map.epoch, seq: 9 },
+        version: shoal_proto::osd::Eversion { epoch: 3, seq: 9 },
         precondition: shoal_proto::osd::Precondition::Any,
         ops: vec![ObjOp::WriteFull { len_bytes: 1 }],
+        prev: shoal_proto::osd::Eversion::default(),
+        log_only: false,
     };
     let mut out = Vec::new();
     restarted.handle(Event::RepOp { from: 1, request_id: 1, op, data: b"z".to_vec() }, &mut out);
@@ -348,55 +439,52 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
 }
 
 #[test]
-fn an_idempotent_resend_to_a_restarted_primary_reaches_a_replica_that_missed_it() {
-    let map = map();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let acting = map.locate(pool, "obj").unwrap().osds;
-    let (mut primary, mut replica) = primary_and_replica(&map);
-    request(&mut primary, &mut replica, &map, 1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"old").result.unwrap();
-
-    // The primary applies write 2 and crashes before its replicated write leaves.
-    let mut out = Vec::new();
-    let op = client_op(&map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
-    primary.handle(Event::ClientOp { from: CLIENT, request_id: 2, op, data: b"new".to_vec() }, &mut out);
-    assert!(out.iter().any(|a| matches!(a, Action::Replicate { .. })), "{out:?}");
-    assert_eq!(content(&primary, &map).as_deref(), Some(&b"new"[..]));
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"old"[..]), "the replicated write was lost");
-    let mut restarted = OsdCore::new(acting[0], primary.store().clone(), map.clone()).unwrap();
-
-    // The resend is in the restarted primary's log, but it never saw the write complete: a whole-
-    // object write is applied again, so the replica gets it too.
-    let reply = request(&mut restarted, &mut replica, &map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }], b"new");
-    reply.result.expect("resend");
-    assert_eq!(content(&replica, &map).as_deref(), Some(&b"new"[..]));
-    // Once seen complete, a further resend is answered from the log without another write.
-    let mut out = Vec::new();
-    let op = client_op(&map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
-    restarted.handle(Event::ClientOp { from: CLIENT, request_id: 3, op, data: b"new".to_vec() }, &mut out);
-    assert!(matches!(&out[..], [Action::Reply { .. }]), "answered from the log: {out:?}");
+fn a_write_lost_on_its_way_to_a_replica_is_recovered_when_the_primary_restarts() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    net.request(1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"old").result.unwrap();
+    // The primary applies write 2; its replicated write is lost and the primary crashes.
+    net.drop_rep_to = vec![acting[1].0];
+    let op = client_op(&net.map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
+    net.run(VecDeque::from([(
+        acting[0].0,
+        Event::ClientOp { from: CLIENT, request_id: 60, op, data: b"new".to_vec() },
+    )]));
+    net.drop_rep_to.clear();
+    assert_eq!(net.content(acting[0]).as_deref(), Some(&b"new"[..]));
+    assert_eq!(net.content(acting[1]).as_deref(), Some(&b"old"[..]), "the replicated write was lost");
+    net.restart(acting[0]);
+    // Peering found the replica behind and recovered the object to it.
+    assert_eq!(net.content(acting[1]).as_deref(), Some(&b"new"[..]));
+    // The resend is answered from the log, not applied again.
+    net.request(2, vec![ObjOp::WriteFull { len_bytes: 3 }], b"new").result.expect("resend");
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    for osd in &acting {
+        assert_eq!(shoal_osd::pglog::read_entries(&**net.core(*osd).store(), pg).unwrap().len(), 2, "{osd}");
+    }
 }
 
 #[test]
 fn any_member_answers_what_it_holds_of_a_pg() {
-    let map = map();
-    let (mut primary, mut replica) = primary_and_replica(&map);
-    append(&mut primary, &mut replica, &map, 1, b"abc").result.unwrap();
-    append(&mut primary, &mut replica, &map, 2, b"def").result.unwrap();
-    let pool = map.pool_by_name("p").unwrap().id;
-    let pg = map.locate(pool, "obj").unwrap().pg;
-    let query = |core: &mut OsdCore, seed: u32| {
+    let mut net = Net::new();
+    let acting = net.acting();
+    net.append(1, b"abc").result.unwrap();
+    net.append(2, b"def").result.unwrap();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let epoch = net.map.epoch;
+    let query = |net: &mut Net, osd: OsdId, seed: u32| {
         let mut out = Vec::new();
-        let req = shoal_proto::osd::PgQuery { epoch: map.epoch, pool, pg: seed };
-        core.handle(Event::PgQuery { from: CLIENT, request_id: 1, req }, &mut out);
+        let req = shoal_proto::osd::PgQuery { epoch, pool, pg: seed };
+        net.cores.get_mut(&osd.0).unwrap().handle(Event::PgQuery { from: CLIENT, request_id: 1, req }, &mut out);
         let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
         decode::<shoal_proto::osd::PgQueryReply>(frame.payload.clone()).unwrap().0.result
     };
-    let (a, b) = (query(&mut primary, pg.seed).unwrap(), query(&mut replica, pg.seed).unwrap());
+    let (a, b) = (query(&mut net, acting[0], pg.seed).unwrap(), query(&mut net, acting[1], pg.seed).unwrap());
     assert_eq!(a, b, "both members hold the same writes");
     assert_eq!((a.objects, a.log_entries), (1, 2));
     assert_eq!(a.last_update.seq, 2);
-    let empty = query(&mut primary, (pg.seed + 1) % 8).unwrap();
-    assert_eq!((empty.objects, empty.log_entries, empty.last_update.seq), (0, 0, 0));
-    let err = query(&mut primary, 99).unwrap_err();
+    let err = query(&mut net, acting[0], 99).unwrap_err();
     assert_eq!(err.code, ErrorCode::NotFound, "{err}");
 }
