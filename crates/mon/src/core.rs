@@ -143,7 +143,8 @@ pub enum Event {
 pub enum Reply {
     /// For a map command: the epoch at which the change is in the map.
     Command(Result<u64, RemoteError>),
-    Map(MapUpdate),
+    /// Boxed: a full map is much larger than the other replies.
+    Map(Box<MapUpdate>),
     Status(StatusReply),
 }
 
@@ -337,7 +338,7 @@ impl MonCore {
                 if subscribe && self.subscribers.len() < self.cfg.max_subscribers {
                     self.subscribers.insert(to.conn);
                 }
-                out.push(Action::Reply { to, reply: Reply::Map(update) });
+                out.push(Action::Reply { to, reply: Reply::Map(Box::new(update)) });
             }
             Event::Closed { conn } => {
                 self.subscribers.remove(&conn);

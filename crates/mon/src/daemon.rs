@@ -304,7 +304,7 @@ fn reply_frame(request_id: u64, reply: &Reply, peer: &str) -> Frame {
     match reply {
         Reply::Command(r) => shoal_proto::frame(request_id, &MonCommandReply { result: r.clone() }, Vec::new()),
         Reply::Map(m) if !may_see_keys(peer) => shoal_proto::frame(request_id, &redacted(m), Vec::new()),
-        Reply::Map(m) => shoal_proto::frame(request_id, m, Vec::new()),
+        Reply::Map(m) => shoal_proto::frame(request_id, &**m, Vec::new()),
         Reply::Status(s) => shoal_proto::frame(request_id, s, Vec::new()),
     }
 }

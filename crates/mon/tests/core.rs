@@ -188,7 +188,7 @@ fn map_reply(actions: &[Action]) -> MapUpdate {
     actions
         .iter()
         .find_map(|a| match a {
-            Action::Reply { reply: Reply::Map(m), .. } => Some(m.clone()),
+            Action::Reply { reply: Reply::Map(m), .. } => Some((**m).clone()),
             _ => None,
         })
         .expect("a map reply")

@@ -45,7 +45,7 @@ pub fn plan_member(auth: &[PgLogEntry], member: &PeerState) -> MemberPlan {
         None => return MemberPlan::Backfill,
     };
     for e in member_after {
-        missing.entry(e.object.clone()).or_insert_with(Eversion::default);
+        missing.entry(e.object.clone()).or_default();
     }
     for e in auth_after {
         missing.insert(e.object.clone(), e.version);

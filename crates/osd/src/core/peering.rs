@@ -326,8 +326,7 @@ impl OsdCore {
             plans.insert(*osd, plan_member(&auth_log, state));
         }
         // A primary that must be backfilled hands the PG to the authority for the time being.
-        if plans.get(&me) != Some(&MemberPlan::Log { missing: plans_missing(&plans, me) }) || auth_is_needed(&plans, me)
-        {
+        if !matches!(plans.get(&me), Some(MemberPlan::Log { .. })) {
             let mut temp = vec![auth];
             temp.extend(p.acting.iter().copied().filter(|o| *o != auth));
             p.phase = Phase::WaitingTemp;
@@ -533,13 +532,12 @@ impl OsdCore {
     pub(super) fn peering_tick(&mut self, out: &mut Vec<Action>) {
         let mut restart = Vec::new();
         for (pg, s) in &mut self.pgs {
-            if let Role::Primary(p) = &mut s.role {
-                if matches!(p.phase, Phase::Querying | Phase::Activating { .. } | Phase::Recording | Phase::WaitingTemp)
-                {
-                    p.phase_ticks += 1;
-                    if p.phase_ticks > PEERING_RETRY_TICKS {
-                        restart.push(*pg);
-                    }
+            if let Role::Primary(p) = &mut s.role
+                && matches!(p.phase, Phase::Querying | Phase::Activating { .. } | Phase::Recording | Phase::WaitingTemp)
+            {
+                p.phase_ticks += 1;
+                if p.phase_ticks > PEERING_RETRY_TICKS {
+                    restart.push(*pg);
                 }
             }
         }
@@ -678,18 +676,4 @@ impl OsdCore {
             }
         }
     }
-}
-
-/// The missing set `me` was planned with (empty if it is to be backfilled).
-fn plans_missing(plans: &BTreeMap<OsdId, MemberPlan>, me: OsdId) -> BTreeMap<String, shoal_proto::osd::Eversion> {
-    match plans.get(&me) {
-        Some(MemberPlan::Log { missing }) => missing.clone(),
-        _ => BTreeMap::new(),
-    }
-}
-
-/// Whether the primary `me` lacks history that only a temporary acting set can bring it without
-/// stopping service: it must be backfilled.
-fn auth_is_needed(plans: &BTreeMap<OsdId, MemberPlan>, me: OsdId) -> bool {
-    !matches!(plans.get(&me), Some(MemberPlan::Log { .. }))
 }
