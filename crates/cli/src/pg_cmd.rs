@@ -1,7 +1,7 @@
 //! `shoal pg ls`: every PG of a pool (or of all pools) with its acting OSDs and what each of
 //! them holds — the newest write in its PG log and its object count — so that members that
-//! disagree are visible. Until recovery exists (decision 0008), a member that missed writes (a
-//! new member after an acting-set change, an OSD that came back) shows here as `diverged`.
+//! disagree are visible: a member that recovery or backfill has not caught up yet (decision 0009)
+//! shows here as `diverged`.
 
 use std::process::ExitCode;
 
@@ -94,7 +94,7 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
     }
     if diverged > 0 {
         println!(
-            "{diverged} PG(s) diverged: their members hold different writes (recovery is not built yet; see docs/CLUSTER.md)"
+            "{diverged} PG(s) diverged: their members hold different writes (recovery in progress, or stuck: see `shoal status` and docs/CLUSTER.md)"
         );
     }
     Ok(ExitCode::SUCCESS)
