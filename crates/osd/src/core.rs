@@ -165,6 +165,9 @@ pub struct OsdCore {
     mon_busy: bool,
     /// Strays waiting for their primary's answer.
     strays_asking: BTreeSet<PgId>,
+    /// Whether PG intervals were evaluated against a map yet (the core starts with the map it
+    /// booted with; the first map or tick evaluates it, even at the same epoch).
+    intervals_known: bool,
     /// Objects recovered (or backfill chunks) in flight at once, across this OSD's PGs.
     pub recovery_max_ops: usize,
     /// Collections of deleted pools still to be emptied and removed, a bounded batch per tick.
@@ -202,6 +205,7 @@ impl OsdCore {
             pending_temp: BTreeMap::new(),
             mon_busy: false,
             strays_asking: BTreeSet::new(),
+            intervals_known: false,
             recovery_max_ops: DEFAULT_RECOVERY_MAX_OPS,
             counters: Counters::default(),
             last_tick: None,
@@ -251,8 +255,7 @@ impl OsdCore {
                 }
             }
             Event::Map(map) => {
-                let first = self.pgs.is_empty() && self.logs.is_empty();
-                if map.epoch > self.map.epoch || first {
+                if map.epoch > self.map.epoch || !self.intervals_known {
                     let pool_removed = self.map.pools.keys().any(|id| !map.pools.contains_key(id));
                     if map.epoch >= self.map.epoch {
                         self.map = map;
@@ -269,7 +272,7 @@ impl OsdCore {
                 }
             }
             Event::Tick { now_ms } => {
-                if self.pgs.is_empty() {
+                if !self.intervals_known {
                     self.update_intervals(out);
                 }
                 self.purge_step(PURGE_OBJECTS_PER_TICK);

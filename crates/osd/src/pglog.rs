@@ -176,6 +176,17 @@ impl PgLog {
         self.push(entry.version, entry.reqid, entry.op_count);
     }
 
+    /// Updates the in-memory log after the transaction built by [`write_whole`] committed.
+    pub fn replaced(&mut self, entries: &[shoal_proto::osd::PgLogEntry]) {
+        self.entries.clear();
+        self.by_reqid.clear();
+        self.has_collection = true;
+        self.created = true;
+        for e in &entries[entries.len().saturating_sub(MAX_LOG_ENTRIES)..] {
+            self.push(e.version, e.reqid, e.op_count);
+        }
+    }
+
     fn push(&mut self, version: Eversion, reqid: ReqId, op_count: u32) {
         self.entries.push_back((version, reqid));
         self.by_reqid.insert(reqid, (version, op_count));
@@ -194,8 +205,8 @@ impl PgLog {
 
 /// Adds to `txn` the replacement of PG `pg`'s whole log by `entries` (oldest first; at most the
 /// newest [`MAX_LOG_ENTRIES`] are kept): what a member does when peering activates it with the
-/// authoritative log. The log collection must exist or be created earlier in `txn`; reload the
-/// in-memory log ([`PgLog::load`]) once the transaction committed.
+/// authoritative log. The log collection must exist or be created earlier in `txn`; update the
+/// in-memory log with [`PgLog::replaced`] once the transaction committed.
 pub fn write_whole(txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd::PgLogEntry]) {
     let coll = log_collection(pg);
     txn.touch(&coll, LOG_OBJECT).omap_clear(&coll, LOG_OBJECT);
@@ -258,6 +269,33 @@ mod tests {
         let mut bad = e.encode_value();
         bad.push(0xff);
         assert!(LogEntry::decode(&e.version.to_key(), &bad).is_err(), "object name not UTF-8");
+    }
+
+    #[test]
+    fn a_replaced_log_in_memory_matches_the_stored_one() {
+        use shoal_proto::osd::PgLogEntry;
+        let store = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let pg = PgId { pool: 1, seed: 2 };
+        let entries: Vec<PgLogEntry> = (1..=(MAX_LOG_ENTRIES as u64 + 10))
+            .map(|i| PgLogEntry {
+                version: Eversion { epoch: 3, seq: i },
+                reqid: ReqId { client: 9, tid: i },
+                object: format!("o{i}"),
+                op_count: 1,
+            })
+            .collect();
+        let mut txn = Transaction::new();
+        txn.create_collection(&log_collection(pg));
+        write_whole(&mut txn, pg, &entries);
+        store.commit(txn, shoal_store::Durability::Sync).expect("commit");
+        let mut memory = PgLog::default();
+        memory.replaced(&entries);
+        let loaded = PgLog::load(&store, pg).expect("load");
+        assert_eq!(memory.len(), MAX_LOG_ENTRIES);
+        assert_eq!((memory.len(), memory.last_update()), (loaded.len(), loaded.last_update()));
+        let (oldest_kept, trimmed) = (ReqId { client: 9, tid: 11 }, ReqId { client: 9, tid: 10 });
+        assert_eq!((memory.lookup(&oldest_kept), memory.lookup(&trimmed)), (Some(1), None));
+        assert_eq!((loaded.lookup(&oldest_kept), loaded.lookup(&trimmed)), (Some(1), None));
     }
 
     #[test]

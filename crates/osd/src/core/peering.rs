@@ -28,7 +28,7 @@ use shoal_store::Transaction;
 
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::merge::{MemberPlan, choose_authority, plan_member};
-use crate::pglog::{PgLog, log_collection};
+use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
 
 /// Ticks a peering step may wait for answers before it starts over.
@@ -146,9 +146,27 @@ pub(crate) fn interval_of(map: &ClusterMap, pg: PgId) -> Interval {
 }
 
 impl OsdCore {
+    /// This OSD's primary state of `pg`, if it is the PG's primary.
+    pub(super) fn primary(&self, pg: PgId) -> Option<&Primary> {
+        match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// [`OsdCore::primary`], mutable, and only while it is still in peering attempt `attempt`
+    /// (answers to an older attempt are ignored).
+    pub(super) fn primary_at(&mut self, pg: PgId, attempt: u64) -> Option<&mut Primary> {
+        match self.pgs.get_mut(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) if p.attempt == attempt => Some(p),
+            _ => None,
+        }
+    }
+
     /// Re-evaluates every PG against the current map: PGs whose interval changed start peering
     /// (primary), wait for activation (replica) or become strays.
     pub(super) fn update_intervals(&mut self, out: &mut Vec<Action>) {
+        self.intervals_known = true;
         let map = self.map.clone();
         let mut seen = BTreeSet::new();
         for pool in map.pools.values() {
@@ -289,8 +307,8 @@ impl OsdCore {
         result: Result<PeerState, RemoteError>,
         out: &mut Vec<Action>,
     ) {
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        if p.attempt != attempt || p.phase != Phase::Querying || !p.waiting.remove(&from) {
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        if p.phase != Phase::Querying || !p.waiting.remove(&from) {
             return;
         }
         match result {
@@ -412,8 +430,7 @@ impl OsdCore {
         meta.write_whole(&mut txn, pg);
         self.store.commit(txn, shoal_store::Durability::Batch).map_err(|e| crate::exec::store_error(&e))?;
         self.collections.insert(coll);
-        let reloaded = PgLog::load(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
-        self.logs.insert(pg, reloaded);
+        self.logs.entry(pg).or_default().replaced(log);
         self.metas.insert(pg, meta.clone());
         Ok(())
     }
@@ -427,10 +444,7 @@ impl OsdCore {
         result: Result<(), RemoteError>,
         out: &mut Vec<Action>,
     ) {
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        if p.attempt != attempt {
-            return;
-        }
+        let Some(p) = self.primary_at(pg, attempt) else { return };
         let Phase::Activating { waiting } = &mut p.phase else { return };
         if let Err(e) = result {
             tracing::info!(%pg, peer = %from, error = %e, "activation refused; peering again at the next tick");

@@ -154,28 +154,24 @@ impl OsdCore {
     /// if it runs on a temporary acting set, the primary asks for it to be removed.
     pub(super) fn recover(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let own: Vec<String> = self.metas.get(&pg).map(|m| m.missing.keys().cloned().collect()).unwrap_or_default();
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
+        let Some(p) = self.primary(pg) else { return };
         if p.phase != Phase::Active {
             return;
         }
-        for name in &own {
-            if self.recovery_in_flight() >= self.recovery_max_ops {
-                return;
-            }
-            let skip = match self.pgs.get(&pg) {
-                Some(PgState { role: Role::Primary(p), .. }) => {
-                    p.recovering.contains_key(name) || p.unfound.contains(name)
-                }
-                _ => true,
-            };
-            if !skip {
-                self.recover_object(pg, name, out);
-            }
-        }
+        // Counted once: each start below takes one slot (a start that finds the object unfound
+        // takes one too, which only makes this round more conservative).
+        let mut budget = self.recovery_max_ops.saturating_sub(self.recovery_in_flight());
         if !own.is_empty() {
+            let idle: Vec<String> = own
+                .into_iter()
+                .filter(|n| !p.recovering.contains_key(n) && !p.unfound.contains(n))
+                .take(budget)
+                .collect();
+            for name in idle {
+                self.recover_object(pg, &name, out);
+            }
             return;
         }
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
         let mut theirs: BTreeSet<String> = BTreeSet::new();
         for pp in p.peers.values() {
             theirs.extend(pp.missing.keys().filter(|n| !p.recovering.contains_key(*n)).take(256).cloned());
@@ -187,15 +183,17 @@ impl OsdCore {
             .map(|(o, _)| *o)
             .collect();
         for name in theirs {
-            if self.recovery_in_flight() >= self.recovery_max_ops {
+            if budget == 0 {
                 return;
             }
+            budget -= 1;
             self.recover_object(pg, &name, out);
         }
         for osd in backfill {
-            if self.recovery_in_flight() >= self.recovery_max_ops {
+            if budget == 0 {
                 return;
             }
+            budget -= 1;
             self.send_backfill_chunk(pg, osd, out);
         }
         self.maybe_clean(pg, out);
@@ -205,7 +203,7 @@ impl OsdCore {
     fn maybe_clean(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let empty = PgMeta::default();
         let own = self.metas.get(&pg).unwrap_or(&empty);
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
+        let Some(p) = self.primary(pg) else { return };
         if !p.is_clean(own) || !p.recovering.is_empty() || !p.backfilling.is_empty() {
             return;
         }
@@ -222,7 +220,7 @@ impl OsdCore {
     fn send_backfill_chunk(&mut self, pg: PgId, osd: OsdId, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
         let coll = pg_collection(pg);
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return };
+        let Some(p) = self.primary(pg) else { return };
         let Some(cursor) = p.peers.get(&osd).and_then(|pp| pp.backfill.clone()) else { return };
         let attempt = p.attempt;
         let after = (!cursor.is_empty()).then_some(cursor.clone());
@@ -284,10 +282,7 @@ impl OsdCore {
         result: Result<(ObjectCopy, Vec<u8>), RemoteError>,
         out: &mut Vec<Action>,
     ) {
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        if p.attempt != attempt {
-            return;
-        }
+        let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
         let (copy, data) = match result {
             Ok(v) if v.0.name == object => v,
@@ -322,10 +317,7 @@ impl OsdCore {
         result: Result<(), RemoteError>,
         out: &mut Vec<Action>,
     ) {
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        if p.attempt != attempt {
-            return;
-        }
+        let Some(p) = self.primary_at(pg, attempt) else { return };
         if let Err(e) = result {
             tracing::info!(%pg, peer = %from, error = %e, "push refused: peering again");
             self.start_peering(pg, out);
