@@ -64,7 +64,12 @@ pub fn apply_copy(
             format!("copy of {} names {} bytes but carries {}", copy.name, copy.size_bytes, data.len()),
         ));
     }
-    let present = store.exists(coll, &copy.name).map_err(|e| store_error(&e))?;
+    // The collection may be created by this same transaction (the PG is new here).
+    let present = match store.exists(coll, &copy.name) {
+        Ok(p) => p,
+        Err(shoal_store::StoreError::NoSuchCollection(_)) => false,
+        Err(e) => return Err(store_error(&e)),
+    };
     if present {
         txn.remove(coll, &copy.name);
     }

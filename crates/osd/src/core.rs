@@ -88,11 +88,33 @@ pub enum Event {
 /// What a call to a peer was for, so its answer reaches the step that waits for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerCall {
-    Query { pg: PgId, attempt: u64 },
-    Activate { pg: PgId, attempt: u64 },
-    Pull { pg: PgId, attempt: u64, object: String },
-    Push { pg: PgId, attempt: u64, objects: Vec<String>, backfill: bool },
-    Stray { pg: PgId },
+    Query {
+        pg: PgId,
+        attempt: u64,
+    },
+    Activate {
+        pg: PgId,
+        attempt: u64,
+    },
+    Pull {
+        pg: PgId,
+        attempt: u64,
+        object: String,
+    },
+    Push {
+        pg: PgId,
+        attempt: u64,
+        objects: Vec<String>,
+        backfill: bool,
+    },
+    Stray {
+        pg: PgId,
+    },
+    /// A query to a stray that may hold objects the primary cannot find among the members.
+    Probe {
+        pg: PgId,
+        attempt: u64,
+    },
 }
 
 impl Event {
@@ -392,6 +414,12 @@ impl OsdCore {
             })
         };
         match &p.phase {
+            Phase::Active if p.recovery_only => {
+                out.extend(refuse(format!(
+                    "PG {pg} is undersized+degraded+peered: backfilling members to reach min_size"
+                )));
+                Err(())
+            }
             Phase::Active => Ok(event),
             Phase::Down => {
                 out.extend(refuse(format!("PG {pg} is down: no OSD of its last active interval is up")));
@@ -763,6 +791,7 @@ impl OsdCore {
             Phase::Down => "down".into(),
             Phase::Incomplete => "incomplete".into(),
             Phase::Undersized => "undersized+degraded+peered".into(),
+            Phase::Active if p.recovery_only => "undersized+degraded+peered+backfilling".into(),
             Phase::Active => {
                 let own_missing = self.metas.get(&pg).is_some_and(|m| !m.missing.is_empty());
                 let recovering = own_missing || p.peers.values().any(|pp| !pp.missing.is_empty());

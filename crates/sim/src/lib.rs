@@ -61,6 +61,8 @@ pub struct SimConfig {
     pub osds: u32,
     pub hosts: u32,
     pub pool_size: u32,
+    /// The pool's `min_size`: a PG with fewer complete members refuses I/O.
+    pub min_size: u32,
     pub pg_num: u32,
     pub clients: u32,
     /// Objects each client owns (a client keeps at most one operation in flight per object,
@@ -108,6 +110,14 @@ pub enum Fault {
     MarkDown(OsdId),
     Out(OsdId),
     In(OsdId),
+    /// The OSD's disk is replaced: it crashes and starts again at once on an empty store. Applied
+    /// only when every PG is active and clean (delayed until then), so that the pool's size still
+    /// covers every other fault: one store is lost only while every write is on all its members.
+    ReplaceWhenClean(OsdId),
+    /// The OSD is cut off from its peers (messages both ways are lost; the monitors still hear
+    /// it, so it stays up in the map) until `Heal`.
+    Isolate(OsdId),
+    Heal(OsdId),
 }
 
 impl Default for SimConfig {
@@ -117,6 +127,7 @@ impl Default for SimConfig {
             osds: 5,
             hosts: 5,
             pool_size: 3,
+            min_size: 1,
             pg_num: 16,
             clients: 3,
             objects_per_client: 8,
@@ -132,6 +143,112 @@ impl Default for SimConfig {
             replication_timeout_us: 30_000,
             faults: Vec::new(),
             tick_us: 5_000,
+        }
+    }
+}
+
+impl SimConfig {
+    /// A cluster under a nemesis, everything drawn from `seed`: 5 or 6 OSDs on as many hosts, a
+    /// size-3 pool with `min_size` 2, three clients doing whole-object writes or appends, lost
+    /// messages on every link, and two to seven faults in the first 250 ms: single crashes (some
+    /// long enough for the monitors to mark the OSD down), two OSDs crashed together (so some PGs
+    /// fall below `min_size` or lose every member and must stop serving), out/in, an OSD cut off
+    /// from its peers, and at most one disk replaced by an empty one.
+    ///
+    /// The faults stay within what the pool's size covers: every crashed or isolated OSD comes
+    /// back, and the one store that is ever lost is lost while every write is on all its members.
+    /// Within that, every acknowledged write must survive and never roll back.
+    pub fn nemesis(seed: u64) -> SimConfig {
+        let mut r = Rng::new(seed ^ 0x6e65_6d65_7369_7321);
+        let osds = r.range(5, 6) as u32;
+        let mut faults = Vec::new();
+        // Per OSD: the time until which a fault already holds it (faults on one OSD never overlap).
+        let mut busy_until = vec![0u64; osds as usize];
+        let mut replaced = false;
+        let mut kept_out = false;
+        let mut t = r.range(1_000, 20_000);
+        for _ in 0..r.range(2, 7) {
+            let free: Vec<u32> = (0..osds).filter(|i| busy_until[*i as usize] <= t).collect();
+            if free.len() < 2 {
+                t += 20_000;
+                continue;
+            }
+            let pick = |r: &mut Rng, not: Option<u32>| loop {
+                let o = free[r.range(0, free.len() as u64 - 1) as usize];
+                if Some(o) != not {
+                    return o;
+                }
+            };
+            let x = pick(&mut r, None);
+            let span = r.range(5_000, 80_000);
+            match r.range(0, 9) {
+                0..=2 => {
+                    faults.push((t, Fault::Crash(OsdId(x))));
+                    // Half the time the monitors notice first (a new interval without it).
+                    if r.range(0, 1) == 0 {
+                        faults.push((t + r.range(1_000, span - 1_000), Fault::MarkDown(OsdId(x))));
+                    }
+                    faults.push((t + span, Fault::Restart(OsdId(x))));
+                    busy_until[x as usize] = t + span;
+                }
+                3 | 4 => {
+                    let y = pick(&mut r, Some(x));
+                    let gap = r.range(0, 3_000);
+                    faults.push((t, Fault::Crash(OsdId(x))));
+                    faults.push((t + gap, Fault::Crash(OsdId(y))));
+                    faults.push((t + gap + 1_000, Fault::MarkDown(OsdId(x))));
+                    if r.range(0, 1) == 0 {
+                        faults.push((t + gap + 1_000, Fault::MarkDown(OsdId(y))));
+                    }
+                    let back_y = t + gap + span;
+                    let back_x = t + r.range(span / 2, span * 2);
+                    faults.push((back_x, Fault::Restart(OsdId(x))));
+                    faults.push((back_y, Fault::Restart(OsdId(y))));
+                    busy_until[x as usize] = back_x;
+                    busy_until[y as usize] = back_y;
+                }
+                5 | 6 => {
+                    faults.push((t, Fault::Out(OsdId(x))));
+                    if kept_out || r.range(0, 3) != 0 {
+                        faults.push((t + span, Fault::In(OsdId(x))));
+                        busy_until[x as usize] = t + span;
+                    } else {
+                        kept_out = true;
+                        busy_until[x as usize] = u64::MAX;
+                    }
+                }
+                7 | 8 => {
+                    faults.push((t, Fault::Isolate(OsdId(x))));
+                    faults.push((t + span, Fault::Heal(OsdId(x))));
+                    busy_until[x as usize] = t + span;
+                }
+                _ if !replaced => {
+                    replaced = true;
+                    faults.push((t, Fault::ReplaceWhenClean(OsdId(x))));
+                    busy_until[x as usize] = u64::MAX;
+                }
+                _ => {}
+            }
+            t += r.range(2_000, 40_000);
+        }
+        faults.sort_by_key(|(at, _)| *at);
+        SimConfig {
+            seed,
+            osds,
+            hosts: osds,
+            pool_size: 3,
+            min_size: 2,
+            pg_num: 8,
+            clients: 3,
+            objects_per_client: 6,
+            writes_per_client: 40,
+            appends: r.range(0, 1) == 0,
+            drop_client_per_mille: r.range(0, 30),
+            client_timeout_us: 20_000,
+            drop_replication_per_mille: r.range(0, 20),
+            replication_timeout_us: 10_000,
+            faults,
+            ..SimConfig::default()
         }
     }
 }
@@ -249,6 +366,8 @@ pub struct Simulation {
     peer_calls: HashMap<u64, (u32, u32, shoal_osd::PeerCall)>,
     /// Stores of crashed OSDs, until they restart.
     crashed: BTreeMap<u32, Arc<dyn ObjectStore>>,
+    /// OSDs cut off from their peers.
+    isolated: std::collections::BTreeSet<u32>,
     next_rep_request: u64,
     hash: xxhash_rust::xxh3::Xxh3,
     outcome: Outcome,
@@ -289,7 +408,7 @@ impl Simulation {
         let pool = Command::CreatePool {
             name: POOL.into(),
             size: cfg.pool_size,
-            min_size: Some(1),
+            min_size: Some(cfg.min_size),
             pg_num: cfg.pg_num,
             max_object_bytes: None,
         };
@@ -347,6 +466,7 @@ impl Simulation {
             rep_requests: HashMap::new(),
             peer_calls: HashMap::new(),
             crashed: BTreeMap::new(),
+            isolated: std::collections::BTreeSet::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
             outcome,
@@ -391,6 +511,14 @@ impl Simulation {
     }
 
     fn send(&mut self, from: Node, to: Node, frame: Frame) {
+        if let (Node::Osd(a), Node::Osd(b)) = (from, to)
+            && (self.isolated.contains(&a) || self.isolated.contains(&b))
+        {
+            // A partition: the sender finds out by its call's timeout.
+            self.outcome.dropped += 1;
+            self.trace(&[format!("cut {from:?}>{to:?}:{}", frame.request_id).as_bytes()]);
+            return;
+        }
         let client_link = matches!(from, Node::Client(_)) || matches!(to, Node::Client(_));
         let drop_per_mille =
             if client_link { self.cfg.drop_client_per_mille } else { self.cfg.drop_replication_per_mille };
@@ -425,6 +553,9 @@ impl Simulation {
             }
         }
         self.check_replicas();
+        if !self.outcome.violations.is_empty() {
+            self.diagnose();
+        }
         self.outcome.trace_hash = self.hash.digest();
         self.outcome.end_us = self.now_us;
         self.outcome.epoch = self.mon.map().epoch;
@@ -445,7 +576,7 @@ impl Simulation {
                 self.trace(&[tag.as_bytes(), &frame.payload]);
                 match to {
                     Node::Osd(i) => self.deliver_to_osd(i, from, frame),
-                    Node::Client(c) => self.deliver_to_client(c, frame),
+                    Node::Client(c) => self.deliver_to_client(c, from, frame),
                 }
             }
             Delivery::Map { to, update } => {
@@ -578,7 +709,10 @@ impl Simulation {
     fn osd_event(&mut self, osd: u32, event: Event) {
         let mut actions = Vec::new();
         let Some(core) = self.osds.get_mut(&osd) else { return };
-        core.handle(event, &mut actions);
+        {
+            let _span = tracing::info_span!("osd", id = osd, t_us = self.now_us).entered();
+            core.handle(event, &mut actions);
+        }
         for action in actions {
             match action {
                 // Mem stores are durable as soon as they are committed: nothing to sync.
@@ -672,6 +806,20 @@ impl Simulation {
             Fault::MarkDown(osd) => self.mon_command(Command::OsdDown { id: osd }),
             Fault::Out(osd) => self.mon_command(Command::OsdOut { id: osd }),
             Fault::In(osd) => self.mon_command(Command::OsdIn { id: osd }),
+            Fault::ReplaceWhenClean(osd) => {
+                if self.cluster_clean() {
+                    self.deliver(Delivery::Crash(osd));
+                    self.restart(osd, true);
+                } else {
+                    self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
+                }
+            }
+            Fault::Isolate(osd) => {
+                self.isolated.insert(osd.0);
+            }
+            Fault::Heal(osd) => {
+                self.isolated.remove(&osd.0);
+            }
         }
     }
 
@@ -680,9 +828,14 @@ impl Simulation {
         let clients_done =
             self.clients.iter().all(|c| c.queue.is_empty() && c.in_flight.is_empty() && c.parked.is_empty());
         let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(_) | Delivery::Restart(_)));
-        clients_done
-            && faults_done
-            && self.crashed.is_empty()
+        clients_done && faults_done && self.cluster_clean()
+    }
+
+    /// Every OSD runs, reaches its peers, and has every PG it leads active and clean, with no
+    /// strays left to remove.
+    fn cluster_clean(&self) -> bool {
+        self.crashed.is_empty()
+            && self.isolated.is_empty()
             && self.osds.values().all(|o| o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
     }
 
@@ -783,7 +936,7 @@ impl Simulation {
         self.send(Node::Client(c), Node::Osd(primary.0), Frame::new(OsdOp::TYPE, tid, encode(&msg, data)));
     }
 
-    fn deliver_to_client(&mut self, c: u32, frame: Frame) {
+    fn deliver_to_client(&mut self, c: u32, from: Node, frame: Frame) {
         let tid = frame.request_id;
         let Some(op) = self.clients[c as usize].in_flight.get(&tid).cloned() else { return };
         let (reply, data) = match decode::<OsdOpReply>(frame.payload) {
@@ -801,15 +954,35 @@ impl Simulation {
                             self.model.insert(key, value(seed));
                         }
                         self.outcome.acked_writes += 1;
+                        tracing::info!(
+                            t_us = self.now_us,
+                            object = object_name(c, op.object),
+                            reqid = ?op.reqid,
+                            len = self.model.get(&key).map_or(0, Vec::len),
+                            ?from,
+                            epoch = reply.epoch,
+                            "client: write acknowledged"
+                        );
                     }
                     None => {
                         let expected = self.model.get(&key).cloned();
+                        tracing::info!(
+                            t_us = self.now_us,
+                            object = object_name(c, op.object),
+                            len = data.len(),
+                            ?from,
+                            epoch = reply.epoch,
+                            "client: read"
+                        );
                         match expected {
                             Some(v) if v == data => self.outcome.verified_reads += 1,
-                            Some(_) => self.outcome.violations.push(format!(
-                                "read of {} returned {} bytes that are not its last acknowledged write",
+                            Some(v) => self.outcome.violations.push(format!(
+                                "read of {} at {} us returned {} bytes that are not its last acknowledged write ({} \
+                                 bytes)",
                                 object_name(c, op.object),
-                                data.len()
+                                self.now_us,
+                                data.len(),
+                                v.len()
                             )),
                             None => self.outcome.violations.push(format!(
                                 "read of never-written {} succeeded ({outputs:?})",
@@ -858,6 +1031,32 @@ impl Simulation {
         if !client.queue.is_empty() {
             let at = self.now_us + self.rng.range(1, 50);
             self.schedule(at, Delivery::ClientTick(c));
+        }
+    }
+
+    /// After a failed run: each PG's acting set, activation record and state as its primary sees
+    /// it, appended to the violations so that a failing seed explains itself.
+    fn diagnose(&mut self) {
+        let map = self.mon.map().clone();
+        self.outcome.violations.push(format!(
+            "at {} us, epoch {}: crashed {:?}, isolated {:?}",
+            self.now_us,
+            map.epoch,
+            self.crashed.keys().collect::<Vec<_>>(),
+            self.isolated
+        ));
+        for pool in map.pools.values() {
+            for seed in 0..pool.pg_num {
+                let pg = shoal_map::PgId { pool: pool.id, seed };
+                let acting = map.pg_osds(pg).unwrap_or_default();
+                let state = acting.first().and_then(|p| self.osds.get(&p.0)).and_then(|o| o.pg_state(pg));
+                self.outcome.violations.push(format!(
+                    "pg {pg}: up {:?} acting {acting:?} temp {:?} record {:?} state {state:?}",
+                    map.pg_up_osds(pg).unwrap_or_default(),
+                    map.pg_temp.get(&pg),
+                    map.pg_active.get(&pg),
+                ));
+            }
         }
     }
 

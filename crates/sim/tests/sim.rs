@@ -94,3 +94,9 @@ fn lost_replication_messages_end_with_every_replica_current() {
     });
     assert!(total(&outs, |o| o.resends) > 0, "no replication message was ever lost");
 }
+
+#[test]
+fn nemesis_seeds_keep_every_acknowledged_write() {
+    let outs = run_seeds(1..=40, SimConfig::nemesis);
+    assert!(total(&outs, |o| o.resends) > 0);
+}

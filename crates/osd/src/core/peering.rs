@@ -92,8 +92,17 @@ pub(crate) struct Primary {
     pub backfilling: BTreeSet<OsdId>,
     /// Objects missing on the primary that no member can provide.
     pub unfound: BTreeSet<String>,
+    /// OSDs that said they hold a stray copy of the PG (they ask whether they may remove it):
+    /// where unfound objects are looked for.
+    pub known_strays: BTreeSet<OsdId>,
+    /// Strays queried for unfound objects and not answered yet.
+    pub probing: BTreeSet<OsdId>,
     pub proposal: Option<ActivationProposal>,
     pub phase_ticks: u32,
+    /// Activated with fewer complete members than `min_size` so that backfill can bring more
+    /// (Ceph's recovery below min_size): no client I/O and no activation record; once enough
+    /// members are complete the PG peers again and activates for real.
+    pub recovery_only: bool,
 }
 
 pub(crate) enum Role {
@@ -127,8 +136,11 @@ impl Primary {
             recovering: BTreeMap::new(),
             backfilling: BTreeSet::new(),
             unfound: BTreeSet::new(),
+            known_strays: BTreeSet::new(),
+            probing: BTreeSet::new(),
             proposal: None,
             phase_ticks: 0,
+            recovery_only: false,
         }
     }
 
@@ -355,10 +367,16 @@ impl OsdCore {
         }
         let complete: Vec<OsdId> =
             p.acting.iter().copied().filter(|o| matches!(plans.get(o), Some(MemberPlan::Log { .. }))).collect();
+        let backfills = p.acting.iter().filter(|o| matches!(plans.get(o), Some(MemberPlan::Backfill))).count();
         if complete.len() < min_size {
-            p.phase = Phase::Undersized;
-            tracing::info!(%pg, complete = complete.len(), min_size, "PG undersized: not activated");
-            return;
+            if complete.len() + backfills < min_size {
+                p.phase = Phase::Undersized;
+                tracing::info!(%pg, complete = complete.len(), min_size, "PG undersized: not activated");
+                return;
+            }
+            // Backfill can bring the PG back to min_size: activate to recover, not to serve.
+            tracing::info!(%pg, complete = complete.len(), min_size, "PG below min_size: backfilling without client I/O");
+            p.recovery_only = true;
         }
         // Sources: every answering member whose log shares the authority's history.
         p.sources = plans
@@ -454,6 +472,10 @@ impl OsdCore {
         if !waiting.is_empty() {
             return;
         }
+        if p.recovery_only {
+            // Nothing is served, so nothing needs recording: the last record stays the PG's.
+            return self.go_active(pg, out);
+        }
         p.phase = Phase::Recording;
         p.phase_ticks = 0;
         if let Some(prop) = p.proposal.clone() {
@@ -487,7 +509,9 @@ impl OsdCore {
     fn go_active(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
         p.phase = Phase::Active;
-        p.record = self.map.pg_active.get(&pg).cloned();
+        if !p.recovery_only {
+            p.record = self.map.pg_active.get(&pg).cloned();
+        }
         let queued: Vec<Event> = p.queued.drain(..).collect();
         tracing::debug!(%pg, "PG active");
         for ev in queued {
@@ -542,12 +566,14 @@ impl OsdCore {
         }
     }
 
-    /// Ticks: peering steps that waited too long start over.
+    /// Ticks: peering steps that waited too long start over, and so do PGs that could not
+    /// activate (down, incomplete, undersized): a member that did not answer may answer now
+    /// without any map change (it was cut off from this OSD, not from the monitors).
     pub(super) fn peering_tick(&mut self, out: &mut Vec<Action>) {
         let mut restart = Vec::new();
         for (pg, s) in &mut self.pgs {
             if let Role::Primary(p) = &mut s.role
-                && matches!(p.phase, Phase::Querying | Phase::Activating { .. } | Phase::Recording | Phase::WaitingTemp)
+                && p.phase != Phase::Active
             {
                 p.phase_ticks += 1;
                 if p.phase_ticks > PEERING_RETRY_TICKS {
@@ -687,6 +713,10 @@ impl OsdCore {
             PeerCall::Stray { pg } => {
                 let r = payload::<shoal_proto::osd::PgStrayReply>(result).and_then(|(m, _)| m.result);
                 self.stray_answered(pg, r);
+            }
+            PeerCall::Probe { pg, attempt } => {
+                let r = payload::<PeerInfo>(result).and_then(|(m, _)| m.result);
+                self.probed(pg, attempt, from, r, out);
             }
         }
     }

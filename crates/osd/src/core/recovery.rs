@@ -85,6 +85,7 @@ impl OsdCore {
                 if p.unfound.insert(object.to_string()) {
                     tracing::warn!(%pg, object, "object unfound: no member that is up holds it");
                 }
+                self.probe_strays(pg, out);
                 return;
             };
             p.unfound.remove(object);
@@ -154,9 +155,14 @@ impl OsdCore {
     /// if it runs on a temporary acting set, the primary asks for it to be removed.
     pub(super) fn recover(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let own: Vec<String> = self.metas.get(&pg).map(|m| m.missing.keys().cloned().collect()).unwrap_or_default();
+        let min_size = self.map.pools.get(&pg.pool).map_or(1, |pool| pool.min_size) as usize;
         let Some(p) = self.primary(pg) else { return };
         if p.phase != Phase::Active {
             return;
+        }
+        if p.recovery_only && 1 + p.peers.values().filter(|pp| pp.backfill.is_none()).count() >= min_size {
+            tracing::info!(%pg, "enough members backfilled to serve: peering again to activate for I/O");
+            return self.start_peering(pg, out);
         }
         // Counted once: each start below takes one slot (a start that finds the object unfound
         // takes one too, which only makes this round more conservative).
@@ -371,7 +377,8 @@ impl OsdCore {
             txn.create_collection(&lcoll);
         }
         let names: BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
-        if let Some(range) = &backfill {
+        // A member that never held the PG has no collection to clean up in the range.
+        if let Some(range) = backfill.as_ref().filter(|_| self.collections.contains(&coll)) {
             for local in list_range(&*self.store, &coll, range.after.as_deref(), range.upto.as_deref())? {
                 if !names.contains(local.as_str()) {
                     txn.remove(&coll, &local);
@@ -459,10 +466,27 @@ impl OsdCore {
             && !self.map.pg_osds(pg).unwrap_or_default().contains(&self.id);
         if result == Ok(true) && still_stray {
             tracing::info!(%pg, "PG clean elsewhere: removing this OSD's stray copy");
+            // The objects go a few at a time, so first the copy is marked untrustworthy in one
+            // transaction: its log goes and its record says "backfill from the start". If the PG
+            // comes back here before the purge ends, peering backfills it instead of trusting a
+            // half-removed copy.
+            let lcoll = log_collection(pg);
+            if self.collections.contains(&lcoll) {
+                let mut txn = Transaction::new();
+                if self.store.exists(&lcoll, crate::pglog::LOG_OBJECT).unwrap_or(true) {
+                    txn.remove(&lcoll, crate::pglog::LOG_OBJECT);
+                }
+                PgMeta { les: 0, backfill: Some(String::new()), missing: Default::default() }.write_whole(&mut txn, pg);
+                if let Err(e) = self.store.commit(txn, Durability::Batch) {
+                    tracing::error!(%pg, error = %e, "marking a stray copy for removal failed; kept");
+                    return;
+                }
+            }
             self.pgs.remove(&pg);
             self.logs.remove(&pg);
             self.metas.remove(&pg);
-            for coll in [log_collection(pg), pg_collection(pg)] {
+            // The data before the log collection (which holds the mark).
+            for coll in [pg_collection(pg), lcoll] {
                 if self.collections.contains(&coll) && !self.purge.contains(&coll) {
                     self.purge.push_back(coll);
                 }
@@ -475,14 +499,83 @@ impl OsdCore {
         let pg = PgId { pool: q.pool, seed: q.pg };
         let empty = PgMeta::default();
         let own = self.metas.get(&pg).unwrap_or(&empty);
-        let clean = match self.pgs.get(&pg) {
+        let mut probe = false;
+        let clean = match self.pgs.get_mut(&pg) {
             Some(PgState { role: Role::Primary(p), .. }) => {
+                if !p.acting.contains(&q.osd) && p.known_strays.insert(q.osd) {
+                    probe = !p.unfound.is_empty();
+                }
                 p.is_clean(own) && p.recovering.is_empty() && !p.acting.contains(&q.osd)
             }
             _ => false,
         };
         let reply = PgStrayReply { epoch: self.map.epoch, result: Ok(clean) };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+        if probe {
+            self.probe_strays(pg, out);
+        }
+    }
+
+    /// Queries the strays of `pg` not yet asked for their state: one whose log shares the PG's
+    /// history becomes a source for the objects it holds (an unfound object may be on an OSD
+    /// of an earlier interval that no longer acts for the PG).
+    fn probe_strays(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let epoch = self.map.epoch;
+        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        let ask: Vec<OsdId> = p
+            .known_strays
+            .iter()
+            .copied()
+            .filter(|o| up(o) && !p.sources.contains_key(o) && !p.probing.contains(o))
+            .collect();
+        for osd in ask {
+            p.probing.insert(osd);
+            let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed };
+            out.push(Action::Peer {
+                osd,
+                msg_type: shoal_proto::osd::PeerQuery::TYPE,
+                payload: encode(&q, Vec::new()),
+                call: PeerCall::Probe { pg, attempt: p.attempt },
+            });
+        }
+    }
+
+    /// A stray's state: compared with this primary's log (the authority's since activation), it
+    /// becomes a source of every object it holds current; unfound objects are tried again.
+    pub(super) fn probed(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        from: OsdId,
+        result: Result<shoal_proto::osd::PeerState, RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        p.probing.remove(&from);
+        let state = match result {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::info!(%pg, stray = %from, error = %e, "stray did not answer a probe");
+                return;
+            }
+        };
+        let own = match self.local_peer_state(pg) {
+            Ok(s) => s,
+            Err(e) => return tracing::error!(%pg, error = %e, "cannot read own PG log to compare a stray's"),
+        };
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        match crate::merge::plan_member(&own.log, &state) {
+            crate::merge::MemberPlan::Log { missing } => {
+                tracing::info!(%pg, stray = %from, "stray shares the PG's history: a source for unfound objects");
+                p.sources.insert(from, missing.into_keys().collect());
+            }
+            crate::merge::MemberPlan::Backfill => return,
+        }
+        let unfound: Vec<String> = std::mem::take(&mut p.unfound).into_iter().collect();
+        for object in unfound {
+            self.recover_object(pg, &object, out);
+        }
     }
 
     /// Stops purging `pg`'s collections: the PG is in use here again.

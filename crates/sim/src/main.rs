@@ -1,0 +1,127 @@
+//! `shoal-sim`: runs the nemesis simulation over many seeds and prints every failing one, or
+//! replays one seed with its faults and the OSDs' log.
+//!
+//! ```text
+//! shoal-sim --seeds 10000            # seeds 1..=10000 on every core
+//! shoal-sim --from 5000 --seeds 100  # seeds 5000..=5099
+//! shoal-sim --seed 1234 --verbose    # replay one seed: faults, outcome, OSD log on stderr
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shoal_sim::{SimConfig, Simulation};
+
+/// A run that delivers more events than this has livelocked; it is reported as a failure.
+const MAX_EVENTS: u64 = 2_000_000;
+
+struct Args {
+    from: u64,
+    seeds: u64,
+    jobs: usize,
+    verbose: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        from: 1,
+        seeds: 1000,
+        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        verbose: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut num = |name: &str| -> Result<u64, String> {
+            let v = it.next().ok_or(format!("{name} needs a number"))?;
+            v.parse().map_err(|_| format!("{name}: '{v}' is not a number"))
+        };
+        match a.as_str() {
+            "--seeds" => args.seeds = num("--seeds")?,
+            "--from" => args.from = num("--from")?,
+            "--seed" => {
+                args.from = num("--seed")?;
+                args.seeds = 1;
+            }
+            "--jobs" => args.jobs = num("--jobs")?.max(1) as usize,
+            "--verbose" | "-v" => args.verbose = true,
+            "--help" | "-h" => {
+                return Err("usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--verbose]".into());
+            }
+            other => return Err(format!("unknown argument '{other}' (see --help)")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.verbose {
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .without_time()
+            .init();
+    }
+    let next = AtomicU64::new(args.from);
+    let end = args.from.saturating_add(args.seeds);
+    let done = AtomicU64::new(0);
+    let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..args.jobs.min(args.seeds.max(1) as usize) {
+            s.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        break;
+                    }
+                    let cfg = SimConfig::nemesis(seed);
+                    if args.verbose {
+                        println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
+                        for (at, f) in &cfg.faults {
+                            println!("  {:>8} us  {f:?}", at);
+                        }
+                    }
+                    let expected = u64::from(cfg.clients * cfg.writes_per_client);
+                    let out = Simulation::new(cfg).run(MAX_EVENTS);
+                    let mut problems = out.violations.clone();
+                    if problems.is_empty() && out.acked_writes != expected {
+                        problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
+                    }
+                    if args.verbose {
+                        println!("{out:#?}");
+                    }
+                    if !problems.is_empty() {
+                        println!("FAIL seed {seed}: {}", problems[0]);
+                        failed.lock().unwrap_or_else(|p| p.into_inner()).push((seed, problems));
+                    }
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n % 500 == 0 {
+                        eprintln!("{n}/{} seeds, {:.0} s", args.seeds, started.elapsed().as_secs_f64());
+                    }
+                }
+            });
+        }
+    });
+    let mut failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
+    failed.sort_by_key(|(s, _)| *s);
+    println!(
+        "{} seeds from {} in {:.1} s: {} failed",
+        args.seeds,
+        args.from,
+        started.elapsed().as_secs_f64(),
+        failed.len()
+    );
+    for (seed, _) in &failed {
+        println!("  replay: cargo run --release -p shoal-sim -- --seed {seed} --verbose");
+    }
+    if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
