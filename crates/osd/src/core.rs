@@ -165,6 +165,22 @@ struct Counters {
     write_bytes: u64,
 }
 
+/// Safety mechanisms the deterministic simulation can switch off, one at a time, to show that
+/// its invariants catch their absence (mutation testing). All `false` in every real OSD: nothing
+/// outside tests sets them.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mutations {
+    /// Replicas apply a replicated write even when its `prev` is not their last update.
+    pub skip_prev_check: bool,
+    /// The primary serves once its members are activated, without the record in the map.
+    pub skip_activation_record: bool,
+    /// Peering takes the primary's own log as the authority, whatever the others hold.
+    pub primary_is_authority: bool,
+    /// A PG none of whose record's members is up peers with whoever answers instead of going down.
+    pub ignore_down: bool,
+}
+
 /// One OSD's state. See the module docs.
 pub struct OsdCore {
     id: OsdId,
@@ -196,6 +212,7 @@ pub struct OsdCore {
     purge: VecDeque<String>,
     counters: Counters,
     last_tick: Option<(u64, Counters)>,
+    mutations: Mutations,
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -231,11 +248,18 @@ impl OsdCore {
             recovery_max_ops: DEFAULT_RECOVERY_MAX_OPS,
             counters: Counters::default(),
             last_tick: None,
+            mutations: Mutations::default(),
             purge: VecDeque::new(),
         };
         // Pools deleted while this OSD was down (or before a purge finished) are purged now.
         core.queue_orphans();
         Ok(core)
+    }
+
+    /// Switches safety mechanisms off (simulation mutation tests only; see [`Mutations`]).
+    #[doc(hidden)]
+    pub fn set_mutations(&mut self, mutations: Mutations) {
+        self.mutations = mutations;
     }
 
     pub fn id(&self) -> OsdId {
@@ -496,6 +520,7 @@ impl OsdCore {
         let last_update = match self.log_mut(pg) {
             Ok(log) => match log.lookup(&op.reqid) {
                 Some(op_count) => {
+                    tracing::debug!(%pg, object = %op.object, reqid = ?op.reqid, "write answered from the log");
                     let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
                     let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
                     return out.push(Action::Reply { to: from, frame, after_sync: true });
@@ -667,10 +692,21 @@ impl OsdCore {
         }
         let log = self.log_mut(pg)?;
         if log.version_of(&op.reqid) == Some(op.version) {
+            // Already in the log. That proves the write is here only if the object is not in the
+            // missing set: an activation that ran while this write was in flight put its entry
+            // in the log and the object in the missing set, and acknowledging now would let the
+            // primary acknowledge a write whose data it alone holds. Refused instead: the client
+            // resends, and the resend is answered once recovery copied the object here.
+            if self.meta_mut(pg)?.missing.contains_key(&op.object) {
+                return Err(RemoteError::new(
+                    ErrorCode::Degraded,
+                    format!("{} of PG {pg} is still being recovered on {}", op.object, self.id),
+                ));
+            }
             return Ok(());
         }
         let last = log.last_update();
-        if op.prev != last {
+        if op.prev != last && !self.mutations.skip_prev_check {
             return Err(RemoteError::new(
                 ErrorCode::WrongPrimary,
                 format!(
@@ -715,6 +751,7 @@ impl OsdCore {
             return;
         }
         let Some(p) = self.pending.remove(&reqid) else { return };
+        tracing::debug!(pg = %p.pg, ?reqid, error = ?p.error, "replicated write complete");
         let epoch = self.map.epoch.max(p.epoch_sent);
         let result = match p.error {
             // A failed write is reported as a timeout: the client resends it, and the resend is

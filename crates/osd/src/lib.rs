@@ -18,5 +18,5 @@ pub mod merge;
 pub mod pglog;
 pub mod pgmeta;
 
-pub use core::{Action, Event, OsdCore, PeerCall, Token};
+pub use core::{Action, Event, Mutations, OsdCore, PeerCall, Token};
 pub use daemon::{OsdConfig, run};

@@ -95,6 +95,8 @@ pub struct SimConfig {
     pub faults: Vec<(u64, Fault)>,
     /// OSD ticks (peering retries, background recovery) every this many microseconds.
     pub tick_us: u64,
+    /// Safety mechanisms switched off in every OSD (mutation tests: a run must then fail).
+    pub mutations: shoal_osd::Mutations,
 }
 
 /// Something the nemesis does to the cluster.
@@ -143,6 +145,7 @@ impl Default for SimConfig {
             replication_timeout_us: 30_000,
             faults: Vec::new(),
             tick_us: 5_000,
+            mutations: shoal_osd::Mutations::default(),
         }
     }
 }
@@ -358,10 +361,10 @@ pub struct Simulation {
     osds: BTreeMap<u32, OsdCore>,
     clients: Vec<Client>,
     /// Model: each object's content after its acknowledged writes.
-    model: HashMap<(u32, u32), Vec<u8>>,
+    model: BTreeMap<(u32, u32), Vec<u8>>,
     /// Request ids of replicated writes a primary sent, so replies can be routed back.
     /// Replicated writes in flight: request id → (write, primary, replica).
-    rep_requests: HashMap<u64, (ReqId, u32, u32)>,
+    rep_requests: BTreeMap<u64, (ReqId, u32, u32)>,
     /// Peering and recovery calls in flight: request id → (caller, callee, what for).
     peer_calls: HashMap<u64, (u32, u32, shoal_osd::PeerCall)>,
     /// Stores of crashed OSDs, until they restart.
@@ -417,7 +420,9 @@ impl Simulation {
         let mon = MonCore::standalone(CoreConfig::new(0), map);
         for i in 0..cfg.osds {
             let store: Arc<dyn ObjectStore> = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
-            osds.insert(i, OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core"));
+            let mut core = OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core");
+            core.set_mutations(cfg.mutations);
+            osds.insert(i, core);
         }
         let mut clients = Vec::new();
         for _ in 0..cfg.clients {
@@ -462,8 +467,8 @@ impl Simulation {
             mon,
             osds,
             clients,
-            model: HashMap::new(),
-            rep_requests: HashMap::new(),
+            model: BTreeMap::new(),
+            rep_requests: BTreeMap::new(),
             peer_calls: HashMap::new(),
             crashed: BTreeMap::new(),
             isolated: std::collections::BTreeSet::new(),
@@ -551,6 +556,9 @@ impl Simulation {
             if !client.queue.is_empty() || !client.in_flight.is_empty() || !client.parked.is_empty() {
                 self.outcome.violations.push(format!("client {c} has unfinished operations"));
             }
+        }
+        if self.outcome.violations.is_empty() && !self.quiescent() {
+            self.outcome.violations.push("the run ended with the cluster not active+clean".into());
         }
         self.check_replicas();
         if !self.outcome.violations.is_empty() {
@@ -644,7 +652,9 @@ impl Simulation {
                     let now_ms = self.now_us / 1000;
                     self.osd_event(i, Event::Tick { now_ms });
                 }
-                if !self.quiescent() {
+                // Ticks go on while anything may still change: a map or message still in flight
+                // can start peering again after the cluster looked clean.
+                if !self.quiescent() || !self.pending.is_empty() {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Tick);
                 }
             }
@@ -780,7 +790,8 @@ impl Simulation {
         }
         let map = Arc::new(self.mon.map().clone());
         match OsdCore::new(osd, store, map.clone()) {
-            Ok(core) => {
+            Ok(mut core) => {
+                core.set_mutations(self.cfg.mutations);
                 self.osds.insert(osd.0, core);
                 self.osd_event(osd.0, Event::Map(map));
             }

@@ -2,6 +2,7 @@
 //! reordered and lost messages, crashed OSDs and map changes; replays exactly from its seed.
 
 use shoal_map::OsdId;
+use shoal_osd::Mutations;
 use shoal_sim::{Outcome, SimConfig, Simulation};
 
 const MAX_EVENTS: u64 = 2_000_000;
@@ -95,8 +96,60 @@ fn lost_replication_messages_end_with_every_replica_current() {
     assert!(total(&outs, |o| o.resends) > 0, "no replication message was ever lost");
 }
 
+/// Nemesis seeds in CI (the `shoal-sim` binary runs thousands: `shoal-sim --seeds 10000`).
+const NEMESIS_SEEDS: u64 = 500;
+
 #[test]
 fn nemesis_seeds_keep_every_acknowledged_write() {
-    let outs = run_seeds(1..=40, SimConfig::nemesis);
+    // Every read returns the last acknowledged write (an older one would be a rollback, a longer
+    // one an append applied twice), every write is acknowledged in the end, the cluster comes back
+    // to active+clean, and every acknowledged object is then on exactly its acting set.
+    let outs = run_seeds(1..=NEMESIS_SEEDS, SimConfig::nemesis);
     assert!(total(&outs, |o| o.resends) > 0);
+    assert!(total(&outs, |o| o.verified_reads) > NEMESIS_SEEDS);
+}
+
+/// The first nemesis seed (of `1..=limit`) whose run fails with `mutations` switched on.
+fn first_failing(mutations: Mutations, limit: u64) -> Option<(u64, Vec<String>)> {
+    (1..=limit)
+        .find_map(|seed| {
+            let cfg = SimConfig { mutations, ..SimConfig::nemesis(seed) };
+            let expected = u64::from(cfg.clients * cfg.writes_per_client);
+            let out = Simulation::new(cfg).run(MAX_EVENTS / 4);
+            (!out.violations.is_empty() || out.acked_writes != expected).then_some((seed, out.violations))
+        })
+        .inspect(|(seed, v)| eprintln!("{mutations:?}: seed {seed} fails: {}", v.first().map_or("", String::as_str)))
+}
+
+// Mutation tests: each switches off one mechanism in every OSD and requires the nemesis to find
+// a failing seed, so that the invariants above are shown to depend on it.
+
+#[test]
+fn without_the_prev_check_replicas_diverge() {
+    // A replica that applies a replicated write after a gap (it missed the one before) holds a
+    // different object from the primary's; the end check reads every member.
+    let m = Mutations { skip_prev_check: true, ..Mutations::default() };
+    assert!(first_failing(m, 300).is_some(), "no seed failed without the prev check");
+}
+
+#[test]
+fn without_the_activation_record_writes_roll_back() {
+    // Serving before the monitors hold the record lets a later peering miss the members that
+    // hold the newest writes.
+    let m = Mutations { skip_activation_record: true, ..Mutations::default() };
+    assert!(first_failing(m, 300).is_some(), "no seed failed without activation records");
+}
+
+#[test]
+fn with_the_primary_as_authority_writes_roll_back() {
+    // A new primary that trusts its own log over the members' forgets writes it missed.
+    let m = Mutations { primary_is_authority: true, ..Mutations::default() };
+    assert!(first_failing(m, 300).is_some(), "no seed failed with the primary as authority");
+}
+
+#[test]
+fn without_down_pgs_writes_roll_back() {
+    // A PG whose last members are all down, served by whoever is up, serves older data.
+    let m = Mutations { ignore_down: true, ..Mutations::default() };
+    assert!(first_failing(m, 300).is_some(), "no seed failed when down PGs serve");
 }

@@ -267,6 +267,7 @@ impl OsdCore {
         targets.retain(|o| map.osds.get(o).is_some_and(|i| i.up));
         if let Some(r) = &record
             && !r.members.iter().any(|m| targets.contains(m))
+            && !self.mutations.ignore_down
         {
             p.phase = Phase::Down;
             tracing::warn!(%pg, members = ?r.members, "PG down: no member of its last activation is up");
@@ -345,12 +346,19 @@ impl OsdCore {
         let epoch = self.map.epoch;
         let min_size = self.map.pools.get(&pg.pool).map_or(1, |p| p.min_size) as usize;
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        let Some(auth) = choose_authority(&p.answers, p.record.as_ref(), me) else {
+        let record = if self.mutations.ignore_down { None } else { p.record.as_ref() };
+        let chosen = if self.mutations.primary_is_authority {
+            p.answers.contains_key(&me).then_some(me)
+        } else {
+            choose_authority(&p.answers, record, me)
+        };
+        let Some(auth) = chosen else {
             p.phase = Phase::Incomplete;
             tracing::warn!(%pg, "PG incomplete: no member of its last activation holds it whole");
             return;
         };
         let auth_log = p.answers[&auth].log.clone();
+        tracing::debug!(%pg, %auth, answers = ?p.answers.iter().map(|(o, s)| (*o, s.les, s.backfill.clone(), s.log.last().map(|e| e.version), s.missing.clone())).collect::<Vec<_>>(), "peering: authority chosen");
         let mut plans = BTreeMap::new();
         for (osd, state) in &p.answers {
             plans.insert(*osd, plan_member(&auth_log, state));
@@ -438,6 +446,7 @@ impl OsdCore {
     /// Replaces this OSD's log and peering record for `pg`, durably once the driver syncs (the
     /// answer to the primary waits for that sync).
     pub(super) fn activate_local(&mut self, pg: PgId, log: &[PgLogEntry], meta: &PgMeta) -> Result<(), RemoteError> {
+        tracing::debug!(%pg, les = meta.les, backfill = ?meta.backfill, missing = ?meta.missing, log_last = ?log.last().map(|e| e.version), "activating");
         self.cancel_purge(pg);
         let coll = log_collection(pg);
         let mut txn = Transaction::new();
@@ -462,6 +471,7 @@ impl OsdCore {
         result: Result<(), RemoteError>,
         out: &mut Vec<Action>,
     ) {
+        let skip_record = self.mutations.skip_activation_record;
         let Some(p) = self.primary_at(pg, attempt) else { return };
         let Phase::Activating { waiting } = &mut p.phase else { return };
         if let Err(e) = result {
@@ -472,7 +482,7 @@ impl OsdCore {
         if !waiting.is_empty() {
             return;
         }
-        if p.recovery_only {
+        if p.recovery_only || skip_record {
             // Nothing is served, so nothing needs recording: the last record stays the PG's.
             return self.go_active(pg, out);
         }

@@ -210,7 +210,7 @@ impl OsdCore {
         let empty = PgMeta::default();
         let own = self.metas.get(&pg).unwrap_or(&empty);
         let Some(p) = self.primary(pg) else { return };
-        if !p.is_clean(own) || !p.recovering.is_empty() || !p.backfilling.is_empty() {
+        if p.recovery_only || !p.is_clean(own) || !p.recovering.is_empty() || !p.backfilling.is_empty() {
             return;
         }
         if self.map.pg_temp.contains_key(&pg) && !self.pending_temp.contains_key(&pg) {
@@ -292,12 +292,19 @@ impl OsdCore {
         p.recovering.remove(&object);
         let (copy, data) = match result {
             Ok(v) if v.0.name == object => v,
-            Ok(_) | Err(_) => {
+            Err(e) if e.code != ErrorCode::NotFound => {
+                // Lost on the way (a timeout, a broken connection): the object stays missing and
+                // the next round of background recovery asks again.
+                tracing::info!(%pg, object, source = %from, error = %e, "pull failed; retried later");
+                return;
+            }
+            other => {
                 // That source does not have it after all: try another.
                 if let Some(lacks) = p.sources.get_mut(&from) {
                     lacks.insert(object.clone());
                 }
-                tracing::info!(%pg, object, source = %from, "pull failed; trying another source");
+                let error = other.err().map_or_else(|| "a copy of another object".to_string(), |e| e.to_string());
+                tracing::info!(%pg, object, source = %from, %error, "pull failed; trying another source");
                 self.recover_object(pg, &object, out);
                 return;
             }
@@ -505,10 +512,15 @@ impl OsdCore {
                 if !p.acting.contains(&q.osd) && p.known_strays.insert(q.osd) {
                     probe = !p.unfound.is_empty();
                 }
-                p.is_clean(own) && p.recovering.is_empty() && !p.acting.contains(&q.osd)
+                // Only a recorded activation is the PG's history: a recovery-only one (below
+                // min_size) may have rolled back entries that a later peering restores.
+                !p.recovery_only && p.is_clean(own) && p.recovering.is_empty() && !p.acting.contains(&q.osd)
             }
             _ => false,
         };
+        if clean {
+            tracing::debug!(%pg, stray = %q.osd, "told a stray the PG is clean without it");
+        }
         let reply = PgStrayReply { epoch: self.map.epoch, result: Ok(clean) };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
         if probe {
