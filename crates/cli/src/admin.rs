@@ -62,6 +62,22 @@ pub enum OsdCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Set a cluster flag: `noout` keeps down OSDs in (no automatic out) during maintenance.
+    Set {
+        #[command(flatten)]
+        conf: ConfArgs,
+        flag: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Clear a cluster flag.
+    Unset {
+        #[command(flatten)]
+        conf: ConfArgs,
+        flag: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -173,7 +189,7 @@ pub enum PoolCommand {
     },
 }
 
-fn print(json_out: bool, doc: serde_json::Value, text: impl FnOnce() -> String) {
+pub(crate) fn print(json_out: bool, doc: serde_json::Value, text: impl FnOnce() -> String) {
     if json_out {
         println!("{doc}");
     } else {
@@ -230,6 +246,10 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     }
     if status.quorum.len() * 2 <= map.mons.len().max(status.quorum.len()) {
         problems.push(format!("monitor quorum {} of {}", status.quorum.len(), map.mons.len()));
+    }
+    if !map.flags.is_empty() {
+        let flags: Vec<&str> = map.flags.iter().map(String::as_str).collect();
+        problems.push(format!("{} flag(s) set", flags.join(",")));
     }
     let errors = capacity_problems(&map, &status.osd_stats, &mut problems);
     let health = if errors > 0 {
@@ -358,6 +378,16 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
             print(*json, json!({"osd": id, "state": word, "epoch": epoch}), || {
                 format!("marked osd.{id} {word} (epoch {epoch})")
             });
+        }
+        OsdCommand::Set { conf, flag, json } | OsdCommand::Unset { conf, flag, json } => {
+            let on = matches!(cmd, OsdCommand::Set { .. });
+            shoal_map::config::check_flag(flag)?;
+            let client = conf.connect()?;
+            let epoch = client
+                .runtime()
+                .block_on(client.client().mon().command(Command::SetFlag { flag: flag.clone(), on }))?;
+            let word = if on { "set" } else { "unset" };
+            print(*json, json!({"flag": flag, "set": on, "epoch": epoch}), || format!("{flag} is {word}"));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -4,6 +4,7 @@
 mod admin;
 mod bench_cmd;
 mod conf;
+mod config_cmd;
 mod daemons;
 mod demo;
 mod obj;
@@ -54,6 +55,9 @@ enum Command {
     /// PGs: `ls` with each member's last update and object count.
     #[command(subcommand)]
     Pg(pg_cmd::PgCommand),
+    /// Cluster-wide settings kept by the monitors: set, get, rm, ls.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
     /// Client keys kept by the monitors: add, ls, rm.
     #[command(subcommand)]
     Auth(admin::AuthCommand),
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
         Command::Pool(cmd) => admin::pool(&cmd),
         Command::Pg(cmd) => pg_cmd::run(&cmd),
         Command::Auth(cmd) => admin::auth(&cmd),
+        Command::Config(cmd) => config_cmd::run(&cmd),
         Command::Obj(cmd) => obj::run(&cmd),
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Store(cmd) => store_cmd::run(cmd),

@@ -1,6 +1,6 @@
 //! The map itself and the questions every daemon and client asks of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
@@ -108,6 +108,12 @@ pub struct ClusterMap {
     /// Peering must hear from one of them, or the PG stays down (decision 0009).
     #[serde(default)]
     pub pg_active: BTreeMap<PgId, PgActivation>,
+    /// Cluster-wide settings changed from their defaults (see [`crate::config::SETTINGS`]).
+    #[serde(default)]
+    pub config: BTreeMap<String, u64>,
+    /// Cluster flags that are set (see [`crate::config::FLAGS`]).
+    #[serde(default)]
+    pub flags: BTreeSet<String>,
 }
 
 /// The record of a PG's last activation, committed by the monitors after every member of the
@@ -156,7 +162,22 @@ impl ClusterMap {
             auth: BTreeMap::new(),
             pg_temp: BTreeMap::new(),
             pg_active: BTreeMap::new(),
+            config: BTreeMap::new(),
+            flags: BTreeSet::new(),
         }
+    }
+
+    /// The value of setting `name`: the map's if set, else its default (0 for a name that is
+    /// not a setting; callers pass the constants of [`crate::config`]).
+    #[must_use]
+    pub fn setting(&self, name: &str) -> u64 {
+        self.config.get(name).copied().unwrap_or_else(|| crate::config::setting(name).map_or(0, |s| s.default))
+    }
+
+    /// Whether cluster flag `flag` is set.
+    #[must_use]
+    pub fn flag(&self, flag: &str) -> bool {
+        self.flags.contains(flag)
     }
 
     /// The map without secrets, for clients that must not learn other entities' keys.

@@ -85,6 +85,16 @@ pub enum Command {
         by: OsdId,
         records: Vec<ActivationProposal>,
     },
+    /// Sets a cluster-wide setting (`None`: back to its default).
+    ConfigSet {
+        key: String,
+        value: Option<u64>,
+    },
+    /// Sets or clears a cluster flag.
+    SetFlag {
+        flag: String,
+        on: bool,
+    },
 }
 
 /// One PG's activation, as its primary proposes it.
@@ -152,6 +162,14 @@ pub enum Change {
     /// Activations recorded; each record's epoch is the epoch this change produces.
     PgActivated {
         records: Vec<(PgId, u64, Vec<OsdId>)>,
+    },
+    Config {
+        key: String,
+        value: Option<u64>,
+    },
+    Flag {
+        flag: String,
+        on: bool,
     },
     /// A change whose content the receiver may not see (a key): it only advances the epoch.
     Redacted,
@@ -279,6 +297,23 @@ impl ClusterMap {
                     return Ok(None);
                 }
                 Change::OsdIn { id: *id, in_cluster: want }
+            }
+            Command::ConfigSet { key, value } => {
+                crate::config::setting(key)?;
+                if let Some(v) = value {
+                    crate::config::check_value(key, *v)?;
+                }
+                if self.config.get(key) == value.as_ref() {
+                    return Ok(None);
+                }
+                Change::Config { key: key.clone(), value: *value }
+            }
+            Command::SetFlag { flag, on } => {
+                crate::config::check_flag(flag)?;
+                if self.flags.contains(flag) == *on {
+                    return Ok(None);
+                }
+                Change::Flag { flag: flag.clone(), on: *on }
             }
             Command::OsdFull { id, full } => {
                 if self.osd(*id)?.full == *full {
@@ -417,6 +452,21 @@ impl ClusterMap {
                 self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.in_cluster = *in_cluster;
             }
             Change::OsdFull { id, full } => self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.full = *full,
+            Change::Config { key, value } => match value {
+                Some(v) => {
+                    self.config.insert(key.clone(), *v);
+                }
+                None => {
+                    self.config.remove(key);
+                }
+            },
+            Change::Flag { flag, on } => {
+                if *on {
+                    self.flags.insert(flag.clone());
+                } else {
+                    self.flags.remove(flag);
+                }
+            }
             Change::PutPool(pool) => {
                 self.next_pool_id = self.next_pool_id.max(pool.id + 1);
                 self.pools.insert(pool.id, pool.clone());

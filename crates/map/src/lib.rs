@@ -13,6 +13,7 @@
 
 mod cluster;
 mod command;
+pub mod config;
 mod error;
 
 pub use cluster::{

@@ -103,7 +103,7 @@ pub enum Event {
     /// The state was replaced by a snapshot received from the leader, taken at Raft `index`.
     MapInstalled {
         index: u64,
-        map: ClusterMap,
+        map: Box<ClusterMap>,
     },
     /// An OSD's periodic report (also its heartbeat). `forwarded`: relayed by another monitor.
     OsdStats {
@@ -191,6 +191,7 @@ pub fn remote_error(e: &MapError) -> RemoteError {
         MapError::InvalidPoolName { .. }
         | MapError::SizeTooLarge { .. }
         | MapError::InvalidPoolSetting(_)
+        | MapError::InvalidConfig(_)
         | MapError::InvalidEntity { .. }
         | MapError::Placement(_) => ErrorCode::Invalid,
         MapError::EpochGap { .. } => ErrorCode::Other,
@@ -232,6 +233,10 @@ pub struct MonCore {
     last_heard_ms: BTreeMap<OsdId, u64>,
     /// OSDs this leader has proposed down and not yet seen change state, so it proposes once.
     down_pending: BTreeSet<OsdId>,
+    /// When this leader first saw each down OSD that is still in (the down-out clock).
+    down_since_ms: BTreeMap<OsdId, u64>,
+    /// OSDs this leader asked to mark out, not yet out in the map.
+    out_pending: BTreeSet<OsdId>,
 }
 
 impl MonCore {
@@ -254,6 +259,8 @@ impl MonCore {
             stats: BTreeMap::new(),
             last_heard_ms: BTreeMap::new(),
             down_pending: BTreeSet::new(),
+            down_since_ms: BTreeMap::new(),
+            out_pending: BTreeSet::new(),
         }
     }
 
@@ -325,7 +332,7 @@ impl MonCore {
                 self.applied_index = index;
                 // The history no longer leads to this map: subscribers get the whole map.
                 self.history.clear();
-                self.map = map;
+                self.map = *map;
                 let update = Arc::new(MapUpdate { full: Some(self.map.clone()), incrementals: Vec::new() });
                 self.push(update, &mut out);
             }
@@ -548,6 +555,10 @@ impl MonCore {
                 *t = now;
             }
             self.down_pending.clear();
+            // The down-out clock starts over too: this monitor cannot know how long before it
+            // led an OSD went down, and marking out late is safe where early is not.
+            self.down_since_ms.clear();
+            self.out_pending.clear();
             self.pump(out);
         }
         if !is_leader && was_leader {
@@ -601,6 +612,35 @@ impl MonCore {
             tracing::info!(osd = %id, grace_ms = grace, "no report within the grace period: marking down");
             self.down_pending.insert(id);
             self.on_command(None, Command::OsdDown { id }, false, out);
+        }
+        self.down_out(out);
+    }
+
+    /// Marks out the OSDs that have been down and in for the map's down-out interval, unless the
+    /// `noout` flag is set, so that their PGs recover elsewhere without an operator.
+    fn down_out(&mut self, out: &mut Vec<Action>) {
+        let now = self.now_ms;
+        let down_in: BTreeSet<OsdId> =
+            self.map.osds.iter().filter(|(_, o)| !o.up && o.in_cluster).map(|(id, _)| *id).collect();
+        self.down_since_ms.retain(|id, _| down_in.contains(id));
+        self.out_pending.retain(|id| down_in.contains(id));
+        for id in &down_in {
+            self.down_since_ms.entry(*id).or_insert(now);
+        }
+        let interval_ms = self.map.setting(shoal_map::config::DOWN_OUT_INTERVAL_SECS).saturating_mul(1000);
+        if interval_ms == 0 || self.map.flag("noout") {
+            return;
+        }
+        let due: Vec<OsdId> = self
+            .down_since_ms
+            .iter()
+            .filter(|(id, since)| now.saturating_sub(**since) >= interval_ms && !self.out_pending.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            tracing::info!(osd = %id, interval_ms, "down for the down-out interval: marking out");
+            self.out_pending.insert(id);
+            self.on_command(None, Command::OsdOut { id }, false, out);
         }
     }
 }

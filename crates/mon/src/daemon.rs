@@ -351,7 +351,7 @@ impl Shared {
     /// Replaces the map with a snapshot's.
     pub(crate) fn install(self: &Arc<Self>, map: ClusterMap, index: u64) {
         self.keyring.set_learned(map.auth.clone());
-        self.drive(Event::MapInstalled { index, map });
+        self.drive(Event::MapInstalled { index, map: Box::new(map) });
     }
 
     /// Starts `actions`; returns connections that could not take a push (to unsubscribe).

@@ -48,7 +48,7 @@ const MAX_RECORD_BYTES: usize = 256 << 20;
 /// [`Meta`], the cluster map or its changes must bump this; a monitor then refuses a directory of
 /// another format by name instead of misreading it. 0: before the number existed. 1: OSDs carry
 /// a full flag. 2: the map holds temporary acting sets and PG activation records.
-pub const MON_STORE_FORMAT: u32 = 2;
+pub const MON_STORE_FORMAT: u32 = 3;
 
 /// The identity mkfs writes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -286,6 +286,48 @@ fn silent_osd_is_marked_down_once_after_the_grace() {
 }
 
 #[test]
+fn a_down_osd_is_marked_out_after_the_down_out_interval_unless_noout() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    create_osds(&mut core, 2);
+    boot(&mut core, 0, 0);
+    boot(&mut core, 1, 0);
+    let set = |core: &mut MonCore, command: Command, now_ms: u64| {
+        let a = cmd(core, to(9, 1), command, now_ms);
+        let r = commit_all(core, a);
+        assert!(command_replies(&r)[0].1.is_ok(), "{:?}", command_replies(&r));
+    };
+    let bad = cmd(&mut core, to(9, 2), Command::ConfigSet { key: "no_such_key".into(), value: Some(1) }, 0);
+    let e = command_replies(&bad)[0].1.clone().unwrap_err();
+    assert!(e.code == ErrorCode::Invalid && e.message.contains("no_such_key"), "{e:?}");
+    let key = shoal_map::config::DOWN_OUT_INTERVAL_SECS.to_string();
+    set(&mut core, Command::ConfigSet { key, value: Some(10) }, 0);
+    set(&mut core, Command::SetFlag { flag: "noout".into(), on: true }, 0);
+
+    // osd.1 keeps reporting; osd.0 goes silent, is marked down at the grace (5 s), and with
+    // noout stays in however long it is down.
+    let mut changes = Vec::new();
+    for t in (500..=40_000).step_by(500) {
+        core.handle(Event::OsdStats { stats: stats(1), now_ms: t, forwarded: false });
+        let a = core.handle(Event::Tick { now_ms: t });
+        changes.extend(proposals(&commit_all(&mut core, a)));
+    }
+    assert_eq!(changes, vec![Change::OsdDown { id: OsdId(0) }]);
+    assert!(core.map().osds[&OsdId(0)].in_cluster);
+
+    // Without the flag the interval counts from when this monitor saw it down: out once, 10 s on.
+    set(&mut core, Command::SetFlag { flag: "noout".into(), on: false }, 40_000);
+    let mut outs = Vec::new();
+    for t in (40_500..=80_000).step_by(500) {
+        core.handle(Event::OsdStats { stats: stats(1), now_ms: t, forwarded: false });
+        let a = core.handle(Event::Tick { now_ms: t });
+        outs.extend(proposals(&commit_all(&mut core, a)).into_iter().map(|c| (t, c)));
+    }
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_eq!(outs[0].1, Change::OsdIn { id: OsdId(0), in_cluster: false });
+    assert!(!core.map().osds[&OsdId(0)].in_cluster && core.map().osds[&OsdId(1)].in_cluster);
+}
+
+#[test]
 fn stats_of_unknown_osds_are_not_kept() {
     let mut core = MonCore::standalone(CoreConfig::new(0), map());
     core.handle(Event::OsdStats { stats: stats(42), now_ms: 1, forwarded: false });

@@ -304,6 +304,11 @@ impl OsdCore {
                 if map.epoch > self.map.epoch || !self.intervals_known {
                     let pool_removed = self.map.pools.keys().any(|id| !map.pools.contains_key(id));
                     if map.epoch >= self.map.epoch {
+                        // A bound set with `shoal config set` applies from this map on; unset,
+                        // the OSD keeps its own (the default, or what its owner configured).
+                        if let Some(ops) = map.config.get(shoal_map::config::RECOVERY_MAX_OPS) {
+                            self.recovery_max_ops = usize::try_from(*ops).unwrap_or(usize::MAX).max(1);
+                        }
                         self.map = map;
                     }
                     if pool_removed {

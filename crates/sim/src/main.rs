@@ -104,7 +104,7 @@ fn main() -> ExitCode {
                         failed.lock().unwrap_or_else(|p| p.into_inner()).push((seed, problems));
                     }
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n % 500 == 0 {
+                    if n.is_multiple_of(500) {
                         eprintln!("{n}/{} seeds, {:.0} s", args.seeds, started.elapsed().as_secs_f64());
                     }
                 }

@@ -1,0 +1,71 @@
+//! Cluster-wide settings and flags kept in the map, so that the monitors store them through
+//! Raft and every daemon learns a change with the next map (`shoal config set`, `shoal osd set`).
+//!
+//! Only the settings listed in [`SETTINGS`] exist: each has a unit in its name, a default, and
+//! bounds that [`crate::Command::ConfigSet`] checks, so a typo or an absurd value is refused with
+//! an error naming the problem instead of silently doing nothing.
+
+use crate::MapError;
+
+/// One setting: its name (unit last), default, bounds and what it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    pub name: &'static str,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+    pub help: &'static str,
+}
+
+/// A down OSD still in the cluster is marked out after this long, so its PGs get their
+/// redundancy back elsewhere without an operator (0: never). Ceph's `mon_osd_down_out_interval`.
+pub const DOWN_OUT_INTERVAL_SECS: &str = "mon_osd_down_out_interval_secs";
+/// Objects (or backfill chunks) each OSD recovers at once, across its PGs.
+pub const RECOVERY_MAX_OPS: &str = "osd_recovery_max_ops";
+
+/// Every setting there is.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: DOWN_OUT_INTERVAL_SECS,
+        default: 600,
+        min: 0,
+        max: 30 * 24 * 3600,
+        help: "seconds a down OSD stays in before the monitors mark it out (0: never)",
+    },
+    Setting {
+        name: RECOVERY_MAX_OPS,
+        default: 8,
+        min: 1,
+        max: 1024,
+        help: "objects or backfill chunks each OSD recovers at once",
+    },
+];
+
+/// The flags there are.
+pub const FLAGS: &[(&str, &str)] = &[("noout", "down OSDs are not marked out automatically (maintenance)")];
+
+/// The setting called `name`, or an error listing the valid names.
+pub fn setting(name: &str) -> Result<&'static Setting, MapError> {
+    SETTINGS.iter().find(|s| s.name == name).ok_or_else(|| {
+        let names: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+        MapError::InvalidConfig(format!("unknown setting {name:?}; the settings are {}", names.join(", ")))
+    })
+}
+
+/// Checks `value` against `name`'s bounds.
+pub fn check_value(name: &str, value: u64) -> Result<(), MapError> {
+    let s = setting(name)?;
+    if value < s.min || value > s.max {
+        return Err(MapError::InvalidConfig(format!("{name} must be between {} and {}, not {value}", s.min, s.max)));
+    }
+    Ok(())
+}
+
+/// Checks that `flag` exists.
+pub fn check_flag(flag: &str) -> Result<(), MapError> {
+    if FLAGS.iter().any(|(f, _)| *f == flag) {
+        return Ok(());
+    }
+    let names: Vec<&str> = FLAGS.iter().map(|(f, _)| *f).collect();
+    Err(MapError::InvalidConfig(format!("unknown flag {flag:?}; the flags are {}", names.join(", "))))
+}
