@@ -331,7 +331,10 @@ impl OsdCore {
             Err(e) => {
                 tracing::info!(%pg, peer = %from, error = %e, "peer did not answer the query");
                 // An acting member must answer: wait for the next tick (or map) and start over.
+                // It stays awaited, so that the other answers cannot complete the round without
+                // it (it would then be activated as if it held nothing).
                 if p.acting.contains(&from) {
+                    p.waiting.insert(from);
                     return;
                 }
             }
@@ -357,6 +360,12 @@ impl OsdCore {
             tracing::warn!(%pg, "PG incomplete: no member of its last activation holds it whole");
             return;
         };
+        // Every acting member answered (peer_answered waits for them); a member without an answer
+        // would be activated as empty and its copy distrusted.
+        if let Some(silent) = p.acting.iter().find(|o| !p.answers.contains_key(o)) {
+            tracing::error!(%pg, member = %silent, "acting member did not answer; peering again at the next tick");
+            return;
+        }
         let auth_log = p.answers[&auth].log.clone();
         tracing::debug!(%pg, %auth, answers = ?p.answers.iter().map(|(o, s)| (*o, s.les, s.backfill.clone(), s.log.last().map(|e| e.version), s.missing.clone())).collect::<Vec<_>>(), "peering: authority chosen");
         let mut plans = BTreeMap::new();
