@@ -3,7 +3,9 @@
 //! write still completes (the client waits for the new map and resends); what was written after
 //! the crash reads back exactly, and so does everything written before it: peering and recovery
 //! bring every new member the objects it lacks, until `shoal pg ls` shows every member of every PG
-//! agreeing on its last update and object count.
+//! agreeing on its last update and object count. Appends go on through the crash too: the client
+//! resends them, and each lands exactly once. The monitors mark the dead OSD out after the
+//! down-out interval, set short here with `shoal config set`.
 
 mod common;
 
@@ -21,6 +23,11 @@ fn writes_survive_a_killed_osd() {
     ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--backend", "mem", "--osd-size", "1G"]));
     let _down = Down(dir.clone());
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "16"]));
+    let bad = shoal(&dir, &["config", "set", "mon_osd_down_out_interval", "3"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("mon_osd_down_out_interval_secs"));
+    ok(&shoal(&dir, &["config", "set", "mon_osd_down_out_interval_secs", "3"]));
+    let got = ok(&shoal(&dir, &["config", "get", "mon_osd_down_out_interval_secs", "--json"]));
+    assert!(got.contains("\"value\":3"), "{got}");
 
     let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
@@ -34,6 +41,12 @@ fn writes_survive_a_killed_osd() {
             }
             let op = ObjOp::WriteFull { len_bytes: 4096 };
             client.op("rep", &format!("o{i}"), vec![op], value(i)).await.unwrap_or_else(|e| panic!("write o{i}: {e}"));
+            let append = ObjOp::Append { len_bytes: 4 };
+            let log = format!("log{}", i % 8);
+            client
+                .op("rep", &log, vec![append], i.to_le_bytes().to_vec())
+                .await
+                .unwrap_or_else(|e| panic!("append {i}: {e}"));
         }
         // The monitors marked it down (after their grace period) and the writes went on.
         let map = client.mon().map();
@@ -43,6 +56,19 @@ fn writes_survive_a_killed_osd() {
             let read = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
             let got = client.op("rep", &format!("o{i}"), read, vec![]).await.expect("read").data;
             assert_eq!(got, value(i), "o{i}");
+        }
+        // Each append landed once, in order, the resent ones included.
+        for l in 0..8u32 {
+            let read = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
+            let got = client.op("rep", &format!("log{l}"), read, vec![]).await.expect("read log").data;
+            let want: Vec<u8> = (0..120u32).filter(|i| i % 8 == l).flat_map(u32::to_le_bytes).collect();
+            assert_eq!(got, want, "log{l}");
+        }
+        // Down, then out after the interval (3 s, counted from when the monitors saw it down).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while client.mon().map().osds[&shoal_map::OsdId(2)].in_cluster {
+            assert!(Instant::now() < deadline, "osd.2 was not marked out");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
     let status: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["status", "--json"]))).expect("json");
@@ -71,5 +97,5 @@ fn writes_survive_a_killed_osd() {
         assert!(members.iter().all(|m| m["objects"] == members[0]["objects"]), "{row}");
         objects += members[0]["objects"].as_u64().expect("objects");
     }
-    assert_eq!(objects, 120, "every object is on its PG's three members: {pgs}");
+    assert_eq!(objects, 128, "every object is on its PG's three members: {pgs}");
 }

@@ -111,9 +111,6 @@ impl Client {
         let reqid = ReqId { client: self.client_id, tid: self.next_tid.fetch_add(1, Ordering::Relaxed) };
         let timeout_ms = self.mon.config().op_timeout_ms;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
-        // Every operation but an append gives the same result when applied twice; an append whose
-        // first attempt reached the primary but not every replica would be appended again.
-        let retryable = !ops.iter().any(|o| matches!(o, ObjOp::Append { .. }));
         let mut last_error: Option<shoal_proto::RemoteError> = None;
         loop {
             let map = self.mon.map();
@@ -139,10 +136,13 @@ impl Client {
                             match reply.result {
                                 Ok(outputs) => return Ok(OpResult { outputs, data: bytes }),
                                 Err(e) if e.code == ErrorCode::WrongPrimary => reply.epoch.max(map.epoch + 1),
-                                // A replica that crashed fails the write until the monitors mark
-                                // it down (and the PG gets a new acting set): wait for that map
-                                // and resend, if resending cannot apply the request twice.
-                                Err(e) if retryable && matches!(e.code, ErrorCode::Timeout | ErrorCode::Degraded) => {
+                                // A replica that failed the write (the primary peers again), or a
+                                // PG not active or below min_size: wait for a newer map or a short
+                                // pause and resend. Every request is safe to resend, appends too:
+                                // the resend carries the same request id, and a write already
+                                // applied is answered from the PG log, which peering makes the
+                                // same on every member (never applied twice).
+                                Err(e) if matches!(e.code, ErrorCode::Timeout | ErrorCode::Degraded) => {
                                     last_error = Some(e);
                                     map.epoch + 1
                                 }
