@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use shoal_map::{ClusterMap, Command, OsdId, PgId, PoolSetting};
+use shoal_map::{ClusterMap, Command, OsdId, PoolSetting};
 
 use crate::conf::ConfArgs;
 
@@ -197,16 +197,39 @@ pub(crate) fn print(json_out: bool, doc: serde_json::Value, text: impl FnOnce() 
     }
 }
 
-/// PG states computed from the map, the way clients see them ([`shoal_map::Pool::acting_state`]).
-fn pg_summary(map: &ClusterMap) -> BTreeMap<&'static str, u64> {
-    let mut states = BTreeMap::new();
-    for pool in map.pools.values() {
-        for seed in 0..pool.pg_num {
-            let n = map.pg_osds(PgId { pool: pool.id, seed }).map_or(0, |a| a.len());
-            *states.entry(pool.acting_state(n)).or_default() += 1;
+/// PG states as their primaries report them (`active+clean`, `peering`, `down`, ...), from the
+/// latest report of every OSD that is up; PGs no report covers yet (a primary just changed, or
+/// its first report is a second away) count as `unknown`. Returns the states and the PG total.
+fn pg_summary(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats]) -> (BTreeMap<String, u64>, u64) {
+    let total: u64 = map.pools.values().map(|p| u64::from(p.pg_num)).sum();
+    let mut states: BTreeMap<String, u64> = BTreeMap::new();
+    for s in stats.iter().filter(|s| map.osds.get(&s.osd).is_some_and(|o| o.up)) {
+        for (state, n) in &s.pg_states {
+            *states.entry(state.clone()).or_default() += u64::from(*n);
         }
     }
-    states
+    let reported: u64 = states.values().sum();
+    if reported < total {
+        states.insert("unknown".into(), total - reported);
+    }
+    (states, total)
+}
+
+/// Recovery in view: degraded, misplaced and unfound object copies (with their share of all
+/// copies), the recovery rate, and the time left at that rate.
+fn recovery_summary(stats: &[shoal_proto::mon::OsdStats], copies: u64) -> serde_json::Value {
+    let degraded: u64 = stats.iter().map(|s| s.degraded_objects).sum();
+    let misplaced: u64 = stats.iter().map(|s| s.misplaced_objects).sum();
+    let unfound: u64 = stats.iter().map(|s| s.unfound_objects).sum();
+    let rate: f64 = stats.iter().map(|s| s.recovery_objects_per_s).sum();
+    let pct = |n: u64| if copies == 0 { 0.0 } else { (n as f64 * 1000.0 / copies as f64).round() / 10.0 };
+    let left = degraded + misplaced;
+    let eta_secs = (rate > 0.0 && left > 0).then(|| (left as f64 / rate).ceil() as u64);
+    json!({
+        "degraded_objects": degraded, "degraded_percent": pct(degraded),
+        "misplaced_objects": misplaced, "misplaced_percent": pct(misplaced),
+        "unfound_objects": unfound, "objects_per_s": rate, "eta_secs": eta_secs,
+    })
 }
 
 /// Appends a problem for every OSD the monitors flagged full (an error: its PGs take no writes)
@@ -234,8 +257,7 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let status = client.runtime().block_on(monc.status()).context("asking the monitors for status")?;
     let map = monc.map();
     let (up, inn) = map.osd_counts();
-    let pgs = pg_summary(&map);
-    let total_pgs: u64 = pgs.values().sum();
+    let (pgs, total_pgs) = pg_summary(&map, &status.osd_stats);
     let clean = pgs.get("active+clean").copied().unwrap_or(0);
     let mut problems = Vec::new();
     if up < map.osds.len() {
@@ -265,6 +287,10 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let objects: u64 = status.osd_stats.iter().map(|s| s.objects).sum();
     let (rd, wr) = (sum(|s| s.read_bytes_per_s), sum(|s| s.write_bytes_per_s));
     let (rops, wops) = (sum(|s| s.read_ops_per_s), sum(|s| s.write_ops_per_s));
+    let recovery = recovery_summary(&status.osd_stats, objects);
+    if recovery["unfound_objects"].as_u64().unwrap_or(0) > 0 {
+        problems.push(format!("{} unfound object(s)", recovery["unfound_objects"]));
+    }
     let doc = json!({
         "fsid": map.fsid, "health": health, "problems": problems, "epoch": map.epoch,
         "mons": {"count": map.mons.len(), "quorum": status.quorum, "leader": status.leader},
@@ -272,6 +298,7 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
         "pools": map.pools.len(), "pgs": {"count": total_pgs, "by_state": pgs},
         "usage": {"objects": objects, "used_bytes": used, "capacity_bytes": capacity},
         "io": {"read_bytes_per_s": rd, "write_bytes_per_s": wr, "read_ops_per_s": rops, "write_ops_per_s": wops},
+        "recovery": recovery,
     });
     print(args.json, doc, || {
         let mut s = format!("  cluster:\n    id:     {}\n    health: {health}\n", map.fsid);
@@ -293,11 +320,26 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
             human(capacity),
             pgs.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")
         );
+        let r = &recovery;
+        if r["degraded_objects"].as_u64().unwrap_or(0) + r["misplaced_objects"].as_u64().unwrap_or(0) > 0 {
+            s += &format!(
+                "    recovery: {} objects degraded ({}%), {} misplaced ({}%), {} unfound\n",
+                r["degraded_objects"],
+                r["degraded_percent"],
+                r["misplaced_objects"],
+                r["misplaced_percent"],
+                r["unfound_objects"]
+            );
+        }
         s += &format!(
             "\n  io:\n    client: {}/s rd, {}/s wr, {rops:.0} op/s rd, {wops:.0} op/s wr",
             human(rd as u64),
             human(wr as u64)
         );
+        if let Some(rate) = r["objects_per_s"].as_f64().filter(|r| *r > 0.0) {
+            let eta = r["eta_secs"].as_u64().map_or(String::new(), |e| format!(", about {e} s left"));
+            s += &format!("\n    recovery: {rate:.0} objects/s{eta}");
+        }
         s
     });
     Ok(ExitCode::SUCCESS)

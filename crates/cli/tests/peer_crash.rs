@@ -23,6 +23,8 @@ fn writes_survive_a_killed_osd() {
     ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--backend", "mem", "--osd-size", "1G"]));
     let _down = Down(dir.clone());
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "16"]));
+    // The default pool has one replica in RAM: its PGs on the killed OSD would rightly stay down.
+    ok(&shoal(&dir, &["pool", "rm", "data", "--yes-i-really-mean-it"]));
     let bad = shoal(&dir, &["config", "set", "mon_osd_down_out_interval", "3"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("mon_osd_down_out_interval_secs"));
     ok(&shoal(&dir, &["config", "set", "mon_osd_down_out_interval_secs", "3"]));
@@ -98,4 +100,19 @@ fn writes_survive_a_killed_osd() {
         objects += members[0]["objects"].as_u64().expect("objects");
     }
     assert_eq!(objects, 128, "every object is on its PG's three members: {pgs}");
+
+    // The primaries report every PG active+clean, with nothing left to recover.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["status", "--json"]))).expect("json");
+        let total = status["pgs"]["count"].as_u64().expect("pg count");
+        let clean = status["pgs"]["by_state"]["active+clean"].as_u64().unwrap_or(0);
+        if clean == total && status["recovery"]["degraded_objects"] == 0 && status["recovery"]["misplaced_objects"] == 0
+        {
+            assert_eq!(status["recovery"]["unfound_objects"], 0, "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "PGs not reported active+clean: {status}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }

@@ -168,6 +168,10 @@ async fn one_monitor_end_to_end() {
         write_ops_per_s: 1.0,
         read_bytes_per_s: 0.0,
         write_bytes_per_s: 4096.0,
+        degraded_objects: 0,
+        misplaced_objects: 0,
+        unfound_objects: 0,
+        recovery_objects_per_s: 0.0,
     };
     let ack = osd.call(OsdStats::TYPE, shoal_proto::encode(&stats, vec![])).await.unwrap();
     assert!(ack.payload.is_empty());

@@ -34,6 +34,10 @@ fn stats(osd: u32) -> OsdStats {
         write_ops_per_s: 0.0,
         read_bytes_per_s: 0.0,
         write_bytes_per_s: 0.0,
+        degraded_objects: 0,
+        misplaced_objects: 0,
+        unfound_objects: 0,
+        recovery_objects_per_s: 0.0,
     }
 }
 

@@ -163,6 +163,8 @@ struct Counters {
     write_ops: u64,
     read_bytes: u64,
     write_bytes: u64,
+    /// Object copies recovered (pulled, pushed) or backfilled.
+    recovered_objects: u64,
 }
 
 /// Safety mechanisms the deterministic simulation can switch off, one at a time, to show that
@@ -895,7 +897,7 @@ impl OsdCore {
 
     fn stats(&mut self, now_ms: u64) -> OsdStats {
         let usage = self.store.usage().unwrap_or_default();
-        let (r_ops, w_ops, r_b, w_b) = match &self.last_tick {
+        let (r_ops, w_ops, r_b, w_b, rec) = match &self.last_tick {
             Some((then, c)) if now_ms > *then => {
                 let secs = (now_ms - then) as f64 / 1000.0;
                 (
@@ -903,16 +905,29 @@ impl OsdCore {
                     (self.counters.write_ops - c.write_ops) as f64 / secs,
                     (self.counters.read_bytes - c.read_bytes) as f64 / secs,
                     (self.counters.write_bytes - c.write_bytes) as f64 / secs,
+                    (self.counters.recovered_objects - c.recovered_objects) as f64 / secs,
                 )
             }
-            _ => (0.0, 0.0, 0.0, 0.0),
+            _ => (0.0, 0.0, 0.0, 0.0, 0.0),
         };
         let snapshot = Counters {
             read_ops: self.counters.read_ops,
             write_ops: self.counters.write_ops,
             read_bytes: self.counters.read_bytes,
             write_bytes: self.counters.write_bytes,
+            recovered_objects: self.counters.recovered_objects,
         };
+        let (mut degraded, mut misplaced, mut unfound) = (0u64, 0u64, 0u64);
+        for (pg, s) in &self.pgs {
+            if let Role::Primary(p) = &s.role
+                && p.phase == Phase::Active
+            {
+                let own = self.metas.get(pg).map_or(0, |m| m.missing.len());
+                degraded += (own + p.peers.values().map(|pp| pp.missing.len()).sum::<usize>()) as u64;
+                misplaced += p.backfill_remaining.values().sum::<u64>();
+                unfound += p.unfound.len() as u64;
+            }
+        }
         self.last_tick = Some((now_ms, snapshot));
         OsdStats {
             osd: self.id,
@@ -925,6 +940,10 @@ impl OsdCore {
             write_ops_per_s: w_ops,
             read_bytes_per_s: r_b,
             write_bytes_per_s: w_b,
+            degraded_objects: degraded,
+            misplaced_objects: misplaced,
+            unfound_objects: unfound,
+            recovery_objects_per_s: rec,
         }
     }
 }

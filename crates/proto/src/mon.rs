@@ -105,6 +105,15 @@ pub struct OsdStats {
     pub write_ops_per_s: f64,
     pub read_bytes_per_s: f64,
     pub write_bytes_per_s: f64,
+    /// Over the PGs this OSD leads: object copies missing on a member (log recovery to do).
+    pub degraded_objects: u64,
+    /// Over the PGs this OSD leads: object copies still to be backfilled (an estimate: the
+    /// primary's objects when backfill started, less those sent since).
+    pub misplaced_objects: u64,
+    /// Objects no OSD that is up can provide.
+    pub unfound_objects: u64,
+    /// Object copies recovered or backfilled per second since the last report.
+    pub recovery_objects_per_s: f64,
 }
 impl Message for OsdStats {
     const TYPE: u16 = 22;

@@ -97,6 +97,8 @@ pub(crate) struct Primary {
     pub known_strays: BTreeSet<OsdId>,
     /// Strays queried for unfound objects and not answered yet.
     pub probing: BTreeSet<OsdId>,
+    /// Per backfilling replica: objects still to send (an estimate for `shoal status`).
+    pub backfill_remaining: BTreeMap<OsdId, u64>,
     pub proposal: Option<ActivationProposal>,
     pub phase_ticks: u32,
     /// Activated with fewer complete members than `min_size` so that backfill can bring more
@@ -138,6 +140,7 @@ impl Primary {
             unfound: BTreeSet::new(),
             known_strays: BTreeSet::new(),
             probing: BTreeSet::new(),
+            backfill_remaining: BTreeMap::new(),
             proposal: None,
             phase_ticks: 0,
             recovery_only: false,
@@ -415,6 +418,10 @@ impl OsdCore {
                 continue;
             }
             p.peers.insert(osd, PeerPlan { missing: missing.clone(), backfill: backfill.then(String::new) });
+            if backfill {
+                let objects = crate::copy::count_objects(&*self.store, &crate::exec::pg_collection(pg));
+                p.backfill_remaining.insert(osd, objects);
+            }
             let msg = PgActivate {
                 epoch,
                 pool: pg.pool,

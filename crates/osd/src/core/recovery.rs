@@ -313,6 +313,7 @@ impl OsdCore {
             tracing::error!(%pg, object, error = %e, "storing a pulled object failed");
             return;
         }
+        self.counters.recovered_objects += 1;
         // Now the replicas that lack it, then whoever waited.
         self.recover_object(pg, &object, out);
         self.recover(pg, out);
@@ -330,18 +331,26 @@ impl OsdCore {
         result: Result<(), RemoteError>,
         out: &mut Vec<Action>,
     ) {
-        let Some(p) = self.primary_at(pg, attempt) else { return };
+        if self.primary_at(pg, attempt).is_none() {
+            return;
+        }
         if let Err(e) = result {
             tracing::info!(%pg, peer = %from, error = %e, "push refused: peering again");
             self.start_peering(pg, out);
             return;
         }
+        self.counters.recovered_objects += objects.len() as u64;
+        let Some(p) = self.primary_at(pg, attempt) else { return };
         if backfill {
             p.backfilling.remove(&from);
+            if let Some(left) = p.backfill_remaining.get_mut(&from) {
+                *left = left.saturating_sub(objects.len() as u64);
+            }
             if let Some(pp) = p.peers.get_mut(&from)
                 && pp.backfill.as_deref() == Some(LAST_NAME)
             {
                 pp.backfill = None;
+                p.backfill_remaining.remove(&from);
             }
         } else {
             let mut done = Vec::new();
