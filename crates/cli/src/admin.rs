@@ -62,6 +62,18 @@ pub enum OsdCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Remove an OSD from the cluster for good. Refused unless it is down and out and every PG
+    /// is reported active+clean without it; `--yes-i-really-mean-it` skips the PG check (data
+    /// only it held is then lost).
+    Rm {
+        #[command(flatten)]
+        conf: ConfArgs,
+        id: u32,
+        #[arg(long = "yes-i-really-mean-it")]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Set a cluster flag: `noout` keeps down OSDs in (no automatic out) during maintenance.
     Set {
         #[command(flatten)]
@@ -420,6 +432,36 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
             print(*json, json!({"osd": id, "state": word, "epoch": epoch}), || {
                 format!("marked osd.{id} {word} (epoch {epoch})")
             });
+        }
+        OsdCommand::Rm { conf, id, force, json } => {
+            let client = conf.connect()?;
+            let monc = client.client().mon().clone();
+            let map = monc.map();
+            let osd = OsdId(*id);
+            let info = map.osds.get(&osd).with_context(|| format!("{osd} does not exist"))?;
+            if info.up || info.in_cluster {
+                anyhow::bail!(
+                    "{osd} is {} and {}: stop it and mark it out (`shoal osd out {id}`) first, then wait for its \
+                     PGs to be active+clean elsewhere",
+                    if info.up { "up" } else { "down" },
+                    if info.in_cluster { "in" } else { "out" }
+                );
+            }
+            if !*force {
+                let status = client.runtime().block_on(monc.status()).context("asking the monitors for PG states")?;
+                let (pgs, total) = pg_summary(&map, &status.osd_stats);
+                let clean = pgs.get("active+clean").copied().unwrap_or(0);
+                if clean < total {
+                    let states: Vec<String> = pgs.iter().map(|(k, v)| format!("{v} {k}")).collect();
+                    anyhow::bail!(
+                        "not every PG is active+clean ({}): {osd} may still hold the only copy of some data; \
+                         wait for recovery, or pass --yes-i-really-mean-it to remove it anyway",
+                        states.join(", ")
+                    );
+                }
+            }
+            let epoch = client.runtime().block_on(monc.command(Command::RemoveOsd { id: osd }))?;
+            print(*json, json!({"removed": id, "epoch": epoch}), || format!("removed {osd} (epoch {epoch})"));
         }
         OsdCommand::Set { conf, flag, json } | OsdCommand::Unset { conf, flag, json } => {
             let on = matches!(cmd, OsdCommand::Set { .. });

@@ -25,6 +25,8 @@ fn writes_survive_a_killed_osd() {
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "16"]));
     // The default pool has one replica in RAM: its PGs on the killed OSD would rightly stay down.
     ok(&shoal(&dir, &["pool", "rm", "data", "--yes-i-really-mean-it"]));
+    let refused = shoal(&dir, &["osd", "rm", "2"]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("osd.2 is up"));
     let bad = shoal(&dir, &["config", "set", "mon_osd_down_out_interval", "3"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("mon_osd_down_out_interval_secs"));
     ok(&shoal(&dir, &["config", "set", "mon_osd_down_out_interval_secs", "3"]));
@@ -115,4 +117,8 @@ fn writes_survive_a_killed_osd() {
         assert!(Instant::now() < deadline, "PGs not reported active+clean: {status}");
         std::thread::sleep(Duration::from_millis(250));
     }
+    // Down, out and clean elsewhere: it may go for good.
+    ok(&shoal(&dir, &["osd", "rm", "2"]));
+    let tree = ok(&shoal(&dir, &["osd", "tree", "--json"]));
+    assert!(!tree.contains("\"id\":2,"), "{tree}");
 }

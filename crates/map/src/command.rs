@@ -85,6 +85,11 @@ pub enum Command {
         by: OsdId,
         records: Vec<ActivationProposal>,
     },
+    /// Removes an OSD from the map for good (`shoal osd rm`): refused unless it is down and
+    /// out. Whether its data is safe elsewhere is the caller's check (the map cannot know).
+    RemoveOsd {
+        id: OsdId,
+    },
     /// Sets a cluster-wide setting (`None`: back to its default).
     ConfigSet {
         key: String,
@@ -162,6 +167,9 @@ pub enum Change {
     /// Activations recorded; each record's epoch is the epoch this change produces.
     PgActivated {
         records: Vec<(PgId, u64, Vec<OsdId>)>,
+    },
+    RemoveOsd {
+        id: OsdId,
     },
     Config {
         key: String,
@@ -297,6 +305,20 @@ impl ClusterMap {
                     return Ok(None);
                 }
                 Change::OsdIn { id: *id, in_cluster: want }
+            }
+            Command::RemoveOsd { id } => {
+                let osd = self.osd(*id)?;
+                if osd.up || osd.in_cluster {
+                    return Err(MapError::OsdNotRemovable {
+                        id: *id,
+                        reason: format!(
+                            "it must be down and out first (it is {} and {})",
+                            if osd.up { "up" } else { "down" },
+                            if osd.in_cluster { "in" } else { "out" }
+                        ),
+                    });
+                }
+                Change::RemoveOsd { id: *id }
             }
             Command::ConfigSet { key, value } => {
                 crate::config::setting(key)?;
@@ -452,6 +474,13 @@ impl ClusterMap {
                 self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.in_cluster = *in_cluster;
             }
             Change::OsdFull { id, full } => self.osds.get_mut(id).ok_or(MapError::UnknownOsd(*id))?.full = *full,
+            Change::RemoveOsd { id } => {
+                self.osds.remove(id).ok_or(MapError::UnknownOsd(*id))?;
+                self.placement.remove_osd(*id)?;
+                // Temporary acting sets naming it are dropped; activation records keep it (a PG
+                // whose only complete member it was stays down, as it must).
+                self.pg_temp.retain(|_, osds| !osds.contains(id));
+            }
             Change::Config { key, value } => match value {
                 Some(v) => {
                     self.config.insert(key.clone(), *v);

@@ -27,6 +27,8 @@ pub enum MapError {
     UnknownMon(u32),
     #[error("incremental for epoch {got} cannot follow epoch {have}")]
     EpochGap { have: u64, got: u64 },
+    #[error("{id} cannot be removed: {reason}")]
+    OsdNotRemovable { id: OsdId, reason: String },
     #[error("invalid setting: {0}")]
     InvalidConfig(String),
     #[error(transparent)]

@@ -192,6 +192,7 @@ pub fn remote_error(e: &MapError) -> RemoteError {
         | MapError::SizeTooLarge { .. }
         | MapError::InvalidPoolSetting(_)
         | MapError::InvalidConfig(_)
+        | MapError::OsdNotRemovable { .. }
         | MapError::InvalidEntity { .. }
         | MapError::Placement(_) => ErrorCode::Invalid,
         MapError::EpochGap { .. } => ErrorCode::Other,
