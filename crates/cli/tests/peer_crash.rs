@@ -5,7 +5,8 @@
 //! bring every new member the objects it lacks, until `shoal pg ls` shows every member of every PG
 //! agreeing on its last update and object count. Appends go on through the crash too: the client
 //! resends them, and each lands exactly once. The monitors mark the dead OSD out after the
-//! down-out interval, set short here with `shoal config set`.
+//! down-out interval, set short here with `shoal config set`. First, an OSD marked down while it
+//! runs boots again by itself.
 
 mod common;
 
@@ -37,6 +38,19 @@ fn writes_survive_a_killed_osd() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
     rt.block_on(async {
         let client = Client::connect(cfg).await.expect("connect");
+        // A running OSD wrongly marked down (as after a partition from the monitors) boots again.
+        let osd1 = shoal_map::OsdId(1);
+        let before = client.mon().map().osds[&osd1].up_from;
+        client.mon().command(shoal_map::Command::OsdDown { id: osd1 }).await.expect("mark osd.1 down");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let map = client.mon().map();
+            if map.osds[&osd1].up && map.osds[&osd1].up_from > before {
+                break;
+            }
+            assert!(Instant::now() < deadline, "osd.1 did not boot again after being marked down");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let value = |i: u32| i.to_le_bytes().repeat(1024);
         let started = Instant::now();
         for i in 0..120u32 {

@@ -210,8 +210,11 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         osd = %cfg.id, %addr, host = %cfg.host, backend = cfg.backend.name(), store = %cfg.store_dir.display(),
         epoch, "up and serving"
     );
+    let reboot = tokio::spawn(boot_again_when_marked_down(monc.clone(), cfg.id, addr, epoch));
 
     shutdown.await;
+    // First, so that the down mark below is not answered with a boot.
+    reboot.abort();
     tracing::info!(osd = %cfg.id, "stopping: marking down, draining, unmounting");
     // Tell the monitors first, so clients stop sending here while we close.
     let _ = tokio::time::timeout(Duration::from_millis(500), monc.command(Command::OsdDown { id: cfg.id })).await;
@@ -229,6 +232,32 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     store.flush().context("flushing the store at shutdown")?;
     tracing::info!(osd = %cfg.id, "stopped");
     Ok(())
+}
+
+/// The monitors mark an OSD down when its reports stop reaching them (a partition, a stalled
+/// host) even if it still runs. Once it sees a map saying so, it boots again (at most once per
+/// `REBOOT_INTERVAL`), which starts a new interval for its PGs, as a restart would.
+async fn boot_again_when_marked_down(monc: MonClient, id: OsdId, addr: SocketAddr, boot_epoch: u64) {
+    const REBOOT_INTERVAL: Duration = Duration::from_secs(1);
+    let mut watch = monc.watch();
+    let mut last_try: Option<Instant> = None;
+    while watch.changed().await.is_ok() {
+        let marked_down = watch
+            .borrow_and_update()
+            .as_ref()
+            .is_some_and(|m| m.epoch > boot_epoch && m.osds.get(&id).is_some_and(|o| !o.up));
+        if !marked_down {
+            continue;
+        }
+        if let Some(t) = last_try {
+            tokio::time::sleep(REBOOT_INTERVAL.saturating_sub(t.elapsed())).await;
+        }
+        last_try = Some(Instant::now());
+        tracing::warn!(osd = %id, "the monitors marked this OSD down while it runs: booting again");
+        if let Err(e) = monc.command(Command::OsdBoot { id, addr }).await {
+            tracing::warn!(osd = %id, error = %e, "booting again failed; retried with the next map");
+        }
+    }
 }
 
 /// The address to put in the map: the bound one, unless it is a wildcard (`0.0.0.0`), which
