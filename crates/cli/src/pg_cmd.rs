@@ -1,7 +1,9 @@
 //! `shoal pg ls`: every PG of a pool (or of all pools) with its acting OSDs and what each of
 //! them holds — the newest write in its PG log and its object count — so that members that
 //! disagree are visible: a member that recovery or backfill has not caught up yet (decision 0009)
-//! shows here as `diverged`.
+//! shows here (`members_agree: false`, counted in `diverged`). The state is the one the PG's
+//! primary reports (`active+clean`, `active+recovering`, `peering`, `down`, ...), or, when the
+//! primary does not answer, what the map alone says.
 
 use std::process::ExitCode;
 
@@ -57,15 +59,18 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
                     Err(e) => json!({"osd": osd.0, "error": e.to_string()}),
                 })
                 .collect();
-            let state = match p.acting_state(acting.len()) {
-                "inactive" => "inactive",
-                _ if !agree => {
-                    diverged += 1;
-                    "active+diverged"
-                }
-                other => other,
+            if !agree {
+                diverged += 1;
+            }
+            // The primary's own view when it answered; otherwise what the map alone says.
+            let reported = infos.first().and_then(|i| i.as_ref().ok()).and_then(|i| i.state.clone());
+            let state = match (reported, p.acting_state(acting.len())) {
+                (Some(s), _) => s,
+                (None, "inactive") => "inactive".to_string(),
+                (None, _) if !agree => "active+diverged".to_string(),
+                (None, other) => other.to_string(),
             };
-            rows.push(json!({"pg": pg.to_string(), "pool": p.name, "state": state,
+            rows.push(json!({"pg": pg.to_string(), "pool": p.name, "state": state, "members_agree": agree,
                              "acting": acting.iter().map(|o| o.0).collect::<Vec<_>>(), "members": members}));
         }
     }

@@ -131,6 +131,13 @@ fn writes_survive_a_killed_osd() {
         assert!(Instant::now() < deadline, "PGs not reported active+clean: {status}");
         std::thread::sleep(Duration::from_millis(250));
     }
+    // `pg ls` shows the state each primary reports.
+    let pgs: serde_json::Value =
+        serde_json::from_str(&ok(&shoal(&dir, &["pg", "ls", "--pool", "rep", "--json"]))).expect("pg ls json");
+    for row in pgs["pgs"].as_array().expect("pgs") {
+        assert_eq!(row["state"], "active+clean", "{row}");
+        assert_eq!(row["members_agree"], true, "{row}");
+    }
     // Down, out and clean elsewhere: it may go for good.
     ok(&shoal(&dir, &["osd", "rm", "2"]));
     let tree = ok(&shoal(&dir, &["osd", "tree", "--json"]));

@@ -820,7 +820,7 @@ impl OsdCore {
                 }
             }
         }
-        Ok(PgInfo { last_update, log_entries, objects: objects.min(PG_INFO_MAX_OBJECTS) })
+        Ok(PgInfo { last_update, log_entries, objects: objects.min(PG_INFO_MAX_OBJECTS), state: self.pg_state(pg) })
     }
 
     /// The state of PG `pg` as this OSD sees it, if it is the PG's primary: `peering`, `down`,

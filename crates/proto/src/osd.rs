@@ -274,6 +274,8 @@ pub struct PgInfo {
     pub log_entries: u32,
     /// Objects it holds in the PG (counted up to [`PG_INFO_MAX_OBJECTS`]).
     pub objects: u64,
+    /// The PG's state (`active+clean`, `peering`, `down`, ...) if this OSD is its primary.
+    pub state: Option<String>,
 }
 
 /// Objects a [`PgQuery`] counts at most, which bounds the work of one query.
