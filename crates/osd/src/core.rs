@@ -47,7 +47,7 @@ pub use peering::{MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Role};
 pub use purge::PURGE_OBJECTS_PER_TICK;
 use recovery::Need;
-pub use recovery::{BACKFILL_CHUNK_BYTES, BACKFILL_CHUNK_OBJECTS, DEFAULT_RECOVERY_MAX_OPS};
+pub use recovery::{BACKFILL_CHUNK_BYTES, BACKFILL_CHUNK_OBJECTS};
 
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
@@ -208,8 +208,6 @@ pub struct OsdCore {
     /// Whether PG intervals were evaluated against a map yet (the core starts with the map it
     /// booted with; the first map or tick evaluates it, even at the same epoch).
     intervals_known: bool,
-    /// Objects recovered (or backfill chunks) in flight at once, across this OSD's PGs.
-    pub recovery_max_ops: usize,
     /// Collections of deleted pools still to be emptied and removed, a bounded batch per tick.
     purge: VecDeque<String>,
     counters: Counters,
@@ -247,7 +245,6 @@ impl OsdCore {
             mon_busy: false,
             strays_asking: BTreeSet::new(),
             intervals_known: false,
-            recovery_max_ops: DEFAULT_RECOVERY_MAX_OPS,
             counters: Counters::default(),
             last_tick: None,
             mutations: Mutations::default(),
@@ -306,11 +303,6 @@ impl OsdCore {
                 if map.epoch > self.map.epoch || !self.intervals_known {
                     let pool_removed = self.map.pools.keys().any(|id| !map.pools.contains_key(id));
                     if map.epoch >= self.map.epoch {
-                        // A bound set with `shoal config set` applies from this map on; unset,
-                        // the OSD keeps its own (the default, or what its owner configured).
-                        if let Some(ops) = map.config.get(shoal_map::config::RECOVERY_MAX_OPS) {
-                            self.recovery_max_ops = usize::try_from(*ops).unwrap_or(usize::MAX).max(1);
-                        }
                         self.map = map;
                     }
                     if pool_removed {
@@ -527,7 +519,6 @@ impl OsdCore {
         let last_update = match self.log_mut(pg) {
             Ok(log) => match log.lookup(&op.reqid) {
                 Some(op_count) => {
-                    tracing::debug!(%pg, object = %op.object, reqid = ?op.reqid, "write answered from the log");
                     let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
                     let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
                     return out.push(Action::Reply { to: from, frame, after_sync: true });
@@ -758,7 +749,6 @@ impl OsdCore {
             return;
         }
         let Some(p) = self.pending.remove(&reqid) else { return };
-        tracing::debug!(pg = %p.pg, ?reqid, error = ?p.error, "replicated write complete");
         let epoch = self.map.epoch.max(p.epoch_sent);
         let result = match p.error {
             // A failed write is reported as a timeout: the client resends it, and the resend is

@@ -7,10 +7,10 @@
 //! operations, the moment map changes happen. Two runs with the same seed and configuration
 //! produce the same [`Outcome`], including a hash of every delivered message in delivery
 //! order — so a failure found by a random seed replays exactly. Faults come from the same queue:
-//! lost client messages, lost replication messages (the primary times out), an OSD marked out,
-//! and an OSD process that crashes (its in-memory state is lost, its store kept, its peers'
-//! replicated writes to it fail) and restarts on its store.
-//! Partitions and disk faults are still to come.
+//! lost client messages, lost replication messages (the primary times out), and the scheduled
+//! [`Fault`]s: OSDs crashed (in-memory state lost, store kept, peers' calls to them failing) and
+//! restarted on their store or on an empty one, marked down, out and in, or cut off from their
+//! peers. Partitions from the monitors and disk faults are still to come.
 //!
 //! The simulated monitor is the real monitor logic ([`shoal_mon::MonCore`], standalone: one
 //! monitor whose proposals commit at once; Raft itself is tested in `shoal-mon`). Every OSD and
@@ -73,8 +73,6 @@ pub struct SimConfig {
     /// Message delay range in microseconds of simulated time.
     pub min_delay_us: u64,
     pub max_delay_us: u64,
-    /// Mark this OSD out at this simulated time (microseconds), if set.
-    pub osd_out_at_us: Option<(OsdId, u64)>,
     /// Writes append a small piece instead of replacing the object, so that a write applied
     /// twice shows in the content.
     pub appends: bool,
@@ -83,10 +81,6 @@ pub struct SimConfig {
     pub drop_client_per_mille: u64,
     /// A client resends a request with no answer after this long.
     pub client_timeout_us: u64,
-    /// Crash this OSD at the first time and restart it on its store at the second (microseconds).
-    /// The restart is quicker than the monitors' grace period, so the map does not change: its
-    /// peers see their connections to it fail, and clients resend.
-    pub osd_crash: Option<(OsdId, u64, u64)>,
     /// Replicated writes and their answers lost between OSDs, per thousand. A primary that hears
     /// nothing back within `replication_timeout_us` fails the write, as the daemon does.
     pub drop_replication_per_mille: u64,
@@ -136,11 +130,9 @@ impl Default for SimConfig {
             writes_per_client: 60,
             min_delay_us: 10,
             max_delay_us: 2_000,
-            osd_out_at_us: None,
             appends: false,
             drop_client_per_mille: 0,
             client_timeout_us: 50_000,
-            osd_crash: None,
             drop_replication_per_mille: 0,
             replication_timeout_us: 30_000,
             faults: Vec::new(),
@@ -304,14 +296,8 @@ enum Delivery {
     Map { to: Node, update: Arc<MapUpdate> },
     /// A client wakes up to issue its next operations.
     ClientTick(u32),
-    /// The scheduled map change happens.
-    MarkOut(OsdId),
     /// A client's request `tid` has waited for its answer since attempt `attempt`.
     ClientTimeout { client: u32, tid: u64, attempt: u32 },
-    /// The OSD process dies: its in-memory state is gone, its store stays.
-    Crash(OsdId),
-    /// The OSD starts again on its store.
-    Restart(OsdId),
     /// A replicated write's time to be answered is up.
     ReplicationTimeout { rid: u64 },
     /// A fault from the configuration.
@@ -489,13 +475,6 @@ impl Simulation {
             let at = sim.rng.range(0, 100);
             sim.schedule(at, Delivery::ClientTick(c));
         }
-        if let Some((osd, at)) = sim.cfg.osd_out_at_us {
-            sim.schedule(at, Delivery::MarkOut(osd));
-        }
-        if let Some((osd, crash_at, restart_at)) = sim.cfg.osd_crash {
-            sim.schedule(crash_at, Delivery::Crash(osd));
-            sim.schedule(restart_at, Delivery::Restart(osd));
-        }
         for (at, fault) in sim.cfg.faults.clone() {
             sim.schedule(at, Delivery::Fault(fault));
         }
@@ -625,26 +604,6 @@ impl Simulation {
                     self.send_op(client, tid);
                 }
             }
-            Delivery::Crash(osd) => {
-                self.trace(&[format!("crash {osd}").as_bytes()]);
-                if let Some(core) = self.osds.remove(&osd.0) {
-                    self.crashed.insert(osd.0, core.store().clone());
-                }
-                // Its peers' connections to it fail: every replicated write waiting on it fails.
-                let lost: Vec<u64> = self
-                    .rep_requests
-                    .iter()
-                    .filter(|(_, (_, _, replica))| *replica == osd.0)
-                    .map(|(r, _)| *r)
-                    .collect();
-                for rid in lost {
-                    if let Some((reqid, primary, _)) = self.rep_requests.remove(&rid) {
-                        self.fail_replication(primary, osd.0, reqid);
-                    }
-                }
-                self.fail_peer_calls_to(osd.0);
-            }
-            Delivery::Restart(osd) => self.restart(osd, false),
             Delivery::Fault(f) => self.fault(f),
             Delivery::Tick => {
                 let ids: Vec<u32> = self.osds.keys().copied().collect();
@@ -672,17 +631,6 @@ impl Simulation {
                     let err = shoal_proto::RemoteError::new(ErrorCode::Timeout, "no answer");
                     self.osd_event(caller, Event::PeerReply { from: OsdId(callee), call, result: Err(err) });
                 }
-            }
-            Delivery::MarkOut(osd) => {
-                self.trace(&[format!("out {osd}").as_bytes()]);
-                let cmd = MonEvent::Command {
-                    to: None,
-                    command: Command::OsdOut { id: osd },
-                    forwarded: false,
-                    now_ms: self.now_us / 1000,
-                };
-                let actions = self.mon.handle(cmd);
-                self.mon_actions(actions);
             }
         }
     }
@@ -782,6 +730,23 @@ impl Simulation {
         }
     }
 
+    /// The OSD process dies: its in-memory state is gone, its store stays, and its peers'
+    /// connections to it fail (every replicated write and peer call waiting on it fails).
+    fn crash(&mut self, osd: OsdId) {
+        self.trace(&[format!("crash {osd}").as_bytes()]);
+        if let Some(core) = self.osds.remove(&osd.0) {
+            self.crashed.insert(osd.0, core.store().clone());
+        }
+        let lost: Vec<u64> =
+            self.rep_requests.iter().filter(|(_, (_, _, replica))| *replica == osd.0).map(|(r, _)| *r).collect();
+        for rid in lost {
+            if let Some((reqid, primary, _)) = self.rep_requests.remove(&rid) {
+                self.fail_replication(primary, osd.0, reqid);
+            }
+        }
+        self.fail_peer_calls_to(osd.0);
+    }
+
     fn restart(&mut self, osd: OsdId, empty: bool) {
         self.trace(&[format!("restart {osd} empty={empty}").as_bytes()]);
         let Some(mut store) = self.crashed.remove(&osd.0) else { return };
@@ -811,7 +776,7 @@ impl Simulation {
     fn fault(&mut self, f: Fault) {
         self.trace(&[format!("fault {f:?}").as_bytes()]);
         match f {
-            Fault::Crash(osd) => self.deliver(Delivery::Crash(osd)),
+            Fault::Crash(osd) => self.crash(osd),
             Fault::Restart(osd) => self.restart(osd, false),
             Fault::RestartEmpty(osd) => self.restart(osd, true),
             Fault::MarkDown(osd) => self.mon_command(Command::OsdDown { id: osd }),
@@ -819,7 +784,7 @@ impl Simulation {
             Fault::In(osd) => self.mon_command(Command::OsdIn { id: osd }),
             Fault::ReplaceWhenClean(osd) => {
                 if self.cluster_clean() {
-                    self.deliver(Delivery::Crash(osd));
+                    self.crash(osd);
                     self.restart(osd, true);
                 } else {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
@@ -838,7 +803,7 @@ impl Simulation {
     fn quiescent(&self) -> bool {
         let clients_done =
             self.clients.iter().all(|c| c.queue.is_empty() && c.in_flight.is_empty() && c.parked.is_empty());
-        let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(_) | Delivery::Restart(_)));
+        let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(_)));
         clients_done && faults_done && self.cluster_clean()
     }
 

@@ -3,7 +3,7 @@
 
 use shoal_map::OsdId;
 use shoal_osd::Mutations;
-use shoal_sim::{Outcome, SimConfig, Simulation};
+use shoal_sim::{Fault, Outcome, SimConfig, Simulation};
 
 const MAX_EVENTS: u64 = 2_000_000;
 
@@ -44,8 +44,11 @@ fn a_seed_replays_exactly_and_different_seeds_differ() {
 
 #[test]
 fn clients_follow_a_map_change_mid_run() {
-    let outs =
-        run_seeds(1..=5, |seed| SimConfig { seed, osd_out_at_us: Some((OsdId(1), 20_000)), ..SimConfig::default() });
+    let outs = run_seeds(1..=5, |seed| SimConfig {
+        seed,
+        faults: vec![(20_000, Fault::Out(OsdId(1)))],
+        ..SimConfig::default()
+    });
     assert!(outs.iter().all(|o| o.epoch > 1));
     // Some requests reached an OSD whose map disagreed with the client's and were resent.
     assert!(total(&outs, |o| o.resends) > 0, "no request was ever redirected by the map change");
@@ -74,7 +77,7 @@ fn an_osd_crashed_and_restarted_on_its_store_ends_with_every_replica_current() {
     // every OSD of its acting set, osd.1 included.
     let outs = run_seeds(1..=6, |seed| SimConfig {
         seed,
-        osd_crash: Some((OsdId(1), 15_000, 45_000)),
+        faults: vec![(15_000, Fault::Crash(OsdId(1))), (45_000, Fault::Restart(OsdId(1)))],
         client_timeout_us: 10_000,
         ..SimConfig::default()
     });
@@ -109,16 +112,21 @@ fn nemesis_seeds_keep_every_acknowledged_write() {
     assert!(total(&outs, |o| o.verified_reads) > NEMESIS_SEEDS);
 }
 
-/// The first nemesis seed (of `1..=limit`) whose run fails with `mutations` switched on.
-fn first_failing(mutations: Mutations, limit: u64) -> Option<(u64, Vec<String>)> {
-    (1..=limit)
-        .find_map(|seed| {
-            let cfg = SimConfig { mutations, ..SimConfig::nemesis(seed) };
-            let expected = u64::from(cfg.clients * cfg.writes_per_client);
-            let out = Simulation::new(cfg).run(MAX_EVENTS / 4);
-            (!out.violations.is_empty() || out.acked_writes != expected).then_some((seed, out.violations))
-        })
-        .inspect(|(seed, v)| eprintln!("{mutations:?}: seed {seed} fails: {}", v.first().map_or("", String::as_str)))
+/// Mutation seeds searched for a failure.
+const MUTATION_SEEDS: u64 = 300;
+
+/// Requires some nemesis seed to fail with `mutations` switched on; prints the first one.
+fn some_seed_fails(mutations: Mutations) {
+    let failing = (1..=MUTATION_SEEDS).find_map(|seed| {
+        let cfg = SimConfig { mutations, ..SimConfig::nemesis(seed) };
+        let expected = u64::from(cfg.clients * cfg.writes_per_client);
+        let out = Simulation::new(cfg).run(MAX_EVENTS / 4);
+        (!out.violations.is_empty() || out.acked_writes != expected).then_some((seed, out.violations))
+    });
+    let Some((seed, violations)) = failing else {
+        panic!("no seed of 1..={MUTATION_SEEDS} failed with {mutations:?}");
+    };
+    eprintln!("{mutations:?}: seed {seed} fails: {}", violations.first().map_or("", String::as_str));
 }
 
 // Mutation tests: each switches off one mechanism in every OSD and requires the nemesis to find
@@ -128,28 +136,24 @@ fn first_failing(mutations: Mutations, limit: u64) -> Option<(u64, Vec<String>)>
 fn without_the_prev_check_replicas_diverge() {
     // A replica that applies a replicated write after a gap (it missed the one before) holds a
     // different object from the primary's; the end check reads every member.
-    let m = Mutations { skip_prev_check: true, ..Mutations::default() };
-    assert!(first_failing(m, 300).is_some(), "no seed failed without the prev check");
+    some_seed_fails(Mutations { skip_prev_check: true, ..Mutations::default() });
 }
 
 #[test]
 fn without_the_activation_record_writes_roll_back() {
     // Serving before the monitors hold the record lets a later peering miss the members that
     // hold the newest writes.
-    let m = Mutations { skip_activation_record: true, ..Mutations::default() };
-    assert!(first_failing(m, 300).is_some(), "no seed failed without activation records");
+    some_seed_fails(Mutations { skip_activation_record: true, ..Mutations::default() });
 }
 
 #[test]
 fn with_the_primary_as_authority_writes_roll_back() {
     // A new primary that trusts its own log over the members' forgets writes it missed.
-    let m = Mutations { primary_is_authority: true, ..Mutations::default() };
-    assert!(first_failing(m, 300).is_some(), "no seed failed with the primary as authority");
+    some_seed_fails(Mutations { primary_is_authority: true, ..Mutations::default() });
 }
 
 #[test]
 fn without_down_pgs_writes_roll_back() {
     // A PG whose last members are all down, served by whoever is up, serves older data.
-    let m = Mutations { ignore_down: true, ..Mutations::default() };
-    assert!(first_failing(m, 300).is_some(), "no seed failed when down PGs serve");
+    some_seed_fails(Mutations { ignore_down: true, ..Mutations::default() });
 }

@@ -370,7 +370,15 @@ impl OsdCore {
             return;
         }
         let auth_log = p.answers[&auth].log.clone();
-        tracing::debug!(%pg, %auth, answers = ?p.answers.iter().map(|(o, s)| (*o, s.les, s.backfill.clone(), s.log.last().map(|e| e.version), s.missing.clone())).collect::<Vec<_>>(), "peering: authority chosen");
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // Per answer: OSD, last_epoch_started, backfilling, newest entry, objects it lacks.
+            let summary: Vec<_> = p
+                .answers
+                .iter()
+                .map(|(o, s)| (*o, s.les, s.backfill.is_some(), s.log.last().map(|e| e.version), s.missing.len()))
+                .collect();
+            tracing::debug!(%pg, %auth, answers = ?summary, "peering: authority chosen");
+        }
         let mut plans = BTreeMap::new();
         for (osd, state) in &p.answers {
             plans.insert(*osd, plan_member(&auth_log, state));
@@ -462,7 +470,10 @@ impl OsdCore {
     /// Replaces this OSD's log and peering record for `pg`, durably once the driver syncs (the
     /// answer to the primary waits for that sync).
     pub(super) fn activate_local(&mut self, pg: PgId, log: &[PgLogEntry], meta: &PgMeta) -> Result<(), RemoteError> {
-        tracing::debug!(%pg, les = meta.les, backfill = ?meta.backfill, missing = ?meta.missing, log_last = ?log.last().map(|e| e.version), "activating");
+        tracing::debug!(
+            %pg, les = meta.les, backfill = ?meta.backfill, missing = meta.missing.len(),
+            log_last = ?log.last().map(|e| e.version), "activating"
+        );
         self.cancel_purge(pg);
         let coll = log_collection(pg);
         let mut txn = Transaction::new();

@@ -2,7 +2,8 @@
 //!
 //! - **Log recovery**: objects the peering plan found missing are copied whole — pulled from a
 //!   member that has them when the primary lacks them, pushed to each acting replica that lacks
-//!   them — in the background within [`OsdCore::recovery_max_ops`] objects in flight per OSD. A
+//!   them — in the background within the map's `osd_recovery_max_ops` objects in flight per OSD
+//!   (`shoal config set`; a change applies with the next map). A
 //!   client operation on an object that is still missing somewhere it is needed recovers that
 //!   object first, outside the bound, and only that operation waits.
 //! - **Backfill**: a replica whose log does not overlap is sent the primary's objects in name
@@ -32,8 +33,6 @@ use crate::pgmeta::PgMeta;
 pub const BACKFILL_CHUNK_OBJECTS: usize = 64;
 /// Data in one backfill chunk, about (a chunk holds at least one object whatever its size).
 pub const BACKFILL_CHUNK_BYTES: u64 = 4 << 20;
-/// Objects recovered (or backfill chunks) in flight per OSD by default.
-pub const DEFAULT_RECOVERY_MAX_OPS: usize = 8;
 
 /// What a client operation needs before it can run on an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +165,8 @@ impl OsdCore {
         }
         // Counted once: each start below takes one slot (a start that finds the object unfound
         // takes one too, which only makes this round more conservative).
-        let mut budget = self.recovery_max_ops.saturating_sub(self.recovery_in_flight());
+        let max_ops = self.map.setting(shoal_map::config::RECOVERY_MAX_OPS).max(1);
+        let mut budget = usize::try_from(max_ops).unwrap_or(usize::MAX).saturating_sub(self.recovery_in_flight());
         if !own.is_empty() {
             let idle: Vec<String> = own
                 .into_iter()
