@@ -263,6 +263,14 @@ fn capacity_problems(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats], pro
     errors
 }
 
+/// PGs `active+clean`, whether or not a scrub is running on them (an inconsistent one is not
+/// clean).
+fn clean_pgs(pgs: &BTreeMap<String, u64>) -> u64 {
+    let without_scrub =
+        |state: &str| ["+scrubbing", "+deep", "+repair"].iter().fold(state.to_string(), |s, t| s.replace(t, ""));
+    pgs.iter().filter(|(s, _)| without_scrub(s) == "active+clean").map(|(_, n)| *n).sum()
+}
+
 pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let client = args.conf.connect()?;
     let monc = client.client().mon().clone();
@@ -270,7 +278,8 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let map = monc.map();
     let (up, inn) = map.osd_counts();
     let (pgs, total_pgs) = pg_summary(&map, &status.osd_stats);
-    let clean = pgs.get("active+clean").copied().unwrap_or(0);
+    let clean = clean_pgs(&pgs);
+    let inconsistent: u64 = pgs.iter().filter(|(s, _)| s.contains("+inconsistent")).map(|(_, n)| *n).sum();
     let mut problems = Vec::new();
     if up < map.osds.len() {
         problems.push(format!("{} OSD(s) down", map.osds.len() - up));
@@ -285,7 +294,18 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
         let flags: Vec<&str> = map.flags.iter().map(String::as_str).collect();
         problems.push(format!("{} flag(s) set", flags.join(",")));
     }
-    let errors = capacity_problems(&map, &status.osd_stats, &mut problems);
+    let mut errors = capacity_problems(&map, &status.osd_stats, &mut problems);
+    if inconsistent > 0 {
+        errors += 1;
+        problems.push(format!(
+            "{inconsistent} PG(s) inconsistent: damaged or differing copies (`shoal pg list-inconsistent PGID`, `shoal pg repair PGID`)"
+        ));
+    }
+    let objects: u64 = status.osd_stats.iter().map(|s| s.objects).sum();
+    let recovery = recovery_summary(&status.osd_stats, objects);
+    if recovery["unfound_objects"].as_u64().unwrap_or(0) > 0 {
+        problems.push(format!("{} unfound object(s)", recovery["unfound_objects"]));
+    }
     let health = if errors > 0 {
         "HEALTH_ERR"
     } else if problems.is_empty() {
@@ -296,13 +316,8 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let sum = |f: fn(&shoal_proto::mon::OsdStats) -> f64| status.osd_stats.iter().map(f).sum::<f64>();
     let used: u64 = status.osd_stats.iter().map(|s| s.used_bytes).sum();
     let capacity: u64 = status.osd_stats.iter().map(|s| s.capacity_bytes).sum();
-    let objects: u64 = status.osd_stats.iter().map(|s| s.objects).sum();
     let (rd, wr) = (sum(|s| s.read_bytes_per_s), sum(|s| s.write_bytes_per_s));
     let (rops, wops) = (sum(|s| s.read_ops_per_s), sum(|s| s.write_ops_per_s));
-    let recovery = recovery_summary(&status.osd_stats, objects);
-    if recovery["unfound_objects"].as_u64().unwrap_or(0) > 0 {
-        problems.push(format!("{} unfound object(s)", recovery["unfound_objects"]));
-    }
     let doc = json!({
         "fsid": map.fsid, "health": health, "problems": problems, "epoch": map.epoch,
         "mons": {"count": map.mons.len(), "quorum": status.quorum, "leader": status.leader},
@@ -450,7 +465,7 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
             if !*force {
                 let status = client.runtime().block_on(monc.status()).context("asking the monitors for PG states")?;
                 let (pgs, total) = pg_summary(&map, &status.osd_stats);
-                let clean = pgs.get("active+clean").copied().unwrap_or(0);
+                let clean = clean_pgs(&pgs);
                 if clean < total {
                     let states: Vec<String> = pgs.iter().map(|(k, v)| format!("{v} {k}")).collect();
                     anyhow::bail!(

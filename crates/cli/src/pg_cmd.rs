@@ -1,16 +1,25 @@
+//! `shoal pg`: PGs as their primaries see them, and scrub.
+//!
 //! `shoal pg ls`: every PG of a pool (or of all pools) with its acting OSDs and what each of
 //! them holds — the newest write in its PG log and its object count — so that members that
 //! disagree are visible: a member that recovery or backfill has not caught up yet (decision 0009)
 //! shows here (`members_agree: false`, counted in `diverged`). The state is the one the PG's
 //! primary reports (`active+clean`, `active+recovering`, `peering`, `down`, ...), or, when the
 //! primary does not answer, what the map alone says.
+//!
+//! `shoal pg scrub|deep-scrub|repair PGID [--wait]` queue a scrub on the PG's primary (decision
+//! 0011); `shoal pg list-inconsistent PGID` names the objects the last scrubs found inconsistent,
+//! with the OSDs whose copies are bad and the copy a repair would take.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::json;
 use shoal_map::PgId;
+use shoal_proto::osd::{PgCmd, PgCmdOutput, ScrubReport};
 
 use crate::conf::ConfArgs;
 
@@ -27,10 +36,179 @@ pub enum PgCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Queues a light scrub of a PG (object lists, sizes, xattr and omap digests compared
+    /// across its members).
+    Scrub(ScrubArgs),
+    /// Queues a deep scrub of a PG: every byte read on every member, checksums and data digests
+    /// compared.
+    DeepScrub(ScrubArgs),
+    /// Deep-scrubs a PG and replaces every bad copy it finds with the authoritative one.
+    Repair(ScrubArgs),
+    /// The objects a PG's last scrubs found inconsistent, the OSDs with bad copies and what is
+    /// wrong with each, and the copy a repair would take.
+    ListInconsistent {
+        #[command(flatten)]
+        conf: ConfArgs,
+        /// The PG, as `shoal osd map` prints it: `POOL.SEED` with the seed in hex (`1.1d`).
+        pgid: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct ScrubArgs {
+    #[command(flatten)]
+    conf: ConfArgs,
+    /// The PG, as `shoal osd map` prints it: `POOL.SEED` with the seed in hex (`1.1d`).
+    pgid: String,
+    /// Waits until the scrub has finished and prints what it found (exit status 2 if
+    /// inconsistent objects remain).
+    #[arg(long)]
+    wait: bool,
+    /// With `--wait`: gives up after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
-    let PgCommand::Ls { conf, pool, json } = cmd;
+    match cmd {
+        PgCommand::Ls { conf, pool, json } => ls(conf, pool.as_deref(), *json),
+        PgCommand::Scrub(a) => scrub(a, false, false),
+        PgCommand::DeepScrub(a) => scrub(a, true, false),
+        PgCommand::Repair(a) => scrub(a, true, true),
+        PgCommand::ListInconsistent { conf, pgid, json } => list_inconsistent(conf, pgid, *json),
+    }
+}
+
+/// Parses a PG id and checks that the PG exists in `map`.
+fn parse_pgid(map: &shoal_map::ClusterMap, s: &str) -> Result<PgId> {
+    let pg: PgId =
+        s.parse().map_err(|e: String| anyhow::anyhow!("bad PG id {s:?}: {e} (expected POOL.SEED, e.g. 1.1d)"))?;
+    let Some(pool) = map.pools.get(&pg.pool) else { bail!("PG {pg}: there is no pool with id {}", pg.pool) };
+    if pg.seed >= pool.pg_num {
+        bail!("PG {pg} does not exist: pool {} has {} PGs (0..{:x})", pool.name, pool.pg_num, pool.pg_num - 1);
+    }
+    Ok(pg)
+}
+
+fn report(client: &shoal_client::blocking::BlockingClient, pg: PgId) -> Result<ScrubReport> {
+    match client.runtime().block_on(client.client().pg_command(pg, PgCmd::Report)) {
+        Ok(PgCmdOutput::Report(r)) => Ok(r),
+        Ok(other) => bail!("PG {pg}'s primary answered {other:?} to a report request"),
+        Err(e) => Err(e).with_context(|| format!("asking PG {pg}'s primary for its scrub state")),
+    }
+}
+
+fn report_json(pg: PgId, primary: Option<u32>, r: &ScrubReport) -> serde_json::Value {
+    let objects: Vec<_> = r
+        .inconsistent
+        .iter()
+        .map(|o| {
+            json!({"object": o.name, "auth_osd": o.auth.map(|a| a.0),
+                   "errors": o.errors.iter().map(|(osd, what)| json!({"osd": osd.0, "errors": what})).collect::<Vec<_>>()})
+        })
+        .collect();
+    json!({"pg": pg.to_string(), "primary": primary, "running": r.running, "queued": r.queued,
+           "completed": r.completed,
+           "last": r.last.as_ref().map(|l| json!({"deep": l.deep, "repair": l.repair, "objects": l.objects,
+                                                   "inconsistent": l.inconsistent, "repaired": l.repaired})),
+           "inconsistent": objects})
+}
+
+fn print_inconsistent(r: &ScrubReport) {
+    for o in &r.inconsistent {
+        let auth = o.auth.map_or_else(|| "none readable".to_string(), |a| a.to_string());
+        let errors: Vec<String> = o.errors.iter().map(|(osd, what)| format!("{osd}: {}", what.join(","))).collect();
+        println!("  {}  (good copy: {auth})  {}", o.name, errors.join("; "));
+    }
+}
+
+fn scrub(a: &ScrubArgs, deep: bool, repair: bool) -> Result<ExitCode> {
+    let client = a.conf.connect()?;
+    let map = client.client().mon().map();
+    let pg = parse_pgid(&map, &a.pgid)?;
+    let primary = map.pg_osds(pg).unwrap_or_default().first().map(|o| o.0);
+    let kind = if repair {
+        "repair"
+    } else if deep {
+        "deep-scrub"
+    } else {
+        "scrub"
+    };
+    let before = if a.wait { Some(report(&client, pg)?.completed) } else { None };
+    match client.runtime().block_on(client.client().pg_command(pg, PgCmd::Scrub { deep, repair })) {
+        Ok(_) => {}
+        Err(e) => return Err(e).with_context(|| format!("asking PG {pg}'s primary to {kind}")),
+    }
+    let Some(before) = before else {
+        if a.json {
+            println!("{}", json!({"pg": pg.to_string(), "primary": primary, "queued": kind}));
+        } else {
+            let on = primary.map_or_else(String::new, |p| format!(" on osd.{p}"));
+            println!("instructed PG {pg}{on} to {kind}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let deadline = Instant::now() + Duration::from_secs(a.timeout_secs);
+    let mut last_note = Instant::now();
+    let done = loop {
+        let r = report(&client, pg)?;
+        if r.completed > before && r.running.is_none() && r.queued.is_none() {
+            break r;
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "PG {pg}'s {kind} did not finish within {} s (running: {:?}, queued: {:?})",
+                a.timeout_secs,
+                r.running,
+                r.queued
+            );
+        }
+        if !a.json && last_note.elapsed() >= Duration::from_secs(5) {
+            let state = r.running.as_deref().map_or("waiting for the PG to be clean and a scrub slot", |_| "running");
+            eprintln!("PG {pg}: {kind} {state}...");
+            last_note = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    if a.json {
+        println!("{}", report_json(pg, primary, &done));
+    } else if let Some(last) = &done.last {
+        println!(
+            "PG {pg}: {kind} finished: {} objects, {} inconsistent, {} repaired",
+            last.objects, last.inconsistent, last.repaired
+        );
+        print_inconsistent(&done);
+    }
+    Ok(if done.inconsistent.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}
+
+fn list_inconsistent(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode> {
+    let client = conf.connect()?;
+    let map = client.client().mon().map();
+    let pg = parse_pgid(&map, pgid)?;
+    let primary = map.pg_osds(pg).unwrap_or_default().first().map(|o| o.0);
+    let r = report(&client, pg)?;
+    if json_out {
+        println!("{}", report_json(pg, primary, &r));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if r.completed == 0 {
+        println!("PG {pg} has not been scrubbed since its primary took it over");
+    }
+    if r.inconsistent.is_empty() {
+        println!("PG {pg}: no inconsistent objects");
+    } else {
+        println!("PG {pg}: {} inconsistent object(s) (`shoal pg repair {pg}` fixes them):", r.inconsistent.len());
+        print_inconsistent(&r);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ls(conf: &ConfArgs, pool: Option<&str>, json: bool) -> Result<ExitCode> {
     let client = conf.connect()?;
     let map = client.client().mon().map();
     let pools: Vec<&shoal_map::Pool> = match pool {
@@ -74,7 +252,7 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
                              "acting": acting.iter().map(|o| o.0).collect::<Vec<_>>(), "members": members}));
         }
     }
-    if *json {
+    if json {
         println!("{}", json!({"epoch": map.epoch, "pgs": rows, "diverged": diverged}));
         return Ok(ExitCode::SUCCESS);
     }

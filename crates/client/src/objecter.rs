@@ -253,6 +253,41 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Sends an operator's command to PG `pg`'s primary (following map changes, a bounded number
+    /// of times) and returns its answer.
+    pub async fn pg_command(
+        &self,
+        pg: shoal_map::PgId,
+        cmd: shoal_proto::osd::PgCmd,
+    ) -> Result<shoal_proto::osd::PgCmdOutput, ClientError> {
+        use shoal_proto::osd::{PgCommand, PgCommandReply};
+        const ATTEMPTS: u32 = 8;
+        let mut last = None;
+        for _ in 0..ATTEMPTS {
+            let map = self.mon.map();
+            let osds = map.pg_osds(pg).map_err(|e| ClientError::BadReply(e.to_string()))?;
+            let Some(&primary) = osds.first() else {
+                return Err(ClientError::NoActing { pool: pg.pool.to_string(), pg: pg.to_string() });
+            };
+            let msg = PgCommand { epoch: map.epoch, pool: pg.pool, pg: pg.seed, cmd: cmd.clone() };
+            let frame = self.send(&map, primary, PgCommand::TYPE, encode(&msg, Vec::new())).await?;
+            let (reply, _): (PgCommandReply, _) = decode_frame(frame)?;
+            match reply.result {
+                Ok(out) => return Ok(out),
+                Err(e) if e.code == ErrorCode::WrongPrimary => {
+                    let _ = self.mon.wait_for_epoch(reply.epoch.max(map.epoch + 1), 500).await;
+                    last = Some(e);
+                }
+                Err(e) => return Err(ClientError::Remote(e)),
+            }
+        }
+        Err(ClientError::Remote(last.unwrap_or_else(|| {
+            shoal_proto::RemoteError::new(ErrorCode::WrongPrimary, "the PG's primary kept changing")
+        })))
+    }
+}
+
 /// Where a listing stopped: the PG and the last name returned from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListCursor {

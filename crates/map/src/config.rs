@@ -23,6 +23,13 @@ pub const DOWN_OUT_INTERVAL_SECS: &str = "mon_osd_down_out_interval_secs";
 /// Objects (or backfill chunks) each OSD recovers at once, across its PGs.
 pub const RECOVERY_MAX_OPS: &str = "osd_recovery_max_ops";
 
+/// Each PG is scrubbed lightly (object lists, sizes, metadata digests) about this often (0: only
+/// on request). Ceph's `osd_scrub_min_interval`.
+pub const SCRUB_INTERVAL_SECS: &str = "osd_scrub_interval_secs";
+/// Each PG is deep-scrubbed (every byte read and checked) about this often (0: only on request).
+/// Ceph's `osd_deep_scrub_interval`.
+pub const DEEP_SCRUB_INTERVAL_SECS: &str = "osd_deep_scrub_interval_secs";
+
 /// Every setting there is.
 pub const SETTINGS: &[Setting] = &[
     Setting {
@@ -38,6 +45,20 @@ pub const SETTINGS: &[Setting] = &[
         min: 1,
         max: 1024,
         help: "objects or backfill chunks each OSD recovers at once",
+    },
+    Setting {
+        name: SCRUB_INTERVAL_SECS,
+        default: 24 * 3600,
+        min: 0,
+        max: 365 * 24 * 3600,
+        help: "seconds between light scrubs of each PG (0: only on request)",
+    },
+    Setting {
+        name: DEEP_SCRUB_INTERVAL_SECS,
+        default: 7 * 24 * 3600,
+        min: 0,
+        max: 365 * 24 * 3600,
+        help: "seconds between deep scrubs of each PG (0: only on request)",
     },
 ];
 

@@ -108,12 +108,13 @@ pub fn split_data(copies: &[ObjectCopy], mut data: Vec<u8>) -> Result<Vec<Vec<u8
 }
 
 /// Names of the local objects of `coll` in `(after, upto]` (all of them to the end when `upto` is
-/// `None`), a page at a time.
+/// `None`), a page at a time; more than `max` of them is an error.
 pub fn list_range(
     store: &dyn ObjectStore,
     coll: &str,
     after: Option<&str>,
     upto: Option<&str>,
+    max: usize,
 ) -> Result<Vec<String>, RemoteError> {
     let mut out = Vec::new();
     let mut cursor = after.map(str::to_string);
@@ -126,6 +127,12 @@ pub fn list_range(
         for name in page.objects {
             if upto.is_some_and(|u| name.as_str() > u) {
                 return Ok(out);
+            }
+            if out.len() >= max {
+                return Err(RemoteError::new(
+                    ErrorCode::Invalid,
+                    format!("more than {max} objects of {coll} in the range after {after:?} up to {upto:?}"),
+                ));
             }
             out.push(name);
         }

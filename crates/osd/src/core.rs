@@ -43,11 +43,13 @@ use crate::pgmeta::PgMeta;
 mod peering;
 mod purge;
 mod recovery;
+mod scrub;
 pub use peering::{MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Role};
 pub use purge::PURGE_OBJECTS_PER_TICK;
 use recovery::Need;
 pub use recovery::{BACKFILL_CHUNK_BYTES, BACKFILL_CHUNK_OBJECTS};
+pub use scrub::{MAX_SCRUBS_PER_OSD, SCRUB_CHUNK_BYTES, SCRUB_CHUNK_OBJECTS, SCRUB_MAP_MAX_OBJECTS};
 
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
 pub type Token = u64;
@@ -71,11 +73,14 @@ pub enum Event {
     PgList { from: Token, request_id: u64, req: PgList },
     /// A question about what this OSD holds of a PG.
     PgQuery { from: Token, request_id: u64, req: PgQuery },
+    /// An operator's command to a PG's primary (scrub, repair, report).
+    PgCommand { from: Token, request_id: u64, req: shoal_proto::osd::PgCommand },
     /// A newer map.
     Map(Arc<ClusterMap>),
     /// Time passes; the core reports its statistics.
     Tick { now_ms: u64 },
-    /// A request from a peer OSD about a PG (peering, recovery, strays: message types 40..=48),
+    /// A request from a peer OSD about a PG (peering, recovery, strays, scrub: message types
+    /// 40..=49),
     /// decoded by the core.
     PeerMsg { from: Token, request_id: u64, msg_type: u16, payload: Vec<u8> },
     /// The answer to an [`Action::Peer`] (or the driver's report that it could not be delivered).
@@ -112,6 +117,11 @@ pub enum PeerCall {
     },
     /// A query to a stray that may hold objects the primary cannot find among the members.
     Probe {
+        pg: PgId,
+        attempt: u64,
+    },
+    /// A member's scrub map of one chunk.
+    Scrub {
         pg: PgId,
         attempt: u64,
     },
@@ -165,6 +175,8 @@ struct Counters {
     write_bytes: u64,
     /// Object copies recovered (pulled, pushed) or backfilled.
     recovered_objects: u64,
+    /// Client reads that met damaged data here and were served from a member's copy.
+    read_repairs: u64,
 }
 
 /// Safety mechanisms the deterministic simulation can switch off, one at a time, to show that
@@ -213,6 +225,10 @@ pub struct OsdCore {
     counters: Counters,
     last_tick: Option<(u64, Counters)>,
     mutations: Mutations,
+    /// Scrub state of the PGs this OSD leads.
+    scrubs: BTreeMap<PgId, scrub::PgScrubState>,
+    /// The tick clock at the last tick (scrub schedules).
+    scrub_now_ms: u64,
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -249,6 +265,8 @@ impl OsdCore {
             last_tick: None,
             mutations: Mutations::default(),
             purge: VecDeque::new(),
+            scrubs: BTreeMap::new(),
+            scrub_now_ms: 0,
         };
         // Pools deleted while this OSD was down (or before a purge finished) are purged now.
         core.queue_orphans();
@@ -299,6 +317,13 @@ impl OsdCore {
                     self.pg_query(from, request_id, &req, out);
                 }
             }
+            Event::PgCommand { from, request_id, req } => {
+                if req.epoch > self.map.epoch {
+                    self.wait_for_map(Event::PgCommand { from, request_id, req }, out);
+                } else {
+                    self.pg_command(from, request_id, req, out);
+                }
+            }
             Event::Map(map) => {
                 if map.epoch > self.map.epoch || !self.intervals_known {
                     let pool_removed = self.map.pools.keys().any(|id| !map.pools.contains_key(id));
@@ -331,6 +356,7 @@ impl OsdCore {
                 for pg in active {
                     self.recover(pg, out);
                 }
+                self.scrub_tick(now_ms, out);
                 self.ask_strays(out);
                 self.flush_mon(out);
                 out.push(Action::Stats(self.stats(now_ms)));
@@ -369,6 +395,10 @@ impl OsdCore {
             }
             Event::PgQuery { from, request_id, .. } => {
                 (from, reply_frame(request_id, &PgQueryReply { epoch, result: Err(busy) }, Vec::new()))
+            }
+            Event::PgCommand { from, request_id, .. } => {
+                let reply = shoal_proto::osd::PgCommandReply { epoch, result: Err(busy) };
+                (from, reply_frame(request_id, &reply, Vec::new()))
             }
             Event::PeerMsg { from, request_id, .. } => {
                 let ack = shoal_proto::osd::PeerAck { epoch, result: Err(busy) };
@@ -504,6 +534,14 @@ impl OsdCore {
         let coll = pg_collection(pg);
         if read_only {
             let result = execute_reads(&*self.store, &coll, &op.object, &op.ops);
+            // (A PG of one member has no other copy: the error goes to the reader.)
+            if let Err(e) = &result
+                && e.code == ErrorCode::Corrupt
+                && acting.len() > 1
+            {
+                let event = Event::ClientOp { from, request_id, op, data };
+                return self.repair_then_retry(pg, event, e, out);
+            }
             let (result, bytes) = match result {
                 Ok((outputs, bytes)) => (Ok(outputs), bytes),
                 Err(e) => (Err(e), Vec::new()),
@@ -559,6 +597,9 @@ impl OsdCore {
         let (resolved, precondition) =
             match resolve_writes(&*self.store, &coll, &op.object, &op.ops, data.len(), max_object_bytes) {
                 Ok(r) => r,
+                Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 => {
+                    return self.repair_then_retry(pg, Event::ClientOp { from, request_id, op, data }, &e, out);
+                }
                 Err(e) => return out.push(fail(e)),
             };
         let replicas: Vec<OsdId> = acting[1..].to_vec();
@@ -574,7 +615,15 @@ impl OsdCore {
         let copies: Vec<Vec<u8>> = log_only.iter().map(|only| if *only { Vec::new() } else { data.clone() }).collect();
         let data_len = data.len() as u64;
         let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
+        // The commit consumes the data; a retry after a repair needs it again.
+        let retry = (acting.len() > 1).then(|| data.clone());
         if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
+            if e.code == ErrorCode::Corrupt
+                && let Some(data) = retry
+            {
+                // A partial write met damaged data here (nothing was applied): repaired, then redone.
+                return self.repair_then_retry(pg, Event::ClientOp { from, request_id, op, data }, &e, out);
+            }
             return out.push(fail(e));
         }
         self.counters.write_ops += 1;
@@ -609,6 +658,31 @@ impl OsdCore {
             error: None,
         };
         self.pending.insert(op.reqid, pending);
+    }
+
+    /// A client operation met damaged data in the primary's copy of its object (the store's
+    /// checksum caught it): the copy is marked missing and pulled from a member with a good one,
+    /// and the operation runs again after that, so the client never sees the error while a good
+    /// copy exists.
+    fn repair_then_retry(&mut self, pg: PgId, event: Event, error: &RemoteError, out: &mut Vec<Action>) {
+        let Event::ClientOp { op, .. } = &event else { return };
+        let object = op.object.clone();
+        tracing::warn!(%pg, %object, %error, "damaged data in this OSD's copy: repairing it from a member first");
+        if let Err(e) = self.mark_own_missing(pg, &object) {
+            tracing::error!(%pg, %object, error = %e, "cannot mark a damaged copy for repair");
+            let Event::ClientOp { from, request_id, .. } = event else { return };
+            let reply = OsdOpReply { epoch: self.map.epoch, result: Err(error.clone()) };
+            return out.push(Action::Reply {
+                to: from,
+                frame: reply_frame(request_id, &reply, Vec::new()),
+                after_sync: false,
+            });
+        }
+        self.counters.read_repairs += 1;
+        if self.object_ready(pg, &object, Need::Primary, out) {
+            return self.handle(event, out);
+        }
+        self.block_on(pg, &object, event);
     }
 
     /// PG `pg`'s peering record, read from the store on first use.
@@ -846,6 +920,7 @@ impl OsdCore {
                 if !p.unfound.is_empty() {
                     state.push_str("+unfound");
                 }
+                state.push_str(&self.scrub_state_suffix(pg));
                 state
             }
         })
@@ -879,10 +954,23 @@ impl OsdCore {
         self.pgs.values().filter(|s| matches!(s.role, Role::Stray)).count()
     }
 
-    /// Whether every PG this OSD is primary of is active and clean (for tests and tools).
+    /// Whether every PG this OSD is primary of is active and clean, and none is inconsistent (a
+    /// scrub may be running), for tests and tools.
     #[must_use]
     pub fn all_clean(&self) -> bool {
-        self.pgs.keys().all(|pg| self.pg_state(*pg).is_none_or(|s| s == "active+clean"))
+        self.pgs.keys().all(|pg| {
+            self.pg_state(*pg).is_none_or(|s| {
+                let scrubbing = ["+scrubbing", "+deep", "+repair"];
+                scrubbing.iter().fold(s, |acc, t| acc.replace(t, "")) == "active+clean"
+            })
+        })
+    }
+
+    /// Scrubs running or requested and waiting on this OSD (for tests and tools).
+    #[must_use]
+    pub fn scrubs_pending(&self) -> usize {
+        let (running, queued) = self.scrub_counts();
+        running + queued
     }
 
     fn stats(&mut self, now_ms: u64) -> OsdStats {
@@ -906,6 +994,7 @@ impl OsdCore {
             read_bytes: self.counters.read_bytes,
             write_bytes: self.counters.write_bytes,
             recovered_objects: self.counters.recovered_objects,
+            read_repairs: self.counters.read_repairs,
         };
         let (mut degraded, mut misplaced, mut unfound) = (0u64, 0u64, 0u64);
         for (pg, s) in &self.pgs {

@@ -103,8 +103,10 @@ impl Handler for OsdHandler {
             PgQuery::TYPE => {
                 decode::<PgQuery>(frame.payload).map(|(req, _)| Event::PgQuery { from: token, request_id, req })
             }
-            // Peering and recovery: the core decodes them.
-            40..=48 if conn.peer_entity().starts_with("osd.") => {
+            shoal_proto::osd::PgCommand::TYPE => decode::<shoal_proto::osd::PgCommand>(frame.payload)
+                .map(|(req, _)| Event::PgCommand { from: token, request_id, req }),
+            // Peering, recovery and scrub: the core decodes them.
+            40..=49 if conn.peer_entity().starts_with("osd.") => {
                 Ok(Event::PeerMsg { from: token, request_id, msg_type: frame.msg_type, payload: frame.payload })
             }
             other => {

@@ -7,6 +7,7 @@
 //!   same transaction as each write on every member.
 //! - [`core`]: the OSD's logic as a state machine (events in, actions out), shared by the
 //!   daemon and the deterministic simulation.
+//! - [`scrub`]: scrub maps of objects and their comparison across a PG's members.
 //! - [`daemon`]: the I/O around the core: messenger server, worker thread, monitor client,
 //!   replication connections.
 
@@ -17,6 +18,7 @@ pub mod exec;
 pub mod merge;
 pub mod pglog;
 pub mod pgmeta;
+pub mod scrub;
 
 pub use core::{Action, Event, Mutations, OsdCore, PeerCall, Token};
 pub use daemon::{OsdConfig, run};

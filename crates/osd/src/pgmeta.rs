@@ -94,6 +94,13 @@ impl PgMeta {
         txn.omap_set(&coll, INFO_OBJECT, entries);
     }
 
+    /// Adds to `txn` that `object` is missing here, needing version `need` (the log collection
+    /// must exist).
+    pub fn write_missing(txn: &mut Transaction, pg: PgId, object: &str, need: Eversion) {
+        let coll = log_collection(pg);
+        txn.touch(&coll, INFO_OBJECT).omap_set(&coll, INFO_OBJECT, vec![(missing_key(object), need.to_key().to_vec())]);
+    }
+
     /// Adds to `txn` that `object` is no longer missing.
     pub fn write_recovered(txn: &mut Transaction, pg: PgId, object: &str) {
         txn.omap_remove(&log_collection(pg), INFO_OBJECT, vec![missing_key(object)]);

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 /// (2: replicated writes carry a precondition; the auth table joined the map. 3: OSDs carry a
 /// full flag. 4: replicated writes carry an epoch-and-sequence version. 5: peering and recovery
 /// messages; the map's temporary acting sets and activation records).
-pub const MSG_VERSION: u8 = 6;
+pub const MSG_VERSION: u8 = 7;
 /// Largest encoded header (everything but the bulk data): 1 MiB is far above any legitimate
 /// header (the largest is an omap batch) and stops a corrupted length from allocating much.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;

@@ -439,3 +439,118 @@ pub struct PgStrayReply {
 impl Message for PgStrayReply {
     const TYPE: u16 = 48;
 }
+
+/// What one member holds of one object, as scrub compares it across the PG's members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubObject {
+    pub name: String,
+    pub size_bytes: u64,
+    /// crc32c over the object's xattrs (names and values, in name order).
+    pub xattr_digest: u32,
+    /// crc32c over the object's omap (keys and values, in key order).
+    pub omap_digest: u32,
+    /// crc32c of the object's data: deep scrub only (`None` in a light scrub).
+    pub data_digest: Option<u32>,
+    /// The object could not be read whole here (the store's checksum caught damaged data, or
+    /// another store error): what the store said.
+    pub read_error: Option<String>,
+}
+
+/// A PG's primary asks a member for its scrub map of the objects named in `(after, upto]`, as of
+/// the PG version `at` (the member refuses, to be asked again, if its log is elsewhere: writes
+/// travel the same ordered link, so an active member is normally exactly there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScrub {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub after: Option<String>,
+    pub upto: Option<String>,
+    pub deep: bool,
+    pub at: Eversion,
+}
+impl Message for PgScrub {
+    const TYPE: u16 = 49;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScrubReply {
+    pub epoch: u64,
+    pub result: Result<Vec<ScrubObject>, RemoteError>,
+}
+impl Message for PgScrubReply {
+    const TYPE: u16 = 50;
+}
+
+/// An operator's command to a PG's primary (`shoal pg scrub|deep-scrub|repair|list-inconsistent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PgCmd {
+    /// Queues a scrub (light, or deep; `repair`: deep, and fix what it finds).
+    Scrub { deep: bool, repair: bool },
+    /// The PG's scrub state and the inconsistencies its last scrubs found.
+    Report,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgCommand {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    pub cmd: PgCmd,
+}
+impl Message for PgCommand {
+    const TYPE: u16 = 51;
+}
+
+/// One object whose copies differ, or cannot be read, on the PG's members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InconsistentObject {
+    pub name: String,
+    /// The member whose copy is taken as right (`None`: no member has a readable copy).
+    pub auth: Option<shoal_map::OsdId>,
+    /// Each member whose copy is wrong, with what is wrong (`missing`, `extra`, `size_mismatch`,
+    /// `data_digest_mismatch`, `omap_digest_mismatch`, `attr_mismatch`, `read_error`).
+    pub errors: Vec<(shoal_map::OsdId, Vec<String>)>,
+}
+
+/// A finished scrub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubSummary {
+    pub deep: bool,
+    pub repair: bool,
+    pub objects: u64,
+    /// Objects found inconsistent.
+    pub inconsistent: u64,
+    /// Objects whose bad copies were queued for repair.
+    pub repaired: u64,
+}
+
+/// A PG's scrub state on its primary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// `scrub`, `deep-scrub` or `repair` while one runs.
+    pub running: Option<String>,
+    /// Requested and waiting for the PG to be clean or for this OSD's scrub slot.
+    pub queued: Option<String>,
+    /// Scrubs finished since this OSD became the PG's primary.
+    pub completed: u64,
+    pub last: Option<ScrubSummary>,
+    /// Objects found inconsistent and not repaired since.
+    pub inconsistent: Vec<InconsistentObject>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PgCmdOutput {
+    /// The scrub is queued on the primary.
+    Queued,
+    Report(ScrubReport),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgCommandReply {
+    pub epoch: u64,
+    pub result: Result<PgCmdOutput, RemoteError>,
+}
+impl Message for PgCommandReply {
+    const TYPE: u16 = 52;
+}

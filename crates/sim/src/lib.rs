@@ -114,6 +114,11 @@ pub enum Fault {
     /// it, so it stays up in the map) until `Heal`.
     Isolate(OsdId),
     Heal(OsdId),
+    /// Silent damage on the OSD's disk: one bit of one object copy it holds flips (the store's
+    /// checksums catch it on the next read). Applied only when every PG is active and clean, so
+    /// the other members hold good copies; reads must still return the right bytes (repaired
+    /// from a member), and at the end a deep scrub with repair of every PG must restore it.
+    BitRotWhenClean(OsdId),
 }
 
 impl Default for SimConfig {
@@ -160,6 +165,7 @@ impl SimConfig {
         // Per OSD: the time until which a fault already holds it (faults on one OSD never overlap).
         let mut busy_until = vec![0u64; osds as usize];
         let mut replaced = false;
+        let mut rotted = false;
         let mut kept_out = false;
         let mut t = r.range(1_000, 20_000);
         for _ in 0..r.range(2, 7) {
@@ -176,7 +182,7 @@ impl SimConfig {
             };
             let x = pick(&mut r, None);
             let span = r.range(5_000, 80_000);
-            match r.range(0, 9) {
+            match r.range(0, 10) {
                 0..=2 => {
                     faults.push((t, Fault::Crash(OsdId(x))));
                     // Half the time the monitors notice first (a new interval without it).
@@ -217,10 +223,14 @@ impl SimConfig {
                     faults.push((t + span, Fault::Heal(OsdId(x))));
                     busy_until[x as usize] = t + span;
                 }
-                _ if !replaced => {
+                9 if !replaced => {
                     replaced = true;
                     faults.push((t, Fault::ReplaceWhenClean(OsdId(x))));
                     busy_until[x as usize] = u64::MAX;
+                }
+                10 if !rotted => {
+                    rotted = true;
+                    faults.push((t, Fault::BitRotWhenClean(OsdId(x))));
                 }
                 _ => {}
             }
@@ -273,6 +283,8 @@ pub struct Outcome {
 enum Node {
     Osd(u32),
     Client(u32),
+    /// The operator (`shoal pg repair`): its commands go straight to a core; answers are dropped.
+    Operator,
 }
 
 impl Node {
@@ -281,10 +293,17 @@ impl Node {
         match self {
             Node::Osd(i) => u64::from(i),
             Node::Client(i) => 1_000_000 + u64::from(i),
+            Node::Operator => 2_000_000,
         }
     }
     fn from_token(t: u64) -> Node {
-        if t >= 1_000_000 { Node::Client((t - 1_000_000) as u32) } else { Node::Osd(t as u32) }
+        if t >= 2_000_000 {
+            Node::Operator
+        } else if t >= 1_000_000 {
+            Node::Client((t - 1_000_000) as u32)
+        } else {
+            Node::Osd(t as u32)
+        }
     }
 }
 
@@ -355,6 +374,12 @@ pub struct Simulation {
     peer_calls: HashMap<u64, (u32, u32, shoal_osd::PeerCall)>,
     /// Stores of crashed OSDs, until they restart.
     crashed: BTreeMap<u32, Arc<dyn ObjectStore>>,
+    /// Every OSD's store as the engine it is (to damage it behind the OSD's back).
+    engines: BTreeMap<u32, Arc<MemEngine>>,
+    /// Object copies damaged by `BitRotWhenClean`.
+    rotted: u32,
+    /// A deep scrub with repair was requested of every PG (after damage, once all else settled).
+    final_repair_sent: bool,
     /// OSDs cut off from their peers.
     isolated: std::collections::BTreeSet<u32>,
     next_rep_request: u64,
@@ -404,8 +429,11 @@ impl Simulation {
         map.execute(&pool).expect("create pool");
         let shared = Arc::new(map.clone());
         let mon = MonCore::standalone(CoreConfig::new(0), map);
+        let mut engines = BTreeMap::new();
         for i in 0..cfg.osds {
-            let store: Arc<dyn ObjectStore> = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+            let engine = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+            engines.insert(i, engine.clone());
+            let store: Arc<dyn ObjectStore> = engine;
             let mut core = OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core");
             core.set_mutations(cfg.mutations);
             osds.insert(i, core);
@@ -457,6 +485,9 @@ impl Simulation {
             rep_requests: BTreeMap::new(),
             peer_calls: HashMap::new(),
             crashed: BTreeMap::new(),
+            engines,
+            rotted: 0,
+            final_repair_sent: false,
             isolated: std::collections::BTreeSet::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
@@ -564,12 +595,14 @@ impl Simulation {
                 match to {
                     Node::Osd(i) => self.deliver_to_osd(i, from, frame),
                     Node::Client(c) => self.deliver_to_client(c, from, frame),
+                    Node::Operator => {}
                 }
             }
             Delivery::Map { to, update } => {
                 let current = match to {
                     Node::Osd(i) => self.osds.get(&i).map(|o| o.map().clone()),
                     Node::Client(c) => Some(self.clients[c as usize].map.clone()),
+                    Node::Operator => None,
                 };
                 let Some(current) = current else { return };
                 let Some(map) = update.apply_to(Some(&current)).map(Arc::new) else {
@@ -578,6 +611,7 @@ impl Simulation {
                 self.trace(&[format!("map {to:?} {}", map.epoch).as_bytes()]);
                 match to {
                     Node::Osd(i) => self.osd_event(i, Event::Map(map)),
+                    Node::Operator => {}
                     Node::Client(c) => {
                         let client = &mut self.clients[c as usize];
                         if map.epoch > client.map.epoch {
@@ -610,6 +644,9 @@ impl Simulation {
                 for i in ids {
                     let now_ms = self.now_us / 1000;
                     self.osd_event(i, Event::Tick { now_ms });
+                }
+                if self.rotted > 0 && !self.final_repair_sent && self.quiescent() {
+                    self.repair_every_pg();
                 }
                 // Ticks go on while anything may still change: a map or message still in flight
                 // can start peering again after the cluster looked clean.
@@ -751,7 +788,9 @@ impl Simulation {
         self.trace(&[format!("restart {osd} empty={empty}").as_bytes()]);
         let Some(mut store) = self.crashed.remove(&osd.0) else { return };
         if empty {
-            store = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+            let engine = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+            self.engines.insert(osd.0, engine.clone());
+            store = engine;
         }
         let map = Arc::new(self.mon.map().clone());
         match OsdCore::new(osd, store, map.clone()) {
@@ -793,18 +832,71 @@ impl Simulation {
             Fault::Isolate(osd) => {
                 self.isolated.insert(osd.0);
             }
+            Fault::BitRotWhenClean(osd) => {
+                if self.cluster_clean() {
+                    self.bit_rot(osd);
+                } else {
+                    self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
+                }
+            }
             Fault::Heal(osd) => {
                 self.isolated.remove(&osd.0);
             }
         }
     }
 
-    /// Clients are done, no fault is still to come, and every PG is active and clean.
+    /// Clients are done, no fault is still to come, every PG is active and clean, and no scrub
+    /// is running or waiting (after damage: the final repair has been asked for and is done).
     fn quiescent(&self) -> bool {
         let clients_done =
             self.clients.iter().all(|c| c.queue.is_empty() && c.in_flight.is_empty() && c.parked.is_empty());
         let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(_)));
-        clients_done && faults_done && self.cluster_clean()
+        let scrubs_done = self.osds.values().all(|o| o.scrubs_pending() == 0);
+        clients_done && faults_done && scrubs_done && self.cluster_clean()
+    }
+
+    /// Flips a bit of one object copy on `osd`'s store, picked by the seed among the copies it
+    /// holds.
+    fn bit_rot(&mut self, osd: OsdId) {
+        let Some(engine) = self.engines.get(&osd.0).cloned() else { return };
+        let mut copies = Vec::new();
+        for coll in engine.list_collections().unwrap_or_default() {
+            if !coll.starts_with("pg.") {
+                continue;
+            }
+            if let Ok(page) = engine.list_objects(&coll, "", None, 10_000) {
+                copies.extend(page.objects.into_iter().map(|o| (coll.clone(), o)));
+            }
+        }
+        if copies.is_empty() {
+            return;
+        }
+        let (coll, obj) = copies[self.rng.range(0, copies.len() as u64 - 1) as usize].clone();
+        self.trace(&[format!("bit rot {osd} {coll}/{obj}").as_bytes()]);
+        match engine.inject_bit_rot(&coll, &obj) {
+            Ok(true) => {
+                self.rotted += 1;
+                tracing::info!(t_us = self.now_us, %osd, %coll, %obj, "nemesis: bit rot");
+            }
+            Ok(false) => {}
+            Err(e) => self.outcome.violations.push(format!("could not damage {coll}/{obj} on {osd}: {e}")),
+        }
+    }
+
+    /// Asks every PG's primary for a deep scrub with repair (`shoal pg repair`).
+    fn repair_every_pg(&mut self) {
+        self.final_repair_sent = true;
+        let map = self.mon.map().clone();
+        for pool in map.pools.values() {
+            for seed in 0..pool.pg_num {
+                let pg = shoal_map::PgId { pool: pool.id, seed };
+                let Some(primary) = map.pg_osds(pg).unwrap_or_default().first().copied() else { continue };
+                let cmd = shoal_proto::osd::PgCmd::Scrub { deep: true, repair: true };
+                let req = shoal_proto::osd::PgCommand { epoch: map.epoch, pool: pool.id, pg: seed, cmd };
+                let event = Event::PgCommand { from: Node::Operator.token(), request_id: 0, req };
+                self.osd_event(primary.0, event);
+            }
+        }
     }
 
     /// Every OSD runs, reaches its peers, and has every PG it leads active and clean, with no
@@ -840,13 +932,13 @@ impl Simulation {
                     Err(e) => return self.outcome.violations.push(format!("bad RepOpReply: {e}")),
                 }
             }
-            40 | 42 | 44 | 46 | 47 => Event::PeerMsg {
+            40 | 42 | 44 | 46 | 47 | 49 => Event::PeerMsg {
                 from: from_token,
                 request_id: frame.request_id,
                 msg_type: frame.msg_type,
                 payload: frame.payload,
             },
-            41 | 43 | 45 | 48 => {
+            41 | 43 | 45 | 48 | 50 => {
                 let Some((_, callee, call)) = self.peer_calls.remove(&frame.request_id) else { return };
                 Event::PeerReply { from: OsdId(callee), call, result: Ok(frame) }
             }

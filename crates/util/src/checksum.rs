@@ -7,6 +7,12 @@ pub fn crc32c(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
 }
 
+/// Continues a crc32c: `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`.
+#[must_use]
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, data)
+}
+
 /// Returns one crc32c per `block_bytes`-sized block of `data`, in order.
 ///
 /// `data.len()` must be a multiple of `block_bytes`; the engine only checksums whole blocks so
@@ -26,6 +32,7 @@ mod tests {
     fn known_vector() {
         // The standard check value of CRC-32C.
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(crc32c_append(crc32c(b"1234"), b"56789"), 0xE306_9283);
     }
 
     #[test]

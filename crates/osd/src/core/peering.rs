@@ -699,6 +699,12 @@ impl OsdCore {
                 Ok((s, _)) => self.on_stray_question(from, request_id, s, out),
                 Err(e) => out.push(ack(Err(bad(e)))),
             },
+            // Handled at once, whatever the sender's epoch: its place on the ordered link, behind
+            // the replicated writes sent before it, is what makes the answer comparable.
+            shoal_proto::osd::PgScrub::TYPE => match decode::<shoal_proto::osd::PgScrub>(payload) {
+                Ok((s, _)) => self.on_scrub(from, request_id, s, out),
+                Err(e) => out.push(ack(Err(bad(e)))),
+            },
             other => out.push(ack(Err(RemoteError::new(ErrorCode::Invalid, format!("not a peer message: {other}"))))),
         }
     }
@@ -754,6 +760,10 @@ impl OsdCore {
             PeerCall::Probe { pg, attempt } => {
                 let r = payload::<PeerInfo>(result).and_then(|(m, _)| m.result);
                 self.probed(pg, attempt, from, r, out);
+            }
+            PeerCall::Scrub { pg, attempt } => {
+                let r = payload::<shoal_proto::osd::PgScrubReply>(result).and_then(|(m, _)| m.result);
+                self.scrub_answered(pg, attempt, from, r, out);
             }
         }
     }

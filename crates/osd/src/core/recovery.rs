@@ -78,8 +78,10 @@ impl OsdCore {
             return;
         }
         if own_missing {
+            // Acting members first: a stray may be removing its copy.
+            let candidates = || p.sources.iter().filter(|(o, lacks)| **o != me && up(o) && !lacks.contains(object));
             let source =
-                p.sources.iter().find(|(o, lacks)| **o != me && up(o) && !lacks.contains(object)).map(|(o, _)| *o);
+                candidates().find(|(o, _)| p.acting.contains(o)).or_else(|| candidates().next()).map(|(o, _)| *o);
             let Some(source) = source else {
                 if p.unfound.insert(object.to_string()) {
                     tracing::warn!(%pg, object, "object unfound: no member that is up holds it");
@@ -108,6 +110,14 @@ impl OsdCore {
         let mut data = Vec::new();
         let copy = match read_copy(&*self.store, &pg_collection(pg), object, &mut data) {
             Ok(c) => c,
+            Err(e) if e.code == ErrorCode::Corrupt => {
+                // The primary's own copy is damaged: it is recovered first, from a member.
+                tracing::warn!(%pg, object, error = %e, "own copy damaged: pulling it before pushing it");
+                if self.mark_own_missing(pg, object).is_ok() {
+                    self.recover_object(pg, object, out);
+                }
+                return;
+            }
             Err(e) => {
                 tracing::error!(%pg, object, error = %e, "cannot read an object to recover it");
                 return;
@@ -247,6 +257,10 @@ impl OsdCore {
                 Ok(c) => objects.push(c),
                 Err(e) => {
                     tracing::error!(%pg, object = %name, error = %e, "reading an object for backfill failed");
+                    if e.code == ErrorCode::Corrupt {
+                        // Recovered from a member first (own missing objects go before backfill).
+                        let _ = self.mark_own_missing(pg, &name);
+                    }
                     return;
                 }
             }
@@ -292,14 +306,14 @@ impl OsdCore {
         p.recovering.remove(&object);
         let (copy, data) = match result {
             Ok(v) if v.0.name == object => v,
-            Err(e) if e.code != ErrorCode::NotFound => {
+            Err(e) if e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
                 // Lost on the way (a timeout, a broken connection): the object stays missing and
                 // the next round of background recovery asks again.
                 tracing::info!(%pg, object, source = %from, error = %e, "pull failed; retried later");
                 return;
             }
             other => {
-                // That source does not have it after all: try another.
+                // That source does not have it after all (or its copy is damaged): try another.
                 if let Some(lacks) = p.sources.get_mut(&from) {
                     lacks.insert(object.clone());
                 }
@@ -395,7 +409,7 @@ impl OsdCore {
         let names: BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
         // A member that never held the PG has no collection to clean up in the range.
         if let Some(range) = backfill.as_ref().filter(|_| self.collections.contains(&coll)) {
-            for local in list_range(&*self.store, &coll, range.after.as_deref(), range.upto.as_deref())? {
+            for local in list_range(&*self.store, &coll, range.after.as_deref(), range.upto.as_deref(), usize::MAX)? {
                 if !names.contains(local.as_str()) {
                     txn.remove(&coll, &local);
                 }
@@ -425,7 +439,10 @@ impl OsdCore {
     pub(super) fn on_pull(&mut self, from: u64, request_id: u64, pull: PgPull, out: &mut Vec<Action>) {
         let pg = PgId { pool: pull.pool, seed: pull.pg };
         let mut data = Vec::new();
+        // Not (or no longer: a purged stray) holding the PG at all.
+        let held = self.pgs.contains_key(&pg);
         let result = match self.meta_mut(pg) {
+            _ if !held => Err(RemoteError::new(ErrorCode::NotFound, format!("{} does not hold PG {pg}", self.id))),
             Ok(meta) if !meta.has(&pull.object) => {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }

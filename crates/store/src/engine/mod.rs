@@ -491,6 +491,29 @@ impl<K: Kv, D: Device> Engine<K, D> {
         &self.dev
     }
 
+    /// Damages object `coll/obj` on the medium behind the engine's back, as bit rot would: one
+    /// bit of its first data block is flipped where the block is stored, so the next read of that
+    /// block fails its checksum. For tests of scrub and read repair only. Returns `false` if the
+    /// object holds no data.
+    #[doc(hidden)]
+    pub fn inject_bit_rot(&self, coll: &str, obj: &str) -> Result<bool> {
+        let _writer = lock(&self.writer);
+        let snap = self.kv.snapshot();
+        let onode = self.onode(&snap, coll, obj)?;
+        if onode.size_bytes == 0 {
+            return Ok(false);
+        }
+        let extents = Self::extents(&snap, coll, obj, 0, BLOCK_BYTES, onode.size_bytes)?;
+        let Some(extent) = extents.values().next() else { return Ok(false) };
+        let mut buf = shoal_util::aligned::AlignedBuf::zeroed(BLOCK_BYTES as usize);
+        let io = |e: std::io::Error| StoreError::Io { context: format!("damaging {coll}/{obj}"), source: e };
+        self.dev.read_at(&mut buf, extent.phys).map_err(io)?;
+        buf[0] ^= 0x01;
+        self.dev.write_at(&buf, extent.phys).map_err(io)?;
+        self.dev.sync().map_err(io)?;
+        Ok(true)
+    }
+
     /// Number of free-space fragments the allocator holds in memory.
     pub fn free_fragments(&self) -> usize {
         lock(&self.writer).alloc.fragments()

@@ -1,0 +1,305 @@
+//! Scrub's pure part: what one member holds of an object (its scrub map entry), and the
+//! comparison of the members' maps that names inconsistent objects and the copy to trust.
+//!
+//! A light scrub compares object lists, sizes and digests of xattrs and omap; a deep scrub also
+//! reads every byte (the store checks each block's crc32c on the way) and compares data digests.
+//! Objects carry no version of their own (only the PG log does, and every member of an active
+//! PG holds the same log), so versions are not compared object by object.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use shoal_map::OsdId;
+use shoal_proto::osd::{InconsistentObject, ScrubObject};
+use shoal_proto::{ErrorCode, RemoteError};
+use shoal_store::{ObjectStore, StoreError};
+use shoal_util::checksum::crc32c_append;
+
+use crate::exec::store_error;
+
+/// Bytes read per store call while a deep scrub digests an object's data.
+const READ_PIECE_BYTES: u64 = 4 << 20;
+/// Omap entries read per store call while digesting.
+const OMAP_PAGE: usize = 4096;
+
+/// The digests are over length-prefixed fields, so that moving a byte from a name to its value
+/// changes the digest.
+fn digest_field(crc: u32, field: &[u8]) -> u32 {
+    crc32c_append(crc32c_append(crc, &(field.len() as u64).to_le_bytes()), field)
+}
+
+/// What this store holds of object `name` of collection `coll`; `None` if it does not exist.
+/// With `deep`, every byte is read and digested. A read that fails (a checksum error: damaged
+/// data) is reported in the entry, not as an error: that is what scrub is looking for.
+pub fn scrub_object(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    deep: bool,
+) -> Result<Option<ScrubObject>, RemoteError> {
+    let stat = match store.stat(coll, name) {
+        Ok(s) => s,
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => return Ok(None),
+        Err(e) => return Err(store_error(&e)),
+    };
+    let mut entry = ScrubObject {
+        name: name.to_string(),
+        size_bytes: stat.size_bytes,
+        xattr_digest: 0,
+        omap_digest: 0,
+        data_digest: None,
+        read_error: None,
+    };
+    let mut damaged = |e: StoreError| -> Result<(), RemoteError> {
+        match e {
+            StoreError::Checksum { .. } | StoreError::Corrupt(_) | StoreError::Io { .. } => {
+                entry.read_error.get_or_insert_with(|| e.to_string());
+                Ok(())
+            }
+            other => Err(store_error(&other)),
+        }
+    };
+    let mut xattr_digest = 0u32;
+    match store.list_xattrs(coll, name) {
+        Ok(xattrs) => {
+            for (k, v) in xattrs {
+                xattr_digest = digest_field(digest_field(xattr_digest, k.as_bytes()), &v);
+            }
+        }
+        Err(e) => damaged(e)?,
+    }
+    let mut omap_digest = 0u32;
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = match store.omap_list(coll, name, after.as_deref(), OMAP_PAGE) {
+            Ok(p) => p,
+            Err(e) => {
+                damaged(e)?;
+                break;
+            }
+        };
+        let Some((last, _)) = page.last() else { break };
+        after = Some(last.clone());
+        let short = page.len() < OMAP_PAGE;
+        for (k, v) in &page {
+            omap_digest = digest_field(digest_field(omap_digest, k), v);
+        }
+        if short {
+            break;
+        }
+    }
+    let mut data_digest = None;
+    if deep {
+        let mut crc = 0u32;
+        let mut offset = 0u64;
+        while offset < stat.size_bytes {
+            let len = READ_PIECE_BYTES.min(stat.size_bytes - offset);
+            match store.read(coll, name, offset, len) {
+                Ok(bytes) if bytes.len() as u64 == len => crc = crc32c_append(crc, &bytes),
+                Ok(bytes) => {
+                    let context = format!("short read of {name}: {} of {len} bytes at {offset}", bytes.len());
+                    damaged(StoreError::Io { context, source: std::io::Error::other("short read") })?;
+                    break;
+                }
+                Err(e) => {
+                    damaged(e)?;
+                    break;
+                }
+            }
+            offset += len;
+        }
+        data_digest = Some(crc);
+    }
+    entry.xattr_digest = xattr_digest;
+    entry.omap_digest = omap_digest;
+    entry.data_digest = data_digest;
+    if entry.read_error.is_some() {
+        entry.data_digest = None;
+    }
+    Ok(Some(entry))
+}
+
+/// Scrub map entries of `names` (those that exist), in order.
+pub fn scrub_map(
+    store: &dyn ObjectStore,
+    coll: &str,
+    names: &[String],
+    deep: bool,
+) -> Result<Vec<ScrubObject>, RemoteError> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        if let Some(entry) = scrub_object(store, coll, name, deep)? {
+            out.push(entry);
+        }
+    }
+    Ok(out)
+}
+
+/// What a member's copy says, for voting: absent, or its size and digests.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Vote {
+    Absent,
+    Present { size_bytes: u64, xattr: u32, omap: u32, data: Option<u32> },
+}
+
+fn vote_of(entry: Option<&ScrubObject>) -> Option<Vote> {
+    match entry {
+        None => Some(Vote::Absent),
+        Some(e) if e.read_error.is_some() => None,
+        Some(e) => Some(Vote::Present {
+            size_bytes: e.size_bytes,
+            xattr: e.xattr_digest,
+            omap: e.omap_digest,
+            data: e.data_digest,
+        }),
+    }
+}
+
+/// Compares the scrub maps of one chunk (`maps`: each member's entries for the same name range)
+/// and returns the inconsistent objects in name order.
+///
+/// The copy to trust is chosen by vote among the readable copies (a missing object votes
+/// "absent"): the most common one wins, a tie goes to the primary's copy if it is among the tied,
+/// else to the lowest-numbered member's. A copy that could not be read never wins; an object no
+/// member can read has no authority and cannot be repaired.
+#[must_use]
+pub fn compare(primary: OsdId, maps: &BTreeMap<OsdId, Vec<ScrubObject>>) -> Vec<InconsistentObject> {
+    let by_member: BTreeMap<OsdId, BTreeMap<&str, &ScrubObject>> =
+        maps.iter().map(|(o, entries)| (*o, entries.iter().map(|e| (e.name.as_str(), e)).collect())).collect();
+    let names: BTreeSet<&str> = by_member.values().flat_map(|m| m.keys().copied()).collect();
+    let mut out = Vec::new();
+    for name in names {
+        let copies: BTreeMap<OsdId, Option<&ScrubObject>> =
+            by_member.iter().map(|(o, m)| (*o, m.get(name).copied())).collect();
+        let votes: BTreeMap<OsdId, Option<Vote>> = copies.iter().map(|(o, e)| (*o, vote_of(*e))).collect();
+        let all_same = {
+            let mut distinct = votes.values();
+            let first = distinct.next().cloned().flatten();
+            first.is_some() && votes.values().all(|v| v.as_ref() == first.as_ref())
+        };
+        if all_same {
+            continue;
+        }
+        let mut tally: BTreeMap<&Vote, usize> = BTreeMap::new();
+        for v in votes.values().flatten() {
+            *tally.entry(v).or_default() += 1;
+        }
+        let best = tally.values().copied().max().unwrap_or(0);
+        let tied: Vec<&Vote> = tally.iter().filter(|(_, n)| **n == best).map(|(v, _)| *v).collect();
+        let winner: Option<&Vote> = match votes.get(&primary).and_then(Option::as_ref) {
+            Some(pv) if tied.contains(&pv) => Some(pv),
+            _ => votes.values().flatten().find(|v| tied.contains(v)),
+        };
+        let auth = winner.and_then(|w| votes.iter().find(|(_, v)| v.as_ref() == Some(w)).map(|(o, _)| *o));
+        let auth_entry = auth.and_then(|a| copies.get(&a).copied().flatten());
+        let mut errors = Vec::new();
+        for (osd, entry) in &copies {
+            let mut what: Vec<String> = Vec::new();
+            match (entry, winner) {
+                (Some(e), _) if e.read_error.is_some() => what.push("read_error".into()),
+                (None, Some(Vote::Present { .. })) => what.push("missing".into()),
+                (Some(_), Some(Vote::Absent)) => what.push("extra".into()),
+                (Some(e), Some(Vote::Present { .. })) => {
+                    if let Some(a) = auth_entry {
+                        if e.size_bytes != a.size_bytes {
+                            what.push("size_mismatch".into());
+                        }
+                        if e.data_digest != a.data_digest {
+                            what.push("data_digest_mismatch".into());
+                        }
+                        if e.omap_digest != a.omap_digest {
+                            what.push("omap_digest_mismatch".into());
+                        }
+                        if e.xattr_digest != a.xattr_digest {
+                            what.push("attr_mismatch".into());
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if !what.is_empty() {
+                errors.push((*osd, what));
+            }
+        }
+        out.push(InconsistentObject { name: name.to_string(), auth, errors });
+    }
+    out
+}
+
+/// The error a member answers a scrub request with when it is not at the version asked for (the
+/// primary asks again later).
+#[must_use]
+pub fn not_there_yet(detail: String) -> RemoteError {
+    RemoteError::new(ErrorCode::Timeout, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(name: &str, size: u64, data: u32) -> ScrubObject {
+        ScrubObject {
+            name: name.into(),
+            size_bytes: size,
+            xattr_digest: 1,
+            omap_digest: 2,
+            data_digest: Some(data),
+            read_error: None,
+        }
+    }
+
+    #[test]
+    fn agreeing_members_are_consistent() {
+        let maps = BTreeMap::from([
+            (OsdId(0), vec![obj("a", 1, 7), obj("b", 2, 8)]),
+            (OsdId(1), vec![obj("a", 1, 7), obj("b", 2, 8)]),
+        ]);
+        assert!(compare(OsdId(0), &maps).is_empty());
+    }
+
+    #[test]
+    fn the_majority_wins_and_a_tie_goes_to_the_primary() {
+        let maps = BTreeMap::from([
+            (OsdId(0), vec![obj("a", 1, 9)]),
+            (OsdId(1), vec![obj("a", 1, 7)]),
+            (OsdId(2), vec![obj("a", 1, 7)]),
+        ]);
+        let found = compare(OsdId(0), &maps);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].auth, Some(OsdId(1)));
+        assert_eq!(found[0].errors, vec![(OsdId(0), vec!["data_digest_mismatch".to_string()])]);
+
+        let two = BTreeMap::from([(OsdId(3), vec![obj("a", 1, 9)]), (OsdId(1), vec![obj("a", 1, 7)])]);
+        let found = compare(OsdId(3), &two);
+        assert_eq!(found[0].auth, Some(OsdId(3)), "a tie goes to the primary");
+    }
+
+    #[test]
+    fn unreadable_copies_never_win_and_missing_or_extra_objects_are_named() {
+        let mut bad = obj("a", 1, 7);
+        bad.read_error = Some("checksum".into());
+        bad.data_digest = None;
+        let maps = BTreeMap::from([
+            (OsdId(0), vec![bad.clone(), obj("x", 5, 5)]),
+            (OsdId(1), vec![obj("a", 1, 7)]),
+            (OsdId(2), vec![obj("a", 1, 7)]),
+        ]);
+        let found = compare(OsdId(0), &maps);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].name, "a");
+        assert_eq!(found[0].auth, Some(OsdId(1)));
+        assert_eq!(found[0].errors, vec![(OsdId(0), vec!["read_error".to_string()])]);
+        assert_eq!(found[1].name, "x");
+        assert_eq!(found[1].errors, vec![(OsdId(0), vec!["extra".to_string()])]);
+
+        let lone = BTreeMap::from([(OsdId(0), vec![bad.clone()]), (OsdId(1), vec![bad])]);
+        let found = compare(OsdId(0), &lone);
+        assert_eq!(found[0].auth, None, "no readable copy: no authority");
+    }
+
+    #[test]
+    fn digests_cover_field_boundaries() {
+        let a = digest_field(digest_field(0, b"ab"), b"c");
+        let b = digest_field(digest_field(0, b"a"), b"bc");
+        assert_ne!(a, b);
+    }
+}
