@@ -378,8 +378,7 @@ pub struct Simulation {
     engines: BTreeMap<u32, Arc<MemEngine>>,
     /// Object copies damaged by `BitRotWhenClean`.
     rotted: u32,
-    /// A deep scrub with repair was requested of every PG (after damage, once all else settled).
-    final_repair_sent: bool,
+
     /// OSDs cut off from their peers.
     isolated: std::collections::BTreeSet<u32>,
     next_rep_request: u64,
@@ -487,7 +486,6 @@ impl Simulation {
             crashed: BTreeMap::new(),
             engines,
             rotted: 0,
-            final_repair_sent: false,
             isolated: std::collections::BTreeSet::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
@@ -645,7 +643,7 @@ impl Simulation {
                     let now_ms = self.now_us / 1000;
                     self.osd_event(i, Event::Tick { now_ms });
                 }
-                if self.rotted > 0 && !self.final_repair_sent && self.quiescent() {
+                if self.rotted > 0 {
                     self.repair_every_pg();
                 }
                 // Ticks go on while anything may still change: a map or message still in flight
@@ -852,7 +850,26 @@ impl Simulation {
             self.clients.iter().all(|c| c.queue.is_empty() && c.in_flight.is_empty() && c.parked.is_empty());
         let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(_)));
         let scrubs_done = self.osds.values().all(|o| o.scrubs_pending() == 0);
-        clients_done && faults_done && scrubs_done && self.cluster_clean()
+        let repaired = self.rotted == 0 || self.unrepaired_pgs().is_empty();
+        clients_done && faults_done && scrubs_done && repaired && self.cluster_clean()
+    }
+
+    /// After damage: PGs whose current primary has not finished a repair since it leads them
+    /// (with that primary, and whether a scrub is under way there).
+    fn unrepaired_pgs(&self) -> Vec<(shoal_map::PgId, u32, bool)> {
+        let map = self.mon.map();
+        let mut out = Vec::new();
+        for pool in map.pools.values() {
+            for seed in 0..pool.pg_num {
+                let pg = shoal_map::PgId { pool: pool.id, seed };
+                let Some(primary) = map.pg_osds(pg).unwrap_or_default().first().copied() else { continue };
+                let (last, busy) = self.osds.get(&primary.0).map_or((None, false), |o| o.last_scrub(pg));
+                if !last.is_some_and(|l| l.repair) || busy {
+                    out.push((pg, primary.0, busy));
+                }
+            }
+        }
+        out
     }
 
     /// Flips a bit of one object copy on `osd`'s store, picked by the seed among the copies it
@@ -883,19 +900,24 @@ impl Simulation {
         }
     }
 
-    /// Asks every PG's primary for a deep scrub with repair (`shoal pg repair`).
+    /// Once clients and faults are done and the cluster is clean, asks each PG's primary that
+    /// has not repaired it yet for a deep scrub with repair (`shoal pg repair`), again after every
+    /// change of primary, until every PG's current primary has finished one.
     fn repair_every_pg(&mut self) {
-        self.final_repair_sent = true;
-        let map = self.mon.map().clone();
-        for pool in map.pools.values() {
-            for seed in 0..pool.pg_num {
-                let pg = shoal_map::PgId { pool: pool.id, seed };
-                let Some(primary) = map.pg_osds(pg).unwrap_or_default().first().copied() else { continue };
-                let cmd = shoal_proto::osd::PgCmd::Scrub { deep: true, repair: true };
-                let req = shoal_proto::osd::PgCommand { epoch: map.epoch, pool: pool.id, pg: seed, cmd };
-                let event = Event::PgCommand { from: Node::Operator.token(), request_id: 0, req };
-                self.osd_event(primary.0, event);
+        let clients_done =
+            self.clients.iter().all(|c| c.queue.is_empty() && c.in_flight.is_empty() && c.parked.is_empty());
+        let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(_)));
+        if !clients_done || !faults_done || !self.cluster_clean() {
+            return;
+        }
+        let epoch = self.mon.map().epoch;
+        for (pg, primary, busy) in self.unrepaired_pgs() {
+            if busy {
+                continue;
             }
+            let cmd = shoal_proto::osd::PgCmd::Scrub { deep: true, repair: true };
+            let req = shoal_proto::osd::PgCommand { epoch, pool: pg.pool, pg: pg.seed, cmd };
+            self.osd_event(primary, Event::PgCommand { from: Node::Operator.token(), request_id: 0, req });
         }
     }
 

@@ -610,6 +610,16 @@ impl OsdCore {
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
     }
 
+    /// The last scrub this OSD finished of `pg` since it leads it, and whether another is
+    /// running, requested or repairing now (for tests and tools).
+    #[must_use]
+    pub fn last_scrub(&self, pg: PgId) -> (Option<ScrubSummary>, bool) {
+        match self.scrubs.get(&pg) {
+            Some(st) => (st.last.clone(), st.run.is_some() || st.requested.is_some() || !st.repairing.is_empty()),
+            None => (None, false),
+        }
+    }
+
     /// Scrubs (and repairs) running here, and scrubs requested and waiting.
     pub(super) fn scrub_counts(&self) -> (usize, usize) {
         let running = self.scrubs.values().filter(|s| s.run.is_some() || !s.repairing.is_empty()).count();
