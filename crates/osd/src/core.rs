@@ -193,6 +193,10 @@ pub struct Mutations {
     pub primary_is_authority: bool,
     /// A PG none of whose record's members is up peers with whoever answers instead of going down.
     pub ignore_down: bool,
+    /// Client operations that meet damaged data on the primary fail instead of repairing it first.
+    pub no_repair_on_access: bool,
+    /// Scrub compares nothing (finds no inconsistency, so repairs nothing).
+    pub blind_scrub: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -538,6 +542,7 @@ impl OsdCore {
             if let Err(e) = &result
                 && e.code == ErrorCode::Corrupt
                 && acting.len() > 1
+                && !self.mutations.no_repair_on_access
             {
                 let event = Event::ClientOp { from, request_id, op, data };
                 return self.repair_then_retry(pg, event, e, out);
@@ -597,7 +602,7 @@ impl OsdCore {
         let (resolved, precondition) =
             match resolve_writes(&*self.store, &coll, &op.object, &op.ops, data.len(), max_object_bytes) {
                 Ok(r) => r,
-                Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 => {
+                Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
                     return self.repair_then_retry(pg, Event::ClientOp { from, request_id, op, data }, &e, out);
                 }
                 Err(e) => return out.push(fail(e)),
@@ -619,6 +624,7 @@ impl OsdCore {
         let retry = (acting.len() > 1).then(|| data.clone());
         if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
             if e.code == ErrorCode::Corrupt
+                && !self.mutations.no_repair_on_access
                 && let Some(data) = retry
             {
                 // A partial write met damaged data here (nothing was applied): repaired, then redone.

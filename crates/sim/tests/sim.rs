@@ -157,3 +157,17 @@ fn without_down_pgs_writes_roll_back() {
     // A PG whose last members are all down, served by whoever is up, serves older data.
     some_seed_fails(Mutations { ignore_down: true, ..Mutations::default() });
 }
+
+#[test]
+fn without_repair_on_access_readers_see_damaged_data_errors() {
+    // A read or append of an object whose primary copy has a flipped bit fails with the store's
+    // checksum error although the other members hold good copies.
+    some_seed_fails(Mutations { no_repair_on_access: true, ..Mutations::default() });
+}
+
+#[test]
+fn with_a_blind_scrub_damaged_replicas_stay_damaged() {
+    // A damaged replica copy no read touches is found only by a deep scrub; the end check reads
+    // every member's copy.
+    some_seed_fails(Mutations { blind_scrub: true, ..Mutations::default() });
+}
