@@ -227,15 +227,14 @@ impl OsdCore {
             if st.run.is_some() || !self.scrub_ready(*pg) {
                 continue;
             }
-            let kind = st.requested.or_else(|| {
-                if deep_ms > 0 && now_ms >= st.next_deep_ms {
-                    Some(ScrubKind { deep: true, repair: false })
-                } else if light_ms > 0 && now_ms >= st.next_light_ms {
-                    Some(ScrubKind { deep: false, repair: false })
-                } else {
-                    None
-                }
-            });
+            let due = if deep_ms > 0 && now_ms >= st.next_deep_ms {
+                Some(ScrubKind { deep: true, repair: false })
+            } else if light_ms > 0 && now_ms >= st.next_light_ms {
+                Some(ScrubKind { deep: false, repair: false })
+            } else {
+                None
+            };
+            let kind = st.requested.or(due);
             let Some(kind) = kind else { continue };
             let Some(attempt) = self.primary(*pg).map(|p| p.attempt) else { continue };
             tracing::info!(%pg, kind = kind.name(), "scrub starting");
