@@ -23,6 +23,10 @@ pub const DOWN_OUT_INTERVAL_SECS: &str = "mon_osd_down_out_interval_secs";
 /// Objects (or backfill chunks) each OSD recovers at once, across its PGs.
 pub const RECOVERY_MAX_OPS: &str = "osd_recovery_max_ops";
 
+/// Bytes of object data each OSD has in flight to recovery and backfill pushes at once, across
+/// its PGs (at least one push is always allowed, whatever its size). Ceph bounds the same with
+/// `osd_recovery_max_chunk` and `osd_max_backfills`.
+pub const RECOVERY_MAX_BYTES: &str = "osd_recovery_max_inflight_bytes";
 /// Each PG is scrubbed lightly (object lists, sizes, metadata digests) about this often (0: only
 /// on request). Ceph's `osd_scrub_min_interval`.
 pub const SCRUB_INTERVAL_SECS: &str = "osd_scrub_interval_secs";
@@ -45,6 +49,13 @@ pub const SETTINGS: &[Setting] = &[
         min: 1,
         max: 1024,
         help: "objects or backfill chunks each OSD recovers at once",
+    },
+    Setting {
+        name: RECOVERY_MAX_BYTES,
+        default: 64 << 20,
+        min: 1 << 20,
+        max: 64 << 30,
+        help: "bytes of recovery and backfill pushes each OSD has in flight at once",
     },
     Setting {
         name: SCRUB_INTERVAL_SECS,

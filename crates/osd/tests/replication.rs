@@ -45,6 +45,10 @@ struct Net {
     /// Replicated writes captured instead of delivered (when `capture` is set).
     captured: Vec<(u32, RepOp, Vec<u8>)>,
     capture: bool,
+    /// Recovery pushes held instead of delivered (when `hold_pushes` is set), to count what is in
+    /// flight at once.
+    held_pushes: VecDeque<(u32, Action)>,
+    hold_pushes: bool,
 }
 
 impl Net {
@@ -65,6 +69,8 @@ impl Net {
             drop_rep_to: Vec::new(),
             captured: Vec::new(),
             capture: false,
+            held_pushes: VecDeque::new(),
+            hold_pushes: false,
         };
         net.broadcast();
         net
@@ -138,6 +144,11 @@ impl Net {
                 let rid = self.rid(from, osd.0, Call::Rep(op.reqid));
                 let (op, data): (RepOp, Vec<u8>) = decode(encode(&op, data)).unwrap();
                 queue.push_back((osd.0, Event::RepOp { from: u64::from(from), request_id: rid, op, data }));
+            }
+            Action::Peer { msg_type, .. }
+                if self.hold_pushes && msg_type == <shoal_proto::osd::PgPush as shoal_proto::Message>::TYPE =>
+            {
+                self.held_pushes.push_back((from, action));
             }
             Action::Peer { osd, msg_type, payload, call } => {
                 let rid = self.rid(from, osd.0, Call::Peer(call));
@@ -489,4 +500,61 @@ fn any_member_answers_what_it_holds_of_a_pg() {
     assert_eq!(a.last_update.seq, 2);
     let err = query(&mut net, acting[0], 99).unwrap_err();
     assert_eq!(err.code, ErrorCode::NotFound, "{err}");
+}
+
+#[test]
+fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
+    const OBJECT_BYTES: usize = 600 << 10;
+    let mut net = Net::new();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let primary = net.acting()[0];
+    let replica = net.acting()[1];
+    // Six objects led by the same primary, written while the replica loses every replicated write.
+    let names: Vec<String> = (0..200)
+        .map(|i| format!("big{i}"))
+        .filter(|n| net.map.locate(pool, n).unwrap().osds[0] == primary)
+        .take(6)
+        .collect();
+    assert_eq!(names.len(), 6);
+    net.drop_rep_to = vec![replica.0];
+    for (i, name) in names.iter().enumerate() {
+        let op = OsdOp {
+            reqid: ReqId { client: 7, tid: 100 + i as u64 },
+            epoch: net.map.epoch,
+            pool,
+            pg: net.map.locate(pool, name).unwrap().pg.seed,
+            object: name.clone(),
+            ops: vec![ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 }],
+        };
+        let event = Event::ClientOp { from: CLIENT, request_id: 500 + i as u64, op, data: vec![i as u8; OBJECT_BYTES] };
+        net.run(VecDeque::from([(primary.0, event)]));
+    }
+    net.drop_rep_to.clear();
+    let key = shoal_map::config::RECOVERY_MAX_BYTES.to_string();
+    net.change(Command::ConfigSet { key, value: Some(1 << 20) });
+    // The primary restarts: peering finds the replica lacking all six; recovery pushes them.
+    net.hold_pushes = true;
+    net.restart(primary);
+    net.tick();
+    // The replica never held these PGs: each is backfilled, a chunk of up to 4 MiB per PG. The
+    // first chunk (1.8 MiB or less) already fills the 1 MiB bound, so no other PG's chunk goes
+    // until it is acknowledged (the object bound, 8, would let every PG's go).
+    let pgs: std::collections::BTreeSet<_> = names.iter().map(|n| net.map.locate(pool, n).unwrap().pg).collect();
+    assert!(pgs.len() >= 2, "the objects should span PGs: {pgs:?}");
+    assert_eq!(net.held_pushes.len(), 1, "pushes in flight at once under a 1 MiB bound");
+    net.hold_pushes = false;
+    for _ in 0..10 {
+        let held: Vec<(u32, Action)> = net.held_pushes.drain(..).collect();
+        let mut queue = VecDeque::new();
+        for (from, action) in held {
+            net.route(from, action, &mut queue);
+        }
+        net.run(queue);
+        net.tick();
+    }
+    for (i, name) in names.iter().enumerate() {
+        let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, name).unwrap().pg);
+        let got = net.core(replica).store().read_all(&coll, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == vec![i as u8; OBJECT_BYTES], "{name} recovered with the wrong bytes");
+    }
 }

@@ -90,6 +90,10 @@ pub(crate) struct Primary {
     pub recovering: BTreeMap<String, BTreeSet<OsdId>>,
     /// Replicas with a backfill chunk in flight.
     pub backfilling: BTreeSet<OsdId>,
+    /// Bytes pushed and not yet acknowledged: per object being recovered (its size times its
+    /// targets), and per replica's backfill chunk.
+    pub push_bytes: BTreeMap<String, u64>,
+    pub backfill_bytes: BTreeMap<OsdId, u64>,
     /// Objects missing on the primary that no member can provide.
     pub unfound: BTreeSet<String>,
     /// OSDs that said they hold a stray copy of the PG (they ask whether they may remove it):
@@ -137,6 +141,8 @@ impl Primary {
             blocked: BTreeMap::new(),
             recovering: BTreeMap::new(),
             backfilling: BTreeSet::new(),
+            push_bytes: BTreeMap::new(),
+            backfill_bytes: BTreeMap::new(),
             unfound: BTreeSet::new(),
             known_strays: BTreeSet::new(),
             probing: BTreeSet::new(),

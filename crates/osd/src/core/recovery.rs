@@ -2,8 +2,9 @@
 //!
 //! - **Log recovery**: objects the peering plan found missing are copied whole — pulled from a
 //!   member that has them when the primary lacks them, pushed to each acting replica that lacks
-//!   them — in the background within the map's `osd_recovery_max_ops` objects in flight per OSD
-//!   (`shoal config set`; a change applies with the next map). A
+//!   them — in the background within the map's `osd_recovery_max_ops` objects and
+//!   `osd_recovery_max_inflight_bytes` bytes of pushes in flight per OSD (`shoal config set`; a
+//!   change applies with the next map). A
 //!   client operation on an object that is still missing somewhere it is needed recovers that
 //!   object first, outside the bound, and only that operation waits.
 //! - **Backfill**: a replica whose log does not overlap is sent the primary's objects in name
@@ -125,6 +126,7 @@ impl OsdCore {
         };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.recovering.insert(object.to_string(), targets.clone());
+            p.push_bytes.insert(object.to_string(), data.len() as u64 * targets.len() as u64);
         }
         for osd in targets {
             let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: vec![copy.clone()], backfill: None };
@@ -146,6 +148,24 @@ impl OsdCore {
         for ev in events {
             self.handle(ev, out);
         }
+    }
+
+    /// Bytes of pushes (recovery and backfill) this OSD has in flight, across its PGs.
+    fn push_bytes_in_flight(&self) -> u64 {
+        self.pgs
+            .values()
+            .map(|s| match &s.role {
+                Role::Primary(p) => p.push_bytes.values().sum::<u64>() + p.backfill_bytes.values().sum::<u64>(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Whether the bytes bound leaves room for another push (one always goes when none is in
+    /// flight, whatever its size).
+    fn push_bytes_allowed(&self) -> bool {
+        let in_flight = self.push_bytes_in_flight();
+        in_flight == 0 || in_flight < self.map.setting(shoal_map::config::RECOVERY_MAX_BYTES)
     }
 
     /// Objects and backfill chunks being recovered by this OSD, across its PGs.
@@ -199,14 +219,14 @@ impl OsdCore {
             .map(|(o, _)| *o)
             .collect();
         for name in theirs {
-            if budget == 0 {
+            if budget == 0 || !self.push_bytes_allowed() {
                 return;
             }
             budget -= 1;
             self.recover_object(pg, &name, out);
         }
         for osd in backfill {
-            if budget == 0 {
+            if budget == 0 || !self.push_bytes_allowed() {
                 return;
             }
             budget -= 1;
@@ -278,6 +298,7 @@ impl OsdCore {
         let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects, backfill: Some(range) };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.backfilling.insert(osd);
+            p.backfill_bytes.insert(osd, data.len() as u64);
             // Writes to names up to here now go to the replica in full: the chunk precedes them
             // on the ordered link.
             if let Some(pp) = p.peers.get_mut(&osd) {
@@ -357,6 +378,7 @@ impl OsdCore {
         let Some(p) = self.primary_at(pg, attempt) else { return };
         if backfill {
             p.backfilling.remove(&from);
+            p.backfill_bytes.remove(&from);
             if let Some(left) = p.backfill_remaining.get_mut(&from) {
                 *left = left.saturating_sub(objects.len() as u64);
             }
@@ -376,6 +398,7 @@ impl OsdCore {
                     waiting.remove(&from);
                     if waiting.is_empty() {
                         p.recovering.remove(&name);
+                        p.push_bytes.remove(&name);
                         done.push(name);
                     }
                 }
