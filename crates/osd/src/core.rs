@@ -175,7 +175,7 @@ struct Counters {
     write_bytes: u64,
     /// Object copies recovered (pulled, pushed) or backfilled.
     recovered_objects: u64,
-    /// Client reads that met damaged data here and were served from a member's copy.
+    /// Client operations that met damaged data here and had the copy repaired from a member.
     read_repairs: u64,
 }
 
@@ -620,15 +620,19 @@ impl OsdCore {
         let copies: Vec<Vec<u8>> = log_only.iter().map(|only| if *only { Vec::new() } else { data.clone() }).collect();
         let data_len = data.len() as u64;
         let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
-        // The commit consumes the data; a retry after a repair needs it again.
-        let retry = (acting.len() > 1).then(|| data.clone());
         if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
-            if e.code == ErrorCode::Corrupt
-                && !self.mutations.no_repair_on_access
-                && let Some(data) = retry
-            {
-                // A partial write met damaged data here (nothing was applied): repaired, then redone.
-                return self.repair_then_retry(pg, Event::ClientOp { from, request_id, op, data }, &e, out);
+            if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access {
+                // A partial write met damaged data here (nothing was applied, and the commit
+                // consumed the data, which is not copied for this rare case): the copy is
+                // repaired from a member, and the client, told to retry, resends the write with
+                // the same request id, which waits for the repair.
+                tracing::warn!(%pg, object = %op.object, error = %e, "write met damaged data: repairing from a member");
+                if self.mark_own_missing(pg, &op.object).is_ok() {
+                    self.counters.read_repairs += 1;
+                    self.object_ready(pg, &op.object, Need::Primary, out);
+                    let why = format!("{}'s copy of {} is being repaired: retry", self.id, op.object);
+                    return out.push(fail(RemoteError::new(ErrorCode::Timeout, why)));
+                }
             }
             return out.push(fail(e));
         }
