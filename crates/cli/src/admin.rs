@@ -266,9 +266,7 @@ fn capacity_problems(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats], pro
 /// PGs `active+clean`, whether or not a scrub is running on them (an inconsistent one is not
 /// clean).
 fn clean_pgs(pgs: &BTreeMap<String, u64>) -> u64 {
-    let without_scrub =
-        |state: &str| ["+scrubbing", "+deep", "+repair"].iter().fold(state.to_string(), |s, t| s.replace(t, ""));
-    pgs.iter().filter(|(s, _)| without_scrub(s) == "active+clean").map(|(_, n)| *n).sum()
+    pgs.iter().filter(|(s, _)| shoal_proto::osd::state_is_clean(s)).map(|(_, n)| *n).sum()
 }
 
 pub fn status(args: &StatusArgs) -> Result<ExitCode> {

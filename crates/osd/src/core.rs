@@ -175,8 +175,6 @@ struct Counters {
     write_bytes: u64,
     /// Object copies recovered (pulled, pushed) or backfilled.
     recovered_objects: u64,
-    /// Client operations that met damaged data here and had the copy repaired from a member.
-    read_repairs: u64,
 }
 
 /// Safety mechanisms the deterministic simulation can switch off, one at a time, to show that
@@ -351,13 +349,7 @@ impl OsdCore {
                 }
                 self.purge_step(PURGE_OBJECTS_PER_TICK);
                 self.peering_tick(out);
-                let active: Vec<PgId> = self
-                    .pgs
-                    .iter()
-                    .filter(|(_, s)| matches!(&s.role, Role::Primary(p) if p.phase == Phase::Active))
-                    .map(|(pg, _)| *pg)
-                    .collect();
-                for pg in active {
+                for pg in self.active_pgs() {
                     self.recover(pg, out);
                 }
                 self.scrub_tick(now_ms, out);
@@ -628,7 +620,6 @@ impl OsdCore {
                 // the same request id, which waits for the repair.
                 tracing::warn!(%pg, object = %op.object, error = %e, "write met damaged data: repairing from a member");
                 if self.mark_own_missing(pg, &op.object).is_ok() {
-                    self.counters.read_repairs += 1;
                     self.object_ready(pg, &op.object, Need::Primary, out);
                     let why = format!("{}'s copy of {} is being repaired: retry", self.id, op.object);
                     return out.push(fail(RemoteError::new(ErrorCode::Timeout, why)));
@@ -688,11 +679,19 @@ impl OsdCore {
                 after_sync: false,
             });
         }
-        self.counters.read_repairs += 1;
         if self.object_ready(pg, &object, Need::Primary, out) {
             return self.handle(event, out);
         }
         self.block_on(pg, &object, event);
+    }
+
+    /// PGs this OSD leads that are active.
+    fn active_pgs(&self) -> Vec<PgId> {
+        self.pgs
+            .iter()
+            .filter(|(_, s)| matches!(&s.role, Role::Primary(p) if p.phase == Phase::Active))
+            .map(|(pg, _)| *pg)
+            .collect()
     }
 
     /// PG `pg`'s peering record, read from the store on first use.
@@ -968,12 +967,7 @@ impl OsdCore {
     /// scrub may be running), for tests and tools.
     #[must_use]
     pub fn all_clean(&self) -> bool {
-        self.pgs.keys().all(|pg| {
-            self.pg_state(*pg).is_none_or(|s| {
-                let scrubbing = ["+scrubbing", "+deep", "+repair"];
-                scrubbing.iter().fold(s, |acc, t| acc.replace(t, "")) == "active+clean"
-            })
-        })
+        self.pgs.keys().all(|pg| self.pg_state(*pg).is_none_or(|s| shoal_proto::osd::state_is_clean(&s)))
     }
 
     /// Scrubs running or requested and waiting on this OSD (for tests and tools).
@@ -1004,7 +998,6 @@ impl OsdCore {
             read_bytes: self.counters.read_bytes,
             write_bytes: self.counters.write_bytes,
             recovered_objects: self.counters.recovered_objects,
-            read_repairs: self.counters.read_repairs,
         };
         let (mut degraded, mut misplaced, mut unfound) = (0u64, 0u64, 0u64);
         for (pg, s) in &self.pgs {

@@ -440,6 +440,17 @@ impl Message for PgStrayReply {
     const TYPE: u16 = 48;
 }
 
+/// Whether a PG state a primary reports is `active+clean`, a scrub running on it or not (an
+/// inconsistent PG is not clean).
+#[must_use]
+pub fn state_is_clean(state: &str) -> bool {
+    let mut rest = state.strip_prefix("active+clean").unwrap_or("-");
+    for suffix in ["+scrubbing", "+deep", "+repair"] {
+        rest = rest.strip_prefix(suffix).unwrap_or(rest);
+    }
+    rest.is_empty()
+}
+
 /// What one member holds of one object, as scrub compares it across the PG's members.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScrubObject {
@@ -553,4 +564,21 @@ pub struct PgCommandReply {
 }
 impl Message for PgCommandReply {
     const TYPE: u16 = 52;
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::state_is_clean;
+
+    #[test]
+    fn a_scrub_running_keeps_a_pg_clean_and_inconsistency_does_not() {
+        for clean in ["active+clean", "active+clean+scrubbing", "active+clean+scrubbing+deep+repair"] {
+            assert!(state_is_clean(clean), "{clean}");
+        }
+        for not in
+            ["active+clean+inconsistent", "active+recovering", "peering", "active+clean+scrubbing+inconsistent", ""]
+        {
+            assert!(!state_is_clean(not), "{not}");
+        }
+    }
 }

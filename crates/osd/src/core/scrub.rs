@@ -179,12 +179,7 @@ impl OsdCore {
         let leads: BTreeSet<PgId> =
             self.pgs.iter().filter(|(_, s)| matches!(&s.role, Role::Primary(_))).map(|(pg, _)| *pg).collect();
         self.scrubs.retain(|pg, _| leads.contains(pg));
-        let led: Vec<PgId> = self
-            .pgs
-            .iter()
-            .filter(|(_, s)| matches!(&s.role, Role::Primary(p) if p.phase == Phase::Active))
-            .map(|(pg, _)| *pg)
-            .collect();
+        let led = self.active_pgs();
         for pg in &led {
             self.scrubs.entry(*pg).or_insert_with(|| PgScrubState {
                 next_light_ms: now_ms + spread(*pg, light_ms),
@@ -318,7 +313,8 @@ impl OsdCore {
             Ok(log) => log.last_update(),
             Err(e) => return tracing::error!(%pg, error = %e, "cannot read the PG log to scrub"),
         };
-        let replicas: Vec<OsdId> = self.primary(pg).map(|p| p.acting[1..].to_vec()).unwrap_or_default();
+        let replicas: Vec<OsdId> =
+            self.primary(pg).and_then(|p| p.acting.get(1..)).map(<[OsdId]>::to_vec).unwrap_or_default();
         let me = self.id;
         let epoch = self.map.epoch;
         for osd in &replicas {
