@@ -122,6 +122,19 @@ fn spread(pg: PgId, interval_ms: u64) -> u64 {
 }
 
 impl OsdCore {
+    /// `pg`'s scrub state, created with its first scheduled scrubs spread over their intervals
+    /// from now.
+    fn scrub_state(&mut self, pg: PgId) -> &mut PgScrubState {
+        let light_ms = self.map.setting(shoal_map::config::SCRUB_INTERVAL_SECS).saturating_mul(1000);
+        let deep_ms = self.map.setting(shoal_map::config::DEEP_SCRUB_INTERVAL_SECS).saturating_mul(1000);
+        let now_ms = self.scrub_now_ms;
+        self.scrubs.entry(pg).or_insert_with(|| PgScrubState {
+            next_light_ms: now_ms + spread(pg, light_ms),
+            next_deep_ms: now_ms + spread(pg, deep_ms),
+            ..PgScrubState::default()
+        })
+    }
+
     /// Whether `pg` is led here, active for I/O and clean (so a scrub may start).
     fn scrub_ready(&self, pg: PgId) -> bool {
         let empty = PgMeta::default();
@@ -180,12 +193,9 @@ impl OsdCore {
             self.pgs.iter().filter(|(_, s)| matches!(&s.role, Role::Primary(_))).map(|(pg, _)| *pg).collect();
         self.scrubs.retain(|pg, _| leads.contains(pg));
         let led = self.active_pgs();
+        self.scrub_now_ms = now_ms;
         for pg in &led {
-            self.scrubs.entry(*pg).or_insert_with(|| PgScrubState {
-                next_light_ms: now_ms + spread(*pg, light_ms),
-                next_deep_ms: now_ms + spread(*pg, deep_ms),
-                ..PgScrubState::default()
-            });
+            self.scrub_state(*pg);
         }
         self.scrub_check_repairs();
         // Runs that must stop, and chunks to ask again.
@@ -248,7 +258,6 @@ impl OsdCore {
             }
             running += 1;
         }
-        self.scrub_now_ms = now_ms;
         for pg in led {
             // A PG without replicas finishes each chunk at once: a few per tick.
             for _ in 0..SOLO_CHUNKS_PER_TICK {
@@ -579,7 +588,7 @@ impl OsdCore {
                     format!("PG {pg} is not active on {}: {}", self.id, self.pg_state(pg).unwrap_or_default()),
                 ));
             }
-            let st = self.scrubs.entry(pg).or_default();
+            let st = self.scrub_state(pg);
             match req.cmd {
                 PgCmd::Scrub { deep, repair } => {
                     let kind = ScrubKind { deep: deep || repair, repair };
