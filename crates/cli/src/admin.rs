@@ -228,12 +228,14 @@ fn pg_summary(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats]) -> (BTreeM
 }
 
 /// Recovery in view: degraded, misplaced and unfound object copies (with their share of all
-/// copies), the recovery rate, and the time left at that rate.
+/// copies), the recovery rate, the time left at that rate, and the PG copies left on OSDs that
+/// no longer act for them (removed once their PG is clean elsewhere).
 fn recovery_summary(stats: &[shoal_proto::mon::OsdStats], copies: u64) -> serde_json::Value {
     let degraded: u64 = stats.iter().map(|s| s.degraded_objects).sum();
     let misplaced: u64 = stats.iter().map(|s| s.misplaced_objects).sum();
     let unfound: u64 = stats.iter().map(|s| s.unfound_objects).sum();
     let rate: f64 = stats.iter().map(|s| s.recovery_objects_per_s).sum();
+    let stray_pgs: u64 = stats.iter().map(|s| s.stray_pgs).sum();
     let pct = |n: u64| if copies == 0 { 0.0 } else { (n as f64 * 1000.0 / copies as f64).round() / 10.0 };
     let left = degraded + misplaced;
     let eta_secs = (rate > 0.0 && left > 0).then(|| (left as f64 / rate).ceil() as u64);
@@ -241,6 +243,7 @@ fn recovery_summary(stats: &[shoal_proto::mon::OsdStats], copies: u64) -> serde_
         "degraded_objects": degraded, "degraded_percent": pct(degraded),
         "misplaced_objects": misplaced, "misplaced_percent": pct(misplaced),
         "unfound_objects": unfound, "objects_per_s": rate, "eta_secs": eta_secs,
+        "stray_pgs": stray_pgs,
     })
 }
 
@@ -355,6 +358,9 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
                 r["misplaced_percent"],
                 r["unfound_objects"]
             );
+        }
+        if let Some(n) = r["stray_pgs"].as_u64().filter(|n| *n > 0) {
+            s += &format!("    strays:  {n} PG copies on OSDs no longer acting for them, removed once clean\n");
         }
         s += &format!(
             "\n  io:\n    client: {}/s rd, {}/s wr, {rops:.0} op/s rd, {wops:.0} op/s wr",

@@ -82,60 +82,29 @@ impl CoreConfig {
 pub enum Event {
     /// A client (or, with `forwarded`, another monitor on a client's behalf) asks for a map
     /// change. `to: None` is an internal command with nobody to answer.
-    Command {
-        to: Option<ReplyTo>,
-        command: Command,
-        forwarded: bool,
-        now_ms: u64,
-    },
+    Command { to: Option<ReplyTo>, command: Command, forwarded: bool, now_ms: u64 },
     /// Raft committed a change and it must be applied now (entries arrive in log order, each
     /// exactly once per process lifetime after the snapshot the core was built from).
-    Applied {
-        index: u64,
-        change: Change,
-    },
+    Applied { index: u64, change: Change },
     /// Proposal `id` could not be committed (lost leadership, Raft shut down). Ignored if that
     /// proposal is no longer in flight.
-    ProposalFailed {
-        id: u64,
-        error: RemoteError,
-    },
+    ProposalFailed { id: u64, error: RemoteError },
     /// The state was replaced by a snapshot received from the leader, taken at Raft `index`.
-    MapInstalled {
-        index: u64,
-        map: Box<ClusterMap>,
-    },
+    MapInstalled { index: u64, map: Box<ClusterMap> },
     /// An OSD's periodic report (also its heartbeat). `forwarded`: relayed by another monitor.
-    OsdStats {
-        stats: OsdStats,
-        now_ms: u64,
-        forwarded: bool,
-    },
+    OsdStats { stats: OsdStats, now_ms: u64, forwarded: bool },
     /// A client asks for the map newer than `have_epoch` and maybe to subscribe.
-    GetMap {
-        to: ReplyTo,
-        have_epoch: u64,
-        subscribe: bool,
-    },
+    GetMap { to: ReplyTo, have_epoch: u64, subscribe: bool },
     /// A connection closed: drop its subscription.
-    Closed {
-        conn: ConnId,
-    },
-    GetStatus {
-        to: ReplyTo,
-    },
+    Closed { conn: ConnId },
+    /// A status request. `from_mon`: asked by another monitor (answered here, never forwarded:
+    /// one hop only).
+    GetStatus { to: ReplyTo, from_mon: bool },
     /// What Raft says about leadership. `ready`: this monitor is the leader and has applied
     /// every entry of earlier terms, so it may propose. `quorum`: ranks the leader hears from.
-    Leadership {
-        leader: Option<u32>,
-        ready: bool,
-        quorum: Vec<u32>,
-        now_ms: u64,
-    },
+    Leadership { leader: Option<u32>, ready: bool, quorum: Vec<u32>, now_ms: u64 },
     /// Time passes: heartbeat grace and command deadlines are checked.
-    Tick {
-        now_ms: u64,
-    },
+    Tick { now_ms: u64 },
 }
 
 /// The answer to one request.
@@ -172,6 +141,14 @@ pub enum Action {
         to: ReplyTo,
         leader: u32,
         command: Command,
+    },
+    /// Ask the leader for the status (it alone holds every OSD's latest report: a follower hears
+    /// only the OSDs connected to it) and relay its answer to `to`; `local`, this monitor's own
+    /// view, if the leader does not answer.
+    ForwardStatus {
+        to: ReplyTo,
+        leader: u32,
+        local: Box<StatusReply>,
     },
     /// Relay an OSD's report to the leader, which runs the heartbeat check.
     ForwardStats {
@@ -351,14 +328,19 @@ impl MonCore {
             Event::Closed { conn } => {
                 self.subscribers.remove(&conn);
             }
-            Event::GetStatus { to } => {
+            Event::GetStatus { to, from_mon } => {
                 let reply = StatusReply {
                     epoch: self.map.epoch,
                     leader: self.leader,
                     quorum: self.quorum.clone(),
                     osd_stats: self.stats.values().cloned().collect(),
                 };
-                out.push(Action::Reply { to, reply: Reply::Status(reply) });
+                match self.leader {
+                    Some(leader) if leader != self.cfg.rank && !from_mon => {
+                        out.push(Action::ForwardStatus { to, leader, local: Box::new(reply) });
+                    }
+                    _ => out.push(Action::Reply { to, reply: Reply::Status(reply) }),
+                }
             }
             Event::Leadership { leader, ready, quorum, now_ms } => {
                 self.advance(now_ms);

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use shoal_map::{Change, ClusterMap, MonInfo};
 use shoal_net::{ClientConfig, Handler, Keyring, ServerConfig, ServerConn, error_frame, serve};
-use shoal_proto::mon::{GetMap, GetStatus, MonCommand, MonCommandReply, OsdStats};
+use shoal_proto::mon::{GetMap, GetStatus, MonCommand, MonCommandReply, OsdStats, StatusReply};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -394,6 +394,7 @@ impl Shared {
                     }
                 }
                 Action::Forward { to, leader, command } => self.forward(to, leader, command),
+                Action::ForwardStatus { to, leader, local } => self.forward_status(to, leader, *local),
                 Action::ForwardStats { leader, stats } => {
                     let Ok(permit) = self.forwards.clone().try_acquire_owned() else {
                         tracing::debug!("too many forwards in flight: OSD report not relayed");
@@ -471,6 +472,42 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Relays the leader's status to `to`, or this monitor's own (partial) view if the leader
+    /// does not answer in time or too many forwards are in flight.
+    fn forward_status(self: &Arc<Self>, to: ReplyTo, leader: u32, local: StatusReply) {
+        let reply_with = move |shared: &Shared, status: StatusReply| {
+            if let Some(conn) = lock(&shared.conns).get(&to.conn).cloned() {
+                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Status(status), conn.peer_entity()));
+            }
+        };
+        let Ok(permit) = self.forwards.clone().try_acquire_owned() else {
+            reply_with(self, local);
+            return;
+        };
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let timeout = Duration::from_millis(FORWARD_STATS_TIMEOUT_MS);
+            let payload = shoal_proto::encode(&GetStatus, Vec::new());
+            let status = match shared.peers.call(leader, GetStatus::TYPE, payload, timeout).await {
+                Ok(frame) => match shoal_proto::decode_frame::<StatusReply>(frame) {
+                    Ok((status, _)) => status,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "bad status from the leader: answering with this monitor's view");
+                        local
+                    }
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "the leader did not answer a status request: answering with this monitor's view");
+                    local
+                }
+            };
+            reply_with(&shared, status);
+        });
+    }
+}
+
 struct MonHandler {
     shared: Arc<Shared>,
 }
@@ -515,7 +552,7 @@ impl MonHandler {
             }
             GetStatus::TYPE => {
                 let _: GetStatus = decode(&frame)?;
-                shared.drive(Event::GetStatus { to });
+                shared.drive(Event::GetStatus { to, from_mon });
             }
             OsdStats::TYPE => {
                 let stats: OsdStats = decode(&frame)?;

@@ -172,6 +172,7 @@ async fn one_monitor_end_to_end() {
         misplaced_objects: 0,
         unfound_objects: 0,
         recovery_objects_per_s: 0.0,
+        stray_pgs: 0,
     };
     let ack = osd.call(OsdStats::TYPE, shoal_proto::encode(&stats, vec![])).await.unwrap();
     assert!(ack.payload.is_empty());

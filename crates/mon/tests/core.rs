@@ -38,6 +38,7 @@ fn stats(osd: u32) -> OsdStats {
         misplaced_objects: 0,
         unfound_objects: 0,
         recovery_objects_per_s: 0.0,
+        stray_pgs: 0,
     }
 }
 
@@ -375,11 +376,19 @@ fn non_leader_forwards_commands_and_stats_and_serves_maps() {
 
     let m = map_reply(&core.handle(Event::GetMap { to: to(3, 1), have_epoch: 0, subscribe: true }));
     assert_eq!(m.full.unwrap().epoch, 3);
-    let status = core.handle(Event::GetStatus { to: to(3, 2) });
+    // A client's status request goes to the leader, which alone hears every OSD (this follower
+    // knows only the reports sent to it); its own view is the fallback if the leader is silent.
+    let status = core.handle(Event::GetStatus { to: to(3, 2), from_mon: false });
     match &status[..] {
-        [Action::Reply { reply: Reply::Status(s), .. }] => {
+        [Action::ForwardStatus { to: t, leader: 1, local: s }] if *t == to(3, 2) => {
             assert_eq!((s.epoch, s.leader, s.quorum.clone(), s.osd_stats.len()), (3, Some(1), vec![1, 0], 1));
         }
+        other => panic!("{other:?}"),
+    }
+    // Another monitor's request is answered here: one hop only.
+    let status = core.handle(Event::GetStatus { to: to(3, 3), from_mon: true });
+    match &status[..] {
+        [Action::Reply { reply: Reply::Status(s), .. }] => assert_eq!(s.leader, Some(1)),
         other => panic!("{other:?}"),
     }
 }

@@ -1026,6 +1026,7 @@ impl OsdCore {
             misplaced_objects: misplaced,
             unfound_objects: unfound,
             recovery_objects_per_s: rec,
+            stray_pgs: (self.strays() + self.purge_backlog()) as u64,
         }
     }
 }

@@ -114,6 +114,9 @@ pub struct OsdStats {
     pub unfound_objects: u64,
     /// Object copies recovered or backfilled per second since the last report.
     pub recovery_objects_per_s: f64,
+    /// PGs this OSD holds a copy of without acting for them, kept until the PG is clean without
+    /// it and then removed, plus collections whose removal is still under way.
+    pub stray_pgs: u64,
 }
 impl Message for OsdStats {
     const TYPE: u16 = 22;

@@ -694,7 +694,10 @@ impl Simulation {
                 }
                 // Subscription replies carry the map the node already has; nothing is forwarded
                 // with one monitor.
-                MonAction::Reply { .. } | MonAction::Forward { .. } | MonAction::ForwardStats { .. } => {}
+                MonAction::Reply { .. }
+                | MonAction::Forward { .. }
+                | MonAction::ForwardStatus { .. }
+                | MonAction::ForwardStats { .. } => {}
             }
         }
     }
