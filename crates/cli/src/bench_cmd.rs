@@ -30,7 +30,7 @@ pub struct BenchArgs {
     conf: ConfArgs,
     #[arg(long, short = 'p', default_value = "data")]
     pool: String,
-    /// How long to run, in seconds.
+    /// How long to run, in seconds (SIGINT or SIGTERM ends the run sooner, with its report).
     #[arg(long, default_value_t = 10)]
     seconds: u64,
     /// Object size, e.g. 4M or 4096.
@@ -42,6 +42,14 @@ pub struct BenchArgs {
     /// Remove the written objects at the end (by default they stay for `seq` and `rand`).
     #[arg(long)]
     cleanup: bool,
+    /// `write`: stop after this many objects (or `--seconds`, whichever comes first), e.g. to
+    /// load a data set of a known size.
+    #[arg(long)]
+    objects: Option<u64>,
+    /// Names of the objects: this prefix and a number. Runs with different prefixes leave
+    /// separate sets (`seq` and `rand` read the set of the prefix given).
+    #[arg(long, default_value = "bench_obj_")]
+    prefix: String,
     #[arg(long)]
     json: bool,
     workload: Workload,
@@ -68,9 +76,9 @@ struct Report {
     first_error: Option<String>,
 }
 
-/// Objects a write run names: a fixed prefix so that `seq`/`rand` find them.
-fn object_name(i: u64) -> String {
-    format!("bench_obj_{i}")
+/// Objects a write run names: a prefix and a number, so that `seq`/`rand` find them.
+fn object_name(prefix: &str, i: u64) -> String {
+    format!("{prefix}{i}")
 }
 
 /// Latencies are kept in a fixed histogram (1 µs buckets up to 100 ms, then 1 ms buckets up to
@@ -128,6 +136,14 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     if args.block_size == 0 {
         bail!("-b must be positive");
     }
+    if args.objects == Some(0) {
+        bail!("--objects must be positive");
+    }
+    if args.objects.is_some() && args.workload != Workload::Write {
+        bail!("--objects applies to `write` only (`seq` and `rand` read what a write left)");
+    }
+    shoal_client::validate_object_name(&object_name(&args.prefix, u64::MAX))
+        .map_err(|e| anyhow::anyhow!("--prefix {:?} makes invalid object names: {e}", args.prefix))?;
     let mut cfg = args.conf.cluster()?;
     cfg.max_in_flight = args.in_flight.max(16);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
@@ -146,7 +162,10 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         0
     } else {
         let mut n = 0u64;
-        while runtime.block_on(client.op(&args.pool, &object_name(n), vec![ObjOp::Stat], Vec::new())).is_ok() {
+        while runtime
+            .block_on(client.op(&args.pool, &object_name(&args.prefix, n), vec![ObjOp::Stat], Vec::new()))
+            .is_ok()
+        {
             n += 1;
             if n >= 1_000_000 {
                 break;
@@ -163,7 +182,21 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     let done_ops = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + duration;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let hist = runtime.block_on(async {
+        // A signal ends the run like the deadline does: operations in flight finish, none start,
+        // and the report covers what ran (so a script can run a probe for as long as it needs).
+        let stopper = {
+            let stop = stop.clone();
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                stop.store(true, Ordering::Relaxed);
+            })
+        };
         let mut tasks = Vec::new();
         for worker in 0..args.in_flight {
             let client = client.clone();
@@ -173,18 +206,24 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             let done_ops = done_ops.clone();
             let workload = args.workload;
             let bs = args.block_size;
+            let prefix = args.prefix.clone();
+            let max_objects = args.objects.filter(|_| workload == Workload::Write).unwrap_or(u64::MAX);
+            let stop = stop.clone();
             tasks.push(tokio::spawn(async move {
                 let mut lat = Vec::new();
                 let mut errors = 0u64;
                 let mut first_error: Option<String> = None;
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (worker as u64 + 1);
-                while Instant::now() < deadline {
+                while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= max_objects {
+                        break;
+                    }
                     let t = Instant::now();
                     let r = match workload {
                         Workload::Write => {
                             let op = ObjOp::WriteFull { len_bytes: bs };
-                            client.op_ref(&pool, &object_name(i), vec![op], &payload).await
+                            client.op_ref(&pool, &object_name(&prefix, i), vec![op], &payload).await
                         }
                         Workload::Seq | Workload::Rand => {
                             let n = if workload == Workload::Seq {
@@ -196,7 +235,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
                                 rng % existing
                             };
                             let op = ObjOp::Read { offset: 0, len_bytes: bs };
-                            client.op(&pool, &object_name(n), vec![op], Vec::new()).await
+                            client.op(&pool, &object_name(&prefix, n), vec![op], Vec::new()).await
                         }
                     };
                     match r {
@@ -249,9 +288,10 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             }
         }
         progress.abort();
-        (hist, errors, first_error)
+        stopper.abort();
+        Ok::<_, anyhow::Error>((hist, errors, first_error))
     });
-    let (hist, errors, first_error) = hist;
+    let (hist, errors, first_error) = hist?;
     let secs = started.elapsed().as_secs_f64();
     let ops = hist.count;
     let bytes = ops * args.block_size;
@@ -274,10 +314,10 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         first_error,
     };
     if args.cleanup && args.workload == Workload::Write {
-        let written = next.load(Ordering::Relaxed);
+        let written = next.load(Ordering::Relaxed).min(args.objects.unwrap_or(u64::MAX));
         runtime.block_on(async {
             for i in 0..written {
-                let _ = client.op(&args.pool, &object_name(i), vec![ObjOp::Remove], Vec::new()).await;
+                let _ = client.op(&args.pool, &object_name(&args.prefix, i), vec![ObjOp::Remove], Vec::new()).await;
             }
         });
     }

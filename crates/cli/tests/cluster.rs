@@ -213,6 +213,22 @@ fn three_replicas_across_three_hosts() {
         ok(&shoal(&dir, &["obj", "get", "--pool", "data", &format!("obj-{i}"), "-o", &out.display().to_string()]));
         assert!(std::fs::read(&out).expect("read") == content(i), "obj-{i} after restart");
     }
+    // `shoal bench` loads a set of a given count under a prefix and reads that set back.
+    let json = |out: String| -> serde_json::Value { serde_json::from_str(&out).expect("bench json") };
+    let load =
+        ["bench", "--pool", "data", "write", "-b", "4K", "--objects", "7", "--prefix", "load_", "--seconds", "60"];
+    let wrote = json(ok(&shoal(&dir, &[&load[..], &["--json"]].concat())));
+    assert_eq!((wrote["ops"].as_u64(), wrote["errors"].as_u64()), (Some(7), Some(0)), "{wrote}");
+    let listed = ok(&shoal(&dir, &["obj", "ls", "--pool", "data"]));
+    assert_eq!(listed.lines().filter(|l| l.starts_with("load_")).count(), 7, "{listed}");
+    let read =
+        json(ok(&shoal(&dir, &["bench", "--pool", "data", "seq", "--prefix", "load_", "--seconds", "1", "--json"])));
+    assert!(read["ops"].as_u64().is_some_and(|n| n >= 7) && read["errors"] == 0, "{read}");
+    fails_with(
+        &shoal(&dir, &["bench", "--pool", "data", "seq", "--objects", "3"]),
+        "--objects applies to `write` only",
+    );
+    fails_with(&shoal(&dir, &["bench", "--pool", "data", "write", "--prefix", "a/\0"]), "--prefix");
     ok(&shoal(&dir, &["down", "--dir", &d, "--keep"]));
     let other = tmp.path().join("other");
     std::fs::create_dir_all(&other).expect("mkdir");
