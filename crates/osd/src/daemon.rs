@@ -22,6 +22,7 @@ use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
 use tokio::sync::mpsc;
 
 use crate::core::{Action, Event, OsdCore, PeerCall, Token};
+use crate::lanes::Lanes;
 
 /// Events queued to the worker before handlers wait.
 const WORKER_QUEUE_EVENTS: usize = 1024;
@@ -315,20 +316,27 @@ fn worker_loop(
     runtime: tokio::runtime::Handle,
 ) {
     let mut actions = Vec::new();
-    while let Some(first) = rx.blocking_recv() {
-        let mut batch_bytes = first.data_len();
-        core.handle(first, &mut actions);
-        for _ in 1..WORKER_BATCH_EVENTS {
-            if batch_bytes >= WORKER_BATCH_BYTES {
-                break;
+    // Client I/O goes before recovery work (`lanes`): the worker takes in what has arrived, within
+    // the lanes' bounds, and handles the batch they choose.
+    let mut lanes = Lanes::default();
+    let mut batch = Vec::new();
+    loop {
+        if lanes.is_empty() {
+            match rx.blocking_recv() {
+                Some(ev) => lanes.push(ev),
+                None => break,
             }
+        }
+        while lanes.has_room() {
             match rx.try_recv() {
-                Ok(ev) => {
-                    batch_bytes += ev.data_len();
-                    core.handle(ev, &mut actions);
-                }
+                Ok(ev) => lanes.push(ev),
                 Err(_) => break,
             }
+        }
+        lanes.next_batch(WORKER_BATCH_EVENTS, WORKER_BATCH_BYTES, &mut batch);
+        assert!(!batch.is_empty(), "the lanes chose no event while holding some");
+        for ev in batch.drain(..) {
+            core.handle(ev, &mut actions);
         }
         let needs_sync = actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
         let mut sync_error = None;

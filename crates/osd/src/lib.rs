@@ -15,6 +15,7 @@ pub mod copy;
 pub mod core;
 pub mod daemon;
 pub mod exec;
+pub mod lanes;
 pub mod merge;
 pub mod pglog;
 pub mod pgmeta;

@@ -81,6 +81,27 @@ pub fn decode<M: DeserializeOwned>(mut payload: Vec<u8>) -> Result<(M, Vec<u8>),
     Ok((header, payload))
 }
 
+/// Decodes only the leading fields of a payload's header, as type `P` (whose fields must be the
+/// message's first fields, in order), without touching the rest or the bulk data: for routing a
+/// message before it is handled.
+pub fn peek<P: DeserializeOwned>(payload: &[u8]) -> Result<P, MsgError> {
+    let n = payload.len();
+    if n < 5 {
+        return Err(MsgError::Truncated(n));
+    }
+    if payload[n - 1] != MSG_VERSION {
+        return Err(MsgError::Version { got: payload[n - 1] });
+    }
+    let mut len_bytes = [0u8; 4];
+    len_bytes.copy_from_slice(&payload[n - 5..n - 1]);
+    let header_len = u32::from_le_bytes(len_bytes) as usize;
+    if header_len > MAX_HEADER_BYTES || header_len > n - 5 {
+        return Err(MsgError::BadHeaderLength(header_len));
+    }
+    let header = &payload[n - 5 - header_len..n - 5];
+    postcard::take_from_bytes(header).map(|(p, _)| p).map_err(|e| MsgError::Decode(e.to_string()))
+}
+
 /// [`decode`] after checking that the frame carries message type `M::TYPE`.
 pub fn decode_frame<M: Message>(frame: crate::Frame) -> Result<(M, Vec<u8>), MsgError> {
     if frame.msg_type != M::TYPE {

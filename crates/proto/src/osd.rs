@@ -362,6 +362,15 @@ impl Message for PeerAck {
     const TYPE: u16 = 43;
 }
 
+/// The leading fields shared by the PG messages whose header starts with them ([`PgPull`],
+/// [`PgPush`]): read with [`crate::peek`] to route a message before decoding it whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct PgHead {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+}
+
 /// The primary asks a peer for one object whole (recovery of an object the primary lacks).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgPull {

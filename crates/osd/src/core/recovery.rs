@@ -31,7 +31,7 @@ use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
 
 /// Objects in one backfill chunk at most.
-pub const BACKFILL_CHUNK_OBJECTS: usize = 64;
+pub const BACKFILL_CHUNK_OBJECTS: usize = 16;
 /// Data in one backfill chunk, about (a chunk holds at least one object whatever its size).
 pub const BACKFILL_CHUNK_BYTES: u64 = 4 << 20;
 
