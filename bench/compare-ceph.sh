@@ -37,10 +37,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $ONLY in both|ceph|shoal) ;; *) echo "--only ceph|shoal" >&2; exit 2 ;; esac
-case $SHOAL_BIN in /*) ;; *) SHOAL_BIN=$REPO/$SHOAL_BIN ;; esac
-case $OUT in ""|/*) ;; *) OUT=$PWD/$OUT ;; esac
-[ "$(id -u)" = 0 ] || { echo "run as root (apt-get, ceph daemons)" >&2; exit 2; }
-case $WORK in /?*) ;; *) echo "--workdir must be an absolute path" >&2; exit 2 ;; esac
 
 # ---------------------------------------------------------------- shared with recovery-ceph.sh
 # shellcheck source=ceph/lib.sh
@@ -49,16 +45,7 @@ case $WORK in /?*) ;; *) echo "--workdir must be an absolute path" >&2; exit 2 ;
 cleanup() {
   local rc=$? d
   trap - EXIT
-  for d in "$WORK"/ceph*-r*/ "$WORK"/shoal*-r*/; do
-    d=${d%/}
-    [ -d "$d" ] || continue
-    [ "$rc" = 0 ] || cp -r "$d/log" "$WORK/logs/$(basename "$d")-daemon-logs" 2>/dev/null || true
-    if [ -f "$d/shoal.toml" ] && [ -x "$SHOAL_BIN" ]; then
-      timeout 30 "$SHOAL_BIN" down --dir "$d" >/dev/null 2>&1 || true
-    fi
-    stop_pids_in "$d"
-    rm -rf "$d"
-  done
+  for d in "$WORK"/ceph*-r*/ "$WORK"/shoal*-r*/; do remove_cluster "$rc" "${d%/}"; done
   exit $rc
 }
 trap cleanup EXIT

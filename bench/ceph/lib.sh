@@ -2,9 +2,14 @@
 # bench/recovery-ceph.sh): logging, process and port helpers, package installation, and a
 # one-monitor Ceph cluster deployed the DisTRaC way (no SSH, no cephadm).
 #
-# The sourcing script sets: WORK (its work dir), HERE (bench/), PG_NUM, MEMSTORE_BYTES,
+# The sourcing script sets: WORK (its work dir), HERE (bench/), REPO, SHOAL_BIN, OUT, PG_NUM, MEMSTORE_BYTES,
 # HEALTHY_TIMEOUT_S, HEALTH_OK_EXTRA_S; and, per cluster, DIR. CEPH_OBJECTSTORE picks the OSDs' store:
 # memstore (default: RAM) or bluestore on a file of BLUESTORE_BLOCK_BYTES in each OSD's dir.
+# Checks and paths both scripts need (they source this right after parsing their arguments).
+case $SHOAL_BIN in /*) ;; *) SHOAL_BIN=$REPO/$SHOAL_BIN ;; esac
+case $OUT in ""|/*) ;; *) OUT=$PWD/$OUT ;; esac
+[ "$(id -u)" = 0 ] || { echo "run as root (apt-get, ceph daemons)" >&2; exit 2; }
+case $WORK in /?*) ;; *) echo "--workdir must be an absolute path" >&2; exit 2 ;; esac
 CEPH_OBJECTSTORE=${CEPH_OBJECTSTORE:-memstore}
 BLUESTORE_BLOCK_BYTES=${BLUESTORE_BLOCK_BYTES:-$((16 << 30))}
 
@@ -51,6 +56,22 @@ free_range() {
     fi
   done
   echo "no free port range" >&2; return 1
+}
+
+# Stops and removes a cluster directory (Ceph's or Shoal's) at exit; after a failure (rc != 0)
+# its daemons' logs are kept in $WORK/logs first.
+remove_cluster() {  # rc dir
+  local rc=$1 d=$2
+  [ -d "$d" ] || return 0
+  if [ "$rc" != 0 ]; then
+    cp -r "$d/log" "$WORK/logs/$(basename "$d")-daemon-logs" 2>/dev/null || true
+    cp "$d"/*.log "$WORK/logs/" 2>/dev/null || true
+  fi
+  if [ -f "$d/shoal.toml" ] && [ -x "$SHOAL_BIN" ]; then
+    timeout 30 "$SHOAL_BIN" down --dir "$d" >/dev/null 2>&1 || true
+  fi
+  stop_pids_in "$d"
+  rm -rf "$d"
 }
 
 # ---------------------------------------------------------------- setup

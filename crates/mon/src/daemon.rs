@@ -445,9 +445,7 @@ impl Shared {
                 ErrorCode::Other,
                 format!("mon.{} busy: {MAX_FORWARDS} commands forwarded", self.rank),
             );
-            if let Some(conn) = lock(&self.conns).get(&to.conn) {
-                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Command(Err(e)), conn.peer_entity()));
-            }
+            self.send_reply(to, &Reply::Command(Err(e)));
             return;
         };
         let shared = self.clone();
@@ -465,24 +463,24 @@ impl Shared {
                     format!("mon.{} could not reach the leader: {e}", shared.rank),
                 )),
             };
-            if let Some(conn) = lock(&shared.conns).get(&to.conn).cloned() {
-                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Command(result), conn.peer_entity()));
-            }
+            shared.send_reply(to, &Reply::Command(result));
         });
     }
-}
 
-impl Shared {
+    /// Sends a reply that the core did not produce itself (a forwarded answer) to `to`, if its
+    /// connection is still there; one that does not fit its queue is dropped (the client's
+    /// request times out and is retried).
+    fn send_reply(&self, to: ReplyTo, reply: &Reply) {
+        if let Some(conn) = lock(&self.conns).get(&to.conn).cloned() {
+            let _ = conn.try_send(reply_frame(to.request_id, reply, conn.peer_entity()));
+        }
+    }
+
     /// Relays the leader's status to `to`, or this monitor's own (partial) view if the leader
     /// does not answer in time or too many forwards are in flight.
     fn forward_status(self: &Arc<Self>, to: ReplyTo, leader: u32, local: StatusReply) {
-        let reply_with = move |shared: &Shared, status: StatusReply| {
-            if let Some(conn) = lock(&shared.conns).get(&to.conn).cloned() {
-                let _ = conn.try_send(reply_frame(to.request_id, &Reply::Status(status), conn.peer_entity()));
-            }
-        };
         let Ok(permit) = self.forwards.clone().try_acquire_owned() else {
-            reply_with(self, local);
+            self.send_reply(to, &Reply::Status(local));
             return;
         };
         let shared = self.clone();
@@ -503,7 +501,7 @@ impl Shared {
                     local
                 }
             };
-            reply_with(&shared, status);
+            shared.send_reply(to, &Reply::Status(status));
         });
     }
 }
