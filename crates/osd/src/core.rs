@@ -195,6 +195,9 @@ pub struct Mutations {
     pub no_repair_on_access: bool,
     /// Scrub compares nothing (finds no inconsistency, so repairs nothing).
     pub blind_scrub: bool,
+    /// Members accept an activation for an interval their map has left (from a primary cut off
+    /// from the monitors) or older than the one they recorded.
+    pub accept_stale_activation: bool,
 }
 
 /// One OSD's state. See the module docs.

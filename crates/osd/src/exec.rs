@@ -20,7 +20,9 @@ pub fn store_error(e: &StoreError) -> RemoteError {
         }
         StoreError::ObjectTooLarge { .. } => ErrorCode::TooLarge,
         StoreError::NoSpace { .. } => ErrorCode::NoSpace,
-        StoreError::Checksum { .. } | StoreError::Corrupt(_) => ErrorCode::Corrupt,
+        // A copy that cannot be read (a medium error) is as damaged as one that reads wrong: the
+        // caller repairs it from another member instead of failing the reader.
+        StoreError::Checksum { .. } | StoreError::Corrupt(_) | StoreError::Unreadable { .. } => ErrorCode::Corrupt,
         _ => ErrorCode::Io,
     };
     RemoteError::new(code, e.to_string())

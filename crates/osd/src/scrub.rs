@@ -51,7 +51,10 @@ pub fn scrub_object(
     };
     let mut damaged = |e: StoreError| -> Result<(), RemoteError> {
         match e {
-            StoreError::Checksum { .. } | StoreError::Corrupt(_) | StoreError::Io { .. } => {
+            StoreError::Checksum { .. }
+            | StoreError::Corrupt(_)
+            | StoreError::Unreadable { .. }
+            | StoreError::Io { .. } => {
                 entry.read_error.get_or_insert_with(|| e.to_string());
                 Ok(())
             }

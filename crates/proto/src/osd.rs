@@ -344,6 +344,10 @@ pub struct PgActivate {
     pub pool: u32,
     pub pg: u32,
     pub activated_at: u64,
+    /// The interval the activation is for, as the primary's map has it: each acting OSD (in
+    /// order, the primary first) with the epoch it came up at. A member whose map shows another
+    /// interval refuses the activation (its sender is a primary of the past).
+    pub interval: Vec<(u32, u64)>,
     pub log: Vec<PgLogEntry>,
     pub missing: Vec<(String, Eversion)>,
     pub backfill: bool,

@@ -9,8 +9,9 @@
 //! order — so a failure found by a random seed replays exactly. Faults come from the same queue:
 //! lost client messages, lost replication messages (the primary times out), and the scheduled
 //! [`Fault`]s: OSDs crashed (in-memory state lost, store kept, peers' calls to them failing) and
-//! restarted on their store or on an empty one, marked down, out and in, or cut off from their
-//! peers. Partitions from the monitors and disk faults are still to come.
+//! restarted on their store or on an empty one, marked down, out and in, cut off from their
+//! peers, from the monitors, or from both; and disk faults (a flipped bit, a block that fails to
+//! read).
 //!
 //! The simulated monitor is the real monitor logic ([`shoal_mon::MonCore`], standalone: one
 //! monitor whose proposals commit at once; Raft itself is tested in `shoal-mon`). Every OSD and
@@ -115,10 +116,20 @@ pub enum Fault {
     Isolate(OsdId),
     Heal(OsdId),
     /// Silent damage on the OSD's disk: one bit of one object copy it holds flips (the store's
-    /// checksums catch it on the next read). Applied only when every PG is active and clean, so
-    /// the other members hold good copies; reads must still return the right bytes (repaired
+    /// checksums catch it on the next read). Applied only when every PG is active and clean, and
+    /// only to an object with no write in flight, so the other members hold good copies; reads must still return the right bytes (repaired
     /// from a member), and at the end a deep scrub with repair of every PG must restore it.
     BitRotWhenClean(OsdId),
+    /// A medium error on the OSD's disk: one block of one object copy it holds fails every read
+    /// with EIO until rewritten. Same rules and expectations as `BitRotWhenClean`.
+    ReadErrorWhenClean(OsdId),
+    /// The OSD is cut off from the monitors: map updates stop reaching it and its commands to
+    /// them fail, while it keeps serving clients and peers with the map it has. The monitors
+    /// notice by its silence (a `MarkDown` the nemesis schedules after the grace).
+    CutFromMons(OsdId),
+    /// The OSD reaches the monitors again: it gets the current map, and if that map says it is
+    /// down it boots again (as the daemon does), starting a new interval for its PGs.
+    HealMons(OsdId),
 }
 
 impl Default for SimConfig {
@@ -153,7 +164,9 @@ impl SimConfig {
     /// messages on every link, and two to seven faults in the first 250 ms: single crashes (some
     /// long enough for the monitors to mark the OSD down), two OSDs crashed together (so some PGs
     /// fall below `min_size` or lose every member and must stop serving), out/in, an OSD cut off
-    /// from its peers, and at most one disk replaced by an empty one.
+    /// from its peers, from the monitors or from both (then marked down by the monitors), at most
+    /// one disk replaced by an empty one and at most one damaged (a flipped bit or an unreadable
+    /// block).
     ///
     /// The faults stay within what the pool's size covers: every crashed or isolated OSD comes
     /// back, and the one store that is ever lost is lost while every write is on all its members.
@@ -182,7 +195,7 @@ impl SimConfig {
             };
             let x = pick(&mut r, None);
             let span = r.range(5_000, 80_000);
-            match r.range(0, 10) {
+            match r.range(0, 13) {
                 0..=2 => {
                     faults.push((t, Fault::Crash(OsdId(x))));
                     // Half the time the monitors notice first (a new interval without it).
@@ -228,9 +241,31 @@ impl SimConfig {
                     faults.push((t, Fault::ReplaceWhenClean(OsdId(x))));
                     busy_until[x as usize] = u64::MAX;
                 }
-                10 if !rotted => {
+                10 | 11 if !rotted => {
                     rotted = true;
-                    faults.push((t, Fault::BitRotWhenClean(OsdId(x))));
+                    if r.range(0, 1) == 0 {
+                        faults.push((t, Fault::BitRotWhenClean(OsdId(x))));
+                    } else {
+                        faults.push((t, Fault::ReadErrorWhenClean(OsdId(x))));
+                    }
+                }
+                12 | 13 => {
+                    // Cut off from the monitors (and half the time from its peers too); the
+                    // monitors mark it down once its grace has passed, most of the time before it
+                    // is back.
+                    let both = r.range(0, 1) == 0;
+                    faults.push((t, Fault::CutFromMons(OsdId(x))));
+                    if both {
+                        faults.push((t, Fault::Isolate(OsdId(x))));
+                    }
+                    if r.range(0, 3) != 0 {
+                        faults.push((t + r.range(1_000, span - 1_000), Fault::MarkDown(OsdId(x))));
+                    }
+                    faults.push((t + span, Fault::HealMons(OsdId(x))));
+                    if both {
+                        faults.push((t + span, Fault::Heal(OsdId(x))));
+                    }
+                    busy_until[x as usize] = t + span;
                 }
                 _ => {}
             }
@@ -381,6 +416,8 @@ pub struct Simulation {
 
     /// OSDs cut off from their peers.
     isolated: std::collections::BTreeSet<u32>,
+    /// OSDs cut off from the monitors.
+    mon_cut: std::collections::BTreeSet<u32>,
     next_rep_request: u64,
     hash: xxhash_rust::xxh3::Xxh3,
     outcome: Outcome,
@@ -487,6 +524,7 @@ impl Simulation {
             engines,
             rotted: 0,
             isolated: std::collections::BTreeSet::new(),
+            mon_cut: std::collections::BTreeSet::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
             outcome,
@@ -597,6 +635,13 @@ impl Simulation {
                 }
             }
             Delivery::Map { to, update } => {
+                if let Node::Osd(i) = to
+                    && self.mon_cut.contains(&i)
+                {
+                    // The connection to the monitors is broken: the update is lost.
+                    self.trace(&[format!("map lost {to:?}").as_bytes()]);
+                    return;
+                }
                 let current = match to {
                     Node::Osd(i) => self.osds.get(&i).map(|o| o.map().clone()),
                     Node::Client(c) => Some(self.clients[c as usize].map.clone()),
@@ -604,11 +649,22 @@ impl Simulation {
                 };
                 let Some(current) = current else { return };
                 let Some(map) = update.apply_to(Some(&current)).map(Arc::new) else {
-                    return self.outcome.violations.push(format!("{to:?} could not apply a map update"));
+                    // A gap (updates were lost while cut off): the node asks for the full map,
+                    // as the daemon's monitor client does.
+                    self.trace(&[format!("map gap {to:?}").as_bytes()]);
+                    return self.send_full_map(to);
                 };
                 self.trace(&[format!("map {to:?} {}", map.epoch).as_bytes()]);
                 match to {
-                    Node::Osd(i) => self.osd_event(i, Event::Map(map)),
+                    Node::Osd(i) => {
+                        let down = map.osds.get(&OsdId(i)).is_some_and(|o| !o.up);
+                        self.osd_event(i, Event::Map(map));
+                        // A running OSD the monitors marked down boots again, as the daemon does.
+                        let mon_says_down = self.mon.map().osds.get(&OsdId(i)).is_some_and(|o| !o.up);
+                        if down && mon_says_down && self.osds.contains_key(&i) {
+                            self.boot(OsdId(i));
+                        }
+                    }
                     Node::Operator => {}
                     Node::Client(c) => {
                         let client = &mut self.clients[c as usize];
@@ -740,6 +796,11 @@ impl Simulation {
                     let at = self.now_us + self.cfg.replication_timeout_us;
                     self.schedule(at, Delivery::ReplicationTimeout { rid });
                 }
+                Action::MonCommand(_) if self.mon_cut.contains(&osd) => {
+                    // The command times out in the daemon's monitor client.
+                    let at = self.now_us + self.cfg.replication_timeout_us;
+                    self.schedule(at, Delivery::MonDone { osd, epoch: None });
+                }
                 Action::MonCommand(command) => {
                     let before = self.mon.map().epoch;
                     let cmd = MonEvent::Command { to: None, command, forwarded: false, now_ms: self.now_us / 1000 };
@@ -802,9 +863,23 @@ impl Simulation {
             }
             Err(e) => return self.outcome.violations.push(format!("{osd} does not restart: {e}")),
         }
-        // It boots: the map records the new incarnation, a new interval for its PGs.
+        self.boot(osd);
+    }
+
+    /// The OSD boots: the map records the new incarnation, a new interval for its PGs.
+    fn boot(&mut self, osd: OsdId) {
+        self.trace(&[format!("boot {osd}").as_bytes()]);
         let addr = format!("127.0.0.1:{}", 17000 + self.now_us % 10000).parse().expect("literal address");
         self.mon_command(Command::OsdBoot { id: osd, addr });
+    }
+
+    /// The monitor sends `to` its current map in full, on the same ordered link as its pushes.
+    fn send_full_map(&mut self, to: Node) {
+        let update = Arc::new(MapUpdate { full: Some(self.mon.map().clone()), incrementals: Vec::new() });
+        let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us * 5);
+        let at = (self.now_us + delay).max(self.mon_link_clock.get(&to).copied().unwrap_or(0));
+        self.mon_link_clock.insert(to, at);
+        self.schedule(at, Delivery::Map { to, update });
     }
 
     fn mon_command(&mut self, command: Command) {
@@ -833,15 +908,24 @@ impl Simulation {
             Fault::Isolate(osd) => {
                 self.isolated.insert(osd.0);
             }
-            Fault::BitRotWhenClean(osd) => {
+            Fault::BitRotWhenClean(osd) | Fault::ReadErrorWhenClean(osd) => {
                 if self.cluster_clean() {
-                    self.bit_rot(osd);
+                    self.damage(osd, matches!(f, Fault::ReadErrorWhenClean(_)));
                 } else {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
                 }
             }
             Fault::Heal(osd) => {
                 self.isolated.remove(&osd.0);
+            }
+            Fault::CutFromMons(osd) => {
+                self.mon_cut.insert(osd.0);
+            }
+            Fault::HealMons(osd) => {
+                // It subscribes again and gets the current map in full.
+                if self.mon_cut.remove(&osd.0) && self.osds.contains_key(&osd.0) {
+                    self.send_full_map(Node::Osd(osd.0));
+                }
             }
         }
     }
@@ -875,9 +959,9 @@ impl Simulation {
         out
     }
 
-    /// Flips a bit of one object copy on `osd`'s store, picked by the seed among the copies it
-    /// holds.
-    fn bit_rot(&mut self, osd: OsdId) {
+    /// Damages one object copy on `osd`'s store, picked by the seed among the copies it holds:
+    /// flips a bit of it, or (`unreadable`) makes a block of it fail to read.
+    fn damage(&mut self, osd: OsdId, unreadable: bool) {
         let Some(engine) = self.engines.get(&osd.0).cloned() else { return };
         let mut copies = Vec::new();
         for coll in engine.list_collections().unwrap_or_default() {
@@ -888,15 +972,47 @@ impl Simulation {
                 copies.extend(page.objects.into_iter().map(|o| (coll.clone(), o)));
             }
         }
+        // Not an object with a write in flight: an unacknowledged write may so far be on its
+        // primary alone, and damaging that copy loses a version no member can recover (the
+        // object would stay unfound until an operator gives it up).
+        let writing: std::collections::BTreeSet<String> = self
+            .clients
+            .iter()
+            .enumerate()
+            .flat_map(|(c, client)| {
+                client.in_flight.values().filter(|f| f.write.is_some()).map(move |f| object_name(c as u32, f.object))
+            })
+            .collect();
+        copies.retain(|(_, obj)| !writing.contains(obj));
+        // Preferably one a client will still read or write (a read in flight, or operations
+        // queued behind one), so that access-time repair is tried and not only the final scrub.
+        let used: std::collections::BTreeSet<String> = self
+            .clients
+            .iter()
+            .enumerate()
+            .flat_map(|(c, client)| client.busy_objects.keys().map(move |o| object_name(c as u32, *o)))
+            .collect();
+        if copies.iter().any(|(_, obj)| used.contains(obj)) {
+            copies.retain(|(_, obj)| used.contains(obj));
+        }
+        // And preferably the copy reads are served from: the OSD's own PGs as primary.
+        let map = self.mon.map().clone();
+        let led = |obj: &str| {
+            map.pool_by_name(POOL).and_then(|p| map.locate(p.id, obj)).is_ok_and(|loc| loc.osds.first() == Some(&osd))
+        };
+        if copies.iter().any(|(_, obj)| led(obj)) {
+            copies.retain(|(_, obj)| led(obj));
+        }
         if copies.is_empty() {
             return;
         }
         let (coll, obj) = copies[self.rng.range(0, copies.len() as u64 - 1) as usize].clone();
-        self.trace(&[format!("bit rot {osd} {coll}/{obj}").as_bytes()]);
-        match engine.inject_bit_rot(&coll, &obj) {
+        self.trace(&[format!("damage {osd} {coll}/{obj} unreadable={unreadable}").as_bytes()]);
+        let done = if unreadable { engine.inject_read_error(&coll, &obj) } else { engine.inject_bit_rot(&coll, &obj) };
+        match done {
             Ok(true) => {
                 self.rotted += 1;
-                tracing::info!(t_us = self.now_us, %osd, %coll, %obj, "nemesis: bit rot");
+                tracing::info!(t_us = self.now_us, %osd, %coll, %obj, unreadable, "nemesis: damaged a copy");
             }
             Ok(false) => {}
             Err(e) => self.outcome.violations.push(format!("could not damage {coll}/{obj} on {osd}: {e}")),
@@ -929,6 +1045,7 @@ impl Simulation {
     fn cluster_clean(&self) -> bool {
         self.crashed.is_empty()
             && self.isolated.is_empty()
+            && self.mon_cut.is_empty()
             && self.osds.values().all(|o| o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
     }
 
@@ -1132,11 +1249,12 @@ impl Simulation {
     fn diagnose(&mut self) {
         let map = self.mon.map().clone();
         self.outcome.violations.push(format!(
-            "at {} us, epoch {}: crashed {:?}, isolated {:?}",
+            "at {} us, epoch {}: crashed {:?}, isolated {:?}, cut from the monitors {:?}",
             self.now_us,
             map.epoch,
             self.crashed.keys().collect::<Vec<_>>(),
-            self.isolated
+            self.isolated,
+            self.mon_cut
         ));
         for pool in map.pools.values() {
             for seed in 0..pool.pg_num {

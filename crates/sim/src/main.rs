@@ -5,6 +5,7 @@
 //! shoal-sim --seeds 10000            # seeds 1..=10000 on every core
 //! shoal-sim --from 5000 --seeds 100  # seeds 5000..=5099
 //! shoal-sim --seed 1234 --verbose    # replay one seed: faults, outcome, OSD log on stderr
+//! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
 //! ```
 
 use std::process::ExitCode;
@@ -21,6 +22,28 @@ struct Args {
     seeds: u64,
     jobs: usize,
     verbose: bool,
+    mutations: shoal_osd::Mutations,
+}
+
+/// Switches on the mutation called `name` (a field of [`shoal_osd::Mutations`]).
+fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
+    let flag = match name {
+        "skip_prev_check" => &mut m.skip_prev_check,
+        "skip_activation_record" => &mut m.skip_activation_record,
+        "primary_is_authority" => &mut m.primary_is_authority,
+        "ignore_down" => &mut m.ignore_down,
+        "no_repair_on_access" => &mut m.no_repair_on_access,
+        "blind_scrub" => &mut m.blind_scrub,
+        "accept_stale_activation" => &mut m.accept_stale_activation,
+        other => {
+            return Err(format!(
+                "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
+                 primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation)"
+            ));
+        }
+    };
+    *flag = true;
+    Ok(())
 }
 
 fn parse() -> Result<Args, String> {
@@ -29,6 +52,7 @@ fn parse() -> Result<Args, String> {
         seeds: 1000,
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         verbose: false,
+        mutations: shoal_osd::Mutations::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -45,8 +69,12 @@ fn parse() -> Result<Args, String> {
             }
             "--jobs" => args.jobs = num("--jobs")?.max(1) as usize,
             "--verbose" | "-v" => args.verbose = true,
+            "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
-                return Err("usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--verbose]".into());
+                return Err(
+                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--mutate NAME]... [--verbose]"
+                        .into(),
+                );
             }
             other => return Err(format!("unknown argument '{other}' (see --help)")),
         }
@@ -83,7 +111,7 @@ fn main() -> ExitCode {
                     if seed >= end {
                         break;
                     }
-                    let cfg = SimConfig::nemesis(seed);
+                    let cfg = SimConfig { mutations: args.mutations, ..SimConfig::nemesis(seed) };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
                         for (at, f) in &cfg.faults {

@@ -171,3 +171,11 @@ fn with_a_blind_scrub_damaged_replicas_stay_damaged() {
     // every member's copy.
     some_seed_fails(Mutations { blind_scrub: true, ..Mutations::default() });
 }
+
+#[test]
+fn with_stale_activations_accepted_pgs_lose_their_history() {
+    // An OSD cut off from the monitors keeps peering with the map it has; members that accept its
+    // activation for an interval they have left lower their recorded activation, and the PG then
+    // finds no member that holds it whole (or serves what the stale primary wrote).
+    some_seed_fails(Mutations { accept_stale_activation: true, ..Mutations::default() });
+}

@@ -43,6 +43,16 @@ pub enum StoreError {
          (device offset {device_offset}): stored data is corrupt"
     )]
     Checksum { coll: String, obj: String, offset: u64, device_offset: u64 },
+    /// The device failed to read an object's data (a medium error, EIO): that copy cannot be
+    /// read, just as a copy that fails its checksum; other copies may be good.
+    #[error("medium error reading {coll}/{obj} at device offset {device_offset}: {source}")]
+    Unreadable {
+        coll: String,
+        obj: String,
+        device_offset: u64,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("store metadata is corrupt: {0}")]
     Corrupt(String),
     #[error("{context}: {source}")]
@@ -78,7 +88,7 @@ impl StoreError {
             Self::CollectionNotEmpty(_) => 39, // ENOTEMPTY
             Self::ObjectTooLarge { .. } => 27, // EFBIG
             Self::Checksum { .. } => 74,       // EBADMSG
-            Self::Io { source, .. } => source.raw_os_error().unwrap_or(5),
+            Self::Io { source, .. } | Self::Unreadable { source, .. } => source.raw_os_error().unwrap_or(5),
             Self::Kv(_) | Self::Failed(_) => 5, // EIO
         }
     }

@@ -441,6 +441,7 @@ impl OsdCore {
                 pool: pg.pool,
                 pg: pg.seed,
                 activated_at: epoch,
+                interval: interval_of(&self.map, pg).into_iter().map(|(o, up_from)| (o.0, up_from)).collect(),
                 log: auth_log.clone(),
                 missing: missing.into_iter().collect(),
                 backfill,
@@ -656,6 +657,29 @@ impl OsdCore {
         }
         if a.activated_at > self.map.epoch {
             return Err(RemoteError::new(ErrorCode::WrongPrimary, "activation from a newer map"));
+        }
+        // A primary of a past interval (its map is stale: it is cut off from the monitors) must
+        // not activate this member in its name: its activation would lower what this member
+        // recorded and let the old primary's writes in.
+        let interval: Vec<(u32, u64)> = interval_of(&self.map, pg).into_iter().map(|(o, u)| (o.0, u)).collect();
+        if a.interval != interval && !self.mutations.accept_stale_activation {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!(
+                    "activation of PG {pg} for interval {:?} (epoch {}), but at epoch {} its interval is {interval:?}",
+                    a.interval, a.epoch, self.map.epoch
+                ),
+            ));
+        }
+        let les = self.meta_mut(pg)?.les;
+        if a.activated_at < les && !self.mutations.accept_stale_activation {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!(
+                    "activation of PG {pg} at epoch {} is older than the one recorded here ({les})",
+                    a.activated_at
+                ),
+            ));
         }
         let meta = PgMeta {
             les: a.activated_at,

@@ -387,12 +387,19 @@ impl OsdCore {
             {
                 pp.backfill = None;
                 p.backfill_remaining.remove(&from);
+                // Backfilled whole: from now on a source like any complete member (read repair
+                // of the primary's own copy may pull from it).
+                let lacks: BTreeSet<String> = pp.missing.keys().cloned().collect();
+                p.sources.insert(from, lacks);
             }
         } else {
             let mut done = Vec::new();
             for name in objects {
                 if let Some(pp) = p.peers.get_mut(&from) {
                     pp.missing.remove(&name);
+                }
+                if let Some(lacks) = p.sources.get_mut(&from) {
+                    lacks.remove(&name);
                 }
                 if let Some(waiting) = p.recovering.get_mut(&name) {
                     waiting.remove(&from);

@@ -283,6 +283,11 @@ pub struct MemDevice {
     chunks: RwLock<HashMap<u64, Box<[u8]>>>,
     reserve: Arc<ChunkReserve>,
     warmer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Blocks (device offsets) that fail to read with EIO until written again, as a disk's
+    /// pending sectors do; set only by tests ([`MemDevice::make_unreadable`]). `any_unreadable`
+    /// keeps the common case to one atomic load.
+    unreadable: RwLock<std::collections::BTreeSet<u64>>,
+    any_unreadable: AtomicBool,
 }
 
 /// Chunks allocated and faulted in ahead of need, by a background thread.
@@ -334,7 +339,12 @@ fn warm(reserve: &ChunkReserve) {
 
 impl Drop for MemDevice {
     fn drop(&mut self) {
-        self.reserve.stop.store(true, Ordering::Release);
+        {
+            // Set under the lock the warmer checks it under: set between its check and its wait,
+            // the notification would be lost and the join below would wait forever.
+            let _spare = self.reserve.spare.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.reserve.stop.store(true, Ordering::Release);
+        }
         self.reserve.wanted.notify_all();
         if let Some(t) = self.warmer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
             let _ = t.join();
@@ -354,7 +364,27 @@ impl MemDevice {
                 stop: AtomicBool::new(false),
             }),
             warmer: Mutex::new(None),
+            unreadable: RwLock::new(std::collections::BTreeSet::new()),
+            any_unreadable: AtomicBool::new(false),
         }
+    }
+
+    /// Makes the block at `offset` fail every read with EIO until it is written again (a medium
+    /// error). For tests of read repair.
+    #[doc(hidden)]
+    pub fn make_unreadable(&self, offset: u64) {
+        check_aligned(offset, BLOCK_BYTES as usize);
+        self.unreadable.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(offset);
+        self.any_unreadable.store(true, Ordering::Release);
+    }
+
+    /// Whether `[offset, offset + len)` touches a block made unreadable.
+    fn touches_unreadable(&self, offset: u64, len: usize) -> bool {
+        if !self.any_unreadable.load(Ordering::Acquire) {
+            return false;
+        }
+        let bad = self.unreadable.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        bad.range(offset..offset + len as u64).next().is_some()
     }
 
     /// A chunk for new data: from the reserve if it has one, else allocated here. Starts the
@@ -407,6 +437,9 @@ impl Device for MemDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "read past the device end");
+        if self.touches_unreadable(offset, buf.len()) {
+            return Err(io::Error::from_raw_os_error(5));
+        }
         let chunks = self.chunks.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (idx, at, pos, n) in chunk_pieces(offset, buf.len()) {
             match chunks.get(&idx) {
@@ -419,6 +452,14 @@ impl Device for MemDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+        if self.any_unreadable.load(Ordering::Acquire) {
+            // A written block reads again (the disk remaps a pending sector on write).
+            let mut bad = self.unreadable.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let hit: Vec<u64> = bad.range(offset..offset + buf.len() as u64).copied().collect();
+            for b in hit {
+                bad.remove(&b);
+            }
+        }
         let mut chunks = self.chunks.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (idx, at, pos, n) in chunk_pieces(offset, buf.len()) {
             let c = chunks.entry(idx).or_insert_with(|| self.new_chunk());

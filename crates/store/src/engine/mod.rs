@@ -549,7 +549,8 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         }
         match self.commit_locked(&mut w, &txn, durability) {
             Ok(()) => Ok(()),
-            // Invalid input and a full store change nothing: the store stays writable.
+            // Invalid input, a full store and damaged data met while planning (a partial write
+            // reads the blocks it keeps) change nothing: the store stays writable.
             Err(
                 e @ (StoreError::InvalidName { .. }
                 | StoreError::InvalidArgument(_)
@@ -559,7 +560,8 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
                 | StoreError::NoSuchObject { .. }
                 | StoreError::ObjectTooLarge { .. }
                 | StoreError::NoSpace { .. }
-                | StoreError::Checksum { .. }),
+                | StoreError::Checksum { .. }
+                | StoreError::Unreadable { .. }),
             ) => Err(e),
             Err(e) => {
                 w.failed = Some(e.to_string());
@@ -735,6 +737,25 @@ impl MemEngine {
     /// A new, empty RAM store with `size_bytes` of capacity.
     pub fn new_mem(size_bytes: u64) -> Result<Self> {
         Self::format(BackendKind::Mem, kv::MemKv::default(), device::MemDevice::new(size_bytes), None)
+    }
+}
+
+impl MemEngine {
+    /// Gives object `coll/obj`'s first data block a medium error: reads of it fail with EIO
+    /// until the block is written again. For tests of read repair only. Returns `false` if the
+    /// object holds no data.
+    #[doc(hidden)]
+    pub fn inject_read_error(&self, coll: &str, obj: &str) -> Result<bool> {
+        let _writer = lock(&self.writer);
+        let snap = self.kv.snapshot();
+        let onode = self.onode(&snap, coll, obj)?;
+        if onode.size_bytes == 0 {
+            return Ok(false);
+        }
+        let extents = Self::extents(&snap, coll, obj, 0, BLOCK_BYTES, onode.size_bytes)?;
+        let Some(extent) = extents.values().next() else { return Ok(false) };
+        self.dev.make_unreadable(extent.phys);
+        Ok(true)
     }
 }
 
@@ -959,5 +980,23 @@ mod recovery_tests {
         engine.commit(txn, Durability::Sync).unwrap();
         assert!(engine.read_all("c", "big").unwrap() == expect);
         assert!(engine.fsck().unwrap().is_clean());
+    }
+
+    #[test]
+    fn a_medium_error_names_the_object_and_a_rewrite_clears_it() {
+        let engine = MemEngine::new_mem(64 << 20).unwrap();
+        let mut txn = Transaction::new();
+        txn.create_collection("c").write("c", "bad", 0, vec![7; 10_000]).write("c", "good", 0, vec![8; 10_000]);
+        engine.commit(txn, Durability::Sync).unwrap();
+        assert!(engine.inject_read_error("c", "bad").unwrap());
+        match engine.read_all("c", "bad") {
+            Err(StoreError::Unreadable { coll, obj, .. }) => assert_eq!((coll.as_str(), obj.as_str()), ("c", "bad")),
+            other => panic!("expected a medium error, got {other:?}"),
+        }
+        assert_eq!(engine.read_all("c", "good").unwrap(), vec![8; 10_000], "other objects read as before");
+        let mut txn = Transaction::new();
+        txn.write("c", "bad", 0, vec![9; 10_000]);
+        engine.commit(txn, Durability::Sync).unwrap();
+        assert_eq!(engine.read_all("c", "bad").unwrap(), vec![9; 10_000], "rewritten data reads again");
     }
 }

@@ -113,8 +113,12 @@ pub fn read_blocks<D: Device>(
         let n_blocks = dst.len() / block;
         let staged: Vec<Option<Arc<Vec<u8>>>> = (0..n_blocks).map(|i| pending(phys + (i * block) as u64)).collect();
         if staged.iter().any(Option::is_none) {
-            dev.read_at(dst, phys)
-                .map_err(|err| StoreError::io(format!("reading {coll}/{obj} at device offset {phys}"), err))?;
+            dev.read_at(dst, phys).map_err(|source| StoreError::Unreadable {
+                coll: coll.to_string(),
+                obj: obj.to_string(),
+                device_offset: phys,
+                source,
+            })?;
         }
         for (i, data) in staged.iter().enumerate() {
             if let Some(data) = data {
