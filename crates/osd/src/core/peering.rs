@@ -201,7 +201,21 @@ impl OsdCore {
                     continue;
                 }
                 seen.insert(pg);
-                let changed = self.pgs.get(&pg).is_none_or(|s| s.interval != interval);
+                // The same members can come back after an interval this OSD never saw (its map
+                // jumped: it was cut off from the monitors, or updates were coalesced). If another
+                // primary activated the PG in between, the monitors' record is newer than this
+                // primary's activation: that is a new interval too, or this primary would serve
+                // reads that miss the writes made there.
+                let overtaken = match self.pgs.get(&pg) {
+                    Some(PgState { role: Role::Primary(p), .. }) => {
+                        p.proposal.as_ref().zip(map.pg_active.get(&pg)).is_some_and(|(prop, rec)| {
+                            rec.activated_at > prop.activated_at
+                                || (rec.activated_at == prop.activated_at && rec.members != prop.members)
+                        })
+                    }
+                    _ => false,
+                };
+                let changed = overtaken || self.pgs.get(&pg).is_none_or(|s| s.interval != interval);
                 if changed {
                     self.new_interval(pg, interval, out);
                 } else if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg)

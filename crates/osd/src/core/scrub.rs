@@ -278,6 +278,11 @@ impl OsdCore {
             if let Some(st) = self.scrubs.get_mut(&pg) {
                 st.run = None;
             }
+            // Members that keep refusing may have left this interval without this primary
+            // seeing it (its map jumped over an interval and back): peering settles it.
+            if self.primary(pg).is_some() {
+                self.start_peering(pg, out);
+            }
             return;
         }
         let (kind, attempt, after) = (run.kind, run.attempt, run.after.clone());
