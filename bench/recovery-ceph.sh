@@ -6,10 +6,14 @@
 # client (one write in flight, new objects) while quiet and during that recovery.
 #
 #   bench/recovery-ceph.sh [--only ceph|shoal] [--big-gib N] [--small N] [--quiet-s S]
-#                          [--out FILE] [--workdir DIR]
+#                          [--ceph-recovery default|ssd] [--out FILE] [--workdir DIR]
 #
-# Both systems run with their default recovery settings. Everything runs on 127.0.0.1 under
-# --workdir (default /tmp/recovery-ceph, on disk) and is torn down at exit, even on failure.
+# Shoal runs with its default recovery settings. Ceph with its defaults (--ceph-recovery
+# default): its OSDs see the files' disk as rotational and throttle recovery as for a hard disk
+# (osd_recovery_sleep_hdd 0.1 s, osd_recovery_max_active_hdd 3); with --ceph-recovery ssd they
+# get the values Ceph uses for solid-state devices instead (osd_recovery_sleep_hdd 0,
+# osd_recovery_max_active_hdd 10, set with `ceph config set` before loading). Everything runs on
+# 127.0.0.1 under --workdir (default /tmp/recovery-ceph, on disk) and is torn down at exit.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -20,6 +24,7 @@ BIG_GIB=2
 SMALL=100000
 QUIET_S=20
 OUT=""
+CEPH_RECOVERY=default
 WORK=${RECOVERY_CEPH_DIR:-/tmp/recovery-ceph}
 SHOAL_BIN=${SHOAL_BIN:-target/release/shoal}
 HEALTHY_TIMEOUT_S=${HEALTHY_TIMEOUT_S:-300}
@@ -30,7 +35,7 @@ MEMSTORE_BYTES=0                                # unused: bluestore
 OSD_BYTES=$((8 << 30))                          # each OSD's file (Shoal preallocates it; Ceph's is sparse)
 PY=/usr/bin/python3                             # Debian's, which has python3-rados
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --only) ONLY=$2; shift 2 ;;
@@ -38,12 +43,14 @@ while [ $# -gt 0 ]; do
     --small) SMALL=$2; shift 2 ;;
     --quiet-s) QUIET_S=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --ceph-recovery) CEPH_RECOVERY=$2; shift 2 ;;
     --workdir) WORK=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "unknown argument: $1" >&2; usage 2 ;;
   esac
 done
 case $ONLY in both|ceph|shoal) ;; *) echo "--only ceph|shoal" >&2; exit 2 ;; esac
+case $CEPH_RECOVERY in default|ssd) ;; *) echo "--ceph-recovery default|ssd" >&2; exit 2 ;; esac
 BIG_OBJECTS=$((BIG_GIB * 256))
 CEPH_OBJECTSTORE=bluestore
 BLUESTORE_BLOCK_BYTES=$OSD_BYTES
@@ -110,7 +117,13 @@ ceph_run() {  # -> $WORK/ceph.json
   DIR=$WORK/ceph
   log "ceph: deploying 4 bluestore OSDs on files in $DIR"
   ceph_deploy 4 3
-  local deploy_s=$READY_S t0 load_big load_small quiet during out_epoch
+  local deploy_s=$READY_S t0 load_big load_small quiet during out_epoch settings
+  if [ "$CEPH_RECOVERY" = ssd ]; then
+    log "ceph: recovery settings of solid-state devices"
+    C config set osd osd_recovery_sleep_hdd 0 >/dev/null
+    C config set osd osd_recovery_max_active_hdd 10 >/dev/null
+  fi
+  settings=$(C config dump --format json | jq -c '[.[] | select(.name | test("recovery|backfill")) | {(.name): .value}] | add // {}')
   log "ceph: loading $BIG_OBJECTS x 4 MiB and $SMALL x 4 KiB"
   t0=$(now)
   x rados --conf "$CONF" -p bench bench 36000 write -b 4194304 -t 16 --max-objects "$BIG_OBJECTS" \
@@ -140,8 +153,9 @@ ceph_run() {  # -> $WORK/ceph.json
   stop_pids_in "$DIR"; rm -rf "$DIR"
   jq -nc --argjson d "$deploy_s" --argjson lb "$load_big" --argjson ls "$load_small" --argjson o "$objects" \
      --argjson q "$quiet" --argjson w "$during" --argjson r "$RECOVERY_S" --argjson f "$FIRST_NOT_CLEAN_S" \
-     --argjson e "$out_epoch" --arg c "$osd_class" '{
-       system: "ceph 16.2 (bluestore on a file per OSD, default recovery settings)",
+     --argjson e "$out_epoch" --arg c "$osd_class" --arg rs "$CEPH_RECOVERY" --argjson set "$settings" '{
+       system: "ceph 16.2 (bluestore on a file per OSD, \($rs) recovery settings)",
+       recovery_settings: $rs, settings_changed: $set,
        deploy_s: $d, load_big_s: $lb, load_small_s: $ls, objects: $o, out_epoch: $e,
        bluestore_device_class: $c, recovery_s: $r, first_not_clean_s: $f,
        probe_quiet: $q, probe_during_recovery: $w,
@@ -225,7 +239,7 @@ RESULT=$(jq -n --argjson m "$MACHINE" --arg big "$BIG_GIB" --arg small "$SMALL" 
   --slurpfile c <(cat "$WORK/ceph.json" 2>/dev/null || echo null) \
   --slurpfile s <(cat "$WORK/shoal.json" 2>/dev/null || echo null) \
   --rawfile cmds "$CMDLOG" '{
-    machine: $m, data: {big_gib: ($big|tonumber), small_4k_objects: ($small|tonumber), pool_size: 3, pgs: 32, osds: 4},
+    machine: $m, ceph_recovery_settings: "'"$CEPH_RECOVERY"'", data: {big_gib: ($big|tonumber), small_4k_objects: ($small|tonumber), pool_size: 3, pgs: 32, osds: 4},
     ceph: $c[0], shoal: $s[0],
     recovery_speedup_shoal_vs_ceph: (if $c[0] and $s[0] then $c[0].recovery_s / $s[0].recovery_s else null end),
     commands: ($cmds | split("\n") | map(select(length > 0))) }')
