@@ -213,6 +213,7 @@ shoal_run() {  # -> $WORK/shoal.json
   probe_stop "$WORK/shoal-during.json"
   during=$(cat "$WORK/shoal-during.json")
   log "shoal: clean ${RECOVERY_S}s after osd out"
+  for f in "$DIR"/*.log; do cp "$f" "$WORK/logs/shoal-$(basename "$f")"; done  # daemon logs, kept
   "$SHOAL_BIN" down --dir "$DIR" >/dev/null
   rm -rf "$DIR"
   jq -nc --argjson d "$deploy_s" --argjson lb "$load_big" --argjson ls "$load_small" --argjson o "$objects" \
