@@ -61,7 +61,16 @@ fn init_logging() {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let filter = Targets::new().with_default(LevelFilter::INFO).with_target("openraft", LevelFilter::WARN);
+    // SHOAL_LOG=debug (or trace, warn, error) raises or lowers the daemons' detail; anything else
+    // keeps the default, info.
+    let level = match std::env::var("SHOAL_LOG").unwrap_or_default().to_ascii_lowercase().as_str() {
+        "trace" => LevelFilter::TRACE,
+        "debug" => LevelFilter::DEBUG,
+        "warn" => LevelFilter::WARN,
+        "error" => LevelFilter::ERROR,
+        _ => LevelFilter::INFO,
+    };
+    let filter = Targets::new().with_default(level).with_target("openraft", LevelFilter::WARN);
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).with_target(false);
     let _ = tracing_subscriber::registry().with(filter).with(fmt).try_init();
 }
