@@ -236,11 +236,11 @@ MACHINE=$(jq -nc --arg cpu "$(awk -F: '/model name/{print $2; exit}' /proc/cpuin
   '{cpu:$cpu, cores:$cores, mem_kib:$mem, workdir_device:$disk, kernel:$kernel}')
 case $ONLY in both|ceph) ceph_run ;; esac
 case $ONLY in both|shoal) shoal_run ;; esac
-RESULT=$(jq -n --argjson m "$MACHINE" --arg big "$BIG_GIB" --arg small "$SMALL" \
+RESULT=$(jq -n --argjson m "$MACHINE" --arg big "$BIG_GIB" --arg small "$SMALL" --arg cr "$CEPH_RECOVERY" \
   --slurpfile c <(cat "$WORK/ceph.json" 2>/dev/null || echo null) \
   --slurpfile s <(cat "$WORK/shoal.json" 2>/dev/null || echo null) \
   --rawfile cmds "$CMDLOG" '{
-    machine: $m, ceph_recovery_settings: "'"$CEPH_RECOVERY"'", data: {big_gib: ($big|tonumber), small_4k_objects: ($small|tonumber), pool_size: 3, pgs: 32, osds: 4},
+    machine: $m, ceph_recovery_settings: $cr, data: {big_gib: ($big|tonumber), small_4k_objects: ($small|tonumber), pool_size: 3, pgs: 32, osds: 4},
     ceph: $c[0], shoal: $s[0],
     recovery_speedup_shoal_vs_ceph: (if $c[0] and $s[0] then $c[0].recovery_s / $s[0].recovery_s else null end),
     commands: ($cmds | split("\n") | map(select(length > 0))) }')

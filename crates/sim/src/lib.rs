@@ -117,8 +117,9 @@ pub enum Fault {
     Heal(OsdId),
     /// Silent damage on the OSD's disk: one bit of one object copy it holds flips (the store's
     /// checksums catch it on the next read). Applied only when every PG is active and clean, and
-    /// only to an object with no write in flight, so the other members hold good copies; reads must still return the right bytes (repaired
-    /// from a member), and at the end a deep scrub with repair of every PG must restore it.
+    /// only to an object with no write in flight, so the other members hold good copies; reads
+    /// must still return the right bytes (repaired from a member), and at the end a deep scrub
+    /// with repair of every PG must restore it.
     BitRotWhenClean(OsdId),
     /// A medium error on the OSD's disk: one block of one object copy it holds fails every read
     /// with EIO until rewritten. Same rules and expectations as `BitRotWhenClean`.
@@ -974,24 +975,21 @@ impl Simulation {
         }
         // Not an object with a write in flight: an unacknowledged write may so far be on its
         // primary alone, and damaging that copy loses a version no member can recover (the
-        // object would stay unfound until an operator gives it up).
-        let writing: std::collections::BTreeSet<String> = self
-            .clients
-            .iter()
-            .enumerate()
-            .flat_map(|(c, client)| {
-                client.in_flight.values().filter(|f| f.write.is_some()).map(move |f| object_name(c as u32, f.object))
-            })
-            .collect();
+        // object would stay unfound until an operator gives it up). Preferably one a client is
+        // still using (a read in flight, operations queued behind it), so that access-time repair
+        // is tried and not only the final scrub.
+        let mut writing = std::collections::BTreeSet::new();
+        let mut used = std::collections::BTreeSet::new();
+        for (c, client) in self.clients.iter().enumerate() {
+            for f in client.in_flight.values() {
+                let name = object_name(c as u32, f.object);
+                if f.write.is_some() {
+                    writing.insert(name.clone());
+                }
+                used.insert(name);
+            }
+        }
         copies.retain(|(_, obj)| !writing.contains(obj));
-        // Preferably one a client will still read or write (a read in flight, or operations
-        // queued behind one), so that access-time repair is tried and not only the final scrub.
-        let used: std::collections::BTreeSet<String> = self
-            .clients
-            .iter()
-            .enumerate()
-            .flat_map(|(c, client)| client.busy_objects.keys().map(move |o| object_name(c as u32, *o)))
-            .collect();
         if copies.iter().any(|(_, obj)| used.contains(obj)) {
             copies.retain(|(_, obj)| used.contains(obj));
         }

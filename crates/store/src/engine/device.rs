@@ -455,10 +455,8 @@ impl Device for MemDevice {
         if self.any_unreadable.load(Ordering::Acquire) {
             // A written block reads again (the disk remaps a pending sector on write).
             let mut bad = self.unreadable.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let hit: Vec<u64> = bad.range(offset..offset + buf.len() as u64).copied().collect();
-            for b in hit {
-                bad.remove(&b);
-            }
+            let written = offset..offset + buf.len() as u64;
+            bad.retain(|b| !written.contains(b));
         }
         let mut chunks = self.chunks.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (idx, at, pos, n) in chunk_pieces(offset, buf.len()) {

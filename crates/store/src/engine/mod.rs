@@ -498,20 +498,26 @@ impl<K: Kv, D: Device> Engine<K, D> {
     #[doc(hidden)]
     pub fn inject_bit_rot(&self, coll: &str, obj: &str) -> Result<bool> {
         let _writer = lock(&self.writer);
+        let Some(phys) = self.first_block(coll, obj)? else { return Ok(false) };
+        let mut buf = shoal_util::aligned::AlignedBuf::zeroed(BLOCK_BYTES as usize);
+        let io = |e: std::io::Error| StoreError::Io { context: format!("damaging {coll}/{obj}"), source: e };
+        self.dev.read_at(&mut buf, phys).map_err(io)?;
+        buf[0] ^= 0x01;
+        self.dev.write_at(&buf, phys).map_err(io)?;
+        self.dev.sync().map_err(io)?;
+        Ok(true)
+    }
+
+    /// Where object `coll/obj`'s first data block is on the device; `None` if it holds no data.
+    /// For the damage-injecting test hooks (the caller holds the writer lock).
+    fn first_block(&self, coll: &str, obj: &str) -> Result<Option<u64>> {
         let snap = self.kv.snapshot();
         let onode = self.onode(&snap, coll, obj)?;
         if onode.size_bytes == 0 {
-            return Ok(false);
+            return Ok(None);
         }
         let extents = Self::extents(&snap, coll, obj, 0, BLOCK_BYTES, onode.size_bytes)?;
-        let Some(extent) = extents.values().next() else { return Ok(false) };
-        let mut buf = shoal_util::aligned::AlignedBuf::zeroed(BLOCK_BYTES as usize);
-        let io = |e: std::io::Error| StoreError::Io { context: format!("damaging {coll}/{obj}"), source: e };
-        self.dev.read_at(&mut buf, extent.phys).map_err(io)?;
-        buf[0] ^= 0x01;
-        self.dev.write_at(&buf, extent.phys).map_err(io)?;
-        self.dev.sync().map_err(io)?;
-        Ok(true)
+        Ok(extents.values().next().map(|e| e.phys))
     }
 
     /// Number of free-space fragments the allocator holds in memory.
@@ -747,14 +753,8 @@ impl MemEngine {
     #[doc(hidden)]
     pub fn inject_read_error(&self, coll: &str, obj: &str) -> Result<bool> {
         let _writer = lock(&self.writer);
-        let snap = self.kv.snapshot();
-        let onode = self.onode(&snap, coll, obj)?;
-        if onode.size_bytes == 0 {
-            return Ok(false);
-        }
-        let extents = Self::extents(&snap, coll, obj, 0, BLOCK_BYTES, onode.size_bytes)?;
-        let Some(extent) = extents.values().next() else { return Ok(false) };
-        self.dev.make_unreadable(extent.phys);
+        let Some(phys) = self.first_block(coll, obj)? else { return Ok(false) };
+        self.dev.make_unreadable(phys);
         Ok(true)
     }
 }
