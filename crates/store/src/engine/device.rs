@@ -307,6 +307,8 @@ struct ChunkReserve {
 
 /// Chunks the reserve keeps ready: 16 MiB, four 4 MiB writes.
 pub const MEM_RESERVE_CHUNKS: usize = 256;
+/// Below this many chunks in the reserve, taking one wakes the warmer to refill it.
+const MEM_RESERVE_LOW_CHUNKS: usize = MEM_RESERVE_CHUNKS / 2;
 
 /// A zeroed chunk whose pages are already mapped.
 fn faulted_chunk() -> Box<[u8]> {
@@ -321,6 +323,11 @@ fn faulted_chunk() -> Box<[u8]> {
 }
 
 fn warm(reserve: &ChunkReserve) {
+    // Faulting memory in is background work: at the lowest priority (on Linux, `setpriority` with
+    // pid 0 applies to the calling thread only) it takes CPU time the writers and the network
+    // threads leave over instead of competing with them, which matters on small machines. If
+    // it cannot be lowered, the warmer runs at normal priority.
+    let _ = rustix::process::setpriority_process(None, 19);
     loop {
         let need = {
             let mut spare = reserve.spare.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -390,8 +397,16 @@ impl MemDevice {
     /// A chunk for new data: from the reserve if it has one, else allocated here. Starts the
     /// reserve's thread at the first call and wakes it to refill.
     fn new_chunk(&self) -> Box<[u8]> {
-        let taken = self.reserve.spare.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
-        self.reserve.wanted.notify_one();
+        let (taken, low) = {
+            let mut spare = self.reserve.spare.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let taken = spare.pop();
+            (taken, spare.len() < MEM_RESERVE_LOW_CHUNKS)
+        };
+        // Waking the warmer costs a system call and, on a VM, an interrupt to another CPU: do it
+        // when the reserve runs low rather than for every chunk taken; it then refills in bulk.
+        if low {
+            self.reserve.wanted.notify_one();
+        }
         if let Some(c) = taken {
             return c;
         }

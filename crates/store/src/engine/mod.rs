@@ -369,8 +369,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         // whole blocks.
         let pending_blocks: u64 = pending_csums.iter().map(|p| p.len_bytes / BLOCK_BYTES).sum();
         let growth = pending_blocks * 5 + pending_csums.len() as u64 * 16;
-        let estimate = wal::encode_record(seq, &batch, written.clone(), u64::MAX).len() as u64
-            + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let estimate = wal::record_bytes(&batch, &written, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let use_log = estimate <= w.log.max_record_bytes();
         // Checkpoint when the log is full, and when recovery would otherwise have to verify
         // more than CHECKPOINT_DATA_BYTES of data.
@@ -395,7 +394,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             let log = &mut w.log;
             let mut produce = || -> std::io::Result<Option<(u64, AlignedBuf)>> {
                 fill_csums(&mut batch);
-                let record = wal::encode_record(seq, &batch, written.clone(), claim);
+                let record = wal::encode_record(seq, &batch, &written, claim);
                 if record.len() as u64 > estimate {
                     return Err(std::io::Error::other("log record outgrew its reservation"));
                 }

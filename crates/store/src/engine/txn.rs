@@ -6,13 +6,14 @@
 //! the space freed and the space allocated. The engine then performs it (see `mod.rs`).
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use shoal_util::{AlignedBuf, BufPool, crc32c_blocks};
 
 use super::alloc::Allocator;
 use super::device::{BLOCK_BYTES, Device};
-use super::kv::{Batch, Ks, KvRead};
+use super::kv::{ALL_KEYSPACES, Batch, Ks, KvRead};
 use super::layout::{self, Extent, MAX_EXTENT_BYTES, Onode};
 use super::read::{ExtentMap, read_blocks, scan_extents};
 use crate::api::Op;
@@ -68,7 +69,9 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     pool: &'a BufPool,
     alloc: &'a mut Allocator,
     now_ns: i64,
-    overlay: BTreeMap<(Ks, Vec<u8>), Option<Vec<u8>>>,
+    /// Changes planned so far, one map per keyspace (indexed by `Ks as usize`) so that lookups
+    /// borrow the caller's key instead of building a `(Ks, Vec<u8>)` for every probe.
+    overlay: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; ALL_KEYSPACES.len()],
     /// Extents allocated by this plan, returned to the allocator if the plan is abandoned.
     pub allocated: Vec<(u64, u64)>,
     /// Extents this plan stops using; they become reusable once the plan's commit is durable.
@@ -94,7 +97,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             pool,
             alloc,
             now_ns,
-            overlay: BTreeMap::new(),
+            overlay: Default::default(),
             allocated: Vec::new(),
             frees: Vec::new(),
             direct: Vec::new(),
@@ -128,10 +131,12 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         for &(off, len) in &self.frees {
             batch.put(Ks::Free, layout::u64_key(off), layout::u64_key(len));
         }
-        for ((ks, key), value) in self.overlay {
-            match value {
-                Some(v) => batch.put(ks, key, v),
-                None => batch.delete(ks, key),
+        for (ks, changes) in ALL_KEYSPACES.into_iter().zip(self.overlay) {
+            for (key, value) in changes {
+                match value {
+                    Some(v) => batch.put(ks, key, v),
+                    None => batch.delete(ks, key),
+                }
             }
         }
         Planned { batch, frees: self.frees, direct: self.direct, pending_csums: self.pending_csums }
@@ -140,18 +145,18 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     // -- overlay access -----------------------------------------------------------------------
 
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        match self.overlay.get(&(ks, key.to_vec())) {
+        match self.overlay[ks as usize].get(key) {
             Some(v) => Ok(v.clone()),
             None => self.kv.get(ks, key),
         }
     }
 
     fn put(&mut self, ks: Ks, key: Vec<u8>, value: Vec<u8>) {
-        self.overlay.insert((ks, key), Some(value));
+        self.overlay[ks as usize].insert(key, Some(value));
     }
 
     fn delete(&mut self, ks: Ks, key: Vec<u8>) {
-        self.overlay.insert((ks, key), None);
+        self.overlay[ks as usize].insert(key, None);
     }
 
     /// Entries with `lo <= key < hi` as the transaction sees them, up to `limit`.
@@ -160,11 +165,10 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         // Over-read by the number of overlay deletes in range so that `limit` live entries remain.
         let hi_key = hi.map(<[u8]>::to_vec);
         let in_range = |k: &Vec<u8>| k.as_slice() >= lo && hi_key.as_ref().is_none_or(|h| k < h);
-        let overlay: Vec<_> = self
-            .overlay
-            .range((ks, lo.to_vec())..)
-            .take_while(|((k_ks, k), _)| *k_ks == ks && in_range(k))
-            .map(|((_, k), v)| (k.clone(), v.clone()))
+        let overlay: Vec<_> = self.overlay[ks as usize]
+            .range::<[u8], _>((Bound::Included(lo), Bound::Unbounded))
+            .take_while(|(k, _)| in_range(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let want = limit.saturating_add(overlay.len());
         self.kv.scan(ks, lo, hi, &mut |k, v| {
@@ -214,7 +218,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// Extent records overlapping `[lo, hi)` of an object, as the transaction sees them, by
     /// logical start (see [`scan_extents`]).
     fn extents(&self, prefix: &[u8], lo: u64, hi: u64) -> Result<ExtentMap> {
-        let skip = |k: &[u8]| self.overlay.contains_key(&(Ks::Extents, k.to_vec()));
+        let skip = |k: &[u8]| self.overlay[Ks::Extents as usize].contains_key(k);
         let Some(scan) = scan_extents(self.kv, prefix, lo, hi, self.extent_end_bound, &skip)? else {
             return Ok(ExtentMap::new());
         };
@@ -222,11 +226,10 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         // Merge the overlay's records in the range the scan covered. In a consistent view
         // records never overlap, so none at or past the point where the scan stopped can start
         // before `hi`.
-        let staged = self
-            .overlay
-            .range((Ks::Extents, scan.from.clone())..)
-            .take_while(|((ks, k), _)| *ks == Ks::Extents && *k < scan.upper);
-        for ((_, k), v) in staged {
+        let staged = self.overlay[Ks::Extents as usize]
+            .range::<[u8], _>((Bound::Included(scan.from.as_slice()), Bound::Unbounded))
+            .take_while(|(k, _)| **k < scan.upper);
+        for (k, v) in staged {
             if let Some(v) = v {
                 let (start, e) = layout::decode_extent(k, v)?;
                 if start < hi {

@@ -82,31 +82,54 @@ struct PayloadRef<'a> {
     flushed_through: u64,
 }
 
+fn payload<'a>(batch: &'a Batch, written: &'a [(u64, u64)], flushed_through: u64) -> PayloadRef<'a> {
+    PayloadRef {
+        ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, RawBytes(k), v.as_deref().map(RawBytes))).collect(),
+        written,
+        flushed_through,
+    }
+}
+
+/// Bytes of a record's block-padded encoding, as [`encode_record`] would produce it: computed
+/// without encoding (the engine reserves log space with it before a record's checksums exist).
+#[must_use]
+pub fn record_bytes(batch: &Batch, written: &[(u64, u64)], flushed_through: u64) -> u64 {
+    let body = match postcard::serialize_with_flavor(
+        &payload(batch, written, flushed_through),
+        postcard::ser_flavors::Size::default(),
+    ) {
+        Ok(n) => n,
+        Err(e) => unreachable!("sizing a log payload cannot fail: {e}"),
+    };
+    ((HEADER_BYTES + body).div_ceil(BLOCK_BYTES as usize) * BLOCK_BYTES as usize) as u64
+}
+
 /// Encodes a record for `batch` with sequence number `seq`, padded to whole blocks. `written`
 /// lists the device ranges of the transaction's new data.
 #[must_use]
-pub fn encode_record(seq: u64, batch: &Batch, written: Vec<(u64, u64)>, flushed_through: u64) -> AlignedBuf {
-    let payload = PayloadRef {
-        ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, RawBytes(k), v.as_deref().map(RawBytes))).collect(),
-        written: &written,
-        flushed_through,
+pub fn encode_record(seq: u64, batch: &Batch, written: &[(u64, u64)], flushed_through: u64) -> AlignedBuf {
+    let payload = payload(batch, written, flushed_through);
+    let body_len = match postcard::serialize_with_flavor(&payload, postcard::ser_flavors::Size::default()) {
+        Ok(n) => n,
+        Err(e) => unreachable!("sizing a log payload cannot fail: {e}"),
     };
-    let body = match postcard::to_stdvec(&payload) {
-        Ok(b) => b,
-        Err(e) => unreachable!("encoding a log payload cannot fail: {e}"),
+    let total = (HEADER_BYTES + body_len).div_ceil(BLOCK_BYTES as usize) * BLOCK_BYTES as usize;
+    // The body is encoded in place, after the header; the padding stays zero.
+    let mut buf = AlignedBuf::zeroed(total);
+    let written_len = match postcard::to_slice(&payload, &mut buf[HEADER_BYTES..HEADER_BYTES + body_len]) {
+        Ok(b) => b.len(),
+        Err(e) => unreachable!("encoding a log payload into its measured size cannot fail: {e}"),
     };
+    assert_eq!(written_len, body_len, "a log payload encoded to another size than measured");
     let mut header = [0u8; HEADER_BYTES];
     header[0..4].copy_from_slice(&MAGIC.to_le_bytes());
     header[4..6].copy_from_slice(&VERSION.to_le_bytes());
     header[8..16].copy_from_slice(&seq.to_le_bytes());
-    header[16..20].copy_from_slice(&(body.len() as u32).to_le_bytes());
-    header[20..24].copy_from_slice(&crc32c(&body).to_le_bytes());
+    header[16..20].copy_from_slice(&(body_len as u32).to_le_bytes());
+    header[20..24].copy_from_slice(&crc32c(&buf[HEADER_BYTES..HEADER_BYTES + body_len]).to_le_bytes());
     let hcrc = crc32c(&header[..24]);
     header[24..28].copy_from_slice(&hcrc.to_le_bytes());
-    let total = (HEADER_BYTES + body.len()).div_ceil(BLOCK_BYTES as usize) * BLOCK_BYTES as usize;
-    let mut buf = AlignedBuf::zeroed(total);
     buf[..HEADER_BYTES].copy_from_slice(&header);
-    buf[HEADER_BYTES..HEADER_BYTES + body.len()].copy_from_slice(&body);
     buf
 }
 
@@ -250,7 +273,7 @@ mod tests {
         for seq in 1..=3u64 {
             let mut b = Batch::default();
             b.put(Ks::Meta, format!("k{seq}").into_bytes(), vec![seq as u8; 5000]);
-            log.append(&dev, &encode_record(seq, &b, Vec::new(), 0)).unwrap();
+            log.append(&dev, &encode_record(seq, &b, &[], 0)).unwrap();
         }
         let got = log.recover(&dev, 1).unwrap();
         assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![2, 3]);
@@ -259,7 +282,7 @@ mod tests {
         log.reset();
         let mut b = Batch::default();
         b.put(Ks::Meta, b"k4".to_vec(), vec![4]);
-        log.append(&dev, &encode_record(4, &b, Vec::new(), 0)).unwrap();
+        log.append(&dev, &encode_record(4, &b, &[], 0)).unwrap();
         let got = log.recover(&dev, 3).unwrap();
         assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![4]);
     }
@@ -270,7 +293,7 @@ mod tests {
         let mut log = Log::new(0, 64 * 1024);
         let mut b = Batch::default();
         b.put(Ks::Meta, b"k".to_vec(), vec![1; 6000]);
-        let mut rec = encode_record(1, &b, Vec::new(), 0);
+        let mut rec = encode_record(1, &b, &[], 0);
         rec[5000] ^= 0xff;
         log.append(&dev, &rec).unwrap();
         assert!(log.recover(&dev, 0).unwrap().is_empty());
