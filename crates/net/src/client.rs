@@ -44,8 +44,27 @@ impl ClientConfig {
 /// the server has answered (or the connection closed), even if the caller stopped waiting: the
 /// bound on outstanding requests is a bound on what the server is working on.
 struct Pending {
-    reply: oneshot::Sender<Result<Frame, NetError>>,
+    reply: ReplyTo,
     _slot: OwnedSemaphorePermit,
+}
+
+/// Where a reply goes: to a caller awaiting it, or into a function run by the connection's
+/// reader as soon as it arrives (no task to wake; see [`Connection::start_call_then`]).
+enum ReplyTo {
+    Wait(oneshot::Sender<Result<Frame, NetError>>),
+    Then(Box<dyn FnOnce(Result<Frame, NetError>) + Send>),
+}
+
+impl ReplyTo {
+    fn deliver(self, result: Result<Frame, NetError>) {
+        match self {
+            // The caller may have stopped waiting; the reply is then dropped.
+            ReplyTo::Wait(tx) => {
+                let _ = tx.send(result);
+            }
+            ReplyTo::Then(f) => f(result),
+        }
+    }
 }
 
 /// State shared by the handles and the reader task.
@@ -70,7 +89,7 @@ impl Shared {
         self.link.close();
         let drained: Vec<Pending> = self.pending().drain().map(|(_, p)| p).collect();
         for p in drained {
-            let _ = p.reply.send(Err(NetError::Closed));
+            p.reply.deliver(Err(NetError::Closed));
         }
     }
 }
@@ -184,6 +203,28 @@ impl Connection {
     /// while still waiting for their replies concurrently (an OSD forwarding writes to a replica
     /// needs both).
     pub async fn start_call(&self, msg_type: u16, payload: Vec<u8>) -> Result<PendingReply, NetError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.queue_call(msg_type, payload, ReplyTo::Wait(reply_tx)).await?;
+        Ok(PendingReply { rx: reply_rx })
+    }
+
+    /// Like [`Connection::start_call`], but the reply (or the error that ends the call, e.g.
+    /// [`NetError::Closed`]) is handed to `then`, called exactly once, by the connection's
+    /// reader task as the reply arrives (or, for a connection closed by dropping its last handle,
+    /// by the thread that drops it). No task waits per call, which matters to a server
+    /// forwarding many small requests (an OSD replicating writes). `then` must not block: it
+    /// runs before the reader reads the next frame. When the call cannot be queued, the error
+    /// is returned and `then` is not called.
+    pub async fn start_call_then(
+        &self,
+        msg_type: u16,
+        payload: Vec<u8>,
+        then: impl FnOnce(Result<Frame, NetError>) + Send + 'static,
+    ) -> Result<(), NetError> {
+        self.queue_call(msg_type, payload, ReplyTo::Then(Box::new(then))).await
+    }
+
+    async fn queue_call(&self, msg_type: u16, payload: Vec<u8>, reply: ReplyTo) -> Result<(), NetError> {
         let inner = &*self.inner;
         let frame = Frame { msg_type, request_id: 0, payload };
         check_outgoing(&frame)?;
@@ -193,16 +234,15 @@ impl Connection {
         // registration to the frame being queued nothing can be interrupted: a call abandoned
         // in between would otherwise hold its slot forever for a request never sent.
         let queue = inner.tx.reserve().await.map_err(|_| NetError::Closed)?;
-        let (reply_tx, reply_rx) = oneshot::channel();
         {
             let mut pending = inner.shared.pending();
             if inner.shared.link.is_closed() {
                 return Err(NetError::Closed);
             }
-            pending.insert(request_id, Pending { reply: reply_tx, _slot: slot });
+            pending.insert(request_id, Pending { reply, _slot: slot });
         }
         queue.send(Frame { request_id, ..frame });
-        Ok(PendingReply { rx: reply_rx })
+        Ok(())
     }
 
     /// Frames the server sent unsolicited (request id 0), e.g. map updates, in arrival order.
@@ -282,8 +322,7 @@ async fn reader_task(rd: OwnedReadHalf, shared: Arc<Shared>, tx: mpsc::WeakSende
         } else {
             Ok(frame)
         };
-        // The caller may have stopped waiting; the reply is then dropped.
-        let _ = call.reply.send(result);
+        call.reply.deliver(result);
     };
     if let (Some(reason), Some(tx)) = (violation, tx.upgrade()) {
         let _ = tx.try_send(error_frame(0, &reason));

@@ -202,3 +202,47 @@ async fn a_server_side_close_delivers_what_was_queued_then_fails_calls() {
     assert_eq!(other.call(ECHO, vec![1, 2]).await.unwrap().payload, vec![1, 2]);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_handed_to_a_function_arrive_once_each_and_a_close_fails_the_rest() {
+    let server = TestServer::start().await;
+    let conn = Connection::connect(server.addr, &server.client_config()).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // Ten echoes answered, then two calls the server never answers.
+    for i in 0..12u64 {
+        let tx = tx.clone();
+        let msg_type = if i < 10 { ECHO } else { NEVER_REPLY };
+        conn.start_call_then(msg_type, payload(100, i), move |r| {
+            tx.send((i, r.map(|f| f.payload))).unwrap();
+        })
+        .await
+        .unwrap();
+    }
+    drop(tx);
+    let mut answered = Vec::new();
+    tokio::time::timeout(LIMIT, async {
+        while answered.len() < 10 {
+            let (i, r) = rx.recv().await.expect("a reply");
+            assert_eq!(r.expect("an echo"), payload(100, i), "reply {i} carries its own payload");
+            answered.push(i);
+        }
+    })
+    .await
+    .expect("echoes arrive");
+    answered.sort_unstable();
+    assert_eq!(answered, (0..10).collect::<Vec<_>>());
+    // Stopping the server closes the connection: the unanswered calls get `Closed`, once each.
+    server.stop().await;
+    let mut failed = Vec::new();
+    tokio::time::timeout(LIMIT, async {
+        while let Some((i, r)) = rx.recv().await {
+            assert!(matches!(r, Err(NetError::Closed)), "call {i}: {r:?}");
+            failed.push(i);
+        }
+    })
+    .await
+    .expect("every function was called and dropped");
+    failed.sort_unstable();
+    assert_eq!(failed, vec![10, 11]);
+    drop(conn);
+}

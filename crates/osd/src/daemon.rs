@@ -453,6 +453,27 @@ fn failure_event(osd: OsdId, msg: &PeerSend, err: RemoteError) -> Event {
     }
 }
 
+/// Hands `event` to the worker from code that cannot wait (a connection's reader): at once when
+/// the worker's queue has room, else from a task that waits for room, so the event is never lost
+/// while the OSD runs. Dropped only when the OSD is shutting down.
+fn feed_now(events: &mpsc::WeakSender<Event>, event: Event) {
+    let Some(events) = events.upgrade() else { return };
+    if let Err(mpsc::error::TrySendError::Full(event)) = events.try_send(event) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = events.send(event).await;
+                });
+            }
+            // Outside the runtime (the thread dropping a connection's last handle), waiting is
+            // allowed.
+            Err(_) => {
+                let _ = events.blocking_send(event);
+            }
+        }
+    }
+}
+
 async fn peer_sender(
     osd: OsdId,
     mut rx: mpsc::Receiver<PeerWrite>,
@@ -497,20 +518,22 @@ async fn peer_sender(
         let (msg_type, payload, call) = match msg {
             PeerSend::Rep(op, data) => {
                 let reqid = op.reqid;
-                match c.start_call(RepOp::TYPE, encode(&op, data)).await {
-                    Ok(reply) => {
-                        let events = events.clone();
-                        tokio::spawn(async move {
-                            let result = match reply.await {
-                                Ok(frame) => match decode::<RepOpReply>(frame.payload) {
-                                    Ok((r, _)) => Ok(r),
-                                    Err(e) => Err(RemoteError::new(ErrorCode::Io, format!("{osd}: bad reply: {e}"))),
-                                },
-                                Err(e) => Err(RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"))),
-                            };
-                            feed(&events, Event::RepReply { from: osd, reqid, result }).await;
-                        });
-                    }
+                // The reply goes straight from the connection's reader to the worker: replicated
+                // writes are the most frequent peer messages, and a task per reply was a spawn
+                // and a wake-up per replica per write.
+                let to_worker = events.clone();
+                let then = move |reply: Result<shoal_proto::Frame, shoal_net::NetError>| {
+                    let result = match reply {
+                        Ok(frame) => match decode::<RepOpReply>(frame.payload) {
+                            Ok((r, _)) => Ok(r),
+                            Err(e) => Err(RemoteError::new(ErrorCode::Io, format!("{osd}: bad reply: {e}"))),
+                        },
+                        Err(e) => Err(RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"))),
+                    };
+                    feed_now(&to_worker, Event::RepReply { from: osd, reqid, result });
+                };
+                match c.start_call_then(RepOp::TYPE, encode(&op, data), then).await {
+                    Ok(()) => {}
                     Err(e) => {
                         let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"));
                         feed(&events, Event::RepReply { from: osd, reqid, result: Err(err) }).await;
