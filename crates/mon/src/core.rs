@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use shoal_map::{
-    Change, ClusterMap, Command, FULL_CLEAR_PERMILLE, FULL_PERMILLE, Incremental, MapError, OsdId, used_permille,
+    Change, ClusterMap, Command, FULL_CLEAR_PERMILLE, FULL_PERMILLE, Incremental, MapError, OsdId, PgId, used_permille,
 };
 use shoal_proto::mon::{MapUpdate, OsdStats, StatusReply};
 use shoal_proto::{ErrorCode, RemoteError};
@@ -186,9 +186,14 @@ struct Queued {
 
 struct InFlight {
     id: u64,
-    to: Option<ReplyTo>,
+    /// Everyone waiting for this change: one requester, or several whose PG activations or
+    /// temporary acting sets were merged into it.
+    to: Vec<ReplyTo>,
     change: Change,
 }
+
+/// Queued PG commands merged into one proposal at most: bounds a change's size.
+const MAX_MERGED_COMMANDS: usize = 64;
 
 /// The monitor's state machine. See the module documentation.
 pub struct MonCore {
@@ -297,8 +302,8 @@ impl MonCore {
                 if self.in_flight.as_ref().is_some_and(|f| f.id == id)
                     && let Some(f) = self.in_flight.take()
                 {
-                    if let Some(to) = f.to {
-                        out.push(Action::Reply { to, reply: Reply::Command(Err(error)) });
+                    for to in f.to {
+                        out.push(Action::Reply { to, reply: Reply::Command(Err(error.clone())) });
                     }
                     if let Change::OsdDown { id } = f.change {
                         self.down_pending.remove(&id);
@@ -420,11 +425,13 @@ impl MonCore {
         while self.in_flight.is_none() && self.is_ready_leader() {
             let Some(q) = self.queue.pop_front() else { return };
             match self.map.prepare(&q.command) {
-                Ok(Some(change)) => {
+                Ok(Some(mut change)) => {
+                    let mut to: Vec<ReplyTo> = q.to.into_iter().collect();
+                    self.merge_queued(&mut change, &mut to, out);
                     let id = self.next_proposal;
                     self.next_proposal += 1;
                     out.push(Action::Propose { id, change: change.clone() });
-                    self.in_flight = Some(InFlight { id, to: q.to, change });
+                    self.in_flight = Some(InFlight { id, to, change });
                 }
                 Ok(None) => {
                     if let Some(to) = q.to {
@@ -440,6 +447,60 @@ impl MonCore {
         }
     }
 
+    /// Folds the PG commands waiting right behind a PG activation (or temporary acting set)
+    /// change into it, so that a burst of peering on many OSDs costs one map epoch rather than
+    /// one per OSD: every activation waits for its record in the map, and each epoch is a
+    /// consensus round. Merging is exact: each command is prepared against the current map as
+    /// it would be alone, and a record or entry only depends on its own PG's state, so commands
+    /// about different PGs give the same map together as one after the other. The scan stops at
+    /// the first command of another kind (nothing is reordered across it) and at the first one
+    /// that names a PG already in the change.
+    fn merge_queued(&mut self, change: &mut Change, to: &mut Vec<ReplyTo>, out: &mut Vec<Action>) {
+        let mut pgs: BTreeSet<PgId> = match &*change {
+            Change::PgActivated { records } => records.iter().map(|r| r.0).collect(),
+            Change::PgTemp { entries } => entries.iter().map(|e| e.0).collect(),
+            _ => return,
+        };
+        let mut merged = 0;
+        while merged < MAX_MERGED_COMMANDS
+            && let Some(next) = self.queue.front()
+        {
+            let next_pgs: Vec<PgId> = match (&*change, &next.command) {
+                (Change::PgActivated { .. }, Command::PgActivated { records, .. }) => {
+                    records.iter().map(|r| r.pg).collect()
+                }
+                (Change::PgTemp { .. }, Command::PgTemp { entries, .. }) => entries.iter().map(|e| e.0).collect(),
+                _ => return,
+            };
+            if next_pgs.iter().any(|pg| pgs.contains(pg)) {
+                return;
+            }
+            let Some(q) = self.queue.pop_front() else { return };
+            merged += 1;
+            match (self.map.prepare(&q.command), &mut *change) {
+                (Ok(Some(Change::PgActivated { records: more })), Change::PgActivated { records }) => {
+                    records.extend(more);
+                    to.extend(q.to);
+                }
+                (Ok(Some(Change::PgTemp { entries: more })), Change::PgTemp { entries }) => {
+                    entries.extend(more);
+                    to.extend(q.to);
+                }
+                (Ok(_), _) => {
+                    if let Some(to) = q.to {
+                        out.push(Action::Reply { to, reply: Reply::Command(Ok(self.map.epoch)) });
+                    }
+                }
+                (Err(e), _) => {
+                    if let Some(to) = q.to {
+                        out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(&e))) });
+                    }
+                }
+            }
+            pgs.extend(next_pgs);
+        }
+    }
+
     fn on_applied(&mut self, index: u64, change: Change, out: &mut Vec<Action>) {
         self.applied_index = self.applied_index.max(index);
         if let Err(e) = self.map.apply(&change) {
@@ -448,9 +509,10 @@ impl MonCore {
             tracing::error!(index, ?change, error = %e, "committed change does not apply; skipped");
             if self.in_flight.as_ref().is_some_and(|f| f.change == change)
                 && let Some(f) = self.in_flight.take()
-                && let Some(to) = f.to
             {
-                out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(&e))) });
+                for to in f.to {
+                    out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(&e))) });
+                }
             }
             self.pump(out);
             return;
@@ -469,9 +531,10 @@ impl MonCore {
         }
         if self.in_flight.as_ref().is_some_and(|f| f.change == inc.change)
             && let Some(f) = self.in_flight.take()
-            && let Some(to) = f.to
         {
-            out.push(Action::Reply { to, reply: Reply::Command(Ok(inc.epoch)) });
+            for to in f.to {
+                out.push(Action::Reply { to, reply: Reply::Command(Ok(inc.epoch)) });
+            }
         }
         if self.history.len() >= self.cfg.history_len.max(1) {
             self.history.pop_front();

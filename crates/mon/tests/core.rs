@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use shoal_map::{Change, ClusterMap, Command, MonInfo, OsdId, Weight};
+use shoal_map::{ActivationProposal, Change, ClusterMap, Command, MonInfo, OsdId, PgId, Weight};
 use shoal_mon::core::{Action, CoreConfig, Event, MonCore, Reply, ReplyTo};
 use shoal_proto::ErrorCode;
 use shoal_proto::mon::{MapUpdate, OsdStats};
@@ -466,4 +466,85 @@ fn full_flag_follows_reports_with_hysteresis_and_one_proposal_per_crossing() {
     empty.capacity_bytes = 0;
     empty.used_bytes = 5;
     assert!(proposals(&core.handle(Event::OsdStats { stats: empty, now_ms: 70, forwarded: false })).is_empty());
+}
+
+/// Activation records of every PG whose primary is `by` among `pgs`, as its primary would send
+/// them for a first activation.
+fn activations(core: &MonCore, by: u32, pgs: &[PgId]) -> Command {
+    let map = core.map();
+    let records = pgs
+        .iter()
+        .map(|pg| {
+            let members = map.pg_osds(*pg).unwrap();
+            assert_eq!(members[0], OsdId(by), "{pg} has another primary");
+            ActivationProposal { pg: *pg, prior_epoch: 0, activated_at: map.epoch, members }
+        })
+        .collect();
+    Command::PgActivated { by: OsdId(by), records }
+}
+
+#[test]
+fn pg_commands_waiting_behind_a_proposal_are_merged_into_one_epoch() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    create_osds(&mut core, 3);
+    for id in 0..3 {
+        boot(&mut core, id, 0);
+    }
+    let create = Command::CreatePool { name: "p".into(), size: 2, min_size: None, pg_num: 16, max_object_bytes: None };
+    let a = cmd(&mut core, to(1, 1), create, 0);
+    commit_all(&mut core, a);
+    let pool = *core.map().pools.keys().next().unwrap();
+    // PGs by primary, two of each OSD's.
+    let mut by_primary: BTreeMap<u32, Vec<PgId>> = BTreeMap::new();
+    for seed in 0..16 {
+        let pg = PgId { pool, seed };
+        by_primary.entry(core.map().pg_osds(pg).unwrap()[0].0).or_default().push(pg);
+    }
+    assert!(by_primary.len() >= 2 && by_primary.values().all(|v| v.len() >= 2), "{by_primary:?}");
+    let (x, y) = {
+        let mut k = by_primary.keys();
+        (*k.next().unwrap(), *k.next().unwrap())
+    };
+    let (xs, ys) = (&by_primary[&x], &by_primary[&y]);
+
+    // A proposal in flight (not yet committed), then four commands queue behind it.
+    let c = activations(&core, x, &xs[..1]);
+    let first = cmd(&mut core, to(2, 1), c, 0);
+    assert_eq!(proposals(&first).len(), 1);
+    for (i, c) in [
+        activations(&core, y, &ys[..1]),
+        activations(&core, x, &xs[1..2]),
+        Command::SetFlag { flag: "noout".into(), on: true },
+        activations(&core, y, &ys[1..2]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let a = cmd(&mut core, to(3, i as u64), c, 0);
+        assert!(proposals(&a).is_empty() && command_replies(&a).is_empty(), "queued behind the proposal");
+    }
+    let epoch0 = core.map().epoch;
+    let all = commit_all(&mut core, first);
+    let changes = proposals(&all);
+    // The first proposal, then the two activations merged into one, then the flag, then the last
+    // activation: it waited behind a command of another kind and was not moved ahead of it.
+    assert_eq!(changes.len(), 4, "{changes:?}");
+    match &changes[1] {
+        Change::PgActivated { records } => {
+            let pgs: Vec<PgId> = records.iter().map(|r| r.0).collect();
+            assert_eq!(pgs, vec![ys[0], xs[1]]);
+        }
+        other => panic!("expected merged activations, got {other:?}"),
+    }
+    assert!(matches!(changes[2], Change::Flag { on: true, .. }), "{:?}", changes[2]);
+    let replies = command_replies(&all);
+    let epoch_of = |t: ReplyTo| replies.iter().find(|r| r.0 == t).map(|r| r.1.clone().unwrap());
+    assert_eq!(epoch_of(to(2, 1)), Some(epoch0 + 1));
+    assert_eq!(epoch_of(to(3, 0)), Some(epoch0 + 2), "merged: both answered with the same epoch");
+    assert_eq!(epoch_of(to(3, 1)), Some(epoch0 + 2));
+    assert_eq!(epoch_of(to(3, 2)), Some(epoch0 + 3));
+    assert_eq!(epoch_of(to(3, 3)), Some(epoch0 + 4));
+    // Each PG's record carries the epoch of the change that recorded it.
+    assert_eq!(core.map().pg_active[&ys[0]].epoch, epoch0 + 2);
+    assert_eq!(core.map().pg_active[&xs[1]].epoch, epoch0 + 2);
 }
