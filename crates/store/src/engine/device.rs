@@ -395,7 +395,8 @@ impl MemDevice {
     }
 
     /// A chunk for new data: from the reserve if it has one, else allocated here. Starts the
-    /// reserve's thread at the first call and wakes it to refill.
+    /// reserve's thread at the first call and wakes it to refill once the reserve is below
+    /// [`MEM_RESERVE_LOW_CHUNKS`].
     fn new_chunk(&self) -> Box<[u8]> {
         let (taken, low) = {
             let mut spare = self.reserve.spare.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
