@@ -192,6 +192,13 @@ struct InFlight {
     change: Change,
 }
 
+/// Answers a command that failed validation.
+fn answer_refused(to: Option<ReplyTo>, e: &MapError, out: &mut Vec<Action>) {
+    if let Some(to) = to {
+        out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(e))) });
+    }
+}
+
 /// Queued PG commands merged into one proposal at most: bounds a change's size.
 const MAX_MERGED_COMMANDS: usize = 64;
 
@@ -433,17 +440,16 @@ impl MonCore {
                     out.push(Action::Propose { id, change: change.clone() });
                     self.in_flight = Some(InFlight { id, to, change });
                 }
-                Ok(None) => {
-                    if let Some(to) = q.to {
-                        out.push(Action::Reply { to, reply: Reply::Command(Ok(self.map.epoch)) });
-                    }
-                }
-                Err(e) => {
-                    if let Some(to) = q.to {
-                        out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(&e))) });
-                    }
-                }
+                Ok(None) => self.answer_unchanged(q.to, out),
+                Err(e) => answer_refused(q.to, &e, out),
             }
+        }
+    }
+
+    /// Answers a command that needs no change: the map already says what it asks for.
+    fn answer_unchanged(&self, to: Option<ReplyTo>, out: &mut Vec<Action>) {
+        if let Some(to) = to {
+            out.push(Action::Reply { to, reply: Reply::Command(Ok(self.map.epoch)) });
         }
     }
 
@@ -486,15 +492,13 @@ impl MonCore {
                     entries.extend(more);
                     to.extend(q.to);
                 }
-                (Ok(_), _) => {
-                    if let Some(to) = q.to {
-                        out.push(Action::Reply { to, reply: Reply::Command(Ok(self.map.epoch)) });
-                    }
-                }
-                (Err(e), _) => {
-                    if let Some(to) = q.to {
-                        out.push(Action::Reply { to, reply: Reply::Command(Err(remote_error(&e))) });
-                    }
+                (Ok(None), _) => self.answer_unchanged(q.to, out),
+                (Err(e), _) => answer_refused(q.to, &e, out),
+                // A PG command prepares to a change of its own kind; should another ever appear,
+                // it goes back to wait for a proposal of its own.
+                (Ok(Some(_)), _) => {
+                    self.queue.push_front(q);
+                    return;
                 }
             }
             pgs.extend(next_pgs);

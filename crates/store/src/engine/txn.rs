@@ -163,13 +163,14 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
         // Over-read by the number of overlay deletes in range so that `limit` live entries remain.
-        let hi_key = hi.map(<[u8]>::to_vec);
-        let in_range = |k: &Vec<u8>| k.as_slice() >= lo && hi_key.as_ref().is_none_or(|h| k < h);
-        let overlay: Vec<_> = self.overlay[ks as usize]
-            .range::<[u8], _>((Bound::Included(lo), Bound::Unbounded))
-            .take_while(|(k, _)| in_range(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // (`range` panics on an inverted range; an inverted request is simply empty.)
+        let overlay: Vec<_> = if hi.is_some_and(|h| h < lo) {
+            Vec::new()
+        } else {
+            let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
+            let changes = self.overlay[ks as usize].range::<[u8], _>((Bound::Included(lo), upper));
+            changes.map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
         let want = limit.saturating_add(overlay.len());
         self.kv.scan(ks, lo, hi, &mut |k, v| {
             merged.insert(k.to_vec(), Some(v.to_vec()));

@@ -82,6 +82,7 @@ struct PayloadRef<'a> {
     flushed_through: u64,
 }
 
+/// The record body for `batch`, borrowing its keys and values.
 fn payload<'a>(batch: &'a Batch, written: &'a [(u64, u64)], flushed_through: u64) -> PayloadRef<'a> {
     PayloadRef {
         ops: batch.ops.iter().map(|((ks, k), v)| (*ks as u8, RawBytes(k), v.as_deref().map(RawBytes))).collect(),
@@ -90,18 +91,24 @@ fn payload<'a>(batch: &'a Batch, written: &'a [(u64, u64)], flushed_through: u64
     }
 }
 
+/// Bytes of `payload`'s postcard encoding, without encoding it.
+fn body_bytes(payload: &PayloadRef<'_>) -> usize {
+    match postcard::serialize_with_flavor(payload, postcard::ser_flavors::Size::default()) {
+        Ok(n) => n,
+        Err(e) => unreachable!("sizing a log payload cannot fail: {e}"),
+    }
+}
+
+/// A record's size on the device: header and body padded to whole blocks.
+fn padded_record_bytes(body_bytes: usize) -> usize {
+    (HEADER_BYTES + body_bytes).div_ceil(BLOCK_BYTES as usize) * BLOCK_BYTES as usize
+}
+
 /// Bytes of a record's block-padded encoding, as [`encode_record`] would produce it: computed
 /// without encoding (the engine reserves log space with it before a record's checksums exist).
 #[must_use]
 pub fn record_bytes(batch: &Batch, written: &[(u64, u64)], flushed_through: u64) -> u64 {
-    let body = match postcard::serialize_with_flavor(
-        &payload(batch, written, flushed_through),
-        postcard::ser_flavors::Size::default(),
-    ) {
-        Ok(n) => n,
-        Err(e) => unreachable!("sizing a log payload cannot fail: {e}"),
-    };
-    ((HEADER_BYTES + body).div_ceil(BLOCK_BYTES as usize) * BLOCK_BYTES as usize) as u64
+    padded_record_bytes(body_bytes(&payload(batch, written, flushed_through))) as u64
 }
 
 /// Encodes a record for `batch` with sequence number `seq`, padded to whole blocks. `written`
@@ -109,11 +116,8 @@ pub fn record_bytes(batch: &Batch, written: &[(u64, u64)], flushed_through: u64)
 #[must_use]
 pub fn encode_record(seq: u64, batch: &Batch, written: &[(u64, u64)], flushed_through: u64) -> AlignedBuf {
     let payload = payload(batch, written, flushed_through);
-    let body_len = match postcard::serialize_with_flavor(&payload, postcard::ser_flavors::Size::default()) {
-        Ok(n) => n,
-        Err(e) => unreachable!("sizing a log payload cannot fail: {e}"),
-    };
-    let total = (HEADER_BYTES + body_len).div_ceil(BLOCK_BYTES as usize) * BLOCK_BYTES as usize;
+    let body_len = body_bytes(&payload);
+    let total = padded_record_bytes(body_len);
     // The body is encoded in place, after the header; the padding stays zero.
     let mut buf = AlignedBuf::zeroed(total);
     let written_len = match postcard::to_slice(&payload, &mut buf[HEADER_BYTES..HEADER_BYTES + body_len]) {
@@ -261,6 +265,8 @@ mod tests {
             };
             let a = postcard::to_stdvec(&owned).unwrap();
             proptest::prop_assert_eq!(&a, &postcard::to_stdvec(&borrowed).unwrap());
+            // The size the engine reserves log space by is the size it then encodes.
+            proptest::prop_assert_eq!(body_bytes(&borrowed), a.len());
             let back: Payload = postcard::from_bytes(&a).unwrap();
             proptest::prop_assert_eq!(back.ops, ops);
         }
