@@ -66,7 +66,8 @@ pub fn resolve_writes(
     // resolved against the current state, which replicas must also have (the precondition).
     // (A size limit check needs no current size: the stored object is already within the
     // limit, so a write's end is what can cross it.)
-    let replaces = matches!(ops.first(), Some(ObjOp::WriteFull { .. }));
+    check_guards(store, coll, obj, ops)?;
+    let replaces = matches!(ops.iter().find(|o| !o.is_guard()), Some(ObjOp::WriteFull { .. }));
     let (mut exists, mut size, precondition) = if replaces {
         (true, 0, Precondition::Any)
     } else {
@@ -83,7 +84,7 @@ pub fn resolve_writes(
         )
     };
     let mut out = Vec::with_capacity(ops.len());
-    for op in ops {
+    for op in ops.iter().filter(|o| !o.is_guard()) {
         let resolved = match op {
             ObjOp::Create { exclusive } => {
                 if *exclusive && exists {
@@ -129,6 +130,45 @@ pub fn resolve_writes(
         out.push(resolved);
     }
     Ok((out, precondition))
+}
+
+/// Checks a request's guards against the object's current state; the first that does not hold
+/// fails the request with `Conflict`, naming what it expected and found. A missing object (or
+/// collection) holds no xattr and no omap key.
+fn check_guards(store: &dyn ObjectStore, coll: &str, obj: &str, ops: &[ObjOp]) -> Result<(), RemoteError> {
+    let absent = |e: &StoreError| matches!(e, StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_));
+    for op in ops {
+        let (what, want, have) = match op {
+            ObjOp::AssertXattr { name, value } => {
+                let have = match store.get_xattr(coll, obj, name) {
+                    Ok(v) => v,
+                    Err(e) if absent(&e) => None,
+                    Err(e) => return Err(store_error(&e)),
+                };
+                (format!("xattr {name:?}"), value, have)
+            }
+            ObjOp::AssertOmap { key, value } => {
+                let have = match store.omap_get(coll, obj, key) {
+                    Ok(v) => v,
+                    Err(e) if absent(&e) => None,
+                    Err(e) => return Err(store_error(&e)),
+                };
+                (format!("omap key of {} bytes", key.len()), value, have)
+            }
+            _ => continue,
+        };
+        if *want != have {
+            let state = |v: &Option<Vec<u8>>| match v {
+                None => "absent".to_string(),
+                Some(v) => format!("{} bytes", v.len()),
+            };
+            return Err(RemoteError::new(
+                ErrorCode::Conflict,
+                format!("object {obj}: {what} expected {}, found {}", state(want), state(&have)),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a replicated write's precondition against this replica's copy of the object.

@@ -254,6 +254,41 @@ fn replicas_refuse_writes_resolved_against_another_state() {
 }
 
 #[test]
+fn guarded_writes_apply_only_when_their_guards_hold_on_every_member() {
+    let mut net = Net::new();
+    let tag = |t: &[u8]| ObjOp::SetXattr { name: "tag".into(), value: t.to_vec() };
+    let put = |data: &[u8]| ObjOp::WriteFull { len_bytes: data.len() as u64 };
+    let xattr_is = |v: Option<&[u8]>| ObjOp::AssertXattr { name: "tag".into(), value: v.map(<[u8]>::to_vec) };
+    // Created only if absent: the guard holds on a missing object.
+    net.request(1, vec![xattr_is(None), put(b"one"), tag(b"a")], b"one").result.expect("guard on an absent object");
+    // The same guard now fails, and nothing of the request is applied anywhere.
+    let err = net.request(2, vec![xattr_is(None), put(b"two"), tag(b"b")], b"two").result.expect_err("must conflict");
+    assert_eq!(err.code, ErrorCode::Conflict, "{err}");
+    assert!(err.message.contains("\"tag\""), "the error names the guard: {err}");
+    // A compare-and-swap on the xattr: the wrong value conflicts, the right one applies.
+    let err = net.request(3, vec![xattr_is(Some(b"b")), put(b"two"), tag(b"b")], b"two").result.expect_err("stale");
+    assert_eq!(err.code, ErrorCode::Conflict);
+    net.request(4, vec![xattr_is(Some(b"a")), put(b"two"), tag(b"b")], b"two").result.expect("matching guard");
+    // Omap guards: absent, then a value.
+    let omap_is = |v: Option<&[u8]>| ObjOp::AssertOmap { key: b"k".to_vec(), value: v.map(<[u8]>::to_vec) };
+    let set = |v: &[u8]| ObjOp::OmapSet { entries: vec![(b"k".to_vec(), v.to_vec())] };
+    net.request(5, vec![omap_is(None), set(b"1")], b"").result.expect("absent key");
+    let err = net.request(6, vec![omap_is(None), set(b"2")], b"").result.expect_err("present key");
+    assert_eq!(err.code, ErrorCode::Conflict);
+    net.request(7, vec![omap_is(Some(b"1")), set(b"2")], b"").result.expect("swap 1 -> 2");
+    let err = net.request(8, vec![omap_is(Some(b"1")), set(b"3")], b"").result.expect_err("1 is gone");
+    assert_eq!(err.code, ErrorCode::Conflict);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, "obj").unwrap().pg);
+    for osd in net.acting() {
+        let store = net.core(osd).store();
+        assert_eq!(net.content(osd).as_deref(), Some(&b"two"[..]), "{osd}");
+        assert_eq!(store.get_xattr(&coll, "obj", "tag").unwrap().as_deref(), Some(&b"b"[..]), "{osd}");
+        assert_eq!(store.omap_get(&coll, "obj", b"k").unwrap().as_deref(), Some(&b"2"[..]), "{osd}");
+    }
+}
+
+#[test]
 fn a_full_member_stops_writes_that_need_space_but_not_removals() {
     let mut net = Net::new();
     let acting = net.acting();

@@ -30,6 +30,9 @@ pub enum ErrorCode {
     Timeout,
     /// Anything else (the message says what).
     Other,
+    /// A guard of the request ([`crate::osd::ObjOp::AssertXattr`], `AssertOmap`) did not hold:
+    /// the object changed since the caller looked; nothing was applied.
+    Conflict,
 }
 
 /// An error reported by a peer.

@@ -110,6 +110,20 @@ pub enum ObjOp {
     OmapRemove {
         keys: Vec<Vec<u8>>,
     },
+    /// A guard: the whole request fails with [`crate::ErrorCode::Conflict`], changing nothing,
+    /// unless xattr `name` holds `value` (`None`: the xattr or the object is absent). Checked by
+    /// the primary against the object's state before the request, at the point the write is
+    /// ordered, so a guarded write is a compare-and-swap. Allowed only in writing requests; it
+    /// replicates nothing.
+    AssertXattr {
+        name: String,
+        value: Option<Vec<u8>>,
+    },
+    /// A guard on omap key `key`, as [`ObjOp::AssertXattr`] is on an xattr.
+    AssertOmap {
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    },
 }
 
 impl ObjOp {
@@ -125,6 +139,13 @@ impl ObjOp {
                 | ObjOp::OmapGet { .. }
                 | ObjOp::OmapList { .. }
         )
+    }
+
+    /// Whether the operation is a guard ([`ObjOp::AssertXattr`], [`ObjOp::AssertOmap`]): it
+    /// checks state and changes nothing.
+    #[must_use]
+    pub fn is_guard(&self) -> bool {
+        matches!(self, ObjOp::AssertXattr { .. } | ObjOp::AssertOmap { .. })
     }
 
     /// Bytes of bulk data the operation consumes from the request.
