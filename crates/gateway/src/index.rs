@@ -1,0 +1,203 @@
+//! The bucket index (decision 0014): entries, pending records and GC records in partitions
+//! keyed by range, and the completion step that brings an entry to its head's state.
+
+use shoal_client::Client;
+use shoal_proto::osd::ObjOp;
+
+use crate::error::GatewayError;
+use crate::layout::{
+    self, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, ObjectMeta, PendingRecord, entry_key,
+    partition_object,
+};
+use crate::objects;
+use crate::rados;
+
+/// Most completion attempts before giving up (each lost one means another completion changed
+/// the entry in between, which only a storm of writes to one key can make repeat).
+const COMPLETE_ATTEMPTS: usize = 64;
+
+fn partition(bucket: &BucketRecord, key: &str) -> String {
+    partition_object(bucket.id, bucket.partition_of(key))
+}
+
+/// Step 1 of a write or delete of `key`: records it as pending under `tag`.
+pub async fn prepare(client: &Client, bucket: &BucketRecord, key: &str, tag: u128) -> Result<(), GatewayError> {
+    let record = PendingRecord { key: key.to_string(), started_ns: layout::now_ns() };
+    let ops = vec![ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&record))] }];
+    rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await
+}
+
+/// Drops the pending record of a write that never wrote its head (refused before it: a failed
+/// condition, a bad digest), with a GC record for the tails it wrote.
+pub async fn abandon(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    tag: u128,
+    tails: u32,
+    gc_delay_ns: u64,
+) -> Result<(), GatewayError> {
+    let mut ops = vec![ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] }];
+    if tails > 0 {
+        let gc = GcRecord { tag, tails: Some(tails) };
+        ops.push(ObjOp::OmapSet {
+            entries: vec![(layout::gc_key(layout::now_ns() + gc_delay_ns, tag), layout::encode(&gc))],
+        });
+    }
+    rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await
+}
+
+/// Step 3 of a write or delete of `key` tagged `tag` (which wrote `own_tails` tails, `None`:
+/// unknown): makes `key`'s entry what its head is now, removes the pending record, and records
+/// for GC the tails no head can reference any more (those of the entry replaced, and this
+/// write's own when its head was replaced or removed since). Returns the head's state.
+///
+/// Correct under any interleaving of completions, from any gateways, because each one reads the
+/// entry, then the head, then swaps the entry only if it is still what it read (decision 0014).
+pub async fn complete(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    tag: u128,
+    own_tails: Option<u32>,
+    gc_delay_ns: u64,
+) -> Result<Option<ObjectMeta>, GatewayError> {
+    let part = partition(bucket, key);
+    let ekey = entry_key(key);
+    for _ in 0..COMPLETE_ATTEMPTS {
+        let old = rados::omap_get(client, INDEX_POOL, &part, &ekey).await?;
+        let head = objects::head_meta(client, bucket, key).await?;
+        let old_entry: Option<IndexEntry> = match &old {
+            Some(bytes) => Some(layout::decode(bytes, "index entry")?),
+            None => None,
+        };
+        let new_entry = head.as_ref().map(IndexEntry::of);
+        let head_tag = head.as_ref().map(|m| m.tag);
+        let mut ops = vec![ObjOp::AssertOmap { key: ekey.clone(), value: old.clone() }];
+        match &new_entry {
+            Some(e) => ops.push(ObjOp::OmapSet { entries: vec![(ekey.clone(), layout::encode(e))] }),
+            None if old.is_some() => ops.push(ObjOp::OmapRemove { keys: vec![ekey.clone()] }),
+            None => {}
+        }
+        ops.push(ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] });
+        let due = layout::now_ns() + gc_delay_ns;
+        let mut gc = Vec::new();
+        if let Some(o) = &old_entry
+            && Some(o.tag) != head_tag
+            && o.tag != tag
+            && o.tails > 0
+        {
+            gc.push((layout::gc_key(due, o.tag), layout::encode(&GcRecord { tag: o.tag, tails: Some(o.tails) })));
+        }
+        if Some(tag) != head_tag && own_tails != Some(0) {
+            gc.push((layout::gc_key(due, tag), layout::encode(&GcRecord { tag, tails: own_tails })));
+        }
+        if !gc.is_empty() {
+            ops.push(ObjOp::OmapSet { entries: gc });
+        }
+        match rados::write_ops(client, INDEX_POOL, &part, ops).await {
+            Ok(()) => return Ok(head),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(GatewayError::Internal(format!("the index entry of {key:?} kept changing over {COMPLETE_ATTEMPTS} attempts")))
+}
+
+/// One page of a listing.
+#[derive(Debug, Default)]
+pub struct ListPage {
+    pub entries: Vec<(String, IndexEntry)>,
+    pub common_prefixes: Vec<String>,
+    /// More keys follow; the next page starts after `last_key`.
+    pub truncated: bool,
+    /// The last key or common prefix of this page (the next page's marker).
+    pub last_key: Option<String>,
+}
+
+/// Lists up to `max` keys and common prefixes of `bucket` in key order, starting after
+/// `after` (exclusive), of keys starting with `prefix`, rolling keys up to `delimiter`. Reads
+/// only the partitions the page covers, in pages of omap entries.
+pub async fn list(
+    client: &Client,
+    bucket: &BucketRecord,
+    prefix: &str,
+    delimiter: Option<&str>,
+    after: Option<&str>,
+    max: usize,
+) -> Result<ListPage, GatewayError> {
+    const BATCH: u32 = 1000;
+    let mut page = ListPage::default();
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    // The exclusive omap cursor: keys above it are listed.
+    let (start, mut cursor) = match after {
+        Some(a) if a >= prefix => (a.to_string(), entry_key(a)),
+        _ => (prefix.to_string(), just_below(&entry_key(prefix))),
+    };
+    let first = bucket.partitions.partition_point(|p| p.start <= start).saturating_sub(1);
+    for p in &bucket.partitions[first..] {
+        let lower = just_below(&entry_key(&p.start));
+        if lower > cursor {
+            cursor = lower;
+        }
+        let part = partition_object(bucket.id, p.id);
+        'partition: loop {
+            let batch = rados::omap_list(client, INDEX_POOL, &part, Some(cursor.clone()), BATCH).await?;
+            let whole = batch.len() == BATCH as usize;
+            for (k, v) in batch {
+                if k.first() != Some(&ENTRY_PREFIX) {
+                    // Pending and GC records sort after every entry.
+                    break 'partition;
+                }
+                let key = std::str::from_utf8(&k[1..])
+                    .map_err(|_| GatewayError::Corrupt(format!("index key of {} bytes is not UTF-8", k.len() - 1)))?;
+                if !key.starts_with(prefix) {
+                    return Ok(page);
+                }
+                if page.entries.len() + page.common_prefixes.len() >= max {
+                    page.truncated = true;
+                    return Ok(page);
+                }
+                if let Some(d) = delimiter
+                    && let Some(pos) = key[prefix.len()..].find(d)
+                {
+                    let cp = key[..prefix.len() + pos + d.len()].to_string();
+                    // Skip every key under the common prefix (0xFF never occurs in UTF-8) and
+                    // read on from there.
+                    cursor = entry_key(&cp);
+                    cursor.push(0xFF);
+                    page.last_key = Some(cp.clone());
+                    page.common_prefixes.push(cp);
+                    continue 'partition;
+                }
+                let entry: IndexEntry = layout::decode(&v, "index entry")?;
+                page.last_key = Some(key.to_string());
+                page.entries.push((key.to_string(), entry));
+                cursor = k;
+            }
+            if !whole {
+                break;
+            }
+        }
+    }
+    Ok(page)
+}
+
+/// An exclusive omap cursor that lists `key` first: no UTF-8 key sorts strictly between them
+/// (the last byte decremented, then 0xFF, which UTF-8 never contains).
+fn just_below(key: &[u8]) -> Vec<u8> {
+    let mut k = key.to_vec();
+    match k.pop() {
+        Some(0) | None => k,
+        Some(last) => {
+            k.push(last - 1);
+            k.push(0xFF);
+            k
+        }
+    }
+}
+
+/// Whether the bucket holds any entry.
+pub async fn is_empty(client: &Client, bucket: &BucketRecord) -> Result<bool, GatewayError> {
+    Ok(list(client, bucket, "", None, None, 1).await?.entries.is_empty())
+}

@@ -1,0 +1,296 @@
+//! Where the gateway's state lives in the cluster (decision 0014): pool and object names, omap
+//! keys of the bucket index, and the records stored in them. Pure data, no I/O.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use shoal_client::objecter::MAX_OBJECT_NAME_BYTES;
+
+use crate::error::GatewayError;
+
+/// Users, access keys, bucket records.
+pub const META_POOL: &str = ".gw.meta";
+/// Bucket index partitions (omap only).
+pub const INDEX_POOL: &str = ".gw.index";
+/// Object heads and tails.
+pub const DATA_POOL: &str = ".gw.data";
+/// The gateway's pools, in creation order.
+pub const POOLS: [&str; 3] = [META_POOL, INDEX_POOL, DATA_POOL];
+
+/// Bytes of object data per RADOS object: the head holds the first chunk, each tail one more.
+pub const CHUNK_BYTES: u64 = 4 << 20;
+
+/// The object whose omap lists every user (name → empty).
+pub const USERS_OBJECT: &str = "users";
+
+/// Longest S3 object key, in bytes (S3's limit).
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Longest user name, in bytes (it is part of object names).
+pub const MAX_USER_NAME_BYTES: usize = 64;
+
+pub fn user_object(name: &str) -> String {
+    format!("user.{name}")
+}
+
+pub fn key_object(access_key: &str) -> String {
+    format!("key.{access_key}")
+}
+
+pub fn bucket_object(name: &str) -> String {
+    format!("bucket.{name}")
+}
+
+/// The head of `key` in bucket `bucket_id`: the key itself when the name fits the cluster's
+/// limit, else its 128-bit hash (the key is then kept in the head's metadata and checked).
+pub fn head_object(bucket_id: u64, key: &str) -> String {
+    let direct = format!("h.{bucket_id:016x}.{key}");
+    if direct.len() <= MAX_OBJECT_NAME_BYTES && !key.contains('\0') {
+        return direct;
+    }
+    format!("H.{bucket_id:016x}.{:032x}", xxhash_rust::xxh3::xxh3_128(key.as_bytes()))
+}
+
+/// Tail `n` (1-based: chunk 0 is in the head) of the write tagged `tag`.
+pub fn tail_object(bucket_id: u64, tag: u128, n: u32) -> String {
+    format!("t.{bucket_id:016x}.{tag:032x}.{n}")
+}
+
+/// Index partition `partition` of bucket `bucket_id`.
+pub fn partition_object(bucket_id: u64, partition: u32) -> String {
+    format!("i.{bucket_id:016x}.{partition}")
+}
+
+/// Omap key prefixes in an index partition.
+pub const ENTRY_PREFIX: u8 = 0x01;
+pub const PENDING_PREFIX: u8 = 0x02;
+pub const GC_PREFIX: u8 = 0x03;
+
+pub fn entry_key(key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + key.len());
+    k.push(ENTRY_PREFIX);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+pub fn pending_key(tag: u128) -> Vec<u8> {
+    let mut k = vec![PENDING_PREFIX];
+    k.extend_from_slice(&tag.to_be_bytes());
+    k
+}
+
+/// GC records sort by due time, so a collector reads only the ones that are due.
+pub fn gc_key(due_ns: u64, tag: u128) -> Vec<u8> {
+    let mut k = vec![GC_PREFIX];
+    k.extend_from_slice(&due_ns.to_be_bytes());
+    k.extend_from_slice(&tag.to_be_bytes());
+    k
+}
+
+/// Format version of every record below, its first byte.
+const RECORD_VERSION: u8 = 1;
+
+/// Encodes a record: its version byte, then postcard.
+pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
+    let mut out = vec![RECORD_VERSION];
+    // Serializing plain structs of owned data into a Vec cannot fail.
+    out.extend_from_slice(&postcard::to_allocvec(record).unwrap_or_default());
+    out
+}
+
+/// Decodes a record written by [`encode`]; `what` names it in the error.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, GatewayError> {
+    match bytes.split_first() {
+        Some((&RECORD_VERSION, body)) => {
+            postcard::from_bytes(body).map_err(|e| GatewayError::Corrupt(format!("{what}: {e}")))
+        }
+        Some((v, _)) => Err(GatewayError::Corrupt(format!("{what}: unknown record version {v}"))),
+        None => Err(GatewayError::Corrupt(format!("{what}: empty record"))),
+    }
+}
+
+/// A user (object `user.NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub name: String,
+    /// 64 hex digits, drawn at creation; S3's canonical user id.
+    pub canonical_id: String,
+    pub display_name: String,
+    pub created_ns: u64,
+    pub access_keys: Vec<String>,
+}
+
+/// An access key (object `key.ACCESS`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub user: String,
+    pub secret: String,
+}
+
+/// One range of a bucket's index: keys from `start` (inclusive) up to the next partition's start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    pub start: String,
+    pub id: u32,
+}
+
+/// A bucket (object `bucket.NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    pub name: String,
+    pub id: u64,
+    /// The owner's user name and canonical id.
+    pub owner: String,
+    pub owner_id: String,
+    pub created_ns: u64,
+    pub region: String,
+    /// Sorted by `start`; the first starts at "".
+    pub partitions: Vec<Partition>,
+}
+
+impl BucketRecord {
+    /// The partition holding `key`.
+    pub fn partition_of(&self, key: &str) -> u32 {
+        let at = self.partitions.partition_point(|p| p.start.as_str() <= key);
+        self.partitions[at.saturating_sub(1)].id
+    }
+}
+
+/// Checksums of an object's bytes, in S3's base64 text, as the client named them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checksums {
+    pub crc32: Option<String>,
+    pub crc32c: Option<String>,
+    pub sha1: Option<String>,
+    pub sha256: Option<String>,
+    pub crc64nvme: Option<String>,
+}
+
+/// Content headers stored with an object and returned on GET and HEAD.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentHeaders {
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    /// RFC 7231 date text, as sent.
+    pub expires: Option<String>,
+}
+
+/// An object's metadata and manifest: the head's xattr [`META_XATTR`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub key: String,
+    pub size_bytes: u64,
+    /// The ETag's value without quotes (hex MD5, or `md5-N` for multipart).
+    pub etag: String,
+    pub mtime_ns: u64,
+    /// The write that made this head; its tails are `t.BUCKET.TAG.N`.
+    pub tag: u128,
+    /// Bytes per chunk: the head holds bytes `[0, chunk)`, tail `n` holds `[n*chunk, (n+1)*chunk)`.
+    pub chunk_bytes: u64,
+    pub tails: u32,
+    pub content: ContentHeaders,
+    pub user_meta: Vec<(String, String)>,
+    pub checksums: Checksums,
+    pub owner_id: String,
+}
+
+/// The head's xattr holding [`ObjectMeta`].
+pub const META_XATTR: &str = "m";
+/// The head's xattr holding the ETag alone, for `If-Match` guards.
+pub const ETAG_XATTR: &str = "e";
+
+/// A bucket index entry (omap key [`entry_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub size_bytes: u64,
+    pub etag: String,
+    pub mtime_ns: u64,
+    pub tag: u128,
+    pub tails: u32,
+    pub owner_id: String,
+}
+
+impl IndexEntry {
+    pub fn of(meta: &ObjectMeta) -> IndexEntry {
+        IndexEntry {
+            size_bytes: meta.size_bytes,
+            etag: meta.etag.clone(),
+            mtime_ns: meta.mtime_ns,
+            tag: meta.tag,
+            tails: meta.tails,
+            owner_id: meta.owner_id.clone(),
+        }
+    }
+}
+
+/// A write or delete in progress (omap key [`pending_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRecord {
+    pub key: String,
+    pub started_ns: u64,
+}
+
+/// Tails to delete (omap key [`gc_key`]): tails `1..=tails` of `tag`, or when `tails` is `None`
+/// (a write that died before its head) every tail found, probing past gaps of up to
+/// [`crate::objects::TAILS_IN_FLIGHT`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcRecord {
+    pub tag: u128,
+    pub tails: Option<u32>,
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// 128 random bits (a write's tag).
+pub fn random_tag() -> Result<u128, GatewayError> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| GatewayError::Internal(format!("no randomness: {e}")))?;
+    Ok(u128::from_le_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_keys_get_hashed_head_names_within_the_limit() {
+        let short = head_object(7, "a/b.txt");
+        assert_eq!(short, "h.0000000000000007.a/b.txt");
+        let long = "k".repeat(MAX_KEY_BYTES);
+        let name = head_object(7, &long);
+        assert!(name.starts_with("H.0000000000000007.") && name.len() <= MAX_OBJECT_NAME_BYTES, "{name}");
+        assert_ne!(head_object(7, &long), head_object(7, &"k".repeat(MAX_KEY_BYTES - 1)));
+    }
+
+    #[test]
+    fn partitions_cover_every_key() {
+        let mut b = BucketRecord {
+            name: "b".into(),
+            id: 1,
+            owner: "u".into(),
+            owner_id: "x".into(),
+            created_ns: 0,
+            region: "us-east-1".into(),
+            partitions: vec![Partition { start: String::new(), id: 0 }],
+        };
+        assert_eq!(b.partition_of(""), 0);
+        assert_eq!(b.partition_of("zzz"), 0);
+        b.partitions.push(Partition { start: "m".into(), id: 5 });
+        assert_eq!(b.partition_of("l"), 0);
+        assert_eq!(b.partition_of("m"), 5);
+        assert_eq!(b.partition_of("mz"), 5);
+    }
+
+    #[test]
+    fn records_round_trip_and_refuse_garbage() {
+        let r = KeyRecord { user: "u".into(), secret: "s".into() };
+        assert_eq!(decode::<KeyRecord>(&encode(&r), "key").unwrap(), r);
+        assert!(matches!(decode::<KeyRecord>(&[], "key"), Err(GatewayError::Corrupt(_))));
+        assert!(matches!(decode::<KeyRecord>(&[9, 1], "key"), Err(GatewayError::Corrupt(_))));
+        assert!(matches!(decode::<KeyRecord>(&[1, 200], "key"), Err(GatewayError::Corrupt(_))));
+    }
+}

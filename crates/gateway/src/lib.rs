@@ -1,0 +1,21 @@
+//! Shoal's S3 gateway: a stateless S3 server over the cluster. Users, keys, buckets, bucket
+//! indexes and objects all live in cluster pools (decision 0014), so any number of gateways
+//! serve the same data behind any HTTP load balancer.
+//!
+//! Layers, bottom up: [`layout`] (names and records, pure), [`rados`] (helpers over the
+//! client), [`meta`] (users, keys, buckets), [`index`] (bucket index partitions and the commit
+//! protocol's completion), [`objects`] (heads and tails, streaming), [`s3impl`] (the S3 API on
+//! s3s), [`auth`] (secrets for signature checks), [`server`] (HTTP).
+
+pub mod auth;
+pub mod error;
+pub mod index;
+pub mod layout;
+pub mod meta;
+pub mod objects;
+pub mod rados;
+pub mod s3impl;
+pub mod server;
+
+pub use error::GatewayError;
+pub use server::{GatewayConfig, Server};

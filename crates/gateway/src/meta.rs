@@ -1,0 +1,293 @@
+//! Users, access keys and bucket records in the `.gw.meta` pool, and the gateway's pools.
+//! Every function here is safe to run from any number of gateways at once: records are created
+//! with exclusive creates, and lists (a user's buckets, all users) are omaps that are written
+//! before the record they list and filtered by it when read, so a crash between the two leaves
+//! a stale list entry that readers skip, never a record no list can reach.
+
+use std::collections::BTreeMap;
+
+use shoal_client::Client;
+use shoal_map::Command;
+use shoal_proto::osd::ObjOp;
+
+use crate::error::GatewayError;
+use crate::layout::{
+    self, BucketRecord, KeyRecord, MAX_USER_NAME_BYTES, META_POOL, POOLS, Partition, USERS_OBJECT, UserRecord,
+};
+use crate::rados;
+
+/// Creates the gateway's pools that do not exist yet, with `size` replicas, and waits until the
+/// map holds them.
+pub async fn ensure_pools(client: &Client, size: u32, pg_num: u32, timeout_ms: u64) -> Result<(), GatewayError> {
+    for name in POOLS {
+        if client.mon().map().pool_by_name(name).is_ok() {
+            continue;
+        }
+        let pg_num = if name == layout::DATA_POOL { pg_num } else { pg_num.div_ceil(4).max(8) };
+        let cmd = Command::CreatePool { name: name.into(), size, min_size: None, pg_num, max_object_bytes: None };
+        match client.mon().command(cmd).await {
+            Ok(epoch) => {
+                client.mon().wait_for_epoch(epoch, timeout_ms).await?;
+            }
+            // Another gateway created it first.
+            Err(e) if e.code() == Some(shoal_proto::ErrorCode::Exists) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn check_user_name(name: &str) -> Result<(), GatewayError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_USER_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(GatewayError::InvalidArgument(format!(
+            "invalid user name {name:?}: use 1 to {MAX_USER_NAME_BYTES} letters, digits or -_.@"
+        )))
+    }
+}
+
+fn random_text(alphabet: &[u8], len: usize) -> Result<String, GatewayError> {
+    let mut bytes = vec![0u8; len];
+    getrandom::fill(&mut bytes).map_err(|e| GatewayError::Internal(format!("no randomness: {e}")))?;
+    // 256 is a multiple of neither alphabet's size; the bias (under 1%) is harmless for ids.
+    Ok(bytes.iter().map(|b| alphabet[*b as usize % alphabet.len()] as char).collect())
+}
+
+/// A new access key id (20 upper-case letters and digits, as AWS's) and secret (40 characters).
+pub fn new_key_pair() -> Result<(String, String), GatewayError> {
+    let access = random_text(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 20)?;
+    let secret = random_text(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", 40)?;
+    Ok((access, secret))
+}
+
+/// Creates user `name` with one access key (given, or drawn when `None`). Returns the user and
+/// the key's secret.
+pub async fn create_user(
+    client: &Client,
+    name: &str,
+    display_name: Option<&str>,
+    key: Option<(String, String)>,
+) -> Result<(UserRecord, String, String), GatewayError> {
+    check_user_name(name)?;
+    let (access, secret) = match key {
+        Some(k) => k,
+        None => new_key_pair()?,
+    };
+    check_access_key(&access)?;
+    let canonical_id = random_text(b"0123456789abcdef", 64)?;
+    let user = UserRecord {
+        name: name.to_string(),
+        canonical_id,
+        display_name: display_name.unwrap_or(name).to_string(),
+        created_ns: layout::now_ns(),
+        access_keys: vec![access.clone()],
+    };
+    // Listed first, so a crash leaves at worst a list entry without a record.
+    rados::write_ops(
+        client,
+        META_POOL,
+        USERS_OBJECT,
+        vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }],
+    )
+    .await?;
+    match rados::write_record(client, META_POOL, &layout::user_object(name), layout::encode(&user), true).await {
+        Err(e) if e.is_exists() => return Err(GatewayError::UserExists(name.to_string())),
+        r => r?,
+    }
+    let record = KeyRecord { user: name.to_string(), secret: secret.clone() };
+    rados::write_record(client, META_POOL, &layout::key_object(&access), layout::encode(&record), true).await?;
+    Ok((user, access, secret))
+}
+
+fn check_access_key(access: &str) -> Result<(), GatewayError> {
+    if access.len() < 3 || access.len() > 128 || !access.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(GatewayError::InvalidArgument(format!(
+            "invalid access key {access:?}: use 3 to 128 letters and digits"
+        )));
+    }
+    Ok(())
+}
+
+pub async fn get_user(client: &Client, name: &str) -> Result<UserRecord, GatewayError> {
+    check_user_name(name)?;
+    match rados::read_all(client, META_POOL, &layout::user_object(name)).await? {
+        Some(bytes) => layout::decode(&bytes, "user record"),
+        None => Err(GatewayError::NoSuchUser(name.to_string())),
+    }
+}
+
+/// Every user, in name order.
+pub async fn list_users(client: &Client) -> Result<Vec<UserRecord>, GatewayError> {
+    let names = rados::omap_prefix(client, META_POOL, USERS_OBJECT, &[], 1_000_000).await?;
+    let mut users = Vec::with_capacity(names.len());
+    for (name, _) in names {
+        let name = String::from_utf8_lossy(&name).into_owned();
+        match get_user(client, &name).await {
+            Ok(u) => users.push(u),
+            Err(GatewayError::NoSuchUser(_) | GatewayError::InvalidArgument(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(users)
+}
+
+/// Removes a user and its keys; refused while it owns buckets.
+pub async fn remove_user(client: &Client, name: &str) -> Result<(), GatewayError> {
+    let user = get_user(client, name).await?;
+    let buckets = list_buckets(client, &user).await?;
+    if !buckets.is_empty() {
+        return Err(GatewayError::UserHasBuckets { user: name.to_string(), buckets: buckets.len() });
+    }
+    for access in &user.access_keys {
+        rados::remove(client, META_POOL, &layout::key_object(access)).await?;
+    }
+    rados::remove(client, META_POOL, &layout::user_object(name)).await?;
+    rados::write_ops(client, META_POOL, USERS_OBJECT, vec![ObjOp::OmapRemove { keys: vec![name.as_bytes().to_vec()] }])
+        .await
+}
+
+/// Changes a user record with a compare-and-swap on its bytes, retried on conflict.
+async fn update_user(
+    client: &Client,
+    name: &str,
+    change: impl Fn(&mut UserRecord) -> Result<(), GatewayError>,
+) -> Result<UserRecord, GatewayError> {
+    const ATTEMPTS: usize = 16;
+    let object = layout::user_object(name);
+    for _ in 0..ATTEMPTS {
+        let Some(old) = rados::read_all(client, META_POOL, &object).await? else {
+            return Err(GatewayError::NoSuchUser(name.to_string()));
+        };
+        let mut user: UserRecord = layout::decode(&old, "user record")?;
+        change(&mut user)?;
+        match rados::replace_record(client, META_POOL, &object, &old, layout::encode(&user)).await {
+            Ok(()) => return Ok(user),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(GatewayError::Internal(format!("user {name:?} kept changing under {ATTEMPTS} updates")))
+}
+
+/// Adds an access key to a user. Returns (access key, secret).
+pub async fn create_key(client: &Client, user: &str) -> Result<(String, String), GatewayError> {
+    const MAX_KEYS: usize = 16;
+    let (access, secret) = new_key_pair()?;
+    let record = KeyRecord { user: user.to_string(), secret: secret.clone() };
+    get_user(client, user).await?;
+    rados::write_record(client, META_POOL, &layout::key_object(&access), layout::encode(&record), true).await?;
+    let added = update_user(client, user, |u| {
+        if u.access_keys.len() >= MAX_KEYS {
+            return Err(GatewayError::InvalidArgument(format!("user {user:?} already has {MAX_KEYS} keys")));
+        }
+        u.access_keys.push(access.clone());
+        Ok(())
+    })
+    .await;
+    if let Err(e) = added {
+        rados::remove(client, META_POOL, &layout::key_object(&access)).await?;
+        return Err(e);
+    }
+    Ok((access, secret))
+}
+
+/// Removes an access key (of any user).
+pub async fn remove_key(client: &Client, access: &str) -> Result<String, GatewayError> {
+    check_access_key(access)?;
+    let record = lookup_key(client, access).await?;
+    rados::remove(client, META_POOL, &layout::key_object(access)).await?;
+    update_user(client, &record.user, |u| {
+        u.access_keys.retain(|k| k != access);
+        Ok(())
+    })
+    .await?;
+    Ok(record.user)
+}
+
+/// The key record of `access`.
+pub async fn lookup_key(client: &Client, access: &str) -> Result<KeyRecord, GatewayError> {
+    if check_access_key(access).is_err() {
+        return Err(GatewayError::NoSuchAccessKey(access.to_string()));
+    }
+    match rados::read_all(client, META_POOL, &layout::key_object(access)).await? {
+        Some(bytes) => layout::decode(&bytes, "key record"),
+        None => Err(GatewayError::NoSuchAccessKey(access.to_string())),
+    }
+}
+
+pub async fn get_bucket(client: &Client, name: &str) -> Result<BucketRecord, GatewayError> {
+    match rados::read_all(client, META_POOL, &layout::bucket_object(name)).await? {
+        Some(bytes) => layout::decode(&bytes, "bucket record"),
+        None => Err(GatewayError::NoSuchBucket(name.to_string())),
+    }
+}
+
+/// Creates bucket `name` owned by `owner`, with one index partition.
+pub async fn create_bucket(
+    client: &Client,
+    owner: &UserRecord,
+    name: &str,
+    region: &str,
+) -> Result<BucketRecord, GatewayError> {
+    let mut id_bytes = [0u8; 8];
+    getrandom::fill(&mut id_bytes).map_err(|e| GatewayError::Internal(format!("no randomness: {e}")))?;
+    let bucket = BucketRecord {
+        name: name.to_string(),
+        id: u64::from_le_bytes(id_bytes),
+        owner: owner.name.clone(),
+        owner_id: owner.canonical_id.clone(),
+        created_ns: layout::now_ns(),
+        region: region.to_string(),
+        partitions: vec![Partition { start: String::new(), id: 0 }],
+    };
+    let user_obj = layout::user_object(&owner.name);
+    let listed = vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }];
+    rados::write_ops(client, META_POOL, &user_obj, listed).await?;
+    match rados::write_record(client, META_POOL, &layout::bucket_object(name), layout::encode(&bucket), true).await {
+        Ok(()) => Ok(bucket),
+        Err(e) if e.is_exists() => {
+            let existing = get_bucket(client, name).await?;
+            let by_you = existing.owner == owner.name;
+            if !by_you {
+                let unlist = vec![ObjOp::OmapRemove { keys: vec![name.as_bytes().to_vec()] }];
+                rados::write_ops(client, META_POOL, &user_obj, unlist).await?;
+            }
+            Err(GatewayError::BucketExists { name: name.to_string(), by_you })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The buckets `owner` owns, in name order.
+pub async fn list_buckets(client: &Client, owner: &UserRecord) -> Result<Vec<BucketRecord>, GatewayError> {
+    // A user owns at most a bounded number of buckets (S3's default quota is 100; this is a
+    // hard ceiling on what one listing holds).
+    const MAX_BUCKETS: usize = 100_000;
+    let names = rados::omap_prefix(client, META_POOL, &layout::user_object(&owner.name), &[], MAX_BUCKETS).await?;
+    let mut out = BTreeMap::new();
+    for (name, _) in names {
+        let name = String::from_utf8_lossy(&name).into_owned();
+        match get_bucket(client, &name).await {
+            Ok(b) if b.owner == owner.name => {
+                out.insert(name, b);
+            }
+            Ok(_) | Err(GatewayError::NoSuchBucket(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out.into_values().collect())
+}
+
+/// Removes bucket record `bucket` and its index partitions; the caller checked it is empty.
+pub async fn remove_bucket(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
+    rados::remove(client, META_POOL, &layout::bucket_object(&bucket.name)).await?;
+    for p in &bucket.partitions {
+        rados::remove(client, layout::INDEX_POOL, &layout::partition_object(bucket.id, p.id)).await?;
+    }
+    let unlist = vec![ObjOp::OmapRemove { keys: vec![bucket.name.as_bytes().to_vec()] }];
+    rados::write_ops(client, META_POOL, &layout::user_object(&bucket.owner), unlist).await
+}

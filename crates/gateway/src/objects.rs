@@ -1,0 +1,371 @@
+//! Object data: a head (the first chunk, the metadata and the manifest) plus tails, the head
+//! written last as the commit (decision 0014); reads stream chunk by chunk.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use md5::{Digest, Md5};
+use shoal_client::Client;
+use shoal_proto::osd::{ObjOp, OpOutput};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::GatewayError;
+use crate::index;
+use crate::layout::{self, BucketRecord, Checksums, DATA_POOL, ETAG_XATTR, META_XATTR, ObjectMeta};
+use crate::rados;
+
+/// Most tail writes of one request in flight at once (also how far the collector probes past a
+/// missing tail of a write whose tail count is unknown).
+pub const TAILS_IN_FLIGHT: usize = 2;
+
+/// The gateway-wide bound on bytes held by requests; a request waits for room.
+#[derive(Clone)]
+pub struct MemoryBudget {
+    permits: Arc<Semaphore>,
+    limit_kib: u32,
+}
+
+impl MemoryBudget {
+    pub fn new(limit_bytes: u64) -> MemoryBudget {
+        let limit_kib = (limit_bytes / 1024).clamp(2 * CHUNK_KIB as u64, u32::MAX as u64 >> 3) as u32;
+        MemoryBudget { permits: Arc::new(Semaphore::new(limit_kib as usize)), limit_kib }
+    }
+
+    /// Waits until `bytes` (rounded up to KiB, at most one chunk) may be held.
+    pub async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
+        let kib = (bytes.div_ceil(1024) as u32).clamp(1, CHUNK_KIB).min(self.limit_kib);
+        // The semaphore is never closed, so acquiring cannot fail.
+        match self.permits.clone().acquire_many_owned(kib).await {
+            Ok(p) => p,
+            Err(_) => unreachable!("the memory budget's semaphore is never closed"),
+        }
+    }
+
+    /// Bytes held by requests now.
+    pub fn in_use_bytes(&self) -> u64 {
+        u64::from(self.limit_kib - self.permits.available_permits() as u32) * 1024
+    }
+}
+
+const CHUNK_KIB: u32 = (layout::CHUNK_BYTES / 1024) as u32;
+
+/// The metadata of `key`'s head, or `None` if it has none.
+pub async fn head_meta(client: &Client, bucket: &BucketRecord, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
+    let name = layout::head_object(bucket.id, key);
+    match client.op(DATA_POOL, &name, vec![ObjOp::GetXattr { name: META_XATTR.into() }], Vec::new()).await {
+        Ok(r) => match r.outputs.into_iter().next() {
+            Some(OpOutput::Xattr(Some(bytes))) => checked(layout::decode(&bytes, "object metadata")?, key),
+            Some(OpOutput::Xattr(None)) => Ok(None),
+            other => Err(GatewayError::Internal(format!("xattr read answered {other:?}"))),
+        },
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A head whose metadata names another key is a hash collision of long keys: refused.
+fn checked(meta: ObjectMeta, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
+    if meta.key != key {
+        return Err(GatewayError::Internal(format!("keys {key:?} and {:?} share a head (hash collision)", meta.key)));
+    }
+    Ok(Some(meta))
+}
+
+/// The condition a write's commit is guarded by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteCondition {
+    None,
+    /// `If-None-Match: *`: only if the key has no object.
+    Absent,
+    /// `If-Match: ETAG`: only if the key's object has this ETag.
+    ETag(String),
+}
+
+/// What a write stores besides the bytes.
+#[derive(Debug, Clone)]
+pub struct WriteArgs {
+    pub content: layout::ContentHeaders,
+    pub user_meta: Vec<(String, String)>,
+    pub owner_id: String,
+    pub condition: WriteCondition,
+    /// Bytes the client announced, if it did (reserves less memory for small bodies).
+    pub size_hint: Option<u64>,
+    pub gc_delay_ns: u64,
+}
+
+/// Computes and checks the body's digests; called once the whole body has arrived, before the
+/// commit. Receives the hex MD5; returns the checksums to store, or the error to answer.
+pub trait BodyCheck: Send {
+    fn update(&mut self, bytes: &[u8]);
+    fn finish(self: Box<Self>, md5_hex: &str) -> Result<Checksums, s3s::S3Error>;
+}
+
+/// Why a write did not commit.
+#[derive(Debug)]
+pub enum WriteError {
+    Gateway(GatewayError),
+    /// The body's check refused it.
+    Refused(s3s::S3Error),
+    Body(String),
+}
+
+impl From<GatewayError> for WriteError {
+    fn from(e: GatewayError) -> Self {
+        WriteError::Gateway(e)
+    }
+}
+
+/// Writes `key` from `body`: prepare, tails as the body streams, the head (guarded by the
+/// condition) as the commit, then the index completion. Returns the committed metadata. On
+/// any failure before the head, the tails written are left to GC and nothing is visible.
+pub async fn put<S, E>(
+    client: &Client,
+    budget: &MemoryBudget,
+    bucket: &BucketRecord,
+    key: &str,
+    mut body: S,
+    mut check: Box<dyn BodyCheck>,
+    args: WriteArgs,
+) -> Result<ObjectMeta, WriteError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let tag = layout::random_tag()?;
+    index::prepare(client, bucket, key, tag).await?;
+    let mut md5 = Md5::new();
+    let first_reserve = args.size_hint.unwrap_or(layout::CHUNK_BYTES).min(layout::CHUNK_BYTES);
+    let mut head_permit = budget.reserve(first_reserve).await;
+    let mut head = BytesMut::with_capacity(first_reserve as usize);
+    let mut size: u64 = 0;
+    let mut tails: u32 = 0;
+    // The chunk being filled, once the head's is full.
+    let mut current: Option<(BytesMut, OwnedSemaphorePermit)> = None;
+    let mut in_flight = futures::stream::FuturesOrdered::new();
+    let result: Result<(), WriteError> = async {
+        while let Some(piece) = body.next().await {
+            let mut piece = piece.map_err(|e| WriteError::Body(e.to_string()))?;
+            md5.update(&piece);
+            check.update(&piece);
+            size += piece.len() as u64;
+            while !piece.is_empty() {
+                let room = if (head.len() as u64) < layout::CHUNK_BYTES {
+                    let room = (layout::CHUNK_BYTES as usize - head.len()).min(piece.len());
+                    if head.capacity() - head.len() < room {
+                        // A body longer than announced: hold a whole chunk.
+                        head_permit = budget.reserve(layout::CHUNK_BYTES).await;
+                    }
+                    head.extend_from_slice(&piece.split_to(room));
+                    continue;
+                } else {
+                    if current.is_none() {
+                        let permit = budget.reserve(layout::CHUNK_BYTES).await;
+                        current = Some((BytesMut::with_capacity(layout::CHUNK_BYTES as usize), permit));
+                    }
+                    let Some((buf, _)) = current.as_mut() else { unreachable!() };
+                    let room = (layout::CHUNK_BYTES as usize - buf.len()).min(piece.len());
+                    buf.extend_from_slice(&piece.split_to(room));
+                    buf.len() as u64 == layout::CHUNK_BYTES
+                };
+                if room {
+                    let Some((buf, permit)) = current.take() else { unreachable!() };
+                    tails += 1;
+                    while in_flight.len() >= TAILS_IN_FLIGHT {
+                        if let Some(r) = in_flight.next().await {
+                            r?;
+                        }
+                    }
+                    in_flight.push_back(write_tail(client, bucket.id, tag, tails, buf.freeze(), permit));
+                }
+            }
+        }
+        if let Some((buf, permit)) = current.take() {
+            tails += 1;
+            in_flight.push_back(write_tail(client, bucket.id, tag, tails, buf.freeze(), permit));
+        }
+        while let Some(r) = in_flight.next().await {
+            r?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        // Tails that may have landed are collected through the pending record, which names the
+        // tag (the reconciler turns it into a GC record); try the cheap path first.
+        let _ = index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await;
+        return Err(e);
+    }
+    let md5_hex = hex(&md5.finalize());
+    let checksums = match check.finish(&md5_hex) {
+        Ok(c) => c,
+        Err(e) => {
+            index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await?;
+            return Err(WriteError::Refused(e));
+        }
+    };
+    let meta = ObjectMeta {
+        key: key.to_string(),
+        size_bytes: size,
+        etag: md5_hex,
+        mtime_ns: layout::now_ns(),
+        tag,
+        chunk_bytes: layout::CHUNK_BYTES,
+        tails,
+        content: args.content,
+        user_meta: args.user_meta,
+        checksums,
+        owner_id: args.owner_id,
+    };
+    let head_bytes = head.freeze();
+    let mut ops = Vec::with_capacity(5);
+    match &args.condition {
+        WriteCondition::None => {}
+        WriteCondition::Absent => ops.push(ObjOp::AssertXattr { name: ETAG_XATTR.into(), value: None }),
+        WriteCondition::ETag(etag) => {
+            ops.push(ObjOp::AssertXattr { name: ETAG_XATTR.into(), value: Some(etag.as_bytes().to_vec()) })
+        }
+    }
+    ops.push(ObjOp::WriteFull { len_bytes: head_bytes.len() as u64 });
+    ops.push(ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(&meta) });
+    ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
+    let name = layout::head_object(bucket.id, key);
+    let committed = client.op_ref(DATA_POOL, &name, ops, &head_bytes).await;
+    drop(head_permit);
+    match committed {
+        Ok(_) => {}
+        Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => {
+            index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await?;
+            let why = match &args.condition {
+                WriteCondition::Absent => "the key already has an object (If-None-Match: *)".to_string(),
+                WriteCondition::ETag(etag) => format!("the object's ETag is not {etag:?} (If-Match)"),
+                WriteCondition::None => "a concurrent change".to_string(),
+            };
+            return Err(GatewayError::PreconditionFailed(why).into());
+        }
+        // The head may or may not have been written (a timeout): the pending record stays for
+        // the reconciler, which decides from the head after the lease.
+        Err(e) => return Err(GatewayError::from(e).into()),
+    }
+    index::complete(client, bucket, key, tag, Some(tails), args.gc_delay_ns).await?;
+    Ok(meta)
+}
+
+async fn write_tail(
+    client: &Client,
+    bucket_id: u64,
+    tag: u128,
+    n: u32,
+    data: Bytes,
+    permit: OwnedSemaphorePermit,
+) -> Result<(), WriteError> {
+    let name = layout::tail_object(bucket_id, tag, n);
+    let r = client.op_ref(DATA_POOL, &name, vec![ObjOp::WriteFull { len_bytes: data.len() as u64 }], &data).await;
+    drop(permit);
+    r.map(|_| ()).map_err(|e| WriteError::Gateway(e.into()))
+}
+
+/// Removes `key`'s object (a missing one is not an error): prepare, remove the head, complete.
+pub async fn delete(client: &Client, bucket: &BucketRecord, key: &str, gc_delay_ns: u64) -> Result<(), GatewayError> {
+    let tag = layout::random_tag()?;
+    index::prepare(client, bucket, key, tag).await?;
+    rados::remove(client, DATA_POOL, &layout::head_object(bucket.id, key)).await?;
+    index::complete(client, bucket, key, tag, Some(0), gc_delay_ns).await?;
+    Ok(())
+}
+
+/// An object opened for reading: its metadata and the bytes of the head read with it.
+pub struct OpenObject {
+    pub meta: ObjectMeta,
+    /// Bytes `[range.start, ..)` of the head chunk that were read with the metadata.
+    first: Bytes,
+}
+
+/// Reads `key`'s metadata and, in the same request, the head's part of `range` (bytes of the
+/// object, end exclusive; `None`: none). `None` if the key has no object.
+pub async fn open(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    range: Option<std::ops::Range<u64>>,
+) -> Result<Option<OpenObject>, GatewayError> {
+    let name = layout::head_object(bucket.id, key);
+    let mut ops = vec![ObjOp::GetXattr { name: META_XATTR.into() }];
+    if let Some(r) = &range {
+        let end = r.end.min(layout::CHUNK_BYTES);
+        ops.push(ObjOp::Read { offset: r.start, len_bytes: end.saturating_sub(r.start) });
+    }
+    let result = match client.op(DATA_POOL, &name, ops, Vec::new()).await {
+        Ok(r) => r,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let meta = match result.outputs.first() {
+        Some(OpOutput::Xattr(Some(bytes))) => match checked(layout::decode(bytes, "object metadata")?, key)? {
+            Some(m) => m,
+            None => return Ok(None),
+        },
+        Some(OpOutput::Xattr(None)) => return Ok(None),
+        other => return Err(GatewayError::Internal(format!("head read answered {other:?}"))),
+    };
+    Ok(Some(OpenObject { meta, first: Bytes::from(result.data) }))
+}
+
+/// A stream of an object's bytes in `range` (end exclusive, within the object), read one chunk
+/// at a time in a task that stays one chunk ahead of the consumer.
+pub fn read_stream(
+    client: Client,
+    budget: MemoryBudget,
+    bucket_id: u64,
+    obj: OpenObject,
+    range: std::ops::Range<u64>,
+) -> tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        let meta = obj.meta;
+        let chunk = meta.chunk_bytes.max(1);
+        let mut at = range.start;
+        if !obj.first.is_empty() {
+            at += obj.first.len() as u64;
+            if tx.send(Ok(obj.first)).await.is_err() {
+                return;
+            }
+        }
+        while at < range.end {
+            let n = (at / chunk) as u32;
+            let within = at % chunk;
+            let len = (range.end - at).min(chunk - within);
+            let permit = budget.reserve(len).await;
+            let name = layout::tail_object(bucket_id, meta.tag, n);
+            let read =
+                client.op(DATA_POOL, &name, vec![ObjOp::Read { offset: within, len_bytes: len }], Vec::new()).await;
+            let item = match read {
+                Ok(r) if r.data.len() as u64 == len => Ok(Bytes::from(r.data)),
+                Ok(r) => Err(std::io::Error::other(format!(
+                    "tail {n} of {:?} holds {} of the {len} bytes expected",
+                    meta.key,
+                    r.data.len()
+                ))),
+                Err(e) => Err(std::io::Error::other(format!("tail {n} of {:?}: {e}", meta.key))),
+            };
+            let failed = item.is_err();
+            if let Err(e) = &item {
+                tracing::error!(error = %e, "object read failed mid-stream");
+            }
+            if tx.send(item).await.is_err() || failed {
+                return;
+            }
+            drop(permit);
+            at += len;
+        }
+    });
+    rx
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

@@ -1,0 +1,137 @@
+//! Thin helpers over the cluster client for the operations the gateway repeats: whole-record
+//! reads and writes, guarded writes, and omap ranges.
+
+use shoal_client::Client;
+use shoal_proto::osd::{ObjOp, OpOutput};
+
+use crate::error::GatewayError;
+
+/// The whole data of `object`, or `None` if it does not exist.
+pub async fn read_all(client: &Client, pool: &str, object: &str) -> Result<Option<Vec<u8>>, GatewayError> {
+    match client.op(pool, object, vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], Vec::new()).await {
+        Ok(r) => Ok(Some(r.data)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The xattr every record carries: a digest of its bytes, the token of [`replace_record`]'s
+/// compare-and-swap.
+pub const DIGEST_XATTR: &str = "v";
+
+fn digest(data: &[u8]) -> Vec<u8> {
+    xxhash_rust::xxh3::xxh3_64(data).to_le_bytes().to_vec()
+}
+
+/// Replaces `object`'s data with `data` (and its digest); with `exclusive`, only if it does not
+/// exist (else the error answers `is_exists`).
+pub async fn write_record(
+    client: &Client,
+    pool: &str,
+    object: &str,
+    data: Vec<u8>,
+    exclusive: bool,
+) -> Result<(), GatewayError> {
+    let mut ops = Vec::with_capacity(2);
+    if exclusive {
+        ops.push(ObjOp::Create { exclusive: true });
+    }
+    ops.push(ObjOp::WriteFull { len_bytes: data.len() as u64 });
+    ops.push(ObjOp::SetXattr { name: DIGEST_XATTR.into(), value: digest(&data) });
+    client.op(pool, object, ops, data).await?;
+    Ok(())
+}
+
+/// Replaces a record written by [`write_record`] whose bytes were `old` with `new`, only if it
+/// still holds `old` (else the error answers `is_conflict`): a compare-and-swap.
+pub async fn replace_record(
+    client: &Client,
+    pool: &str,
+    object: &str,
+    old: &[u8],
+    new: Vec<u8>,
+) -> Result<(), GatewayError> {
+    let ops = vec![
+        ObjOp::AssertXattr { name: DIGEST_XATTR.into(), value: Some(digest(old)) },
+        ObjOp::WriteFull { len_bytes: new.len() as u64 },
+        ObjOp::SetXattr { name: DIGEST_XATTR.into(), value: digest(&new) },
+    ];
+    client.op(pool, object, ops, new).await?;
+    Ok(())
+}
+
+/// Removes `object`; a missing one is not an error.
+pub async fn remove(client: &Client, pool: &str, object: &str) -> Result<(), GatewayError> {
+    match client.op(pool, object, vec![ObjOp::Remove], Vec::new()).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs write operations (no data) on `object`.
+pub async fn write_ops(client: &Client, pool: &str, object: &str, ops: Vec<ObjOp>) -> Result<(), GatewayError> {
+    client.op(pool, object, ops, Vec::new()).await?;
+    Ok(())
+}
+
+/// The value of omap key `key` of `object` (`None`: no such key or object).
+pub async fn omap_get(client: &Client, pool: &str, object: &str, key: &[u8]) -> Result<Option<Vec<u8>>, GatewayError> {
+    match client.op(pool, object, vec![ObjOp::OmapGet { keys: vec![key.to_vec()] }], Vec::new()).await {
+        Ok(r) => match r.outputs.into_iter().next() {
+            Some(OpOutput::Omap(mut found)) => Ok(found.pop().and_then(|(_, v)| v)),
+            other => Err(GatewayError::Internal(format!("omap get answered {other:?}"))),
+        },
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Up to `max` omap entries of `object` after `after` (exclusive), in key order; a missing
+/// object has none.
+pub async fn omap_list(
+    client: &Client,
+    pool: &str,
+    object: &str,
+    after: Option<Vec<u8>>,
+    max: u32,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
+    match client.op(pool, object, vec![ObjOp::OmapList { after, max }], Vec::new()).await {
+        Ok(r) => match r.outputs.into_iter().next() {
+            Some(OpOutput::OmapList(entries)) => Ok(entries),
+            other => Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
+        },
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every omap entry of `object` whose key starts with `prefix`, up to `limit` of them (the
+/// caller bounds what it holds).
+pub async fn omap_prefix(
+    client: &Client,
+    pool: &str,
+    object: &str,
+    prefix: &[u8],
+    limit: usize,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
+    const PAGE: u32 = 1000;
+    let mut out = Vec::new();
+    // Keys after the bare prefix are the prefix's entries and then everything above them.
+    let mut after = prefix.to_vec();
+    while out.len() < limit {
+        let page = omap_list(client, pool, object, Some(after.clone()), PAGE).await?;
+        let full = page.len() == PAGE as usize;
+        for (k, v) in page {
+            if !k.starts_with(prefix) || out.len() >= limit {
+                return Ok(out);
+            }
+            after.clone_from(&k);
+            out.push((k, v));
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(out)
+}

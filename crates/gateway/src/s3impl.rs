@@ -1,0 +1,755 @@
+//! The S3 API over the cluster: s3s parses, authenticates and answers in S3's wire format; this
+//! file maps each operation onto users, buckets, the index and objects.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use s3s::dto::*;
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use shoal_client::Client;
+
+use crate::auth::KeyCache;
+use crate::error::GatewayError;
+use crate::index;
+use crate::layout::{self, BucketRecord, Checksums, ContentHeaders, ObjectMeta, UserRecord};
+use crate::meta;
+use crate::objects::{self, BodyCheck, MemoryBudget, WriteArgs, WriteCondition, WriteError};
+
+/// Most keys in one listing page (S3's limit).
+const MAX_LIST_KEYS: i32 = 1000;
+/// Most bytes of user metadata on one object (S3's limit: keys and values).
+const MAX_USER_META_BYTES: usize = 2048;
+
+/// Settings of the S3 service.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    /// The region this gateway answers for (and checks in signatures).
+    pub region: String,
+    /// How long replaced data stays readable before GC deletes it.
+    pub gc_delay: Duration,
+}
+
+/// The S3 service: stateless apart from caches; every gateway over one cluster serves the same
+/// data.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) client: Client,
+    pub(crate) budget: MemoryBudget,
+    pub(crate) keys: Arc<KeyCache>,
+    pub(crate) settings: Arc<ServiceSettings>,
+}
+
+impl Gateway {
+    pub fn new(client: Client, budget: MemoryBudget, settings: ServiceSettings) -> Gateway {
+        let keys = Arc::new(KeyCache::new(client.clone()));
+        Gateway { client, budget, keys, settings: Arc::new(settings) }
+    }
+
+    fn gc_delay_ns(&self) -> u64 {
+        self.settings.gc_delay.as_nanos() as u64
+    }
+
+    /// The user who signed the request (s3s has verified the signature).
+    async fn requester<T>(&self, req: &S3Request<T>) -> S3Result<UserRecord> {
+        let Some(creds) = &req.credentials else {
+            return Err(s3_error!(AccessDenied, "anonymous access is not allowed here"));
+        };
+        let key = self.keys.get(&creds.access_key).await.map_err(S3Error::from)?;
+        match meta::get_user(&self.client, &key.user).await {
+            Ok(u) => Ok(u),
+            Err(GatewayError::NoSuchUser(_)) => Err(s3_error!(InvalidAccessKeyId, "the key's user was removed")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The bucket, if the requester may use it (its owner, until ACLs and policies exist).
+    async fn bucket_for(&self, user: &UserRecord, name: &str) -> S3Result<BucketRecord> {
+        let bucket = meta::get_bucket(&self.client, name).await?;
+        if bucket.owner != user.name {
+            return Err(s3_error!(AccessDenied, "bucket {name:?} belongs to another user"));
+        }
+        Ok(bucket)
+    }
+}
+
+fn timestamp(ns: u64) -> Timestamp {
+    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
+}
+
+fn owner_of(user: &UserRecord) -> Owner {
+    Owner { display_name: Some(user.display_name.clone()), id: Some(user.canonical_id.clone()) }
+}
+
+fn http_date(t: &Timestamp) -> Option<String> {
+    let mut out = Vec::new();
+    t.format(TimestampFormat::HttpDate, &mut out).ok()?;
+    String::from_utf8(out).ok()
+}
+
+fn parse_http_date(s: &str) -> Option<Timestamp> {
+    Timestamp::parse(TimestampFormat::HttpDate, s).ok()
+}
+
+/// Checks the body against `Content-MD5` and every `x-amz-checksum-*` the client sent, in
+/// headers or in the trailer of an `aws-chunked` body.
+struct Verifier {
+    hasher: s3s::checksum::ChecksumHasher,
+    content_md5: Option<String>,
+    expected: Checksums,
+    trailers: Option<s3s::TrailingHeaders>,
+}
+
+impl Verifier {
+    fn new(
+        content_md5: Option<String>,
+        expected: Checksums,
+        algorithm: Option<&ChecksumAlgorithm>,
+        trailers: Option<s3s::TrailingHeaders>,
+    ) -> S3Result<Verifier> {
+        let mut hasher = s3s::checksum::ChecksumHasher::default();
+        let mut want = |name: &str| match name {
+            ChecksumAlgorithm::CRC32 => hasher.crc32 = Some(Default::default()),
+            ChecksumAlgorithm::CRC32C => hasher.crc32c = Some(Default::default()),
+            ChecksumAlgorithm::SHA1 => hasher.sha1 = Some(Default::default()),
+            ChecksumAlgorithm::SHA256 => hasher.sha256 = Some(Default::default()),
+            ChecksumAlgorithm::CRC64NVME => hasher.crc64nvme = Some(Default::default()),
+            _ => {}
+        };
+        if let Some(a) = algorithm {
+            if ![
+                ChecksumAlgorithm::CRC32,
+                ChecksumAlgorithm::CRC32C,
+                ChecksumAlgorithm::SHA1,
+                ChecksumAlgorithm::SHA256,
+                ChecksumAlgorithm::CRC64NVME,
+            ]
+            .contains(&a.as_str())
+            {
+                return Err(s3_error!(InvalidRequest, "unsupported checksum algorithm {:?}", a.as_str()));
+            }
+            want(a.as_str());
+        }
+        // A trailer may carry any algorithm: compute every one the client may announce there.
+        if trailers.is_some() || expected.crc32.is_some() {
+            want(ChecksumAlgorithm::CRC32);
+        }
+        if trailers.is_some() || expected.crc32c.is_some() {
+            want(ChecksumAlgorithm::CRC32C);
+        }
+        if trailers.is_some() || expected.sha1.is_some() {
+            want(ChecksumAlgorithm::SHA1);
+        }
+        if trailers.is_some() || expected.sha256.is_some() {
+            want(ChecksumAlgorithm::SHA256);
+        }
+        if trailers.is_some() || expected.crc64nvme.is_some() {
+            want(ChecksumAlgorithm::CRC64NVME);
+        }
+        Ok(Verifier { hasher, content_md5, expected, trailers })
+    }
+}
+
+impl BodyCheck for Verifier {
+    fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    fn finish(self: Box<Self>, md5_hex: &str) -> Result<Checksums, S3Error> {
+        let Verifier { hasher, content_md5, mut expected, trailers } = *self;
+        if let Some(b64) = content_md5 {
+            let sent = base64_decode(&b64).ok_or_else(|| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
+            if sent.len() != 16 {
+                return Err(s3_error!(InvalidDigest, "Content-MD5 is not 16 bytes"));
+            }
+            let sent_hex: String = sent.iter().map(|b| format!("{b:02x}")).collect();
+            if sent_hex != md5_hex {
+                return Err(s3_error!(BadDigest, "the body's MD5 does not match Content-MD5"));
+            }
+        }
+        if let Some(t) = trailers
+            && let Some(headers) = t.take()
+        {
+            let field = |name: &str| -> S3Result<Option<String>> {
+                headers
+                    .get(name)
+                    .map(|v| {
+                        v.to_str().map(str::to_string).map_err(|_| s3_error!(InvalidRequest, "bad trailer {name}"))
+                    })
+                    .transpose()
+            };
+            expected.crc32 = field("x-amz-checksum-crc32")?.or(expected.crc32);
+            expected.crc32c = field("x-amz-checksum-crc32c")?.or(expected.crc32c);
+            expected.sha1 = field("x-amz-checksum-sha1")?.or(expected.sha1);
+            expected.sha256 = field("x-amz-checksum-sha256")?.or(expected.sha256);
+            expected.crc64nvme = field("x-amz-checksum-crc64nvme")?.or(expected.crc64nvme);
+        }
+        let got = hasher.finalize();
+        let pairs = [
+            ("CRC32", &expected.crc32, &got.checksum_crc32),
+            ("CRC32C", &expected.crc32c, &got.checksum_crc32c),
+            ("SHA1", &expected.sha1, &got.checksum_sha1),
+            ("SHA256", &expected.sha256, &got.checksum_sha256),
+            ("CRC64NVME", &expected.crc64nvme, &got.checksum_crc64nvme),
+        ];
+        for (name, want, have) in pairs {
+            if let Some(want) = want
+                && Some(want) != have.as_ref()
+            {
+                return Err(s3_error!(BadDigest, "the body's {name} checksum does not match the one sent"));
+            }
+        }
+        // Only the checksums the client asked for are stored and returned.
+        Ok(expected)
+    }
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.trim_end_matches('=').bytes() {
+        let v = ALPHABET.iter().position(|a| *a == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+fn write_error(e: WriteError) -> S3Error {
+    match e {
+        WriteError::Gateway(g) => g.into(),
+        WriteError::Refused(s) => s,
+        WriteError::Body(why) => s3_error!(IncompleteBody, "the request body ended early or was malformed: {why}"),
+    }
+}
+
+fn user_meta_of(metadata: Option<Metadata>) -> S3Result<Vec<(String, String)>> {
+    let mut pairs: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
+    pairs.sort();
+    let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_USER_META_BYTES {
+        return Err(s3_error!(
+            MetadataTooLarge,
+            "user metadata is {bytes} bytes, over the limit of {MAX_USER_META_BYTES}"
+        ));
+    }
+    Ok(pairs)
+}
+
+fn etag_of(meta_etag: &str) -> ETag {
+    ETag::Strong(meta_etag.to_string())
+}
+
+/// Evaluates GET/HEAD conditions (RFC 9110 order: If-Match, If-Unmodified-Since, If-None-Match,
+/// If-Modified-Since).
+fn check_read_conditions(
+    meta: &ObjectMeta,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+) -> S3Result<()> {
+    let mtime_s = meta.mtime_ns / 1_000_000_000;
+    let secs = |t: &Timestamp| {
+        let odt: time::OffsetDateTime = t.clone().into();
+        odt.unix_timestamp().max(0) as u64
+    };
+    let matches = |c: &ETagCondition| match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == meta.etag,
+    };
+    if let Some(c) = if_match {
+        if !matches(c) {
+            return Err(s3_error!(PreconditionFailed, "If-Match does not hold"));
+        }
+    } else if let Some(t) = if_unmodified_since
+        && mtime_s > secs(t)
+    {
+        return Err(s3_error!(PreconditionFailed, "modified since the If-Unmodified-Since date"));
+    }
+    if let Some(c) = if_none_match {
+        if matches(c) {
+            return Err(not_modified());
+        }
+    } else if let Some(t) = if_modified_since
+        && mtime_s <= secs(t)
+    {
+        return Err(not_modified());
+    }
+    Ok(())
+}
+
+fn not_modified() -> S3Error {
+    let mut e = S3Error::new(S3ErrorCode::Custom("NotModified".into()));
+    e.set_status_code(hyper::StatusCode::NOT_MODIFIED);
+    e
+}
+
+/// An object's stored content headers in s3s's types.
+struct Content {
+    content_type: Option<ContentType>,
+    encoding: Option<String>,
+    disposition: Option<String>,
+    language: Option<String>,
+    cache_control: Option<String>,
+    expires: Option<Timestamp>,
+}
+
+fn content_of(meta: &ObjectMeta) -> Content {
+    let c = &meta.content;
+    Content {
+        content_type: c.content_type.as_deref().and_then(|t| t.parse().ok()),
+        encoding: c.content_encoding.clone(),
+        disposition: c.content_disposition.clone(),
+        language: c.content_language.clone(),
+        cache_control: c.cache_control.clone(),
+        expires: c.expires.as_deref().and_then(parse_http_date),
+    }
+}
+
+fn metadata_of(meta: &ObjectMeta) -> Option<Metadata> {
+    if meta.user_meta.is_empty() {
+        return None;
+    }
+    Some(meta.user_meta.iter().cloned().collect::<HashMap<_, _>>())
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(&self, req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
+        let user = self.requester(&req).await?;
+        let buckets = meta::list_buckets(&self.client, &user).await?;
+        let prefix = req.input.prefix.clone();
+        let list: Vec<Bucket> = buckets
+            .into_iter()
+            .filter(|b| prefix.as_deref().is_none_or(|p| b.name.starts_with(p)))
+            .map(|b| Bucket {
+                name: Some(b.name.clone()),
+                creation_date: Some(timestamp(b.created_ns)),
+                bucket_region: Some(b.region.clone()),
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(list),
+            owner: Some(owner_of(&user)),
+            prefix,
+            continuation_token: None,
+        }))
+    }
+
+    async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
+        let user = self.requester(&req).await?;
+        let region = req
+            .input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .map(|l| l.as_str().to_string());
+        if let Some(r) = &region
+            && r != &self.settings.region
+        {
+            return Err(s3_error!(
+                InvalidLocationConstraint,
+                "this gateway serves region {:?}, not {r:?}",
+                self.settings.region
+            ));
+        }
+        meta::create_bucket(&self.client, &user, &req.input.bucket, &self.settings.region).await?;
+        Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{}", req.input.bucket)) }))
+    }
+
+    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
+        let user = self.requester(&req).await?;
+        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput { bucket_region: Some(bucket.region), ..Default::default() }))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        let user = self.requester(&req).await?;
+        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        // S3 answers an empty constraint for us-east-1.
+        let location = (bucket.region != "us-east-1").then(|| BucketLocationConstraint::from(bucket.region));
+        Ok(S3Response::new(GetBucketLocationOutput { location_constraint: location }))
+    }
+
+    async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let user = self.requester(&req).await?;
+        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        if !index::is_empty(&self.client, &bucket).await? {
+            return Err(GatewayError::BucketNotEmpty(bucket.name).into());
+        }
+        meta::remove_bucket(&self.client, &bucket).await?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+        let user = self.requester(&req).await?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        if input.key.len() > layout::MAX_KEY_BYTES {
+            return Err(s3_error!(KeyTooLongError, "keys are at most {} bytes", layout::MAX_KEY_BYTES));
+        }
+        let condition = match (&input.if_none_match, &input.if_match) {
+            (Some(ETagCondition::Any), _) => WriteCondition::Absent,
+            (Some(_), _) => return Err(s3_error!(NotImplemented, "If-None-Match on PUT accepts only *")),
+            (None, Some(ETagCondition::ETag(e))) => WriteCondition::ETag(e.value().to_string()),
+            (None, Some(ETagCondition::Any)) => {
+                return Err(s3_error!(NotImplemented, "If-Match on PUT needs an ETag"));
+            }
+            (None, None) => WriteCondition::None,
+        };
+        let expected = Checksums {
+            crc32: input.checksum_crc32.clone(),
+            crc32c: input.checksum_crc32c.clone(),
+            sha1: input.checksum_sha1.clone(),
+            sha256: input.checksum_sha256.clone(),
+            crc64nvme: input.checksum_crc64nvme.clone(),
+        };
+        let verifier = Verifier::new(
+            input.content_md5.clone(),
+            expected,
+            input.checksum_algorithm.as_ref(),
+            req.trailing_headers.clone(),
+        )?;
+        let args = WriteArgs {
+            content: ContentHeaders {
+                content_type: input.content_type.as_ref().map(ToString::to_string),
+                content_encoding: input.content_encoding.clone(),
+                content_disposition: input.content_disposition.clone(),
+                content_language: input.content_language.clone(),
+                cache_control: input.cache_control.clone(),
+                expires: input.expires.as_ref().and_then(http_date),
+            },
+            user_meta: user_meta_of(input.metadata)?,
+            owner_id: user.canonical_id.clone(),
+            condition,
+            size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()),
+            gc_delay_ns: self.gc_delay_ns(),
+        };
+        let Some(body) = input.body else {
+            return Err(s3_error!(IncompleteBody, "the request has no body"));
+        };
+        let meta = objects::put(&self.client, &self.budget, &bucket, &input.key, body, Box::new(verifier), args)
+            .await
+            .map_err(write_error)?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(etag_of(&meta.etag)),
+            checksum_crc32: meta.checksums.crc32,
+            checksum_crc32c: meta.checksums.crc32c,
+            checksum_sha1: meta.checksums.sha1,
+            checksum_sha256: meta.checksums.sha256,
+            checksum_crc64nvme: meta.checksums.crc64nvme,
+            size: i64::try_from(meta.size_bytes).ok(),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+        let user = self.requester(&req).await?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        if input.part_number.is_some() {
+            return Err(s3_error!(NotImplemented, "partNumber reads come with multipart uploads"));
+        }
+        // Read the head's share of the range with the metadata when the range does not need the
+        // size to resolve (a suffix range does).
+        let guess = match &input.range {
+            None => Some(0..layout::CHUNK_BYTES),
+            Some(Range::Int { first, last }) => Some(*first..last.map_or(u64::MAX, |l| l.saturating_add(1))),
+            Some(Range::Suffix { .. }) => None,
+        };
+        let Some(mut obj) = objects::open(&self.client, &bucket, &input.key, guess.clone()).await? else {
+            return Err(GatewayError::NoSuchKey(input.key).into());
+        };
+        let meta = obj.meta.clone();
+        check_read_conditions(
+            &meta,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            input.if_unmodified_since.as_ref(),
+        )?;
+        let (range, content_range) = match &input.range {
+            None => (0..meta.size_bytes, None),
+            Some(r) => {
+                let resolved = r.check(meta.size_bytes).map_err(|_| {
+                    s3_error!(InvalidRange, "the range is outside the object's {} bytes", meta.size_bytes)
+                })?;
+                let header = format!("bytes {}-{}/{}", resolved.start, resolved.end - 1, meta.size_bytes);
+                (resolved, Some(header))
+            }
+        };
+        if guess.as_ref().map(|g| g.start) != Some(range.start) {
+            // The range needed the size: read the head's share now.
+            obj = objects::open(&self.client, &bucket, &input.key, Some(range.clone()))
+                .await?
+                .filter(|o| o.meta.tag == meta.tag)
+                .ok_or_else(|| s3_error!(NoSuchKey, "the object changed while it was read"))?;
+        }
+        let length = range.end - range.start;
+        let rx = objects::read_stream(self.client.clone(), self.budget.clone(), bucket.id, obj, range);
+        let body = StreamingBlob::wrap(ReceiverStream { rx, remaining: length });
+        let c = content_of(&meta);
+        let checksums = input.checksum_mode.as_ref().is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
+            && content_range.is_none();
+        let out = GetObjectOutput {
+            body: Some(body),
+            content_length: i64::try_from(length).ok(),
+            content_range,
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag_of(&meta.etag)),
+            last_modified: Some(timestamp(meta.mtime_ns)),
+            metadata: metadata_of(&meta),
+            content_type: input.response_content_type.or(c.content_type),
+            content_encoding: input.response_content_encoding.or(c.encoding),
+            content_disposition: input.response_content_disposition.or(c.disposition),
+            content_language: input.response_content_language.or(c.language),
+            cache_control: input.response_cache_control.or(c.cache_control),
+            expires: input.response_expires.or(c.expires),
+            checksum_crc32: meta.checksums.crc32.clone().filter(|_| checksums),
+            checksum_crc32c: meta.checksums.crc32c.clone().filter(|_| checksums),
+            checksum_sha1: meta.checksums.sha1.clone().filter(|_| checksums),
+            checksum_sha256: meta.checksums.sha256.clone().filter(|_| checksums),
+            checksum_crc64nvme: meta.checksums.crc64nvme.clone().filter(|_| checksums),
+            ..Default::default()
+        };
+        Ok(S3Response::new(out))
+    }
+
+    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+        let user = self.requester(&req).await?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let Some(meta) = objects::head_meta(&self.client, &bucket, &input.key).await? else {
+            return Err(GatewayError::NoSuchKey(input.key).into());
+        };
+        check_read_conditions(
+            &meta,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            input.if_unmodified_since.as_ref(),
+        )?;
+        let (content_length, content_range) = match &input.range {
+            None => (meta.size_bytes, None),
+            Some(r) => {
+                let resolved = r.check(meta.size_bytes).map_err(|_| {
+                    s3_error!(InvalidRange, "the range is outside the object's {} bytes", meta.size_bytes)
+                })?;
+                let header = format!("bytes {}-{}/{}", resolved.start, resolved.end - 1, meta.size_bytes);
+                (resolved.end - resolved.start, Some(header))
+            }
+        };
+        let c = content_of(&meta);
+        let checksums = input.checksum_mode.as_ref().is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: i64::try_from(content_length).ok(),
+            content_range,
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag_of(&meta.etag)),
+            last_modified: Some(timestamp(meta.mtime_ns)),
+            metadata: metadata_of(&meta),
+            content_type: c.content_type,
+            content_encoding: c.encoding,
+            content_disposition: c.disposition,
+            content_language: c.language,
+            cache_control: c.cache_control,
+            expires: c.expires,
+            checksum_crc32: meta.checksums.crc32.clone().filter(|_| checksums),
+            checksum_crc32c: meta.checksums.crc32c.clone().filter(|_| checksums),
+            checksum_sha1: meta.checksums.sha1.clone().filter(|_| checksums),
+            checksum_sha256: meta.checksums.sha256.clone().filter(|_| checksums),
+            checksum_crc64nvme: meta.checksums.crc64nvme.clone().filter(|_| checksums),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let user = self.requester(&req).await?;
+        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        objects::delete(&self.client, &bucket, &req.input.key, self.gc_delay_ns()).await?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let user = self.requester(&req).await?;
+        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        let objects_in = req.input.delete.objects;
+        if objects_in.len() > 1000 {
+            return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
+        }
+        let quiet = req.input.delete.quiet.unwrap_or(false);
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for o in objects_in {
+            match objects::delete(&self.client, &bucket, &o.key, self.gc_delay_ns()).await {
+                Ok(()) => {
+                    if !quiet {
+                        deleted.push(DeletedObject { key: Some(o.key), ..Default::default() });
+                    }
+                }
+                Err(e) => {
+                    let s3 = S3Error::from(e);
+                    errors.push(Error {
+                        code: Some(s3.code().as_str().to_string()),
+                        key: Some(o.key),
+                        message: s3.message().map(str::to_string),
+                        version_id: None,
+                    });
+                }
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
+        let user = self.requester(&req).await?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let max = input.max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS) as usize;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let page =
+            index::list(&self.client, &bucket, &prefix, input.delimiter.as_deref(), input.marker.as_deref(), max)
+                .await?;
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let enc = |s: String| if url { url_encode(&s) } else { s };
+        let next_marker = (page.truncated && input.delimiter.is_some()).then(|| page.last_key.clone()).flatten();
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(bucket.name.clone()),
+            prefix: Some(enc(prefix)),
+            marker: Some(input.marker.unwrap_or_default()),
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            contents: Some(objects_of(page.entries, Some(&user), enc)),
+            common_prefixes: Some(
+                page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
+            ),
+            delimiter: input.delimiter.map(enc),
+            next_marker: next_marker.map(enc),
+            encoding_type: input.encoding_type,
+            request_charged: None,
+        }))
+    }
+
+    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let user = self.requester(&req).await?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let max = input.max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS) as usize;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        // The continuation token is the last key returned, hex-encoded (opaque to clients).
+        let after =
+            match &input.continuation_token {
+                Some(t) => Some(hex_decode(t).and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| {
+                    s3_error!(InvalidArgument, "the continuation token is not one this gateway gave")
+                })?),
+                None => input.start_after.clone(),
+            };
+        let page =
+            index::list(&self.client, &bucket, &prefix, input.delimiter.as_deref(), after.as_deref(), max).await?;
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let enc = |s: String| if url { url_encode(&s) } else { s };
+        let owner = input.fetch_owner.unwrap_or(false).then_some(&user);
+        let key_count = (page.entries.len() + page.common_prefixes.len()) as i32;
+        let next = page.truncated.then(|| page.last_key.as_deref().map(|k| hex_encode(k.as_bytes()))).flatten();
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(bucket.name.clone()),
+            prefix: Some(enc(prefix)),
+            max_keys: Some(max as i32),
+            key_count: Some(key_count),
+            continuation_token: input.continuation_token,
+            is_truncated: Some(page.truncated),
+            next_continuation_token: next,
+            contents: Some(objects_of(page.entries, owner, enc)),
+            common_prefixes: Some(
+                page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
+            ),
+            delimiter: input.delimiter.map(enc),
+            encoding_type: input.encoding_type,
+            start_after: input.start_after.map(enc),
+            request_charged: None,
+        }))
+    }
+}
+
+fn objects_of(
+    entries: Vec<(String, layout::IndexEntry)>,
+    owner: Option<&UserRecord>,
+    enc: impl Fn(String) -> String,
+) -> Vec<Object> {
+    entries
+        .into_iter()
+        .map(|(key, e)| Object {
+            key: Some(enc(key)),
+            e_tag: Some(etag_of(&e.etag)),
+            last_modified: Some(timestamp(e.mtime_ns)),
+            size: i64::try_from(e.size_bytes).ok(),
+            storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+            owner: owner.map(owner_of),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// S3's `encoding-type=url`: every byte but unreserved characters and `/` percent-encoded.
+fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An object body stream fed by the reading task, which knows its length.
+struct ReceiverStream {
+    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
+    remaining: u64,
+}
+
+impl futures::Stream for ReceiverStream {
+    type Item = Result<bytes::Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let p = self.rx.poll_recv(cx);
+        if let std::task::Poll::Ready(Some(Ok(b))) = &p {
+            self.remaining = self.remaining.saturating_sub(b.len() as u64);
+        }
+        p
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        (n, Some(n))
+    }
+}

@@ -1,0 +1,142 @@
+//! The gateway daemon's HTTP side: a listener, HTTP/1.1 keep-alive connections served by s3s,
+//! and `x-amz-request-id` on every response.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use s3s::service::S3ServiceBuilder;
+use shoal_client::Client;
+use tokio::net::TcpListener;
+
+use crate::auth::ClusterAuth;
+use crate::error::GatewayError;
+use crate::meta;
+use crate::objects::MemoryBudget;
+use crate::s3impl::{Gateway, ServiceSettings};
+
+/// Most connections served at once; more wait in the listen backlog.
+const MAX_CONNECTIONS: usize = 4096;
+
+/// How a gateway runs.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    /// Domains for virtual-host-style requests (`BUCKET.DOMAIN`); empty: path style only.
+    pub domains: Vec<String>,
+    pub region: String,
+    /// Bytes all requests together may hold (bodies and replies in flight).
+    pub inflight_bytes: u64,
+    pub gc_delay: Duration,
+    /// Replicas of the pools the gateway creates when they do not exist.
+    pub pool_size: u32,
+    /// PGs of the data pool it creates (the others get a quarter).
+    pub pg_num: u32,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> GatewayConfig {
+        GatewayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7480)),
+            domains: Vec::new(),
+            region: "us-east-1".into(),
+            inflight_bytes: 256 << 20,
+            gc_delay: Duration::from_secs(2 * 3600),
+            pool_size: 3,
+            pg_num: 64,
+        }
+    }
+}
+
+/// A bound listener, ready to serve.
+pub struct Server {
+    listener: TcpListener,
+    service: s3s::service::S3Service,
+}
+
+impl Server {
+    /// Creates the gateway's pools if needed and binds the listener.
+    pub async fn bind(client: Client, cfg: &GatewayConfig) -> Result<Server, GatewayError> {
+        let timeout_ms = client.mon().config().op_timeout_ms;
+        meta::ensure_pools(&client, cfg.pool_size, cfg.pg_num, timeout_ms).await?;
+        let settings = ServiceSettings { region: cfg.region.clone(), gc_delay: cfg.gc_delay };
+        let gateway = Gateway::new(client, MemoryBudget::new(cfg.inflight_bytes), settings);
+        let mut builder = S3ServiceBuilder::new(gateway.clone());
+        builder.set_auth(ClusterAuth(gateway.keys.clone()));
+        if !cfg.domains.is_empty() {
+            let host = s3s::host::MultiDomain::new(&cfg.domains)
+                .map_err(|e| GatewayError::InvalidArgument(format!("bad --domain: {e}")))?;
+            builder.set_host(host);
+        }
+        let listener = TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| GatewayError::InvalidArgument(format!("cannot listen on {}: {e}", cfg.listen)))?;
+        Ok(Server { listener, service: builder.build() })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        // A bound listener always has an address.
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Serves until the process ends.
+    pub async fn run(self) -> Result<(), GatewayError> {
+        let conns = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let request_ids = Arc::new(RequestIds::new());
+        loop {
+            let permit = conns.clone().acquire_owned().await.map_err(|e| GatewayError::Internal(e.to_string()))?;
+            let (socket, peer) = match self.listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let _ = socket.set_nodelay(true);
+            let service = self.service.clone();
+            let ids = request_ids.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let service = service.clone();
+                    let id = ids.next();
+                    async move {
+                        let mut resp = service.call(req.map(s3s::Body::from)).await?;
+                        if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
+                            resp.headers_mut().insert("x-amz-request-id", v);
+                        }
+                        Ok::<_, s3s::HttpError>(resp)
+                    }
+                });
+                let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(socket), svc)
+                    .await;
+                if let Err(e) = conn {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Request ids: this gateway's random prefix and a counter, unique across gateways.
+struct RequestIds {
+    prefix: u32,
+    next: AtomicU64,
+}
+
+impl RequestIds {
+    fn new() -> RequestIds {
+        let mut b = [0u8; 4];
+        let _ = getrandom::fill(&mut b);
+        RequestIds { prefix: u32::from_le_bytes(b), next: AtomicU64::new(1) }
+    }
+
+    fn next(&self) -> String {
+        format!("{:08X}{:016X}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
