@@ -57,7 +57,7 @@ pub struct OsdArgs {
 /// Daemons log to stderr, which `shoal up` points at `DIR/NAME.log`: one line per event, with
 /// a timestamp, no colours. The Raft library reports every election step at INFO; only its
 /// warnings are kept.
-fn init_logging() {
+pub(crate) fn init_logging() {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -80,7 +80,7 @@ fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
 }
 
 /// Resolves when the process gets SIGTERM or SIGINT.
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         return std::future::pending().await;

@@ -7,6 +7,7 @@ mod conf;
 mod config_cmd;
 mod daemons;
 mod demo;
+mod gateway_cmd;
 mod obj;
 mod pg_cmd;
 mod pglog_cmd;
@@ -61,6 +62,12 @@ enum Command {
     /// Client keys kept by the monitors: add, ls, rm.
     #[command(subcommand)]
     Auth(admin::AuthCommand),
+    /// The S3 gateway: `shoal gateway run`.
+    #[command(subcommand)]
+    Gateway(gateway_cmd::GatewayCommand),
+    /// S3 users and access keys: `shoal s3 user create|ls|info|rm`, `shoal s3 key create|rm`.
+    #[command(subcommand)]
+    S3(gateway_cmd::S3Command),
     /// Objects: put, get, rm, stat, ls.
     #[command(subcommand)]
     Obj(obj::ObjCommand),
@@ -129,6 +136,8 @@ fn main() -> ExitCode {
         Command::Pg(cmd) => pg_cmd::run(&cmd),
         Command::Auth(cmd) => admin::auth(&cmd),
         Command::Config(cmd) => config_cmd::run(&cmd),
+        Command::Gateway(cmd) => gateway_cmd::run(&cmd),
+        Command::S3(cmd) => gateway_cmd::s3(&cmd),
         Command::Obj(cmd) => obj::run(&cmd),
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Store(cmd) => store_cmd::run(cmd),

@@ -1,0 +1,230 @@
+//! `shoal gateway run` (the S3 gateway daemon) and `shoal s3 user|key` (S3 users and their
+//! access keys, kept in the cluster).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use shoal_gateway::layout::UserRecord;
+use shoal_gateway::{GatewayConfig, Server, meta};
+
+use crate::admin::print;
+use crate::conf::ConfArgs;
+
+#[derive(Subcommand)]
+pub enum GatewayCommand {
+    /// Run an S3 gateway in the foreground until SIGTERM. It creates the gateway's pools on
+    /// first start; any number of gateways may serve one cluster.
+    Run(GatewayArgs),
+}
+
+#[derive(Args)]
+pub struct GatewayArgs {
+    #[command(flatten)]
+    conf: ConfArgs,
+    /// Address to serve S3 on (HTTP/1.1).
+    #[arg(long, default_value = "127.0.0.1:7480")]
+    listen: SocketAddr,
+    /// Domain for virtual-host-style requests (BUCKET.DOMAIN); may be repeated.
+    #[arg(long)]
+    domain: Vec<String>,
+    /// The region this gateway serves (checked in signatures and LocationConstraint).
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Bytes all requests together may hold in memory; requests beyond it wait.
+    #[arg(long, default_value = "256M", value_parser = crate::conf::parse_size_arg)]
+    inflight: u64,
+    /// Seconds replaced or deleted data stays readable before it is collected.
+    #[arg(long, default_value_t = 7200)]
+    gc_delay_s: u64,
+    /// Replicas of the gateway's pools when it creates them (default: up to 3, one per OSD).
+    #[arg(long)]
+    pool_size: Option<u32>,
+    /// PGs of the data pool when the gateway creates it.
+    #[arg(long, default_value_t = 64)]
+    pg_num: u32,
+}
+
+pub fn run(cmd: &GatewayCommand) -> Result<ExitCode> {
+    match cmd {
+        GatewayCommand::Run(args) => run_gateway(args),
+    }
+}
+
+fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
+    crate::daemons::init_logging();
+    let cluster = args.conf.cluster()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    rt.block_on(async {
+        let client = shoal_client::Client::connect(cluster).await.context("connecting to the cluster")?;
+        let osds = client.mon().map().osds.len() as u32;
+        let cfg = GatewayConfig {
+            listen: args.listen,
+            domains: args.domain.clone(),
+            region: args.region.clone(),
+            inflight_bytes: args.inflight,
+            gc_delay: Duration::from_secs(args.gc_delay_s),
+            pool_size: args.pool_size.unwrap_or(osds.clamp(1, 3)),
+            pg_num: args.pg_num,
+        };
+        let server = Server::bind(client, &cfg).await?;
+        tracing::info!(addr = %server.local_addr(), "S3 gateway serving");
+        tokio::select! {
+            r = server.run() => r?,
+            () = crate::daemons::stop_signal() => tracing::info!("stopping on a signal"),
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Subcommand)]
+pub enum S3Command {
+    /// S3 users: create, ls, info, rm.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Access keys of S3 users: create, rm.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+pub enum UserCommand {
+    /// Create a user with one access key; prints the key and its secret (shown only here).
+    Create {
+        #[command(flatten)]
+        conf: ConfArgs,
+        name: String,
+        #[arg(long)]
+        display_name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List users.
+    Ls {
+        #[command(flatten)]
+        conf: ConfArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A user's ids, keys and buckets.
+    Info {
+        #[command(flatten)]
+        conf: ConfArgs,
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a user and its keys (refused while it owns buckets).
+    Rm {
+        #[command(flatten)]
+        conf: ConfArgs,
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum KeyCommand {
+    /// Add an access key to a user; prints it and its secret.
+    Create {
+        #[command(flatten)]
+        conf: ConfArgs,
+        user: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an access key.
+    Rm {
+        #[command(flatten)]
+        conf: ConfArgs,
+        access_key: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn user_json(u: &UserRecord) -> serde_json::Value {
+    json!({
+        "user": u.name,
+        "display_name": u.display_name,
+        "canonical_id": u.canonical_id,
+        "access_keys": u.access_keys,
+    })
+}
+
+pub fn s3(cmd: &S3Command) -> Result<ExitCode> {
+    match cmd {
+        S3Command::User(UserCommand::Create { conf, name, display_name, json }) => {
+            let c = conf.connect()?;
+            let (user, access, secret) = c.runtime().block_on(async {
+                ensure_pools(c.client()).await?;
+                meta::create_user(c.client(), name, display_name.as_deref(), None).await.map_err(anyhow::Error::from)
+            })?;
+            let mut doc = user_json(&user);
+            doc["access_key"] = json!(access);
+            doc["secret_key"] = json!(secret);
+            print(*json, doc, || format!("user {}\n  access key {access}\n  secret key {secret}", user.name));
+        }
+        S3Command::User(UserCommand::Ls { conf, json }) => {
+            let c = conf.connect()?;
+            let users = c.runtime().block_on(meta::list_users(c.client()))?;
+            print(*json, json!(users.iter().map(user_json).collect::<Vec<_>>()), || {
+                users.iter().map(|u| u.name.clone()).collect::<Vec<_>>().join("\n")
+            });
+        }
+        S3Command::User(UserCommand::Info { conf, name, json }) => {
+            let c = conf.connect()?;
+            let (user, buckets) = c.runtime().block_on(async {
+                let user = meta::get_user(c.client(), name).await?;
+                let buckets = meta::list_buckets(c.client(), &user).await?;
+                Ok::<_, shoal_gateway::GatewayError>((user, buckets))
+            })?;
+            let names: Vec<&str> = buckets.iter().map(|b| b.name.as_str()).collect();
+            let mut doc = user_json(&user);
+            doc["buckets"] = json!(names);
+            print(*json, doc, || {
+                format!(
+                    "user {}\n  display name {}\n  canonical id {}\n  access keys {}\n  buckets {}",
+                    user.name,
+                    user.display_name,
+                    user.canonical_id,
+                    user.access_keys.join(", "),
+                    names.join(", ")
+                )
+            });
+        }
+        S3Command::User(UserCommand::Rm { conf, name, json }) => {
+            let c = conf.connect()?;
+            c.runtime().block_on(meta::remove_user(c.client(), name))?;
+            print(*json, json!({"removed": name}), || format!("removed user {name}"));
+        }
+        S3Command::Key(KeyCommand::Create { conf, user, json }) => {
+            let c = conf.connect()?;
+            let (access, secret) = c.runtime().block_on(meta::create_key(c.client(), user))?;
+            print(*json, json!({"user": user, "access_key": access, "secret_key": secret}), || {
+                format!("user {user}\n  access key {access}\n  secret key {secret}")
+            });
+        }
+        S3Command::Key(KeyCommand::Rm { conf, access_key, json }) => {
+            let c = conf.connect()?;
+            let user = c.runtime().block_on(meta::remove_key(c.client(), access_key))?;
+            print(*json, json!({"removed": access_key, "user": user}), || {
+                format!("removed access key {access_key} of user {user}")
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Creates the gateway's pools if no gateway has yet (a user can be made before any runs).
+pub async fn ensure_pools(client: &shoal_client::Client) -> Result<()> {
+    let map = client.mon().map();
+    let size = map.osds.len().clamp(1, 3) as u32;
+    let timeout_ms = client.mon().config().op_timeout_ms;
+    meta::ensure_pools(client, size, 64, timeout_ms).await.context("creating the gateway's pools")
+}
