@@ -94,6 +94,94 @@ struct UpReport {
     pool_size: u32,
     healthy_after_ms: u64,
     logs: Vec<PathBuf>,
+    gateway: GatewayReport,
+}
+
+/// The S3 gateway `up` starts, and the admin S3 user's keys.
+#[derive(Serialize)]
+struct GatewayReport {
+    endpoint: String,
+    access_key: String,
+    secret_key: String,
+}
+
+/// The S3 user `up` creates for its operator.
+const S3_ADMIN_USER: &str = "admin";
+/// The entity the gateway acts as.
+const GATEWAY_ENTITY: &str = "client.gateway";
+
+/// Gives the gateway its own key (in the keyring file and the monitors' auth table), creates its
+/// pools and the admin S3 user if missing, starts it on a free port and waits until it accepts
+/// connections. Returns its endpoint and the admin user's keys.
+fn start_gateway(
+    client: &BlockingClient,
+    dir: &Path,
+    conf_arg: &str,
+    pool_size: u32,
+    deadline: Instant,
+) -> Result<GatewayReport> {
+    let rt = client.runtime();
+    let c = client.client();
+    let keyring_path = dir.join("keyring");
+    let mut keyring = Keyring::load(&keyring_path)?;
+    let key = match keyring.get(GATEWAY_ENTITY) {
+        Some(k) => k.clone(),
+        None => {
+            let k = Key::generate();
+            keyring.insert(GATEWAY_ENTITY, k.clone());
+            keyring.save(&keyring_path)?;
+            k
+        }
+    };
+    if c.mon().map().auth.get(GATEWAY_ENTITY).is_none_or(|known| *known != key.0) {
+        let epoch = rt.block_on(c.mon().command(Command::AuthAdd { entity: GATEWAY_ENTITY.into(), key: key.0 }))?;
+        rt.block_on(c.mon().wait_for_epoch(epoch, 10_000))?;
+    }
+    let timeout_ms = c.mon().config().op_timeout_ms;
+    let (access_key, secret_key) = rt.block_on(async {
+        shoal_gateway::meta::ensure_pools(c, pool_size, 64, timeout_ms).await?;
+        match shoal_gateway::meta::get_user(c, S3_ADMIN_USER).await {
+            Ok(user) => {
+                let access = user.access_keys.first().cloned().unwrap_or_default();
+                let secret = shoal_gateway::meta::lookup_key(c, &access).await?.secret;
+                Ok::<_, shoal_gateway::GatewayError>((access, secret))
+            }
+            Err(shoal_gateway::GatewayError::NoSuchUser(_)) => {
+                let (_, access, secret) = shoal_gateway::meta::create_user(c, S3_ADMIN_USER, None, None).await?;
+                Ok((access, secret))
+            }
+            Err(e) => Err(e),
+        }
+    })?;
+    let addr = free_port()?;
+    let args: Vec<String> = vec![
+        "gateway".into(),
+        "run".into(),
+        "--conf".into(),
+        conf_arg.into(),
+        "--name".into(),
+        GATEWAY_ENTITY.into(),
+        "--listen".into(),
+        addr.to_string(),
+        "--pool-size".into(),
+        pool_size.to_string(),
+    ];
+    spawn_daemon(dir, "gateway", &args)?;
+    let log = dir.join("gateway.log");
+    loop {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            break;
+        }
+        let alive = read_pids(dir).iter().any(|(n, pid)| n == "gateway" && pid_alive(*pid));
+        if !alive {
+            bail!("the gateway exited during start-up; the end of {}:\n{}", log.display(), log_tail(&log));
+        }
+        if Instant::now() >= deadline {
+            bail!("the gateway did not listen on {addr} in time; see {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(GatewayReport { endpoint: format!("http://{addr}"), access_key, secret_key })
 }
 
 /// 4 GiB on disk; in RAM, half of the machine's memory divided among the OSDs (at least 1 GiB),
@@ -363,6 +451,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
             bail!("PG {}.{seed:x} has {} of {} OSDs", pool.id, acting.len(), pool.size);
         }
     }
+    let gateway = start_gateway(&client, &dir, &conf_arg, pool.size, deadline).context("starting the S3 gateway")?;
     let report = UpReport {
         dir: dir.clone(),
         conf: conf_path.clone(),
@@ -376,6 +465,7 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         pool_size: pool.size,
         healthy_after_ms: started.elapsed().as_millis() as u64,
         logs,
+        gateway,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -390,7 +480,16 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         println!("  monitors {}", report.mons.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
         println!("  logs     {}/*.log", dir.display());
         println!("  pool     data (size {}, {} PGs)", pool.size, pool.pg_num);
+        let gw = &report.gateway;
+        println!(
+            "  s3       {}   (user admin: access key {}, secret key {})",
+            gw.endpoint, gw.access_key, gw.secret_key
+        );
         println!("try: shoal status; shoal obj put --pool data NAME FILE; shoal bench --pool data --seconds 5 write");
+        println!(
+            "     AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url {} s3 ls",
+            gw.access_key, gw.secret_key, gw.endpoint
+        );
         println!(
             "stop: shoal down{}",
             if args.dir.is_some() { format!(" --dir {}", dir.display()) } else { String::new() }
@@ -408,10 +507,12 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
     let info: Option<ClusterFile> =
         fs::read_to_string(dir.join("cluster.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
     let pids = read_pids(&dir);
-    // OSDs first: each marks itself down at the monitors, which must still be running.
-    let (osds, others): (Vec<_>, Vec<_>) = pids.into_iter().partition(|(n, _)| n.starts_with("osd."));
+    // The gateway first (it is a client), then OSDs: each marks itself down at the monitors,
+    // which must still be running.
+    let (gateways, daemons): (Vec<_>, Vec<_>) = pids.into_iter().partition(|(n, _)| n == "gateway");
+    let (osds, others): (Vec<_>, Vec<_>) = daemons.into_iter().partition(|(n, _)| n.starts_with("osd."));
     let mut stopped = 0;
-    for group in [osds, others] {
+    for group in [gateways, osds, others] {
         for (_, pid) in &group {
             if pid_alive(*pid) {
                 unsafe { libc::kill(*pid, libc::SIGTERM) };
