@@ -1,0 +1,180 @@
+"""S3 through boto3 at its defaults against a Shoal gateway (driven by crates/cli/tests/s3.rs).
+
+Environment: S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY. Exits non-zero on the first failed check,
+naming it. Every check states what a real S3 server answers.
+"""
+import base64
+import hashlib
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import boto3
+import botocore
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+ENDPOINT = os.environ["S3_ENDPOINT"]
+ACCESS = os.environ["S3_ACCESS_KEY"]
+SECRET = os.environ["S3_SECRET_KEY"]
+
+
+def client(access=ACCESS, secret=SECRET, **cfg):
+    return boto3.client(
+        "s3",
+        endpoint_url=ENDPOINT,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(retries={"max_attempts": 1}, **cfg),
+    )
+
+
+def fails(code, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except ClientError as e:
+        got = e.response["Error"]["Code"]
+        assert got == code, f"expected {code}, got {got}: {e}"
+        assert e.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-request-id"), "no request id"
+        return e
+    raise AssertionError(f"expected {code}, the call succeeded")
+
+
+s3 = client()
+print("boto3", boto3.__version__, "botocore", botocore.__version__)
+
+# Buckets.
+s3.create_bucket(Bucket="alpha")
+fails("BucketAlreadyOwnedByYou", s3.create_bucket, Bucket="alpha")
+fails("InvalidBucketName", s3.create_bucket, Bucket="Bad_Name")
+fails(
+    "InvalidLocationConstraint",
+    s3.create_bucket,
+    Bucket="beta",
+    CreateBucketConfiguration={"LocationConstraint": "eu-west-3"},
+)
+names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+assert names == ["alpha"], names
+assert s3.list_buckets()["Owner"]["ID"], "ListBuckets names the owner"
+s3.head_bucket(Bucket="alpha")
+fails("404", s3.head_bucket, Bucket="nosuchbucket")
+fails("NoSuchBucket", s3.list_objects_v2, Bucket="nosuchbucket")
+
+# Small objects, with the CRC32 checksum boto3 sends by default.
+body = b"hello shoal\n"
+put = s3.put_object(Bucket="alpha", Key="dir/hello.txt", Body=body, ContentType="text/plain",
+                    Metadata={"colour": "blue"}, CacheControl="max-age=60")
+assert put["ETag"] == '"%s"' % hashlib.md5(body).hexdigest(), put["ETag"]
+got = s3.get_object(Bucket="alpha", Key="dir/hello.txt")
+assert got["Body"].read() == body
+assert got["ContentType"] == "text/plain", got["ContentType"]
+assert got["Metadata"] == {"colour": "blue"}, got["Metadata"]
+assert got["CacheControl"] == "max-age=60"
+head = s3.head_object(Bucket="alpha", Key="dir/hello.txt", ChecksumMode="ENABLED")
+assert head["ContentLength"] == len(body)
+assert head.get("ChecksumCRC32"), f"the stored CRC32 is returned: {head}"
+fails("404", s3.head_object, Bucket="alpha", Key="missing")
+fails("NoSuchKey", s3.get_object, Bucket="alpha", Key="missing")
+
+# Integrity: a wrong Content-MD5 or checksum is refused and stores nothing.
+wrong_md5 = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+fails("BadDigest", s3.put_object, Bucket="alpha", Key="bad", Body=b"data", ContentMD5=wrong_md5)
+fails("BadDigest", s3.put_object, Bucket="alpha", Key="bad", Body=b"data", ChecksumCRC32="AAAAAA==")
+fails("BadDigest", s3.put_object, Bucket="alpha", Key="bad", Body=b"data",
+      ChecksumSHA256=base64.b64encode(hashlib.sha256(b"x").digest()).decode())
+fails("NoSuchKey", s3.get_object, Bucket="alpha", Key="bad")
+s3.put_object(Bucket="alpha", Key="good-sha", Body=b"data",
+              ChecksumSHA256=base64.b64encode(hashlib.sha256(b"data").digest()).decode())
+
+# A larger object: a head and two tails (chunks of 4 MiB), read whole and by ranges.
+big = os.urandom(9 * 1024 * 1024 + 123)
+s3.put_object(Bucket="alpha", Key="big.bin", Body=big)
+assert s3.get_object(Bucket="alpha", Key="big.bin")["Body"].read() == big
+for start, end in [(0, 0), (4194300, 4194400), (8388600, 9437300), (len(big) - 10, len(big) - 1)]:
+    r = s3.get_object(Bucket="alpha", Key="big.bin", Range=f"bytes={start}-{end}")
+    assert r["Body"].read() == big[start:end + 1], (start, end)
+    assert r["ContentRange"] == f"bytes {start}-{end}/{len(big)}", r["ContentRange"]
+r = s3.get_object(Bucket="alpha", Key="big.bin", Range="bytes=-5")
+assert r["Body"].read() == big[-5:]
+fails("InvalidRange", s3.get_object, Bucket="alpha", Key="big.bin", Range=f"bytes={len(big)}-")
+
+# Conditional reads and writes.
+etag = s3.head_object(Bucket="alpha", Key="dir/hello.txt")["ETag"]
+fails("412", s3.head_object, Bucket="alpha", Key="dir/hello.txt", IfMatch='"0000"')
+fails("304", s3.head_object, Bucket="alpha", Key="dir/hello.txt", IfNoneMatch=etag)
+s3.put_object(Bucket="alpha", Key="lock", Body=b"v1", IfNoneMatch="*")
+fails("PreconditionFailed", s3.put_object, Bucket="alpha", Key="lock", Body=b"v2", IfNoneMatch="*")
+lock_etag = s3.head_object(Bucket="alpha", Key="lock")["ETag"]
+fails("PreconditionFailed", s3.put_object, Bucket="alpha", Key="lock", Body=b"v2", IfMatch='"abc"')
+s3.put_object(Bucket="alpha", Key="lock", Body=b"v2", IfMatch=lock_etag)
+assert s3.get_object(Bucket="alpha", Key="lock")["Body"].read() == b"v2"
+
+# Limits: metadata over 2 KiB, a key of 1024 bytes (stored under a hashed name), one longer.
+fails("MetadataTooLarge", s3.put_object, Bucket="alpha", Key="m", Body=b"", Metadata={"a": "x" * 2100})
+long_key = "k/" + "x" * 1022
+s3.put_object(Bucket="alpha", Key=long_key, Body=b"long")
+assert s3.get_object(Bucket="alpha", Key=long_key)["Body"].read() == b"long"
+fails("KeyTooLongError", s3.put_object, Bucket="alpha", Key="y" * 1025, Body=b"")
+
+# Listings: prefixes, delimiters, pages.
+for i in range(25):
+    s3.put_object(Bucket="alpha", Key=f"list/{i:03d}", Body=b"")
+for i in range(3):
+    s3.put_object(Bucket="alpha", Key=f"list/sub{i}/x", Body=b"")
+keys, token = [], None
+while True:
+    kw = {"ContinuationToken": token} if token else {}
+    page = s3.list_objects_v2(Bucket="alpha", Prefix="list/", MaxKeys=7, **kw)
+    keys += [o["Key"] for o in page.get("Contents", [])]
+    if not page["IsTruncated"]:
+        break
+    token = page["NextContinuationToken"]
+assert keys == [f"list/{i:03d}" for i in range(25)] + [f"list/sub{i}/x" for i in range(3)], keys
+page = s3.list_objects_v2(Bucket="alpha", Prefix="list/", Delimiter="/")
+assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["list/sub0/", "list/sub1/", "list/sub2/"], page
+assert len(page["Contents"]) == 25 and "Owner" not in page["Contents"][0]
+page = s3.list_objects_v2(Bucket="alpha", Prefix="list/", StartAfter="list/020", FetchOwner=True)
+assert page["Contents"][0]["Key"] == "list/021" and page["Contents"][0]["Owner"]["ID"], page["Contents"][0]
+top = s3.list_objects_v2(Bucket="alpha", Delimiter="/")
+assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["dir/", "k/", "list/"], top.get("CommonPrefixes")
+v1 = s3.list_objects(Bucket="alpha", Prefix="list/0", Marker="list/010", MaxKeys=5)
+assert [o["Key"] for o in v1["Contents"]] == [f"list/{i:03d}" for i in range(11, 16)], v1["Contents"]
+assert v1["IsTruncated"]
+
+# Deletes, single and batched; a non-empty bucket stays.
+fails("BucketNotEmpty", s3.delete_bucket, Bucket="alpha")
+s3.delete_object(Bucket="alpha", Key="dir/hello.txt")
+s3.delete_object(Bucket="alpha", Key="never-there")
+fails("NoSuchKey", s3.get_object, Bucket="alpha", Key="dir/hello.txt")
+rest = [o["Key"] for o in s3.list_objects_v2(Bucket="alpha")["Contents"]]
+out = s3.delete_objects(Bucket="alpha", Delete={"Objects": [{"Key": k} for k in rest]})
+assert len(out["Deleted"]) == len(rest) and not out.get("Errors"), out
+assert s3.list_objects_v2(Bucket="alpha")["KeyCount"] == 0
+
+# Authentication: bad secret, unknown key, presigned URLs.
+fails("SignatureDoesNotMatch", client(secret="wrong" + SECRET[5:]).list_buckets)
+fails("InvalidAccessKeyId", client(access="AKIANOSUCHKEY0000000").list_buckets)
+s3.put_object(Bucket="alpha", Key="shared", Body=b"presigned")
+url = s3.generate_presigned_url("get_object", Params={"Bucket": "alpha", "Key": "shared"}, ExpiresIn=60)
+assert urllib.request.urlopen(url).read() == b"presigned"
+url = s3.generate_presigned_url("get_object", Params={"Bucket": "alpha", "Key": "shared"}, ExpiresIn=1)
+time.sleep(2.5)
+try:
+    urllib.request.urlopen(url)
+    raise AssertionError("an expired presigned URL was accepted")
+except urllib.error.HTTPError as e:
+    assert e.code == 403, e.code
+    assert b"AccessDenied" in e.read()
+try:
+    urllib.request.urlopen(f"{ENDPOINT}/alpha/shared")
+    raise AssertionError("an anonymous read was accepted")
+except urllib.error.HTTPError as e:
+    assert e.code == 403, e.code
+
+s3.delete_object(Bucket="alpha", Key="shared")
+s3.delete_bucket(Bucket="alpha")
+assert s3.list_buckets()["Buckets"] == []
+print("boto3 checks passed")
