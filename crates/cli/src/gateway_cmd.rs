@@ -89,6 +89,85 @@ pub enum S3Command {
     /// Access keys of S3 users: create, rm.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Load an S3 server (any, not only Shoal's) with signed requests for a fixed time and
+    /// report ops/s, MB/s and latency: put, get, list (keys/s of ListObjectsV2 pages) or mixed.
+    Bench(S3BenchArgs),
+}
+
+#[derive(Args)]
+pub struct S3BenchArgs {
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    endpoint: String,
+    #[arg(long, env = "AWS_ACCESS_KEY_ID")]
+    access_key: String,
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    secret_key: String,
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Bucket to use (created if missing).
+    #[arg(long, default_value = "shoal-bench")]
+    bucket: String,
+    /// Object size, e.g. 4K or 4M.
+    #[arg(long, default_value = "4K", value_parser = crate::conf::parse_size_arg)]
+    size: u64,
+    /// Requests in flight (one connection each).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// put, get, list or mixed (half get, half put).
+    workload: String,
+    #[arg(long)]
+    json: bool,
+}
+
+fn s3_bench(args: &S3BenchArgs) -> Result<ExitCode> {
+    use shoal_gateway::loadgen::{self, BenchSpec, Workload};
+    let workload = match args.workload.as_str() {
+        "put" => Workload::Put,
+        "get" => Workload::Get,
+        "list" => Workload::List,
+        "mixed" => Workload::Mixed,
+        other => anyhow::bail!("unknown workload {other:?}: use put, get, list or mixed"),
+    };
+    let spec = BenchSpec {
+        endpoint: args.endpoint.clone(),
+        access_key: args.access_key.clone(),
+        secret_key: args.secret_key.clone(),
+        region: args.region.clone(),
+        bucket: args.bucket.clone(),
+        size_bytes: usize::try_from(args.size).context("object size")?,
+        concurrency: args.concurrency,
+        seconds: args.seconds,
+        workload,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let json_out = args.json;
+    let report = rt
+        .block_on(loadgen::run(spec, |s, ops| {
+            if !json_out {
+                eprintln!("  {s:>4} s  {ops} ops");
+            }
+        }))
+        .map_err(anyhow::Error::msg)?;
+    print(args.json, serde_json::to_value(&report)?, || {
+        format!(
+            "{:?} {} B x {} for {:.1} s: {:.0} ops/s, {:.1} MB/s{}, latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms, \
+             {} errors",
+            report.workload,
+            report.size_bytes,
+            report.concurrency,
+            report.seconds,
+            report.ops_per_s,
+            report.mb_per_s,
+            if report.keys_per_s > 0.0 { format!(", {:.0} keys/s", report.keys_per_s) } else { String::new() },
+            report.p50_ms,
+            report.p99_ms,
+            report.max_ms,
+            report.errors
+        )
+    });
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Subcommand)]
@@ -159,6 +238,7 @@ fn user_json(u: &UserRecord) -> serde_json::Value {
 
 pub fn s3(cmd: &S3Command) -> Result<ExitCode> {
     match cmd {
+        S3Command::Bench(args) => return s3_bench(args),
         S3Command::User(UserCommand::Create { conf, name, display_name, json }) => {
             let c = conf.connect()?;
             let (user, access, secret) = c.runtime().block_on(async {

@@ -45,7 +45,7 @@ fn up_with_gateway(tmp: &Path) -> (PathBuf, common::Down, serde_json::Value) {
 fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     let python = python_with_boto3();
     let tmp = tempfile::tempdir().unwrap();
-    let (_dir, _down, gw) = up_with_gateway(tmp.path());
+    let (dir, _down, gw) = up_with_gateway(tmp.path());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_basic.py");
     let out = Command::new(&python)
         .arg(&script)
@@ -64,6 +64,35 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("boto3 checks passed"));
+
+    // The load generator against the same gateway: every request signed and answered.
+    for workload in ["put", "get", "mixed", "list"] {
+        let args = [
+            "s3",
+            "bench",
+            "--endpoint",
+            gw["endpoint"].as_str().unwrap(),
+            "--access-key",
+            gw["access_key"].as_str().unwrap(),
+            "--secret-key",
+            gw["secret_key"].as_str().unwrap(),
+            "--seconds",
+            "1",
+            "--concurrency",
+            "2",
+            workload,
+            "--json",
+        ];
+        let report: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &args))).unwrap();
+        assert!(report["ops"].as_u64().unwrap() > 0, "{workload}: {report}");
+        assert_eq!(report["errors"], 0, "{workload}: {report}");
+        assert!(report["p99_ms"].as_f64().unwrap() >= report["p50_ms"].as_f64().unwrap(), "{report}");
+        if workload == "list" {
+            assert!(report["keys_per_s"].as_f64().unwrap() > 0.0, "{report}");
+        }
+    }
+    let bad = ["s3", "bench", "--endpoint", "127.0.0.1:1", "--access-key", "a", "--secret-key", "b", "put"];
+    common::fails_with(&shoal(&dir, &bad), "must start with http://");
 }
 
 #[test]

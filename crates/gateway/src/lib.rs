@@ -11,6 +11,7 @@ pub mod auth;
 pub mod error;
 pub mod index;
 pub mod layout;
+pub mod loadgen;
 pub mod meta;
 pub mod objects;
 pub mod rados;
