@@ -19,6 +19,9 @@ use crate::rados;
 /// missing tail of a write whose tail count is unknown).
 pub const TAILS_IN_FLIGHT: usize = 2;
 
+/// Most bytes one request holds: the head chunk, the tails in flight and the one filling.
+pub const MAX_REQUEST_BYTES: u64 = (TAILS_IN_FLIGHT as u64 + 2) * layout::CHUNK_BYTES;
+
 /// The gateway-wide bound on bytes held by requests; a request waits for room.
 #[derive(Clone)]
 pub struct MemoryBudget {
@@ -28,13 +31,15 @@ pub struct MemoryBudget {
 
 impl MemoryBudget {
     pub fn new(limit_bytes: u64) -> MemoryBudget {
-        let limit_kib = (limit_bytes / 1024).clamp(2 * CHUNK_KIB as u64, u32::MAX as u64 >> 3) as u32;
+        // At least one request of the largest need must fit, or it would wait forever.
+        let limit_kib = (limit_bytes / 1024).clamp(MAX_REQUEST_KIB as u64, u32::MAX as u64 >> 3) as u32;
         MemoryBudget { permits: Arc::new(Semaphore::new(limit_kib as usize)), limit_kib }
     }
 
-    /// Waits until `bytes` (rounded up to KiB, at most one chunk) may be held.
+    /// Waits until `bytes` (rounded up to KiB, at most [`MAX_REQUEST_BYTES`]) may be held. A
+    /// caller reserves all it will hold at once, never more while holding some.
     pub async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
-        let kib = (bytes.div_ceil(1024) as u32).clamp(1, CHUNK_KIB).min(self.limit_kib);
+        let kib = (bytes.div_ceil(1024).min(u64::from(MAX_REQUEST_KIB)) as u32).max(1);
         // The semaphore is never closed, so acquiring cannot fail.
         match self.permits.clone().acquire_many_owned(kib).await {
             Ok(p) => p,
@@ -48,7 +53,7 @@ impl MemoryBudget {
     }
 }
 
-const CHUNK_KIB: u32 = (layout::CHUNK_BYTES / 1024) as u32;
+const MAX_REQUEST_KIB: u32 = (MAX_REQUEST_BYTES / 1024) as u32;
 
 /// The metadata of `key`'s head, or `None` if it has none.
 pub async fn head_meta(client: &Client, bucket: &BucketRecord, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
@@ -135,13 +140,16 @@ where
     let tag = layout::random_tag()?;
     index::prepare(client, bucket, key, tag).await?;
     let mut md5 = Md5::new();
-    let first_reserve = args.size_hint.unwrap_or(layout::CHUNK_BYTES).min(layout::CHUNK_BYTES);
-    let mut head_permit = budget.reserve(first_reserve).await;
-    let mut head = BytesMut::with_capacity(first_reserve as usize);
+    // The request's whole memory need is reserved at once: a request that held part and waited
+    // for more could deadlock with others doing the same.
+    let small = args.size_hint.is_some_and(|n| n <= layout::CHUNK_BYTES);
+    let need = if small { args.size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
+    let permit = budget.reserve(need).await;
+    let mut head = BytesMut::with_capacity(if small { need as usize } else { layout::CHUNK_BYTES as usize });
     let mut size: u64 = 0;
     let mut tails: u32 = 0;
     // The chunk being filled, once the head's is full.
-    let mut current: Option<(BytesMut, OwnedSemaphorePermit)> = None;
+    let mut current: Option<BytesMut> = None;
     let mut in_flight = futures::stream::FuturesOrdered::new();
     let result: Result<(), WriteError> = async {
         while let Some(piece) = body.next().await {
@@ -149,40 +157,34 @@ where
             md5.update(&piece);
             check.update(&piece);
             size += piece.len() as u64;
+            if small && args.size_hint.is_some_and(|n| size > n) {
+                return Err(WriteError::Body("the body is longer than its declared length".into()));
+            }
             while !piece.is_empty() {
-                let room = if (head.len() as u64) < layout::CHUNK_BYTES {
+                if (head.len() as u64) < layout::CHUNK_BYTES {
                     let room = (layout::CHUNK_BYTES as usize - head.len()).min(piece.len());
-                    if head.capacity() - head.len() < room {
-                        // A body longer than announced: hold a whole chunk.
-                        head_permit = budget.reserve(layout::CHUNK_BYTES).await;
-                    }
                     head.extend_from_slice(&piece.split_to(room));
                     continue;
-                } else {
-                    if current.is_none() {
-                        let permit = budget.reserve(layout::CHUNK_BYTES).await;
-                        current = Some((BytesMut::with_capacity(layout::CHUNK_BYTES as usize), permit));
-                    }
-                    let Some((buf, _)) = current.as_mut() else { unreachable!() };
-                    let room = (layout::CHUNK_BYTES as usize - buf.len()).min(piece.len());
-                    buf.extend_from_slice(&piece.split_to(room));
-                    buf.len() as u64 == layout::CHUNK_BYTES
-                };
-                if room {
-                    let Some((buf, permit)) = current.take() else { unreachable!() };
+                }
+                let buf = current.get_or_insert_with(|| BytesMut::with_capacity(layout::CHUNK_BYTES as usize));
+                let room = (layout::CHUNK_BYTES as usize - buf.len()).min(piece.len());
+                buf.extend_from_slice(&piece.split_to(room));
+                if buf.len() as u64 == layout::CHUNK_BYTES
+                    && let Some(full) = current.take()
+                {
                     tails += 1;
                     while in_flight.len() >= TAILS_IN_FLIGHT {
                         if let Some(r) = in_flight.next().await {
                             r?;
                         }
                     }
-                    in_flight.push_back(write_tail(client, bucket.id, tag, tails, buf.freeze(), permit));
+                    in_flight.push_back(write_tail(client, bucket.id, tag, tails, full.freeze()));
                 }
             }
         }
-        if let Some((buf, permit)) = current.take() {
+        if let Some(buf) = current.take() {
             tails += 1;
-            in_flight.push_back(write_tail(client, bucket.id, tag, tails, buf.freeze(), permit));
+            in_flight.push_back(write_tail(client, bucket.id, tag, tails, buf.freeze()));
         }
         while let Some(r) = in_flight.next().await {
             r?;
@@ -231,7 +233,7 @@ where
     ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
     let name = layout::head_object(bucket.id, key);
     let committed = client.op_ref(DATA_POOL, &name, ops, &head_bytes).await;
-    drop(head_permit);
+    drop(permit);
     match committed {
         Ok(_) => {}
         Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => {
@@ -251,17 +253,9 @@ where
     Ok(meta)
 }
 
-async fn write_tail(
-    client: &Client,
-    bucket_id: u64,
-    tag: u128,
-    n: u32,
-    data: Bytes,
-    permit: OwnedSemaphorePermit,
-) -> Result<(), WriteError> {
+async fn write_tail(client: &Client, bucket_id: u64, tag: u128, n: u32, data: Bytes) -> Result<(), WriteError> {
     let name = layout::tail_object(bucket_id, tag, n);
     let r = client.op_ref(DATA_POOL, &name, vec![ObjOp::WriteFull { len_bytes: data.len() as u64 }], &data).await;
-    drop(permit);
     r.map(|_| ()).map_err(|e| WriteError::Gateway(e.into()))
 }
 
@@ -368,4 +362,25 @@ fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
         s
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_budget_fits_one_largest_request_and_makes_others_wait() {
+        let budget = MemoryBudget::new(1);
+        let held = budget.reserve(u64::MAX).await;
+        assert_eq!(budget.in_use_bytes(), MAX_REQUEST_BYTES);
+        let other = budget.clone();
+        let waiter = tokio::spawn(async move {
+            let _p = other.reserve(1).await;
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "a request beyond the budget waits");
+        drop(held);
+        waiter.await.unwrap();
+        assert_eq!(budget.in_use_bytes(), 0);
+    }
 }
