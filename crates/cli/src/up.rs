@@ -54,6 +54,9 @@ pub struct UpArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
+    /// Start no S3 gateway (and create none of its pools).
+    #[arg(long)]
+    no_gateway: bool,
 }
 
 #[derive(Args)]
@@ -94,7 +97,8 @@ struct UpReport {
     pool_size: u32,
     healthy_after_ms: u64,
     logs: Vec<PathBuf>,
-    gateway: GatewayReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gateway: Option<GatewayReport>,
 }
 
 /// The S3 gateway `up` starts, and the admin S3 user's keys.
@@ -451,7 +455,11 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
             bail!("PG {}.{seed:x} has {} of {} OSDs", pool.id, acting.len(), pool.size);
         }
     }
-    let gateway = start_gateway(&client, &dir, &conf_arg, pool.size, deadline).context("starting the S3 gateway")?;
+    let gateway = if args.no_gateway {
+        None
+    } else {
+        Some(start_gateway(&client, &dir, &conf_arg, pool.size, deadline).context("starting the S3 gateway")?)
+    };
     let report = UpReport {
         dir: dir.clone(),
         conf: conf_path.clone(),
@@ -480,16 +488,19 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
         println!("  monitors {}", report.mons.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
         println!("  logs     {}/*.log", dir.display());
         println!("  pool     data (size {}, {} PGs)", pool.size, pool.pg_num);
-        let gw = &report.gateway;
-        println!(
-            "  s3       {}   (user admin: access key {}, secret key {})",
-            gw.endpoint, gw.access_key, gw.secret_key
-        );
+        if let Some(gw) = &report.gateway {
+            println!(
+                "  s3       {}   (user admin: access key {}, secret key {})",
+                gw.endpoint, gw.access_key, gw.secret_key
+            );
+        }
         println!("try: shoal status; shoal obj put --pool data NAME FILE; shoal bench --pool data --seconds 5 write");
-        println!(
-            "     AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url {} s3 ls",
-            gw.access_key, gw.secret_key, gw.endpoint
-        );
+        if let Some(gw) = &report.gateway {
+            println!(
+                "     AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url {} s3 ls",
+                gw.access_key, gw.secret_key, gw.endpoint
+            );
+        }
         println!(
             "stop: shoal down{}",
             if args.dir.is_some() { format!(" --dir {}", dir.display()) } else { String::new() }

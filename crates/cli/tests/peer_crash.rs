@@ -21,7 +21,7 @@ fn writes_survive_a_killed_osd() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("c");
     let d = dir.display().to_string();
-    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--backend", "mem", "--osd-size", "1G"]));
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--backend", "mem", "--osd-size", "1G", "--no-gateway"]));
     let _down = Down(dir.clone());
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "16"]));
     // The default pool has one replica in RAM: its PGs on the killed OSD would rightly stay down.
