@@ -17,6 +17,7 @@ pub mod objects;
 pub mod rados;
 pub mod s3impl;
 pub mod server;
+pub mod text;
 
 pub use error::GatewayError;
 pub use server::{GatewayConfig, Server};

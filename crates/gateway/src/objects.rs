@@ -198,7 +198,7 @@ where
         let _ = index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await;
         return Err(e);
     }
-    let md5_hex = hex(&md5.finalize());
+    let md5_hex = crate::text::hex(&md5.finalize());
     let checksums = match check.finish(&md5_hex) {
         Ok(c) => c,
         Err(e) => {
@@ -354,14 +354,6 @@ pub fn read_stream(
         }
     });
     rx
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 #[cfg(test)]

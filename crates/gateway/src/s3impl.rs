@@ -15,6 +15,7 @@ use crate::index;
 use crate::layout::{self, BucketRecord, Checksums, ContentHeaders, ObjectMeta, UserRecord};
 use crate::meta;
 use crate::objects::{self, BodyCheck, MemoryBudget, WriteArgs, WriteCondition, WriteError};
+use crate::text::{hex, hex_decode, uri_encode};
 
 /// Most keys in one listing page (S3's limit).
 const MAX_LIST_KEYS: i32 = 1000;
@@ -106,6 +107,7 @@ impl Verifier {
         expected: Checksums,
         algorithm: Option<&ChecksumAlgorithm>,
         trailers: Option<s3s::TrailingHeaders>,
+        trailer_names: &str,
     ) -> S3Result<Verifier> {
         let mut hasher = s3s::checksum::ChecksumHasher::default();
         let mut want = |name: &str| match name {
@@ -130,21 +132,21 @@ impl Verifier {
             }
             want(a.as_str());
         }
-        // A trailer may carry any algorithm: compute every one the client may announce there.
-        if trailers.is_some() || expected.crc32.is_some() {
-            want(ChecksumAlgorithm::CRC32);
-        }
-        if trailers.is_some() || expected.crc32c.is_some() {
-            want(ChecksumAlgorithm::CRC32C);
-        }
-        if trailers.is_some() || expected.sha1.is_some() {
-            want(ChecksumAlgorithm::SHA1);
-        }
-        if trailers.is_some() || expected.sha256.is_some() {
-            want(ChecksumAlgorithm::SHA256);
-        }
-        if trailers.is_some() || expected.crc64nvme.is_some() {
-            want(ChecksumAlgorithm::CRC64NVME);
+        // A trailer's checksum is announced in `x-amz-trailer` before the body: only the
+        // algorithms named there or in headers are computed (hashing every body with all five,
+        // SHA-256 included, would cost more CPU than the rest of a PUT).
+        let announced = |header: &str| trailer_names.split(',').any(|n| n.trim().eq_ignore_ascii_case(header));
+        let pairs = [
+            (ChecksumAlgorithm::CRC32, "x-amz-checksum-crc32", expected.crc32.is_some()),
+            (ChecksumAlgorithm::CRC32C, "x-amz-checksum-crc32c", expected.crc32c.is_some()),
+            (ChecksumAlgorithm::SHA1, "x-amz-checksum-sha1", expected.sha1.is_some()),
+            (ChecksumAlgorithm::SHA256, "x-amz-checksum-sha256", expected.sha256.is_some()),
+            (ChecksumAlgorithm::CRC64NVME, "x-amz-checksum-crc64nvme", expected.crc64nvme.is_some()),
+        ];
+        for (algorithm, header, sent) in pairs {
+            if sent || (trailers.is_some() && announced(header)) {
+                want(algorithm);
+            }
         }
         Ok(Verifier { hasher, content_md5, expected, trailers })
     }
@@ -285,6 +287,24 @@ fn check_read_conditions(
     Ok(())
 }
 
+/// The bytes a `Range` header selects of an object of `size_bytes` (all of them without one),
+/// and the `Content-Range` to answer; `InvalidRange` when it selects nothing.
+fn resolve_range(range: Option<&Range>, size_bytes: u64) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
+    let Some(r) = range else { return Ok((0..size_bytes, None)) };
+    let resolved = r
+        .check(size_bytes)
+        .map_err(|_| s3_error!(InvalidRange, "the range is outside the object's {size_bytes} bytes"))?;
+    let header = format!("bytes {}-{}/{size_bytes}", resolved.start, resolved.end - 1);
+    Ok((resolved, Some(header)))
+}
+
+/// The stored checksums to answer: all of them with `ChecksumMode=ENABLED` on a whole-object
+/// read, none otherwise.
+fn returned_checksums(meta: &ObjectMeta, mode: Option<&ChecksumMode>, whole: bool) -> Checksums {
+    let enabled = mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+    if enabled && whole { meta.checksums.clone() } else { Checksums::default() }
+}
+
 fn not_modified() -> S3Error {
     let mut e = S3Error::new(S3ErrorCode::Custom("NotModified".into()));
     e.set_status_code(hyper::StatusCode::NOT_MODIFIED);
@@ -419,6 +439,7 @@ impl S3 for Gateway {
             expected,
             input.checksum_algorithm.as_ref(),
             req.trailing_headers.clone(),
+            req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()).unwrap_or(""),
         )?;
         let args = WriteArgs {
             content: ContentHeaders {
@@ -478,16 +499,7 @@ impl S3 for Gateway {
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
         )?;
-        let (range, content_range) = match &input.range {
-            None => (0..meta.size_bytes, None),
-            Some(r) => {
-                let resolved = r.check(meta.size_bytes).map_err(|_| {
-                    s3_error!(InvalidRange, "the range is outside the object's {} bytes", meta.size_bytes)
-                })?;
-                let header = format!("bytes {}-{}/{}", resolved.start, resolved.end - 1, meta.size_bytes);
-                (resolved, Some(header))
-            }
-        };
+        let (range, content_range) = resolve_range(input.range.as_ref(), meta.size_bytes)?;
         if guess.as_ref().map(|g| g.start) != Some(range.start) {
             // The range needed the size: read the head's share now.
             obj = objects::open(&self.client, &bucket, &input.key, Some(range.clone()))
@@ -499,8 +511,8 @@ impl S3 for Gateway {
         let rx = objects::read_stream(self.client.clone(), self.budget.clone(), bucket.id, obj, range);
         let body = StreamingBlob::wrap(ReceiverStream { rx, remaining: length });
         let c = content_of(&meta);
-        let checksums = input.checksum_mode.as_ref().is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
-            && content_range.is_none();
+        // A range's bytes do not match the whole object's checksums: none are returned then.
+        let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), content_range.is_none());
         let out = GetObjectOutput {
             body: Some(body),
             content_length: i64::try_from(length).ok(),
@@ -515,11 +527,11 @@ impl S3 for Gateway {
             content_language: input.response_content_language.or(c.language),
             cache_control: input.response_cache_control.or(c.cache_control),
             expires: input.response_expires.or(c.expires),
-            checksum_crc32: meta.checksums.crc32.clone().filter(|_| checksums),
-            checksum_crc32c: meta.checksums.crc32c.clone().filter(|_| checksums),
-            checksum_sha1: meta.checksums.sha1.clone().filter(|_| checksums),
-            checksum_sha256: meta.checksums.sha256.clone().filter(|_| checksums),
-            checksum_crc64nvme: meta.checksums.crc64nvme.clone().filter(|_| checksums),
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+            checksum_crc64nvme: sums.crc64nvme,
             ..Default::default()
         };
         Ok(S3Response::new(out))
@@ -539,18 +551,10 @@ impl S3 for Gateway {
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
         )?;
-        let (content_length, content_range) = match &input.range {
-            None => (meta.size_bytes, None),
-            Some(r) => {
-                let resolved = r.check(meta.size_bytes).map_err(|_| {
-                    s3_error!(InvalidRange, "the range is outside the object's {} bytes", meta.size_bytes)
-                })?;
-                let header = format!("bytes {}-{}/{}", resolved.start, resolved.end - 1, meta.size_bytes);
-                (resolved.end - resolved.start, Some(header))
-            }
-        };
+        let (range, content_range) = resolve_range(input.range.as_ref(), meta.size_bytes)?;
+        let content_length = range.end - range.start;
         let c = content_of(&meta);
-        let checksums = input.checksum_mode.as_ref().is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+        let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), true);
         Ok(S3Response::new(HeadObjectOutput {
             content_length: i64::try_from(content_length).ok(),
             content_range,
@@ -564,11 +568,11 @@ impl S3 for Gateway {
             content_language: c.language,
             cache_control: c.cache_control,
             expires: c.expires,
-            checksum_crc32: meta.checksums.crc32.clone().filter(|_| checksums),
-            checksum_crc32c: meta.checksums.crc32c.clone().filter(|_| checksums),
-            checksum_sha1: meta.checksums.sha1.clone().filter(|_| checksums),
-            checksum_sha256: meta.checksums.sha256.clone().filter(|_| checksums),
-            checksum_crc64nvme: meta.checksums.crc64nvme.clone().filter(|_| checksums),
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+            checksum_crc64nvme: sums.crc64nvme,
             ..Default::default()
         }))
     }
@@ -625,7 +629,7 @@ impl S3 for Gateway {
             index::list(&self.client, &bucket, &prefix, input.delimiter.as_deref(), input.marker.as_deref(), max)
                 .await?;
         let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
-        let enc = |s: String| if url { url_encode(&s) } else { s };
+        let enc = |s: String| if url { uri_encode(&s) } else { s };
         let next_marker = (page.truncated && input.delimiter.is_some()).then(|| page.last_key.clone()).flatten();
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(bucket.name.clone()),
@@ -661,10 +665,10 @@ impl S3 for Gateway {
         let page =
             index::list(&self.client, &bucket, &prefix, input.delimiter.as_deref(), after.as_deref(), max).await?;
         let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
-        let enc = |s: String| if url { url_encode(&s) } else { s };
+        let enc = |s: String| if url { uri_encode(&s) } else { s };
         let owner = input.fetch_owner.unwrap_or(false).then_some(&user);
         let key_count = (page.entries.len() + page.common_prefixes.len()) as i32;
-        let next = page.truncated.then(|| page.last_key.as_deref().map(|k| hex_encode(k.as_bytes()))).flatten();
+        let next = page.truncated.then(|| page.last_key.as_deref().map(|k| hex(k.as_bytes()))).flatten();
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(bucket.name.clone()),
             prefix: Some(enc(prefix)),
@@ -702,30 +706,6 @@ fn objects_of(
             ..Default::default()
         })
         .collect()
-}
-
-fn hex_encode(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
-}
-
-/// S3's `encoding-type=url`: every byte but unreserved characters and `/` percent-encoded.
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// An object body stream fed by the reading task, which knows its length.

@@ -84,8 +84,11 @@ impl Target {
         body: &[u8],
     ) -> std::io::Result<http::Response> {
         let headers = self.signed(method, path, query);
-        let target =
-            if query.is_empty() { sigv4::encode_path(path) } else { format!("{}?{query}", sigv4::encode_path(path)) };
+        let target = if query.is_empty() {
+            crate::text::uri_encode(path)
+        } else {
+            format!("{}?{query}", crate::text::uri_encode(path))
+        };
         conn.request(method, &self.host, &target, &headers, body, MAX_BODY_BYTES).await
     }
 }
@@ -183,7 +186,7 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
                         let query = match &token {
                             Some(tok) => format!(
                                 "continuation-token={}&list-type=2&max-keys=1000",
-                                sigv4::encode_path(tok).replace('/', "%2F")
+                                crate::text::uri_encode(tok).replace('/', "%2F")
                             ),
                             None => "list-type=2&max-keys=1000".to_string(),
                         };

@@ -4,6 +4,8 @@
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 
+use crate::text::{hex, uri_encode};
+
 type HmacSha256 = Hmac<Sha256>;
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -11,10 +13,6 @@ fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut mac = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
     mac.update(data);
     mac.finalize().into_bytes().to_vec()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `YYYYMMDDTHHMMSSZ` for `unix_s` seconds since the epoch (UTC).
@@ -32,19 +30,6 @@ pub fn amz_date(unix_s: u64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
-}
-
-/// S3's URI encoding of a path: every byte but unreserved characters and `/`.
-pub fn encode_path(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Who signs, and for which region.
@@ -70,7 +55,7 @@ pub fn sign(
     let payload = "UNSIGNED-PAYLOAD";
     let canonical = format!(
         "{method}\n{}\n{query}\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{date_time}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload}",
-        encode_path(path)
+        uri_encode(path)
     );
     let scope = format!("{date}/{region}/s3/aws4_request");
     let to_sign = format!("AWS4-HMAC-SHA256\n{date_time}\n{scope}\n{}", hex(&Sha256::digest(canonical.as_bytes())));
