@@ -40,6 +40,10 @@ pub struct GatewayArgs {
     /// Seconds replaced or deleted data stays readable before it is collected.
     #[arg(long, default_value_t = 7200)]
     gc_delay_s: u64,
+    /// Seconds after which a write whose gateway died is decided from its head by the collector
+    /// (writers never commit past half of it).
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    lease_s: u64,
     /// Replicas of the gateway's pools when it creates them (default: up to 3, one per OSD).
     #[arg(long)]
     pool_size: Option<u32>,
@@ -67,6 +71,7 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
             region: args.region.clone(),
             inflight_bytes: args.inflight,
             gc_delay: Duration::from_secs(args.gc_delay_s),
+            lease: Duration::from_secs(args.lease_s),
             pool_size: args.pool_size.unwrap_or(osds.clamp(1, 3)),
             pg_num: args.pg_num,
         };

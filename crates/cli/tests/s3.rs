@@ -125,3 +125,196 @@ fn s3_users_and_keys_are_managed_from_the_cli_with_clear_errors() {
     ok(&shoal(&dir, &["s3", "user", "rm", "alice"]));
     fails_with(&shoal(&dir, &["s3", "user", "info", "alice"]), "does not exist");
 }
+
+/// One signed S3 request over a fresh connection (`Connection: close`); returns the status, the
+/// response head (lower-case) and its body.
+fn s3_request(
+    endpoint: &str,
+    keys: (&str, &str),
+    method: &str,
+    path: &str,
+    query: &str,
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let host = endpoint.trim_start_matches("http://");
+    let signer = shoal_gateway::loadgen::sigv4::Signer { access: keys.0, secret: keys.1, region: "us-east-1" };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let headers = shoal_gateway::loadgen::sigv4::sign(method, host, path, query, &signer, now);
+    let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
+    let mut req = format!(
+        "{method} {target} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    // A gateway that crashes mid-request closes the connection: status 0.
+    if s.write_all(body).is_err() {
+        return (0, String::new(), Vec::new());
+    }
+    let mut out = Vec::new();
+    if s.read_to_end(&mut out).is_err() || out.is_empty() {
+        return (0, String::new(), Vec::new());
+    }
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&out[..split]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status");
+    (status, head, out[split + 4..].to_vec())
+}
+
+/// A gateway of its own on the cluster in `dir`, with a short lease and GC delay so that the
+/// collector acts within the test; `crash` sets its crash point (`POINT:KEY`).
+fn spawn_gateway(dir: &Path, crash: Option<&str>) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let conf = dir.join("shoal.toml").display().to_string();
+    let log = std::fs::File::create(dir.join(format!("gw-{port}.log"))).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    cmd.args(["gateway", "run", "--conf", &conf, "--name", "client.gateway", "--listen", &listen])
+        .args(["--lease-s", "2", "--gc-delay-s", "1", "--pool-size", "1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    if let Some(c) = crash {
+        cmd.env(shoal_gateway::crashpoint::ENV, c);
+    }
+    let child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(&listen).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the gateway did not listen on {listen}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (child, format!("http://{listen}"))
+}
+
+/// Objects of a pool, as `shoal obj ls` prints them.
+fn pool_objects(dir: &Path, pool: &str) -> Vec<String> {
+    let mut v: Vec<String> = ok(&shoal(dir, &["obj", "ls", "-p", pool])).lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() {
+    const MIB: usize = 1 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    let out =
+        ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--backend", "mem", "--osd-size", "1G", "--json"]));
+    let _down = common::Down(dir.clone());
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let keys = (report["gateway"]["access_key"].as_str().unwrap(), report["gateway"]["secret_key"].as_str().unwrap());
+    // The gateway of `shoal up` has the default lease; this test runs its own.
+    common::sigkill(&dir, "gateway");
+
+    let (mut gw, ep) = spawn_gateway(&dir, Some("after-head:halfway"));
+    assert_eq!(s3_request(&ep, keys, "PUT", "/bkt", "", b"").0, 200);
+    // An overwrite and a delete leave GC records for the replaced tails.
+    assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/kept", "", &pattern(9 * MIB, 1)).0, 200);
+    let kept = pattern(5 * MIB, 2);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/kept", "", &kept).0, 200);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/gone", "", &pattern(5 * MIB, 3)).0, 200);
+    assert_eq!(s3_request(&ep, keys, "DELETE", "/bkt/gone", "", b"").0, 204);
+    // Crash after the head, before the index knows: the head decides, so the object appears.
+    let halfway = pattern(6 * MIB, 4);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/halfway", "", &halfway).0, 0, "the gateway crashes");
+    assert!(!gw.wait().unwrap().success());
+
+    // Crash after the tails, before the head: nothing appears, the tails are collected.
+    let (mut gw, ep) = spawn_gateway(&dir, Some("after-tails:tailsonly"));
+    assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/tailsonly", "", &pattern(13 * MIB, 5)).0, 0, "the gateway crashes");
+    assert!(!gw.wait().unwrap().success());
+
+    // SIGKILL while the body streams: 9 MiB of a 12 MiB body sent, its first tail written.
+    let (mut gw, ep) = spawn_gateway(&dir, None);
+    let host = ep.trim_start_matches("http://").to_string();
+    let signer = shoal_gateway::loadgen::sigv4::Signer { access: keys.0, secret: keys.1, region: "us-east-1" };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let mut req = format!("PUT /bkt/ghost HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\n", 12 * MIB);
+    for (n, v) in shoal_gateway::loadgen::sigv4::sign("PUT", &host, "/bkt/ghost", "", &signer, now) {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let before = pool_objects(&dir, ".gw.data");
+    let mut s = std::net::TcpStream::connect(&host).unwrap();
+    std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+    std::io::Write::write_all(&mut s, &pattern(9 * MIB, 6)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !pool_objects(&dir, ".gw.data")
+        .iter()
+        .any(|o| o.starts_with("t.") && o.ends_with(".1") && !before.contains(o))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the streaming write's first tail never landed: {:?}; gateway log: {}",
+            pool_objects(&dir, ".gw.data"),
+            std::fs::read_to_string(dir.join(format!("gw-{}.log", host.rsplit(':').next().unwrap())))
+                .unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    gw.kill().unwrap();
+    gw.wait().unwrap();
+    drop(s);
+
+    // A fresh gateway: its collector decides every interrupted write from its head after the
+    // lease, and deletes replaced and orphaned tails after the delay.
+    let (mut gw, ep) = spawn_gateway(&dir, None);
+    let expect_left = |objs: &[String]| {
+        let heads = objs.iter().filter(|o| o.starts_with("h.")).count();
+        let tails = objs.iter().filter(|o| o.starts_with("t.")).count();
+        // kept: a head and one tail; halfway: a head and one tail.
+        heads == 2 && tails == 2 && objs.len() == 4
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let objs = pool_objects(&dir, ".gw.data");
+        let (_, _, listing) = s3_request(&ep, keys, "GET", "/bkt", "list-type=2", b"");
+        let listing = String::from_utf8_lossy(&listing).into_owned();
+        if expect_left(&objs) && listing.contains("<Key>halfway</Key>") {
+            assert!(listing.contains("<Key>kept</Key>"), "{listing}");
+            for gone in ["ghost", "tailsonly", "gone"] {
+                assert!(!listing.contains(&format!("<Key>{gone}</Key>")), "{listing}");
+            }
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the collector left {objs:?}; listing {listing}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for (key, want) in [("halfway", &halfway), ("kept", &kept)] {
+        let (status, head, body) = s3_request(&ep, keys, "GET", &format!("/bkt/{key}"), "", b"");
+        assert_eq!(status, 200, "{key}: {head}");
+        assert_eq!(&body, want, "{key} reads back whole");
+    }
+    for key in ["ghost", "tailsonly", "gone"] {
+        assert_eq!(s3_request(&ep, keys, "GET", &format!("/bkt/{key}"), "", b"").0, 404, "{key}");
+    }
+
+    // Deleting everything and the bucket leaves nothing in the gateway's data and index pools
+    // once the GC delay has passed.
+    for key in ["halfway", "kept"] {
+        assert_eq!(s3_request(&ep, keys, "DELETE", &format!("/bkt/{key}"), "", b"").0, 204);
+    }
+    assert_eq!(s3_request(&ep, keys, "DELETE", "/bkt", "", b"").0, 204);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/late", "", b"x").0, 404, "a deleted bucket takes no writes");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (data, index) = (pool_objects(&dir, ".gw.data"), pool_objects(&dir, ".gw.index"));
+        if data.is_empty() && index.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "left behind: data {data:?}, index {index:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    gw.kill().unwrap();
+    gw.wait().unwrap();
+}

@@ -2,12 +2,12 @@
 //! keyed by range, and the completion step that brings an entry to its head's state.
 
 use shoal_client::Client;
-use shoal_proto::osd::ObjOp;
+use shoal_proto::osd::{ObjOp, OpOutput};
 
 use crate::error::GatewayError;
 use crate::layout::{
-    self, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, ObjectMeta, PendingRecord, entry_key,
-    partition_object,
+    self, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
+    ObjectMeta, PartitionLabel, PendingRecord, entry_key, partition_object,
 };
 use crate::objects;
 use crate::rados;
@@ -20,11 +20,68 @@ fn partition(bucket: &BucketRecord, key: &str) -> String {
     partition_object(bucket.id, bucket.partition_of(key))
 }
 
-/// Step 1 of a write or delete of `key`: records it as pending under `tag`.
+/// The guard every write to a live bucket's index carries: the partition is live.
+fn live_guard() -> ObjOp {
+    ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: Some(LIVE_VALUE.to_vec()) }
+}
+
+/// Creates `bucket`'s partition objects, live and labelled. Runs before the bucket record is
+/// written, so a record never names a partition that is not there.
+pub async fn create_partitions(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
+    let label = layout::encode(&PartitionLabel { bucket: bucket.name.clone(), created_ns: bucket.created_ns });
+    for p in &bucket.partitions {
+        let ops = vec![
+            ObjOp::Create { exclusive: true },
+            ObjOp::SetXattr { name: LABEL_XATTR.into(), value: label.clone() },
+            ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() },
+        ];
+        rados::write_ops(client, INDEX_POOL, &partition_object(bucket.id, p.id), ops).await?;
+    }
+    Ok(())
+}
+
+/// Makes `bucket`'s partitions refuse every index write from now on (the first step of
+/// deleting it), or (`live`) take them again.
+pub async fn set_live(client: &Client, bucket: &BucketRecord, live: bool) -> Result<(), GatewayError> {
+    for p in &bucket.partitions {
+        let op = if live {
+            ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() }
+        } else {
+            ObjOp::RemoveXattr { name: LIVE_XATTR.into() }
+        };
+        rados::write_ops(client, INDEX_POOL, &partition_object(bucket.id, p.id), vec![op]).await?;
+    }
+    Ok(())
+}
+
+/// Whether partition object `part` is live, and the value of pending record `tag` in it.
+async fn partition_state(client: &Client, part: &str, tag: u128) -> Result<(bool, Option<Vec<u8>>), GatewayError> {
+    let ops =
+        vec![ObjOp::GetXattr { name: LIVE_XATTR.into() }, ObjOp::OmapGet { keys: vec![layout::pending_key(tag)] }];
+    match client.op(INDEX_POOL, part, ops, Vec::new()).await {
+        Ok(r) => {
+            let mut out = r.outputs.into_iter();
+            let live = matches!(out.next(), Some(OpOutput::Xattr(Some(v))) if v == LIVE_VALUE);
+            let pending = match out.next() {
+                Some(OpOutput::Omap(mut found)) => found.pop().and_then(|(_, v)| v),
+                other => return Err(GatewayError::Internal(format!("omap get answered {other:?}"))),
+            };
+            Ok((live, pending))
+        }
+        Err(e) if e.is_not_found() => Ok((false, None)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Step 1 of a write or delete of `key`: records it as pending under `tag`. Also refreshes the
+/// record of a long write (same tag, a later start time).
 pub async fn prepare(client: &Client, bucket: &BucketRecord, key: &str, tag: u128) -> Result<(), GatewayError> {
     let record = PendingRecord { key: key.to_string(), started_ns: layout::now_ns() };
-    let ops = vec![ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&record))] }];
-    rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await
+    let ops = vec![live_guard(), ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&record))] }];
+    match rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await {
+        Err(e) if e.is_conflict() => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
+        other => other,
+    }
 }
 
 /// Drops the pending record of a write that never wrote its head (refused before it: a failed
@@ -37,14 +94,18 @@ pub async fn abandon(
     tails: u32,
     gc_delay_ns: u64,
 ) -> Result<(), GatewayError> {
-    let mut ops = vec![ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] }];
+    let mut ops = vec![live_guard(), ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] }];
     if tails > 0 {
         let gc = GcRecord { tag, tails: Some(tails) };
         ops.push(ObjOp::OmapSet {
             entries: vec![(layout::gc_key(layout::now_ns() + gc_delay_ns, tag), layout::encode(&gc))],
         });
     }
-    rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await
+    match rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await {
+        // The bucket is being deleted: its collector completes the pending record instead.
+        Err(e) if e.is_conflict() => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
+        other => other,
+    }
 }
 
 /// Step 3 of a write or delete of `key` tagged `tag` (which wrote `own_tails` tails, `None`:
@@ -63,24 +124,68 @@ pub async fn complete(
     gc_delay_ns: u64,
 ) -> Result<Option<ObjectMeta>, GatewayError> {
     let part = partition(bucket, key);
+    let how = Completion { bucket_id: bucket.id, part: &part, live: true, pending: None, gc_delay_ns };
+    match complete_at(client, &how, key, tag, own_tails).await? {
+        Completed::Head(head) => Ok(head.map(|h| *h)),
+        Completed::PendingGone => Err(GatewayError::Internal("a completion without a pending record".into())),
+        Completed::Dead => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
+    }
+}
+
+/// Where and how a completion runs.
+pub(crate) struct Completion<'a> {
+    pub bucket_id: u64,
+    pub part: &'a str,
+    /// The partition is live (a writer, or the collector in a live bucket) or not (the collector
+    /// in a deleted bucket, where no entry may be made).
+    pub live: bool,
+    /// The collector's completion asserts that the pending record is still the one it read, so
+    /// that several collectors do not each add a GC record for it.
+    pub pending: Option<Vec<u8>>,
+    pub gc_delay_ns: u64,
+}
+
+pub(crate) enum Completed {
+    /// The entry now matches this head state.
+    Head(Option<Box<ObjectMeta>>),
+    /// Another completion removed the pending record first (collector completions only).
+    PendingGone,
+    /// The partition's liveness is not what the completion expected.
+    Dead,
+}
+
+pub(crate) async fn complete_at(
+    client: &Client,
+    how: &Completion<'_>,
+    key: &str,
+    tag: u128,
+    own_tails: Option<u32>,
+) -> Result<Completed, GatewayError> {
     let ekey = entry_key(key);
     for _ in 0..COMPLETE_ATTEMPTS {
-        let old = rados::omap_get(client, INDEX_POOL, &part, &ekey).await?;
-        let head = objects::head_meta(client, bucket, key).await?;
+        let old = rados::omap_get(client, INDEX_POOL, how.part, &ekey).await?;
+        let head = objects::head_meta(client, how.bucket_id, key).await?;
         let old_entry: Option<IndexEntry> = match &old {
             Some(bytes) => Some(layout::decode(bytes, "index entry")?),
             None => None,
         };
         let new_entry = head.as_ref().map(IndexEntry::of);
         let head_tag = head.as_ref().map(|m| m.tag);
-        let mut ops = vec![ObjOp::AssertOmap { key: ekey.clone(), value: old.clone() }];
+        let live_value = how.live.then(|| LIVE_VALUE.to_vec());
+        let mut ops = vec![
+            ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: live_value },
+            ObjOp::AssertOmap { key: ekey.clone(), value: old.clone() },
+        ];
+        if let Some(p) = &how.pending {
+            ops.push(ObjOp::AssertOmap { key: layout::pending_key(tag), value: Some(p.clone()) });
+        }
         match &new_entry {
             Some(e) => ops.push(ObjOp::OmapSet { entries: vec![(ekey.clone(), layout::encode(e))] }),
             None if old.is_some() => ops.push(ObjOp::OmapRemove { keys: vec![ekey.clone()] }),
             None => {}
         }
         ops.push(ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] });
-        let due = layout::now_ns() + gc_delay_ns;
+        let due = layout::now_ns() + how.gc_delay_ns;
         let mut gc = Vec::new();
         if let Some(o) = &old_entry
             && Some(o.tag) != head_tag
@@ -95,9 +200,17 @@ pub async fn complete(
         if !gc.is_empty() {
             ops.push(ObjOp::OmapSet { entries: gc });
         }
-        match rados::write_ops(client, INDEX_POOL, &part, ops).await {
-            Ok(()) => return Ok(head),
-            Err(e) if e.is_conflict() => continue,
+        match rados::write_ops(client, INDEX_POOL, how.part, ops).await {
+            Ok(()) => return Ok(Completed::Head(head.map(Box::new))),
+            Err(e) if e.is_conflict() => {
+                let (live, pending) = partition_state(client, how.part, tag).await?;
+                if live != how.live {
+                    return Ok(Completed::Dead);
+                }
+                if how.pending.is_some() && pending != how.pending {
+                    return Ok(Completed::PendingGone);
+                }
+            }
             Err(e) => return Err(e),
         }
     }

@@ -59,6 +59,32 @@ pub fn partition_object(bucket_id: u64, partition: u32) -> String {
     format!("i.{bucket_id:016x}.{partition}")
 }
 
+/// The xattr of an index partition that makes it *live*: its bucket exists and takes writes.
+/// Every index write asserts it (value [`LIVE_VALUE`]); deleting the bucket removes it first, so
+/// no write can land in a partition whose bucket is going away (decision 0014).
+pub const LIVE_XATTR: &str = "live";
+pub const LIVE_VALUE: &[u8] = b"1";
+/// The xattr of an index partition naming its bucket ([`PartitionLabel`]), so the collector can
+/// tell a partition whose bucket record never got written (a crashed create) from a live one.
+pub const LABEL_XATTR: &str = "bucket";
+
+/// Which bucket an index partition belongs to, and since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionLabel {
+    pub bucket: String,
+    pub created_ns: u64,
+}
+
+/// Parses an index partition's object name into (bucket id, partition id).
+pub fn parse_partition_object(name: &str) -> Option<(u64, u32)> {
+    let rest = name.strip_prefix("i.")?;
+    let (id, part) = rest.split_once('.')?;
+    if id.len() != 16 {
+        return None;
+    }
+    Some((u64::from_str_radix(id, 16).ok()?, part.parse().ok()?))
+}
+
 /// Omap key prefixes in an index partition.
 pub const ENTRY_PREFIX: u8 = 0x01;
 pub const PENDING_PREFIX: u8 = 0x02;
@@ -83,6 +109,12 @@ pub fn gc_key(due_ns: u64, tag: u128) -> Vec<u8> {
     k.extend_from_slice(&due_ns.to_be_bytes());
     k.extend_from_slice(&tag.to_be_bytes());
     k
+}
+
+/// The exclusive omap cursor after which an index partition's records (pending, GC) start:
+/// above every entry key, since UTF-8 keys never contain 0xFF.
+pub fn records_cursor() -> Vec<u8> {
+    vec![ENTRY_PREFIX, 0xFF]
 }
 
 /// Format version of every record below, its first byte.
@@ -264,6 +296,15 @@ mod tests {
         let name = head_object(7, &long);
         assert!(name.starts_with("H.0000000000000007.") && name.len() <= MAX_OBJECT_NAME_BYTES, "{name}");
         assert_ne!(head_object(7, &long), head_object(7, &"k".repeat(MAX_KEY_BYTES - 1)));
+    }
+
+    #[test]
+    fn partition_object_names_parse_back() {
+        assert_eq!(parse_partition_object(&partition_object(0xabc, 7)), Some((0xabc, 7)));
+        assert_eq!(parse_partition_object("i.12.3"), None);
+        assert_eq!(parse_partition_object("h.0000000000000001.k"), None);
+        assert!(records_cursor() > entry_key("\u{10FFFF}\u{10FFFF}"));
+        assert!(records_cursor() < pending_key(0));
     }
 
     #[test]

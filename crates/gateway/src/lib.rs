@@ -5,9 +5,12 @@
 //! Layers, bottom up: [`layout`] (names and records, pure), [`rados`] (helpers over the
 //! client), [`meta`] (users, keys, buckets), [`index`] (bucket index partitions and the commit
 //! protocol's completion), [`objects`] (heads and tails, streaming), [`s3impl`] (the S3 API on
-//! s3s), [`auth`] (secrets for signature checks), [`server`] (HTTP).
+//! s3s), [`auth`] (secrets for signature checks), [`collector`] (the background reconciler and
+//! garbage collector), [`server`] (HTTP).
 
 pub mod auth;
+pub mod collector;
+pub mod crashpoint;
 pub mod error;
 pub mod index;
 pub mod layout;

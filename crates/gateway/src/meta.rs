@@ -14,7 +14,7 @@ use crate::error::GatewayError;
 use crate::layout::{
     self, BucketRecord, KeyRecord, MAX_USER_NAME_BYTES, META_POOL, POOLS, Partition, USERS_OBJECT, UserRecord,
 };
-use crate::rados;
+use crate::{index, rados};
 
 /// Creates the gateway's pools that do not exist yet, with `size` replicas, and waits until the
 /// map holds them.
@@ -247,9 +247,15 @@ pub async fn create_bucket(
     let user_obj = layout::user_object(&owner.name);
     let listed = vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }];
     rados::write_ops(client, META_POOL, &user_obj, listed).await?;
+    // The partitions exist before the record that names them; a crash in between leaves live
+    // partitions without a record, which the collector retires after a lease.
+    index::create_partitions(client, &bucket).await?;
     match rados::write_record(client, META_POOL, &layout::bucket_object(name), layout::encode(&bucket), true).await {
         Ok(()) => Ok(bucket),
         Err(e) if e.is_exists() => {
+            for p in &bucket.partitions {
+                rados::remove(client, layout::INDEX_POOL, &layout::partition_object(bucket.id, p.id)).await?;
+            }
             let existing = get_bucket(client, name).await?;
             let by_you = existing.owner == owner.name;
             if !by_you {
@@ -282,12 +288,44 @@ pub async fn list_buckets(client: &Client, owner: &UserRecord) -> Result<Vec<Buc
     Ok(out.into_values().collect())
 }
 
-/// Removes bucket record `bucket` and its index partitions; the caller checked it is empty.
-pub async fn remove_bucket(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
-    rados::remove(client, META_POOL, &layout::bucket_object(&bucket.name)).await?;
-    for p in &bucket.partitions {
-        rados::remove(client, layout::INDEX_POOL, &layout::partition_object(bucket.id, p.id)).await?;
+/// Deletes bucket `bucket` if it holds no object (decision 0014): its partitions stop taking
+/// index writes first, then the emptiness check is repeated (an entry completed in between
+/// makes the bucket live again and the delete fail), then the record goes. Pending writes and
+/// GC records left in the partitions are finished by the collector, which removes each
+/// partition once nothing is left in it. Any step may crash: the collector finishes a deletion
+/// whose partitions are dead and empty, and revives one whose partitions still hold entries.
+pub async fn delete_bucket(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
+    if !index::is_empty(client, bucket).await? {
+        return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
     }
+    index::set_live(client, bucket, false).await?;
+    if !index::is_empty(client, bucket).await? {
+        index::set_live(client, bucket, true).await?;
+        return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
+    }
+    remove_bucket_record(client, bucket).await
+}
+
+/// Removes bucket record `bucket` (if it is still this bucket's) and unlists it from its owner.
+pub async fn remove_bucket_record(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
+    let object = layout::bucket_object(&bucket.name);
+    let Some(bytes) = rados::read_all(client, META_POOL, &object).await? else {
+        return Ok(());
+    };
+    let current: BucketRecord = layout::decode(&bytes, "bucket record")?;
+    // Guarded: a bucket created under the name since the read is left alone.
+    if current.id != bucket.id || !rados::remove_record(client, META_POOL, &object, &bytes).await? {
+        return Ok(());
+    }
+    let user_obj = layout::user_object(&bucket.owner);
     let unlist = vec![ObjOp::OmapRemove { keys: vec![bucket.name.as_bytes().to_vec()] }];
-    rados::write_ops(client, META_POOL, &layout::user_object(&bucket.owner), unlist).await
+    rados::write_ops(client, META_POOL, &user_obj, unlist).await?;
+    // The owner may have created the name again between the removal and the unlisting (its
+    // listing came first); list it again then, since lists must cover every record.
+    if let Some(bytes) = rados::read_all(client, META_POOL, &object).await? {
+        let again: BucketRecord = layout::decode(&bytes, "bucket record")?;
+        let listed = vec![ObjOp::OmapSet { entries: vec![(bucket.name.as_bytes().to_vec(), Vec::new())] }];
+        rados::write_ops(client, META_POOL, &layout::user_object(&again.owner), listed).await?;
+    }
+    Ok(())
 }

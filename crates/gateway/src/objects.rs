@@ -56,8 +56,8 @@ impl MemoryBudget {
 const MAX_REQUEST_KIB: u32 = (MAX_REQUEST_BYTES / 1024) as u32;
 
 /// The metadata of `key`'s head, or `None` if it has none.
-pub async fn head_meta(client: &Client, bucket: &BucketRecord, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
-    let name = layout::head_object(bucket.id, key);
+pub async fn head_meta(client: &Client, bucket_id: u64, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
+    let name = layout::head_object(bucket_id, key);
     match client.op(DATA_POOL, &name, vec![ObjOp::GetXattr { name: META_XATTR.into() }], Vec::new()).await {
         Ok(r) => match r.outputs.into_iter().next() {
             Some(OpOutput::Xattr(Some(bytes))) => checked(layout::decode(&bytes, "object metadata")?, key),
@@ -97,6 +97,9 @@ pub struct WriteArgs {
     /// Bytes the client announced, if it did (reserves less memory for small bodies).
     pub size_hint: Option<u64>,
     pub gc_delay_ns: u64,
+    /// The collector's lease: the pending record is refreshed every quarter of it while the body
+    /// streams, and the head is not committed once the record is older than half of it.
+    pub lease: std::time::Duration,
 }
 
 /// Computes and checks the body's digests; called once the whole body has arrived, before the
@@ -139,6 +142,7 @@ where
 {
     let tag = layout::random_tag()?;
     index::prepare(client, bucket, key, tag).await?;
+    let mut refreshed = std::time::Instant::now();
     let mut md5 = Md5::new();
     // The request's whole memory need is reserved at once: a request that held part and waited
     // for more could deadlock with others doing the same.
@@ -150,10 +154,15 @@ where
     let mut tails: u32 = 0;
     // The chunk being filled, once the head's is full.
     let mut current: Option<BytesMut> = None;
-    let mut in_flight = futures::stream::FuturesOrdered::new();
+    // Tail writes run as tasks so that they proceed while the body keeps arriving.
+    let mut in_flight = TailWrites::default();
     let result: Result<(), WriteError> = async {
         while let Some(piece) = body.next().await {
             let mut piece = piece.map_err(|e| WriteError::Body(e.to_string()))?;
+            if refreshed.elapsed() > args.lease / 4 {
+                index::prepare(client, bucket, key, tag).await?;
+                refreshed = std::time::Instant::now();
+            }
             md5.update(&piece);
             check.update(&piece);
             size += piece.len() as u64;
@@ -174,29 +183,35 @@ where
                 {
                     tails += 1;
                     while in_flight.len() >= TAILS_IN_FLIGHT {
-                        if let Some(r) = in_flight.next().await {
-                            r?;
-                        }
+                        in_flight.next().await?;
                     }
-                    in_flight.push_back(write_tail(client, bucket.id, tag, tails, full.freeze()));
+                    in_flight.push(client, bucket.id, tag, tails, full.freeze());
                 }
             }
         }
         if let Some(buf) = current.take() {
             tails += 1;
-            in_flight.push_back(write_tail(client, bucket.id, tag, tails, buf.freeze()));
+            in_flight.push(client, bucket.id, tag, tails, buf.freeze());
         }
-        while let Some(r) = in_flight.next().await {
-            r?;
+        while !in_flight.is_empty() {
+            in_flight.next().await?;
         }
         Ok(())
     }
     .await;
     if let Err(e) = result {
+        // Every tail write has ended before the GC record for them is made.
+        in_flight.drain().await;
         // Tails that may have landed are collected through the pending record, which names the
         // tag (the reconciler turns it into a GC record); try the cheap path first.
         let _ = index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await;
         return Err(e);
+    }
+    if refreshed.elapsed() > args.lease / 2 {
+        // The collector may already have decided this write from its (absent) head and queued
+        // its tails for deletion: committing now could publish a head without tails.
+        index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await?;
+        return Err(WriteError::Body("the body took longer than half the collector's lease to arrive".into()));
     }
     let md5_hex = crate::text::hex(&md5.finalize());
     let checksums = match check.finish(&md5_hex) {
@@ -232,6 +247,7 @@ where
     ops.push(ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(&meta) });
     ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
     let name = layout::head_object(bucket.id, key);
+    crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, key);
     let committed = client.op_ref(DATA_POOL, &name, ops, &head_bytes).await;
     drop(permit);
     match committed {
@@ -249,14 +265,51 @@ where
         // the reconciler, which decides from the head after the lease.
         Err(e) => return Err(GatewayError::from(e).into()),
     }
+    crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
     index::complete(client, bucket, key, tag, Some(tails), args.gc_delay_ns).await?;
     Ok(meta)
 }
 
-async fn write_tail(client: &Client, bucket_id: u64, tag: u128, n: u32, data: Bytes) -> Result<(), WriteError> {
-    let name = layout::tail_object(bucket_id, tag, n);
-    let r = client.op_ref(DATA_POOL, &name, vec![ObjOp::WriteFull { len_bytes: data.len() as u64 }], &data).await;
-    r.map(|_| ()).map_err(|e| WriteError::Gateway(e.into()))
+/// Tail writes in flight, oldest first, each a task of its own.
+#[derive(Default)]
+struct TailWrites {
+    tasks: std::collections::VecDeque<tokio::task::JoinHandle<Result<(), GatewayError>>>,
+}
+
+impl TailWrites {
+    fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    fn push(&mut self, client: &Client, bucket_id: u64, tag: u128, n: u32, data: Bytes) {
+        let client = client.clone();
+        self.tasks.push_back(tokio::spawn(async move {
+            let name = layout::tail_object(bucket_id, tag, n);
+            let ops = vec![ObjOp::WriteFull { len_bytes: data.len() as u64 }];
+            client.op_ref(DATA_POOL, &name, ops, &data).await?;
+            Ok(())
+        }));
+    }
+
+    /// Waits for the oldest write.
+    async fn next(&mut self) -> Result<(), WriteError> {
+        let Some(task) = self.tasks.pop_front() else { return Ok(()) };
+        match task.await {
+            Ok(r) => r.map_err(WriteError::Gateway),
+            Err(e) => Err(WriteError::Gateway(GatewayError::Internal(format!("a tail write failed: {e}")))),
+        }
+    }
+
+    /// Waits for every write, whatever its result.
+    async fn drain(&mut self) {
+        while let Some(task) = self.tasks.pop_front() {
+            let _ = task.await;
+        }
+    }
 }
 
 /// Removes `key`'s object (a missing one is not an error): prepare, remove the head, complete.

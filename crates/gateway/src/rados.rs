@@ -60,6 +60,17 @@ pub async fn replace_record(
     Ok(())
 }
 
+/// Removes a record written by [`write_record`] only if it still holds `old`; a missing or
+/// replaced record is left alone (returns whether it was removed).
+pub async fn remove_record(client: &Client, pool: &str, object: &str, old: &[u8]) -> Result<bool, GatewayError> {
+    let ops = vec![ObjOp::AssertXattr { name: DIGEST_XATTR.into(), value: Some(digest(old)) }, ObjOp::Remove];
+    match client.op(pool, object, ops, Vec::new()).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.is_not_found() || e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Removes `object`; a missing one is not an error.
 pub async fn remove(client: &Client, pool: &str, object: &str) -> Result<(), GatewayError> {
     match client.op(pool, object, vec![ObjOp::Remove], Vec::new()).await {

@@ -29,6 +29,8 @@ pub struct ServiceSettings {
     pub region: String,
     /// How long replaced data stays readable before GC deletes it.
     pub gc_delay: Duration,
+    /// A pending write older than this is completed by the collector (decision 0014).
+    pub lease: Duration,
 }
 
 /// The S3 service: stateless apart from caches; every gateway over one cluster serves the same
@@ -404,10 +406,7 @@ impl S3 for Gateway {
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
         let user = self.requester(&req).await?;
         let bucket = self.bucket_for(&user, &req.input.bucket).await?;
-        if !index::is_empty(&self.client, &bucket).await? {
-            return Err(GatewayError::BucketNotEmpty(bucket.name).into());
-        }
-        meta::remove_bucket(&self.client, &bucket).await?;
+        meta::delete_bucket(&self.client, &bucket).await?;
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
@@ -455,6 +454,7 @@ impl S3 for Gateway {
             condition,
             size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()),
             gc_delay_ns: self.gc_delay_ns(),
+            lease: self.settings.lease,
         };
         let Some(body) = input.body else {
             return Err(s3_error!(IncompleteBody, "the request has no body"));
@@ -541,7 +541,7 @@ impl S3 for Gateway {
         let user = self.requester(&req).await?;
         let input = req.input;
         let bucket = self.bucket_for(&user, &input.bucket).await?;
-        let Some(meta) = objects::head_meta(&self.client, &bucket, &input.key).await? else {
+        let Some(meta) = objects::head_meta(&self.client, bucket.id, &input.key).await? else {
             return Err(GatewayError::NoSuchKey(input.key).into());
         };
         check_read_conditions(

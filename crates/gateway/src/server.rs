@@ -13,6 +13,7 @@ use shoal_client::Client;
 use tokio::net::TcpListener;
 
 use crate::auth::ClusterAuth;
+use crate::collector::{self, CollectorSettings};
 use crate::error::GatewayError;
 use crate::meta;
 use crate::objects::MemoryBudget;
@@ -31,6 +32,8 @@ pub struct GatewayConfig {
     /// Bytes all requests together may hold (bodies and replies in flight).
     pub inflight_bytes: u64,
     pub gc_delay: Duration,
+    /// How old a pending write must be before the collector decides it from its head.
+    pub lease: Duration,
     /// Replicas of the pools the gateway creates when they do not exist.
     pub pool_size: u32,
     /// PGs of the data pool it creates (the others get a quarter).
@@ -45,6 +48,7 @@ impl Default for GatewayConfig {
             region: "us-east-1".into(),
             inflight_bytes: 256 << 20,
             gc_delay: Duration::from_secs(2 * 3600),
+            lease: Duration::from_secs(3600),
             pool_size: 3,
             pg_num: 64,
         }
@@ -55,6 +59,8 @@ impl Default for GatewayConfig {
 pub struct Server {
     listener: TcpListener,
     service: s3s::service::S3Service,
+    client: Client,
+    collector: CollectorSettings,
 }
 
 impl Server {
@@ -62,8 +68,9 @@ impl Server {
     pub async fn bind(client: Client, cfg: &GatewayConfig) -> Result<Server, GatewayError> {
         let timeout_ms = client.mon().config().op_timeout_ms;
         meta::ensure_pools(&client, cfg.pool_size, cfg.pg_num, timeout_ms).await?;
-        let settings = ServiceSettings { region: cfg.region.clone(), gc_delay: cfg.gc_delay };
-        let gateway = Gateway::new(client, MemoryBudget::new(cfg.inflight_bytes), settings);
+        let settings = ServiceSettings { region: cfg.region.clone(), gc_delay: cfg.gc_delay, lease: cfg.lease };
+        let collector = CollectorSettings::new(cfg.lease, cfg.gc_delay);
+        let gateway = Gateway::new(client.clone(), MemoryBudget::new(cfg.inflight_bytes), settings);
         let mut builder = S3ServiceBuilder::new(gateway.clone());
         builder.set_auth(ClusterAuth(gateway.keys.clone()));
         if !cfg.domains.is_empty() {
@@ -74,7 +81,7 @@ impl Server {
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| GatewayError::InvalidArgument(format!("cannot listen on {}: {e}", cfg.listen)))?;
-        Ok(Server { listener, service: builder.build() })
+        Ok(Server { listener, service: builder.build(), client, collector })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -82,8 +89,9 @@ impl Server {
         self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
-    /// Serves until the process ends.
+    /// Serves until the process ends, with the collector running beside.
     pub async fn run(self) -> Result<(), GatewayError> {
+        tokio::spawn(collector::run(self.client.clone(), self.collector.clone()));
         let conns = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let request_ids = Arc::new(RequestIds::new());
         loop {

@@ -1,0 +1,292 @@
+//! The background reconciler and garbage collector every gateway runs (decision 0014): it walks
+//! the index partitions, completes writes whose gateway died (pending records older than the
+//! lease), deletes the tails of GC records that are due, and finishes bucket deletions and
+//! creations that a crash interrupted. Any number of gateways may run it at once: every step is
+//! guarded or idempotent.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use shoal_client::Client;
+use shoal_proto::osd::{ObjOp, OpOutput};
+
+use crate::error::GatewayError;
+use crate::index::{self, Completed, Completion};
+use crate::layout::{
+    self, BucketRecord, DATA_POOL, ENTRY_PREFIX, GC_PREFIX, GcRecord, INDEX_POOL, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
+    META_POOL, PENDING_PREFIX, PartitionLabel, PendingRecord,
+};
+use crate::objects::TAILS_IN_FLIGHT;
+use crate::rados;
+
+/// Partition objects listed per request.
+const PARTITIONS_PER_PAGE: u32 = 256;
+/// Records (pending and GC) handled per partition per pass; the rest wait for the next pass.
+const RECORDS_PER_PASS: u32 = 256;
+/// Tail removals in flight at once, per GC record.
+const REMOVALS_IN_FLIGHT: usize = 8;
+
+/// How the collector runs.
+#[derive(Debug, Clone)]
+pub struct CollectorSettings {
+    /// A pending record older than this belongs to a dead writer (writers refresh theirs every
+    /// quarter lease and never commit past half of one).
+    pub lease: Duration,
+    /// How long replaced tails stay readable before they are deleted.
+    pub gc_delay: Duration,
+    /// Time between passes.
+    pub period: Duration,
+}
+
+impl CollectorSettings {
+    /// Passes often enough that nothing waits much longer than its lease or delay.
+    pub fn new(lease: Duration, gc_delay: Duration) -> CollectorSettings {
+        let period = (lease.min(gc_delay) / 4).clamp(Duration::from_millis(250), Duration::from_secs(60));
+        CollectorSettings { lease, gc_delay, period }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PassStats {
+    pub partitions: u64,
+    /// Pending records of dead writers completed.
+    pub completed: u64,
+    /// GC records whose tails were deleted.
+    pub collected: u64,
+    pub tails_removed: u64,
+    /// Orphan heads removed from deleted buckets.
+    pub heads_removed: u64,
+    /// Bucket deletions finished, and partitions retired (a crashed create) or removed.
+    pub buckets_finished: u64,
+    pub partitions_retired: u64,
+    pub partitions_removed: u64,
+    pub partitions_revived: u64,
+    pub errors: u64,
+}
+
+/// Runs passes forever, one every `settings.period`.
+pub async fn run(client: Client, settings: CollectorSettings) {
+    loop {
+        tokio::time::sleep(settings.period).await;
+        match pass(&client, &settings).await {
+            Ok(s) if s != PassStats { partitions: s.partitions, ..PassStats::default() } => {
+                tracing::info!(?s, "collector pass");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "collector pass failed"),
+        }
+    }
+}
+
+/// One pass over every index partition.
+pub async fn pass(client: &Client, settings: &CollectorSettings) -> Result<PassStats, GatewayError> {
+    let mut stats = PassStats::default();
+    let mut cursor = None;
+    loop {
+        let (names, next) = client.list(INDEX_POOL, cursor, PARTITIONS_PER_PAGE).await?;
+        for name in names {
+            let Some((bucket_id, _)) = layout::parse_partition_object(&name) else { continue };
+            stats.partitions += 1;
+            if let Err(e) = partition(client, settings, bucket_id, &name, &mut stats).await {
+                stats.errors += 1;
+                tracing::warn!(partition = %name, error = %e, "collector: partition skipped this pass");
+            }
+        }
+        match next {
+            Some(c) => cursor = Some(c),
+            None => return Ok(stats),
+        }
+    }
+}
+
+/// What a partition holds, read in one request.
+struct PartitionView {
+    live: bool,
+    label: Option<PartitionLabel>,
+    has_entries: bool,
+    records: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, GatewayError> {
+    let ops = vec![
+        ObjOp::GetXattr { name: LIVE_XATTR.into() },
+        ObjOp::GetXattr { name: LABEL_XATTR.into() },
+        ObjOp::OmapList { after: None, max: 1 },
+        ObjOp::OmapList { after: Some(layout::records_cursor()), max: RECORDS_PER_PASS },
+    ];
+    let r = match client.op(INDEX_POOL, part, ops, Vec::new()).await {
+        Ok(r) => r,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = r.outputs.into_iter();
+    let live = matches!(out.next(), Some(OpOutput::Xattr(Some(v))) if v == LIVE_VALUE);
+    let label = match out.next() {
+        Some(OpOutput::Xattr(Some(v))) => Some(layout::decode(&v, "partition label")?),
+        _ => None,
+    };
+    let has_entries = matches!(out.next(), Some(OpOutput::OmapList(first)) if first.first().is_some_and(|(k, _)| k.first() == Some(&ENTRY_PREFIX)));
+    let records = match out.next() {
+        Some(OpOutput::OmapList(records)) => records,
+        other => return Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
+    };
+    Ok(Some(PartitionView { live, label, has_entries, records }))
+}
+
+/// The bucket record the label names, if it is still this partition's bucket.
+async fn labelled_bucket(
+    client: &Client,
+    label: &PartitionLabel,
+    bucket_id: u64,
+) -> Result<Option<BucketRecord>, GatewayError> {
+    match rados::read_all(client, META_POOL, &layout::bucket_object(&label.bucket)).await? {
+        Some(bytes) => {
+            let b: BucketRecord = layout::decode(&bytes, "bucket record")?;
+            Ok((b.id == bucket_id).then_some(b))
+        }
+        None => Ok(None),
+    }
+}
+
+fn tag_at(key: &[u8], at: usize) -> Option<u128> {
+    Some(u128::from_be_bytes(key.get(at..at + 16)?.try_into().ok()?))
+}
+
+async fn partition(
+    client: &Client,
+    settings: &CollectorSettings,
+    bucket_id: u64,
+    part: &str,
+    stats: &mut PassStats,
+) -> Result<(), GatewayError> {
+    let Some(v) = view(client, part).await? else { return Ok(()) };
+    let now = layout::now_ns();
+    let lease_ns = settings.lease.as_nanos() as u64;
+    if !v.live && v.has_entries {
+        // A deletion found the bucket not empty and crashed before making it live again.
+        if let Some(label) = &v.label
+            && labelled_bucket(client, label, bucket_id).await?.is_some()
+        {
+            let ops = vec![ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() }];
+            rados::write_ops(client, INDEX_POOL, part, ops).await?;
+            stats.partitions_revived += 1;
+        } else {
+            tracing::error!(partition = part, "a dead index partition holds entries but its bucket is gone");
+        }
+        return Ok(());
+    }
+    let how =
+        Completion { bucket_id, part, live: v.live, pending: None, gc_delay_ns: settings.gc_delay.as_nanos() as u64 };
+    let mut waiting = 0usize;
+    for (key, value) in &v.records {
+        match key.first() {
+            Some(&PENDING_PREFIX) => {
+                let rec: PendingRecord = layout::decode(value, "pending record")?;
+                let Some(tag) = tag_at(key, 1) else { continue };
+                if now.saturating_sub(rec.started_ns) < lease_ns {
+                    waiting += 1;
+                    continue;
+                }
+                if !v.live {
+                    // The bucket is deleted and held no entry when it died, so any head under
+                    // it is an orphan of a write that never completed.
+                    rados::remove(client, DATA_POOL, &layout::head_object(bucket_id, &rec.key)).await?;
+                    stats.heads_removed += 1;
+                }
+                let how = Completion { pending: Some(value.clone()), ..how };
+                match index::complete_at(client, &how, &rec.key, tag, None).await? {
+                    Completed::Head(_) | Completed::PendingGone => stats.completed += 1,
+                    // The bucket's state changed under us; the next pass sees the new one.
+                    Completed::Dead => return Ok(()),
+                }
+            }
+            Some(&GC_PREFIX) => {
+                let due = key.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).unwrap_or(0);
+                if due > now {
+                    // Sorted by due time: the rest are later still.
+                    waiting += 1;
+                    break;
+                }
+                let rec: GcRecord = layout::decode(value, "GC record")?;
+                stats.tails_removed += remove_tails(client, bucket_id, &rec).await?;
+                rados::write_ops(client, INDEX_POOL, part, vec![ObjOp::OmapRemove { keys: vec![key.clone()] }]).await?;
+                stats.collected += 1;
+            }
+            _ => {
+                tracing::warn!(partition = part, "unknown index record skipped");
+                waiting += 1;
+            }
+        }
+    }
+    let label_age_ns = v.label.as_ref().map(|l| now.saturating_sub(l.created_ns)).unwrap_or(u64::MAX);
+    if v.live {
+        // A create that crashed between its partitions and its record leaves live partitions no
+        // record names; once a lease has passed (no create takes that long) they are retired.
+        if let Some(label) = &v.label
+            && label_age_ns > lease_ns
+            && labelled_bucket(client, label, bucket_id).await?.is_none()
+        {
+            let ops = vec![
+                ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: Some(LIVE_VALUE.to_vec()) },
+                ObjOp::RemoveXattr { name: LIVE_XATTR.into() },
+            ];
+            rados::write_ops(client, INDEX_POOL, part, ops).await?;
+            stats.partitions_retired += 1;
+        }
+        return Ok(());
+    }
+    // Dead and without entries: finish the deletion a crash may have interrupted, then remove
+    // the partition once no record is left in it.
+    if let Some(label) = &v.label
+        && let Some(bucket) = labelled_bucket(client, label, bucket_id).await?
+    {
+        crate::meta::remove_bucket_record(client, &bucket).await?;
+        stats.buckets_finished += 1;
+    }
+    if waiting == 0 && (v.records.len() as u32) < RECORDS_PER_PASS {
+        let ops = vec![ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: None }, ObjOp::Remove];
+        match client.op(INDEX_POOL, part, ops, Vec::new()).await {
+            Ok(_) => stats.partitions_removed += 1,
+            Err(e) if e.is_not_found() || e.code() == Some(shoal_proto::ErrorCode::Conflict) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the tails a GC record names; returns how many existed.
+async fn remove_tails(client: &Client, bucket_id: u64, rec: &GcRecord) -> Result<u64, GatewayError> {
+    let remove = |n: u32| async move {
+        match client.op(DATA_POOL, &layout::tail_object(bucket_id, rec.tag, n), vec![ObjOp::Remove], Vec::new()).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(GatewayError::from(e)),
+        }
+    };
+    let mut removed = 0u64;
+    match rec.tails {
+        Some(count) => {
+            let mut s = futures::stream::iter(1..=count).map(remove).buffer_unordered(REMOVALS_IN_FLIGHT);
+            while let Some(r) = s.next().await {
+                removed += u64::from(r?);
+            }
+        }
+        None => {
+            // A writer that died before its head wrote tails in order with at most
+            // TAILS_IN_FLIGHT in flight, so a run that long of missing tails ends them.
+            let mut missing = 0usize;
+            let mut n = 1u32;
+            while missing < TAILS_IN_FLIGHT && n < u32::MAX {
+                if remove(n).await? {
+                    removed += 1;
+                    missing = 0;
+                } else {
+                    missing += 1;
+                }
+                n += 1;
+            }
+        }
+    }
+    Ok(removed)
+}

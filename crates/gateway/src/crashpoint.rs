@@ -1,0 +1,30 @@
+//! Crash points for the crash tests: with `SHOAL_GATEWAY_CRASH=POINT:KEY` in its environment, a
+//! gateway aborts (no cleanup, as SIGKILL would stop it) when a write of object key KEY reaches
+//! POINT. Without the variable this costs one comparison per point.
+
+use std::sync::OnceLock;
+
+/// The environment variable naming the crash point.
+pub const ENV: &str = "SHOAL_GATEWAY_CRASH";
+
+/// After the tails are written, before the head (the commit).
+pub const AFTER_TAILS: &str = "after-tails";
+/// After the head is written, before the index completion.
+pub const AFTER_HEAD: &str = "after-head";
+
+/// Aborts the process if the configured crash point is `point` for `key`.
+pub fn reached(point: &str, key: &str) {
+    static SPEC: OnceLock<Option<(String, String)>> = OnceLock::new();
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let (p, k) = v.split_once(':')?;
+        Some((p.to_string(), k.to_string()))
+    });
+    if let Some((p, k)) = spec
+        && p == point
+        && k == key
+    {
+        eprintln!("{ENV}: crashing at {point} of {key:?}");
+        std::process::abort();
+    }
+}
