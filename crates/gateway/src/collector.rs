@@ -14,10 +14,10 @@ use crate::error::GatewayError;
 use crate::index::{self, Completed, Completion};
 use crate::layout::{
     self, BucketRecord, DATA_POOL, ENTRY_PREFIX, GC_PREFIX, GcRecord, INDEX_POOL, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
-    META_POOL, PENDING_PREFIX, PartitionLabel, PendingRecord,
+    META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind, PendingRecord, UPLOAD_PREFIX,
 };
 use crate::objects::TAILS_IN_FLIGHT;
-use crate::rados;
+use crate::{multipart, rados};
 
 /// Partition objects listed per request.
 const PARTITIONS_PER_PAGE: u32 = 256;
@@ -62,6 +62,8 @@ pub struct PassStats {
     pub partitions_retired: u64,
     pub partitions_removed: u64,
     pub partitions_revived: u64,
+    /// Uploads left in deleted buckets, aborted.
+    pub uploads_aborted: u64,
     pub errors: u64,
 }
 
@@ -188,14 +190,44 @@ async fn partition(
                     waiting += 1;
                     continue;
                 }
-                if !v.live {
-                    // The bucket is deleted and held no entry when it died, so any head under
-                    // it is an orphan of a write that never completed.
-                    rados::remove(client, DATA_POOL, &layout::head_object(bucket_id, &rec.key)).await?;
-                    stats.heads_removed += 1;
-                }
                 let how = Completion { pending: Some(value.clone()), ..how };
-                match index::complete_at(client, &how, &rec.key, tag, None).await? {
+                let done = match &rec.kind {
+                    PendingKind::Write => {
+                        if !v.live {
+                            // The bucket is deleted and held no entry when it died, so any head
+                            // under it is an orphan of a write that never completed.
+                            rados::remove(client, DATA_POOL, &layout::head_object(bucket_id, &rec.key)).await?;
+                            stats.heads_removed += 1;
+                        }
+                        let own = Some(GcRecord::Chunks { tag, first: 1, count: None });
+                        index::complete_at(client, &how, &rec.key, tag, own, &|_| Vec::new()).await?
+                    }
+                    PendingKind::Part { .. } => {
+                        // A part is recorded in the request that removes its pending record, so
+                        // this one never was: its chunks go.
+                        let ops = vec![
+                            ObjOp::AssertOmap { key: key.clone(), value: Some(value.clone()) },
+                            ObjOp::OmapRemove { keys: vec![key.clone()] },
+                            index::gc_set(now + how.gc_delay_ns, vec![GcRecord::Chunks { tag, first: 0, count: None }]),
+                        ];
+                        match rados::write_ops(client, INDEX_POOL, part, ops).await {
+                            Err(e) if e.is_conflict() => Completed::PendingGone,
+                            other => other.map(|()| Completed::Head(None))?,
+                        }
+                    }
+                    PendingKind::Abort { upload } => {
+                        multipart::finish_abort(client, part, *upload, tag, how.gc_delay_ns).await?;
+                        Completed::Head(None)
+                    }
+                    PendingKind::Complete { upload } => {
+                        if !v.live {
+                            rados::remove(client, DATA_POOL, &layout::head_object(bucket_id, &rec.key)).await?;
+                            stats.heads_removed += 1;
+                        }
+                        multipart::finish_complete(client, &how, upload, tag).await?
+                    }
+                };
+                match done {
                     Completed::Head(_) | Completed::PendingGone => stats.completed += 1,
                     // The bucket's state changed under us; the next pass sees the new one.
                     Completed::Dead => return Ok(()),
@@ -209,9 +241,18 @@ async fn partition(
                     break;
                 }
                 let rec: GcRecord = layout::decode(value, "GC record")?;
-                stats.tails_removed += remove_tails(client, bucket_id, &rec).await?;
+                stats.tails_removed += collect(client, bucket_id, &rec).await?;
                 rados::write_ops(client, INDEX_POOL, part, vec![ObjOp::OmapRemove { keys: vec![key.clone()] }]).await?;
                 stats.collected += 1;
+            }
+            Some(&UPLOAD_PREFIX | &PART_PREFIX) => {
+                // Uploads and parts follow the records: this partition's records are done. In a
+                // deleted bucket, its uploads are aborted (each claimed like a client's abort).
+                if !v.live {
+                    stats.uploads_aborted += abort_uploads(client, part, settings).await?;
+                    waiting += 1;
+                }
+                break;
             }
             _ => {
                 tracing::warn!(partition = part, "unknown index record skipped");
@@ -255,28 +296,85 @@ async fn partition(
     Ok(())
 }
 
-/// Deletes the tails a GC record names; returns how many existed.
-async fn remove_tails(client: &Client, bucket_id: u64, rec: &GcRecord) -> Result<u64, GatewayError> {
+/// Aborts every upload left in dead partition `part` (bounded per pass); returns how many.
+async fn abort_uploads(client: &Client, part: &str, settings: &CollectorSettings) -> Result<u64, GatewayError> {
+    let uploads = rados::omap_prefix(client, INDEX_POOL, part, &[UPLOAD_PREFIX], RECORDS_PER_PASS as usize).await?;
+    let mut n = 0;
+    for (key, value) in uploads {
+        let rec: layout::UploadRecord = layout::decode(&value, "upload record")?;
+        let tag = layout::random_tag()?;
+        let pending = layout::PendingRecord {
+            key: rec.key.clone(),
+            started_ns: layout::now_ns(),
+            kind: PendingKind::Abort { upload: rec.upload },
+        };
+        // Claimed as a client's abort is (no liveness guard: the partition is dead).
+        let ops = vec![
+            ObjOp::AssertOmap { key: key.clone(), value: Some(value.clone()) },
+            ObjOp::OmapRemove { keys: vec![key] },
+            ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&pending))] },
+        ];
+        match rados::write_ops(client, INDEX_POOL, part, ops).await {
+            Err(e) if e.is_conflict() => continue,
+            other => other?,
+        }
+        multipart::finish_abort(client, part, rec.upload, tag, settings.gc_delay.as_nanos() as u64).await?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Deletes what a GC record names; returns how many objects existed.
+async fn collect(client: &Client, bucket_id: u64, rec: &GcRecord) -> Result<u64, GatewayError> {
+    match rec {
+        GcRecord::Chunks { tag, first, count } => remove_chunks(client, bucket_id, *tag, *first, *count).await,
+        GcRecord::Manifest { tag } | GcRecord::ManifestOnly { tag } => {
+            let name = layout::manifest_object(bucket_id, *tag);
+            let Some(bytes) = rados::read_all(client, DATA_POOL, &name).await? else { return Ok(0) };
+            let mut removed = 0;
+            if matches!(rec, GcRecord::Manifest { .. }) {
+                let manifest: layout::Manifest = layout::decode(&bytes, "manifest")?;
+                for p in &manifest.parts {
+                    removed += remove_chunks(client, bucket_id, p.tag, 0, Some(p.chunks)).await?;
+                }
+            }
+            // The manifest goes last, so a collection cut short is repeated whole.
+            rados::remove(client, DATA_POOL, &name).await?;
+            Ok(removed + 1)
+        }
+    }
+}
+
+/// Deletes chunks `first..first+count` of `tag` (all found from `first` when `count` is
+/// unknown); returns how many existed.
+async fn remove_chunks(
+    client: &Client,
+    bucket_id: u64,
+    tag: u128,
+    first: u32,
+    count: Option<u32>,
+) -> Result<u64, GatewayError> {
     let remove = |n: u32| async move {
-        match client.op(DATA_POOL, &layout::tail_object(bucket_id, rec.tag, n), vec![ObjOp::Remove], Vec::new()).await {
+        match client.op(DATA_POOL, &layout::tail_object(bucket_id, tag, n), vec![ObjOp::Remove], Vec::new()).await {
             Ok(_) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(GatewayError::from(e)),
         }
     };
     let mut removed = 0u64;
-    match rec.tails {
+    match count {
         Some(count) => {
-            let mut s = futures::stream::iter(1..=count).map(remove).buffer_unordered(REMOVALS_IN_FLIGHT);
+            let end = first.saturating_add(count);
+            let mut s = futures::stream::iter(first..end).map(remove).buffer_unordered(REMOVALS_IN_FLIGHT);
             while let Some(r) = s.next().await {
                 removed += u64::from(r?);
             }
         }
         None => {
-            // A writer that died before its head wrote tails in order with at most
-            // TAILS_IN_FLIGHT in flight, so a run that long of missing tails ends them.
+            // A writer that died before recording its chunks wrote them in order with at most
+            // TAILS_IN_FLIGHT in flight, so a run that long of missing chunks ends them.
             let mut missing = 0usize;
-            let mut n = 1u32;
+            let mut n = first;
             while missing < TAILS_IN_FLIGHT && n < u32::MAX {
                 if remove(n).await? {
                     removed += 1;

@@ -25,6 +25,18 @@ pub enum GatewayError {
     UserHasBuckets { user: String, buckets: usize },
     #[error("{0}")]
     InvalidArgument(String),
+    #[error("upload {0} does not exist (completed, aborted or never started)")]
+    NoSuchUpload(String),
+    #[error("{0}")]
+    InvalidPart(String),
+    #[error("{0}")]
+    InvalidPartOrder(String),
+    #[error("{0}")]
+    EntityTooSmall(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("{0}")]
+    MalformedXml(String),
     /// A conditional request's condition did not hold.
     #[error("precondition failed: {0}")]
     PreconditionFailed(String),
@@ -65,6 +77,12 @@ impl From<GatewayError> for s3s::S3Error {
             GatewayError::BucketExists { by_you: false, .. } => C::BucketAlreadyExists,
             GatewayError::BucketNotEmpty(_) => C::BucketNotEmpty,
             GatewayError::InvalidArgument(_) => C::InvalidArgument,
+            GatewayError::NoSuchUpload(_) => C::NoSuchUpload,
+            GatewayError::InvalidPart(_) => C::InvalidPart,
+            GatewayError::InvalidPartOrder(_) => C::InvalidPartOrder,
+            GatewayError::EntityTooSmall(_) => C::EntityTooSmall,
+            GatewayError::TooLarge(_) => C::EntityTooLarge,
+            GatewayError::MalformedXml(_) => C::MalformedXML,
             GatewayError::PreconditionFailed(_) => C::PreconditionFailed,
             GatewayError::Cluster(c) => match c.code() {
                 Some(ErrorCode::NoSpace) => C::Custom("InsufficientStorage".into()),

@@ -7,7 +7,7 @@ use shoal_proto::osd::{ObjOp, OpOutput};
 use crate::error::GatewayError;
 use crate::layout::{
     self, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
-    ObjectMeta, PartitionLabel, PendingRecord, entry_key, partition_object,
+    ObjectMeta, PartitionLabel, PendingKind, PendingRecord, entry_key, partition_object,
 };
 use crate::objects;
 use crate::rados;
@@ -16,7 +16,7 @@ use crate::rados;
 /// the entry in between, which only a storm of writes to one key can make repeat).
 const COMPLETE_ATTEMPTS: usize = 64;
 
-fn partition(bucket: &BucketRecord, key: &str) -> String {
+pub(crate) fn partition(bucket: &BucketRecord, key: &str) -> String {
     partition_object(bucket.id, bucket.partition_of(key))
 }
 
@@ -75,31 +75,51 @@ async fn partition_state(client: &Client, part: &str, tag: u128) -> Result<(bool
 
 /// Step 1 of a write or delete of `key`: records it as pending under `tag`. Also refreshes the
 /// record of a long write (same tag, a later start time).
-pub async fn prepare(client: &Client, bucket: &BucketRecord, key: &str, tag: u128) -> Result<(), GatewayError> {
-    let record = PendingRecord { key: key.to_string(), started_ns: layout::now_ns() };
-    let ops = vec![live_guard(), ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&record))] }];
-    match rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await {
+pub async fn prepare(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    tag: u128,
+    kind: PendingKind,
+) -> Result<(), GatewayError> {
+    match prepare_with(client, bucket, key, tag, kind, Vec::new()).await {
         Err(e) if e.is_conflict() => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
         other => other,
     }
 }
 
+/// [`prepare`] with more operations (guards among them) in the same request; a guard that fails
+/// (the partition's liveness among them) answers `is_conflict`.
+pub async fn prepare_with(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    tag: u128,
+    kind: PendingKind,
+    more: Vec<ObjOp>,
+) -> Result<(), GatewayError> {
+    let record = PendingRecord { key: key.to_string(), started_ns: layout::now_ns(), kind };
+    let mut ops = vec![live_guard()];
+    ops.extend(more);
+    ops.push(ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&record))] });
+    rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await
+}
+
 /// Drops the pending record of a write that never wrote its head (refused before it: a failed
-/// condition, a bad digest), with a GC record for the tails it wrote.
+/// condition, a bad digest), with a GC record for what it wrote, and `more` operations.
 pub async fn abandon(
     client: &Client,
     bucket: &BucketRecord,
     key: &str,
     tag: u128,
-    tails: u32,
+    garbage: Option<GcRecord>,
     gc_delay_ns: u64,
+    more: Vec<ObjOp>,
 ) -> Result<(), GatewayError> {
     let mut ops = vec![live_guard(), ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] }];
-    if tails > 0 {
-        let gc = GcRecord { tag, tails: Some(tails) };
-        ops.push(ObjOp::OmapSet {
-            entries: vec![(layout::gc_key(layout::now_ns() + gc_delay_ns, tag), layout::encode(&gc))],
-        });
+    ops.extend(more);
+    if let Some(gc) = garbage {
+        ops.push(gc_set(layout::now_ns() + gc_delay_ns, vec![gc]));
     }
     match rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await {
         // The bucket is being deleted: its collector completes the pending record instead.
@@ -125,7 +145,11 @@ pub async fn complete(
 ) -> Result<Option<ObjectMeta>, GatewayError> {
     let part = partition(bucket, key);
     let how = Completion { bucket_id: bucket.id, part: &part, live: true, pending: None, gc_delay_ns };
-    match complete_at(client, &how, key, tag, own_tails).await? {
+    let own = match own_tails {
+        Some(0) => None,
+        count => Some(GcRecord::Chunks { tag, first: 1, count }),
+    };
+    match complete_at(client, &how, key, tag, own, &|_| Vec::new()).await? {
         Completed::Head(head) => Ok(head.map(|h| *h)),
         Completed::PendingGone => Err(GatewayError::Internal("a completion without a pending record".into())),
         Completed::Dead => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
@@ -154,12 +178,15 @@ pub(crate) enum Completed {
     Dead,
 }
 
+/// The completion step (see [`complete`]) wherever it runs. `own` is what GC deletes when the
+/// head does not carry `tag`; `extra(head carries tag)` adds operations to the same request.
 pub(crate) async fn complete_at(
     client: &Client,
     how: &Completion<'_>,
     key: &str,
     tag: u128,
-    own_tails: Option<u32>,
+    own: Option<GcRecord>,
+    extra: &(dyn Fn(bool) -> Vec<ObjOp> + Sync),
 ) -> Result<Completed, GatewayError> {
     let ekey = entry_key(key);
     for _ in 0..COMPLETE_ATTEMPTS {
@@ -185,21 +212,23 @@ pub(crate) async fn complete_at(
             None => {}
         }
         ops.push(ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] });
-        let due = layout::now_ns() + how.gc_delay_ns;
         let mut gc = Vec::new();
         if let Some(o) = &old_entry
             && Some(o.tag) != head_tag
             && o.tag != tag
-            && o.tails > 0
+            && let Some(g) = o.garbage()
         {
-            gc.push((layout::gc_key(due, o.tag), layout::encode(&GcRecord { tag: o.tag, tails: Some(o.tails) })));
+            gc.push(g);
         }
-        if Some(tag) != head_tag && own_tails != Some(0) {
-            gc.push((layout::gc_key(due, tag), layout::encode(&GcRecord { tag, tails: own_tails })));
+        if Some(tag) != head_tag
+            && let Some(g) = &own
+        {
+            gc.push(g.clone());
         }
         if !gc.is_empty() {
-            ops.push(ObjOp::OmapSet { entries: gc });
+            ops.push(gc_set(layout::now_ns() + how.gc_delay_ns, gc));
         }
+        ops.extend(extra(Some(tag) == head_tag));
         match rados::write_ops(client, INDEX_POOL, how.part, ops).await {
             Ok(()) => return Ok(Completed::Head(head.map(Box::new))),
             Err(e) if e.is_conflict() => {
@@ -215,6 +244,18 @@ pub(crate) async fn complete_at(
         }
     }
     Err(GatewayError::Internal(format!("the index entry of {key:?} kept changing over {COMPLETE_ATTEMPTS} attempts")))
+}
+
+/// The tag a GC record is about (part of its omap key).
+fn gc_tag(g: &GcRecord) -> u128 {
+    match g {
+        GcRecord::Chunks { tag, .. } | GcRecord::Manifest { tag } | GcRecord::ManifestOnly { tag } => *tag,
+    }
+}
+
+/// An operation recording `records` for GC at `due_ns`.
+pub(crate) fn gc_set(due_ns: u64, records: Vec<GcRecord>) -> ObjOp {
+    ObjOp::OmapSet { entries: records.iter().map(|g| (layout::gc_key(due_ns, gc_tag(g)), layout::encode(g))).collect() }
 }
 
 /// One page of a listing.

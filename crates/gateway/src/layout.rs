@@ -49,7 +49,8 @@ pub fn head_object(bucket_id: u64, key: &str) -> String {
     format!("H.{bucket_id:016x}.{:032x}", xxhash_rust::xxh3::xxh3_128(key.as_bytes()))
 }
 
-/// Tail `n` (1-based: chunk 0 is in the head) of the write tagged `tag`.
+/// Chunk `n` of the write tagged `tag`: an object's tails are chunks 1.. (chunk 0 is in its
+/// head); a multipart part's chunks are 0.. .
 pub fn tail_object(bucket_id: u64, tag: u128, n: u32) -> String {
     format!("t.{bucket_id:016x}.{tag:032x}.{n}")
 }
@@ -89,6 +90,45 @@ pub fn parse_partition_object(name: &str) -> Option<(u64, u32)> {
 pub const ENTRY_PREFIX: u8 = 0x01;
 pub const PENDING_PREFIX: u8 = 0x02;
 pub const GC_PREFIX: u8 = 0x03;
+/// Multipart uploads in progress, by key then upload id; then their parts, by upload and number.
+pub const UPLOAD_PREFIX: u8 = 0x04;
+pub const PART_PREFIX: u8 = 0x05;
+
+pub fn upload_key(key: &str, upload: u128) -> Vec<u8> {
+    let mut k = Vec::with_capacity(18 + key.len());
+    k.push(UPLOAD_PREFIX);
+    k.extend_from_slice(key.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&upload.to_be_bytes());
+    k
+}
+
+/// The omap key of part `part` of upload `upload`; the parts of one upload are contiguous and in
+/// number order.
+pub fn part_key(upload: u128, part: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(21);
+    k.push(PART_PREFIX);
+    k.extend_from_slice(&upload.to_be_bytes());
+    k.extend_from_slice(&part.to_be_bytes());
+    k
+}
+
+/// The manifest of the multipart object made by the completion tagged `tag`: its parts.
+pub fn manifest_object(bucket_id: u64, tag: u128) -> String {
+    format!("M.{bucket_id:016x}.{tag:032x}")
+}
+
+/// An upload id as clients see it (32 hex digits), and back.
+pub fn upload_id_text(upload: u128) -> String {
+    format!("{upload:032x}")
+}
+
+pub fn parse_upload_id(text: &str) -> Option<u128> {
+    if text.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(text, 16).ok()
+}
 
 pub fn entry_key(key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + key.len());
@@ -225,6 +265,9 @@ pub struct ObjectMeta {
     pub user_meta: Vec<(String, String)>,
     pub checksums: Checksums,
     pub owner_id: String,
+    /// Parts of a multipart object (0: a simple object); its bytes are listed in the manifest
+    /// object [`manifest_object`] of `tag`, and the head holds none.
+    pub parts: u32,
 }
 
 /// The head's xattr holding [`ObjectMeta`].
@@ -241,6 +284,8 @@ pub struct IndexEntry {
     pub tag: u128,
     pub tails: u32,
     pub owner_id: String,
+    /// The object's data is a multipart manifest (GC reads it to find the parts).
+    pub multipart: bool,
 }
 
 impl IndexEntry {
@@ -252,6 +297,18 @@ impl IndexEntry {
             tag: meta.tag,
             tails: meta.tails,
             owner_id: meta.owner_id.clone(),
+            multipart: meta.parts > 0,
+        }
+    }
+
+    /// What GC deletes once this entry's object is replaced (`None`: nothing outside the head).
+    pub fn garbage(&self) -> Option<GcRecord> {
+        if self.multipart {
+            Some(GcRecord::Manifest { tag: self.tag })
+        } else if self.tails > 0 {
+            Some(GcRecord::Chunks { tag: self.tag, first: 1, count: Some(self.tails) })
+        } else {
+            None
         }
     }
 }
@@ -261,15 +318,79 @@ impl IndexEntry {
 pub struct PendingRecord {
     pub key: String,
     pub started_ns: u64,
+    pub kind: PendingKind,
 }
 
-/// Tails to delete (omap key [`gc_key`]): tails `1..=tails` of `tag`, or when `tails` is `None`
-/// (a write that died before its head) every tail found, probing past gaps of up to
-/// [`crate::objects::TAILS_IN_FLIGHT`].
+/// What a pending record's tag is writing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GcRecord {
+pub enum PendingKind {
+    /// A PUT or DELETE of the key: its head decides.
+    Write,
+    /// Chunks of part `part` of upload `upload`; recorded (with this record removed in the same
+    /// operation) or collected.
+    Part { upload: u128, part: u32 },
+    /// The completion of an upload, which it claimed by removing the upload record (kept here so
+    /// that a completion that never committed gives the upload back).
+    Complete { upload: UploadRecord },
+    /// The abort of an upload, which claimed it by removing the upload record; its parts are
+    /// then removed and collected.
+    Abort { upload: u128 },
+}
+
+/// Data to delete (omap key [`gc_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GcRecord {
+    /// Chunks `first..first+count` of `tag`, or when `count` is `None` (a write that died before
+    /// it recorded them) every chunk found from `first`, probing past gaps of up to
+    /// [`crate::objects::TAILS_IN_FLIGHT`].
+    Chunks { tag: u128, first: u32, count: Option<u32> },
+    /// A multipart object: every part its manifest names, then the manifest.
+    Manifest { tag: u128 },
+    /// Only the manifest object (a completion that never committed: its parts go back to the
+    /// upload).
+    ManifestOnly { tag: u128 },
+}
+
+/// A multipart upload in progress (omap key [`upload_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadRecord {
+    pub key: String,
+    pub upload: u128,
+    pub initiated_ns: u64,
+    pub owner_id: String,
+    pub owner_display: String,
+    pub content: ContentHeaders,
+    pub user_meta: Vec<(String, String)>,
+    /// The checksum algorithm named at creation, which every part must then carry.
+    pub checksum_algorithm: Option<String>,
+}
+
+/// A part uploaded (omap key [`part_key`]); its chunks are `t.BUCKET.TAG.0..chunks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRecord {
     pub tag: u128,
-    pub tails: Option<u32>,
+    pub size_bytes: u64,
+    pub etag: String,
+    pub mtime_ns: u64,
+    pub chunks: u32,
+    pub checksums: Checksums,
+}
+
+/// One part of a multipart object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestPart {
+    pub number: u32,
+    pub tag: u128,
+    pub size_bytes: u64,
+    pub chunks: u32,
+    pub etag: String,
+    pub checksums: Checksums,
+}
+
+/// A multipart object's parts, in order (object [`manifest_object`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub parts: Vec<ManifestPart>,
 }
 
 /// Nanoseconds since the Unix epoch, now.

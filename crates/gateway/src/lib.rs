@@ -4,7 +4,7 @@
 //!
 //! Layers, bottom up: [`layout`] (names and records, pure), [`rados`] (helpers over the
 //! client), [`meta`] (users, keys, buckets), [`index`] (bucket index partitions and the commit
-//! protocol's completion), [`objects`] (heads and tails, streaming), [`s3impl`] (the S3 API on
+//! protocol's completion), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts, completion), [`s3impl`] (the S3 API on
 //! s3s), [`auth`] (secrets for signature checks), [`collector`] (the background reconciler and
 //! garbage collector), [`server`] (HTTP).
 
@@ -16,9 +16,11 @@ pub mod index;
 pub mod layout;
 pub mod loadgen;
 pub mod meta;
+pub mod multipart;
 pub mod objects;
 pub mod rados;
 pub mod s3impl;
+pub mod s3multipart;
 pub mod server;
 pub mod text;
 

@@ -12,7 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::GatewayError;
 use crate::index;
-use crate::layout::{self, BucketRecord, Checksums, DATA_POOL, ETAG_XATTR, META_XATTR, ObjectMeta};
+use crate::layout::{self, BucketRecord, Checksums, DATA_POOL, ETAG_XATTR, META_XATTR, Manifest, ObjectMeta};
 use crate::rados;
 
 /// Most tail writes of one request in flight at once (also how far the collector probes past a
@@ -124,6 +124,147 @@ impl From<GatewayError> for WriteError {
     }
 }
 
+/// A body streamed into chunks: chunk 0 kept in memory (an object's head) or written like the
+/// others (a part), every other chunk written as `t.BUCKET.TAG.N` as soon as it fills.
+pub(crate) struct Streamed {
+    /// Chunk 0 when it was kept (else empty).
+    pub first: Bytes,
+    pub size_bytes: u64,
+    /// Chunks written as objects (an object's tails, or all of a part's chunks).
+    pub written: u32,
+    pub md5_hex: String,
+    pub checksums: Checksums,
+    /// The memory reserved for the request, held (until dropped) while the caller commits.
+    pub _permit: OwnedSemaphorePermit,
+}
+
+/// The pending write a body belongs to.
+pub(crate) struct PendingWrite<'a> {
+    pub bucket: &'a BucketRecord,
+    pub key: &'a str,
+    pub tag: u128,
+    pub kind: layout::PendingKind,
+    pub lease: std::time::Duration,
+    pub gc_delay_ns: u64,
+}
+
+impl PendingWrite<'_> {
+    /// What GC deletes if the write is abandoned after `written` chunks.
+    fn garbage(&self, keep_first: bool, written: u32) -> Option<layout::GcRecord> {
+        (written > 0).then_some(layout::GcRecord::Chunks {
+            tag: self.tag,
+            first: u32::from(keep_first),
+            count: Some(written),
+        })
+    }
+
+    /// Abandons the write: its pending record goes, its chunks to GC.
+    pub async fn abandon(&self, client: &Client, keep_first: bool, written: u32) -> Result<(), GatewayError> {
+        let garbage = self.garbage(keep_first, written);
+        index::abandon(client, self.bucket, self.key, self.tag, garbage, self.gc_delay_ns, Vec::new()).await
+    }
+}
+
+/// Streams `body` into chunks of `w.tag` (its pending record is already written, and refreshed
+/// here every quarter lease). On any failure, including the body's check refusing it and the
+/// body outlasting half a lease, the write is abandoned (chunks to GC) before returning.
+pub(crate) async fn stream_chunks<S, E>(
+    client: &Client,
+    budget: &MemoryBudget,
+    w: &PendingWrite<'_>,
+    mut body: S,
+    mut check: Box<dyn BodyCheck>,
+    size_hint: Option<u64>,
+    keep_first: bool,
+) -> Result<Streamed, WriteError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut refreshed = std::time::Instant::now();
+    let mut md5 = Md5::new();
+    // The request's whole memory need is reserved at once: a request that held part and waited
+    // for more could deadlock with others doing the same.
+    let small = size_hint.is_some_and(|n| n <= layout::CHUNK_BYTES);
+    let need = if small { size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
+    let permit = budget.reserve(need).await;
+    let chunk = layout::CHUNK_BYTES as usize;
+    let mut head = BytesMut::with_capacity(if keep_first { if small { need as usize } else { chunk } } else { 0 });
+    let mut size: u64 = 0;
+    let mut next_chunk: u32 = u32::from(keep_first);
+    // The chunk being filled (after the head's, when it is kept).
+    let mut current: Option<BytesMut> = None;
+    // Chunk writes run as tasks so that they proceed while the body keeps arriving.
+    let mut in_flight = TailWrites::default();
+    let result: Result<(), WriteError> = async {
+        while let Some(piece) = body.next().await {
+            let mut piece = piece.map_err(|e| WriteError::Body(e.to_string()))?;
+            if refreshed.elapsed() > w.lease / 4 {
+                index::prepare(client, w.bucket, w.key, w.tag, w.kind.clone()).await?;
+                refreshed = std::time::Instant::now();
+            }
+            md5.update(&piece);
+            check.update(&piece);
+            size += piece.len() as u64;
+            if small && size_hint.is_some_and(|n| size > n) {
+                return Err(WriteError::Body("the body is longer than its declared length".into()));
+            }
+            while !piece.is_empty() {
+                if keep_first && head.len() < chunk {
+                    let room = (chunk - head.len()).min(piece.len());
+                    head.extend_from_slice(&piece.split_to(room));
+                    continue;
+                }
+                let buf =
+                    current.get_or_insert_with(|| BytesMut::with_capacity(if small { need as usize } else { chunk }));
+                let room = (chunk - buf.len()).min(piece.len());
+                buf.extend_from_slice(&piece.split_to(room));
+                if buf.len() == chunk
+                    && let Some(full) = current.take()
+                {
+                    while in_flight.len() >= TAILS_IN_FLIGHT {
+                        in_flight.next().await?;
+                    }
+                    in_flight.push(client, w.bucket.id, w.tag, next_chunk, full.freeze());
+                    next_chunk += 1;
+                }
+            }
+        }
+        if let Some(buf) = current.take() {
+            in_flight.push(client, w.bucket.id, w.tag, next_chunk, buf.freeze());
+            next_chunk += 1;
+        }
+        while !in_flight.is_empty() {
+            in_flight.next().await?;
+        }
+        if refreshed.elapsed() > w.lease / 2 {
+            // The collector may already have decided this write and queued its chunks for
+            // deletion: committing now could publish data that is about to go.
+            return Err(WriteError::Body("the body took longer than half the collector's lease to arrive".into()));
+        }
+        Ok(())
+    }
+    .await;
+    let written = next_chunk - u32::from(keep_first);
+    if let Err(e) = result {
+        // Every chunk write has ended before the GC record for them is made. Should recording
+        // the abandonment fail too, the pending record stays and the collector takes over.
+        in_flight.drain().await;
+        let _ = w.abandon(client, keep_first, written).await;
+        return Err(e);
+    }
+    let md5_hex = crate::text::hex(&md5.finalize());
+    match check.finish(&md5_hex) {
+        Ok(checksums) => {
+            Ok(Streamed { first: head.freeze(), size_bytes: size, written, md5_hex, checksums, _permit: permit })
+        }
+        Err(e) => {
+            w.abandon(client, keep_first, written).await?;
+            Err(WriteError::Refused(e))
+        }
+    }
+}
+
 /// Writes `key` from `body`: prepare, tails as the body streams, the head (guarded by the
 /// condition) as the commit, then the index completion. Returns the committed metadata. On
 /// any failure before the head, the tails written are left to GC and nothing is visible.
@@ -132,8 +273,8 @@ pub async fn put<S, E>(
     budget: &MemoryBudget,
     bucket: &BucketRecord,
     key: &str,
-    mut body: S,
-    mut check: Box<dyn BodyCheck>,
+    body: S,
+    check: Box<dyn BodyCheck>,
     args: WriteArgs,
 ) -> Result<ObjectMeta, WriteError>
 where
@@ -141,133 +282,78 @@ where
     E: std::fmt::Display,
 {
     let tag = layout::random_tag()?;
-    index::prepare(client, bucket, key, tag).await?;
-    let mut refreshed = std::time::Instant::now();
-    let mut md5 = Md5::new();
-    // The request's whole memory need is reserved at once: a request that held part and waited
-    // for more could deadlock with others doing the same.
-    let small = args.size_hint.is_some_and(|n| n <= layout::CHUNK_BYTES);
-    let need = if small { args.size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
-    let permit = budget.reserve(need).await;
-    let mut head = BytesMut::with_capacity(if small { need as usize } else { layout::CHUNK_BYTES as usize });
-    let mut size: u64 = 0;
-    let mut tails: u32 = 0;
-    // The chunk being filled, once the head's is full.
-    let mut current: Option<BytesMut> = None;
-    // Tail writes run as tasks so that they proceed while the body keeps arriving.
-    let mut in_flight = TailWrites::default();
-    let result: Result<(), WriteError> = async {
-        while let Some(piece) = body.next().await {
-            let mut piece = piece.map_err(|e| WriteError::Body(e.to_string()))?;
-            if refreshed.elapsed() > args.lease / 4 {
-                index::prepare(client, bucket, key, tag).await?;
-                refreshed = std::time::Instant::now();
-            }
-            md5.update(&piece);
-            check.update(&piece);
-            size += piece.len() as u64;
-            if small && args.size_hint.is_some_and(|n| size > n) {
-                return Err(WriteError::Body("the body is longer than its declared length".into()));
-            }
-            while !piece.is_empty() {
-                if (head.len() as u64) < layout::CHUNK_BYTES {
-                    let room = (layout::CHUNK_BYTES as usize - head.len()).min(piece.len());
-                    head.extend_from_slice(&piece.split_to(room));
-                    continue;
-                }
-                let buf = current.get_or_insert_with(|| BytesMut::with_capacity(layout::CHUNK_BYTES as usize));
-                let room = (layout::CHUNK_BYTES as usize - buf.len()).min(piece.len());
-                buf.extend_from_slice(&piece.split_to(room));
-                if buf.len() as u64 == layout::CHUNK_BYTES
-                    && let Some(full) = current.take()
-                {
-                    tails += 1;
-                    while in_flight.len() >= TAILS_IN_FLIGHT {
-                        in_flight.next().await?;
-                    }
-                    in_flight.push(client, bucket.id, tag, tails, full.freeze());
-                }
-            }
-        }
-        if let Some(buf) = current.take() {
-            tails += 1;
-            in_flight.push(client, bucket.id, tag, tails, buf.freeze());
-        }
-        while !in_flight.is_empty() {
-            in_flight.next().await?;
-        }
-        Ok(())
-    }
-    .await;
-    if let Err(e) = result {
-        // Every tail write has ended before the GC record for them is made.
-        in_flight.drain().await;
-        // Tails that may have landed are collected through the pending record, which names the
-        // tag (the reconciler turns it into a GC record); try the cheap path first.
-        let _ = index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await;
-        return Err(e);
-    }
-    if refreshed.elapsed() > args.lease / 2 {
-        // The collector may already have decided this write from its (absent) head and queued
-        // its tails for deletion: committing now could publish a head without tails.
-        index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await?;
-        return Err(WriteError::Body("the body took longer than half the collector's lease to arrive".into()));
-    }
-    let md5_hex = crate::text::hex(&md5.finalize());
-    let checksums = match check.finish(&md5_hex) {
-        Ok(c) => c,
-        Err(e) => {
-            index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await?;
-            return Err(WriteError::Refused(e));
-        }
+    let w = PendingWrite {
+        bucket,
+        key,
+        tag,
+        kind: layout::PendingKind::Write,
+        lease: args.lease,
+        gc_delay_ns: args.gc_delay_ns,
     };
+    index::prepare(client, bucket, key, tag, w.kind.clone()).await?;
+    let streamed = stream_chunks(client, budget, &w, body, check, args.size_hint, true).await?;
     let meta = ObjectMeta {
         key: key.to_string(),
-        size_bytes: size,
-        etag: md5_hex,
+        size_bytes: streamed.size_bytes,
+        etag: streamed.md5_hex.clone(),
         mtime_ns: layout::now_ns(),
         tag,
         chunk_bytes: layout::CHUNK_BYTES,
-        tails,
+        tails: streamed.written,
         content: args.content,
         user_meta: args.user_meta,
-        checksums,
+        checksums: streamed.checksums.clone(),
         owner_id: args.owner_id,
+        parts: 0,
     };
-    let head_bytes = head.freeze();
+    if !commit_head(client, &w, &meta, &streamed.first, &args.condition).await? {
+        w.abandon(client, true, streamed.written).await?;
+        return Err(GatewayError::PreconditionFailed(refusal(&args.condition)).into());
+    }
+    drop(streamed);
+    crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
+    index::complete(client, bucket, key, tag, Some(meta.tails), args.gc_delay_ns).await?;
+    Ok(meta)
+}
+
+/// Why a write's condition failed, for `PreconditionFailed`.
+pub(crate) fn refusal(condition: &WriteCondition) -> String {
+    match condition {
+        WriteCondition::Absent => "the key already has an object (If-None-Match: *)".to_string(),
+        WriteCondition::ETag(etag) => format!("the object's ETag is not {etag:?} (If-Match)"),
+        WriteCondition::None => "a concurrent change".to_string(),
+    }
+}
+
+/// Writes the head of `meta` (data `first`) guarded by `condition`: the commit. Returns false,
+/// having written nothing, when the condition does not hold.
+pub(crate) async fn commit_head(
+    client: &Client,
+    w: &PendingWrite<'_>,
+    meta: &ObjectMeta,
+    first: &[u8],
+    condition: &WriteCondition,
+) -> Result<bool, GatewayError> {
     let mut ops = Vec::with_capacity(5);
-    match &args.condition {
+    match condition {
         WriteCondition::None => {}
         WriteCondition::Absent => ops.push(ObjOp::AssertXattr { name: ETAG_XATTR.into(), value: None }),
         WriteCondition::ETag(etag) => {
             ops.push(ObjOp::AssertXattr { name: ETAG_XATTR.into(), value: Some(etag.as_bytes().to_vec()) })
         }
     }
-    ops.push(ObjOp::WriteFull { len_bytes: head_bytes.len() as u64 });
-    ops.push(ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(&meta) });
+    ops.push(ObjOp::WriteFull { len_bytes: first.len() as u64 });
+    ops.push(ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(meta) });
     ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
-    let name = layout::head_object(bucket.id, key);
-    crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, key);
-    let committed = client.op_ref(DATA_POOL, &name, ops, &head_bytes).await;
-    drop(permit);
-    match committed {
-        Ok(_) => {}
-        Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => {
-            index::abandon(client, bucket, key, tag, tails, args.gc_delay_ns).await?;
-            let why = match &args.condition {
-                WriteCondition::Absent => "the key already has an object (If-None-Match: *)".to_string(),
-                WriteCondition::ETag(etag) => format!("the object's ETag is not {etag:?} (If-Match)"),
-                WriteCondition::None => "a concurrent change".to_string(),
-            };
-            return Err(GatewayError::PreconditionFailed(why).into());
-        }
+    let name = layout::head_object(w.bucket.id, &meta.key);
+    crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
+    match client.op_ref(DATA_POOL, &name, ops, first).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
         // The head may or may not have been written (a timeout): the pending record stays for
-        // the reconciler, which decides from the head after the lease.
-        Err(e) => return Err(GatewayError::from(e).into()),
+        // the collector, which decides from the head after the lease.
+        Err(e) => Err(e.into()),
     }
-    crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
-    index::complete(client, bucket, key, tag, Some(tails), args.gc_delay_ns).await?;
-    Ok(meta)
 }
 
 /// Tail writes in flight, oldest first, each a task of its own.
@@ -315,7 +401,7 @@ impl TailWrites {
 /// Removes `key`'s object (a missing one is not an error): prepare, remove the head, complete.
 pub async fn delete(client: &Client, bucket: &BucketRecord, key: &str, gc_delay_ns: u64) -> Result<(), GatewayError> {
     let tag = layout::random_tag()?;
-    index::prepare(client, bucket, key, tag).await?;
+    index::prepare(client, bucket, key, tag, layout::PendingKind::Write).await?;
     rados::remove(client, DATA_POOL, &layout::head_object(bucket.id, key)).await?;
     index::complete(client, bucket, key, tag, Some(0), gc_delay_ns).await?;
     Ok(())
@@ -358,19 +444,58 @@ pub async fn open(
     Ok(Some(OpenObject { meta, first: Bytes::from(result.data) }))
 }
 
+/// The parts of multipart object `meta` (none for a simple object).
+pub async fn manifest_of(client: &Client, bucket_id: u64, meta: &ObjectMeta) -> Result<Option<Manifest>, GatewayError> {
+    if meta.parts == 0 {
+        return Ok(None);
+    }
+    match rados::read_all(client, DATA_POOL, &layout::manifest_object(bucket_id, meta.tag)).await? {
+        Some(bytes) => Ok(Some(layout::decode(&bytes, "manifest")?)),
+        None => Err(GatewayError::Internal(format!("the manifest of {:?} is missing", meta.key))),
+    }
+}
+
+/// Where byte `at` of an object lives: the chunk object, the offset in it, and how many bytes
+/// from there the chunk holds.
+fn locate(bucket_id: u64, meta: &ObjectMeta, manifest: Option<&Manifest>, at: u64) -> Option<(String, u64, u64)> {
+    let chunk = meta.chunk_bytes.max(1);
+    match manifest {
+        None => {
+            let n = u32::try_from(at / chunk).ok()?;
+            let within = at % chunk;
+            Some((layout::tail_object(bucket_id, meta.tag, n), within, chunk - within))
+        }
+        Some(m) => {
+            let mut start = 0u64;
+            for p in &m.parts {
+                if at < start + p.size_bytes {
+                    let off = at - start;
+                    let n = u32::try_from(off / chunk).ok()?;
+                    let within = off % chunk;
+                    let left = (chunk - within).min(p.size_bytes - off);
+                    return Some((layout::tail_object(bucket_id, p.tag, n), within, left));
+                }
+                start += p.size_bytes;
+            }
+            None
+        }
+    }
+}
+
 /// A stream of an object's bytes in `range` (end exclusive, within the object), read one chunk
-/// at a time in a task that stays one chunk ahead of the consumer.
+/// at a time in a task that stays one chunk ahead of the consumer. `manifest` lists a multipart
+/// object's parts.
 pub fn read_stream(
     client: Client,
     budget: MemoryBudget,
     bucket_id: u64,
     obj: OpenObject,
+    manifest: Option<Manifest>,
     range: std::ops::Range<u64>,
 ) -> tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         let meta = obj.meta;
-        let chunk = meta.chunk_bytes.max(1);
         let mut at = range.start;
         if !obj.first.is_empty() {
             at += obj.first.len() as u64;
@@ -379,21 +504,23 @@ pub fn read_stream(
             }
         }
         while at < range.end {
-            let n = (at / chunk) as u32;
-            let within = at % chunk;
-            let len = (range.end - at).min(chunk - within);
+            let Some((name, within, left)) = locate(bucket_id, &meta, manifest.as_ref(), at) else {
+                let e = std::io::Error::other(format!("byte {at} of {:?} is in no part", meta.key));
+                let _ = tx.send(Err(e)).await;
+                return;
+            };
+            let len = (range.end - at).min(left);
             let permit = budget.reserve(len).await;
-            let name = layout::tail_object(bucket_id, meta.tag, n);
             let read =
                 client.op(DATA_POOL, &name, vec![ObjOp::Read { offset: within, len_bytes: len }], Vec::new()).await;
             let item = match read {
                 Ok(r) if r.data.len() as u64 == len => Ok(Bytes::from(r.data)),
                 Ok(r) => Err(std::io::Error::other(format!(
-                    "tail {n} of {:?} holds {} of the {len} bytes expected",
+                    "{name} of {:?} holds {} of the {len} bytes expected",
                     meta.key,
                     r.data.len()
                 ))),
-                Err(e) => Err(std::io::Error::other(format!("tail {n} of {:?}: {e}", meta.key))),
+                Err(e) => Err(std::io::Error::other(format!("{name} of {:?}: {e}", meta.key))),
             };
             let failed = item.is_err();
             if let Err(e) = &item {

@@ -49,12 +49,12 @@ impl Gateway {
         Gateway { client, budget, keys, settings: Arc::new(settings) }
     }
 
-    fn gc_delay_ns(&self) -> u64 {
+    pub(crate) fn gc_delay_ns(&self) -> u64 {
         self.settings.gc_delay.as_nanos() as u64
     }
 
     /// The user who signed the request (s3s has verified the signature).
-    async fn requester<T>(&self, req: &S3Request<T>) -> S3Result<UserRecord> {
+    pub(crate) async fn requester<T>(&self, req: &S3Request<T>) -> S3Result<UserRecord> {
         let Some(creds) = &req.credentials else {
             return Err(s3_error!(AccessDenied, "anonymous access is not allowed here"));
         };
@@ -67,7 +67,7 @@ impl Gateway {
     }
 
     /// The bucket, if the requester may use it (its owner, until ACLs and policies exist).
-    async fn bucket_for(&self, user: &UserRecord, name: &str) -> S3Result<BucketRecord> {
+    pub(crate) async fn bucket_for(&self, user: &UserRecord, name: &str) -> S3Result<BucketRecord> {
         let bucket = meta::get_bucket(&self.client, name).await?;
         if bucket.owner != user.name {
             return Err(s3_error!(AccessDenied, "bucket {name:?} belongs to another user"));
@@ -76,7 +76,7 @@ impl Gateway {
     }
 }
 
-fn timestamp(ns: u64) -> Timestamp {
+pub(crate) fn timestamp(ns: u64) -> Timestamp {
     Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
 }
 
@@ -84,7 +84,7 @@ fn owner_of(user: &UserRecord) -> Owner {
     Owner { display_name: Some(user.display_name.clone()), id: Some(user.canonical_id.clone()) }
 }
 
-fn http_date(t: &Timestamp) -> Option<String> {
+pub(crate) fn http_date(t: &Timestamp) -> Option<String> {
     let mut out = Vec::new();
     t.format(TimestampFormat::HttpDate, &mut out).ok()?;
     String::from_utf8(out).ok()
@@ -96,7 +96,7 @@ fn parse_http_date(s: &str) -> Option<Timestamp> {
 
 /// Checks the body against `Content-MD5` and every `x-amz-checksum-*` the client sent, in
 /// headers or in the trailer of an `aws-chunked` body.
-struct Verifier {
+pub(crate) struct Verifier {
     hasher: s3s::checksum::ChecksumHasher,
     content_md5: Option<String>,
     expected: Checksums,
@@ -104,7 +104,7 @@ struct Verifier {
 }
 
 impl Verifier {
-    fn new(
+    pub(crate) fn new(
         content_md5: Option<String>,
         expected: Checksums,
         algorithm: Option<&ChecksumAlgorithm>,
@@ -225,7 +225,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn write_error(e: WriteError) -> S3Error {
+pub(crate) fn write_error(e: WriteError) -> S3Error {
     match e {
         WriteError::Gateway(g) => g.into(),
         WriteError::Refused(s) => s,
@@ -233,7 +233,7 @@ fn write_error(e: WriteError) -> S3Error {
     }
 }
 
-fn user_meta_of(metadata: Option<Metadata>) -> S3Result<Vec<(String, String)>> {
+pub(crate) fn user_meta_of(metadata: Option<Metadata>) -> S3Result<Vec<(String, String)>> {
     let mut pairs: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
     pairs.sort();
     let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
@@ -246,7 +246,43 @@ fn user_meta_of(metadata: Option<Metadata>) -> S3Result<Vec<(String, String)>> {
     Ok(pairs)
 }
 
-fn etag_of(meta_etag: &str) -> ETag {
+/// The parts count a GET or HEAD reports: that of a multipart object.
+fn parts_count(meta: &ObjectMeta) -> Option<i32> {
+    (meta.parts > 0).then(|| i32::try_from(meta.parts).unwrap_or(i32::MAX))
+}
+
+/// S3's answer to a part number the object does not have (s3s has no code for it).
+fn invalid_part_number(why: String) -> S3Error {
+    let mut e = S3Error::with_message(S3ErrorCode::Custom("InvalidPartNumber".into()), why);
+    e.set_status_code(hyper::StatusCode::RANGE_NOT_SATISFIABLE);
+    e
+}
+
+/// The bytes of part `n` (a simple object is one part), with the Content-Range to answer.
+fn part_range(
+    meta: &ObjectMeta,
+    manifest: Option<&layout::Manifest>,
+    n: i32,
+) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
+    let (start, len) = match manifest {
+        None if n == 1 => (0, meta.size_bytes),
+        None => return Err(invalid_part_number(format!("the object has one part, not {n}"))),
+        Some(m) => {
+            let i = usize::try_from(n).ok().filter(|i| (1..=m.parts.len()).contains(i));
+            let Some(i) = i else {
+                return Err(invalid_part_number(format!("the object has {} parts, not {n}", m.parts.len())));
+            };
+            let start: u64 = m.parts[..i - 1].iter().map(|p| p.size_bytes).sum();
+            (start, m.parts[i - 1].size_bytes)
+        }
+    };
+    let range = start..start + len;
+    let content_range =
+        (len > 0 && manifest.is_some()).then(|| format!("bytes {}-{}/{}", range.start, range.end - 1, meta.size_bytes));
+    Ok((range, content_range))
+}
+
+pub(crate) fn etag_of(meta_etag: &str) -> ETag {
     ETag::Strong(meta_etag.to_string())
 }
 
@@ -478,15 +514,16 @@ impl S3 for Gateway {
         let user = self.requester(&req).await?;
         let input = req.input;
         let bucket = self.bucket_for(&user, &input.bucket).await?;
-        if input.part_number.is_some() {
-            return Err(s3_error!(NotImplemented, "partNumber reads come with multipart uploads"));
+        if input.part_number.is_some() && input.range.is_some() {
+            return Err(s3_error!(InvalidRequest, "a GET names a Range or a partNumber, not both"));
         }
         // Read the head's share of the range with the metadata when the range does not need the
-        // size to resolve (a suffix range does).
-        let guess = match &input.range {
-            None => Some(0..layout::CHUNK_BYTES),
-            Some(Range::Int { first, last }) => Some(*first..last.map_or(u64::MAX, |l| l.saturating_add(1))),
-            Some(Range::Suffix { .. }) => None,
+        // size to resolve (a suffix range or a part does).
+        let guess = match (&input.range, input.part_number) {
+            (_, Some(_)) => None,
+            (None, None) => Some(0..layout::CHUNK_BYTES),
+            (Some(Range::Int { first, last }), None) => Some(*first..last.map_or(u64::MAX, |l| l.saturating_add(1))),
+            (Some(Range::Suffix { .. }), None) => None,
         };
         let Some(mut obj) = objects::open(&self.client, &bucket, &input.key, guess.clone()).await? else {
             return Err(GatewayError::NoSuchKey(input.key).into());
@@ -499,7 +536,11 @@ impl S3 for Gateway {
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
         )?;
-        let (range, content_range) = resolve_range(input.range.as_ref(), meta.size_bytes)?;
+        let manifest = objects::manifest_of(&self.client, bucket.id, &meta).await?;
+        let (range, content_range) = match input.part_number {
+            Some(n) => part_range(&meta, manifest.as_ref(), n)?,
+            None => resolve_range(input.range.as_ref(), meta.size_bytes)?,
+        };
         if guess.as_ref().map(|g| g.start) != Some(range.start) {
             // The range needed the size: read the head's share now.
             obj = objects::open(&self.client, &bucket, &input.key, Some(range.clone()))
@@ -508,13 +549,14 @@ impl S3 for Gateway {
                 .ok_or_else(|| s3_error!(NoSuchKey, "the object changed while it was read"))?;
         }
         let length = range.end - range.start;
-        let rx = objects::read_stream(self.client.clone(), self.budget.clone(), bucket.id, obj, range);
+        let rx = objects::read_stream(self.client.clone(), self.budget.clone(), bucket.id, obj, manifest, range);
         let body = StreamingBlob::wrap(ReceiverStream { rx, remaining: length });
         let c = content_of(&meta);
         // A range's bytes do not match the whole object's checksums: none are returned then.
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), content_range.is_none());
         let out = GetObjectOutput {
             body: Some(body),
+            parts_count: parts_count(&meta),
             content_length: i64::try_from(length).ok(),
             content_range,
             accept_ranges: Some("bytes".into()),
@@ -551,11 +593,18 @@ impl S3 for Gateway {
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
         )?;
-        let (range, content_range) = resolve_range(input.range.as_ref(), meta.size_bytes)?;
+        let (range, content_range) = match input.part_number {
+            Some(n) => {
+                let manifest = objects::manifest_of(&self.client, bucket.id, &meta).await?;
+                part_range(&meta, manifest.as_ref(), n)?
+            }
+            None => resolve_range(input.range.as_ref(), meta.size_bytes)?,
+        };
         let content_length = range.end - range.start;
         let c = content_of(&meta);
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), true);
         Ok(S3Response::new(HeadObjectOutput {
+            parts_count: parts_count(&meta),
             content_length: i64::try_from(content_length).ok(),
             content_range,
             accept_ranges: Some("bytes".into()),
@@ -582,6 +631,42 @@ impl S3 for Gateway {
         let bucket = self.bucket_for(&user, &req.input.bucket).await?;
         objects::delete(&self.client, &bucket, &req.input.key, self.gc_delay_ns()).await?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.mp_create(req).await
+    }
+
+    async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+        self.mp_upload_part(req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        self.mp_complete(req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.mp_abort(req).await
+    }
+
+    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
+        self.mp_list_parts(req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.mp_list_uploads(req).await
     }
 
     async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {

@@ -175,6 +175,87 @@ except urllib.error.HTTPError as e:
     assert e.code == 403, e.code
 
 s3.delete_object(Bucket="alpha", Key="shared")
+
+# Multipart: boto3's managed transfer at its defaults (8 MiB threshold and parts).
+import io
+from boto3.s3.transfer import TransferConfig
+
+big = os.urandom(21 << 20)
+s3.upload_fileobj(io.BytesIO(big), "alpha", "big")
+head = s3.head_object(Bucket="alpha", Key="big")
+assert head["ContentLength"] == len(big) and head["ETag"].endswith('-3"'), head
+md5s = b"".join(hashlib.md5(big[i : i + (8 << 20)]).digest() for i in range(0, len(big), 8 << 20))
+assert head["ETag"] == f'"{hashlib.md5(md5s).hexdigest()}-3"', head["ETag"]
+got = io.BytesIO()
+s3.download_fileobj("alpha", "big", got, Config=TransferConfig(multipart_threshold=64 << 20))
+assert got.getvalue() == big, "a multipart object reads back whole"
+part2 = s3.get_object(Bucket="alpha", Key="big", PartNumber=2)
+assert part2["PartsCount"] == 3 and part2["Body"].read() == big[8 << 20 : 16 << 20]
+assert s3.head_object(Bucket="alpha", Key="big", PartNumber=3)["ContentLength"] == len(big) - (16 << 20)
+fails("InvalidPartNumber", s3.get_object, Bucket="alpha", Key="big", PartNumber=4)
+fails("416", s3.head_object, Bucket="alpha", Key="big", PartNumber=4)  # a HEAD error has no body
+r = s3.get_object(Bucket="alpha", Key="big", Range=f"bytes={(8 << 20) - 10}-{(8 << 20) + 9}")
+assert r["Body"].read() == big[(8 << 20) - 10 : (8 << 20) + 10], "a range across parts"
+
+# Multipart by hand: a re-uploaded part replaces the first, small parts are refused, bad ETags and
+# orders are named, ListParts and ListMultipartUploads show what is there, abort forgets it.
+up = s3.create_multipart_upload(Bucket="alpha", Key="hand", ContentType="text/x-parts", Metadata={"k": "v"})
+uid = up["UploadId"]
+p1a = os.urandom(5 << 20)
+p1 = os.urandom(5 << 20)
+p2 = b"tail end"
+s3.upload_part(Bucket="alpha", Key="hand", UploadId=uid, PartNumber=1, Body=p1a)
+e1 = s3.upload_part(Bucket="alpha", Key="hand", UploadId=uid, PartNumber=1, Body=p1)["ETag"]
+e2 = s3.upload_part(Bucket="alpha", Key="hand", UploadId=uid, PartNumber=2, Body=p2, ChecksumAlgorithm="CRC32")["ETag"]
+assert e1 == f'"{hashlib.md5(p1).hexdigest()}"', e1
+fails(
+    "BadDigest",
+    s3.upload_part,
+    Bucket="alpha",
+    Key="hand",
+    UploadId=uid,
+    PartNumber=3,
+    Body=b"x",
+    ChecksumSHA256=base64.b64encode(hashlib.sha256(b"y").digest()).decode(),
+)
+parts = s3.list_parts(Bucket="alpha", Key="hand", UploadId=uid)["Parts"]
+assert [(p["PartNumber"], p["ETag"], p["Size"]) for p in parts] == [(1, e1, len(p1)), (2, e2, len(p2))], parts
+page = s3.list_parts(Bucket="alpha", Key="hand", UploadId=uid, MaxParts=1)
+assert page["IsTruncated"] and page["NextPartNumberMarker"] == 1 and len(page["Parts"]) == 1, page
+uploads = s3.list_multipart_uploads(Bucket="alpha")["Uploads"]
+assert [(u["Key"], u["UploadId"]) for u in uploads] == [("hand", uid)], uploads
+fails("InvalidPart", s3.complete_multipart_upload, Bucket="alpha", Key="hand", UploadId=uid,
+      MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e2}, {"PartNumber": 2, "ETag": e2}]})
+fails("InvalidPartOrder", s3.complete_multipart_upload, Bucket="alpha", Key="hand", UploadId=uid,
+      MultipartUpload={"Parts": [{"PartNumber": 2, "ETag": e2}, {"PartNumber": 1, "ETag": e1}]})
+fails("InvalidPart", s3.complete_multipart_upload, Bucket="alpha", Key="hand", UploadId=uid,
+      MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 3, "ETag": e2}]})
+done = s3.complete_multipart_upload(Bucket="alpha", Key="hand", UploadId=uid,
+      MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})
+assert done["ETag"].endswith('-2"'), done
+obj = s3.get_object(Bucket="alpha", Key="hand")
+assert obj["Body"].read() == p1 + p2 and obj["ContentType"] == "text/x-parts" and obj["Metadata"] == {"k": "v"}
+fails("NoSuchUpload", s3.upload_part, Bucket="alpha", Key="hand", UploadId=uid, PartNumber=3, Body=b"late")
+fails("NoSuchUpload", s3.complete_multipart_upload, Bucket="alpha", Key="hand", UploadId=uid,
+      MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1}]})
+small = s3.create_multipart_upload(Bucket="alpha", Key="small")["UploadId"]
+es = [s3.upload_part(Bucket="alpha", Key="small", UploadId=small, PartNumber=n, Body=b"tiny")["ETag"] for n in (1, 2)]
+fails("EntityTooSmall", s3.complete_multipart_upload, Bucket="alpha", Key="small", UploadId=small,
+      MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in zip((1, 2), es)]})
+# A refused completion leaves the upload as it was: it can still be aborted.
+s3.abort_multipart_upload(Bucket="alpha", Key="small", UploadId=small)
+fails("NoSuchUpload", s3.list_parts, Bucket="alpha", Key="small", UploadId=small)
+fails("NoSuchUpload", s3.abort_multipart_upload, Bucket="alpha", Key="small", UploadId=small)
+assert not s3.list_multipart_uploads(Bucket="alpha").get("Uploads"), "no upload is left"
+# A conditional completion: If-None-Match: * refuses to replace an existing key.
+cond = s3.create_multipart_upload(Bucket="alpha", Key="hand")["UploadId"]
+ec = s3.upload_part(Bucket="alpha", Key="hand", UploadId=cond, PartNumber=1, Body=b"c")["ETag"]
+fails("PreconditionFailed", s3.complete_multipart_upload, Bucket="alpha", Key="hand", UploadId=cond,
+      MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": ec}]}, IfNoneMatch="*")
+assert s3.get_object(Bucket="alpha", Key="hand")["Body"].read() == p1 + p2, "the refused completion changed nothing"
+s3.abort_multipart_upload(Bucket="alpha", Key="hand", UploadId=cond)
+for k in ("big", "hand"):
+    s3.delete_object(Bucket="alpha", Key=k)
 s3.delete_bucket(Bucket="alpha")
 assert s3.list_buckets()["Buckets"] == []
 print("boto3 checks passed")

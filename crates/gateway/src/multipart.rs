@@ -1,0 +1,497 @@
+//! Multipart uploads (decision 0014): upload and part records in the key's index partition,
+//! parts written as chunks of their own tag and never copied, and a completion that commits a
+//! head naming a manifest of the parts.
+//!
+//! Who may change an upload is settled by its record: a part is recorded only while the upload
+//! record is unchanged (a guard in the same request), and a completion or an abort first
+//! *claims* the upload by removing that record in the same request as writing its pending
+//! record. After a claim no part can be recorded, so the parts a claimant lists are all there
+//! will ever be; a claimant that dies is finished by the collector from its pending record.
+
+use bytes::Bytes;
+use futures::Stream;
+use md5::{Digest, Md5};
+use shoal_client::Client;
+use shoal_proto::osd::ObjOp;
+
+use crate::error::GatewayError;
+use crate::index::{self, Completed, Completion};
+use crate::layout::{
+    self, BucketRecord, ContentHeaders, DATA_POOL, GcRecord, INDEX_POOL, Manifest, ManifestPart, ObjectMeta,
+    PART_PREFIX, PartRecord, PendingKind, UploadRecord,
+};
+use crate::objects::{self, BodyCheck, MemoryBudget, PendingWrite, WriteCondition, WriteError};
+use crate::rados;
+
+/// Part numbers are 1 to 10,000 (S3's limits), and every part but the last is at least 5 MiB.
+pub const MAX_PARTS: u32 = 10_000;
+pub const MIN_PART_BYTES: u64 = 5 << 20;
+/// Largest part (S3's limit).
+pub const MAX_PART_BYTES: u64 = 5 << 30;
+
+/// Attempts at recording a part while other parts of the same upload are recorded.
+const RECORD_ATTEMPTS: usize = 64;
+
+/// What a new upload will store with its object.
+pub struct NewUpload {
+    pub owner_id: String,
+    pub owner_display: String,
+    pub content: ContentHeaders,
+    pub user_meta: Vec<(String, String)>,
+    pub checksum_algorithm: Option<String>,
+}
+
+/// Starts an upload of `key`; returns its id.
+pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewUpload) -> Result<u128, GatewayError> {
+    let upload = layout::random_tag()?;
+    let rec = UploadRecord {
+        key: key.to_string(),
+        upload,
+        initiated_ns: layout::now_ns(),
+        owner_id: new.owner_id,
+        owner_display: new.owner_display,
+        content: new.content,
+        user_meta: new.user_meta,
+        checksum_algorithm: new.checksum_algorithm,
+    };
+    let ops = vec![
+        ObjOp::AssertXattr { name: layout::LIVE_XATTR.into(), value: Some(layout::LIVE_VALUE.to_vec()) },
+        ObjOp::OmapSet { entries: vec![(layout::upload_key(key, upload), layout::encode(&rec))] },
+    ];
+    match rados::write_ops(client, INDEX_POOL, &index::partition(bucket, key), ops).await {
+        Err(e) if e.is_conflict() => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
+        other => other.map(|()| upload),
+    }
+}
+
+/// The upload's record, raw (the token of guards) and decoded.
+pub async fn read_upload(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    upload: u128,
+) -> Result<(Vec<u8>, UploadRecord), GatewayError> {
+    let part = index::partition(bucket, key);
+    match rados::omap_get(client, INDEX_POOL, &part, &layout::upload_key(key, upload)).await? {
+        Some(raw) => {
+            let rec = layout::decode(&raw, "upload record")?;
+            Ok((raw, rec))
+        }
+        None => Err(GatewayError::NoSuchUpload(layout::upload_id_text(upload))),
+    }
+}
+
+/// Every part record of `upload` in partition object `part`, in number order.
+pub(crate) async fn parts_of(
+    client: &Client,
+    part: &str,
+    upload: u128,
+) -> Result<Vec<(u32, PartRecord)>, GatewayError> {
+    let mut prefix = vec![PART_PREFIX];
+    prefix.extend_from_slice(&upload.to_be_bytes());
+    let raw = rados::omap_prefix(client, INDEX_POOL, part, &prefix, MAX_PARTS as usize).await?;
+    let mut out = Vec::with_capacity(raw.len());
+    for (k, v) in raw {
+        let number = k.get(17..21).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
+        let Some(number) = number else {
+            return Err(GatewayError::Corrupt(format!("part record key of {} bytes", k.len())));
+        };
+        out.push((number, layout::decode(&v, "part record")?));
+    }
+    Ok(out)
+}
+
+/// Operations that drop every part record in `parts` and send their chunks to GC at `due_ns`,
+/// except the parts whose tags `keep` holds.
+pub(crate) fn drop_parts(upload: u128, parts: &[(u32, PartRecord)], keep: &[u128], due_ns: u64) -> Vec<ObjOp> {
+    let mut ops = Vec::with_capacity(2);
+    if !parts.is_empty() {
+        ops.push(ObjOp::OmapRemove { keys: parts.iter().map(|(n, _)| layout::part_key(upload, *n)).collect() });
+    }
+    let garbage: Vec<GcRecord> = parts
+        .iter()
+        .filter(|(_, p)| !keep.contains(&p.tag) && p.chunks > 0)
+        .map(|(_, p)| GcRecord::Chunks { tag: p.tag, first: 0, count: Some(p.chunks) })
+        .collect();
+    if !garbage.is_empty() {
+        ops.push(index::gc_set(due_ns, garbage));
+    }
+    ops
+}
+
+/// Settings of a part's or a completion's write.
+pub struct WriteSettings {
+    pub lease: std::time::Duration,
+    pub gc_delay_ns: u64,
+}
+
+/// Uploads part `number` of `upload` from `body`, replacing an earlier upload of that number
+/// (whose chunks go to GC). Returns the part's record.
+#[allow(clippy::too_many_arguments)]
+pub async fn upload_part<S, E>(
+    client: &Client,
+    budget: &MemoryBudget,
+    bucket: &BucketRecord,
+    key: &str,
+    upload: u128,
+    number: u32,
+    body: S,
+    check: Box<dyn BodyCheck>,
+    size_hint: Option<u64>,
+    settings: &WriteSettings,
+) -> Result<PartRecord, WriteError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    if !(1..=MAX_PARTS).contains(&number) {
+        return Err(GatewayError::InvalidArgument(format!("part numbers are 1 to {MAX_PARTS}, not {number}")).into());
+    }
+    if size_hint.is_some_and(|n| n > MAX_PART_BYTES) {
+        return Err(GatewayError::TooLarge(format!("a part is at most {MAX_PART_BYTES} bytes")).into());
+    }
+    let (raw, _) = read_upload(client, bucket, key, upload).await?;
+    let upload_key = layout::upload_key(key, upload);
+    let tag = layout::random_tag()?;
+    let w = PendingWrite {
+        bucket,
+        key,
+        tag,
+        kind: PendingKind::Part { upload, part: number },
+        lease: settings.lease,
+        gc_delay_ns: settings.gc_delay_ns,
+    };
+    let guard = ObjOp::AssertOmap { key: upload_key.clone(), value: Some(raw.clone()) };
+    match index::prepare_with(client, bucket, key, tag, w.kind.clone(), vec![guard.clone()]).await {
+        Err(e) if e.is_conflict() => return Err(GatewayError::NoSuchUpload(layout::upload_id_text(upload)).into()),
+        other => other?,
+    }
+    let streamed = objects::stream_chunks(client, budget, &w, body, check, size_hint, false).await?;
+    let record = PartRecord {
+        tag,
+        size_bytes: streamed.size_bytes,
+        etag: streamed.md5_hex.clone(),
+        mtime_ns: layout::now_ns(),
+        chunks: streamed.written,
+        checksums: streamed.checksums.clone(),
+    };
+    drop(streamed);
+    let part_obj = index::partition(bucket, key);
+    let pkey = layout::part_key(upload, number);
+    for _ in 0..RECORD_ATTEMPTS {
+        let old = rados::omap_get(client, INDEX_POOL, &part_obj, &pkey).await?;
+        let mut ops = vec![
+            guard.clone(),
+            ObjOp::AssertOmap { key: pkey.clone(), value: old.clone() },
+            ObjOp::OmapSet { entries: vec![(pkey.clone(), layout::encode(&record))] },
+            ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] },
+        ];
+        if let Some(old) = &old {
+            // The part this one replaces: its chunks go to GC.
+            let old: PartRecord = layout::decode(old, "part record")?;
+            if old.chunks > 0 {
+                let gc = GcRecord::Chunks { tag: old.tag, first: 0, count: Some(old.chunks) };
+                ops.push(index::gc_set(layout::now_ns() + settings.gc_delay_ns, vec![gc]));
+            }
+        }
+        match rados::write_ops(client, INDEX_POOL, &part_obj, ops).await {
+            Ok(()) => return Ok(record),
+            Err(e) if e.is_conflict() => {
+                if read_upload(client, bucket, key, upload).await.map(|(r, _)| r != raw).unwrap_or(true) {
+                    // Completed or aborted meanwhile: this part is not wanted.
+                    w.abandon(client, false, record.chunks).await?;
+                    return Err(GatewayError::NoSuchUpload(layout::upload_id_text(upload)).into());
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(GatewayError::Internal(format!("part {number} kept changing over {RECORD_ATTEMPTS} attempts")).into())
+}
+
+/// Claims `upload` for a completion or abort tagged `tag`: removes its record and writes the
+/// pending record `kind` in one request.
+async fn claim(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    upload: u128,
+    raw: &[u8],
+    tag: u128,
+    kind: PendingKind,
+) -> Result<(), GatewayError> {
+    let upload_key = layout::upload_key(key, upload);
+    let more = vec![
+        ObjOp::AssertOmap { key: upload_key.clone(), value: Some(raw.to_vec()) },
+        ObjOp::OmapRemove { keys: vec![upload_key] },
+    ];
+    match index::prepare_with(client, bucket, key, tag, kind, more).await {
+        Err(e) if e.is_conflict() => Err(GatewayError::NoSuchUpload(layout::upload_id_text(upload))),
+        other => other,
+    }
+}
+
+/// Aborts `upload`: its parts are removed and collected.
+pub async fn abort(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    upload: u128,
+    gc_delay_ns: u64,
+) -> Result<(), GatewayError> {
+    let (raw, _) = read_upload(client, bucket, key, upload).await?;
+    let tag = layout::random_tag()?;
+    claim(client, bucket, key, upload, &raw, tag, PendingKind::Abort { upload }).await?;
+    finish_abort(client, &index::partition(bucket, key), upload, tag, gc_delay_ns).await
+}
+
+/// The rest of an abort once claimed (also run by the collector for a dead claimant).
+pub(crate) async fn finish_abort(
+    client: &Client,
+    part_obj: &str,
+    upload: u128,
+    tag: u128,
+    gc_delay_ns: u64,
+) -> Result<(), GatewayError> {
+    let parts = parts_of(client, part_obj, upload).await?;
+    let mut ops = drop_parts(upload, &parts, &[], layout::now_ns() + gc_delay_ns);
+    ops.push(ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] });
+    rados::write_ops(client, INDEX_POOL, part_obj, ops).await
+}
+
+/// Completes `upload` from the parts the client lists (number, ETag without quotes): claims it,
+/// writes the manifest, commits the head (guarded by `condition`), then completes the index
+/// entry, dropping every part record and collecting the parts not used.
+#[allow(clippy::too_many_arguments)]
+pub async fn complete(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    upload: u128,
+    requested: &[(u32, String)],
+    condition: &WriteCondition,
+    settings: &WriteSettings,
+) -> Result<ObjectMeta, GatewayError> {
+    if requested.is_empty() {
+        return Err(GatewayError::MalformedXml("a completion lists at least one part".into()));
+    }
+    let (raw, rec) = read_upload(client, bucket, key, upload).await?;
+    let tag = layout::random_tag()?;
+    claim(client, bucket, key, upload, &raw, tag, PendingKind::Complete { upload: rec.clone() }).await?;
+    let part_obj = index::partition(bucket, key);
+    let w = PendingWrite {
+        bucket,
+        key,
+        tag,
+        kind: PendingKind::Complete { upload: rec.clone() },
+        lease: settings.lease,
+        gc_delay_ns: settings.gc_delay_ns,
+    };
+    // Gives the upload back, as it was, when the completion does not commit.
+    let unclaim = || {
+        let ops = vec![ObjOp::OmapSet { entries: vec![(layout::upload_key(key, upload), raw.clone())] }];
+        let gc = Some(GcRecord::ManifestOnly { tag });
+        index::abandon(client, bucket, key, tag, gc, settings.gc_delay_ns, ops)
+    };
+    let parts = parts_of(client, &part_obj, upload).await?;
+    let manifest = match choose_parts(&parts, requested) {
+        Ok(m) => m,
+        Err(e) => {
+            unclaim().await?;
+            return Err(e);
+        }
+    };
+    let mut md5 = Md5::new();
+    for p in &manifest.parts {
+        let digest = crate::text::hex_decode(&p.etag)
+            .ok_or_else(|| GatewayError::Corrupt(format!("part {} has ETag {:?}", p.number, p.etag)))?;
+        md5.update(&digest);
+    }
+    let meta = ObjectMeta {
+        key: key.to_string(),
+        size_bytes: manifest.parts.iter().map(|p| p.size_bytes).sum(),
+        etag: format!("{}-{}", crate::text::hex(&md5.finalize()), manifest.parts.len()),
+        mtime_ns: layout::now_ns(),
+        tag,
+        chunk_bytes: layout::CHUNK_BYTES,
+        tails: 0,
+        content: rec.content.clone(),
+        user_meta: rec.user_meta.clone(),
+        checksums: Default::default(),
+        owner_id: rec.owner_id.clone(),
+        parts: manifest.parts.len() as u32,
+    };
+    let used: Vec<u128> = manifest.parts.iter().map(|p| p.tag).collect();
+    rados::write_record(client, DATA_POOL, &layout::manifest_object(bucket.id, tag), layout::encode(&manifest), false)
+        .await?;
+    if !objects::commit_head(client, &w, &meta, &[], condition).await? {
+        unclaim().await?;
+        return Err(GatewayError::PreconditionFailed(objects::refusal(condition)));
+    }
+    crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
+    let how =
+        Completion { bucket_id: bucket.id, part: &part_obj, live: true, pending: None, gc_delay_ns: w.gc_delay_ns };
+    let due = layout::now_ns() + w.gc_delay_ns;
+    let extra = |_| drop_parts(upload, &parts, &used, due);
+    match index::complete_at(client, &how, key, tag, Some(GcRecord::Manifest { tag }), &extra).await? {
+        Completed::Head(_) | Completed::PendingGone => Ok(meta),
+        Completed::Dead => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
+    }
+}
+
+/// The manifest of the parts `requested` names, checked against what was uploaded.
+fn choose_parts(parts: &[(u32, PartRecord)], requested: &[(u32, String)]) -> Result<Manifest, GatewayError> {
+    // The order first, then each part's identity, then sizes: the first error a client can fix
+    // without re-uploading is named first.
+    for pair in requested.windows(2) {
+        if pair[1].0 <= pair[0].0 {
+            return Err(GatewayError::InvalidPartOrder(format!("part {} follows part {}", pair[1].0, pair[0].0)));
+        }
+    }
+    let mut out = Vec::with_capacity(requested.len());
+    for (number, etag) in requested {
+        let Some((_, p)) = parts.iter().find(|(n, _)| n == number) else {
+            return Err(GatewayError::InvalidPart(format!("part {number} was not uploaded")));
+        };
+        if p.etag != etag.trim_matches('"') {
+            return Err(GatewayError::InvalidPart(format!("part {number}'s ETag is {:?}, not {etag:?}", p.etag)));
+        }
+        out.push(ManifestPart {
+            number: *number,
+            tag: p.tag,
+            size_bytes: p.size_bytes,
+            chunks: p.chunks,
+            etag: p.etag.clone(),
+            checksums: p.checksums.clone(),
+        });
+    }
+    if let Some(small) = out.iter().rev().skip(1).find(|p| p.size_bytes < MIN_PART_BYTES) {
+        return Err(GatewayError::EntityTooSmall(format!(
+            "part {} has {} bytes; every part but the last needs at least {MIN_PART_BYTES}",
+            small.number, small.size_bytes
+        )));
+    }
+    Ok(Manifest { parts: out })
+}
+
+/// The rest of a completion whose gateway died (the collector, after the lease): the head
+/// decides. If it carries the completion's tag, the object is complete: the part records go,
+/// unused parts to GC. If not, the completion never committed (or was at once replaced, which
+/// cannot be told apart): the upload is given back and only the manifest object is collected.
+pub(crate) async fn finish_complete(
+    client: &Client,
+    how: &Completion<'_>,
+    rec: &UploadRecord,
+    tag: u128,
+) -> Result<Completed, GatewayError> {
+    let parts = parts_of(client, how.part, rec.upload).await?;
+    let manifest: Option<Manifest> =
+        match rados::read_all(client, DATA_POOL, &layout::manifest_object(how.bucket_id, tag)).await? {
+            Some(bytes) => Some(layout::decode(&bytes, "manifest")?),
+            None => None,
+        };
+    let used: Vec<u128> = manifest.iter().flat_map(|m| m.parts.iter().map(|p| p.tag)).collect();
+    let due = layout::now_ns() + how.gc_delay_ns;
+    let upload_back = layout::encode(rec);
+    let extra = |committed: bool| {
+        if committed {
+            drop_parts(rec.upload, &parts, &used, due)
+        } else if how.live {
+            vec![ObjOp::OmapSet { entries: vec![(layout::upload_key(&rec.key, rec.upload), upload_back.clone())] }]
+        } else {
+            // A deleted bucket takes no upload back: the parts go.
+            drop_parts(rec.upload, &parts, &[], due)
+        }
+    };
+    index::complete_at(client, how, &rec.key, tag, Some(GcRecord::ManifestOnly { tag }), &extra).await
+}
+
+/// One page of an upload's parts, after part `marker`, up to `max`; and whether more follow.
+pub async fn list_parts(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    upload: u128,
+    marker: u32,
+    max: usize,
+) -> Result<(UploadRecord, Vec<(u32, PartRecord)>, bool), GatewayError> {
+    let (_, rec) = read_upload(client, bucket, key, upload).await?;
+    let all = parts_of(client, &index::partition(bucket, key), upload).await?;
+    let mut after: Vec<(u32, PartRecord)> = all.into_iter().filter(|(n, _)| *n > marker).collect();
+    let truncated = after.len() > max;
+    after.truncate(max);
+    Ok((rec, after, truncated))
+}
+
+/// One page of the uploads in progress.
+#[derive(Debug, Default)]
+pub struct UploadPage {
+    pub uploads: Vec<UploadRecord>,
+    pub common_prefixes: Vec<String>,
+    pub truncated: bool,
+}
+
+/// Uploads of keys starting with `prefix`, in key then initiation order (by id within a key),
+/// after (`key_marker`, `upload_marker`), rolled up to `delimiter`, up to `max`.
+pub async fn list_uploads(
+    client: &Client,
+    bucket: &BucketRecord,
+    prefix: &str,
+    delimiter: Option<&str>,
+    key_marker: Option<&str>,
+    upload_marker: Option<u128>,
+    max: usize,
+) -> Result<UploadPage, GatewayError> {
+    const BATCH: u32 = 1000;
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let mut page = UploadPage::default();
+    for p in &bucket.partitions {
+        let part_obj = layout::partition_object(bucket.id, p.id);
+        let mut cursor = match key_marker {
+            // After every upload of the marker key, or after the given one.
+            Some(k) => match upload_marker {
+                Some(u) => layout::upload_key(k, u),
+                None => layout::upload_key(k, u128::MAX),
+            },
+            None => vec![layout::UPLOAD_PREFIX],
+        };
+        if cursor.as_slice() < [layout::UPLOAD_PREFIX].as_slice() {
+            cursor = vec![layout::UPLOAD_PREFIX];
+        }
+        loop {
+            let batch = rados::omap_list(client, INDEX_POOL, &part_obj, Some(cursor.clone()), BATCH).await?;
+            let whole = batch.len() == BATCH as usize;
+            for (k, v) in batch {
+                if k.first() != Some(&layout::UPLOAD_PREFIX) {
+                    return Ok(page);
+                }
+                cursor.clone_from(&k);
+                let rec: UploadRecord = layout::decode(&v, "upload record")?;
+                if !rec.key.starts_with(prefix) {
+                    if rec.key.as_str() > prefix {
+                        return Ok(page);
+                    }
+                    continue;
+                }
+                if page.uploads.len() + page.common_prefixes.len() >= max {
+                    page.truncated = true;
+                    return Ok(page);
+                }
+                if let Some(d) = delimiter
+                    && let Some(pos) = rec.key[prefix.len()..].find(d)
+                {
+                    let cp = rec.key[..prefix.len() + pos + d.len()].to_string();
+                    if !page.common_prefixes.contains(&cp) {
+                        page.common_prefixes.push(cp);
+                    }
+                    continue;
+                }
+                page.uploads.push(rec);
+            }
+            if !whole {
+                break;
+            }
+        }
+    }
+    Ok(page)
+}
