@@ -198,6 +198,24 @@ fn pool_objects(dir: &Path, pool: &str) -> Vec<String> {
     v
 }
 
+/// Starts a multipart upload of `path`; returns its id.
+fn start_upload(endpoint: &str, keys: (&str, &str), path: &str) -> String {
+    let (status, head, body) = s3_request(endpoint, keys, "POST", path, "uploads=", b"");
+    assert_eq!(status, 200, "{head}");
+    let body = String::from_utf8_lossy(&body);
+    let id = body.split("<UploadId>").nth(1).and_then(|r| r.split("</UploadId>").next());
+    id.unwrap_or_else(|| panic!("no upload id in {body}")).to_string()
+}
+
+/// Uploads part `n`; returns its ETag (with quotes).
+fn upload_part(endpoint: &str, keys: (&str, &str), path: &str, upload: &str, n: u32, data: &[u8]) -> String {
+    let query = format!("partNumber={n}&uploadId={upload}");
+    let (status, head, _) = s3_request(endpoint, keys, "PUT", path, &query, data);
+    assert_eq!(status, 200, "{head}");
+    let etag = head.lines().find_map(|l| l.strip_prefix("etag: "));
+    etag.unwrap_or_else(|| panic!("no etag in {head}")).trim().to_string()
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -227,6 +245,21 @@ fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() 
     // Crash after the head, before the index knows: the head decides, so the object appears.
     let halfway = pattern(6 * MIB, 4);
     assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/halfway", "", &halfway).0, 0, "the gateway crashes");
+    assert!(!gw.wait().unwrap().success());
+
+    // A multipart completion that crashes after its head: the head decides here too; the part
+    // uploaded but not listed in the completion is collected.
+    let (mut gw, ep) = spawn_gateway(&dir, Some("after-head:mp"));
+    let upload = start_upload(&ep, keys, "/bkt/mp");
+    let (p1, p2) = (pattern(5 * MIB, 7), pattern(MIB, 8));
+    let e1 = upload_part(&ep, keys, "/bkt/mp", &upload, 1, &p1);
+    let e2 = upload_part(&ep, keys, "/bkt/mp", &upload, 2, &p2);
+    upload_part(&ep, keys, "/bkt/mp", &upload, 3, &pattern(MIB, 9));
+    let xml = format!(
+        "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{e1}</ETag></Part><Part><PartNumber>2</PartNumber><ETag>{e2}</ETag></Part></CompleteMultipartUpload>"
+    );
+    let query = format!("uploadId={upload}");
+    assert_eq!(s3_request(&ep, keys, "POST", "/bkt/mp", &query, xml.as_bytes()).0, 0, "the gateway crashes");
     assert!(!gw.wait().unwrap().success());
 
     // Crash after the tails, before the head: nothing appears, the tails are collected.
@@ -272,15 +305,17 @@ fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() 
     let expect_left = |objs: &[String]| {
         let heads = objs.iter().filter(|o| o.starts_with("h.")).count();
         let tails = objs.iter().filter(|o| o.starts_with("t.")).count();
-        // kept: a head and one tail; halfway: a head and one tail.
-        heads == 2 && tails == 2 && objs.len() == 4
+        let manifests = objs.iter().filter(|o| o.starts_with("M.")).count();
+        // kept and halfway: a head and one tail each; mp: a head, a manifest, and the chunks of
+        // its two parts (two of 5 MiB, one of 1 MiB).
+        heads == 3 && tails == 5 && manifests == 1 && objs.len() == 9
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let objs = pool_objects(&dir, ".gw.data");
         let (_, _, listing) = s3_request(&ep, keys, "GET", "/bkt", "list-type=2", b"");
         let listing = String::from_utf8_lossy(&listing).into_owned();
-        if expect_left(&objs) && listing.contains("<Key>halfway</Key>") {
+        if expect_left(&objs) && listing.contains("<Key>halfway</Key>") && listing.contains("<Key>mp</Key>") {
             assert!(listing.contains("<Key>kept</Key>"), "{listing}");
             for gone in ["ghost", "tailsonly", "gone"] {
                 assert!(!listing.contains(&format!("<Key>{gone}</Key>")), "{listing}");
@@ -290,7 +325,8 @@ fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() 
         assert!(std::time::Instant::now() < deadline, "the collector left {objs:?}; listing {listing}");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    for (key, want) in [("halfway", &halfway), ("kept", &kept)] {
+    let mp = [p1.clone(), p2.clone()].concat();
+    for (key, want) in [("halfway", &halfway), ("kept", &kept), ("mp", &mp)] {
         let (status, head, body) = s3_request(&ep, keys, "GET", &format!("/bkt/{key}"), "", b"");
         assert_eq!(status, 200, "{key}: {head}");
         assert_eq!(&body, want, "{key} reads back whole");
@@ -300,8 +336,10 @@ fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() 
     }
 
     // Deleting everything and the bucket leaves nothing in the gateway's data and index pools
-    // once the GC delay has passed.
-    for key in ["halfway", "kept"] {
+    // once the GC delay has passed; an upload still open when the bucket goes is aborted.
+    let open = start_upload(&ep, keys, "/bkt/open");
+    upload_part(&ep, keys, "/bkt/open", &open, 1, &pattern(MIB, 10));
+    for key in ["halfway", "kept", "mp"] {
         assert_eq!(s3_request(&ep, keys, "DELETE", &format!("/bkt/{key}"), "", b"").0, 204);
     }
     assert_eq!(s3_request(&ep, keys, "DELETE", "/bkt", "", b"").0, 204);

@@ -331,7 +331,7 @@ pub enum PendingKind {
     Part { upload: u128, part: u32 },
     /// The completion of an upload, which it claimed by removing the upload record (kept here so
     /// that a completion that never committed gives the upload back).
-    Complete { upload: UploadRecord },
+    Complete { upload: Box<UploadRecord> },
     /// The abort of an upload, which claimed it by removing the upload record; its parts are
     /// then removed and collected.
     Abort { upload: u128 },

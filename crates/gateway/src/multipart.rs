@@ -277,13 +277,13 @@ pub async fn complete(
     }
     let (raw, rec) = read_upload(client, bucket, key, upload).await?;
     let tag = layout::random_tag()?;
-    claim(client, bucket, key, upload, &raw, tag, PendingKind::Complete { upload: rec.clone() }).await?;
+    claim(client, bucket, key, upload, &raw, tag, PendingKind::Complete { upload: Box::new(rec.clone()) }).await?;
     let part_obj = index::partition(bucket, key);
     let w = PendingWrite {
         bucket,
         key,
         tag,
-        kind: PendingKind::Complete { upload: rec.clone() },
+        kind: PendingKind::Complete { upload: Box::new(rec.clone()) },
         lease: settings.lease,
         gc_delay_ns: settings.gc_delay_ns,
     };
