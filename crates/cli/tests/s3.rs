@@ -28,6 +28,23 @@ fn python_with_boto3() -> PathBuf {
     python
 }
 
+/// An `aws` command (aws-cli): the one on PATH, else one installed into the test's virtual
+/// environment.
+fn aws_cli() -> PathBuf {
+    let works = |aws: &Path| Command::new(aws).arg("--version").output().is_ok_and(|o| o.status.success());
+    let system = PathBuf::from("aws");
+    if works(&system) {
+        return system;
+    }
+    let python = python_with_boto3();
+    let aws = python.parent().map(|bin| bin.join("aws")).unwrap_or_default();
+    if !works(&aws) {
+        let pip = Command::new(&python).args(["-m", "pip", "install", "--quiet", "awscli"]).status();
+        assert!(pip.is_ok_and(|s| s.success()), "pip could not install awscli next to {}", python.display());
+    }
+    aws
+}
+
 /// The gateway part of `shoal up --json`, read back from a running cluster's files.
 fn up_with_gateway(tmp: &Path) -> (PathBuf, common::Down, serde_json::Value) {
     let dir = tmp.join("c");
@@ -93,6 +110,36 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     }
     let bad = ["s3", "bench", "--endpoint", "127.0.0.1:1", "--access-key", "a", "--secret-key", "b", "put"];
     common::fails_with(&shoal(&dir, &bad), "must start with http://");
+}
+
+#[test]
+fn aws_cli_s3cmd_and_rclone_at_their_defaults_put_list_get_and_delete() {
+    for tool in ["s3cmd", "rclone"] {
+        let found = Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success());
+        assert!(found, "{tool} is not installed (.ci/run installs it from the distribution)");
+    }
+    let aws = aws_cli();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_dir, _down, gw) = up_with_gateway(tmp.path());
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/real_clients.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("S3_ENDPOINT", gw["endpoint"].as_str().unwrap())
+        .env("S3_ACCESS_KEY", gw["access_key"].as_str().unwrap())
+        .env("S3_SECRET_KEY", gw["secret_key"].as_str().unwrap())
+        .env("AWS", &aws)
+        .env("WORK", &work)
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "real clients failed:\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("real clients passed"));
 }
 
 #[test]
