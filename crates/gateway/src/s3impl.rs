@@ -246,6 +246,17 @@ pub(crate) fn user_meta_of(metadata: Option<Metadata>) -> S3Result<Vec<(String, 
     Ok(pairs)
 }
 
+/// The version id of every object in an unversioned bucket.
+const NULL_VERSION: &str = "null";
+
+/// Refuses a version id other than "null" (versioning is not built: every bucket is unversioned).
+fn only_null_version(v: Option<&str>) -> S3Result<()> {
+    match v {
+        None | Some(NULL_VERSION) => Ok(()),
+        Some(v) => Err(s3_error!(InvalidArgument, "no version {v:?}: the bucket is not versioned")),
+    }
+}
+
 /// The parts count a GET or HEAD reports: that of a multipart object.
 fn parts_count(meta: &ObjectMeta) -> Option<i32> {
     (meta.parts > 0).then(|| i32::try_from(meta.parts).unwrap_or(i32::MAX))
@@ -629,6 +640,7 @@ impl S3 for Gateway {
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let user = self.requester(&req).await?;
         let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        only_null_version(req.input.version_id.as_deref())?;
         objects::delete(&self.client, &bucket, &req.input.key, self.gc_delay_ns()).await?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
@@ -680,6 +692,15 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in objects_in {
+            if let Err(e) = only_null_version(o.version_id.as_deref()) {
+                errors.push(Error {
+                    key: Some(o.key),
+                    code: Some(e.code().as_str().to_string()),
+                    message: e.message().map(str::to_string),
+                    version_id: o.version_id,
+                });
+                continue;
+            }
             match objects::delete(&self.client, &bucket, &o.key, self.gc_delay_ns()).await {
                 Ok(()) => {
                     if !quiet {
@@ -730,6 +751,64 @@ impl S3 for Gateway {
             next_marker: next_marker.map(enc),
             encoding_type: input.encoding_type,
             request_charged: None,
+        }))
+    }
+
+    /// Until versioning exists every bucket is unversioned, where S3 lists each object as its one
+    /// version, "null", the latest.
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let user = self.requester(&req).await?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let max = input.max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS) as usize;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        match input.version_id_marker.as_deref() {
+            None | Some("" | NULL_VERSION) => {}
+            Some(v) => return Err(s3_error!(InvalidArgument, "no version {v:?}: the bucket is not versioned")),
+        }
+        let after = input.key_marker.as_deref().filter(|k| !k.is_empty());
+        let page = index::list(&self.client, &bucket, &prefix, input.delimiter.as_deref(), after, max).await?;
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let enc = |s: String| if url { uri_encode(&s) } else { s };
+        let next_key = page.truncated.then(|| page.last_key.clone()).flatten();
+        let versions = page
+            .entries
+            .into_iter()
+            .map(|(key, e)| ObjectVersion {
+                key: Some(enc(key)),
+                version_id: Some(NULL_VERSION.into()),
+                is_latest: Some(true),
+                e_tag: Some(etag_of(&e.etag)),
+                last_modified: Some(timestamp(e.mtime_ns)),
+                size: i64::try_from(e.size_bytes).ok(),
+                storage_class: Some(ObjectVersionStorageClass::from_static(ObjectVersionStorageClass::STANDARD)),
+                owner: Some(if e.owner_id == user.canonical_id {
+                    owner_of(&user)
+                } else {
+                    Owner { display_name: None, id: Some(e.owner_id) }
+                }),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(bucket.name.clone()),
+            prefix: Some(enc(prefix)),
+            key_marker: input.key_marker,
+            version_id_marker: input.version_id_marker,
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            next_version_id_marker: next_key.as_ref().map(|_| NULL_VERSION.to_string()),
+            next_key_marker: next_key.map(enc),
+            versions: Some(versions),
+            common_prefixes: Some(
+                page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
+            ),
+            delimiter: input.delimiter.map(enc),
+            encoding_type: input.encoding_type,
+            ..Default::default()
         }))
     }
 

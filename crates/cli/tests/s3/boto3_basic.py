@@ -254,6 +254,10 @@ fails("PreconditionFailed", s3.complete_multipart_upload, Bucket="alpha", Key="h
       MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": ec}]}, IfNoneMatch="*")
 assert s3.get_object(Bucket="alpha", Key="hand")["Body"].read() == p1 + p2, "the refused completion changed nothing"
 s3.abort_multipart_upload(Bucket="alpha", Key="hand", UploadId=cond)
+# An unversioned bucket lists each object as its one version, "null".
+versions = s3.list_object_versions(Bucket="alpha")["Versions"]
+assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in versions] == [("big", "null", True), ("hand", "null", True)]
+fails("InvalidArgument", s3.delete_object, Bucket="alpha", Key="big", VersionId="not-a-version")
 for k in ("big", "hand"):
     s3.delete_object(Bucket="alpha", Key=k)
 s3.delete_bucket(Bucket="alpha")
