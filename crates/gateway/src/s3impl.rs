@@ -94,6 +94,57 @@ fn parse_http_date(s: &str) -> Option<Timestamp> {
     Timestamp::parse(TimestampFormat::HttpDate, s).ok()
 }
 
+/// The content headers a request's input carries (every input names them alike).
+macro_rules! content_headers {
+    ($input:expr) => {
+        ContentHeaders {
+            content_type: $input.content_type.as_ref().map(ToString::to_string),
+            content_encoding: $input.content_encoding.clone(),
+            content_disposition: $input.content_disposition.clone(),
+            content_language: $input.content_language.clone(),
+            cache_control: $input.cache_control.clone(),
+            expires: $input.expires.as_ref().and_then(http_date),
+        }
+    };
+}
+pub(crate) use content_headers;
+
+/// The [`Verifier`] of a request whose body is `input.body`: its `Content-MD5`, its
+/// `x-amz-checksum-*` headers, its checksum algorithm, and the trailer it announces.
+macro_rules! body_verifier {
+    ($req:expr, $input:expr) => {
+        Verifier::new(
+            $input.content_md5.clone(),
+            Checksums {
+                crc32: $input.checksum_crc32.clone(),
+                crc32c: $input.checksum_crc32c.clone(),
+                sha1: $input.checksum_sha1.clone(),
+                sha256: $input.checksum_sha256.clone(),
+                crc64nvme: $input.checksum_crc64nvme.clone(),
+            },
+            $input.checksum_algorithm.as_ref(),
+            $req.trailing_headers.clone(),
+            $req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()).unwrap_or(""),
+        )
+    };
+}
+pub(crate) use body_verifier;
+
+/// The condition a write (a PUT or a completion) is guarded by, from its `If-None-Match` and
+/// `If-Match` headers.
+pub(crate) fn write_condition(
+    if_none_match: Option<&ETagCondition>,
+    if_match: Option<&ETagCondition>,
+) -> S3Result<WriteCondition> {
+    match (if_none_match, if_match) {
+        (Some(ETagCondition::Any), _) => Ok(WriteCondition::Absent),
+        (Some(_), _) => Err(s3_error!(NotImplemented, "If-None-Match on a write accepts only *")),
+        (None, Some(ETagCondition::ETag(e))) => Ok(WriteCondition::ETag(e.value().to_string())),
+        (None, Some(ETagCondition::Any)) => Err(s3_error!(NotImplemented, "If-Match on a write needs an ETag")),
+        (None, None) => Ok(WriteCondition::None),
+    }
+}
+
 /// Checks the body against `Content-MD5` and every `x-amz-checksum-*` the client sent, in
 /// headers or in the trailer of an `aws-chunked` body.
 pub(crate) struct Verifier {
@@ -464,38 +515,10 @@ impl S3 for Gateway {
         if input.key.len() > layout::MAX_KEY_BYTES {
             return Err(s3_error!(KeyTooLongError, "keys are at most {} bytes", layout::MAX_KEY_BYTES));
         }
-        let condition = match (&input.if_none_match, &input.if_match) {
-            (Some(ETagCondition::Any), _) => WriteCondition::Absent,
-            (Some(_), _) => return Err(s3_error!(NotImplemented, "If-None-Match on PUT accepts only *")),
-            (None, Some(ETagCondition::ETag(e))) => WriteCondition::ETag(e.value().to_string()),
-            (None, Some(ETagCondition::Any)) => {
-                return Err(s3_error!(NotImplemented, "If-Match on PUT needs an ETag"));
-            }
-            (None, None) => WriteCondition::None,
-        };
-        let expected = Checksums {
-            crc32: input.checksum_crc32.clone(),
-            crc32c: input.checksum_crc32c.clone(),
-            sha1: input.checksum_sha1.clone(),
-            sha256: input.checksum_sha256.clone(),
-            crc64nvme: input.checksum_crc64nvme.clone(),
-        };
-        let verifier = Verifier::new(
-            input.content_md5.clone(),
-            expected,
-            input.checksum_algorithm.as_ref(),
-            req.trailing_headers.clone(),
-            req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()).unwrap_or(""),
-        )?;
+        let condition = write_condition(input.if_none_match.as_ref(), input.if_match.as_ref())?;
+        let verifier = body_verifier!(req, input)?;
         let args = WriteArgs {
-            content: ContentHeaders {
-                content_type: input.content_type.as_ref().map(ToString::to_string),
-                content_encoding: input.content_encoding.clone(),
-                content_disposition: input.content_disposition.clone(),
-                content_language: input.content_language.clone(),
-                cache_control: input.cache_control.clone(),
-                expires: input.expires.as_ref().and_then(http_date),
-            },
+            content: content_headers!(input),
             user_meta: user_meta_of(input.metadata)?,
             owner_id: user.canonical_id.clone(),
             condition,

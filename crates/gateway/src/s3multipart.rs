@@ -5,10 +5,13 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
 use crate::error::GatewayError;
+use crate::layout::Checksums;
 use crate::layout::{self, ContentHeaders, MAX_KEY_BYTES};
 use crate::multipart::{self, MAX_PARTS, NewUpload, WriteSettings};
-use crate::objects::WriteCondition;
-use crate::s3impl::{Gateway, Verifier, etag_of, http_date, timestamp, user_meta_of, write_error};
+use crate::s3impl::{
+    Gateway, Verifier, body_verifier, content_headers, etag_of, http_date, timestamp, user_meta_of, write_condition,
+    write_error,
+};
 
 /// Most parts or uploads in one listing page (S3's limit).
 const MAX_LIST: usize = 1000;
@@ -50,14 +53,7 @@ impl Gateway {
         let new = NewUpload {
             owner_id: user.canonical_id.clone(),
             owner_display: user.display_name.clone(),
-            content: ContentHeaders {
-                content_type: input.content_type.as_ref().map(ToString::to_string),
-                content_encoding: input.content_encoding.clone(),
-                content_disposition: input.content_disposition.clone(),
-                content_language: input.content_language.clone(),
-                cache_control: input.cache_control.clone(),
-                expires: input.expires.as_ref().and_then(http_date),
-            },
+            content: content_headers!(input),
             user_meta: user_meta_of(input.metadata)?,
             checksum_algorithm: input.checksum_algorithm.as_ref().map(|a| a.as_str().to_string()),
         };
@@ -80,20 +76,7 @@ impl Gateway {
         let bucket = self.bucket_for(&user, &input.bucket).await?;
         let upload = upload_id(&input.upload_id)?;
         let number = part_number(input.part_number)?;
-        let expected = layout::Checksums {
-            crc32: input.checksum_crc32.clone(),
-            crc32c: input.checksum_crc32c.clone(),
-            sha1: input.checksum_sha1.clone(),
-            sha256: input.checksum_sha256.clone(),
-            crc64nvme: input.checksum_crc64nvme.clone(),
-        };
-        let verifier = Verifier::new(
-            input.content_md5.clone(),
-            expected,
-            input.checksum_algorithm.as_ref(),
-            req.trailing_headers.clone(),
-            req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()).unwrap_or(""),
-        )?;
+        let verifier = body_verifier!(req, input)?;
         let Some(body) = input.body else {
             return Err(s3_error!(IncompleteBody, "the request has no body"));
         };
@@ -138,13 +121,7 @@ impl Gateway {
             };
             requested.push((part_number(n)?, etag.value().to_string()));
         }
-        let condition = match (&input.if_none_match, &input.if_match) {
-            (Some(ETagCondition::Any), _) => WriteCondition::Absent,
-            (Some(_), _) => return Err(s3_error!(NotImplemented, "If-None-Match on a completion accepts only *")),
-            (None, Some(ETagCondition::ETag(e))) => WriteCondition::ETag(e.value().to_string()),
-            (None, Some(ETagCondition::Any)) => return Err(s3_error!(NotImplemented, "If-Match needs an ETag")),
-            (None, None) => WriteCondition::None,
-        };
+        let condition = write_condition(input.if_none_match.as_ref(), input.if_match.as_ref())?;
         let settings = self.write_settings();
         let meta =
             multipart::complete(&self.client, &bucket, &input.key, upload, &requested, &condition, &settings).await?;
