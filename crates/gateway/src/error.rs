@@ -40,6 +40,9 @@ pub enum GatewayError {
     /// A conditional request's condition did not hold.
     #[error("precondition failed: {0}")]
     PreconditionFailed(String),
+    /// Concurrent writes kept defeating a conditional one; the client may retry.
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// A record read from the cluster cannot be decoded.
     #[error("damaged gateway record: {0}")]
     Corrupt(String),
@@ -84,6 +87,7 @@ impl From<GatewayError> for s3s::S3Error {
             GatewayError::TooLarge(_) => C::EntityTooLarge,
             GatewayError::MalformedXml(_) => C::MalformedXML,
             GatewayError::PreconditionFailed(_) => C::PreconditionFailed,
+            GatewayError::Conflict(_) => C::ConditionalRequestConflict,
             GatewayError::Cluster(c) => match c.code() {
                 Some(ErrorCode::NoSpace) => C::Custom("InsufficientStorage".into()),
                 Some(ErrorCode::TooLarge) => C::EntityTooLarge,

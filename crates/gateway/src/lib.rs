@@ -5,7 +5,7 @@
 //! Layers, bottom up: [`layout`] (names and records, pure), [`rados`] (helpers over the
 //! client), [`meta`] (users, keys, buckets), [`index`] (bucket index partitions and the commit
 //! protocol's completion), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts, completion), [`s3impl`] (the S3 API on
-//! s3s), [`auth`] (secrets for signature checks), [`collector`] (the background reconciler and
+//! s3s, with [`s3multipart`] and [`s3copy`]), [`auth`] (secrets for signature checks), [`collector`] (the background reconciler and
 //! garbage collector), [`server`] (HTTP).
 
 pub mod auth;
@@ -19,6 +19,7 @@ pub mod meta;
 pub mod multipart;
 pub mod objects;
 pub mod rados;
+pub mod s3copy;
 pub mod s3impl;
 pub mod s3multipart;
 pub mod server;

@@ -20,7 +20,7 @@ use crate::layout::{
     self, BucketRecord, ContentHeaders, DATA_POOL, GcRecord, INDEX_POOL, Manifest, ManifestPart, ObjectMeta,
     PART_PREFIX, PartRecord, PendingKind, UploadRecord,
 };
-use crate::objects::{self, BodyCheck, MemoryBudget, PendingWrite, WriteCondition, WriteError};
+use crate::objects::{self, BodyCheck, BodyShape, MemoryBudget, PendingWrite, WriteCondition, WriteError};
 use crate::rados;
 
 /// Part numbers are 1 to 10,000 (S3's limits), and every part but the last is at least 5 MiB.
@@ -137,7 +137,7 @@ pub async fn upload_part<S, E>(
     number: u32,
     body: S,
     check: Box<dyn BodyCheck>,
-    size_hint: Option<u64>,
+    shape: BodyShape,
     settings: &WriteSettings,
 ) -> Result<PartRecord, WriteError>
 where
@@ -147,7 +147,7 @@ where
     if !(1..=MAX_PARTS).contains(&number) {
         return Err(GatewayError::InvalidArgument(format!("part numbers are 1 to {MAX_PARTS}, not {number}")).into());
     }
-    if size_hint.is_some_and(|n| n > MAX_PART_BYTES) {
+    if shape.size_hint.is_some_and(|n| n > MAX_PART_BYTES) {
         return Err(GatewayError::TooLarge(format!("a part is at most {MAX_PART_BYTES} bytes")).into());
     }
     let (raw, _) = read_upload(client, bucket, key, upload).await?;
@@ -166,7 +166,7 @@ where
         Err(e) if e.is_conflict() => return Err(GatewayError::NoSuchUpload(layout::upload_id_text(upload)).into()),
         other => other?,
     }
-    let streamed = objects::stream_chunks(client, budget, &w, body, check, size_hint, false).await?;
+    let streamed = objects::stream_chunks(client, budget, &w, body, check, shape, false).await?;
     let record = PartRecord {
         tag,
         size_bytes: streamed.size_bytes,

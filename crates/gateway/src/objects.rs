@@ -19,8 +19,15 @@ use crate::rados;
 /// missing tail of a write whose tail count is unknown).
 pub const TAILS_IN_FLIGHT: usize = 2;
 
-/// Most bytes one request holds: the head chunk, the tails in flight and the one filling.
+/// Most bytes one request's write holds: the head chunk, the tails in flight and the one filling.
 pub const MAX_REQUEST_BYTES: u64 = (TAILS_IN_FLIGHT as u64 + 2) * layout::CHUNK_BYTES;
+
+/// Most bytes a copy's reading side holds: the chunk waiting to be written and the one being
+/// read (see [`read_stream`]).
+pub const COPY_READ_AHEAD_BYTES: u64 = 2 * layout::CHUNK_BYTES;
+
+/// Most bytes one request reserves: a copy, which reads and writes at once.
+pub const MAX_RESERVE_BYTES: u64 = MAX_REQUEST_BYTES + COPY_READ_AHEAD_BYTES;
 
 /// The gateway-wide bound on bytes held by requests; a request waits for room.
 #[derive(Clone)]
@@ -36,7 +43,7 @@ impl MemoryBudget {
         MemoryBudget { permits: Arc::new(Semaphore::new(limit_kib as usize)), limit_kib }
     }
 
-    /// Waits until `bytes` (rounded up to KiB, at most [`MAX_REQUEST_BYTES`]) may be held. A
+    /// Waits until `bytes` (rounded up to KiB, at most [`MAX_RESERVE_BYTES`]) may be held. A
     /// caller reserves all it will hold at once, never more while holding some.
     pub async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
         let kib = (bytes.div_ceil(1024).min(u64::from(MAX_REQUEST_KIB)) as u32).max(1);
@@ -53,7 +60,7 @@ impl MemoryBudget {
     }
 }
 
-const MAX_REQUEST_KIB: u32 = (MAX_REQUEST_BYTES / 1024) as u32;
+const MAX_REQUEST_KIB: u32 = (MAX_RESERVE_BYTES / 1024) as u32;
 
 /// The metadata of `key`'s head, or `None` if it has none.
 pub async fn head_meta(client: &Client, bucket_id: u64, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
@@ -85,6 +92,18 @@ pub enum WriteCondition {
     Absent,
     /// `If-Match: ETAG`: only if the key's object has this ETag.
     ETag(String),
+    /// `If-Match: *`: only if the key has an object, whichever.
+    Exists,
+}
+
+/// What a body will make a write hold in memory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BodyShape {
+    /// Bytes the client announced, if it did (reserves less memory for small bodies).
+    pub size_hint: Option<u64>,
+    /// Bytes the body's producer holds besides the write's own (a copy's reads, which the write
+    /// reserves with its own so that one reservation covers the request).
+    pub read_ahead_bytes: u64,
 }
 
 /// What a write stores besides the bytes.
@@ -94,8 +113,7 @@ pub struct WriteArgs {
     pub user_meta: Vec<(String, String)>,
     pub owner_id: String,
     pub condition: WriteCondition,
-    /// Bytes the client announced, if it did (reserves less memory for small bodies).
-    pub size_hint: Option<u64>,
+    pub shape: BodyShape,
     pub gc_delay_ns: u64,
     /// The collector's lease: the pending record is refreshed every quarter of it while the body
     /// streams, and the head is not committed once the record is older than half of it.
@@ -174,7 +192,7 @@ pub(crate) async fn stream_chunks<S, E>(
     w: &PendingWrite<'_>,
     mut body: S,
     mut check: Box<dyn BodyCheck>,
-    size_hint: Option<u64>,
+    shape: BodyShape,
     keep_first: bool,
 ) -> Result<Streamed, WriteError>
 where
@@ -185,9 +203,11 @@ where
     let mut md5 = Md5::new();
     // The request's whole memory need is reserved at once: a request that held part and waited
     // for more could deadlock with others doing the same.
+    let size_hint = shape.size_hint;
     let small = size_hint.is_some_and(|n| n <= layout::CHUNK_BYTES);
     let need = if small { size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
-    let permit = budget.reserve(need).await;
+    debug_assert!(shape.read_ahead_bytes <= COPY_READ_AHEAD_BYTES, "a producer holds at most two chunks");
+    let permit = budget.reserve(need + shape.read_ahead_bytes).await;
     let chunk = layout::CHUNK_BYTES as usize;
     let mut head = BytesMut::with_capacity(if keep_first { if small { need as usize } else { chunk } } else { 0 });
     let mut size: u64 = 0;
@@ -291,7 +311,7 @@ where
         gc_delay_ns: args.gc_delay_ns,
     };
     index::prepare(client, bucket, key, tag, w.kind.clone()).await?;
-    let streamed = stream_chunks(client, budget, &w, body, check, args.size_hint, true).await?;
+    let streamed = stream_chunks(client, budget, &w, body, check, args.shape, true).await?;
     let meta = ObjectMeta {
         key: key.to_string(),
         size_bytes: streamed.size_bytes,
@@ -321,13 +341,42 @@ pub(crate) fn refusal(condition: &WriteCondition) -> String {
     match condition {
         WriteCondition::Absent => "the key already has an object (If-None-Match: *)".to_string(),
         WriteCondition::ETag(etag) => format!("the object's ETag is not {etag:?} (If-Match)"),
+        WriteCondition::Exists => "the key has no object (If-Match: *)".to_string(),
         WriteCondition::None => "a concurrent change".to_string(),
     }
 }
 
+/// How often `If-Match: *` re-reads the ETag it guards on when the object changed in between.
+const EXISTS_ATTEMPTS: usize = 8;
+
 /// Writes the head of `meta` (data `first`) guarded by `condition`: the commit. Returns false,
 /// having written nothing, when the condition does not hold.
 pub(crate) async fn commit_head(
+    client: &Client,
+    w: &PendingWrite<'_>,
+    meta: &ObjectMeta,
+    first: &[u8],
+    condition: &WriteCondition,
+) -> Result<bool, GatewayError> {
+    if *condition != WriteCondition::Exists {
+        return commit_head_once(client, w, meta, first, condition).await;
+    }
+    // "Any object" has no guard of its own: the head is written guarded on the ETag it has now,
+    // and read again if another write replaced it in between (still an object: try again).
+    let name = layout::head_object(w.bucket.id, &meta.key);
+    for _ in 0..EXISTS_ATTEMPTS {
+        let Some(etag) = rados::get_xattr(client, DATA_POOL, &name, ETAG_XATTR).await? else {
+            return Ok(false);
+        };
+        let etag = String::from_utf8(etag).map_err(|_| GatewayError::Internal(format!("{name}'s ETag is not text")))?;
+        if commit_head_once(client, w, meta, first, &WriteCondition::ETag(etag)).await? {
+            return Ok(true);
+        }
+    }
+    Err(GatewayError::Conflict(format!("{:?} kept changing under If-Match: *", meta.key)))
+}
+
+async fn commit_head_once(
     client: &Client,
     w: &PendingWrite<'_>,
     meta: &ObjectMeta,
@@ -341,6 +390,7 @@ pub(crate) async fn commit_head(
         WriteCondition::ETag(etag) => {
             ops.push(ObjOp::AssertXattr { name: ETAG_XATTR.into(), value: Some(etag.as_bytes().to_vec()) })
         }
+        WriteCondition::Exists => unreachable!("commit_head resolves If-Match: * to an ETag"),
     }
     ops.push(ObjOp::WriteFull { len_bytes: first.len() as u64 });
     ops.push(ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(meta) });
@@ -484,10 +534,12 @@ fn locate(bucket_id: u64, meta: &ObjectMeta, manifest: Option<&Manifest>, at: u6
 
 /// A stream of an object's bytes in `range` (end exclusive, within the object), read one chunk
 /// at a time in a task that stays one chunk ahead of the consumer. `manifest` lists a multipart
-/// object's parts.
+/// object's parts. Each read reserves its bytes from `budget`; with `None` the caller has
+/// reserved [`COPY_READ_AHEAD_BYTES`] for them (the stream holds at most the chunk waiting in
+/// the channel and the one being read).
 pub fn read_stream(
     client: Client,
-    budget: MemoryBudget,
+    budget: Option<MemoryBudget>,
     bucket_id: u64,
     obj: OpenObject,
     manifest: Option<Manifest>,
@@ -510,7 +562,10 @@ pub fn read_stream(
                 return;
             };
             let len = (range.end - at).min(left);
-            let permit = budget.reserve(len).await;
+            let permit = match &budget {
+                Some(b) => Some(b.reserve(len).await),
+                None => None,
+            };
             let read =
                 client.op(DATA_POOL, &name, vec![ObjOp::Read { offset: within, len_bytes: len }], Vec::new()).await;
             let item = match read {
@@ -544,7 +599,7 @@ mod tests {
     async fn the_budget_fits_one_largest_request_and_makes_others_wait() {
         let budget = MemoryBudget::new(1);
         let held = budget.reserve(u64::MAX).await;
-        assert_eq!(budget.in_use_bytes(), MAX_REQUEST_BYTES);
+        assert_eq!(budget.in_use_bytes(), MAX_RESERVE_BYTES);
         let other = budget.clone();
         let waiter = tokio::spawn(async move {
             let _p = other.reserve(1).await;

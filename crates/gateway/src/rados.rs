@@ -15,6 +15,18 @@ pub async fn read_all(client: &Client, pool: &str, object: &str) -> Result<Optio
     }
 }
 
+/// Xattr `name` of `object`, or `None` if it or the object does not exist.
+pub async fn get_xattr(client: &Client, pool: &str, object: &str, name: &str) -> Result<Option<Vec<u8>>, GatewayError> {
+    match client.op(pool, object, vec![ObjOp::GetXattr { name: name.into() }], Vec::new()).await {
+        Ok(r) => match r.outputs.into_iter().next() {
+            Some(OpOutput::Xattr(v)) => Ok(v),
+            other => Err(GatewayError::Internal(format!("xattr read of {object} answered {other:?}"))),
+        },
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The xattr every record carries: a digest of its bytes, the token of [`replace_record`]'s
 /// compare-and-swap.
 pub const DIGEST_XATTR: &str = "v";

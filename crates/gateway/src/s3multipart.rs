@@ -8,6 +8,7 @@ use crate::error::GatewayError;
 use crate::layout::Checksums;
 use crate::layout::{self, ContentHeaders, MAX_KEY_BYTES};
 use crate::multipart::{self, MAX_PARTS, NewUpload, WriteSettings};
+use crate::objects::BodyShape;
 use crate::s3impl::{
     Gateway, Verifier, body_verifier, content_headers, etag_of, http_date, timestamp, user_meta_of, write_condition,
     write_error,
@@ -16,11 +17,11 @@ use crate::s3impl::{
 /// Most parts or uploads in one listing page (S3's limit).
 const MAX_LIST: usize = 1000;
 
-fn upload_id(text: &str) -> S3Result<u128> {
+pub(crate) fn upload_id(text: &str) -> S3Result<u128> {
     layout::parse_upload_id(text).ok_or_else(|| GatewayError::NoSuchUpload(text.to_string()).into())
 }
 
-fn part_number(n: i32) -> S3Result<u32> {
+pub(crate) fn part_number(n: i32) -> S3Result<u32> {
     match u32::try_from(n) {
         Ok(n) if (1..=MAX_PARTS).contains(&n) => Ok(n),
         _ => Err(s3_error!(InvalidArgument, "part numbers are 1 to {MAX_PARTS}, not {n}")),
@@ -36,7 +37,7 @@ fn list_max(asked: Option<i32>) -> S3Result<usize> {
 }
 
 impl Gateway {
-    fn write_settings(&self) -> WriteSettings {
+    pub(crate) fn write_settings(&self) -> WriteSettings {
         WriteSettings { lease: self.settings.lease, gc_delay_ns: self.gc_delay_ns() }
     }
 
@@ -80,7 +81,7 @@ impl Gateway {
         let Some(body) = input.body else {
             return Err(s3_error!(IncompleteBody, "the request has no body"));
         };
-        let size_hint = input.content_length.and_then(|l| u64::try_from(l).ok());
+        let shape = BodyShape { size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()), read_ahead_bytes: 0 };
         let part = multipart::upload_part(
             &self.client,
             &self.budget,
@@ -90,7 +91,7 @@ impl Gateway {
             number,
             body,
             Box::new(verifier),
-            size_hint,
+            shape,
             &self.write_settings(),
         )
         .await

@@ -111,6 +111,10 @@ lock_etag = s3.head_object(Bucket="alpha", Key="lock")["ETag"]
 fails("PreconditionFailed", s3.put_object, Bucket="alpha", Key="lock", Body=b"v2", IfMatch='"abc"')
 s3.put_object(Bucket="alpha", Key="lock", Body=b"v2", IfMatch=lock_etag)
 assert s3.get_object(Bucket="alpha", Key="lock")["Body"].read() == b"v2"
+s3.put_object(Bucket="alpha", Key="lock", Body=b"v3", IfMatch="*")
+assert s3.get_object(Bucket="alpha", Key="lock")["Body"].read() == b"v3"
+fails("PreconditionFailed", s3.put_object, Bucket="alpha", Key="no-such-lock", Body=b"v1", IfMatch="*")
+fails("404", s3.head_object, Bucket="alpha", Key="no-such-lock")  # a HEAD error has no body
 
 # Limits: metadata over 2 KiB, a key of 1024 bytes (stored under a hashed name), one longer.
 fails("MetadataTooLarge", s3.put_object, Bucket="alpha", Key="m", Body=b"", Metadata={"a": "x" * 2100})
@@ -192,8 +196,8 @@ assert got.getvalue() == big, "a multipart object reads back whole"
 part2 = s3.get_object(Bucket="alpha", Key="big", PartNumber=2)
 assert part2["PartsCount"] == 3 and part2["Body"].read() == big[8 << 20 : 16 << 20]
 assert s3.head_object(Bucket="alpha", Key="big", PartNumber=3)["ContentLength"] == len(big) - (16 << 20)
-fails("InvalidPartNumber", s3.get_object, Bucket="alpha", Key="big", PartNumber=4)
-fails("416", s3.head_object, Bucket="alpha", Key="big", PartNumber=4)  # a HEAD error has no body
+fails("InvalidPart", s3.get_object, Bucket="alpha", Key="big", PartNumber=4)
+fails("400", s3.head_object, Bucket="alpha", Key="big", PartNumber=4)  # a HEAD error has no body
 r = s3.get_object(Bucket="alpha", Key="big", Range=f"bytes={(8 << 20) - 10}-{(8 << 20) + 9}")
 assert r["Body"].read() == big[(8 << 20) - 10 : (8 << 20) + 10], "a range across parts"
 
@@ -254,6 +258,50 @@ fails("PreconditionFailed", s3.complete_multipart_upload, Bucket="alpha", Key="h
       MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": ec}]}, IfNoneMatch="*")
 assert s3.get_object(Bucket="alpha", Key="hand")["Body"].read() == p1 + p2, "the refused completion changed nothing"
 s3.abort_multipart_upload(Bucket="alpha", Key="hand", UploadId=cond)
+# Server-side copies: metadata kept or replaced, across buckets, from a multipart source, with
+# source conditions; part copies by range.
+s3.put_object(Bucket="alpha", Key="src", Body=b"copy me", ContentType="text/bla", Metadata={"m": "1"},
+              ChecksumAlgorithm="SHA256")
+s3.create_bucket(Bucket="gamma")
+r = s3.copy_object(Bucket="gamma", Key="dst", CopySource={"Bucket": "alpha", "Key": "src"})
+assert r["CopyObjectResult"]["ETag"] == f'"{hashlib.md5(b"copy me").hexdigest()}"', r
+assert r["CopyObjectResult"]["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(b"copy me").digest()).decode()
+got = s3.get_object(Bucket="gamma", Key="dst")
+assert got["Body"].read() == b"copy me" and got["ContentType"] == "text/bla" and got["Metadata"] == {"m": "1"}, got
+s3.copy_object(Bucket="gamma", Key="dst", CopySource="alpha/src", MetadataDirective="REPLACE",
+               ContentType="text/new", Metadata={"n": "2"})
+got = s3.head_object(Bucket="gamma", Key="dst")
+assert got["ContentType"] == "text/new" and got["Metadata"] == {"n": "2"}, got
+fails("InvalidRequest", s3.copy_object, Bucket="alpha", Key="src", CopySource="alpha/src")
+s3.copy_object(Bucket="alpha", Key="src", CopySource="alpha/src", MetadataDirective="REPLACE", Metadata={"o": "3"})
+assert s3.head_object(Bucket="alpha", Key="src")["Metadata"] == {"o": "3"}
+fails("NoSuchKey", s3.copy_object, Bucket="gamma", Key="x", CopySource="alpha/none")
+fails("NoSuchBucket", s3.copy_object, Bucket="gamma", Key="x", CopySource="nobucket/src")
+src_etag = s3.head_object(Bucket="alpha", Key="src")["ETag"]
+fails("PreconditionFailed", s3.copy_object, Bucket="gamma", Key="x", CopySource="alpha/src", CopySourceIfMatch='"00"')
+fails("PreconditionFailed", s3.copy_object, Bucket="gamma", Key="x", CopySource="alpha/src",
+      CopySourceIfNoneMatch=src_etag)
+fails("404", s3.head_object, Bucket="gamma", Key="x")
+s3.copy_object(Bucket="gamma", Key="x", CopySource="alpha/src", CopySourceIfMatch=src_etag)
+s3.copy_object(Bucket="gamma", Key="bigcopy", CopySource="alpha/big")
+assert s3.get_object(Bucket="gamma", Key="bigcopy")["Body"].read() == big, "a multipart source copies whole"
+fails("InvalidArgument", s3.copy_object, Bucket="gamma", Key="x", CopySource="alpha/src",
+      MetadataDirective="SOMETIMES")
+pc = s3.create_multipart_upload(Bucket="gamma", Key="parts")["UploadId"]
+p1r = s3.upload_part_copy(Bucket="gamma", Key="parts", UploadId=pc, PartNumber=1, CopySource="alpha/big",
+                          CopySourceRange=f"bytes=0-{(6 << 20) - 1}")
+p2r = s3.upload_part_copy(Bucket="gamma", Key="parts", UploadId=pc, PartNumber=2, CopySource="alpha/src")
+fails("InvalidRange", s3.upload_part_copy, Bucket="gamma", Key="parts", UploadId=pc, PartNumber=3,
+      CopySource="alpha/src", CopySourceRange="bytes=0-100")
+fails("InvalidArgument", s3.upload_part_copy, Bucket="gamma", Key="parts", UploadId=pc, PartNumber=3,
+      CopySource="alpha/src", CopySourceRange="bytes=0-1,3-4")
+s3.complete_multipart_upload(Bucket="gamma", Key="parts", UploadId=pc, MultipartUpload={"Parts": [
+    {"PartNumber": 1, "ETag": p1r["CopyPartResult"]["ETag"]}, {"PartNumber": 2, "ETag": p2r["CopyPartResult"]["ETag"]}]})
+assert s3.get_object(Bucket="gamma", Key="parts")["Body"].read() == big[: 6 << 20] + b"copy me"
+for k in ("dst", "x", "bigcopy", "parts"):
+    s3.delete_object(Bucket="gamma", Key=k)
+s3.delete_bucket(Bucket="gamma")
+s3.delete_object(Bucket="alpha", Key="src")
 # An unversioned bucket lists each object as its one version, "null".
 versions = s3.list_object_versions(Bucket="alpha")["Versions"]
 assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in versions] == [("big", "null", True), ("hand", "null", True)]

@@ -1,0 +1,402 @@
+//! Server-side copies of the S3 API: CopyObject and UploadPartCopy. The source is read chunk by
+//! chunk and streamed into an ordinary write (a PUT's or a part's), so a copy commits exactly
+//! like one: tails first, the head last, nothing visible before. One memory reservation covers
+//! both sides (decision 0014, "Copies").
+
+use s3s::dto::*;
+use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
+
+use crate::error::GatewayError;
+use crate::layout::{BucketRecord, Checksums, Manifest, UserRecord};
+use crate::multipart;
+use crate::objects::{self, BodyCheck, BodyShape, COPY_READ_AHEAD_BYTES, OpenObject, WriteArgs};
+use crate::s3impl::{
+    Gateway, ReceiverStream, check_read_conditions, content_headers, etag_of, http_date, only_null_version, timestamp,
+    user_meta_of, write_condition, write_error,
+};
+use crate::layout::{self, ContentHeaders};
+
+/// The largest source CopyObject copies, and the largest range UploadPartCopy copies (S3's
+/// limit: bigger objects are copied part by part).
+pub const MAX_COPY_BYTES: u64 = 5 << 30;
+
+/// The source of a copy, opened: its bucket, its head, its parts, and the bytes to copy.
+struct Source {
+    bucket: BucketRecord,
+    obj: OpenObject,
+    manifest: Option<Manifest>,
+    range: std::ops::Range<u64>,
+}
+
+/// The `x-amz-copy-source-if-*` conditions of a copy.
+struct SourceConditions<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+}
+
+/// Parses `x-amz-copy-source-range`: exactly `bytes=FIRST-LAST`, FIRST ≤ LAST (inclusive).
+fn parse_copy_range(text: &str) -> S3Result<(u64, u64)> {
+    let bad = || s3_error!(InvalidArgument, "the copy source range {text:?} is not bytes=FIRST-LAST");
+    let spec = text.strip_prefix("bytes=").ok_or_else(bad)?;
+    let (first, last) = spec.split_once('-').ok_or_else(bad)?;
+    let first: u64 = first.parse().map_err(|_| bad())?;
+    let last: u64 = last.parse().map_err(|_| bad())?;
+    if first > last {
+        return Err(bad());
+    }
+    Ok((first, last))
+}
+
+/// Hashes the copied bytes for the destination's checksums and, when the whole source is
+/// copied, checks them against what the source recorded: a copy never silently propagates
+/// damaged data.
+struct CopyCheck {
+    hasher: s3s::checksum::ChecksumHasher,
+    /// The source's MD5 (hex) when the whole of a simple object is copied.
+    source_md5: Option<String>,
+    /// The source's stored checksums when the whole object is copied.
+    source_sums: Checksums,
+    wanted: Vec<&'static str>,
+}
+
+impl CopyCheck {
+    fn new(algorithms: &[&'static str], source_md5: Option<String>, source_sums: Checksums) -> CopyCheck {
+        let mut hasher = s3s::checksum::ChecksumHasher::default();
+        for a in algorithms {
+            match *a {
+                ChecksumAlgorithm::CRC32 => hasher.crc32 = Some(Default::default()),
+                ChecksumAlgorithm::CRC32C => hasher.crc32c = Some(Default::default()),
+                ChecksumAlgorithm::SHA1 => hasher.sha1 = Some(Default::default()),
+                ChecksumAlgorithm::SHA256 => hasher.sha256 = Some(Default::default()),
+                ChecksumAlgorithm::CRC64NVME => hasher.crc64nvme = Some(Default::default()),
+                _ => {}
+            }
+        }
+        CopyCheck { hasher, source_md5, source_sums, wanted: algorithms.to_vec() }
+    }
+}
+
+/// The algorithms of the checksums `sums` holds.
+fn algorithms_of(sums: &Checksums) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for (name, present) in [
+        (ChecksumAlgorithm::CRC32, sums.crc32.is_some()),
+        (ChecksumAlgorithm::CRC32C, sums.crc32c.is_some()),
+        (ChecksumAlgorithm::SHA1, sums.sha1.is_some()),
+        (ChecksumAlgorithm::SHA256, sums.sha256.is_some()),
+        (ChecksumAlgorithm::CRC64NVME, sums.crc64nvme.is_some()),
+    ] {
+        if present {
+            out.push(name);
+        }
+    }
+    out
+}
+
+impl BodyCheck for CopyCheck {
+    fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    fn finish(self: Box<Self>, md5_hex: &str) -> Result<Checksums, S3Error> {
+        let damaged = |what: &str| {
+            tracing::error!(what, "a copy's source does not match its recorded digest");
+            s3_error!(InternalError, "the copy source's bytes do not match its recorded {what}")
+        };
+        if let Some(want) = &self.source_md5
+            && want != md5_hex
+        {
+            return Err(damaged("MD5"));
+        }
+        let got = self.hasher.finalize();
+        let got = Checksums {
+            crc32: got.checksum_crc32,
+            crc32c: got.checksum_crc32c,
+            sha1: got.checksum_sha1,
+            sha256: got.checksum_sha256,
+            crc64nvme: got.checksum_crc64nvme,
+        };
+        for (name, want, have) in [
+            ("CRC32", &self.source_sums.crc32, &got.crc32),
+            ("CRC32C", &self.source_sums.crc32c, &got.crc32c),
+            ("SHA1", &self.source_sums.sha1, &got.sha1),
+            ("SHA256", &self.source_sums.sha256, &got.sha256),
+            ("CRC64NVME", &self.source_sums.crc64nvme, &got.crc64nvme),
+        ] {
+            if let (Some(w), Some(h)) = (want, have)
+                && w != h
+            {
+                return Err(damaged(name));
+            }
+        }
+        debug_assert!(self.wanted.len() <= 5);
+        Ok(got)
+    }
+}
+
+/// The destination's write condition from a copy's own `If-Match` / `If-None-Match` headers
+/// (s3s does not parse them for copies).
+fn destination_condition(headers: &hyper::HeaderMap) -> S3Result<objects::WriteCondition> {
+    let parse = |name: &str| -> S3Result<Option<ETagCondition>> {
+        headers
+            .get(name)
+            .map(|v| {
+                ETagCondition::parse_http_header(v.as_bytes())
+                    .map_err(|_| s3_error!(InvalidArgument, "the {name} header is not an ETag or *"))
+            })
+            .transpose()
+    };
+    write_condition(parse("if-none-match")?.as_ref(), parse("if-match")?.as_ref())
+}
+
+impl Gateway {
+    /// Opens the source of a copy the requester may read, checks its conditions, and resolves
+    /// the bytes to copy (`range`: `x-amz-copy-source-range`, else the whole object).
+    async fn open_source(
+        &self,
+        user: &UserRecord,
+        source: &CopySource,
+        conditions: SourceConditions<'_>,
+        range: Option<&str>,
+    ) -> S3Result<Source> {
+        let CopySource::Bucket { bucket, key, version_id } = source else {
+            return Err(s3_error!(NotImplemented, "copies from access points are not supported"));
+        };
+        only_null_version(version_id.as_deref())?;
+        let asked = range.map(parse_copy_range).transpose()?;
+        let bucket = self.bucket_for(user, bucket).await?;
+        // The head's share of the bytes is read with the metadata.
+        let guess = match asked {
+            Some((first, last)) => first..last.saturating_add(1),
+            None => 0..layout::CHUNK_BYTES,
+        };
+        let Some(obj) = objects::open(&self.client, &bucket, key, Some(guess)).await? else {
+            return Err(GatewayError::NoSuchKey(key.to_string()).into());
+        };
+        let meta = &obj.meta;
+        check_read_conditions(
+            meta,
+            conditions.if_match,
+            conditions.if_none_match,
+            conditions.if_modified_since,
+            conditions.if_unmodified_since,
+        )
+        .map_err(|e| {
+            // A copy answers every failed source condition with 412, If-None-Match included.
+            if e.status_code() == Some(hyper::StatusCode::NOT_MODIFIED) {
+                s3_error!(PreconditionFailed, "the copy source's If-None-Match or If-Modified-Since does not hold")
+            } else {
+                e
+            }
+        })?;
+        let range = match asked {
+            Some((first, last)) if last >= meta.size_bytes => {
+                return Err(s3_error!(
+                    InvalidRange,
+                    "bytes {first}-{last} are outside the source's {} bytes",
+                    meta.size_bytes
+                ));
+            }
+            Some((first, last)) => first..last + 1,
+            None => 0..meta.size_bytes,
+        };
+        if range.end - range.start > MAX_COPY_BYTES {
+            return Err(s3_error!(
+                InvalidRequest,
+                "a copy takes at most {MAX_COPY_BYTES} bytes in one request; copy larger objects part by part"
+            ));
+        }
+        let manifest = objects::manifest_of(&self.client, bucket.id, meta).await?;
+        Ok(Source { bucket, obj, manifest, range })
+    }
+
+    /// The source's bytes as a body stream, and the memory shape a write of it reserves.
+    fn source_body(&self, source: Source) -> (ReceiverStream, BodyShape) {
+        let len = source.range.end - source.range.start;
+        let shape = BodyShape { size_hint: Some(len), read_ahead_bytes: len.min(COPY_READ_AHEAD_BYTES) };
+        let rx = objects::read_stream(
+            self.client.clone(),
+            None,
+            source.bucket.id,
+            source.obj,
+            source.manifest,
+            source.range,
+        );
+        (ReceiverStream::new(rx, len), shape)
+    }
+
+    pub(crate) async fn copy(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+        let user = self.requester(&req).await?;
+        let condition = destination_condition(&req.headers)?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        if input.key.len() > layout::MAX_KEY_BYTES {
+            return Err(s3_error!(KeyTooLongError, "keys are at most {} bytes", layout::MAX_KEY_BYTES));
+        }
+        let replace = match input.metadata_directive.as_ref().map(MetadataDirective::as_str) {
+            None | Some(MetadataDirective::COPY) => false,
+            Some(MetadataDirective::REPLACE) => true,
+            Some(other) => return Err(s3_error!(InvalidArgument, "unknown metadata directive {other:?}")),
+        };
+        if let CopySource::Bucket { bucket: b, key: k, .. } = &input.copy_source
+            && **b == *input.bucket
+            && **k == *input.key
+            && !replace
+        {
+            return Err(s3_error!(
+                InvalidRequest,
+                "copying an object onto itself must change something: send x-amz-metadata-directive: REPLACE"
+            ));
+        }
+        let conditions = SourceConditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        };
+        let source = self.open_source(&user, &input.copy_source, conditions, None).await?;
+        let src = source.obj.meta.clone();
+        let (content, user_meta): (ContentHeaders, _) = if replace {
+            (content_headers!(input), user_meta_of(input.metadata)?)
+        } else {
+            (src.content.clone(), src.user_meta.clone())
+        };
+        let algorithms = match &input.checksum_algorithm {
+            Some(a) => vec![checksum_name(a)?],
+            None => algorithms_of(&src.checksums),
+        };
+        // A simple object's ETag is its MD5; a multipart one's is not, and is checked part by
+        // part at upload instead.
+        let source_md5 = (src.parts == 0).then(|| src.etag.clone());
+        let check = CopyCheck::new(&algorithms, source_md5, src.checksums.clone());
+        let (body, shape) = self.source_body(source);
+        let args = WriteArgs {
+            content,
+            user_meta,
+            owner_id: user.canonical_id.clone(),
+            condition,
+            shape,
+            gc_delay_ns: self.gc_delay_ns(),
+            lease: self.settings.lease,
+        };
+        let meta = objects::put(&self.client, &self.budget, &bucket, &input.key, body, Box::new(check), args)
+            .await
+            .map_err(write_error)?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(etag_of(&meta.etag)),
+                last_modified: Some(timestamp(meta.mtime_ns)),
+                checksum_crc32: meta.checksums.crc32,
+                checksum_crc32c: meta.checksums.crc32c,
+                checksum_sha1: meta.checksums.sha1,
+                checksum_sha256: meta.checksums.sha256,
+                checksum_crc64nvme: meta.checksums.crc64nvme,
+                ..Default::default()
+            }),
+            copy_source_version_id: None,
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn copy_part(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let user = self.requester(&req).await?;
+        let input = req.input;
+        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let upload = crate::s3multipart::upload_id(&input.upload_id)?;
+        let number = crate::s3multipart::part_number(input.part_number)?;
+        let conditions = SourceConditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        };
+        let source =
+            self.open_source(&user, &input.copy_source, conditions, input.copy_source_range.as_deref()).await?;
+        let whole = source.range.start == 0 && source.range.end == source.obj.meta.size_bytes;
+        let src = &source.obj.meta;
+        let source_md5 = (whole && src.parts == 0).then(|| src.etag.clone());
+        let source_sums = if whole { src.checksums.clone() } else { Checksums::default() };
+        let check = CopyCheck::new(&[], source_md5, source_sums);
+        let (body, shape) = self.source_body(source);
+        let part = multipart::upload_part(
+            &self.client,
+            &self.budget,
+            &bucket,
+            &input.key,
+            upload,
+            number,
+            body,
+            Box::new(check),
+            shape,
+            &self.write_settings(),
+        )
+        .await
+        .map_err(write_error)?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(etag_of(&part.etag)),
+                last_modified: Some(timestamp(part.mtime_ns)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+}
+
+/// The name of a checksum algorithm the gateway computes, or `InvalidRequest`.
+fn checksum_name(a: &ChecksumAlgorithm) -> S3Result<&'static str> {
+    for name in [
+        ChecksumAlgorithm::CRC32,
+        ChecksumAlgorithm::CRC32C,
+        ChecksumAlgorithm::SHA1,
+        ChecksumAlgorithm::SHA256,
+        ChecksumAlgorithm::CRC64NVME,
+    ] {
+        if a.as_str() == name {
+            return Ok(name);
+        }
+    }
+    Err(s3_error!(InvalidRequest, "unsupported checksum algorithm {:?}", a.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_ranges_are_bytes_first_dash_last_and_nothing_else() {
+        assert_eq!(parse_copy_range("bytes=0-0").ok(), Some((0, 0)));
+        assert_eq!(parse_copy_range("bytes=5-21").ok(), Some((5, 21)));
+        for bad in ["0-2", "bytes=0", "bytes=hello-world", "bytes=0-bar", "bytes=hello-", "bytes=0-2,3-5", "bytes=3-2"]
+        {
+            let e = parse_copy_range(bad).expect_err(bad);
+            assert_eq!(e.code(), &s3s::S3ErrorCode::InvalidArgument, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_copy_refuses_bytes_that_do_not_match_the_source_digests() {
+        let data = b"hello copy";
+        let md5 = crate::text::hex(&<md5::Md5 as md5::Digest>::digest(data));
+        let good = Box::new(CopyCheck::new(&[ChecksumAlgorithm::CRC32], Some(md5.clone()), Checksums::default()));
+        let mut g = good;
+        g.update(data);
+        let sums = g.finish(&md5).expect("matching bytes pass");
+        assert!(sums.crc32.is_some(), "the wanted checksum is computed");
+        let mut bad = Box::new(CopyCheck::new(&[], Some("0".repeat(32)), Checksums::default()));
+        bad.update(data);
+        assert!(bad.finish(&md5).is_err(), "an MD5 other than the source's is refused");
+        let mut bad_crc = Box::new(CopyCheck::new(
+            &[ChecksumAlgorithm::CRC32],
+            None,
+            Checksums { crc32: Some("AAAAAA==".into()), ..Default::default() },
+        ));
+        bad_crc.update(data);
+        assert!(bad_crc.finish(&md5).is_err(), "a CRC32 other than the source's is refused");
+    }
+}
