@@ -282,10 +282,26 @@ pub async fn list(
 ) -> Result<ListPage, GatewayError> {
     const BATCH: u32 = 1000;
     let mut page = ListPage::default();
+    if max == 0 {
+        // S3 answers max-keys=0 with an empty page that is not truncated.
+        return Ok(page);
+    }
     let delimiter = delimiter.filter(|d| !d.is_empty());
     // The exclusive omap cursor: keys above it are listed.
     let (start, mut cursor) = match after {
-        Some(a) if a >= prefix => (a.to_string(), entry_key(a)),
+        Some(a) if a >= prefix => {
+            let mut cursor = entry_key(a);
+            // A marker inside a common prefix (a page ended on it) resumes after every key the
+            // prefix rolled up, not inside it.
+            if let Some(d) = delimiter
+                && let Some(rest) = a.strip_prefix(prefix)
+                && let Some(pos) = rest.find(d)
+            {
+                cursor = entry_key(&a[..prefix.len() + pos + d.len()]);
+                cursor.push(0xFF);
+            }
+            (a.to_string(), cursor)
+        }
         _ => (prefix.to_string(), just_below(&entry_key(prefix))),
     };
     let first = bucket.partitions.partition_point(|p| p.start <= start).saturating_sub(1);

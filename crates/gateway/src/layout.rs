@@ -391,6 +391,9 @@ pub struct ManifestPart {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub parts: Vec<ManifestPart>,
+    /// The upload whose completion made the object (a repeated completion of it answers with
+    /// the object instead of `NoSuchUpload`).
+    pub upload: u128,
 }
 
 /// Nanoseconds since the Unix epoch, now.

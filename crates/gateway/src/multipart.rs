@@ -65,6 +65,18 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
 }
 
 /// The upload's record, raw (the token of guards) and decoded.
+/// The key's object, if upload `upload`'s completion made it.
+async fn completed_by(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    upload: u128,
+) -> Result<Option<ObjectMeta>, GatewayError> {
+    let Some(meta) = objects::head_meta(client, bucket.id, key).await? else { return Ok(None) };
+    let made_it = objects::manifest_of(client, bucket.id, &meta).await?.is_some_and(|m| m.upload == upload);
+    Ok(made_it.then_some(meta))
+}
+
 pub async fn read_upload(
     client: &Client,
     bucket: &BucketRecord,
@@ -275,7 +287,18 @@ pub async fn complete(
     if requested.is_empty() {
         return Err(GatewayError::MalformedXml("a completion lists at least one part".into()));
     }
-    let (raw, rec) = read_upload(client, bucket, key, upload).await?;
+    let (raw, rec) = match read_upload(client, bucket, key, upload).await {
+        Err(GatewayError::NoSuchUpload(id)) => {
+            // Completing an upload twice answers with the object the first completion made,
+            // as long as the key still holds it (clients retry completions whose answer they
+            // lost).
+            return match completed_by(client, bucket, key, upload).await? {
+                Some(meta) => Ok(meta),
+                None => Err(GatewayError::NoSuchUpload(id)),
+            };
+        }
+        other => other?,
+    };
     let tag = layout::random_tag()?;
     claim(client, bucket, key, upload, &raw, tag, PendingKind::Complete { upload: Box::new(rec.clone()) }).await?;
     let part_obj = index::partition(bucket, key);
@@ -295,7 +318,7 @@ pub async fn complete(
     };
     let parts = parts_of(client, &part_obj, upload).await?;
     let manifest = match choose_parts(&parts, requested) {
-        Ok(m) => m,
+        Ok(m) => Manifest { upload, ..m },
         Err(e) => {
             unclaim().await?;
             return Err(e);
@@ -371,7 +394,7 @@ fn choose_parts(parts: &[(u32, PartRecord)], requested: &[(u32, String)]) -> Res
             small.number, small.size_bytes
         )));
     }
-    Ok(Manifest { parts: out })
+    Ok(Manifest { parts: out, upload: 0 })
 }
 
 /// The rest of a completion whose gateway died (the collector, after the lease): the head

@@ -99,7 +99,7 @@ macro_rules! content_headers {
     ($input:expr) => {
         ContentHeaders {
             content_type: $input.content_type.as_ref().map(ToString::to_string),
-            content_encoding: $input.content_encoding.clone(),
+            content_encoding: $crate::s3impl::stored_encoding($input.content_encoding.as_deref()),
             content_disposition: $input.content_disposition.clone(),
             content_language: $input.content_language.clone(),
             cache_control: $input.cache_control.clone(),
@@ -109,12 +109,23 @@ macro_rules! content_headers {
 }
 pub(crate) use content_headers;
 
+/// The Content-Encoding to store: the client's, without `aws-chunked` (which describes how
+/// this request's body was framed, not the object).
+pub(crate) fn stored_encoding(sent: Option<&str>) -> Option<String> {
+    let kept: Vec<&str> =
+        sent?.split(',').map(str::trim).filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked")).collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
+}
+
 /// The [`Verifier`] of a request whose body is `input.body`: its `Content-MD5`, its
 /// `x-amz-checksum-*` headers, its checksum algorithm, and the trailer it announces.
 macro_rules! body_verifier {
     ($req:expr, $input:expr) => {
         Verifier::new(
-            $input.content_md5.clone(),
+            // An empty Content-MD5 header is a digest that cannot match, not an absent one.
+            $input.content_md5.clone().or_else(|| {
+                $req.headers.get("content-md5").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            }),
             Checksums {
                 crc32: $input.checksum_crc32.clone(),
                 crc32c: $input.checksum_crc32c.clone(),
@@ -377,12 +388,12 @@ pub(crate) fn check_read_conditions(
     }
     if let Some(c) = if_none_match {
         if matches(c) {
-            return Err(not_modified());
+            return Err(not_modified(meta));
         }
     } else if let Some(t) = if_modified_since
         && mtime_s <= secs(t)
     {
-        return Err(not_modified());
+        return Err(not_modified(meta));
     }
     Ok(())
 }
@@ -405,9 +416,20 @@ fn returned_checksums(meta: &ObjectMeta, mode: Option<&ChecksumMode>, whole: boo
     if enabled && whole { meta.checksums.clone() } else { Checksums::default() }
 }
 
-fn not_modified() -> S3Error {
-    let mut e = S3Error::new(S3ErrorCode::Custom("NotModified".into()));
+/// 304 Not Modified, with the ETag and Last-Modified a cache revalidates against (RFC 9110).
+fn not_modified(meta: &ObjectMeta) -> S3Error {
+    let mut e = S3Error::with_message(S3ErrorCode::Custom("NotModified".into()), "Not Modified");
     e.set_status_code(hyper::StatusCode::NOT_MODIFIED);
+    let mut headers = hyper::HeaderMap::new();
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("\"{}\"", meta.etag)) {
+        headers.insert(hyper::header::ETAG, v);
+    }
+    if let Some(date) = http_date(&timestamp(meta.mtime_ns))
+        && let Ok(v) = hyper::header::HeaderValue::from_str(&date)
+    {
+        headers.insert(hyper::header::LAST_MODIFIED, v);
+    }
+    e.set_headers(headers);
     e
 }
 
@@ -444,11 +466,36 @@ fn metadata_of(meta: &ObjectMeta) -> Option<Metadata> {
 impl S3 for Gateway {
     async fn list_buckets(&self, req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
         let user = self.requester(&req).await?;
-        let buckets = meta::list_buckets(&self.client, &user).await?;
+        let mut buckets = meta::list_buckets(&self.client, &user).await?;
+        buckets.sort_by(|a, b| a.name.cmp(&b.name));
         let prefix = req.input.prefix.clone();
-        let list: Vec<Bucket> = buckets
+        let max = match req.input.max_buckets {
+            None => usize::MAX,
+            Some(n @ 1..=10_000) => n as usize,
+            Some(n) => return Err(s3_error!(InvalidArgument, "max-buckets is 1 to 10000, not {n}")),
+        };
+        // The continuation token is the last name of the previous page, hex-encoded.
+        let after = match &req.input.continuation_token {
+            Some(t) => Some(hex_decode(t).and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| {
+                s3_error!(InvalidArgument, "the continuation token is not one this gateway gave")
+            })?),
+            None => None,
+        };
+        let mut matching = buckets
             .into_iter()
             .filter(|b| prefix.as_deref().is_none_or(|p| b.name.starts_with(p)))
+            .filter(|b| after.as_deref().is_none_or(|a| b.name.as_str() > a))
+            .peekable();
+        let mut page = Vec::new();
+        while page.len() < max
+            && let Some(b) = matching.next()
+        {
+            page.push(b);
+        }
+        let continuation_token =
+            (matching.peek().is_some()).then(|| page.last().map(|b| hex(b.name.as_bytes()))).flatten();
+        let list: Vec<Bucket> = page
+            .into_iter()
             .map(|b| Bucket {
                 name: Some(b.name.clone()),
                 creation_date: Some(timestamp(b.created_ns)),
@@ -459,7 +506,7 @@ impl S3 for Gateway {
             buckets: Some(list),
             owner: Some(owner_of(&user)),
             prefix,
-            continuation_token: None,
+            continuation_token,
         }))
     }
 
@@ -480,7 +527,14 @@ impl S3 for Gateway {
                 self.settings.region
             ));
         }
-        meta::create_bucket(&self.client, &user, &req.input.bucket, &self.settings.region).await?;
+        match meta::create_bucket(&self.client, &user, &req.input.bucket, &self.settings.region).await {
+            // us-east-1 answers an owner's re-creation with success, changing nothing; every
+            // other region with BucketAlreadyOwnedByYou.
+            Err(GatewayError::BucketExists { by_you: true, .. }) if self.settings.region == "us-east-1" => {}
+            other => {
+                other?;
+            }
+        }
         Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{}", req.input.bucket)) }))
     }
 
@@ -668,7 +722,8 @@ impl S3 for Gateway {
         let bucket = self.bucket_for(&user, &req.input.bucket).await?;
         only_null_version(req.input.version_id.as_deref())?;
         objects::delete(&self.client, &bucket, &req.input.key, self.gc_delay_ns()).await?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        // An unversioned bucket never makes a delete marker, and says so.
+        Ok(S3Response::new(DeleteObjectOutput { delete_marker: Some(false), ..Default::default() }))
     }
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
@@ -776,7 +831,9 @@ impl S3 for Gateway {
         let next_marker = (page.truncated && input.delimiter.is_some()).then(|| page.last_key.clone()).flatten();
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(bucket.name.clone()),
-            prefix: Some(enc(prefix)),
+            // V1 does not encode the prefix it echoes (clients decode only keys, prefixes of
+            // common prefixes, the delimiter and markers).
+            prefix: Some(prefix),
             marker: Some(input.marker.unwrap_or_default()),
             max_keys: Some(max as i32),
             is_truncated: Some(page.truncated),
@@ -784,7 +841,7 @@ impl S3 for Gateway {
             common_prefixes: Some(
                 page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
             ),
-            delimiter: input.delimiter.map(enc),
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
             next_marker: next_marker.map(enc),
             encoding_type: input.encoding_type,
             request_charged: None,
@@ -843,7 +900,7 @@ impl S3 for Gateway {
             common_prefixes: Some(
                 page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
             ),
-            delimiter: input.delimiter.map(enc),
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
             encoding_type: input.encoding_type,
             ..Default::default()
         }))
@@ -882,7 +939,7 @@ impl S3 for Gateway {
             common_prefixes: Some(
                 page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
             ),
-            delimiter: input.delimiter.map(enc),
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
             encoding_type: input.encoding_type,
             start_after: input.start_after.map(enc),
             request_charged: None,
