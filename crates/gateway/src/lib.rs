@@ -6,7 +6,8 @@
 //! client), [`meta`] (users, keys, buckets), [`index`] (bucket index partitions and the commit
 //! protocol's completion), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts, completion), [`s3impl`] (the S3 API on
 //! s3s, with [`s3multipart`] and [`s3copy`]), [`auth`] (secrets for signature checks), [`collector`] (the background reconciler and
-//! garbage collector), [`server`] (HTTP).
+//! garbage collector), [`server`] (HTTP, with
+//! [`precheck`] around s3s).
 
 pub mod auth;
 pub mod collector;
@@ -18,6 +19,7 @@ pub mod loadgen;
 pub mod meta;
 pub mod multipart;
 pub mod objects;
+pub mod precheck;
 pub mod rados;
 pub mod s3copy;
 pub mod s3impl;

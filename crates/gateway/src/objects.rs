@@ -19,8 +19,10 @@ use crate::rados;
 /// missing tail of a write whose tail count is unknown).
 pub const TAILS_IN_FLIGHT: usize = 2;
 
-/// Most bytes one request's write holds: the head chunk, the tails in flight and the one filling.
-pub const MAX_REQUEST_BYTES: u64 = (TAILS_IN_FLIGHT as u64 + 2) * layout::CHUNK_BYTES;
+/// Most bytes one request's write holds: the head chunk, the one filling, and each tail in
+/// flight twice (the client library copies a write's data into the frame it sends, and the
+/// chunk stays here until the write is answered, for a resend).
+pub const MAX_REQUEST_BYTES: u64 = (2 * TAILS_IN_FLIGHT as u64 + 2) * layout::CHUNK_BYTES;
 
 /// Most bytes a copy's reading side holds: the chunk waiting to be written and the one being
 /// read (see [`read_stream`]).

@@ -17,6 +17,7 @@ use crate::collector::{self, CollectorSettings};
 use crate::error::GatewayError;
 use crate::meta;
 use crate::objects::MemoryBudget;
+use crate::precheck;
 use crate::s3impl::{Gateway, ServiceSettings};
 
 /// Most connections served at once; more wait in the listen backlog.
@@ -112,7 +113,20 @@ impl Server {
                     let service = service.clone();
                     let id = ids.next();
                     async move {
-                        let mut resp = service.call(req.map(s3s::Body::from)).await?;
+                        let now_s = unix_now_s();
+                        let checked = precheck::sigv2_date(req.headers(), now_s)
+                            .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
+                        let mut resp = match checked {
+                            Err(refusal) => refused(&refusal, &id),
+                            Ok(()) => service.call(req.map(s3s::Body::from)).await?,
+                        };
+                        if resp.status().as_u16() >= 400
+                            && let Some(body) = resp.body().bytes()
+                            && let Some(with_id) = precheck::with_request_id(&body, &id)
+                        {
+                            resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+                            *resp.body_mut() = s3s::Body::from(with_id);
+                        }
                         if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
                             resp.headers_mut().insert("x-amz-request-id", v);
                         }
@@ -129,6 +143,19 @@ impl Server {
             });
         }
     }
+}
+
+fn unix_now_s() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// The answer to a request refused before s3s saw it.
+fn refused(r: &precheck::Refusal, request_id: &str) -> hyper::Response<s3s::Body> {
+    let mut resp = hyper::Response::new(s3s::Body::from(precheck::error_body(r.code, &r.message, request_id)));
+    *resp.status_mut() = r.status;
+    resp.headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/xml"));
+    resp
 }
 
 /// Request ids: this gateway's random prefix and a counter, unique across gateways.

@@ -173,6 +173,16 @@ fails("InvalidAccessKeyId", client(access="AKIANOSUCHKEY0000000").list_buckets)
 s3.put_object(Bucket="alpha", Key="shared", Body=b"presigned")
 url = s3.generate_presigned_url("get_object", Params={"Bucket": "alpha", "Key": "shared"}, ExpiresIn=60)
 assert urllib.request.urlopen(url).read() == b"presigned"
+v4 = client(signature_version="s3v4")
+for signer, too_long in ((s3, 7 * 24 * 3600 + 60), (v4, 7 * 24 * 3600 + 1), (v4, -7)):
+    bad = signer.generate_presigned_url("get_object", Params={"Bucket": "alpha", "Key": "shared"}, ExpiresIn=too_long)
+    try:
+        urllib.request.urlopen(bad)
+        raise AssertionError(f"a presigned URL valid for {too_long} s was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 403, e.code
+        body = e.read()
+        assert b"AccessDenied" in body and b"<RequestId>" in body, body
 url = s3.generate_presigned_url("get_object", Params={"Bucket": "alpha", "Key": "shared"}, ExpiresIn=1)
 time.sleep(2.5)
 try:
