@@ -36,7 +36,13 @@ pub fn sigv2_date(headers: &HeaderMap, now_s: i64) -> Result<(), Refusal> {
         return Ok(());
     }
     let raw = headers.get("x-amz-date").or_else(|| headers.get(hyper::header::DATE));
-    let denied = |why: &str| refuse(StatusCode::FORBIDDEN, "AccessDenied", format!("AWS authentication requires a valid Date or x-amz-date header: {why}"));
+    let denied = |why: &str| {
+        refuse(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            format!("AWS authentication requires a valid Date or x-amz-date header: {why}"),
+        )
+    };
     let Some(raw) = raw else { return Err(denied("none was sent")) };
     let text = raw.to_str().map_err(|_| denied("it is not text"))?.trim();
     if text.is_empty() {
@@ -183,7 +189,10 @@ mod tests {
     fn error_bodies_get_the_request_id_once() {
         let body = Bytes::from_static(b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code></Error>");
         let got = with_request_id(&body, "ABC").unwrap();
-        assert_eq!(&got[..], &b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><RequestId>ABC</RequestId></Error>"[..]);
+        assert_eq!(
+            &got[..],
+            &b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><RequestId>ABC</RequestId></Error>"[..]
+        );
         assert_eq!(with_request_id(&got, "ABC"), None, "a body with an id is left alone");
         assert_eq!(with_request_id(&Bytes::from_static(b"not xml"), "ABC"), None);
     }

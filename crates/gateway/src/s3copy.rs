@@ -7,6 +7,7 @@ use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use crate::error::GatewayError;
+use crate::layout::{self, ContentHeaders};
 use crate::layout::{BucketRecord, Checksums, Manifest, UserRecord};
 use crate::multipart;
 use crate::objects::{self, BodyCheck, BodyShape, COPY_READ_AHEAD_BYTES, OpenObject, WriteArgs};
@@ -14,7 +15,6 @@ use crate::s3impl::{
     Gateway, ReceiverStream, check_read_conditions, content_headers, etag_of, http_date, only_null_version, timestamp,
     user_meta_of, write_condition, write_error,
 };
-use crate::layout::{self, ContentHeaders};
 
 /// The largest source CopyObject copies, and the largest range UploadPartCopy copies (S3's
 /// limit: bigger objects are copied part by part).

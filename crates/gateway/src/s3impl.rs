@@ -475,12 +475,13 @@ impl S3 for Gateway {
             Some(n) => return Err(s3_error!(InvalidArgument, "max-buckets is 1 to 10000, not {n}")),
         };
         // The continuation token is the last name of the previous page, hex-encoded.
-        let after = match &req.input.continuation_token {
-            Some(t) => Some(hex_decode(t).and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| {
-                s3_error!(InvalidArgument, "the continuation token is not one this gateway gave")
-            })?),
-            None => None,
-        };
+        let after =
+            match &req.input.continuation_token {
+                Some(t) => Some(hex_decode(t).and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| {
+                    s3_error!(InvalidArgument, "the continuation token is not one this gateway gave")
+                })?),
+                None => None,
+            };
         let mut matching = buckets
             .into_iter()
             .filter(|b| prefix.as_deref().is_none_or(|p| b.name.starts_with(p)))

@@ -81,7 +81,8 @@ impl Gateway {
         let Some(body) = input.body else {
             return Err(s3_error!(IncompleteBody, "the request has no body"));
         };
-        let shape = BodyShape { size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()), read_ahead_bytes: 0 };
+        let shape =
+            BodyShape { size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()), read_ahead_bytes: 0 };
         let part = multipart::upload_part(
             &self.client,
             &self.budget,

@@ -153,8 +153,7 @@ fn unix_now_s() -> i64 {
 fn refused(r: &precheck::Refusal, request_id: &str) -> hyper::Response<s3s::Body> {
     let mut resp = hyper::Response::new(s3s::Body::from(precheck::error_body(r.code, &r.message, request_id)));
     *resp.status_mut() = r.status;
-    resp.headers_mut()
-        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/xml"));
+    resp.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/xml"));
     resp
 }
 
