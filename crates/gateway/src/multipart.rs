@@ -64,7 +64,6 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
     }
 }
 
-/// The upload's record, raw (the token of guards) and decoded.
 /// The key's object, if upload `upload`'s completion made it.
 async fn completed_by(
     client: &Client,
@@ -77,6 +76,7 @@ async fn completed_by(
     Ok(made_it.then_some(meta))
 }
 
+/// The upload's record, raw (the token of guards) and decoded.
 pub async fn read_upload(
     client: &Client,
     bucket: &BucketRecord,
