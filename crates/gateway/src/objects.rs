@@ -67,14 +67,9 @@ const MAX_REQUEST_KIB: u32 = (MAX_RESERVE_BYTES / 1024) as u32;
 /// The metadata of `key`'s head, or `None` if it has none.
 pub async fn head_meta(client: &Client, bucket_id: u64, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
     let name = layout::head_object(bucket_id, key);
-    match client.op(DATA_POOL, &name, vec![ObjOp::GetXattr { name: META_XATTR.into() }], Vec::new()).await {
-        Ok(r) => match r.outputs.into_iter().next() {
-            Some(OpOutput::Xattr(Some(bytes))) => checked(layout::decode(&bytes, "object metadata")?, key),
-            Some(OpOutput::Xattr(None)) => Ok(None),
-            other => Err(GatewayError::Internal(format!("xattr read answered {other:?}"))),
-        },
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
+    match rados::get_xattr(client, DATA_POOL, &name, META_XATTR).await? {
+        Some(bytes) => checked(layout::decode(&bytes, "object metadata")?, key),
+        None => Ok(None),
     }
 }
 

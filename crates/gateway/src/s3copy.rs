@@ -12,13 +12,28 @@ use crate::layout::{BucketRecord, Checksums, Manifest, UserRecord};
 use crate::multipart;
 use crate::objects::{self, BodyCheck, BodyShape, COPY_READ_AHEAD_BYTES, OpenObject, WriteArgs};
 use crate::s3impl::{
-    Gateway, ReceiverStream, check_read_conditions, content_headers, etag_of, http_date, only_null_version, timestamp,
-    user_meta_of, write_condition, write_error,
+    CHECKSUM_ALGORITHMS, Gateway, ReceiverStream, check_read_conditions, checksum_name, content_headers,
+    enable_checksum, etag_of, http_date, only_null_version, timestamp, user_meta_of, write_condition, write_error,
 };
 
 /// The largest source CopyObject copies, and the largest range UploadPartCopy copies (S3's
 /// limit: bigger objects are copied part by part).
 pub const MAX_COPY_BYTES: u64 = 5 << 30;
+
+/// Copies running at once per gateway; more wait. A copy opens its source (reading the head's
+/// first chunk, up to 4 MiB, with the metadata so that the bytes and the metadata are of one
+/// version) before its write reserves memory, so that chunk is held outside the memory budget;
+/// this bounds those bytes to `COPIES_AT_ONCE` × 4 MiB.
+pub const COPIES_AT_ONCE: usize = 8;
+
+/// Waits for a copy slot ([`COPIES_AT_ONCE`]).
+async fn copy_slot(copies: &std::sync::Arc<tokio::sync::Semaphore>) -> tokio::sync::OwnedSemaphorePermit {
+    // The semaphore is never closed.
+    match copies.clone().acquire_owned().await {
+        Ok(p) => p,
+        Err(_) => unreachable!("the copy semaphore is never closed"),
+    }
+}
 
 /// The source of a copy, opened: its bucket, its head, its parts, and the bytes to copy.
 struct Source {
@@ -58,41 +73,28 @@ struct CopyCheck {
     source_md5: Option<String>,
     /// The source's stored checksums when the whole object is copied.
     source_sums: Checksums,
-    wanted: Vec<&'static str>,
 }
 
 impl CopyCheck {
     fn new(algorithms: &[&'static str], source_md5: Option<String>, source_sums: Checksums) -> CopyCheck {
         let mut hasher = s3s::checksum::ChecksumHasher::default();
         for a in algorithms {
-            match *a {
-                ChecksumAlgorithm::CRC32 => hasher.crc32 = Some(Default::default()),
-                ChecksumAlgorithm::CRC32C => hasher.crc32c = Some(Default::default()),
-                ChecksumAlgorithm::SHA1 => hasher.sha1 = Some(Default::default()),
-                ChecksumAlgorithm::SHA256 => hasher.sha256 = Some(Default::default()),
-                ChecksumAlgorithm::CRC64NVME => hasher.crc64nvme = Some(Default::default()),
-                _ => {}
-            }
+            enable_checksum(&mut hasher, a);
         }
-        CopyCheck { hasher, source_md5, source_sums, wanted: algorithms.to_vec() }
+        CopyCheck { hasher, source_md5, source_sums }
     }
 }
 
 /// The algorithms of the checksums `sums` holds.
 fn algorithms_of(sums: &Checksums) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for (name, present) in [
-        (ChecksumAlgorithm::CRC32, sums.crc32.is_some()),
-        (ChecksumAlgorithm::CRC32C, sums.crc32c.is_some()),
-        (ChecksumAlgorithm::SHA1, sums.sha1.is_some()),
-        (ChecksumAlgorithm::SHA256, sums.sha256.is_some()),
-        (ChecksumAlgorithm::CRC64NVME, sums.crc64nvme.is_some()),
-    ] {
-        if present {
-            out.push(name);
-        }
-    }
-    out
+    let present = [
+        sums.crc32.is_some(),
+        sums.crc32c.is_some(),
+        sums.sha1.is_some(),
+        sums.sha256.is_some(),
+        sums.crc64nvme.is_some(),
+    ];
+    CHECKSUM_ALGORITHMS.into_iter().zip(present).filter_map(|(name, p)| p.then_some(name)).collect()
 }
 
 impl BodyCheck for CopyCheck {
@@ -131,7 +133,6 @@ impl BodyCheck for CopyCheck {
                 return Err(damaged(name));
             }
         }
-        debug_assert!(self.wanted.len() <= 5);
         Ok(got)
     }
 }
@@ -256,6 +257,7 @@ impl Gateway {
             if_modified_since: input.copy_source_if_modified_since.as_ref(),
             if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
         };
+        let _slot = copy_slot(&self.copies).await;
         let source = self.open_source(&user, &input.copy_source, conditions, None).await?;
         let src = source.obj.meta.clone();
         let (content, user_meta): (ContentHeaders, _) = if replace {
@@ -315,6 +317,7 @@ impl Gateway {
             if_modified_since: input.copy_source_if_modified_since.as_ref(),
             if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
         };
+        let _slot = copy_slot(&self.copies).await;
         let source =
             self.open_source(&user, &input.copy_source, conditions, input.copy_source_range.as_deref()).await?;
         let whole = source.range.start == 0 && source.range.end == source.obj.meta.size_bytes;
@@ -346,22 +349,6 @@ impl Gateway {
             ..Default::default()
         }))
     }
-}
-
-/// The name of a checksum algorithm the gateway computes, or `InvalidRequest`.
-fn checksum_name(a: &ChecksumAlgorithm) -> S3Result<&'static str> {
-    for name in [
-        ChecksumAlgorithm::CRC32,
-        ChecksumAlgorithm::CRC32C,
-        ChecksumAlgorithm::SHA1,
-        ChecksumAlgorithm::SHA256,
-        ChecksumAlgorithm::CRC64NVME,
-    ] {
-        if a.as_str() == name {
-            return Ok(name);
-        }
-    }
-    Err(s3_error!(InvalidRequest, "unsupported checksum algorithm {:?}", a.as_str()))
 }
 
 #[cfg(test)]

@@ -41,12 +41,15 @@ pub struct Gateway {
     pub(crate) budget: MemoryBudget,
     pub(crate) keys: Arc<KeyCache>,
     pub(crate) settings: Arc<ServiceSettings>,
+    /// Copies running at once (see [`crate::s3copy::COPIES_AT_ONCE`]).
+    pub(crate) copies: Arc<tokio::sync::Semaphore>,
 }
 
 impl Gateway {
     pub fn new(client: Client, budget: MemoryBudget, settings: ServiceSettings) -> Gateway {
         let keys = Arc::new(KeyCache::new(client.clone()));
-        Gateway { client, budget, keys, settings: Arc::new(settings) }
+        let copies = Arc::new(tokio::sync::Semaphore::new(crate::s3copy::COPIES_AT_ONCE));
+        Gateway { client, budget, keys, settings: Arc::new(settings), copies }
     }
 
     pub(crate) fn gc_delay_ns(&self) -> u64 {
@@ -156,6 +159,35 @@ pub(crate) fn write_condition(
     }
 }
 
+/// The checksum algorithms the gateway computes, verifies and stores.
+pub(crate) const CHECKSUM_ALGORITHMS: [&str; 5] = [
+    ChecksumAlgorithm::CRC32,
+    ChecksumAlgorithm::CRC32C,
+    ChecksumAlgorithm::SHA1,
+    ChecksumAlgorithm::SHA256,
+    ChecksumAlgorithm::CRC64NVME,
+];
+
+/// The name of a checksum algorithm the gateway computes, or `InvalidRequest`.
+pub(crate) fn checksum_name(a: &ChecksumAlgorithm) -> S3Result<&'static str> {
+    CHECKSUM_ALGORITHMS
+        .into_iter()
+        .find(|name| a.as_str() == *name)
+        .ok_or_else(|| s3_error!(InvalidRequest, "unsupported checksum algorithm {:?}", a.as_str()))
+}
+
+/// Makes `hasher` compute algorithm `name` (one of [`CHECKSUM_ALGORITHMS`]).
+pub(crate) fn enable_checksum(hasher: &mut s3s::checksum::ChecksumHasher, name: &str) {
+    match name {
+        ChecksumAlgorithm::CRC32 => hasher.crc32 = Some(Default::default()),
+        ChecksumAlgorithm::CRC32C => hasher.crc32c = Some(Default::default()),
+        ChecksumAlgorithm::SHA1 => hasher.sha1 = Some(Default::default()),
+        ChecksumAlgorithm::SHA256 => hasher.sha256 = Some(Default::default()),
+        ChecksumAlgorithm::CRC64NVME => hasher.crc64nvme = Some(Default::default()),
+        _ => debug_assert!(false, "{name} is not a checksum algorithm the gateway computes"),
+    }
+}
+
 /// Checks the body against `Content-MD5` and every `x-amz-checksum-*` the client sent, in
 /// headers or in the trailer of an `aws-chunked` body.
 pub(crate) struct Verifier {
@@ -174,27 +206,8 @@ impl Verifier {
         trailer_names: &str,
     ) -> S3Result<Verifier> {
         let mut hasher = s3s::checksum::ChecksumHasher::default();
-        let mut want = |name: &str| match name {
-            ChecksumAlgorithm::CRC32 => hasher.crc32 = Some(Default::default()),
-            ChecksumAlgorithm::CRC32C => hasher.crc32c = Some(Default::default()),
-            ChecksumAlgorithm::SHA1 => hasher.sha1 = Some(Default::default()),
-            ChecksumAlgorithm::SHA256 => hasher.sha256 = Some(Default::default()),
-            ChecksumAlgorithm::CRC64NVME => hasher.crc64nvme = Some(Default::default()),
-            _ => {}
-        };
         if let Some(a) = algorithm {
-            if ![
-                ChecksumAlgorithm::CRC32,
-                ChecksumAlgorithm::CRC32C,
-                ChecksumAlgorithm::SHA1,
-                ChecksumAlgorithm::SHA256,
-                ChecksumAlgorithm::CRC64NVME,
-            ]
-            .contains(&a.as_str())
-            {
-                return Err(s3_error!(InvalidRequest, "unsupported checksum algorithm {:?}", a.as_str()));
-            }
-            want(a.as_str());
+            enable_checksum(&mut hasher, checksum_name(a)?);
         }
         // A trailer's checksum is announced in `x-amz-trailer` before the body: only the
         // algorithms named there or in headers are computed (hashing every body with all five,
@@ -209,7 +222,7 @@ impl Verifier {
         ];
         for (algorithm, header, sent) in pairs {
             if sent || (trailers.is_some() && announced(header)) {
-                want(algorithm);
+                enable_checksum(&mut hasher, algorithm);
             }
         }
         Ok(Verifier { hasher, content_md5, expected, trailers })
