@@ -1,44 +1,37 @@
 //! Secrets for s3s's signature checks, looked up in the cluster through a small bounded cache.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use s3s::S3Result;
 use s3s::auth::{S3Auth, SecretKey};
 use shoal_client::Client;
-use tokio::sync::Mutex;
 
+use crate::cache::TtlCache;
 use crate::error::GatewayError;
 use crate::layout::KeyRecord;
 use crate::meta;
 
 /// How long a looked-up key is trusted: a removed key stops working within this time.
 const KEY_TTL: Duration = Duration::from_secs(10);
-/// Most keys cached (the cache is emptied when full; a lookup is one cluster read).
+/// Most keys cached (a lookup is one cluster read).
 const MAX_CACHED_KEYS: usize = 10_000;
 
 pub struct KeyCache {
     client: Client,
-    keys: Mutex<HashMap<String, (Instant, KeyRecord)>>,
+    keys: TtlCache<KeyRecord>,
 }
 
 impl KeyCache {
     pub fn new(client: Client) -> KeyCache {
-        KeyCache { client, keys: Mutex::new(HashMap::new()) }
+        KeyCache { client, keys: TtlCache::new(KEY_TTL, MAX_CACHED_KEYS) }
     }
 
     pub async fn get(&self, access: &str) -> Result<KeyRecord, GatewayError> {
-        if let Some((at, rec)) = self.keys.lock().await.get(access)
-            && at.elapsed() < KEY_TTL
-        {
-            return Ok(rec.clone());
+        if let Some(rec) = self.keys.get(access) {
+            return Ok(rec);
         }
         let rec = meta::lookup_key(&self.client, access).await?;
-        let mut keys = self.keys.lock().await;
-        if keys.len() >= MAX_CACHED_KEYS {
-            keys.clear();
-        }
-        keys.insert(access.to_string(), (Instant::now(), rec.clone()));
+        self.keys.put(access, rec.clone());
         Ok(rec)
     }
 }

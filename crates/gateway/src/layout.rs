@@ -39,6 +39,11 @@ pub fn bucket_object(name: &str) -> String {
     format!("bucket.{name}")
 }
 
+/// The record naming the user whose canonical id is `canonical_id` ([`IdRecord`]).
+pub fn id_object(canonical_id: &str) -> String {
+    format!("id.{canonical_id}")
+}
+
 /// The head of `key` in bucket `bucket_id`: the key itself when the name fits the cluster's
 /// limit, else its 128-bit hash (the key is then kept in the head's metadata and checked).
 pub fn head_object(bucket_id: u64, key: &str) -> String {
@@ -197,6 +202,12 @@ pub struct KeyRecord {
     pub secret: String,
 }
 
+/// A canonical id's user (object `id.CANONICAL_ID`), so that grants naming an id resolve.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdRecord {
+    pub user: String,
+}
+
 /// One range of a bucket's index: keys from `start` (inclusive) up to the next partition's start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Partition {
@@ -212,10 +223,45 @@ pub struct BucketRecord {
     /// The owner's user name and canonical id.
     pub owner: String,
     pub owner_id: String,
+    pub owner_display: String,
     pub created_ns: u64,
     pub region: String,
     /// Sorted by `start`; the first starts at "".
     pub partitions: Vec<Partition>,
+    /// The bucket's access control list (the owner is the bucket's).
+    pub grants: Vec<Grant>,
+    /// The bucket policy, as the JSON text the owner sent (checked when it was set).
+    pub policy: Option<String>,
+}
+
+/// A permission an access control list grants (S3's five).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Permission {
+    Read,
+    Write,
+    ReadAcp,
+    WriteAcp,
+    FullControl,
+}
+
+/// Who a grant is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Grantee {
+    /// A user, by canonical id, with the display name it had when the grant was made.
+    User { id: String, display_name: String },
+    /// Everyone, including anonymous requests.
+    AllUsers,
+    /// Every request signed by some user.
+    AuthenticatedUsers,
+    /// S3's log-delivery group (kept and returned; nothing here delivers logs).
+    LogDelivery,
+}
+
+/// One entry of an access control list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub grantee: Grantee,
+    pub permission: Permission,
 }
 
 impl BucketRecord {
@@ -265,6 +311,9 @@ pub struct ObjectMeta {
     pub user_meta: Vec<(String, String)>,
     pub checksums: Checksums,
     pub owner_id: String,
+    pub owner_display: String,
+    /// The object's access control list (the owner is the object's).
+    pub grants: Vec<Grant>,
     /// Parts of a multipart object (0: a simple object); its bytes are listed in the manifest
     /// object [`manifest_object`] of `tag`, and the head holds none.
     pub parts: u32,
@@ -284,6 +333,7 @@ pub struct IndexEntry {
     pub tag: u128,
     pub tails: u32,
     pub owner_id: String,
+    pub owner_display: String,
     /// The object's data is a multipart manifest (GC reads it to find the parts).
     pub multipart: bool,
 }
@@ -297,6 +347,7 @@ impl IndexEntry {
             tag: meta.tag,
             tails: meta.tails,
             owner_id: meta.owner_id.clone(),
+            owner_display: meta.owner_display.clone(),
             multipart: meta.parts > 0,
         }
     }
@@ -359,6 +410,8 @@ pub struct UploadRecord {
     pub initiated_ns: u64,
     pub owner_id: String,
     pub owner_display: String,
+    /// The access control list the object gets.
+    pub grants: Vec<Grant>,
     pub content: ContentHeaders,
     pub user_meta: Vec<(String, String)>,
     /// The checksum algorithm named at creation, which every part must then carry.
@@ -438,9 +491,12 @@ mod tests {
             id: 1,
             owner: "u".into(),
             owner_id: "x".into(),
+            owner_display: "U".into(),
             created_ns: 0,
             region: "us-east-1".into(),
             partitions: vec![Partition { start: String::new(), id: 0 }],
+            grants: Vec::new(),
+            policy: None,
         };
         assert_eq!(b.partition_of(""), 0);
         assert_eq!(b.partition_of("zzz"), 0);

@@ -2,14 +2,19 @@
 //! indexes and objects all live in cluster pools (decision 0014), so any number of gateways
 //! serve the same data behind any HTTP load balancer.
 //!
-//! Layers, bottom up: [`layout`] (names and records, pure), [`rados`] (helpers over the
-//! client), [`meta`] (users, keys, buckets), [`index`] (bucket index partitions and the commit
-//! protocol's completion), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts, completion), [`s3impl`] (the S3 API on
-//! s3s, with [`s3multipart`] and [`s3copy`]), [`auth`] (secrets for signature checks), [`collector`] (the background reconciler and
-//! garbage collector), [`server`] (HTTP, with
-//! [`precheck`] around s3s).
+//! Layers, bottom up: [`layout`] (names and records, pure), [`acl`] and [`policy`] (access
+//! control lists and bucket policies, pure), [`rados`] (helpers over the client), [`meta`]
+//! (users, keys, buckets), [`index`] (bucket index partitions and the commit protocol's
+//! completion), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts,
+//! completion), [`access`] (who may do what, over cached records in [`cache`]), [`s3impl`] (the
+//! S3 API on s3s, with [`s3multipart`], [`s3copy`] and [`s3access`]), [`auth`] (secrets for
+//! signature checks), [`collector`] (the background reconciler and garbage collector),
+//! [`server`] (HTTP, with [`precheck`] around s3s).
 
+pub mod access;
+pub mod acl;
 pub mod auth;
+pub mod cache;
 pub mod collector;
 pub mod crashpoint;
 pub mod error;
@@ -19,8 +24,10 @@ pub mod loadgen;
 pub mod meta;
 pub mod multipart;
 pub mod objects;
+pub mod policy;
 pub mod precheck;
 pub mod rados;
+pub mod s3access;
 pub mod s3copy;
 pub mod s3impl;
 pub mod s3multipart;

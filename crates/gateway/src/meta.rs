@@ -86,6 +86,11 @@ pub async fn create_user(
         created_ns: layout::now_ns(),
         access_keys: vec![access.clone()],
     };
+    // The id record first, so every user's canonical id resolves; a crash leaves at worst an
+    // id record naming no user, which resolves to nothing.
+    let id_record = layout::IdRecord { user: name.to_string() };
+    rados::write_record(client, META_POOL, &layout::id_object(&user.canonical_id), layout::encode(&id_record), true)
+        .await?;
     // Listed first, so a crash leaves at worst a list entry without a record.
     rados::write_ops(
         client,
@@ -146,6 +151,7 @@ pub async fn remove_user(client: &Client, name: &str) -> Result<(), GatewayError
         rados::remove(client, META_POOL, &layout::key_object(access)).await?;
     }
     rados::remove(client, META_POOL, &layout::user_object(name)).await?;
+    rados::remove(client, META_POOL, &layout::id_object(&user.canonical_id)).await?;
     rados::write_ops(client, META_POOL, USERS_OBJECT, vec![ObjOp::OmapRemove { keys: vec![name.as_bytes().to_vec()] }])
         .await
 }
@@ -219,6 +225,26 @@ pub async fn lookup_key(client: &Client, access: &str) -> Result<KeyRecord, Gate
     }
 }
 
+/// The user whose canonical id is `canonical_id`.
+pub async fn user_by_id(client: &Client, canonical_id: &str) -> Result<UserRecord, GatewayError> {
+    let ok = !canonical_id.is_empty()
+        && canonical_id.len() <= 128
+        && canonical_id.bytes().all(|b| b.is_ascii_alphanumeric());
+    let missing = || GatewayError::InvalidArgument(format!("no user has canonical id {canonical_id:?}"));
+    if !ok {
+        return Err(missing());
+    }
+    let Some(bytes) = rados::read_all(client, META_POOL, &layout::id_object(canonical_id)).await? else {
+        return Err(missing());
+    };
+    let record: layout::IdRecord = layout::decode(&bytes, "id record")?;
+    match get_user(client, &record.user).await {
+        Ok(u) if u.canonical_id == canonical_id => Ok(u),
+        Ok(_) | Err(GatewayError::NoSuchUser(_)) => Err(missing()),
+        Err(e) => Err(e),
+    }
+}
+
 pub async fn get_bucket(client: &Client, name: &str) -> Result<BucketRecord, GatewayError> {
     match rados::read_all(client, META_POOL, &layout::bucket_object(name)).await? {
         Some(bytes) => layout::decode(&bytes, "bucket record"),
@@ -226,12 +252,13 @@ pub async fn get_bucket(client: &Client, name: &str) -> Result<BucketRecord, Gat
     }
 }
 
-/// Creates bucket `name` owned by `owner`, with one index partition.
+/// Creates bucket `name` owned by `owner` with ACL `grants`, with one index partition.
 pub async fn create_bucket(
     client: &Client,
     owner: &UserRecord,
     name: &str,
     region: &str,
+    grants: Vec<layout::Grant>,
 ) -> Result<BucketRecord, GatewayError> {
     let mut id_bytes = [0u8; 8];
     getrandom::fill(&mut id_bytes).map_err(|e| GatewayError::Internal(format!("no randomness: {e}")))?;
@@ -240,9 +267,12 @@ pub async fn create_bucket(
         id: u64::from_le_bytes(id_bytes),
         owner: owner.name.clone(),
         owner_id: owner.canonical_id.clone(),
+        owner_display: owner.display_name.clone(),
         created_ns: layout::now_ns(),
         region: region.to_string(),
         partitions: vec![Partition { start: String::new(), id: 0 }],
+        grants,
+        policy: None,
     };
     let user_obj = layout::user_object(&owner.name);
     let listed = vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }];
@@ -266,6 +296,35 @@ pub async fn create_bucket(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Changes bucket record `name` with a compare-and-swap on its bytes, retried on conflict; a
+/// bucket deleted meanwhile is `NoSuchBucket`, and one re-created under the name (another id)
+/// is left alone.
+pub async fn update_bucket(
+    client: &Client,
+    name: &str,
+    id: u64,
+    change: impl Fn(&mut BucketRecord) -> Result<(), GatewayError>,
+) -> Result<BucketRecord, GatewayError> {
+    const ATTEMPTS: usize = 16;
+    let object = layout::bucket_object(name);
+    for _ in 0..ATTEMPTS {
+        let Some(old) = rados::read_all(client, META_POOL, &object).await? else {
+            return Err(GatewayError::NoSuchBucket(name.to_string()));
+        };
+        let mut bucket: BucketRecord = layout::decode(&old, "bucket record")?;
+        if bucket.id != id {
+            return Err(GatewayError::NoSuchBucket(name.to_string()));
+        }
+        change(&mut bucket)?;
+        match rados::replace_record(client, META_POOL, &object, &old, layout::encode(&bucket)).await {
+            Ok(()) => return Ok(bucket),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(GatewayError::Internal(format!("bucket {name:?} kept changing under {ATTEMPTS} updates")))
 }
 
 /// The buckets `owner` owns, in name order.

@@ -36,6 +36,7 @@ const RECORD_ATTEMPTS: usize = 64;
 pub struct NewUpload {
     pub owner_id: String,
     pub owner_display: String,
+    pub grants: Vec<layout::Grant>,
     pub content: ContentHeaders,
     pub user_meta: Vec<(String, String)>,
     pub checksum_algorithm: Option<String>,
@@ -50,6 +51,7 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
         initiated_ns: layout::now_ns(),
         owner_id: new.owner_id,
         owner_display: new.owner_display,
+        grants: new.grants,
         content: new.content,
         user_meta: new.user_meta,
         checksum_algorithm: new.checksum_algorithm,
@@ -342,6 +344,8 @@ pub async fn complete(
         user_meta: rec.user_meta.clone(),
         checksums: Default::default(),
         owner_id: rec.owner_id.clone(),
+        owner_display: rec.owner_display.clone(),
+        grants: rec.grants.clone(),
         parts: manifest.parts.len() as u32,
     };
     let used: Vec<u128> = manifest.parts.iter().map(|p| p.tag).collect();

@@ -73,6 +73,40 @@ pub async fn head_meta(client: &Client, bucket_id: u64, key: &str) -> Result<Opt
     }
 }
 
+/// Replaces the ACL of `key`'s object with `grants`, guarded by the metadata it read, so an
+/// object written in between keeps its own ACL (the change is retried against it). Returns the
+/// changed metadata, or `None` if the key has no object. On return the new ACL is on every
+/// replica of the head.
+pub async fn set_grants(
+    client: &Client,
+    bucket_id: u64,
+    key: &str,
+    grants: Vec<layout::Grant>,
+) -> Result<Option<ObjectMeta>, GatewayError> {
+    const ATTEMPTS: usize = 8;
+    let name = layout::head_object(bucket_id, key);
+    for _ in 0..ATTEMPTS {
+        let Some(old) = rados::get_xattr(client, DATA_POOL, &name, META_XATTR).await? else {
+            return Ok(None);
+        };
+        let Some(mut meta) = checked(layout::decode(&old, "object metadata")?, key)? else {
+            return Ok(None);
+        };
+        meta.grants.clone_from(&grants);
+        let ops = vec![
+            ObjOp::AssertXattr { name: META_XATTR.into(), value: Some(old) },
+            ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(&meta) },
+        ];
+        match client.op(DATA_POOL, &name, ops, Vec::new()).await {
+            Ok(_) => return Ok(Some(meta)),
+            Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => continue,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(GatewayError::Internal(format!("object {key:?} kept changing under {ATTEMPTS} ACL updates")))
+}
+
 /// A head whose metadata names another key is a hash collision of long keys: refused.
 fn checked(meta: ObjectMeta, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
     if meta.key != key {
@@ -109,6 +143,9 @@ pub struct WriteArgs {
     pub content: layout::ContentHeaders,
     pub user_meta: Vec<(String, String)>,
     pub owner_id: String,
+    pub owner_display: String,
+    /// The object's access control list.
+    pub grants: Vec<layout::Grant>,
     pub condition: WriteCondition,
     pub shape: BodyShape,
     pub gc_delay_ns: u64,
@@ -202,11 +239,14 @@ where
     // for more could deadlock with others doing the same.
     let size_hint = shape.size_hint;
     let small = size_hint.is_some_and(|n| n <= layout::CHUNK_BYTES);
-    let need = if small { size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
+    // A small object is held twice while its one write is in flight: here (for a resend) and in
+    // the frame the client library copies it into.
+    let need = if small { 2 * size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
     debug_assert!(shape.read_ahead_bytes <= COPY_READ_AHEAD_BYTES, "a producer holds at most two chunks");
     let permit = budget.reserve(need + shape.read_ahead_bytes).await;
     let chunk = layout::CHUNK_BYTES as usize;
-    let mut head = BytesMut::with_capacity(if keep_first { if small { need as usize } else { chunk } } else { 0 });
+    let buffer_bytes = if small { size_hint.unwrap_or(0) as usize } else { chunk };
+    let mut head = BytesMut::with_capacity(if keep_first { buffer_bytes } else { 0 });
     let mut size: u64 = 0;
     let mut next_chunk: u32 = u32::from(keep_first);
     // The chunk being filled (after the head's, when it is kept).
@@ -232,8 +272,7 @@ where
                     head.extend_from_slice(&piece.split_to(room));
                     continue;
                 }
-                let buf =
-                    current.get_or_insert_with(|| BytesMut::with_capacity(if small { need as usize } else { chunk }));
+                let buf = current.get_or_insert_with(|| BytesMut::with_capacity(buffer_bytes));
                 let room = (chunk - buf.len()).min(piece.len());
                 buf.extend_from_slice(&piece.split_to(room));
                 if buf.len() == chunk
@@ -321,6 +360,8 @@ where
         user_meta: args.user_meta,
         checksums: streamed.checksums.clone(),
         owner_id: args.owner_id,
+        owner_display: args.owner_display,
+        grants: args.grants,
         parts: 0,
     };
     if !commit_head(client, &w, &meta, &streamed.first, &args.condition).await? {

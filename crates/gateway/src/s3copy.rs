@@ -6,9 +6,9 @@
 use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
-use crate::error::GatewayError;
+use crate::access::{Access, Action};
 use crate::layout::{self, ContentHeaders};
-use crate::layout::{BucketRecord, Checksums, Manifest, UserRecord};
+use crate::layout::{BucketRecord, Checksums, Manifest};
 use crate::multipart;
 use crate::objects::{self, BodyCheck, BodyShape, COPY_READ_AHEAD_BYTES, OpenObject, WriteArgs};
 use crate::s3impl::{
@@ -153,30 +153,39 @@ fn destination_condition(headers: &hyper::HeaderMap) -> S3Result<objects::WriteC
 }
 
 impl Gateway {
+    /// The access of a copy's requester to the source's bucket.
+    async fn source_access<T>(&self, req: &S3Request<T>, source: &CopySource) -> S3Result<Access> {
+        match source {
+            CopySource::Bucket { bucket, .. } => self.access(req, bucket).await,
+            _ => Err(s3_error!(NotImplemented, "copies from access points are not supported")),
+        }
+    }
+
     /// Opens the source of a copy the requester may read, checks its conditions, and resolves
     /// the bytes to copy (`range`: `x-amz-copy-source-range`, else the whole object).
     async fn open_source(
         &self,
-        user: &UserRecord,
+        access: Access,
         source: &CopySource,
         conditions: SourceConditions<'_>,
         range: Option<&str>,
     ) -> S3Result<Source> {
-        let CopySource::Bucket { bucket, key, version_id } = source else {
+        let CopySource::Bucket { key, version_id, .. } = source else {
             return Err(s3_error!(NotImplemented, "copies from access points are not supported"));
         };
         only_null_version(version_id.as_deref())?;
         let asked = range.map(parse_copy_range).transpose()?;
-        let bucket = self.bucket_for(user, bucket).await?;
         // The head's share of the bytes is read with the metadata.
         let guess = match asked {
             Some((first, last)) => first..last.saturating_add(1),
             None => 0..layout::CHUNK_BYTES,
         };
-        let Some(obj) = objects::open(&self.client, &bucket, key, Some(guess)).await? else {
-            return Err(GatewayError::NoSuchKey(key.to_string()).into());
+        let Some(obj) = objects::open(&self.client, &access.bucket, key, Some(guess)).await? else {
+            return Err(access.missing(key));
         };
         let meta = &obj.meta;
+        access.require_object(Action::GetObject, key, &meta.owner_id, &meta.grants)?;
+        let bucket = access.bucket;
         check_read_conditions(
             meta,
             conditions.if_match,
@@ -229,10 +238,14 @@ impl Gateway {
     }
 
     pub(crate) async fn copy(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::PutObject, Some(&req.input.key))?;
+        let source_access = self.source_access(&req, &req.input.copy_source).await?;
+        let owner = access.party();
+        let grants = self.request_grants(&req, &owner, Some(&access.bucket_owner())).await?;
         let condition = destination_condition(&req.headers)?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         if input.key.len() > layout::MAX_KEY_BYTES {
             return Err(s3_error!(KeyTooLongError, "keys are at most {} bytes", layout::MAX_KEY_BYTES));
         }
@@ -258,7 +271,7 @@ impl Gateway {
             if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
         };
         let _slot = copy_slot(&self.copies).await;
-        let source = self.open_source(&user, &input.copy_source, conditions, None).await?;
+        let source = self.open_source(source_access, &input.copy_source, conditions, None).await?;
         let src = source.obj.meta.clone();
         let (content, user_meta): (ContentHeaders, _) = if replace {
             (content_headers!(input), user_meta_of(input.metadata)?)
@@ -277,7 +290,9 @@ impl Gateway {
         let args = WriteArgs {
             content,
             user_meta,
-            owner_id: user.canonical_id.clone(),
+            owner_id: owner.id,
+            owner_display: owner.display_name,
+            grants,
             condition,
             shape,
             gc_delay_ns: self.gc_delay_ns(),
@@ -306,9 +321,11 @@ impl Gateway {
         &self,
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::PutObject, Some(&req.input.key))?;
+        let source_access = self.source_access(&req, &req.input.copy_source).await?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let upload = crate::s3multipart::upload_id(&input.upload_id)?;
         let number = crate::s3multipart::part_number(input.part_number)?;
         let conditions = SourceConditions {
@@ -319,7 +336,7 @@ impl Gateway {
         };
         let _slot = copy_slot(&self.copies).await;
         let source =
-            self.open_source(&user, &input.copy_source, conditions, input.copy_source_range.as_deref()).await?;
+            self.open_source(source_access, &input.copy_source, conditions, input.copy_source_range.as_deref()).await?;
         let whole = source.range.start == 0 && source.range.end == source.obj.meta.size_bytes;
         let src = &source.obj.meta;
         let source_md5 = (whole && src.parts == 0).then(|| src.etag.clone());

@@ -9,10 +9,11 @@ use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use shoal_client::Client;
 
+use crate::access::{Action, Records};
 use crate::auth::KeyCache;
 use crate::error::GatewayError;
 use crate::index;
-use crate::layout::{self, BucketRecord, Checksums, ContentHeaders, ObjectMeta, UserRecord};
+use crate::layout::{self, Checksums, ContentHeaders, ObjectMeta, UserRecord};
 use crate::meta;
 use crate::objects::{self, BodyCheck, MemoryBudget, WriteArgs, WriteCondition, WriteError};
 use crate::text::{hex, hex_decode, uri_encode};
@@ -43,39 +44,19 @@ pub struct Gateway {
     pub(crate) settings: Arc<ServiceSettings>,
     /// Copies running at once (see [`crate::s3copy::COPIES_AT_ONCE`]).
     pub(crate) copies: Arc<tokio::sync::Semaphore>,
+    /// Cached user and bucket records (see [`crate::access`]).
+    pub(crate) records: Arc<Records>,
 }
 
 impl Gateway {
     pub fn new(client: Client, budget: MemoryBudget, settings: ServiceSettings) -> Gateway {
         let keys = Arc::new(KeyCache::new(client.clone()));
         let copies = Arc::new(tokio::sync::Semaphore::new(crate::s3copy::COPIES_AT_ONCE));
-        Gateway { client, budget, keys, settings: Arc::new(settings), copies }
+        Gateway { client, budget, keys, settings: Arc::new(settings), copies, records: Arc::new(Records::new()) }
     }
 
     pub(crate) fn gc_delay_ns(&self) -> u64 {
         self.settings.gc_delay.as_nanos() as u64
-    }
-
-    /// The user who signed the request (s3s has verified the signature).
-    pub(crate) async fn requester<T>(&self, req: &S3Request<T>) -> S3Result<UserRecord> {
-        let Some(creds) = &req.credentials else {
-            return Err(s3_error!(AccessDenied, "anonymous access is not allowed here"));
-        };
-        let key = self.keys.get(&creds.access_key).await.map_err(S3Error::from)?;
-        match meta::get_user(&self.client, &key.user).await {
-            Ok(u) => Ok(u),
-            Err(GatewayError::NoSuchUser(_)) => Err(s3_error!(InvalidAccessKeyId, "the key's user was removed")),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The bucket, if the requester may use it (its owner, until ACLs and policies exist).
-    pub(crate) async fn bucket_for(&self, user: &UserRecord, name: &str) -> S3Result<BucketRecord> {
-        let bucket = meta::get_bucket(&self.client, name).await?;
-        if bucket.owner != user.name {
-            return Err(s3_error!(AccessDenied, "bucket {name:?} belongs to another user"));
-        }
-        Ok(bucket)
     }
 }
 
@@ -85,6 +66,10 @@ pub(crate) fn timestamp(ns: u64) -> Timestamp {
 
 fn owner_of(user: &UserRecord) -> Owner {
     Owner { display_name: Some(user.display_name.clone()), id: Some(user.canonical_id.clone()) }
+}
+
+fn entry_owner(e: &layout::IndexEntry) -> Owner {
+    Owner { display_name: Some(e.owner_display.clone()), id: Some(e.owner_id.clone()) }
 }
 
 pub(crate) fn http_date(t: &Timestamp) -> Option<String> {
@@ -541,20 +526,30 @@ impl S3 for Gateway {
                 self.settings.region
             ));
         }
-        match meta::create_bucket(&self.client, &user, &req.input.bucket, &self.settings.region).await {
-            // us-east-1 answers an owner's re-creation with success, changing nothing; every
-            // other region with BucketAlreadyOwnedByYou.
-            Err(GatewayError::BucketExists { by_you: true, .. }) if self.settings.region == "us-east-1" => {}
+        let owner = crate::acl::Party { id: user.canonical_id.clone(), display_name: user.display_name.clone() };
+        let grants = self.request_grants(&req, &owner, None).await?;
+        let name = &req.input.bucket;
+        match meta::create_bucket(&self.client, &user, name, &self.settings.region, grants.clone()).await {
+            // us-east-1 answers an owner's re-creation with success, changing nothing, as long
+            // as it asks for the ACL the bucket has (else the name is taken: BucketAlreadyExists,
+            // as RGW answers); every other region answers BucketAlreadyOwnedByYou.
+            Err(GatewayError::BucketExists { by_you: true, .. }) if self.settings.region == "us-east-1" => {
+                if meta::get_bucket(&self.client, name).await?.grants != grants {
+                    return Err(GatewayError::BucketExists { name: name.to_string(), by_you: false }.into());
+                }
+            }
             other => {
                 other?;
             }
         }
+        self.forget_bucket(name);
         Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{}", req.input.bucket)) }))
     }
 
     async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
-        let user = self.requester(&req).await?;
-        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::ListBucket, None)?;
+        let bucket = access.bucket;
         Ok(S3Response::new(HeadBucketOutput { bucket_region: Some(bucket.region), ..Default::default() }))
     }
 
@@ -562,24 +557,30 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        let user = self.requester(&req).await?;
-        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::GetBucketLocation, None)?;
+        let bucket = access.bucket;
         // S3 answers an empty constraint for us-east-1.
         let location = (bucket.region != "us-east-1").then(|| BucketLocationConstraint::from(bucket.region));
         Ok(S3Response::new(GetBucketLocationOutput { location_constraint: location }))
     }
 
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
-        let user = self.requester(&req).await?;
-        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
-        meta::delete_bucket(&self.client, &bucket).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::DeleteBucket, None)?;
+        let deleted = meta::delete_bucket(&self.client, &access.bucket).await;
+        self.forget_bucket(&access.bucket.name);
+        deleted?;
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
     async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::PutObject, Some(&req.input.key))?;
+        let owner = access.party();
+        let grants = self.request_grants(&req, &owner, Some(&access.bucket_owner())).await?;
+        let bucket = access.bucket;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
         if input.key.len() > layout::MAX_KEY_BYTES {
             return Err(s3_error!(KeyTooLongError, "keys are at most {} bytes", layout::MAX_KEY_BYTES));
         }
@@ -588,7 +589,9 @@ impl S3 for Gateway {
         let args = WriteArgs {
             content: content_headers!(input),
             user_meta: user_meta_of(input.metadata)?,
-            owner_id: user.canonical_id.clone(),
+            owner_id: owner.id,
+            owner_display: owner.display_name,
+            grants,
             condition,
             shape: objects::BodyShape {
                 size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()),
@@ -616,9 +619,9 @@ impl S3 for Gateway {
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = &access.bucket;
         if input.part_number.is_some() && input.range.is_some() {
             return Err(s3_error!(InvalidRequest, "a GET names a Range or a partNumber, not both"));
         }
@@ -630,10 +633,11 @@ impl S3 for Gateway {
             (Some(Range::Int { first, last }), None) => Some(*first..last.map_or(u64::MAX, |l| l.saturating_add(1))),
             (Some(Range::Suffix { .. }), None) => None,
         };
-        let Some(mut obj) = objects::open(&self.client, &bucket, &input.key, guess.clone()).await? else {
-            return Err(GatewayError::NoSuchKey(input.key).into());
+        let Some(mut obj) = objects::open(&self.client, bucket, &input.key, guess.clone()).await? else {
+            return Err(access.missing(&input.key));
         };
         let meta = obj.meta.clone();
+        access.require_object(Action::GetObject, &input.key, &meta.owner_id, &meta.grants)?;
         check_read_conditions(
             &meta,
             input.if_match.as_ref(),
@@ -648,7 +652,7 @@ impl S3 for Gateway {
         };
         if guess.as_ref().map(|g| g.start) != Some(range.start) {
             // The range needed the size: read the head's share now.
-            obj = objects::open(&self.client, &bucket, &input.key, Some(range.clone()))
+            obj = objects::open(&self.client, bucket, &input.key, Some(range.clone()))
                 .await?
                 .filter(|o| o.meta.tag == meta.tag)
                 .ok_or_else(|| s3_error!(NoSuchKey, "the object changed while it was read"))?;
@@ -685,12 +689,13 @@ impl S3 for Gateway {
     }
 
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = &access.bucket;
         let Some(meta) = objects::head_meta(&self.client, bucket.id, &input.key).await? else {
-            return Err(GatewayError::NoSuchKey(input.key).into());
+            return Err(access.missing(&input.key));
         };
+        access.require_object(Action::GetObject, &input.key, &meta.owner_id, &meta.grants)?;
         check_read_conditions(
             &meta,
             input.if_match.as_ref(),
@@ -732,8 +737,9 @@ impl S3 for Gateway {
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
-        let user = self.requester(&req).await?;
-        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::DeleteObject, Some(&req.input.key))?;
+        let bucket = access.bucket;
         only_null_version(req.input.version_id.as_deref())?;
         objects::delete(&self.client, &bucket, &req.input.key, self.gc_delay_ns()).await?;
         // An unversioned bucket never makes a delete marker, and says so.
@@ -788,8 +794,8 @@ impl S3 for Gateway {
     }
 
     async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        let user = self.requester(&req).await?;
-        let bucket = self.bucket_for(&user, &req.input.bucket).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        let bucket = &access.bucket;
         let objects_in = req.input.delete.objects;
         if objects_in.len() > 1000 {
             return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
@@ -798,7 +804,9 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in objects_in {
-            if let Err(e) = only_null_version(o.version_id.as_deref()) {
+            let allowed = only_null_version(o.version_id.as_deref())
+                .and_then(|()| access.require(Action::DeleteObject, Some(&o.key)));
+            if let Err(e) = allowed {
                 errors.push(Error {
                     key: Some(o.key),
                     code: Some(e.code().as_str().to_string()),
@@ -807,7 +815,7 @@ impl S3 for Gateway {
                 });
                 continue;
             }
-            match objects::delete(&self.client, &bucket, &o.key, self.gc_delay_ns()).await {
+            match objects::delete(&self.client, bucket, &o.key, self.gc_delay_ns()).await {
                 Ok(()) => {
                     if !quiet {
                         deleted.push(DeletedObject { key: Some(o.key), ..Default::default() });
@@ -831,10 +839,55 @@ impl S3 for Gateway {
         }))
     }
 
+    async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
+        self.get_bucket_acl_op(req).await
+    }
+
+    async fn put_bucket_acl(&self, req: S3Request<PutBucketAclInput>) -> S3Result<S3Response<PutBucketAclOutput>> {
+        self.put_bucket_acl_op(req).await
+    }
+
+    async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
+        self.get_object_acl_op(req).await
+    }
+
+    async fn put_object_acl(&self, req: S3Request<PutObjectAclInput>) -> S3Result<S3Response<PutObjectAclOutput>> {
+        self.put_object_acl_op(req).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        self.get_bucket_policy_op(req).await
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        self.put_bucket_policy_op(req).await
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        self.delete_bucket_policy_op(req).await
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        self.get_bucket_policy_status_op(req).await
+    }
+
     async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::ListBucket, None)?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let max = input.max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS) as usize;
         let prefix = input.prefix.clone().unwrap_or_default();
         let page =
@@ -851,7 +904,7 @@ impl S3 for Gateway {
             marker: Some(input.marker.unwrap_or_default()),
             max_keys: Some(max as i32),
             is_truncated: Some(page.truncated),
-            contents: Some(objects_of(page.entries, Some(&user), enc)),
+            contents: Some(objects_of(page.entries, true, enc)),
             common_prefixes: Some(
                 page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
             ),
@@ -868,9 +921,10 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::ListBucketVersions, None)?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let max = input.max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS) as usize;
         let prefix = input.prefix.clone().unwrap_or_default();
         match input.version_id_marker.as_deref() {
@@ -893,11 +947,7 @@ impl S3 for Gateway {
                 last_modified: Some(timestamp(e.mtime_ns)),
                 size: i64::try_from(e.size_bytes).ok(),
                 storage_class: Some(ObjectVersionStorageClass::from_static(ObjectVersionStorageClass::STANDARD)),
-                owner: Some(if e.owner_id == user.canonical_id {
-                    owner_of(&user)
-                } else {
-                    Owner { display_name: None, id: Some(e.owner_id) }
-                }),
+                owner: Some(entry_owner(&e)),
                 ..Default::default()
             })
             .collect();
@@ -921,9 +971,10 @@ impl S3 for Gateway {
     }
 
     async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::ListBucket, None)?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let max = input.max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS) as usize;
         let prefix = input.prefix.clone().unwrap_or_default();
         // The continuation token is the last key returned, hex-encoded (opaque to clients).
@@ -938,7 +989,7 @@ impl S3 for Gateway {
             index::list(&self.client, &bucket, &prefix, input.delimiter.as_deref(), after.as_deref(), max).await?;
         let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
         let enc = |s: String| if url { uri_encode(&s) } else { s };
-        let owner = input.fetch_owner.unwrap_or(false).then_some(&user);
+        let with_owner = input.fetch_owner.unwrap_or(false);
         let key_count = (page.entries.len() + page.common_prefixes.len()) as i32;
         let next = page.truncated.then(|| page.last_key.as_deref().map(|k| hex(k.as_bytes()))).flatten();
         Ok(S3Response::new(ListObjectsV2Output {
@@ -949,7 +1000,7 @@ impl S3 for Gateway {
             continuation_token: input.continuation_token,
             is_truncated: Some(page.truncated),
             next_continuation_token: next,
-            contents: Some(objects_of(page.entries, owner, enc)),
+            contents: Some(objects_of(page.entries, with_owner, enc)),
             common_prefixes: Some(
                 page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
             ),
@@ -963,7 +1014,7 @@ impl S3 for Gateway {
 
 fn objects_of(
     entries: Vec<(String, layout::IndexEntry)>,
-    owner: Option<&UserRecord>,
+    with_owner: bool,
     enc: impl Fn(String) -> String,
 ) -> Vec<Object> {
     entries
@@ -974,7 +1025,7 @@ fn objects_of(
             last_modified: Some(timestamp(e.mtime_ns)),
             size: i64::try_from(e.size_bytes).ok(),
             storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
-            owner: owner.map(owner_of),
+            owner: with_owner.then(|| entry_owner(&e)),
             ..Default::default()
         })
         .collect()

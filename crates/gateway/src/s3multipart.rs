@@ -4,6 +4,7 @@
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
+use crate::access::Action;
 use crate::error::GatewayError;
 use crate::layout::Checksums;
 use crate::layout::{self, ContentHeaders, MAX_KEY_BYTES};
@@ -45,15 +46,19 @@ impl Gateway {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::PutObject, Some(&req.input.key))?;
+        let owner = access.party();
+        let grants = self.request_grants(&req, &owner, Some(&access.bucket_owner())).await?;
+        let bucket = access.bucket;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
         if input.key.len() > MAX_KEY_BYTES {
             return Err(s3_error!(KeyTooLongError, "keys are at most {MAX_KEY_BYTES} bytes"));
         }
         let new = NewUpload {
-            owner_id: user.canonical_id.clone(),
-            owner_display: user.display_name.clone(),
+            owner_id: owner.id,
+            owner_display: owner.display_name,
+            grants,
             content: content_headers!(input),
             user_meta: user_meta_of(input.metadata)?,
             checksum_algorithm: input.checksum_algorithm.as_ref().map(|a| a.as_str().to_string()),
@@ -72,9 +77,10 @@ impl Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::PutObject, Some(&req.input.key))?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let upload = upload_id(&input.upload_id)?;
         let number = part_number(input.part_number)?;
         let verifier = body_verifier!(req, input)?;
@@ -112,9 +118,10 @@ impl Gateway {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::PutObject, Some(&req.input.key))?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let upload = upload_id(&input.upload_id)?;
         let mut requested = Vec::new();
         for p in input.multipart_upload.and_then(|m| m.parts).unwrap_or_default() {
@@ -140,18 +147,20 @@ impl Gateway {
         &self,
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::AbortMultipartUpload, Some(&req.input.key))?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let upload = upload_id(&input.upload_id)?;
         multipart::abort(&self.client, &bucket, &input.key, upload, self.gc_delay_ns()).await?;
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
     pub(crate) async fn mp_list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::ListMultipartUploadParts, Some(&req.input.key))?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let upload = upload_id(&input.upload_id)?;
         let max = list_max(input.max_parts)?;
         let marker = match input.part_number_marker {
@@ -198,9 +207,10 @@ impl Gateway {
         &self,
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-        let user = self.requester(&req).await?;
+        let access = self.access(&req, &req.input.bucket).await?;
+        access.require(Action::ListBucketMultipartUploads, None)?;
         let input = req.input;
-        let bucket = self.bucket_for(&user, &input.bucket).await?;
+        let bucket = access.bucket;
         let max = list_max(input.max_uploads)?;
         let upload_marker = match (&input.key_marker, &input.upload_id_marker) {
             (Some(_), Some(u)) if !u.is_empty() => Some(upload_id(u)?),

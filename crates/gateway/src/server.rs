@@ -12,6 +12,7 @@ use s3s::service::S3ServiceBuilder;
 use shoal_client::Client;
 use tokio::net::TcpListener;
 
+use crate::access::Transport;
 use crate::auth::ClusterAuth;
 use crate::collector::{self, CollectorSettings};
 use crate::error::GatewayError;
@@ -74,6 +75,7 @@ impl Server {
         let gateway = Gateway::new(client.clone(), MemoryBudget::new(cfg.inflight_bytes), settings);
         let mut builder = S3ServiceBuilder::new(gateway.clone());
         builder.set_auth(ClusterAuth(gateway.keys.clone()));
+        builder.set_access(AnyoneReaches);
         if !cfg.domains.is_empty() {
             let host = s3s::host::MultiDomain::new(&cfg.domains)
                 .map_err(|e| GatewayError::InvalidArgument(format!("bad --domain: {e}")))?;
@@ -116,9 +118,11 @@ impl Server {
                         let now_s = unix_now_s();
                         let checked = precheck::sigv2_date(req.headers(), now_s)
                             .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
+                        let mut req = req.map(s3s::Body::from);
+                        req.extensions_mut().insert(Transport { peer, secure: false });
                         let mut resp = match checked {
                             Err(refusal) => refused(&refusal, &id),
-                            Ok(()) => service.call(req.map(s3s::Body::from)).await?,
+                            Ok(()) => service.call(req).await?,
                         };
                         if resp.status().as_u16() >= 400
                             && let Some(body) = resp.body().bytes()
@@ -142,6 +146,18 @@ impl Server {
                 drop(permit);
             });
         }
+    }
+}
+
+/// Lets every request, anonymous ones included, reach the operation: each operation decides
+/// access itself (`access.rs`), after looking its bucket up, so that a missing bucket answers
+/// NoSuchBucket and ACLs or policies can open a bucket to anonymous requests.
+struct AnyoneReaches;
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for AnyoneReaches {
+    async fn check(&self, _cx: &mut s3s::access::S3AccessContext<'_>) -> s3s::S3Result<()> {
+        Ok(())
     }
 }
 

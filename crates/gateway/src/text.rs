@@ -32,6 +32,30 @@ pub fn uri_encode(s: &str) -> String {
     out
 }
 
+/// Decodes percent-escapes (and `+` as a space, as query strings write it); invalid escapes are
+/// kept as they are, and invalid UTF-8 is replaced.
+pub fn uri_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => match s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(v) => {
+                    out.push(v);
+                    i += 3;
+                    continue;
+                }
+                None => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +67,7 @@ mod tests {
         assert_eq!(hex_decode("abc"), None);
         assert_eq!(hex_decode("zz"), None);
         assert_eq!(uri_encode("a b/c~d+é"), "a%20b/c~d%2B%C3%A9");
+        assert_eq!(uri_decode("a%20b/c~d%2B%C3%A9+x%"), "a b/c~d+é x%");
+        assert_eq!(uri_decode("%zz%4"), "%zz%4");
     }
 }

@@ -1,0 +1,341 @@
+//! Who may do what. Every request to a bucket looks the bucket up first (a missing bucket is
+//! `NoSuchBucket` to anyone, signed or not), then its requester, then asks the bucket policy and
+//! the ACLs: an explicit Deny in the policy refuses, an Allow allows, and when the policy is
+//! silent the bucket's or the object's ACL decides. Owners keep the right to read and change
+//! their resources' ACLs whatever the ACL says, so nobody can lock themselves out for good.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use s3s::{S3Error, S3Request, S3Result, s3_error};
+
+use crate::acl::{self, Party, Requester};
+use crate::cache::TtlCache;
+use crate::error::GatewayError;
+use crate::layout::{BucketRecord, Grant, Permission, UserRecord};
+use crate::meta;
+use crate::policy::{self, Decision, Policy, Who};
+use crate::s3impl::Gateway;
+
+/// How long a bucket or user record is trusted: changes made through another gateway (an ACL,
+/// a policy, a deleted bucket) take effect here within this time; changes made through this
+/// gateway take effect at once.
+pub const RECORD_TTL: Duration = Duration::from_secs(2);
+/// Most bucket and user records cached, each.
+const MAX_CACHED_RECORDS: usize = 10_000;
+
+/// The owner recorded for objects written by anonymous requests (S3's anonymous principal).
+pub const ANONYMOUS_ID: &str = "anonymous";
+
+/// Where a request came from, put into its extensions by the server (policies' `aws:SourceIp`
+/// and `aws:SecureTransport`).
+#[derive(Debug, Clone, Copy)]
+pub struct Transport {
+    pub peer: SocketAddr,
+    pub secure: bool,
+}
+
+/// The cached records access decisions read.
+pub struct Records {
+    users: TtlCache<UserRecord>,
+    buckets: TtlCache<BucketRecord>,
+}
+
+impl Records {
+    pub fn new() -> Records {
+        Records {
+            users: TtlCache::new(RECORD_TTL, MAX_CACHED_RECORDS),
+            buckets: TtlCache::new(RECORD_TTL, MAX_CACHED_RECORDS),
+        }
+    }
+}
+
+impl Default for Records {
+    fn default() -> Records {
+        Records::new()
+    }
+}
+
+/// An S3 action, by the name policies use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    ListBucket,
+    ListBucketVersions,
+    ListBucketMultipartUploads,
+    ListMultipartUploadParts,
+    GetBucketLocation,
+    DeleteBucket,
+    GetBucketAcl,
+    PutBucketAcl,
+    GetBucketPolicy,
+    PutBucketPolicy,
+    DeleteBucketPolicy,
+    GetBucketPolicyStatus,
+    GetObject,
+    GetObjectAcl,
+    PutObject,
+    PutObjectAcl,
+    DeleteObject,
+    AbortMultipartUpload,
+}
+
+/// What an ACL must grant for an action when the policy is silent.
+enum AclRule {
+    Bucket(Permission),
+    Object(Permission),
+    /// Only the bucket's owner (bucket configuration).
+    Owner,
+}
+
+impl Action {
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::ListBucket => "s3:ListBucket",
+            Action::ListBucketVersions => "s3:ListBucketVersions",
+            Action::ListBucketMultipartUploads => "s3:ListBucketMultipartUploads",
+            Action::ListMultipartUploadParts => "s3:ListMultipartUploadParts",
+            Action::GetBucketLocation => "s3:GetBucketLocation",
+            Action::DeleteBucket => "s3:DeleteBucket",
+            Action::GetBucketAcl => "s3:GetBucketAcl",
+            Action::PutBucketAcl => "s3:PutBucketAcl",
+            Action::GetBucketPolicy => "s3:GetBucketPolicy",
+            Action::PutBucketPolicy => "s3:PutBucketPolicy",
+            Action::DeleteBucketPolicy => "s3:DeleteBucketPolicy",
+            Action::GetBucketPolicyStatus => "s3:GetBucketPolicyStatus",
+            Action::GetObject => "s3:GetObject",
+            Action::GetObjectAcl => "s3:GetObjectAcl",
+            Action::PutObject => "s3:PutObject",
+            Action::PutObjectAcl => "s3:PutObjectAcl",
+            Action::DeleteObject => "s3:DeleteObject",
+            Action::AbortMultipartUpload => "s3:AbortMultipartUpload",
+        }
+    }
+
+    fn acl_rule(self) -> AclRule {
+        use Permission::*;
+        match self {
+            Action::ListBucket
+            | Action::ListBucketVersions
+            | Action::ListBucketMultipartUploads
+            | Action::ListMultipartUploadParts => AclRule::Bucket(Read),
+            Action::PutObject | Action::DeleteObject | Action::AbortMultipartUpload => AclRule::Bucket(Write),
+            Action::GetBucketAcl => AclRule::Bucket(ReadAcp),
+            Action::PutBucketAcl => AclRule::Bucket(WriteAcp),
+            Action::GetObject => AclRule::Object(Read),
+            Action::GetObjectAcl => AclRule::Object(ReadAcp),
+            Action::PutObjectAcl => AclRule::Object(WriteAcp),
+            Action::GetBucketLocation
+            | Action::DeleteBucket
+            | Action::GetBucketPolicy
+            | Action::PutBucketPolicy
+            | Action::DeleteBucketPolicy
+            | Action::GetBucketPolicyStatus => AclRule::Owner,
+        }
+    }
+}
+
+fn denied() -> S3Error {
+    s3_error!(AccessDenied, "Access Denied")
+}
+
+/// A request's bucket and requester, and what decides its access.
+pub struct Access {
+    pub bucket: BucketRecord,
+    /// `None` for an anonymous request.
+    pub user: Option<UserRecord>,
+    policy: Option<Policy>,
+    context: policy::Context,
+}
+
+impl Access {
+    fn requester(&self) -> Requester<'_> {
+        match &self.user {
+            Some(u) => Requester::User(&u.canonical_id),
+            None => Requester::Anonymous,
+        }
+    }
+
+    fn who(&self) -> Who<'_> {
+        match &self.user {
+            Some(u) => Who::User { name: &u.name, canonical_id: &u.canonical_id },
+            None => Who::Anonymous,
+        }
+    }
+
+    /// The requester as the owner of what it creates.
+    pub fn party(&self) -> Party {
+        match &self.user {
+            Some(u) => Party { id: u.canonical_id.clone(), display_name: u.display_name.clone() },
+            None => Party { id: ANONYMOUS_ID.into(), display_name: ANONYMOUS_ID.into() },
+        }
+    }
+
+    pub fn bucket_owner(&self) -> Party {
+        Party { id: self.bucket.owner_id.clone(), display_name: self.bucket.owner_display.clone() }
+    }
+
+    pub fn is_bucket_owner(&self) -> bool {
+        self.user.as_ref().is_some_and(|u| u.name == self.bucket.owner)
+    }
+
+    fn resource(&self, key: Option<&str>) -> String {
+        match key {
+            Some(k) => format!("arn:aws:s3:::{}/{k}", self.bucket.name),
+            None => format!("arn:aws:s3:::{}", self.bucket.name),
+        }
+    }
+
+    fn decide(&self, action: Action, key: Option<&str>) -> Decision {
+        match &self.policy {
+            Some(p) => p.evaluate(self.who(), action.name(), &self.resource(key), &self.context),
+            None => Decision::Silent,
+        }
+    }
+
+    /// Adds a condition key for the policy (e.g. `s3:prefix` of a listing).
+    pub fn set_condition(&mut self, key: &str, value: impl Into<String>) {
+        self.context.set(key, value);
+    }
+
+    /// Checks an action on the bucket, or on `key` for object writes (their ACL rule is the
+    /// bucket's). Refuses object-ACL actions: those need the object ([`Access::require_object`]).
+    pub fn require(&self, action: Action, key: Option<&str>) -> S3Result<()> {
+        match self.decide(action, key) {
+            Decision::Deny => return Err(denied()),
+            Decision::Allow => return Ok(()),
+            Decision::Silent => {}
+        }
+        let allowed = match action.acl_rule() {
+            AclRule::Owner => self.is_bucket_owner(),
+            AclRule::Bucket(p) => {
+                let owner_keeps = self.is_bucket_owner() && matches!(p, Permission::ReadAcp | Permission::WriteAcp);
+                owner_keeps || acl::allows(&self.bucket.grants, self.requester(), p)
+            }
+            AclRule::Object(_) => {
+                debug_assert!(false, "{} needs the object's ACL", action.name());
+                false
+            }
+        };
+        if allowed { Ok(()) } else { Err(denied()) }
+    }
+
+    /// Checks an action on object `key`, owned by `owner_id` with ACL `grants`.
+    pub fn require_object(&self, action: Action, key: &str, owner_id: &str, grants: &[Grant]) -> S3Result<()> {
+        match self.decide(action, Some(key)) {
+            Decision::Deny => return Err(denied()),
+            Decision::Allow => return Ok(()),
+            Decision::Silent => {}
+        }
+        let AclRule::Object(p) = action.acl_rule() else {
+            return self.require(action, Some(key));
+        };
+        let is_owner = self.user.as_ref().is_some_and(|u| u.canonical_id == owner_id);
+        let owner_keeps = is_owner && matches!(p, Permission::ReadAcp | Permission::WriteAcp);
+        if owner_keeps || acl::allows(grants, self.requester(), p) { Ok(()) } else { Err(denied()) }
+    }
+
+    /// The answer for a key with no object: `NoSuchKey` to whoever may list the bucket, else
+    /// `AccessDenied` (so a listing-less requester learns nothing about which keys exist).
+    pub fn missing(&self, key: &str) -> S3Error {
+        match self.require(Action::ListBucket, None) {
+            Ok(()) => GatewayError::NoSuchKey(key.to_string()).into(),
+            Err(e) => e,
+        }
+    }
+}
+
+impl Gateway {
+    /// The bucket record, through the cache.
+    pub(crate) async fn bucket(&self, name: &str) -> S3Result<BucketRecord> {
+        if let Some(b) = self.records.buckets.get(name) {
+            return Ok(b);
+        }
+        let b = meta::get_bucket(&self.client, name).await?;
+        self.records.buckets.put(name, b.clone());
+        Ok(b)
+    }
+
+    /// Drops a bucket record this gateway changed or removed, so its next use reads it again.
+    pub(crate) fn forget_bucket(&self, name: &str) {
+        self.records.buckets.remove(name);
+    }
+
+    /// The user record, through the cache.
+    async fn user(&self, name: &str) -> S3Result<UserRecord> {
+        if let Some(u) = self.records.users.get(name) {
+            return Ok(u);
+        }
+        match meta::get_user(&self.client, name).await {
+            Ok(u) => {
+                self.records.users.put(name, u.clone());
+                Ok(u)
+            }
+            Err(GatewayError::NoSuchUser(_)) => Err(s3_error!(InvalidAccessKeyId, "the key's user was removed")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The user who signed the request (s3s has verified the signature), or `None` when it is
+    /// anonymous.
+    pub(crate) async fn signer<T>(&self, req: &S3Request<T>) -> S3Result<Option<UserRecord>> {
+        let Some(creds) = &req.credentials else {
+            return Ok(None);
+        };
+        let key = self.keys.get(&creds.access_key).await.map_err(S3Error::from)?;
+        Ok(Some(self.user(&key.user).await?))
+    }
+
+    /// The signed requester, for operations that are never anonymous (listing one's buckets,
+    /// creating a bucket).
+    pub(crate) async fn requester<T>(&self, req: &S3Request<T>) -> S3Result<UserRecord> {
+        self.signer(req).await?.ok_or_else(|| s3_error!(AccessDenied, "anonymous requests cannot do this"))
+    }
+
+    /// The request's bucket and requester, in that order, with the policy ready to decide.
+    pub(crate) async fn access<T>(&self, req: &S3Request<T>, bucket: &str) -> S3Result<Access> {
+        let bucket = self.bucket(bucket).await?;
+        let user = self.signer(req).await?;
+        let policy = match &bucket.policy {
+            Some(text) => Some(Policy::parse(text, &bucket.name).map_err(|e| {
+                S3Error::from(GatewayError::Corrupt(format!("stored policy of bucket {:?}: {e}", bucket.name)))
+            })?),
+            None => None,
+        };
+        let mut context = policy::Context::default();
+        if policy.is_some() {
+            fill_context(&mut context, req, user.as_ref());
+        }
+        Ok(Access { bucket, user, policy, context })
+    }
+}
+
+/// The condition keys of a request: where it came from, who signed it, its `x-amz-*` headers
+/// (as `s3:x-amz-*`) and its listing parameters.
+fn fill_context<T>(cx: &mut policy::Context, req: &S3Request<T>, user: Option<&UserRecord>) {
+    if let Some(t) = req.extensions.get::<Transport>() {
+        cx.set("aws:SourceIp", t.peer.ip().to_string());
+        cx.set("aws:SecureTransport", t.secure.to_string());
+    }
+    if let Some(u) = user {
+        cx.set("aws:username", u.name.clone());
+        cx.set("aws:userid", u.canonical_id.clone());
+    }
+    for (name, value) in &req.headers {
+        let name = name.as_str();
+        if let (true, Ok(v)) = (name.starts_with("x-amz-"), value.to_str()) {
+            cx.set(&format!("s3:{name}"), v);
+        }
+        if let ("referer" | "user-agent", Ok(v)) = (name, value.to_str()) {
+            cx.set(&format!("aws:{name}"), v);
+        }
+    }
+    if let Some(q) = req.uri.query() {
+        for pair in q.split('&') {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if matches!(k, "prefix" | "delimiter" | "max-keys" | "versionId") {
+                let v = crate::text::uri_decode(v);
+                cx.set(&format!("s3:{k}"), v);
+            }
+        }
+    }
+}
