@@ -139,6 +139,7 @@ fn denied() -> S3Error {
 }
 
 /// A request's bucket and requester, and what decides its access.
+#[derive(Clone)]
 pub struct Access {
     pub bucket: BucketRecord,
     /// `None` for an anonymous request.
@@ -236,8 +237,12 @@ impl Access {
 
     /// The answer for a key with no object: `NoSuchKey` to whoever may list the bucket, else
     /// `AccessDenied` (so a listing-less requester learns nothing about which keys exist).
+    /// The listing permission is judged as a listing of the key itself (`s3:prefix` = key), so
+    /// a policy that opens a prefix to listing answers 404 for keys under it.
     pub fn missing(&self, key: &str) -> S3Error {
-        match self.require(Action::ListBucket, None) {
+        let mut asked = self.clone();
+        asked.set_condition("s3:prefix", key);
+        match asked.require(Action::ListBucket, None) {
             Ok(()) => GatewayError::NoSuchKey(key.to_string()).into(),
             Err(e) => e,
         }

@@ -172,10 +172,13 @@ pub fn parse_policy(policy: &dto::AccessControlPolicy, owner_id: &str) -> S3Resu
     Ok(out)
 }
 
-/// Grants as S3 returns them.
+/// Grants as S3 returns them: group grants first, then users', each in the order set.
 pub fn to_dto(grants: &[Grant]) -> dto::Grants {
-    grants
-        .iter()
+    let (users, groups): (Vec<&Grant>, Vec<&Grant>) =
+        grants.iter().partition(|g| matches!(g.grantee, Grantee::User { .. }));
+    groups
+        .into_iter()
+        .chain(users)
         .map(|g| {
             let (type_, id, display_name, uri) = match &g.grantee {
                 Grantee::User { id, display_name } => {

@@ -249,6 +249,10 @@ fn parse_statement(v: &Value, bucket: &str) -> Result<Statement, Malformed> {
         }
     };
     let (p, not_p) = either("Principal", "NotPrincipal")?;
+    if not_p && effect == Effect::Allow {
+        // IAM refuses it: "everyone but X" is almost never what an Allow means.
+        return Err(bad("NotPrincipal is allowed only with Effect Deny"));
+    }
     let principal = (parse_principal(p)?, not_p);
     let (a, not_a) = either("Action", "NotAction")?;
     let actions = strings(a, "Action")?;
@@ -428,11 +432,14 @@ mod tests {
     #[test]
     fn not_principal_and_user_arns() {
         let p = policy(
-            r#"{"Effect":"Allow","NotPrincipal":{"AWS":"arn:aws:iam::x:user/alice"},"Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::bk"]}"#,
+            r#"{"Effect":"Deny","NotPrincipal":{"AWS":"arn:aws:iam::x:user/alice"},"Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::bk"]}"#,
         );
         let cx = Context::default();
         assert_eq!(p.evaluate(ALICE, "s3:ListBucket", "arn:aws:s3:::bk", &cx), Decision::Silent);
-        assert_eq!(p.evaluate(BOB, "s3:ListBucket", "arn:aws:s3:::bk", &cx), Decision::Allow);
+        assert_eq!(p.evaluate(BOB, "s3:ListBucket", "arn:aws:s3:::bk", &cx), Decision::Deny);
+        assert_eq!(p.evaluate(Who::Anonymous, "s3:ListBucket", "arn:aws:s3:::bk", &cx), Decision::Deny);
+        let allow_all_but = r#"{"Statement":[{"Effect":"Allow","NotPrincipal":{"AWS":"bob"},"Action":"s3:*","Resource":"arn:aws:s3:::bk"}]}"#;
+        assert!(Policy::parse(allow_all_but, "bk").is_err(), "NotPrincipal only with Deny");
     }
 
     #[test]

@@ -23,6 +23,9 @@ const MAX_LIST_KEYS: i32 = 1000;
 /// Most bytes of user metadata on one object (S3's limit: keys and values).
 const MAX_USER_META_BYTES: usize = 2048;
 
+/// The Content-Type of objects stored without one (S3's).
+const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
+
 /// Settings of the S3 service.
 #[derive(Debug, Clone)]
 pub struct ServiceSettings {
@@ -444,7 +447,8 @@ struct Content {
 fn content_of(meta: &ObjectMeta) -> Content {
     let c = &meta.content;
     Content {
-        content_type: c.content_type.as_deref().and_then(|t| t.parse().ok()),
+        // An object stored without a type is served as S3 serves it: as opaque bytes.
+        content_type: c.content_type.as_deref().unwrap_or(DEFAULT_CONTENT_TYPE).parse().ok(),
         encoding: c.content_encoding.clone(),
         disposition: c.content_disposition.clone(),
         language: c.content_language.clone(),
