@@ -12,7 +12,7 @@ use s3s::{S3Error, S3Request, S3Result, s3_error};
 use crate::acl::{self, Party, Requester};
 use crate::cache::TtlCache;
 use crate::error::GatewayError;
-use crate::layout::{BucketRecord, Grant, Permission, UserRecord};
+use crate::layout::{BucketRecord, Grant, ObjectMeta, Ownership, Permission, UserRecord};
 use crate::meta;
 use crate::policy::{self, Decision, Policy, Who};
 use crate::s3impl::Gateway;
@@ -71,7 +71,13 @@ pub enum Action {
     PutBucketPolicy,
     DeleteBucketPolicy,
     GetBucketPolicyStatus,
+    /// Public access block, ownership controls, bucket tagging: the owner's configuration.
+    GetBucketConfig(&'static str),
+    PutBucketConfig(&'static str),
     GetObject,
+    GetObjectTagging,
+    PutObjectTagging,
+    DeleteObjectTagging,
     GetObjectAcl,
     PutObject,
     PutObjectAcl,
@@ -102,7 +108,11 @@ impl Action {
             Action::PutBucketPolicy => "s3:PutBucketPolicy",
             Action::DeleteBucketPolicy => "s3:DeleteBucketPolicy",
             Action::GetBucketPolicyStatus => "s3:GetBucketPolicyStatus",
+            Action::GetBucketConfig(name) | Action::PutBucketConfig(name) => name,
             Action::GetObject => "s3:GetObject",
+            Action::GetObjectTagging => "s3:GetObjectTagging",
+            Action::PutObjectTagging => "s3:PutObjectTagging",
+            Action::DeleteObjectTagging => "s3:DeleteObjectTagging",
             Action::GetObjectAcl => "s3:GetObjectAcl",
             Action::PutObject => "s3:PutObject",
             Action::PutObjectAcl => "s3:PutObjectAcl",
@@ -121,7 +131,8 @@ impl Action {
             Action::PutObject | Action::DeleteObject | Action::AbortMultipartUpload => AclRule::Bucket(Write),
             Action::GetBucketAcl => AclRule::Bucket(ReadAcp),
             Action::PutBucketAcl => AclRule::Bucket(WriteAcp),
-            Action::GetObject => AclRule::Object(Read),
+            Action::GetObject | Action::GetObjectTagging => AclRule::Object(Read),
+            Action::PutObjectTagging | Action::DeleteObjectTagging => AclRule::Object(WriteAcp),
             Action::GetObjectAcl => AclRule::Object(ReadAcp),
             Action::PutObjectAcl => AclRule::Object(WriteAcp),
             Action::GetBucketLocation
@@ -129,7 +140,9 @@ impl Action {
             | Action::GetBucketPolicy
             | Action::PutBucketPolicy
             | Action::DeleteBucketPolicy
-            | Action::GetBucketPolicyStatus => AclRule::Owner,
+            | Action::GetBucketPolicyStatus
+            | Action::GetBucketConfig(_)
+            | Action::PutBucketConfig(_) => AclRule::Owner,
         }
     }
 }
@@ -187,10 +200,45 @@ impl Access {
     }
 
     fn decide(&self, action: Action, key: Option<&str>) -> Decision {
-        match &self.policy {
-            Some(p) => p.evaluate(self.who(), action.name(), &self.resource(key), &self.context),
-            None => Decision::Silent,
+        let Some(p) = &self.policy else {
+            return Decision::Silent;
+        };
+        let decision = p.evaluate(self.who(), action.name(), &self.resource(key), &self.context);
+        // RestrictPublicBuckets: a public policy allows nothing to anyone but the owner (its
+        // denials still apply).
+        let restricted = self.bucket.public_access_block.is_some_and(|b| b.restrict_public_buckets)
+            && p.is_public()
+            && !self.is_bucket_owner();
+        if restricted && decision == Decision::Allow { Decision::Silent } else { decision }
+    }
+
+    /// Whether ACLs are disabled (ownership controls `BucketOwnerEnforced`): then only the
+    /// bucket owner's implicit rights and the policy decide.
+    pub fn acls_disabled(&self) -> bool {
+        self.bucket.ownership == Some(Ownership::BucketOwnerEnforced)
+    }
+
+    /// Whether an ACL grants `p` to the requester, as the bucket's settings let ACLs count:
+    /// not at all when ACLs are disabled, without public grants under IgnorePublicAcls.
+    fn acl_allows(&self, grants: &[Grant], p: Permission) -> bool {
+        if self.acls_disabled() {
+            return self.is_bucket_owner();
         }
+        let ignore_public = self.bucket.public_access_block.is_some_and(|b| b.ignore_public_acls);
+        if ignore_public {
+            let private: Vec<Grant> =
+                grants.iter().filter(|g| !acl::is_public(std::slice::from_ref(g))).cloned().collect();
+            return acl::allows(&private, self.requester(), p);
+        }
+        acl::allows(grants, self.requester(), p)
+    }
+
+    /// Refuses a public ACL where the bucket blocks them (BlockPublicAcls).
+    pub fn check_acl_allowed(&self, grants: &[Grant]) -> S3Result<()> {
+        if self.bucket.public_access_block.is_some_and(|b| b.block_public_acls) && acl::is_public(grants) {
+            return Err(s3_error!(AccessDenied, "the bucket's public access block refuses public ACLs"));
+        }
+        Ok(())
     }
 
     /// Adds a condition key for the policy (e.g. `s3:prefix` of a listing).
@@ -210,7 +258,7 @@ impl Access {
             AclRule::Owner => self.is_bucket_owner(),
             AclRule::Bucket(p) => {
                 let owner_keeps = self.is_bucket_owner() && matches!(p, Permission::ReadAcp | Permission::WriteAcp);
-                owner_keeps || acl::allows(&self.bucket.grants, self.requester(), p)
+                owner_keeps || self.acl_allows(&self.bucket.grants, p)
             }
             AclRule::Object(_) => {
                 debug_assert!(false, "{} needs the object's ACL", action.name());
@@ -220,9 +268,20 @@ impl Access {
         if allowed { Ok(()) } else { Err(denied()) }
     }
 
-    /// Checks an action on object `key`, owned by `owner_id` with ACL `grants`.
-    pub fn require_object(&self, action: Action, key: &str, owner_id: &str, grants: &[Grant]) -> S3Result<()> {
-        match self.decide(action, Some(key)) {
+    /// Checks an action on object `key` whose metadata is `meta` (its owner, ACL and tags: a
+    /// policy may name its tags as `s3:ExistingObjectTag/KEY`).
+    pub fn require_object(&self, action: Action, key: &str, meta: &ObjectMeta) -> S3Result<()> {
+        let (owner_id, grants) = (meta.owner_id.as_str(), meta.grants.as_slice());
+        let decision = if self.policy.is_some() && !meta.tags.is_empty() {
+            let mut with_tags = self.clone();
+            for (k, v) in &meta.tags {
+                with_tags.set_condition(&format!("s3:ExistingObjectTag/{k}"), v.clone());
+            }
+            with_tags.decide(action, Some(key))
+        } else {
+            self.decide(action, Some(key))
+        };
+        match decision {
             Decision::Deny => return Err(denied()),
             Decision::Allow => return Ok(()),
             Decision::Silent => {}
@@ -232,7 +291,7 @@ impl Access {
         };
         let is_owner = self.user.as_ref().is_some_and(|u| u.canonical_id == owner_id);
         let owner_keeps = is_owner && matches!(p, Permission::ReadAcp | Permission::WriteAcp);
-        if owner_keeps || acl::allows(grants, self.requester(), p) { Ok(()) } else { Err(denied()) }
+        if owner_keeps || self.acl_allows(grants, p) { Ok(()) } else { Err(denied()) }
     }
 
     /// The answer for a key with no object: `NoSuchKey` to whoever may list the bucket, else
@@ -332,6 +391,12 @@ fn fill_context<T>(cx: &mut policy::Context, req: &S3Request<T>, user: Option<&U
         }
         if let ("referer" | "user-agent", Ok(v)) = (name, value.to_str()) {
             cx.set(&format!("aws:{name}"), v);
+        }
+    }
+    if let Some(tagging) = req.headers.get("x-amz-tagging").and_then(|v| v.to_str().ok()) {
+        for pair in tagging.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            cx.set(&format!("s3:RequestObjectTag/{}", crate::text::uri_decode(k)), crate::text::uri_decode(v));
         }
     }
     if let Some(q) = req.uri.query() {

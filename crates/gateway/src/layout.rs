@@ -232,6 +232,34 @@ pub struct BucketRecord {
     pub grants: Vec<Grant>,
     /// The bucket policy, as the JSON text the owner sent (checked when it was set).
     pub policy: Option<String>,
+    pub public_access_block: Option<PublicAccessBlock>,
+    pub ownership: Option<Ownership>,
+    /// The bucket's tags, in the order set.
+    pub tags: Vec<(String, String)>,
+}
+
+/// What a bucket refuses or ignores of public ACLs and policies (S3's public access block).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicAccessBlock {
+    /// Refuse requests that set a public ACL.
+    pub block_public_acls: bool,
+    /// Judge access as if public grants were not there.
+    pub ignore_public_acls: bool,
+    /// Refuse a public bucket policy.
+    pub block_public_policy: bool,
+    /// With a public policy, only the owner gets what the policy allows.
+    pub restrict_public_buckets: bool,
+}
+
+/// Who owns the objects written into a bucket (S3's object ownership controls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ownership {
+    /// The writer owns them (S3's behaviour before ownership controls).
+    ObjectWriter,
+    /// The bucket owner owns those written with `bucket-owner-full-control`.
+    BucketOwnerPreferred,
+    /// The bucket owner owns all of them, and ACLs are disabled.
+    BucketOwnerEnforced,
 }
 
 /// A permission an access control list grants (S3's five).
@@ -314,6 +342,8 @@ pub struct ObjectMeta {
     pub owner_display: String,
     /// The object's access control list (the owner is the object's).
     pub grants: Vec<Grant>,
+    /// The object's tags, in the order set.
+    pub tags: Vec<(String, String)>,
     /// Parts of a multipart object (0: a simple object); its bytes are listed in the manifest
     /// object [`manifest_object`] of `tag`, and the head holds none.
     pub parts: u32,
@@ -412,6 +442,8 @@ pub struct UploadRecord {
     pub owner_display: String,
     /// The access control list the object gets.
     pub grants: Vec<Grant>,
+    /// The tags the object gets.
+    pub tags: Vec<(String, String)>,
     pub content: ContentHeaders,
     pub user_meta: Vec<(String, String)>,
     /// The checksum algorithm named at creation, which every part must then carry.
@@ -497,6 +529,9 @@ mod tests {
             partitions: vec![Partition { start: String::new(), id: 0 }],
             grants: Vec::new(),
             policy: None,
+            public_access_block: None,
+            ownership: None,
+            tags: Vec::new(),
         };
         assert_eq!(b.partition_of(""), 0);
         assert_eq!(b.partition_of("zzz"), 0);

@@ -7,7 +7,7 @@
 //! (users, keys, buckets), [`index`] (bucket index partitions and the commit protocol's
 //! completion), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts,
 //! completion), [`access`] (who may do what, over cached records in [`cache`]), [`s3impl`] (the
-//! S3 API on s3s, with [`s3multipart`], [`s3copy`] and [`s3access`]), [`auth`] (secrets for
+//! S3 API on s3s, with [`s3multipart`], [`s3copy`], [`s3access`] and [`s3config`]), [`auth`] (secrets for
 //! signature checks), [`collector`] (the background reconciler and garbage collector),
 //! [`server`] (HTTP, with [`precheck`] around s3s).
 
@@ -28,6 +28,7 @@ pub mod policy;
 pub mod precheck;
 pub mod rados;
 pub mod s3access;
+pub mod s3config;
 pub mod s3copy;
 pub mod s3impl;
 pub mod s3multipart;

@@ -259,6 +259,7 @@ pub async fn create_bucket(
     name: &str,
     region: &str,
     grants: Vec<layout::Grant>,
+    ownership: Option<layout::Ownership>,
 ) -> Result<BucketRecord, GatewayError> {
     let mut id_bytes = [0u8; 8];
     getrandom::fill(&mut id_bytes).map_err(|e| GatewayError::Internal(format!("no randomness: {e}")))?;
@@ -273,6 +274,9 @@ pub async fn create_bucket(
         partitions: vec![Partition { start: String::new(), id: 0 }],
         grants,
         policy: None,
+        public_access_block: None,
+        ownership,
+        tags: Vec::new(),
     };
     let user_obj = layout::user_object(&owner.name);
     let listed = vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }];

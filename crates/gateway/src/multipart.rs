@@ -37,6 +37,7 @@ pub struct NewUpload {
     pub owner_id: String,
     pub owner_display: String,
     pub grants: Vec<layout::Grant>,
+    pub tags: Vec<(String, String)>,
     pub content: ContentHeaders,
     pub user_meta: Vec<(String, String)>,
     pub checksum_algorithm: Option<String>,
@@ -52,6 +53,7 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
         owner_id: new.owner_id,
         owner_display: new.owner_display,
         grants: new.grants,
+        tags: new.tags,
         content: new.content,
         user_meta: new.user_meta,
         checksum_algorithm: new.checksum_algorithm,
@@ -346,6 +348,7 @@ pub async fn complete(
         owner_id: rec.owner_id.clone(),
         owner_display: rec.owner_display.clone(),
         grants: rec.grants.clone(),
+        tags: rec.tags.clone(),
         parts: manifest.parts.len() as u32,
     };
     let used: Vec<u128> = manifest.parts.iter().map(|p| p.tag).collect();

@@ -73,15 +73,16 @@ pub async fn head_meta(client: &Client, bucket_id: u64, key: &str) -> Result<Opt
     }
 }
 
-/// Replaces the ACL of `key`'s object with `grants`, guarded by the metadata it read, so an
-/// object written in between keeps its own ACL (the change is retried against it). Returns the
-/// changed metadata, or `None` if the key has no object. On return the new ACL is on every
-/// replica of the head.
-pub async fn set_grants(
+/// Changes the metadata of `key`'s object in place (its ACL, its tags) with `change`, guarded
+/// by the metadata it read, so an object written in between is changed itself rather than
+/// given the old object's metadata (the change is retried against it). Returns the changed
+/// metadata, or `None` if the key has no object. On return the change is on every replica of
+/// the head.
+pub async fn update_meta(
     client: &Client,
     bucket_id: u64,
     key: &str,
-    grants: Vec<layout::Grant>,
+    change: impl Fn(&mut ObjectMeta),
 ) -> Result<Option<ObjectMeta>, GatewayError> {
     const ATTEMPTS: usize = 8;
     let name = layout::head_object(bucket_id, key);
@@ -92,7 +93,7 @@ pub async fn set_grants(
         let Some(mut meta) = checked(layout::decode(&old, "object metadata")?, key)? else {
             return Ok(None);
         };
-        meta.grants.clone_from(&grants);
+        change(&mut meta);
         let ops = vec![
             ObjOp::AssertXattr { name: META_XATTR.into(), value: Some(old) },
             ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(&meta) },
@@ -104,7 +105,7 @@ pub async fn set_grants(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(GatewayError::Internal(format!("object {key:?} kept changing under {ATTEMPTS} ACL updates")))
+    Err(GatewayError::Internal(format!("object {key:?} kept changing under {ATTEMPTS} metadata updates")))
 }
 
 /// A head whose metadata names another key is a hash collision of long keys: refused.
@@ -146,6 +147,7 @@ pub struct WriteArgs {
     pub owner_display: String,
     /// The object's access control list.
     pub grants: Vec<layout::Grant>,
+    pub tags: Vec<(String, String)>,
     pub condition: WriteCondition,
     pub shape: BodyShape,
     pub gc_delay_ns: u64,
@@ -362,6 +364,7 @@ where
         owner_id: args.owner_id,
         owner_display: args.owner_display,
         grants: args.grants,
+        tags: args.tags,
         parts: 0,
     };
     if !commit_head(client, &w, &meta, &streamed.first, &args.condition).await? {

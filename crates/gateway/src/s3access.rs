@@ -5,14 +5,18 @@
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 
-use crate::access::Action;
+use crate::access::{Access, Action};
 use crate::acl::{self, Named, Party};
 use crate::error::GatewayError;
-use crate::layout::{Grant, Grantee, Permission};
+use crate::layout::{Grant, Grantee, Ownership, Permission};
 use crate::meta;
 use crate::objects;
 use crate::policy::Policy;
 use crate::s3impl::Gateway;
+
+fn acls_not_supported() -> s3s::S3Error {
+    s3_error!(AccessControlListNotSupported, "the bucket's ownership controls disable ACLs")
+}
 
 fn owner_dto(p: &Party) -> Owner {
     Owner { display_name: Some(p.display_name.clone()), id: Some(p.id.clone()) }
@@ -76,6 +80,36 @@ impl Gateway {
         }
     }
 
+    /// The owner and ACL of an object a request writes into `access`'s bucket: the writer and
+    /// the ACL it names, unless the bucket's ownership controls give the object to the bucket
+    /// owner (always under `BucketOwnerEnforced`, where ACLs other than
+    /// `bucket-owner-full-control` are refused; with `bucket-owner-full-control` under
+    /// `BucketOwnerPreferred`). A public ACL is refused where the bucket blocks them.
+    pub(crate) async fn new_object_acl<T>(&self, req: &S3Request<T>, access: &Access) -> S3Result<(Party, Vec<Grant>)> {
+        let bucket_owner = access.bucket_owner();
+        let canned = req.headers.get("x-amz-acl").and_then(|v| v.to_str().ok());
+        let grant_headers = acl::GRANT_HEADERS.iter().any(|(h, _)| req.headers.contains_key(*h));
+        let full_to_owner = canned == Some("bucket-owner-full-control");
+        match access.bucket.ownership {
+            Some(Ownership::BucketOwnerEnforced) => {
+                if grant_headers || (canned.is_some() && !full_to_owner) {
+                    return Err(acls_not_supported());
+                }
+                let grants = acl::canned("private", &bucket_owner, None)?;
+                return Ok((bucket_owner, grants));
+            }
+            Some(Ownership::BucketOwnerPreferred) if full_to_owner && !grant_headers => {
+                let grants = acl::canned("private", &bucket_owner, None)?;
+                return Ok((bucket_owner, grants));
+            }
+            _ => {}
+        }
+        let writer = access.party();
+        let grants = self.request_grants(req, &writer, Some(&bucket_owner)).await?;
+        access.check_acl_allowed(&grants)?;
+        Ok((writer, grants))
+    }
+
     /// The grants a PutBucketAcl or PutObjectAcl sets: its document, canned ACL or headers.
     async fn new_grants<T>(
         &self,
@@ -114,8 +148,12 @@ impl Gateway {
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
         let access = self.access(&req, &req.input.bucket).await?;
         access.require(Action::PutBucketAcl, None)?;
+        if access.acls_disabled() {
+            return Err(acls_not_supported());
+        }
         let owner = access.bucket_owner();
         let grants = self.new_grants(&req, req.input.access_control_policy.as_ref(), &owner, None).await?;
+        access.check_acl_allowed(&grants)?;
         let b = &access.bucket;
         let updated = meta::update_bucket(&self.client, &b.name, b.id, |rec| {
             rec.grants.clone_from(&grants);
@@ -137,7 +175,7 @@ impl Gateway {
         let Some(meta) = objects::head_meta(&self.client, access.bucket.id, &input.key).await? else {
             return Err(access.missing(&input.key));
         };
-        access.require_object(Action::GetObjectAcl, &input.key, &meta.owner_id, &meta.grants)?;
+        access.require_object(Action::GetObjectAcl, &input.key, &meta)?;
         let owner = Party { id: meta.owner_id.clone(), display_name: meta.owner_display.clone() };
         Ok(S3Response::new(GetObjectAclOutput {
             grants: Some(acl::to_dto(&meta.grants)),
@@ -156,11 +194,17 @@ impl Gateway {
         let Some(meta) = objects::head_meta(&self.client, access.bucket.id, &input.key).await? else {
             return Err(access.missing(&input.key));
         };
-        access.require_object(Action::PutObjectAcl, &input.key, &meta.owner_id, &meta.grants)?;
+        access.require_object(Action::PutObjectAcl, &input.key, &meta)?;
+        if access.acls_disabled() {
+            return Err(acls_not_supported());
+        }
         let owner = Party { id: meta.owner_id.clone(), display_name: meta.owner_display.clone() };
         let bucket_owner = access.bucket_owner();
         let grants = self.new_grants(&req, input.access_control_policy.as_ref(), &owner, Some(&bucket_owner)).await?;
-        if objects::set_grants(&self.client, access.bucket.id, &input.key, grants).await?.is_none() {
+        access.check_acl_allowed(&grants)?;
+        let changed =
+            objects::update_meta(&self.client, access.bucket.id, &input.key, |m| m.grants.clone_from(&grants));
+        if changed.await?.is_none() {
             return Err(GatewayError::NoSuchKey(input.key.clone()).into());
         }
         Ok(S3Response::new(PutObjectAclOutput { request_charged: None }))
@@ -185,8 +229,9 @@ impl Gateway {
         let access = self.access(&req, &req.input.bucket).await?;
         access.require(Action::PutBucketPolicy, None)?;
         let text = req.input.policy.clone();
-        if let Err(e) = Policy::parse(&text, &access.bucket.name) {
-            return Err(s3_error!(MalformedPolicy, "{e}"));
+        let parsed = Policy::parse(&text, &access.bucket.name).map_err(|e| s3_error!(MalformedPolicy, "{e}"))?;
+        if access.bucket.public_access_block.is_some_and(|b| b.block_public_policy) && parsed.is_public() {
+            return Err(s3_error!(AccessDenied, "the bucket's public access block refuses public policies"));
         }
         self.set_policy(&access.bucket, Some(text)).await?;
         Ok(S3Response::new(PutBucketPolicyOutput {}))

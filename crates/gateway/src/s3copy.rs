@@ -184,7 +184,7 @@ impl Gateway {
             return Err(access.missing(key));
         };
         let meta = &obj.meta;
-        access.require_object(Action::GetObject, key, &meta.owner_id, &meta.grants)?;
+        access.require_object(Action::GetObject, key, meta)?;
         let bucket = access.bucket;
         check_read_conditions(
             meta,
@@ -241,8 +241,13 @@ impl Gateway {
         let access = self.access(&req, &req.input.bucket).await?;
         access.require(Action::PutObject, Some(&req.input.key))?;
         let source_access = self.source_access(&req, &req.input.copy_source).await?;
-        let owner = access.party();
-        let grants = self.request_grants(&req, &owner, Some(&access.bucket_owner())).await?;
+        let (owner, grants) = self.new_object_acl(&req, &access).await?;
+        let replace_tags = match req.input.tagging_directive.as_ref().map(TaggingDirective::as_str) {
+            None | Some(TaggingDirective::COPY) => false,
+            Some(TaggingDirective::REPLACE) => true,
+            Some(other) => return Err(s3_error!(InvalidArgument, "unknown tagging directive {other:?}")),
+        };
+        let new_tags = crate::s3config::request_tags(req.input.tagging.as_deref())?;
         let condition = destination_condition(&req.headers)?;
         let input = req.input;
         let bucket = access.bucket;
@@ -293,6 +298,7 @@ impl Gateway {
             owner_id: owner.id,
             owner_display: owner.display_name,
             grants,
+            tags: if replace_tags { new_tags } else { src.tags.clone() },
             condition,
             shape,
             gc_delay_ns: self.gc_delay_ns(),

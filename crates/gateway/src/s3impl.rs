@@ -457,6 +457,10 @@ fn content_of(meta: &ObjectMeta) -> Content {
     }
 }
 
+fn tag_count(meta: &ObjectMeta) -> Option<i32> {
+    (!meta.tags.is_empty()).then_some(meta.tags.len() as i32)
+}
+
 fn metadata_of(meta: &ObjectMeta) -> Option<Metadata> {
     if meta.user_meta.is_empty() {
         return None;
@@ -532,8 +536,11 @@ impl S3 for Gateway {
         }
         let owner = crate::acl::Party { id: user.canonical_id.clone(), display_name: user.display_name.clone() };
         let grants = self.request_grants(&req, &owner, None).await?;
+        let ownership =
+            req.input.object_ownership.as_ref().map(|o| crate::s3config::ownership_of(o.as_str())).transpose()?;
         let name = &req.input.bucket;
-        match meta::create_bucket(&self.client, &user, name, &self.settings.region, grants.clone()).await {
+        crate::s3config::check_ownership_with_acl(ownership, &owner.id, &grants)?;
+        match meta::create_bucket(&self.client, &user, name, &self.settings.region, grants.clone(), ownership).await {
             // us-east-1 answers an owner's re-creation with success, changing nothing, as long
             // as it asks for the ACL the bucket has (else the name is taken: BucketAlreadyExists,
             // as RGW answers); every other region answers BucketAlreadyOwnedByYou.
@@ -581,8 +588,8 @@ impl S3 for Gateway {
     async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
         let access = self.access(&req, &req.input.bucket).await?;
         access.require(Action::PutObject, Some(&req.input.key))?;
-        let owner = access.party();
-        let grants = self.request_grants(&req, &owner, Some(&access.bucket_owner())).await?;
+        let (owner, grants) = self.new_object_acl(&req, &access).await?;
+        let tags = crate::s3config::request_tags(req.input.tagging.as_deref())?;
         let bucket = access.bucket;
         let input = req.input;
         if input.key.len() > layout::MAX_KEY_BYTES {
@@ -596,6 +603,7 @@ impl S3 for Gateway {
             owner_id: owner.id,
             owner_display: owner.display_name,
             grants,
+            tags,
             condition,
             shape: objects::BodyShape {
                 size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()),
@@ -641,7 +649,7 @@ impl S3 for Gateway {
             return Err(access.missing(&input.key));
         };
         let meta = obj.meta.clone();
-        access.require_object(Action::GetObject, &input.key, &meta.owner_id, &meta.grants)?;
+        access.require_object(Action::GetObject, &input.key, &meta)?;
         check_read_conditions(
             &meta,
             input.if_match.as_ref(),
@@ -669,6 +677,7 @@ impl S3 for Gateway {
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), content_range.is_none());
         let out = GetObjectOutput {
             body: Some(body),
+            tag_count: tag_count(&meta),
             parts_count: parts_count(&meta),
             content_length: i64::try_from(length).ok(),
             content_range,
@@ -699,7 +708,7 @@ impl S3 for Gateway {
         let Some(meta) = objects::head_meta(&self.client, bucket.id, &input.key).await? else {
             return Err(access.missing(&input.key));
         };
-        access.require_object(Action::GetObject, &input.key, &meta.owner_id, &meta.grants)?;
+        access.require_object(Action::GetObject, &input.key, &meta)?;
         check_read_conditions(
             &meta,
             input.if_match.as_ref(),
@@ -717,7 +726,7 @@ impl S3 for Gateway {
         let content_length = range.end - range.start;
         let c = content_of(&meta);
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), true);
-        Ok(S3Response::new(HeadObjectOutput {
+        let mut resp = S3Response::new(HeadObjectOutput {
             parts_count: parts_count(&meta),
             content_length: i64::try_from(content_length).ok(),
             content_range,
@@ -737,7 +746,12 @@ impl S3 for Gateway {
             checksum_sha256: sums.sha256,
             checksum_crc64nvme: sums.crc64nvme,
             ..Default::default()
-        }))
+        });
+        // s3s's HEAD output has no field for it; GET's does.
+        if let Some(n) = tag_count(&meta) {
+            resp.headers.insert("x-amz-tagging-count", n.into());
+        }
+        Ok(resp)
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
@@ -885,6 +899,90 @@ impl S3 for Gateway {
         req: S3Request<GetBucketPolicyStatusInput>,
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
         self.get_bucket_policy_status_op(req).await
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        self.put_public_access_block_op(req).await
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        self.get_public_access_block_op(req).await
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        self.delete_public_access_block_op(req).await
+    }
+
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        self.put_ownership_op(req).await
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        self.get_ownership_op(req).await
+    }
+
+    async fn delete_bucket_ownership_controls(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        self.delete_ownership_op(req).await
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        self.put_bucket_tagging_op(req).await
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        self.get_bucket_tagging_op(req).await
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        self.delete_bucket_tagging_op(req).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        self.put_object_tagging_op(req).await
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        self.get_object_tagging_op(req).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        self.delete_object_tagging_op(req).await
     }
 
     async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {

@@ -48,8 +48,8 @@ impl Gateway {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let access = self.access(&req, &req.input.bucket).await?;
         access.require(Action::PutObject, Some(&req.input.key))?;
-        let owner = access.party();
-        let grants = self.request_grants(&req, &owner, Some(&access.bucket_owner())).await?;
+        let (owner, grants) = self.new_object_acl(&req, &access).await?;
+        let tags = crate::s3config::request_tags(req.input.tagging.as_deref())?;
         let bucket = access.bucket;
         let input = req.input;
         if input.key.len() > MAX_KEY_BYTES {
@@ -59,6 +59,7 @@ impl Gateway {
             owner_id: owner.id,
             owner_display: owner.display_name,
             grants,
+            tags,
             content: content_headers!(input),
             user_meta: user_meta_of(input.metadata)?,
             checksum_algorithm: input.checksum_algorithm.as_ref().map(|a| a.as_str().to_string()),
