@@ -149,4 +149,52 @@ owner.create_bucket(Bucket="dropbox", ACL="public-read-write")
 anon.put_object(Bucket="dropbox", Key="anon", Body=b"from nobody")
 assert owner.list_objects_v2(Bucket="dropbox")["KeyCount"] == 1
 
+# Public access blocks: public ACLs refused, public policies refused.
+owner.create_bucket(Bucket="blocked")
+fails("NoSuchPublicAccessBlockConfiguration", owner.get_public_access_block, Bucket="blocked")
+block = {"BlockPublicAcls": True, "IgnorePublicAcls": False, "BlockPublicPolicy": True, "RestrictPublicBuckets": False}
+owner.put_public_access_block(Bucket="blocked", PublicAccessBlockConfiguration=block)
+assert owner.get_public_access_block(Bucket="blocked")["PublicAccessBlockConfiguration"] == block
+fails("AccessDenied", owner.put_object, Bucket="blocked", Key="k", Body=b"x", ACL="public-read")
+owner.put_object(Bucket="blocked", Key="k", Body=b"x", ACL="private")
+fails("AccessDenied", owner.put_bucket_acl, Bucket="blocked", ACL="public-read")
+public = {"Version": "2012-10-17", "Statement": [policy["Statement"][0] | {"Resource": "arn:aws:s3:::blocked/*"}]}
+fails("AccessDenied", owner.put_bucket_policy, Bucket="blocked", Policy=json.dumps(public))
+owner.delete_public_access_block(Bucket="blocked")
+owner.put_bucket_policy(Bucket="blocked", Policy=json.dumps(public))
+assert anon.get_object(Bucket="blocked", Key="k")["Body"].read() == b"x"
+
+# Ownership controls: under BucketOwnerEnforced objects belong to the bucket owner and ACLs are
+# refused; a public bucket ACL must go first.
+owner.create_bucket(Bucket="owned", ACL="public-read-write")
+enforced = {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+fails("InvalidBucketAclWithObjectOwnership", owner.put_bucket_ownership_controls, Bucket="owned", OwnershipControls=enforced)
+fails("OwnershipControlsNotFoundError", owner.get_bucket_ownership_controls, Bucket="owned")
+owner.put_bucket_acl(Bucket="owned", ACL="private")
+owner.put_bucket_ownership_controls(Bucket="owned", OwnershipControls=enforced)
+rules = owner.get_bucket_ownership_controls(Bucket="owned")["OwnershipControls"]["Rules"]
+assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}], rules
+owner.put_bucket_policy(Bucket="owned", Policy=json.dumps({"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:PutObject", "Resource": "arn:aws:s3:::owned/*"}]}))
+alt.put_object(Bucket="owned", Key="by-alt", Body=b"y")
+assert owner.get_object_acl(Bucket="owned", Key="by-alt")["Owner"]["ID"] == owner_id
+fails("AccessControlListNotSupported", alt.put_object, Bucket="owned", Key="p", Body=b"y", ACL="private")
+fails("AccessControlListNotSupported", owner.put_bucket_acl, Bucket="owned", ACL="private")
+
+# Tags: on PUT, on their own, counted on GET and HEAD, checked against S3's limits.
+owner.put_object(Bucket="acl", Key="tagged", Body=b"t", Tagging="b=2&a=1")
+assert owner.get_object_tagging(Bucket="acl", Key="tagged")["TagSet"] == [{"Key": "a", "Value": "1"}, {"Key": "b", "Value": "2"}]
+assert owner.get_object(Bucket="acl", Key="tagged")["TagCount"] == 2
+assert owner.head_object(Bucket="acl", Key="tagged")["ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "2"
+owner.put_object_tagging(Bucket="acl", Key="tagged", Tagging={"TagSet": [{"Key": "only", "Value": "one"}]})
+assert owner.get_object_tagging(Bucket="acl", Key="tagged")["TagSet"] == [{"Key": "only", "Value": "one"}]
+eleven = {"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]}
+fails("InvalidTag", owner.put_object_tagging, Bucket="acl", Key="tagged", Tagging=eleven)
+owner.delete_object_tagging(Bucket="acl", Key="tagged")
+assert owner.get_object_tagging(Bucket="acl", Key="tagged")["TagSet"] == []
+fails("AccessDenied", alt.get_object_tagging, Bucket="acl", Key="tagged")
+fails("NoSuchTagSet", owner.get_bucket_tagging, Bucket="acl")
+owner.put_bucket_tagging(Bucket="acl", Tagging={"TagSet": [{"Key": "team", "Value": "storage"}]})
+assert owner.get_bucket_tagging(Bucket="acl")["TagSet"] == [{"Key": "team", "Value": "storage"}]
+owner.delete_bucket_tagging(Bucket="acl")
+
 print("boto3 access checks passed")
