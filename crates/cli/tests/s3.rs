@@ -58,55 +58,51 @@ fn up_with_gateway(tmp: &Path) -> (PathBuf, common::Down, serde_json::Value) {
     (dir.clone(), common::Down(dir), gw)
 }
 
+/// Runs `tests/s3/SCRIPT` with `env` (and no AWS settings of this machine's) and checks that it
+/// ends with `passed`.
+fn run_boto3_script(python: &Path, script: &str, env: &[(&str, &str)], passed: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3").join(script);
+    let out = Command::new(python)
+        .arg(&script)
+        .envs(env.iter().copied())
+        .env_remove("AWS_CA_BUNDLE")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_CONFIG_FILE")
+        .output()
+        .expect("running python");
+    assert!(
+        out.status.success(),
+        "{} failed:\nstdout: {}\nstderr: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(passed), "{} did not say {passed:?}", script.display());
+}
+
 #[test]
 fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     let python = python_with_boto3();
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _down, gw) = up_with_gateway(tmp.path());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_basic.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .env("S3_ENDPOINT", gw["endpoint"].as_str().unwrap())
-        .env("S3_ACCESS_KEY", gw["access_key"].as_str().unwrap())
-        .env("S3_SECRET_KEY", gw["secret_key"].as_str().unwrap())
-        .env_remove("AWS_CA_BUNDLE")
-        .env_remove("AWS_PROFILE")
-        .env_remove("AWS_CONFIG_FILE")
-        .output()
-        .expect("running python");
-    assert!(
-        out.status.success(),
-        "boto3 checks failed:\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("boto3 checks passed"));
+    let owner = [
+        ("S3_ENDPOINT", gw["endpoint"].as_str().unwrap()),
+        ("S3_ACCESS_KEY", gw["access_key"].as_str().unwrap()),
+        ("S3_SECRET_KEY", gw["secret_key"].as_str().unwrap()),
+    ];
+    run_boto3_script(&python, "boto3_basic.py", &owner, "boto3 checks passed");
 
     // ACLs, policies and anonymous requests, with a second user.
     let alt: serde_json::Value =
         serde_json::from_str(&ok(&shoal(&dir, &["s3", "user", "create", "bob", "--json"]))).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_access.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .env("S3_ENDPOINT", gw["endpoint"].as_str().unwrap())
-        .env("S3_ACCESS_KEY", gw["access_key"].as_str().unwrap())
-        .env("S3_SECRET_KEY", gw["secret_key"].as_str().unwrap())
-        .env("ALT_ACCESS_KEY", alt["access_key"].as_str().unwrap())
-        .env("ALT_SECRET_KEY", alt["secret_key"].as_str().unwrap())
-        .env("ALT_ID", alt["canonical_id"].as_str().unwrap())
-        .env("ALT_NAME", "bob")
-        .env_remove("AWS_CA_BUNDLE")
-        .env_remove("AWS_PROFILE")
-        .env_remove("AWS_CONFIG_FILE")
-        .output()
-        .expect("running python");
-    assert!(
-        out.status.success(),
-        "boto3 access checks failed:\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("boto3 access checks passed"));
+    let mut env = owner.to_vec();
+    env.extend([
+        ("ALT_ACCESS_KEY", alt["access_key"].as_str().unwrap()),
+        ("ALT_SECRET_KEY", alt["secret_key"].as_str().unwrap()),
+        ("ALT_ID", alt["canonical_id"].as_str().unwrap()),
+        ("ALT_NAME", "bob"),
+    ]);
+    run_boto3_script(&python, "boto3_access.py", &env, "boto3 access checks passed");
 
     // The load generator against the same gateway: every request signed and answered.
     for workload in ["put", "get", "mixed", "list"] {

@@ -241,6 +241,11 @@ impl Access {
         Ok(())
     }
 
+    /// Whether the bucket's policy or ACL makes it public (GetBucketPolicyStatus).
+    pub fn is_public(&self) -> bool {
+        self.policy.as_ref().is_some_and(Policy::is_public) || acl::is_public(&self.bucket.grants)
+    }
+
     /// Adds a condition key for the policy (e.g. `s3:prefix` of a listing).
     pub fn set_condition(&mut self, key: &str, value: impl Into<String>) {
         self.context.set(key, value);

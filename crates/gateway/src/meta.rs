@@ -156,27 +156,39 @@ pub async fn remove_user(client: &Client, name: &str) -> Result<(), GatewayError
         .await
 }
 
-/// Changes a user record with a compare-and-swap on its bytes, retried on conflict.
+/// Changes the record in `object` (kind `what`) with a compare-and-swap on its bytes, retried
+/// on conflict; `missing` is the error when there is no record.
+async fn update_record<T: serde::Serialize + serde::de::DeserializeOwned>(
+    client: &Client,
+    object: &str,
+    what: &str,
+    missing: impl Fn() -> GatewayError,
+    change: impl Fn(&mut T) -> Result<(), GatewayError>,
+) -> Result<T, GatewayError> {
+    const ATTEMPTS: usize = 16;
+    for _ in 0..ATTEMPTS {
+        let Some(old) = rados::read_all(client, META_POOL, object).await? else {
+            return Err(missing());
+        };
+        let mut record: T = layout::decode(&old, what)?;
+        change(&mut record)?;
+        match rados::replace_record(client, META_POOL, object, &old, layout::encode(&record)).await {
+            Ok(()) => return Ok(record),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(GatewayError::Internal(format!("{what} {object:?} kept changing under {ATTEMPTS} updates")))
+}
+
+/// Changes a user record (see [`update_record`]).
 async fn update_user(
     client: &Client,
     name: &str,
     change: impl Fn(&mut UserRecord) -> Result<(), GatewayError>,
 ) -> Result<UserRecord, GatewayError> {
-    const ATTEMPTS: usize = 16;
-    let object = layout::user_object(name);
-    for _ in 0..ATTEMPTS {
-        let Some(old) = rados::read_all(client, META_POOL, &object).await? else {
-            return Err(GatewayError::NoSuchUser(name.to_string()));
-        };
-        let mut user: UserRecord = layout::decode(&old, "user record")?;
-        change(&mut user)?;
-        match rados::replace_record(client, META_POOL, &object, &old, layout::encode(&user)).await {
-            Ok(()) => return Ok(user),
-            Err(e) if e.is_conflict() => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(GatewayError::Internal(format!("user {name:?} kept changing under {ATTEMPTS} updates")))
+    let missing = || GatewayError::NoSuchUser(name.to_string());
+    update_record(client, &layout::user_object(name), "user record", missing, change).await
 }
 
 /// Adds an access key to a user. Returns (access key, secret).
@@ -302,33 +314,22 @@ pub async fn create_bucket(
     }
 }
 
-/// Changes bucket record `name` with a compare-and-swap on its bytes, retried on conflict; a
-/// bucket deleted meanwhile is `NoSuchBucket`, and one re-created under the name (another id)
-/// is left alone.
+/// Changes bucket record `name` (see [`update_record`]); a bucket deleted meanwhile is
+/// `NoSuchBucket`, and one re-created under the name (another id) is left alone.
 pub async fn update_bucket(
     client: &Client,
     name: &str,
     id: u64,
     change: impl Fn(&mut BucketRecord) -> Result<(), GatewayError>,
 ) -> Result<BucketRecord, GatewayError> {
-    const ATTEMPTS: usize = 16;
-    let object = layout::bucket_object(name);
-    for _ in 0..ATTEMPTS {
-        let Some(old) = rados::read_all(client, META_POOL, &object).await? else {
-            return Err(GatewayError::NoSuchBucket(name.to_string()));
-        };
-        let mut bucket: BucketRecord = layout::decode(&old, "bucket record")?;
-        if bucket.id != id {
-            return Err(GatewayError::NoSuchBucket(name.to_string()));
+    let missing = || GatewayError::NoSuchBucket(name.to_string());
+    update_record(client, &layout::bucket_object(name), "bucket record", missing, |b: &mut BucketRecord| {
+        if b.id != id {
+            return Err(missing());
         }
-        change(&mut bucket)?;
-        match rados::replace_record(client, META_POOL, &object, &old, layout::encode(&bucket)).await {
-            Ok(()) => return Ok(bucket),
-            Err(e) if e.is_conflict() => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(GatewayError::Internal(format!("bucket {name:?} kept changing under {ATTEMPTS} updates")))
+        change(b)
+    })
+    .await
 }
 
 /// The buckets `owner` owns, in name order.

@@ -264,14 +264,7 @@ impl Gateway {
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
         let access = self.access(&req, &req.input.bucket).await?;
         access.require(Action::GetBucketPolicyStatus, None)?;
-        let b = &access.bucket;
-        let policy_public = match &b.policy {
-            Some(text) => Policy::parse(text, &b.name)
-                .map_err(|e| GatewayError::Corrupt(format!("stored policy of {:?}: {e}", b.name)))?
-                .is_public(),
-            None => false,
-        };
-        let is_public = policy_public || acl::is_public(&b.grants);
+        let is_public = access.is_public();
         Ok(S3Response::new(GetBucketPolicyStatusOutput {
             policy_status: Some(PolicyStatus { is_public: Some(is_public) }),
         }))
