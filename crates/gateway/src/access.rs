@@ -75,6 +75,8 @@ pub enum Action {
     GetBucketConfig(&'static str),
     PutBucketConfig(&'static str),
     GetObject,
+    /// A read naming a version.
+    GetObjectVersion,
     GetObjectTagging,
     PutObjectTagging,
     DeleteObjectTagging,
@@ -82,6 +84,8 @@ pub enum Action {
     PutObject,
     PutObjectAcl,
     DeleteObject,
+    /// A delete naming a version.
+    DeleteObjectVersion,
     AbortMultipartUpload,
 }
 
@@ -110,6 +114,7 @@ impl Action {
             Action::GetBucketPolicyStatus => "s3:GetBucketPolicyStatus",
             Action::GetBucketConfig(name) | Action::PutBucketConfig(name) => name,
             Action::GetObject => "s3:GetObject",
+            Action::GetObjectVersion => "s3:GetObjectVersion",
             Action::GetObjectTagging => "s3:GetObjectTagging",
             Action::PutObjectTagging => "s3:PutObjectTagging",
             Action::DeleteObjectTagging => "s3:DeleteObjectTagging",
@@ -117,6 +122,7 @@ impl Action {
             Action::PutObject => "s3:PutObject",
             Action::PutObjectAcl => "s3:PutObjectAcl",
             Action::DeleteObject => "s3:DeleteObject",
+            Action::DeleteObjectVersion => "s3:DeleteObjectVersion",
             Action::AbortMultipartUpload => "s3:AbortMultipartUpload",
         }
     }
@@ -128,10 +134,12 @@ impl Action {
             | Action::ListBucketVersions
             | Action::ListBucketMultipartUploads
             | Action::ListMultipartUploadParts => AclRule::Bucket(Read),
-            Action::PutObject | Action::DeleteObject | Action::AbortMultipartUpload => AclRule::Bucket(Write),
+            Action::PutObject | Action::DeleteObject | Action::DeleteObjectVersion | Action::AbortMultipartUpload => {
+                AclRule::Bucket(Write)
+            }
             Action::GetBucketAcl => AclRule::Bucket(ReadAcp),
             Action::PutBucketAcl => AclRule::Bucket(WriteAcp),
-            Action::GetObject | Action::GetObjectTagging => AclRule::Object(Read),
+            Action::GetObject | Action::GetObjectVersion | Action::GetObjectTagging => AclRule::Object(Read),
             Action::PutObjectTagging | Action::DeleteObjectTagging => AclRule::Object(WriteAcp),
             Action::GetObjectAcl => AclRule::Object(ReadAcp),
             Action::PutObjectAcl => AclRule::Object(WriteAcp),

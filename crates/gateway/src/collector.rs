@@ -17,7 +17,7 @@ use crate::layout::{
     META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind, PendingRecord, UPLOAD_PREFIX,
 };
 use crate::objects::TAILS_IN_FLIGHT;
-use crate::{multipart, rados};
+use crate::{multipart, rados, versions};
 
 /// Partition objects listed per request.
 const PARTITIONS_PER_PAGE: u32 = 256;
@@ -226,6 +226,22 @@ async fn partition(
                         }
                         multipart::finish_complete(client, &how, upload, tag).await?
                     }
+                    PendingKind::Version => {
+                        if !v.live {
+                            rados::remove(client, DATA_POOL, &layout::version_object(bucket_id, tag)).await?;
+                            stats.heads_removed += 1;
+                        }
+                        let chunks = GcRecord::Chunks { tag, first: 1, count: None };
+                        let garbage = GcRecord::Version { tag, then: Some(Box::new(chunks)) };
+                        versions::finish(client, &how, &rec.key, tag, Vec::new(), Vec::new(), garbage).await?
+                    }
+                    PendingKind::CompleteVersion { upload } => {
+                        if !v.live {
+                            rados::remove(client, DATA_POOL, &layout::version_object(bucket_id, tag)).await?;
+                            stats.heads_removed += 1;
+                        }
+                        multipart::finish_complete_version(client, &how, upload, tag).await?
+                    }
                 };
                 match done {
                     Completed::Head(_) | Completed::PendingGone => stats.completed += 1,
@@ -326,6 +342,26 @@ async fn abort_uploads(client: &Client, part: &str, settings: &CollectorSettings
 
 /// Deletes what a GC record names; returns how many objects existed.
 async fn collect(client: &Client, bucket_id: u64, rec: &GcRecord) -> Result<u64, GatewayError> {
+    let GcRecord::Version { tag, then } = rec else { return collect_data(client, bucket_id, rec).await };
+    let mut removed = match then.as_deref() {
+        Some(GcRecord::Version { .. }) => {
+            return Err(GatewayError::Corrupt("a version's GC record nests another version".into()));
+        }
+        Some(data) => collect_data(client, bucket_id, data).await?,
+        None => 0,
+    };
+    // The version object goes last, so a collection cut short is repeated whole.
+    match client.op(DATA_POOL, &layout::version_object(bucket_id, *tag), vec![ObjOp::Remove], Vec::new()).await {
+        Ok(_) => removed += 1,
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(removed)
+}
+
+/// Deletes the data (chunks, parts and manifest) a GC record names; returns how many objects
+/// existed.
+async fn collect_data(client: &Client, bucket_id: u64, rec: &GcRecord) -> Result<u64, GatewayError> {
     match rec {
         GcRecord::Chunks { tag, first, count } => remove_chunks(client, bucket_id, *tag, *first, *count).await,
         GcRecord::Manifest { tag } | GcRecord::ManifestOnly { tag } => {
@@ -342,6 +378,7 @@ async fn collect(client: &Client, bucket_id: u64, rec: &GcRecord) -> Result<u64,
             rados::remove(client, DATA_POOL, &name).await?;
             Ok(removed + 1)
         }
+        GcRecord::Version { .. } => Err(GatewayError::Internal("collect_data given a version's record".into())),
     }
 }
 

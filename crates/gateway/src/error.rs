@@ -10,6 +10,8 @@ pub enum GatewayError {
     NoSuchBucket(String),
     #[error("key {0:?} does not exist")]
     NoSuchKey(String),
+    #[error("{0}")]
+    NoSuchVersion(String),
     #[error("user {0:?} does not exist")]
     NoSuchUser(String),
     #[error("access key {0:?} does not exist")]
@@ -75,6 +77,7 @@ impl From<GatewayError> for s3s::S3Error {
         let code = match &e {
             GatewayError::NoSuchBucket(_) => C::NoSuchBucket,
             GatewayError::NoSuchKey(_) => C::NoSuchKey,
+            GatewayError::NoSuchVersion(_) => C::NoSuchVersion,
             GatewayError::NoSuchUser(_) | GatewayError::NoSuchAccessKey(_) => C::InvalidAccessKeyId,
             GatewayError::BucketExists { by_you: true, .. } => C::BucketAlreadyOwnedByYou,
             GatewayError::BucketExists { by_you: false, .. } => C::BucketAlreadyExists,

@@ -9,8 +9,9 @@ use crate::layout::{
     self, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
     ObjectMeta, PartitionLabel, PendingKind, PendingRecord, entry_key, partition_object,
 };
-use crate::objects;
+use crate::objects::{self, WriteCondition};
 use crate::rados;
+use crate::versions;
 
 /// Most completion attempts before giving up (each lost one means another completion changed
 /// the entry in between, which only a storm of writes to one key can make repeat).
@@ -190,36 +191,44 @@ pub(crate) async fn complete_at(
 ) -> Result<Completed, GatewayError> {
     let ekey = entry_key(key);
     for _ in 0..COMPLETE_ATTEMPTS {
-        let old = rados::omap_get(client, INDEX_POOL, how.part, &ekey).await?;
+        let view = versions::read_view(client, how.part, key).await?;
         let head = objects::head_meta(client, how.bucket_id, key).await?;
-        let old_entry: Option<IndexEntry> = match &old {
-            Some(bytes) => Some(layout::decode(bytes, "index entry")?),
-            None => None,
-        };
-        let new_entry = head.as_ref().map(IndexEntry::of);
         let head_tag = head.as_ref().map(|m| m.tag);
         let live_value = how.live.then(|| LIVE_VALUE.to_vec());
-        let mut ops = vec![
-            ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: live_value },
-            ObjOp::AssertOmap { key: ekey.clone(), value: old.clone() },
-        ];
+        let mut ops = vec![ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: live_value }];
         if let Some(p) = &how.pending {
             ops.push(ObjOp::AssertOmap { key: layout::pending_key(tag), value: Some(p.clone()) });
         }
-        match &new_entry {
-            Some(e) => ops.push(ObjOp::OmapSet { entries: vec![(ekey.clone(), layout::encode(e))] }),
-            None if old.is_some() => ops.push(ObjOp::OmapRemove { keys: vec![ekey.clone()] }),
-            None => {}
+        let mut gc = Vec::new();
+        if view.state.is_some() {
+            // The key has version records: its head is the null version among them.
+            let change = versions::Change::NullHead(head.as_ref().map(IndexEntry::of));
+            match versions::plan(client, how.part, key, &view, change, &WriteCondition::None).await? {
+                Ok(plan) => {
+                    ops.extend(plan.ops);
+                    gc.extend(plan.gc);
+                }
+                Err(other) => {
+                    return Err(GatewayError::Internal(format!("a head's completion was refused: {other:?}")));
+                }
+            }
+        } else {
+            ops.push(ObjOp::AssertOmap { key: ekey.clone(), value: view.entry_raw.clone() });
+            ops.push(ObjOp::AssertOmap { key: layout::key_state_key(key), value: None });
+            match head.as_ref().map(IndexEntry::of) {
+                Some(e) => ops.push(ObjOp::OmapSet { entries: vec![(ekey.clone(), layout::encode(&e))] }),
+                None if view.entry_raw.is_some() => ops.push(ObjOp::OmapRemove { keys: vec![ekey.clone()] }),
+                None => {}
+            }
+            if let Some(o) = &view.entry
+                && Some(o.tag) != head_tag
+                && o.tag != tag
+                && let Some(g) = o.garbage()
+            {
+                gc.push(g);
+            }
         }
         ops.push(ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] });
-        let mut gc = Vec::new();
-        if let Some(o) = &old_entry
-            && Some(o.tag) != head_tag
-            && o.tag != tag
-            && let Some(g) = o.garbage()
-        {
-            gc.push(g);
-        }
         if Some(tag) != head_tag
             && let Some(g) = &own
         {
@@ -232,12 +241,8 @@ pub(crate) async fn complete_at(
         match rados::write_ops(client, INDEX_POOL, how.part, ops).await {
             Ok(()) => return Ok(Completed::Head(head.map(Box::new))),
             Err(e) if e.is_conflict() => {
-                let (live, pending) = partition_state(client, how.part, tag).await?;
-                if live != how.live {
-                    return Ok(Completed::Dead);
-                }
-                if how.pending.is_some() && pending != how.pending {
-                    return Ok(Completed::PendingGone);
+                if let Some(reason) = conflict_reason(client, how, Some(tag)).await? {
+                    return Ok(reason);
                 }
             }
             Err(e) => return Err(e),
@@ -246,10 +251,31 @@ pub(crate) async fn complete_at(
     Err(GatewayError::Internal(format!("the index entry of {key:?} kept changing over {COMPLETE_ATTEMPTS} attempts")))
 }
 
+/// Why a guarded index change of `how` failed, when it was not another change to the same key
+/// (which the caller retries): the partition's liveness changed, or (with `pending` set) another
+/// completion removed the pending record `tag`.
+pub(crate) async fn conflict_reason(
+    client: &Client,
+    how: &Completion<'_>,
+    tag: Option<u128>,
+) -> Result<Option<Completed>, GatewayError> {
+    let (live, pending) = partition_state(client, how.part, tag.unwrap_or(0)).await?;
+    if live != how.live {
+        return Ok(Some(Completed::Dead));
+    }
+    if how.pending.is_some() && tag.is_some() && pending != how.pending {
+        return Ok(Some(Completed::PendingGone));
+    }
+    Ok(None)
+}
+
 /// The tag a GC record is about (part of its omap key).
 fn gc_tag(g: &GcRecord) -> u128 {
     match g {
-        GcRecord::Chunks { tag, .. } | GcRecord::Manifest { tag } | GcRecord::ManifestOnly { tag } => *tag,
+        GcRecord::Chunks { tag, .. }
+        | GcRecord::Manifest { tag }
+        | GcRecord::ManifestOnly { tag }
+        | GcRecord::Version { tag, .. } => *tag,
     }
 }
 
@@ -355,7 +381,7 @@ pub async fn list(
 
 /// An exclusive omap cursor that lists `key` first: no UTF-8 key sorts strictly between them
 /// (the last byte decremented, then 0xFF, which UTF-8 never contains).
-fn just_below(key: &[u8]) -> Vec<u8> {
+pub(crate) fn just_below(key: &[u8]) -> Vec<u8> {
     let mut k = key.to_vec();
     match k.pop() {
         Some(0) | None => k,
@@ -367,7 +393,17 @@ fn just_below(key: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Whether the bucket holds any entry.
+/// Whether the bucket holds no entry and no version (a delete marker is one).
 pub async fn is_empty(client: &Client, bucket: &BucketRecord) -> Result<bool, GatewayError> {
-    Ok(list(client, bucket, "", None, None, 1).await?.entries.is_empty())
+    if !list(client, bucket, "", None, None, 1).await?.entries.is_empty() {
+        return Ok(false);
+    }
+    for p in &bucket.partitions {
+        let part = partition_object(bucket.id, p.id);
+        let first = rados::omap_list(client, INDEX_POOL, &part, Some(layout::versions_cursor()), 1).await?;
+        if first.first().is_some_and(|(k, _)| k.first() == Some(&layout::VERSION_PREFIX)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

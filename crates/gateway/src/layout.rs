@@ -60,6 +60,13 @@ pub fn tail_object(bucket_id: u64, tag: u128, n: u32) -> String {
     format!("t.{bucket_id:016x}.{tag:032x}.{n}")
 }
 
+/// Version object of the write tagged `tag` in a versioning-enabled bucket: the head (first
+/// chunk, metadata, manifest) of one version, written once and never changed but for its ACL
+/// and tags (decision 0015). A bucket's *null* version lives at [`head_object`] instead.
+pub fn version_object(bucket_id: u64, tag: u128) -> String {
+    format!("v.{bucket_id:016x}.{tag:032x}")
+}
+
 /// Index partition `partition` of bucket `bucket_id`.
 pub fn partition_object(bucket_id: u64, partition: u32) -> String {
     format!("i.{bucket_id:016x}.{partition}")
@@ -98,6 +105,47 @@ pub const GC_PREFIX: u8 = 0x03;
 /// Multipart uploads in progress, by key then upload id; then their parts, by upload and number.
 pub const UPLOAD_PREFIX: u8 = 0x04;
 pub const PART_PREFIX: u8 = 0x05;
+/// Versions of keys in a bucket that has had versioning enabled: by key, then newest first.
+pub const VERSION_PREFIX: u8 = 0x06;
+/// Per key with versions: the newest version's and the null version's slots ([`KeyState`]).
+pub const KEY_STATE_PREFIX: u8 = 0x07;
+
+/// The omap key of `key`'s version at `slot`: the key, a zero byte, then the slot, so that a
+/// key's versions are contiguous and newest first. Parsed from the end (the slot has a fixed
+/// length), so a key holding a zero byte still parses; versioned writes refuse such keys, whose
+/// versions would interleave with another key's.
+pub fn version_key(key: &str, slot: Slot) -> Vec<u8> {
+    let mut k = version_key_prefix(key);
+    k.extend_from_slice(&slot.bytes());
+    k
+}
+
+/// The omap key every version of `key` starts with.
+pub fn version_key_prefix(key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + key.len() + Slot::BYTES);
+    k.push(VERSION_PREFIX);
+    k.extend_from_slice(key.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The key and slot of a version record's omap key.
+pub fn parse_version_key(k: &[u8]) -> Option<(&str, Slot)> {
+    let rest = k.strip_prefix(&[VERSION_PREFIX])?;
+    let split = rest.len().checked_sub(Slot::BYTES + 1)?;
+    if rest[split] != 0 {
+        return None;
+    }
+    let key = std::str::from_utf8(&rest[..split]).ok()?;
+    Some((key, Slot::from_bytes(&rest[split + 1..])?))
+}
+
+pub fn key_state_key(key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + key.len());
+    k.push(KEY_STATE_PREFIX);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
 
 pub fn upload_key(key: &str, upload: u128) -> Vec<u8> {
     let mut k = Vec::with_capacity(18 + key.len());
@@ -162,6 +210,13 @@ pub fn records_cursor() -> Vec<u8> {
     vec![ENTRY_PREFIX, 0xFF]
 }
 
+/// The exclusive omap cursor after which version records start: above every part record.
+pub fn versions_cursor() -> Vec<u8> {
+    let mut k = vec![PART_PREFIX];
+    k.extend_from_slice(&[0xFF; 21]);
+    k
+}
+
 /// Format version of every record below, its first byte.
 const RECORD_VERSION: u8 = 1;
 
@@ -215,6 +270,18 @@ pub struct Partition {
     pub id: u32,
 }
 
+/// A bucket's versioning state (S3's: never enabled, enabled, suspended).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Versioning {
+    /// Never enabled: every object is the null version, and the index holds no version records.
+    #[default]
+    Unversioned,
+    /// Every write makes a new version; a delete adds a delete marker.
+    Enabled,
+    /// Writes replace the null version; a delete makes the null version a delete marker.
+    Suspended,
+}
+
 /// A bucket (object `bucket.NAME`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {
@@ -236,6 +303,7 @@ pub struct BucketRecord {
     pub ownership: Option<Ownership>,
     /// The bucket's tags, in the order set.
     pub tags: Vec<(String, String)>,
+    pub versioning: Versioning,
 }
 
 /// What a bucket refuses or ignores of public ACLs and policies (S3's public access block).
@@ -354,7 +422,75 @@ pub const META_XATTR: &str = "m";
 /// The head's xattr holding the ETag alone, for `If-Match` guards.
 pub const ETAG_XATTR: &str = "e";
 
-/// A bucket index entry (omap key [`entry_key`]).
+/// Where a version sits in its key's list: the smaller, the newer (so that omap order lists a
+/// key's versions newest first). A version id is its slot as 24 hex digits; the null version's
+/// id is "null" whatever its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Slot {
+    /// `u64::MAX` minus (about) the nanosecond the version was recorded: completions assign a
+    /// slot below the newest one, so versions order by when they were recorded even when
+    /// gateways' clocks disagree.
+    pub inv_ns: u64,
+    /// Random bits telling apart versions recorded in the same nanosecond.
+    pub salt: u32,
+}
+
+impl Slot {
+    pub const BYTES: usize = 12;
+
+    pub fn bytes(self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[..8].copy_from_slice(&self.inv_ns.to_be_bytes());
+        b[8..].copy_from_slice(&self.salt.to_be_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<Slot> {
+        if b.len() != Self::BYTES {
+            return None;
+        }
+        Some(Slot {
+            inv_ns: u64::from_be_bytes(b[..8].try_into().ok()?),
+            salt: u32::from_be_bytes(b[8..].try_into().ok()?),
+        })
+    }
+
+    /// The version id clients see.
+    pub fn text(self) -> String {
+        format!("{:016x}{:08x}", self.inv_ns, self.salt)
+    }
+
+    pub fn parse(text: &str) -> Option<Slot> {
+        if text.len() != 24 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(Slot {
+            inv_ns: u64::from_str_radix(&text[..16], 16).ok()?,
+            salt: u32::from_str_radix(&text[16..], 16).ok()?,
+        })
+    }
+
+    /// The slot of an object written before its bucket had versioning (it has no record yet):
+    /// by its modification time, so that it sorts older than versions recorded after it.
+    pub fn of_legacy(mtime_ns: u64) -> Slot {
+        Slot { inv_ns: u64::MAX - mtime_ns, salt: 0 }
+    }
+}
+
+/// A key's version list at a glance (omap key [`key_state_key`]): every change to the key's
+/// versions asserts and rewrites it, so it is what concurrent changes serialize on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyState {
+    pub newest: Slot,
+    /// The slot of the null version or null delete marker, if the key has one.
+    pub null: Option<Slot>,
+    /// Counts changes, so that every change rewrites the state (and a change planned on an
+    /// older read fails its guard even when newest and null did not move).
+    pub seq: u64,
+}
+
+/// A bucket index entry (omap key [`entry_key`]) and a version record (omap key
+/// [`version_key`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexEntry {
     pub size_bytes: u64,
@@ -366,6 +502,14 @@ pub struct IndexEntry {
     pub owner_display: String,
     /// The object's data is a multipart manifest (GC reads it to find the parts).
     pub multipart: bool,
+    /// The version's slot; `None` for an entry written while the key had no version records
+    /// (its bucket never versioned, or not since): the null version.
+    pub version: Option<Slot>,
+    /// The null version, whose head is the key's [`head_object`]; otherwise the version's head
+    /// is [`version_object`] of `tag`.
+    pub null: bool,
+    /// A delete marker (no data); never an entry, only a version record.
+    pub delete_marker: bool,
 }
 
 impl IndexEntry {
@@ -379,7 +523,23 @@ impl IndexEntry {
             owner_id: meta.owner_id.clone(),
             owner_display: meta.owner_display.clone(),
             multipart: meta.parts > 0,
+            version: None,
+            null: true,
+            delete_marker: false,
         }
+    }
+
+    /// The version id clients see ("null" for the null version).
+    pub fn version_id(&self) -> String {
+        match self.version {
+            Some(slot) if !self.null => slot.text(),
+            _ => "null".to_string(),
+        }
+    }
+
+    /// The object holding this version's head.
+    pub fn head_name(&self, bucket_id: u64, key: &str) -> String {
+        if self.null { head_object(bucket_id, key) } else { version_object(bucket_id, self.tag) }
     }
 
     /// What GC deletes once this entry's object is replaced (`None`: nothing outside the head).
@@ -416,6 +576,12 @@ pub enum PendingKind {
     /// The abort of an upload, which claimed it by removing the upload record; its parts are
     /// then removed and collected.
     Abort { upload: u128 },
+    /// A new version of the key in a versioning-enabled bucket: its head is the version object
+    /// of the tag, which decides (there: recorded as the newest version; absent: collected).
+    Version,
+    /// The completion of an upload into a new version (as `Complete`, with the version object
+    /// deciding).
+    CompleteVersion { upload: Box<UploadRecord> },
 }
 
 /// Data to delete (omap key [`gc_key`]).
@@ -430,6 +596,9 @@ pub enum GcRecord {
     /// Only the manifest object (a completion that never committed: its parts go back to the
     /// upload).
     ManifestOnly { tag: u128 },
+    /// A version's head object [`version_object`] of `tag`, after what `then` names (its tails or
+    /// parts), so that a collection cut short is repeated whole.
+    Version { tag: u128, then: Option<Box<GcRecord>> },
 }
 
 /// A multipart upload in progress (omap key [`upload_key`]).
@@ -532,6 +701,7 @@ mod tests {
             public_access_block: None,
             ownership: None,
             tags: Vec::new(),
+            versioning: Versioning::Unversioned,
         };
         assert_eq!(b.partition_of(""), 0);
         assert_eq!(b.partition_of("zzz"), 0);
@@ -539,6 +709,21 @@ mod tests {
         assert_eq!(b.partition_of("l"), 0);
         assert_eq!(b.partition_of("m"), 5);
         assert_eq!(b.partition_of("mz"), 5);
+    }
+
+    #[test]
+    fn version_keys_order_newest_first_and_parse_back() {
+        let old = Slot { inv_ns: 900, salt: 7 };
+        let new = Slot { inv_ns: 100, salt: 9 };
+        assert!(version_key("k", new) < version_key("k", old));
+        assert!(version_key("k", old) < version_key("k0", new), "a key's versions are contiguous");
+        assert_eq!(parse_version_key(&version_key("a b/c", old)), Some(("a b/c", old)));
+        assert_eq!(parse_version_key(&version_key("", new)), Some(("", new)));
+        assert_eq!(parse_version_key(&[VERSION_PREFIX, 1, 2]), None);
+        assert_eq!(Slot::parse(&old.text()), Some(old));
+        assert_eq!(Slot::parse("null"), None);
+        assert_eq!(Slot::parse(&"g".repeat(24)), None);
+        assert!(key_state_key("k") > version_key("\u{10FFFF}", old));
     }
 
     #[test]

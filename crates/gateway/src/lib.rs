@@ -5,9 +5,10 @@
 //! Layers, bottom up: [`layout`] (names and records, pure), [`acl`] and [`policy`] (access
 //! control lists and bucket policies, pure), [`rados`] (helpers over the client), [`meta`]
 //! (users, keys, buckets), [`index`] (bucket index partitions and the commit protocol's
-//! completion), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts,
+//! completion), [`versions`] (version records of keys in versioned buckets), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts,
 //! completion), [`access`] (who may do what, over cached records in [`cache`]), [`s3impl`] (the
-//! S3 API on s3s, with [`s3multipart`], [`s3copy`], [`s3access`] and [`s3config`]), [`auth`] (secrets for
+//! S3 API on s3s, with [`s3multipart`], [`s3copy`], [`s3access`], [`s3config`] and
+//! [`s3versions`]), [`auth`] (secrets for
 //! signature checks), [`collector`] (the background reconciler and garbage collector),
 //! [`server`] (HTTP, with [`precheck`] around s3s).
 
@@ -32,8 +33,10 @@ pub mod s3config;
 pub mod s3copy;
 pub mod s3impl;
 pub mod s3multipart;
+pub mod s3versions;
 pub mod server;
 pub mod text;
+pub mod versions;
 
 pub use error::GatewayError;
 pub use server::{GatewayConfig, Server};

@@ -289,6 +289,7 @@ pub async fn create_bucket(
         public_access_block: None,
         ownership,
         tags: Vec::new(),
+        versioning: layout::Versioning::Unversioned,
     };
     let user_obj = layout::user_object(&owner.name);
     let listed = vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }];

@@ -20,8 +20,8 @@ use crate::layout::{
     self, BucketRecord, ContentHeaders, DATA_POOL, GcRecord, INDEX_POOL, Manifest, ManifestPart, ObjectMeta,
     PART_PREFIX, PartRecord, PendingKind, UploadRecord,
 };
-use crate::objects::{self, BodyCheck, BodyShape, MemoryBudget, PendingWrite, WriteCondition, WriteError};
-use crate::rados;
+use crate::objects::{self, BodyCheck, BodyShape, MemoryBudget, PendingWrite, WriteCondition, WriteError, Written};
+use crate::{rados, versions};
 
 /// Part numbers are 1 to 10,000 (S3's limits), and every part but the last is at least 5 MiB.
 pub const MAX_PARTS: u32 = 10_000;
@@ -68,16 +68,19 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
     }
 }
 
-/// The key's object, if upload `upload`'s completion made it.
+/// The key's current object, if upload `upload`'s completion made it.
 async fn completed_by(
     client: &Client,
     bucket: &BucketRecord,
     key: &str,
     upload: u128,
-) -> Result<Option<ObjectMeta>, GatewayError> {
-    let Some(meta) = objects::head_meta(client, bucket.id, key).await? else { return Ok(None) };
+) -> Result<Option<Written>, GatewayError> {
+    let versions::Found::Object { head, version_id } = versions::find(client, bucket, key, None).await? else {
+        return Ok(None);
+    };
+    let Some(meta) = objects::head_meta_at(client, &head, key).await? else { return Ok(None) };
     let made_it = objects::manifest_of(client, bucket.id, &meta).await?.is_some_and(|m| m.upload == upload);
-    Ok(made_it.then_some(meta))
+    Ok(made_it.then_some(Written { meta, version_id }))
 }
 
 /// The upload's record, raw (the token of guards) and decoded.
@@ -139,6 +142,9 @@ pub(crate) fn drop_parts(upload: u128, parts: &[(u32, PartRecord)], keep: &[u128
 pub struct WriteSettings {
     pub lease: std::time::Duration,
     pub gc_delay_ns: u64,
+    /// The bucket's versioning when the request began (a completion in a versioning-enabled
+    /// bucket makes a new version).
+    pub versioning: layout::Versioning,
 }
 
 /// Uploads part `number` of `upload` from `body`, replacing an earlier upload of that number
@@ -287,7 +293,7 @@ pub async fn complete(
     requested: &[(u32, String)],
     condition: &WriteCondition,
     settings: &WriteSettings,
-) -> Result<ObjectMeta, GatewayError> {
+) -> Result<Written, GatewayError> {
     if requested.is_empty() {
         return Err(GatewayError::MalformedXml("a completion lists at least one part".into()));
     }
@@ -303,22 +309,26 @@ pub async fn complete(
         }
         other => other?,
     };
+    let versioned = settings.versioning == layout::Versioning::Enabled;
+    if versioned && key.contains('\0') {
+        return Err(GatewayError::InvalidArgument("keys of versioned objects cannot hold a zero byte".into()));
+    }
     let tag = layout::random_tag()?;
-    claim(client, bucket, key, upload, &raw, tag, PendingKind::Complete { upload: Box::new(rec.clone()) }).await?;
-    let part_obj = index::partition(bucket, key);
-    let w = PendingWrite {
-        bucket,
-        key,
-        tag,
-        kind: PendingKind::Complete { upload: Box::new(rec.clone()) },
-        lease: settings.lease,
-        gc_delay_ns: settings.gc_delay_ns,
+    let kind = if versioned {
+        PendingKind::CompleteVersion { upload: Box::new(rec.clone()) }
+    } else {
+        PendingKind::Complete { upload: Box::new(rec.clone()) }
     };
-    // Gives the upload back, as it was, when the completion does not commit.
+    claim(client, bucket, key, upload, &raw, tag, kind.clone()).await?;
+    let part_obj = index::partition(bucket, key);
+    let w = PendingWrite { bucket, key, tag, kind, lease: settings.lease, gc_delay_ns: settings.gc_delay_ns };
+    // Gives the upload back, as it was, when the completion does not commit (a version object
+    // it wrote goes to GC with its manifest).
     let unclaim = || {
         let ops = vec![ObjOp::OmapSet { entries: vec![(layout::upload_key(key, upload), raw.clone())] }];
-        let gc = Some(GcRecord::ManifestOnly { tag });
-        index::abandon(client, bucket, key, tag, gc, settings.gc_delay_ns, ops)
+        let manifest_only = GcRecord::ManifestOnly { tag };
+        let gc = if versioned { GcRecord::Version { tag, then: Some(Box::new(manifest_only)) } } else { manifest_only };
+        index::abandon(client, bucket, key, tag, Some(gc), settings.gc_delay_ns, ops)
     };
     let parts = parts_of(client, &part_obj, upload).await?;
     let manifest = match choose_parts(&parts, requested) {
@@ -354,6 +364,19 @@ pub async fn complete(
     let used: Vec<u128> = manifest.parts.iter().map(|p| p.tag).collect();
     rados::write_record(client, DATA_POOL, &layout::manifest_object(bucket.id, tag), layout::encode(&manifest), false)
         .await?;
+    let due = layout::now_ns() + w.gc_delay_ns;
+    if versioned {
+        objects::commit_version_head(client, bucket.id, &meta, &[]).await?;
+        crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
+        let extra = drop_parts(upload, &parts, &used, due);
+        return match objects::record_version(client, &w, &meta, condition, extra).await? {
+            Some(slot) => Ok(Written { meta, version_id: Some(slot.text()) }),
+            None => {
+                unclaim().await?;
+                Err(GatewayError::PreconditionFailed(objects::refusal(condition)))
+            }
+        };
+    }
     if !objects::commit_head(client, &w, &meta, &[], condition).await? {
         unclaim().await?;
         return Err(GatewayError::PreconditionFailed(objects::refusal(condition)));
@@ -361,10 +384,10 @@ pub async fn complete(
     crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
     let how =
         Completion { bucket_id: bucket.id, part: &part_obj, live: true, pending: None, gc_delay_ns: w.gc_delay_ns };
-    let due = layout::now_ns() + w.gc_delay_ns;
     let extra = |_| drop_parts(upload, &parts, &used, due);
     match index::complete_at(client, &how, key, tag, Some(GcRecord::Manifest { tag }), &extra).await? {
-        Completed::Head(_) | Completed::PendingGone => Ok(meta),
+        // A completion into the null version reports no version id (as a PUT's).
+        Completed::Head(_) | Completed::PendingGone => Ok(Written { meta, version_id: None }),
         Completed::Dead => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
     }
 }
@@ -434,6 +457,31 @@ pub(crate) async fn finish_complete(
         }
     };
     index::complete_at(client, how, &rec.key, tag, Some(GcRecord::ManifestOnly { tag }), &extra).await
+}
+
+/// [`finish_complete`] for a completion into a new version: its version object decides.
+pub(crate) async fn finish_complete_version(
+    client: &Client,
+    how: &Completion<'_>,
+    rec: &UploadRecord,
+    tag: u128,
+) -> Result<Completed, GatewayError> {
+    let parts = parts_of(client, how.part, rec.upload).await?;
+    let manifest: Option<Manifest> =
+        match rados::read_all(client, DATA_POOL, &layout::manifest_object(how.bucket_id, tag)).await? {
+            Some(bytes) => Some(layout::decode(&bytes, "manifest")?),
+            None => None,
+        };
+    let used: Vec<u128> = manifest.iter().flat_map(|m| m.parts.iter().map(|p| p.tag)).collect();
+    let due = layout::now_ns() + how.gc_delay_ns;
+    let committed = drop_parts(rec.upload, &parts, &used, due);
+    let abandoned = if how.live {
+        vec![ObjOp::OmapSet { entries: vec![(layout::upload_key(&rec.key, rec.upload), layout::encode(rec))] }]
+    } else {
+        drop_parts(rec.upload, &parts, &[], due)
+    };
+    let garbage = GcRecord::Version { tag, then: Some(Box::new(GcRecord::ManifestOnly { tag })) };
+    versions::finish(client, how, &rec.key, tag, committed, abandoned, garbage).await
 }
 
 /// One page of an upload's parts, after part `marker`, up to `max`; and whether more follow.

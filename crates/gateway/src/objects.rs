@@ -66,8 +66,12 @@ const MAX_REQUEST_KIB: u32 = (MAX_RESERVE_BYTES / 1024) as u32;
 
 /// The metadata of `key`'s head, or `None` if it has none.
 pub async fn head_meta(client: &Client, bucket_id: u64, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
-    let name = layout::head_object(bucket_id, key);
-    match rados::get_xattr(client, DATA_POOL, &name, META_XATTR).await? {
+    head_meta_at(client, &layout::head_object(bucket_id, key), key).await
+}
+
+/// The metadata of `key`'s version whose head is object `name`, or `None` if it has none.
+pub async fn head_meta_at(client: &Client, name: &str, key: &str) -> Result<Option<ObjectMeta>, GatewayError> {
+    match rados::get_xattr(client, DATA_POOL, name, META_XATTR).await? {
         Some(bytes) => checked(layout::decode(&bytes, "object metadata")?, key),
         None => Ok(None),
     }
@@ -80,14 +84,13 @@ pub async fn head_meta(client: &Client, bucket_id: u64, key: &str) -> Result<Opt
 /// the head.
 pub async fn update_meta(
     client: &Client,
-    bucket_id: u64,
+    name: &str,
     key: &str,
     change: impl Fn(&mut ObjectMeta),
 ) -> Result<Option<ObjectMeta>, GatewayError> {
     const ATTEMPTS: usize = 8;
-    let name = layout::head_object(bucket_id, key);
     for _ in 0..ATTEMPTS {
-        let Some(old) = rados::get_xattr(client, DATA_POOL, &name, META_XATTR).await? else {
+        let Some(old) = rados::get_xattr(client, DATA_POOL, name, META_XATTR).await? else {
             return Ok(None);
         };
         let Some(mut meta) = checked(layout::decode(&old, "object metadata")?, key)? else {
@@ -98,7 +101,7 @@ pub async fn update_meta(
             ObjOp::AssertXattr { name: META_XATTR.into(), value: Some(old) },
             ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(&meta) },
         ];
-        match client.op(DATA_POOL, &name, ops, Vec::new()).await {
+        match client.op(DATA_POOL, name, ops, Vec::new()).await {
             Ok(_) => return Ok(Some(meta)),
             Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => continue,
             Err(e) if e.is_not_found() => return Ok(None),
@@ -150,6 +153,8 @@ pub struct WriteArgs {
     pub tags: Vec<(String, String)>,
     pub condition: WriteCondition,
     pub shape: BodyShape,
+    /// The bucket's versioning when the write began (decides where the head goes).
+    pub versioning: layout::Versioning,
     pub gc_delay_ns: u64,
     /// The collector's lease: the pending record is refreshed every quarter of it while the body
     /// streams, and the head is not committed once the record is older than half of it.
@@ -323,9 +328,19 @@ where
     }
 }
 
+/// What a write made: the object's metadata and its version id (`None` in a bucket never
+/// versioned).
+#[derive(Debug)]
+pub struct Written {
+    pub meta: ObjectMeta,
+    pub version_id: Option<String>,
+}
+
 /// Writes `key` from `body`: prepare, tails as the body streams, the head (guarded by the
-/// condition) as the commit, then the index completion. Returns the committed metadata. On
-/// any failure before the head, the tails written are left to GC and nothing is visible.
+/// condition) as the commit, then the index completion. In a versioning-enabled bucket the head
+/// is a new version object and the completion records it as the newest version, the condition
+/// judged there, against the current version. On any failure before the commit, the tails
+/// written are left to GC and nothing is visible.
 pub async fn put<S, E>(
     client: &Client,
     budget: &MemoryBudget,
@@ -334,20 +349,18 @@ pub async fn put<S, E>(
     body: S,
     check: Box<dyn BodyCheck>,
     args: WriteArgs,
-) -> Result<ObjectMeta, WriteError>
+) -> Result<Written, WriteError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
+    let versioned = args.versioning == layout::Versioning::Enabled;
+    if versioned && key.contains('\0') {
+        return Err(GatewayError::InvalidArgument("keys of versioned objects cannot hold a zero byte".into()).into());
+    }
     let tag = layout::random_tag()?;
-    let w = PendingWrite {
-        bucket,
-        key,
-        tag,
-        kind: layout::PendingKind::Write,
-        lease: args.lease,
-        gc_delay_ns: args.gc_delay_ns,
-    };
+    let kind = if versioned { layout::PendingKind::Version } else { layout::PendingKind::Write };
+    let w = PendingWrite { bucket, key, tag, kind, lease: args.lease, gc_delay_ns: args.gc_delay_ns };
     index::prepare(client, bucket, key, tag, w.kind.clone()).await?;
     let streamed = stream_chunks(client, budget, &w, body, check, args.shape, true).await?;
     let meta = ObjectMeta {
@@ -367,6 +380,18 @@ where
         tags: args.tags,
         parts: 0,
     };
+    if versioned {
+        commit_version_head(client, bucket.id, &meta, &streamed.first).await?;
+        drop(streamed);
+        crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
+        let Some(slot) = record_version(client, &w, &meta, &args.condition, Vec::new()).await? else {
+            let entry = layout::IndexEntry::of(&meta);
+            let garbage = layout::GcRecord::Version { tag, then: entry.garbage().map(Box::new) };
+            index::abandon(client, bucket, key, tag, Some(garbage), args.gc_delay_ns, Vec::new()).await?;
+            return Err(GatewayError::PreconditionFailed(refusal(&args.condition)).into());
+        };
+        return Ok(Written { meta, version_id: Some(slot.text()) });
+    }
     if !commit_head(client, &w, &meta, &streamed.first, &args.condition).await? {
         w.abandon(client, true, streamed.written).await?;
         return Err(GatewayError::PreconditionFailed(refusal(&args.condition)).into());
@@ -374,7 +399,56 @@ where
     drop(streamed);
     crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
     index::complete(client, bucket, key, tag, Some(meta.tails), args.gc_delay_ns).await?;
-    Ok(meta)
+    // A write of the null version reports no version id (S3 and RGW do not either).
+    Ok(Written { meta, version_id: None })
+}
+
+/// Records the version object of `meta` (written) as `key`'s newest version if `condition`
+/// holds for the current one, with `extra` operations in the same request. `None` when the
+/// condition does not hold: nothing was changed, and the caller abandons the write.
+pub(crate) async fn record_version(
+    client: &Client,
+    w: &PendingWrite<'_>,
+    meta: &ObjectMeta,
+    condition: &WriteCondition,
+    extra: Vec<ObjOp>,
+) -> Result<Option<layout::Slot>, GatewayError> {
+    let part = index::partition(w.bucket, w.key);
+    let how = index::Completion {
+        bucket_id: w.bucket.id,
+        part: &part,
+        live: true,
+        pending: None,
+        gc_delay_ns: w.gc_delay_ns,
+    };
+    let entry = layout::IndexEntry { null: false, ..layout::IndexEntry::of(meta) };
+    let change = crate::versions::Change::Add(entry);
+    match crate::versions::apply(client, &how, w.key, Some(w.tag), change, condition, extra).await? {
+        crate::versions::Applied::Done(o) => {
+            o.added.map(Some).ok_or_else(|| GatewayError::Internal("a version was recorded without a slot".into()))
+        }
+        crate::versions::Applied::Refused => Ok(None),
+        crate::versions::Applied::Dead => Err(GatewayError::NoSuchBucket(w.bucket.name.clone())),
+        other => Err(GatewayError::Internal(format!("recording a version answered {other:?}"))),
+    }
+}
+
+/// Writes the version object of `meta` (data `first`): created, never overwritten.
+pub(crate) async fn commit_version_head(
+    client: &Client,
+    bucket_id: u64,
+    meta: &ObjectMeta,
+    first: &[u8],
+) -> Result<(), GatewayError> {
+    let ops = vec![
+        ObjOp::Create { exclusive: true },
+        ObjOp::WriteFull { len_bytes: first.len() as u64 },
+        ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(meta) },
+        ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() },
+    ];
+    crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
+    client.op_ref(DATA_POOL, &layout::version_object(bucket_id, meta.tag), ops, first).await?;
+    Ok(())
 }
 
 /// Why a write's condition failed, for `PreconditionFailed`.
@@ -505,21 +579,21 @@ pub struct OpenObject {
     first: Bytes,
 }
 
-/// Reads `key`'s metadata and, in the same request, the head's part of `range` (bytes of the
-/// object, end exclusive; `None`: none). `None` if the key has no object.
+/// Reads the metadata of `key`'s version whose head is object `name` and, in the same request,
+/// the head's part of `range` (bytes of the object, end exclusive; `None`: none). `None` if
+/// there is no such head.
 pub async fn open(
     client: &Client,
-    bucket: &BucketRecord,
+    name: &str,
     key: &str,
     range: Option<std::ops::Range<u64>>,
 ) -> Result<Option<OpenObject>, GatewayError> {
-    let name = layout::head_object(bucket.id, key);
     let mut ops = vec![ObjOp::GetXattr { name: META_XATTR.into() }];
     if let Some(r) = &range {
         let end = r.end.min(layout::CHUNK_BYTES);
         ops.push(ObjOp::Read { offset: r.start, len_bytes: end.saturating_sub(r.start) });
     }
-    let result = match client.op(DATA_POOL, &name, ops, Vec::new()).await {
+    let result = match client.op(DATA_POOL, name, ops, Vec::new()).await {
         Ok(r) => r,
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e.into()),

@@ -110,6 +110,33 @@ pub async fn omap_get(client: &Client, pool: &str, object: &str, key: &[u8]) -> 
     }
 }
 
+/// The values of omap keys `keys` of `object`, in the order asked (`None`: no such key; all
+/// `None` when there is no such object).
+pub async fn omap_get_many(
+    client: &Client,
+    pool: &str,
+    object: &str,
+    keys: Vec<Vec<u8>>,
+) -> Result<Vec<Option<Vec<u8>>>, GatewayError> {
+    let n = keys.len();
+    match client.op(pool, object, vec![ObjOp::OmapGet { keys: keys.clone() }], Vec::new()).await {
+        Ok(r) => match r.outputs.into_iter().next() {
+            Some(OpOutput::Omap(found)) => {
+                let mut out = vec![None; n];
+                for (k, v) in found {
+                    if let Some(i) = keys.iter().position(|x| *x == k) {
+                        out[i] = v;
+                    }
+                }
+                Ok(out)
+            }
+            other => Err(GatewayError::Internal(format!("omap get answered {other:?}"))),
+        },
+        Err(e) if e.is_not_found() => Ok(vec![None; n]),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Up to `max` omap entries of `object` after `after` (exclusive), in key order; a missing
 /// object has none.
 pub async fn omap_list(

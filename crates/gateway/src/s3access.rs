@@ -171,10 +171,7 @@ impl Gateway {
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
         let input = &req.input;
         let access = self.access(&req, &input.bucket).await?;
-        crate::s3impl::only_null_version(input.version_id.as_deref())?;
-        let Some(meta) = objects::head_meta(&self.client, access.bucket.id, &input.key).await? else {
-            return Err(access.missing(&input.key));
-        };
+        let meta = self.located(&access, &input.key, input.version_id.as_deref()).await?.meta;
         access.require_object(Action::GetObjectAcl, &input.key, &meta)?;
         let owner = Party { id: meta.owner_id.clone(), display_name: meta.owner_display.clone() };
         Ok(S3Response::new(GetObjectAclOutput {
@@ -190,10 +187,8 @@ impl Gateway {
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
         let input = &req.input;
         let access = self.access(&req, &input.bucket).await?;
-        crate::s3impl::only_null_version(input.version_id.as_deref())?;
-        let Some(meta) = objects::head_meta(&self.client, access.bucket.id, &input.key).await? else {
-            return Err(access.missing(&input.key));
-        };
+        let located = self.located(&access, &input.key, input.version_id.as_deref()).await?;
+        let meta = located.meta;
         access.require_object(Action::PutObjectAcl, &input.key, &meta)?;
         if access.acls_disabled() {
             return Err(acls_not_supported());
@@ -202,8 +197,7 @@ impl Gateway {
         let bucket_owner = access.bucket_owner();
         let grants = self.new_grants(&req, input.access_control_policy.as_ref(), &owner, Some(&bucket_owner)).await?;
         access.check_acl_allowed(&grants)?;
-        let changed =
-            objects::update_meta(&self.client, access.bucket.id, &input.key, |m| m.grants.clone_from(&grants));
+        let changed = objects::update_meta(&self.client, &located.head, &input.key, |m| m.grants.clone_from(&grants));
         if changed.await?.is_none() {
             return Err(GatewayError::NoSuchKey(input.key.clone()).into());
         }

@@ -10,7 +10,7 @@ use crate::error::GatewayError;
 use crate::layout::{self, BucketRecord, Ownership};
 use crate::meta;
 use crate::objects;
-use crate::s3impl::{Gateway, only_null_version};
+use crate::s3impl::Gateway;
 use crate::text::uri_decode;
 
 /// Most tags on one object, and on one bucket (S3's limits).
@@ -118,7 +118,7 @@ pub(crate) fn check_ownership_with_acl(
 
 impl Gateway {
     /// Changes bucket `bucket`'s record (as its owner configured) and drops the cached copy.
-    async fn configure(
+    pub(crate) async fn configure(
         &self,
         bucket: &BucketRecord,
         change: impl Fn(&mut BucketRecord) -> Result<(), GatewayError>,
@@ -293,12 +293,12 @@ impl Gateway {
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let input = &req.input;
         let access = self.access(&req, &input.bucket).await?;
-        only_null_version(input.version_id.as_deref())?;
-        let Some(meta) = objects::head_meta(&self.client, access.bucket.id, &input.key).await? else {
-            return Err(access.missing(&input.key));
-        };
-        access.require_object(Action::GetObjectTagging, &input.key, &meta)?;
-        Ok(S3Response::new(GetObjectTaggingOutput { tag_set: tag_set(&meta.tags), version_id: None }))
+        let located = self.located(&access, &input.key, input.version_id.as_deref()).await?;
+        access.require_object(Action::GetObjectTagging, &input.key, &located.meta)?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tag_set(&located.meta.tags),
+            version_id: located.version_id,
+        }))
     }
 
     /// Sets (or with `None`, removes) the tags of an object the request may tag.
@@ -310,18 +310,15 @@ impl Gateway {
         version_id: Option<&str>,
         tags: Vec<(String, String)>,
         action: Action,
-    ) -> S3Result<()> {
+    ) -> S3Result<Option<String>> {
         let access = self.access(req, bucket).await?;
-        only_null_version(version_id)?;
-        let Some(meta) = objects::head_meta(&self.client, access.bucket.id, key).await? else {
-            return Err(access.missing(key));
-        };
-        access.require_object(action, key, &meta)?;
-        let changed = objects::update_meta(&self.client, access.bucket.id, key, |m| m.tags.clone_from(&tags));
+        let located = self.located(&access, key, version_id).await?;
+        access.require_object(action, key, &located.meta)?;
+        let changed = objects::update_meta(&self.client, &located.head, key, |m| m.tags.clone_from(&tags));
         if changed.await?.is_none() {
             return Err(GatewayError::NoSuchKey(key.to_string()).into());
         }
-        Ok(())
+        Ok(located.version_id)
     }
 
     pub(crate) async fn put_object_tagging_op(
@@ -331,8 +328,9 @@ impl Gateway {
         let tags = tags_of(req.input.tagging.clone(), MAX_OBJECT_TAGS)?;
         let input = &req.input;
         let action = Action::PutObjectTagging;
-        self.set_object_tags(&req, &input.bucket, &input.key, input.version_id.as_deref(), tags, action).await?;
-        Ok(S3Response::new(PutObjectTaggingOutput { version_id: None }))
+        let version_id =
+            self.set_object_tags(&req, &input.bucket, &input.key, input.version_id.as_deref(), tags, action).await?;
+        Ok(S3Response::new(PutObjectTaggingOutput { version_id }))
     }
 
     pub(crate) async fn delete_object_tagging_op(
@@ -341,8 +339,10 @@ impl Gateway {
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
         let input = &req.input;
         let action = Action::DeleteObjectTagging;
-        self.set_object_tags(&req, &input.bucket, &input.key, input.version_id.as_deref(), Vec::new(), action).await?;
-        Ok(S3Response::new(DeleteObjectTaggingOutput { version_id: None }))
+        let version_id = self
+            .set_object_tags(&req, &input.bucket, &input.key, input.version_id.as_deref(), Vec::new(), action)
+            .await?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput { version_id }))
     }
 }
 

@@ -13,7 +13,7 @@ use crate::multipart;
 use crate::objects::{self, BodyCheck, BodyShape, COPY_READ_AHEAD_BYTES, OpenObject, WriteArgs};
 use crate::s3impl::{
     CHECKSUM_ALGORITHMS, Gateway, ReceiverStream, check_read_conditions, checksum_name, content_headers,
-    enable_checksum, etag_of, http_date, only_null_version, timestamp, user_meta_of, write_condition, write_error,
+    enable_checksum, etag_of, http_date, timestamp, user_meta_of, write_condition, write_error,
 };
 
 /// The largest source CopyObject copies, and the largest range UploadPartCopy copies (S3's
@@ -38,6 +38,8 @@ async fn copy_slot(copies: &std::sync::Arc<tokio::sync::Semaphore>) -> tokio::sy
 /// The source of a copy, opened: its bucket, its head, its parts, and the bytes to copy.
 struct Source {
     bucket: BucketRecord,
+    /// The source's version id (`None` in a bucket never versioned).
+    version_id: Option<String>,
     obj: OpenObject,
     manifest: Option<Manifest>,
     range: std::ops::Range<u64>,
@@ -173,18 +175,19 @@ impl Gateway {
         let CopySource::Bucket { key, version_id, .. } = source else {
             return Err(s3_error!(NotImplemented, "copies from access points are not supported"));
         };
-        only_null_version(version_id.as_deref())?;
+        let (head, source_version) = self.locate(&access, key, version_id.as_deref()).await?;
         let asked = range.map(parse_copy_range).transpose()?;
         // The head's share of the bytes is read with the metadata.
         let guess = match asked {
             Some((first, last)) => first..last.saturating_add(1),
             None => 0..layout::CHUNK_BYTES,
         };
-        let Some(obj) = objects::open(&self.client, &access.bucket, key, Some(guess)).await? else {
-            return Err(access.missing(key));
+        let Some(obj) = objects::open(&self.client, &head, key, Some(guess)).await? else {
+            return Err(self.vanished(&access, key, version_id.as_deref()));
         };
         let meta = &obj.meta;
-        access.require_object(Action::GetObject, key, meta)?;
+        let action = if version_id.is_some() { Action::GetObjectVersion } else { Action::GetObject };
+        access.require_object(action, key, meta)?;
         let bucket = access.bucket;
         check_read_conditions(
             meta,
@@ -219,7 +222,7 @@ impl Gateway {
             ));
         }
         let manifest = objects::manifest_of(&self.client, bucket.id, meta).await?;
-        Ok(Source { bucket, obj, manifest, range })
+        Ok(Source { bucket, version_id: source_version, obj, manifest, range })
     }
 
     /// The source's bytes as a body stream, and the memory shape a write of it reserves.
@@ -278,6 +281,7 @@ impl Gateway {
         let _slot = copy_slot(&self.copies).await;
         let source = self.open_source(source_access, &input.copy_source, conditions, None).await?;
         let src = source.obj.meta.clone();
+        let source_version_id = source.version_id.clone();
         let (content, user_meta): (ContentHeaders, _) = if replace {
             (content_headers!(input), user_meta_of(input.metadata)?)
         } else {
@@ -301,12 +305,14 @@ impl Gateway {
             tags: if replace_tags { new_tags } else { src.tags.clone() },
             condition,
             shape,
+            versioning: bucket.versioning,
             gc_delay_ns: self.gc_delay_ns(),
             lease: self.settings.lease,
         };
-        let meta = objects::put(&self.client, &self.budget, &bucket, &input.key, body, Box::new(check), args)
+        let written = objects::put(&self.client, &self.budget, &bucket, &input.key, body, Box::new(check), args)
             .await
             .map_err(write_error)?;
+        let meta = written.meta;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(etag_of(&meta.etag)),
@@ -318,7 +324,8 @@ impl Gateway {
                 checksum_crc64nvme: meta.checksums.crc64nvme,
                 ..Default::default()
             }),
-            copy_source_version_id: None,
+            copy_source_version_id: source_version_id,
+            version_id: written.version_id,
             ..Default::default()
         }))
     }
@@ -359,7 +366,7 @@ impl Gateway {
             body,
             Box::new(check),
             shape,
-            &self.write_settings(),
+            &self.write_settings(&bucket),
         )
         .await
         .map_err(write_error)?;

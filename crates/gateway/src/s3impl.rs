@@ -19,7 +19,7 @@ use crate::objects::{self, BodyCheck, MemoryBudget, WriteArgs, WriteCondition, W
 use crate::text::{hex, hex_decode, uri_encode};
 
 /// Most keys in one listing page (S3's limit).
-const MAX_LIST_KEYS: i32 = 1000;
+pub(crate) const MAX_LIST_KEYS: i32 = 1000;
 /// Most bytes of user metadata on one object (S3's limit: keys and values).
 const MAX_USER_META_BYTES: usize = 2048;
 
@@ -309,18 +309,6 @@ pub(crate) fn user_meta_of(metadata: Option<Metadata>) -> S3Result<Vec<(String, 
     Ok(pairs)
 }
 
-/// The version id of every object in an unversioned bucket.
-const NULL_VERSION: &str = "null";
-
-/// Refuses a version id other than "null" (versioning is not built: every bucket is unversioned).
-pub(crate) fn only_null_version(v: Option<&str>) -> S3Result<()> {
-    match v {
-        None | Some(NULL_VERSION) => Ok(()),
-        Some(v) => Err(s3_error!(InvalidArgument, "no version {v:?}: the bucket is not versioned")),
-    }
-}
-
-/// The parts count a GET or HEAD reports: that of a multipart object.
 fn parts_count(meta: &ObjectMeta) -> Option<i32> {
     (meta.parts > 0).then(|| i32::try_from(meta.parts).unwrap_or(i32::MAX))
 }
@@ -609,16 +597,19 @@ impl S3 for Gateway {
                 size_hint: input.content_length.and_then(|l| u64::try_from(l).ok()),
                 read_ahead_bytes: 0,
             },
+            versioning: bucket.versioning,
             gc_delay_ns: self.gc_delay_ns(),
             lease: self.settings.lease,
         };
         let Some(body) = input.body else {
             return Err(s3_error!(IncompleteBody, "the request has no body"));
         };
-        let meta = objects::put(&self.client, &self.budget, &bucket, &input.key, body, Box::new(verifier), args)
+        let written = objects::put(&self.client, &self.budget, &bucket, &input.key, body, Box::new(verifier), args)
             .await
             .map_err(write_error)?;
+        let meta = written.meta;
         Ok(S3Response::new(PutObjectOutput {
+            version_id: written.version_id,
             e_tag: Some(etag_of(&meta.etag)),
             checksum_crc32: meta.checksums.crc32,
             checksum_crc32c: meta.checksums.crc32c,
@@ -645,11 +636,13 @@ impl S3 for Gateway {
             (Some(Range::Int { first, last }), None) => Some(*first..last.map_or(u64::MAX, |l| l.saturating_add(1))),
             (Some(Range::Suffix { .. }), None) => None,
         };
-        let Some(mut obj) = objects::open(&self.client, bucket, &input.key, guess.clone()).await? else {
-            return Err(access.missing(&input.key));
+        let (head, version_id) = self.locate(&access, &input.key, input.version_id.as_deref()).await?;
+        let Some(mut obj) = objects::open(&self.client, &head, &input.key, guess.clone()).await? else {
+            return Err(self.vanished(&access, &input.key, input.version_id.as_deref()));
         };
         let meta = obj.meta.clone();
-        access.require_object(Action::GetObject, &input.key, &meta)?;
+        let action = if input.version_id.is_some() { Action::GetObjectVersion } else { Action::GetObject };
+        access.require_object(action, &input.key, &meta)?;
         check_read_conditions(
             &meta,
             input.if_match.as_ref(),
@@ -664,7 +657,7 @@ impl S3 for Gateway {
         };
         if guess.as_ref().map(|g| g.start) != Some(range.start) {
             // The range needed the size: read the head's share now.
-            obj = objects::open(&self.client, bucket, &input.key, Some(range.clone()))
+            obj = objects::open(&self.client, &head, &input.key, Some(range.clone()))
                 .await?
                 .filter(|o| o.meta.tag == meta.tag)
                 .ok_or_else(|| s3_error!(NoSuchKey, "the object changed while it was read"))?;
@@ -677,6 +670,7 @@ impl S3 for Gateway {
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), content_range.is_none());
         let out = GetObjectOutput {
             body: Some(body),
+            version_id,
             tag_count: tag_count(&meta),
             parts_count: parts_count(&meta),
             content_length: i64::try_from(length).ok(),
@@ -705,10 +699,12 @@ impl S3 for Gateway {
         let access = self.access(&req, &req.input.bucket).await?;
         let input = req.input;
         let bucket = &access.bucket;
-        let Some(meta) = objects::head_meta(&self.client, bucket.id, &input.key).await? else {
-            return Err(access.missing(&input.key));
+        let (head, version_id) = self.locate(&access, &input.key, input.version_id.as_deref()).await?;
+        let Some(meta) = objects::head_meta_at(&self.client, &head, &input.key).await? else {
+            return Err(self.vanished(&access, &input.key, input.version_id.as_deref()));
         };
-        access.require_object(Action::GetObject, &input.key, &meta)?;
+        let action = if input.version_id.is_some() { Action::GetObjectVersion } else { Action::GetObject };
+        access.require_object(action, &input.key, &meta)?;
         check_read_conditions(
             &meta,
             input.if_match.as_ref(),
@@ -727,6 +723,7 @@ impl S3 for Gateway {
         let c = content_of(&meta);
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), true);
         let mut resp = S3Response::new(HeadObjectOutput {
+            version_id,
             parts_count: parts_count(&meta),
             content_length: i64::try_from(content_length).ok(),
             content_range,
@@ -755,13 +752,7 @@ impl S3 for Gateway {
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
-        let access = self.access(&req, &req.input.bucket).await?;
-        access.require(Action::DeleteObject, Some(&req.input.key))?;
-        let bucket = access.bucket;
-        only_null_version(req.input.version_id.as_deref())?;
-        objects::delete(&self.client, &bucket, &req.input.key, self.gc_delay_ns()).await?;
-        // An unversioned bucket never makes a delete marker, and says so.
-        Ok(S3Response::new(DeleteObjectOutput { delete_marker: Some(false), ..Default::default() }))
+        self.delete_object_op(req).await
     }
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
@@ -813,7 +804,6 @@ impl S3 for Gateway {
 
     async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let access = self.access(&req, &req.input.bucket).await?;
-        let bucket = &access.bucket;
         let objects_in = req.input.delete.objects;
         if objects_in.len() > 1000 {
             return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
@@ -822,32 +812,25 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in objects_in {
-            let allowed = only_null_version(o.version_id.as_deref())
-                .and_then(|()| access.require(Action::DeleteObject, Some(&o.key)));
-            if let Err(e) = allowed {
-                errors.push(Error {
-                    key: Some(o.key),
-                    code: Some(e.code().as_str().to_string()),
-                    message: e.message().map(str::to_string),
-                    version_id: o.version_id,
-                });
-                continue;
-            }
-            match objects::delete(&self.client, bucket, &o.key, self.gc_delay_ns()).await {
-                Ok(()) => {
+            match self.delete_one(&access, &o.key, o.version_id.as_deref()).await {
+                Ok(d) => {
                     if !quiet {
-                        deleted.push(DeletedObject { key: Some(o.key), ..Default::default() });
+                        // A marker made answers with its id; a version removed, with the id asked.
+                        let made_marker = d.delete_marker && o.version_id.is_none();
+                        deleted.push(DeletedObject {
+                            key: Some(o.key),
+                            delete_marker: d.delete_marker.then_some(true),
+                            delete_marker_version_id: made_marker.then(|| d.version_id.clone()).flatten(),
+                            version_id: o.version_id,
+                        });
                     }
                 }
-                Err(e) => {
-                    let s3 = S3Error::from(e);
-                    errors.push(Error {
-                        code: Some(s3.code().as_str().to_string()),
-                        key: Some(o.key),
-                        message: s3.message().map(str::to_string),
-                        version_id: None,
-                    });
-                }
+                Err(e) => errors.push(Error {
+                    code: Some(e.code().as_str().to_string()),
+                    key: Some(o.key),
+                    message: e.message().map(str::to_string),
+                    version_id: o.version_id,
+                }),
             }
         }
         Ok(S3Response::new(DeleteObjectsOutput {
@@ -1017,59 +1000,25 @@ impl S3 for Gateway {
         }))
     }
 
-    /// Until versioning exists every bucket is unversioned, where S3 lists each object as its one
-    /// version, "null", the latest.
     async fn list_object_versions(
         &self,
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-        let access = self.access(&req, &req.input.bucket).await?;
-        access.require(Action::ListBucketVersions, None)?;
-        let input = req.input;
-        let bucket = access.bucket;
-        let max = input.max_keys.unwrap_or(MAX_LIST_KEYS).clamp(0, MAX_LIST_KEYS) as usize;
-        let prefix = input.prefix.clone().unwrap_or_default();
-        match input.version_id_marker.as_deref() {
-            None | Some("" | NULL_VERSION) => {}
-            Some(v) => return Err(s3_error!(InvalidArgument, "no version {v:?}: the bucket is not versioned")),
-        }
-        let after = input.key_marker.as_deref().filter(|k| !k.is_empty());
-        let page = index::list(&self.client, &bucket, &prefix, input.delimiter.as_deref(), after, max).await?;
-        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
-        let enc = |s: String| if url { uri_encode(&s) } else { s };
-        let next_key = page.truncated.then(|| page.last_key.clone()).flatten();
-        let versions = page
-            .entries
-            .into_iter()
-            .map(|(key, e)| ObjectVersion {
-                key: Some(enc(key)),
-                version_id: Some(NULL_VERSION.into()),
-                is_latest: Some(true),
-                e_tag: Some(etag_of(&e.etag)),
-                last_modified: Some(timestamp(e.mtime_ns)),
-                size: i64::try_from(e.size_bytes).ok(),
-                storage_class: Some(ObjectVersionStorageClass::from_static(ObjectVersionStorageClass::STANDARD)),
-                owner: Some(entry_owner(&e)),
-                ..Default::default()
-            })
-            .collect();
-        Ok(S3Response::new(ListObjectVersionsOutput {
-            name: Some(bucket.name.clone()),
-            prefix: Some(enc(prefix)),
-            key_marker: input.key_marker,
-            version_id_marker: input.version_id_marker,
-            max_keys: Some(max as i32),
-            is_truncated: Some(page.truncated),
-            next_version_id_marker: next_key.as_ref().map(|_| NULL_VERSION.to_string()),
-            next_key_marker: next_key.map(enc),
-            versions: Some(versions),
-            common_prefixes: Some(
-                page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
-            ),
-            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
-            encoding_type: input.encoding_type,
-            ..Default::default()
-        }))
+        self.list_object_versions_op(req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        self.put_bucket_versioning_op(req).await
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        self.get_bucket_versioning_op(req).await
     }
 
     async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {

@@ -38,8 +38,8 @@ fn list_max(asked: Option<i32>) -> S3Result<usize> {
 }
 
 impl Gateway {
-    pub(crate) fn write_settings(&self) -> WriteSettings {
-        WriteSettings { lease: self.settings.lease, gc_delay_ns: self.gc_delay_ns() }
+    pub(crate) fn write_settings(&self, bucket: &layout::BucketRecord) -> WriteSettings {
+        WriteSettings { lease: self.settings.lease, gc_delay_ns: self.gc_delay_ns(), versioning: bucket.versioning }
     }
 
     pub(crate) async fn mp_create(
@@ -100,7 +100,7 @@ impl Gateway {
             body,
             Box::new(verifier),
             shape,
-            &self.write_settings(),
+            &self.write_settings(&bucket),
         )
         .await
         .map_err(write_error)?;
@@ -132,10 +132,12 @@ impl Gateway {
             requested.push((part_number(n)?, etag.value().to_string()));
         }
         let condition = write_condition(input.if_none_match.as_ref(), input.if_match.as_ref())?;
-        let settings = self.write_settings();
-        let meta =
+        let settings = self.write_settings(&bucket);
+        let written =
             multipart::complete(&self.client, &bucket, &input.key, upload, &requested, &condition, &settings).await?;
+        let meta = written.meta;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
+            version_id: written.version_id,
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),
             e_tag: Some(etag_of(&meta.etag)),
