@@ -103,6 +103,7 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
         ("ALT_NAME", "bob"),
     ]);
     run_boto3_script(&python, "boto3_access.py", &env, "boto3 access checks passed");
+    run_boto3_script(&python, "boto3_versioning.py", &owner, "boto3 versioning checks passed");
 
     // The load generator against the same gateway: every request signed and answered.
     for workload in ["put", "get", "mixed", "list"] {
@@ -413,6 +414,94 @@ fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() 
     }
     assert_eq!(s3_request(&ep, keys, "DELETE", "/bkt", "", b"").0, 204);
     assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/late", "", b"x").0, 404, "a deleted bucket takes no writes");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (data, index) = (pool_objects(&dir, ".gw.data"), pool_objects(&dir, ".gw.index"));
+        if data.is_empty() && index.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "left behind: data {data:?}, index {index:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    gw.kill().unwrap();
+    gw.wait().unwrap();
+}
+
+/// The version ids in a ListObjectVersions answer, in order.
+fn version_ids(listing: &str) -> Vec<String> {
+    listing.split("<VersionId>").skip(1).filter_map(|r| r.split("</VersionId>").next()).map(str::to_string).collect()
+}
+
+#[test]
+fn a_versioned_write_killed_mid_way_is_decided_by_its_version_object_and_removed_versions_are_collected() {
+    const MIB: usize = 1 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    let out =
+        ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--backend", "mem", "--osd-size", "1G", "--json"]));
+    let _down = common::Down(dir.clone());
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let keys = (report["gateway"]["access_key"].as_str().unwrap(), report["gateway"]["secret_key"].as_str().unwrap());
+    common::sigkill(&dir, "gateway");
+
+    // Two versions of one key, then a write that dies after its version object is written.
+    let (mut gw, ep) = spawn_gateway(&dir, Some("after-head:vhalf"));
+    assert_eq!(s3_request(&ep, keys, "PUT", "/vbk", "", b"").0, 200);
+    let enable = b"<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>";
+    assert_eq!(s3_request(&ep, keys, "PUT", "/vbk", "versioning=", enable).0, 200);
+    let (old, new) = (pattern(5 * MIB, 1), pattern(MIB, 2));
+    assert_eq!(s3_request(&ep, keys, "PUT", "/vbk/k", "", &old).0, 200);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/vbk/k", "", &new).0, 200);
+    let vhalf = pattern(6 * MIB, 3);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/vbk/vhalf", "", &vhalf).0, 0, "the gateway crashes");
+    assert!(!gw.wait().unwrap().success());
+    // A write that dies after its tails, before its version object: nothing appears.
+    let (mut gw, ep) = spawn_gateway(&dir, Some("after-tails:vtails"));
+    assert_eq!(s3_request(&ep, keys, "PUT", "/vbk/vtails", "", &pattern(9 * MIB, 4)).0, 0, "the gateway crashes");
+    assert!(!gw.wait().unwrap().success());
+
+    // A fresh gateway's collector records the first as the key's newest version and collects the
+    // second's tails: left are three version objects (k twice, vhalf) and their tails (k's old
+    // version and vhalf have one each).
+    let (mut gw, ep) = spawn_gateway(&dir, None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let objs = pool_objects(&dir, ".gw.data");
+        let (_, _, listing) = s3_request(&ep, keys, "GET", "/vbk", "versions=", b"");
+        let listing = String::from_utf8_lossy(&listing).into_owned();
+        let versions = objs.iter().filter(|o| o.starts_with("v.")).count();
+        let tails = objs.iter().filter(|o| o.starts_with("t.")).count();
+        if listing.contains("<Key>vhalf</Key>") && versions == 3 && tails == 2 && objs.len() == 5 {
+            assert!(!listing.contains("<Key>vtails</Key>"), "{listing}");
+            assert_eq!(version_ids(&listing).len(), 3, "{listing}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the collector left {objs:?}; listing {listing}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (status, _, body) = s3_request(&ep, keys, "GET", "/vbk/vhalf", "", b"");
+    assert_eq!((status, body == vhalf), (200, true), "the recorded version reads back whole");
+    let (_, _, listing) = s3_request(&ep, keys, "GET", "/vbk", "prefix=k&versions=", b"");
+    let ids = version_ids(&String::from_utf8_lossy(&listing));
+    assert_eq!(ids.len(), 2);
+    let (status, _, body) = s3_request(&ep, keys, "GET", "/vbk/k", &format!("versionId={}", ids[1]), b"");
+    assert_eq!((status, body == old), (200, true), "the older version reads back whole");
+
+    // A delete marker, then every version and marker removed by id, then the bucket: nothing is
+    // left in the data and index pools once the GC delay has passed.
+    assert_eq!(s3_request(&ep, keys, "DELETE", "/vbk/k", "", b"").0, 204);
+    assert_eq!(s3_request(&ep, keys, "DELETE", "/vbk", "", b"").0, 409, "versions keep the bucket");
+    let (_, _, listing) = s3_request(&ep, keys, "GET", "/vbk", "versions=", b"");
+    let listing = String::from_utf8_lossy(&listing).into_owned();
+    for entry in listing.split("<Key>").skip(1) {
+        let key = entry.split("</Key>").next().unwrap();
+        let id = version_ids(entry).into_iter().next().unwrap();
+        let (status, head, _) =
+            s3_request(&ep, keys, "DELETE", &format!("/vbk/{key}"), &format!("versionId={id}"), b"");
+        assert_eq!(status, 204, "{key} {id}: {head}");
+    }
+    assert_eq!(s3_request(&ep, keys, "DELETE", "/vbk", "", b"").0, 204);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let (data, index) = (pool_objects(&dir, ".gw.data"), pool_objects(&dir, ".gw.index"));
