@@ -86,6 +86,10 @@ pub enum Action {
     DeleteObject,
     /// A delete naming a version.
     DeleteObjectVersion,
+    GetObjectRetention,
+    PutObjectRetention,
+    GetObjectLegalHold,
+    PutObjectLegalHold,
     AbortMultipartUpload,
 }
 
@@ -123,6 +127,10 @@ impl Action {
             Action::PutObjectAcl => "s3:PutObjectAcl",
             Action::DeleteObject => "s3:DeleteObject",
             Action::DeleteObjectVersion => "s3:DeleteObjectVersion",
+            Action::GetObjectRetention => "s3:GetObjectRetention",
+            Action::PutObjectRetention => "s3:PutObjectRetention",
+            Action::GetObjectLegalHold => "s3:GetObjectLegalHold",
+            Action::PutObjectLegalHold => "s3:PutObjectLegalHold",
             Action::AbortMultipartUpload => "s3:AbortMultipartUpload",
         }
     }
@@ -139,7 +147,12 @@ impl Action {
             }
             Action::GetBucketAcl => AclRule::Bucket(ReadAcp),
             Action::PutBucketAcl => AclRule::Bucket(WriteAcp),
-            Action::GetObject | Action::GetObjectVersion | Action::GetObjectTagging => AclRule::Object(Read),
+            Action::GetObject
+            | Action::GetObjectVersion
+            | Action::GetObjectTagging
+            | Action::GetObjectRetention
+            | Action::GetObjectLegalHold => AclRule::Object(Read),
+            Action::PutObjectRetention | Action::PutObjectLegalHold => AclRule::Object(WriteAcp),
             Action::PutObjectTagging | Action::DeleteObjectTagging => AclRule::Object(WriteAcp),
             Action::GetObjectAcl => AclRule::Object(ReadAcp),
             Action::PutObjectAcl => AclRule::Object(WriteAcp),

@@ -27,6 +27,9 @@ pub enum GatewayError {
     UserHasBuckets { user: String, buckets: usize },
     #[error("{0}")]
     InvalidArgument(String),
+    /// The bucket's state does not allow the request (object lock without versioning, ...).
+    #[error("{0}")]
+    InvalidBucketState(String),
     #[error("upload {0} does not exist (completed, aborted or never started)")]
     NoSuchUpload(String),
     #[error("{0}")]
@@ -83,6 +86,7 @@ impl From<GatewayError> for s3s::S3Error {
             GatewayError::BucketExists { by_you: false, .. } => C::BucketAlreadyExists,
             GatewayError::BucketNotEmpty(_) => C::BucketNotEmpty,
             GatewayError::InvalidArgument(_) => C::InvalidArgument,
+            GatewayError::InvalidBucketState(_) => C::InvalidBucketState,
             GatewayError::NoSuchUpload(_) => C::NoSuchUpload,
             GatewayError::InvalidPart(_) => C::InvalidPart,
             GatewayError::InvalidPartOrder(_) => C::InvalidPartOrder,

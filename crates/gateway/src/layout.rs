@@ -282,6 +282,45 @@ pub enum Versioning {
     Suspended,
 }
 
+/// How a retention period protects an object version (S3 object lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockMode {
+    /// No one shortens it or deletes the version before it ends, except a request that bypasses
+    /// governance retention.
+    Governance,
+    /// No one shortens it or deletes the version before it ends.
+    Compliance,
+}
+
+/// A version's retention: protected in `mode` until `until_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    pub mode: LockMode,
+    pub until_ns: u64,
+}
+
+/// A version's object lock state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lock {
+    pub retention: Option<Retention>,
+    /// A legal hold: no deletion of the version while on, whatever the retention.
+    pub legal_hold: bool,
+}
+
+/// The retention every new version of an object-lock bucket gets unless its write names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DefaultPeriod {
+    Days(u32),
+    Years(u32),
+}
+
+/// A bucket's object lock configuration (only buckets created with object lock, or versioned
+/// buckets it was enabled on, have one; it is never removed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectLock {
+    pub default: Option<(LockMode, DefaultPeriod)>,
+}
+
 /// A bucket (object `bucket.NAME`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {
@@ -304,6 +343,7 @@ pub struct BucketRecord {
     /// The bucket's tags, in the order set.
     pub tags: Vec<(String, String)>,
     pub versioning: Versioning,
+    pub object_lock: Option<ObjectLock>,
 }
 
 /// What a bucket refuses or ignores of public ACLs and policies (S3's public access block).
@@ -415,6 +455,7 @@ pub struct ObjectMeta {
     /// Parts of a multipart object (0: a simple object); its bytes are listed in the manifest
     /// object [`manifest_object`] of `tag`, and the head holds none.
     pub parts: u32,
+    pub lock: Lock,
 }
 
 /// The head's xattr holding [`ObjectMeta`].
@@ -617,6 +658,8 @@ pub struct UploadRecord {
     pub user_meta: Vec<(String, String)>,
     /// The checksum algorithm named at creation, which every part must then carry.
     pub checksum_algorithm: Option<String>,
+    /// The object lock state the object gets.
+    pub lock: Lock,
 }
 
 /// A part uploaded (omap key [`part_key`]); its chunks are `t.BUCKET.TAG.0..chunks`.
@@ -702,6 +745,7 @@ mod tests {
             ownership: None,
             tags: Vec::new(),
             versioning: Versioning::Unversioned,
+            object_lock: None,
         };
         assert_eq!(b.partition_of(""), 0);
         assert_eq!(b.partition_of("zzz"), 0);

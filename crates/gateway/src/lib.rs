@@ -7,8 +7,8 @@
 //! (users, keys, buckets), [`index`] (bucket index partitions and the commit protocol's
 //! completion), [`versions`] (version records of keys in versioned buckets), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts,
 //! completion), [`access`] (who may do what, over cached records in [`cache`]), [`s3impl`] (the
-//! S3 API on s3s, with [`s3multipart`], [`s3copy`], [`s3access`], [`s3config`] and
-//! [`s3versions`]), [`auth`] (secrets for
+//! S3 API on s3s, with [`s3multipart`], [`s3copy`], [`s3access`], [`s3config`],
+//! [`s3versions`] and [`s3lock`]), [`auth`] (secrets for
 //! signature checks), [`collector`] (the background reconciler and garbage collector),
 //! [`server`] (HTTP, with [`precheck`] around s3s).
 
@@ -32,6 +32,7 @@ pub mod s3access;
 pub mod s3config;
 pub mod s3copy;
 pub mod s3impl;
+pub mod s3lock;
 pub mod s3multipart;
 pub mod s3versions;
 pub mod server;

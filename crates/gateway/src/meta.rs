@@ -272,6 +272,7 @@ pub async fn create_bucket(
     region: &str,
     grants: Vec<layout::Grant>,
     ownership: Option<layout::Ownership>,
+    object_lock: bool,
 ) -> Result<BucketRecord, GatewayError> {
     let mut id_bytes = [0u8; 8];
     getrandom::fill(&mut id_bytes).map_err(|e| GatewayError::Internal(format!("no randomness: {e}")))?;
@@ -289,7 +290,8 @@ pub async fn create_bucket(
         public_access_block: None,
         ownership,
         tags: Vec::new(),
-        versioning: layout::Versioning::Unversioned,
+        versioning: if object_lock { layout::Versioning::Enabled } else { layout::Versioning::Unversioned },
+        object_lock: object_lock.then(layout::ObjectLock::default),
     };
     let user_obj = layout::user_object(&owner.name);
     let listed = vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }];

@@ -41,6 +41,7 @@ pub struct NewUpload {
     pub content: ContentHeaders,
     pub user_meta: Vec<(String, String)>,
     pub checksum_algorithm: Option<String>,
+    pub lock: layout::Lock,
 }
 
 /// Starts an upload of `key`; returns its id.
@@ -57,6 +58,7 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
         content: new.content,
         user_meta: new.user_meta,
         checksum_algorithm: new.checksum_algorithm,
+        lock: new.lock,
     };
     let ops = vec![
         ObjOp::AssertXattr { name: layout::LIVE_XATTR.into(), value: Some(layout::LIVE_VALUE.to_vec()) },
@@ -360,6 +362,7 @@ pub async fn complete(
         grants: rec.grants.clone(),
         tags: rec.tags.clone(),
         parts: manifest.parts.len() as u32,
+        lock: rec.lock,
     };
     let used: Vec<u128> = manifest.parts.iter().map(|p| p.tag).collect();
     rados::write_record(client, DATA_POOL, &layout::manifest_object(bucket.id, tag), layout::encode(&manifest), false)

@@ -151,6 +151,7 @@ pub struct WriteArgs {
     /// The object's access control list.
     pub grants: Vec<layout::Grant>,
     pub tags: Vec<(String, String)>,
+    pub lock: layout::Lock,
     pub condition: WriteCondition,
     pub shape: BodyShape,
     /// The bucket's versioning when the write began (decides where the head goes).
@@ -379,6 +380,7 @@ where
         grants: args.grants,
         tags: args.tags,
         parts: 0,
+        lock: args.lock,
     };
     if versioned {
         commit_version_head(client, bucket.id, &meta, &streamed.first).await?;

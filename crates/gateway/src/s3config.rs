@@ -69,7 +69,7 @@ fn tag_set(tags: &[(String, String)]) -> TagSet {
     tags.iter().map(|(k, v)| Tag { key: Some(k.clone()), value: Some(v.clone()) }).collect()
 }
 
-fn custom_error(code: &'static str, status: u16, message: String) -> S3Error {
+pub(crate) fn custom_error(code: &'static str, status: u16, message: String) -> S3Error {
     let mut e = S3Error::with_message(S3ErrorCode::Custom(code.into()), message);
     if let Ok(s) = hyper::StatusCode::from_u16(status) {
         e.set_status_code(s);

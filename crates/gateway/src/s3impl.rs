@@ -528,7 +528,17 @@ impl S3 for Gateway {
             req.input.object_ownership.as_ref().map(|o| crate::s3config::ownership_of(o.as_str())).transpose()?;
         let name = &req.input.bucket;
         crate::s3config::check_ownership_with_acl(ownership, &owner.id, &grants)?;
-        match meta::create_bucket(&self.client, &user, name, &self.settings.region, grants.clone(), ownership).await {
+        let object_lock = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
+        let created = meta::create_bucket(
+            &self.client,
+            &user,
+            name,
+            &self.settings.region,
+            grants.clone(),
+            ownership,
+            object_lock,
+        );
+        match created.await {
             // us-east-1 answers an owner's re-creation with success, changing nothing, as long
             // as it asks for the ACL the bucket has (else the name is taken: BucketAlreadyExists,
             // as RGW answers); every other region answers BucketAlreadyOwnedByYou.
@@ -584,8 +594,15 @@ impl S3 for Gateway {
             return Err(s3_error!(KeyTooLongError, "keys are at most {} bytes", layout::MAX_KEY_BYTES));
         }
         let condition = write_condition(input.if_none_match.as_ref(), input.if_match.as_ref())?;
+        let lock = crate::s3lock::new_version_lock(
+            &bucket,
+            input.object_lock_mode.as_ref().map(|m| m.as_str()),
+            input.object_lock_retain_until_date.as_ref(),
+            input.object_lock_legal_hold_status.as_ref().map(|s| s.as_str()),
+        )?;
         let verifier = body_verifier!(req, input)?;
         let args = WriteArgs {
+            lock,
             content: content_headers!(input),
             user_meta: user_meta_of(input.metadata)?,
             owner_id: owner.id,
@@ -668,9 +685,13 @@ impl S3 for Gateway {
         let c = content_of(&meta);
         // A range's bytes do not match the whole object's checksums: none are returned then.
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), content_range.is_none());
+        let (lock_mode, lock_until, legal_hold) = crate::s3lock::lock_fields(&meta.lock);
         let out = GetObjectOutput {
             body: Some(body),
             version_id,
+            object_lock_mode: lock_mode,
+            object_lock_retain_until_date: lock_until,
+            object_lock_legal_hold_status: legal_hold,
             tag_count: tag_count(&meta),
             parts_count: parts_count(&meta),
             content_length: i64::try_from(length).ok(),
@@ -722,8 +743,12 @@ impl S3 for Gateway {
         let content_length = range.end - range.start;
         let c = content_of(&meta);
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), true);
+        let (lock_mode, lock_until, legal_hold) = crate::s3lock::lock_fields(&meta.lock);
         let mut resp = S3Response::new(HeadObjectOutput {
             version_id,
+            object_lock_mode: lock_mode,
+            object_lock_retain_until_date: lock_until,
+            object_lock_legal_hold_status: legal_hold,
             parts_count: parts_count(&meta),
             content_length: i64::try_from(content_length).ok(),
             content_range,
@@ -809,10 +834,11 @@ impl S3 for Gateway {
             return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
         }
         let quiet = req.input.delete.quiet.unwrap_or(false);
+        let bypass = req.input.bypass_governance_retention.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in objects_in {
-            match self.delete_one(&access, &o.key, o.version_id.as_deref()).await {
+            match self.delete_one(&access, &o.key, o.version_id.as_deref(), bypass).await {
                 Ok(d) => {
                     if !quiet {
                         // A marker made answers with its id; a version removed, with the id asked.
@@ -1005,6 +1031,48 @@ impl S3 for Gateway {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         self.list_object_versions_op(req).await
+    }
+
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        self.put_object_lock_configuration_op(req).await
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        self.get_object_lock_configuration_op(req).await
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        self.put_object_retention_op(req).await
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        self.get_object_retention_op(req).await
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        self.put_object_legal_hold_op(req).await
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        self.get_object_legal_hold_op(req).await
     }
 
     async fn put_bucket_versioning(

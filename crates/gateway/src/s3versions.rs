@@ -113,6 +113,11 @@ impl Gateway {
         // There is no way back to never versioned: a bucket's versioning is only ever enabled
         // or suspended (S3 accepts suspending a bucket that was never versioned).
         self.configure(&access.bucket, |b| {
+            if b.object_lock.is_some() && wanted != Versioning::Enabled {
+                return Err(crate::GatewayError::InvalidBucketState(
+                    "a bucket with object lock keeps versioning enabled".into(),
+                ));
+            }
             b.versioning = wanted;
             Ok(())
         })
@@ -140,10 +145,21 @@ impl Gateway {
         access: &Access,
         key: &str,
         version_id: Option<&str>,
+        bypass_governance: bool,
     ) -> S3Result<versions::Deleted> {
         let parsed = version_id_of(version_id)?;
         let action = if parsed.is_some() { Action::DeleteObjectVersion } else { Action::DeleteObject };
         access.require(action, Some(key))?;
+        if access.bucket.object_lock.is_some() && parsed.is_some() {
+            // A protected version is refused here; a delete without a version id only adds a
+            // marker, which removes nothing. (A retention set between this check and the
+            // removal is not seen: the removal itself does not read the version's metadata.)
+            match self.located(access, key, version_id).await {
+                Ok(v) => crate::s3lock::check_deletable(&v.meta.lock, bypass_governance)?,
+                Err(e) if matches!(e.code(), S3ErrorCode::NoSuchVersion | S3ErrorCode::MethodNotAllowed) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let owner = access.party();
         let deleted = versions::delete(
             &self.client,
@@ -162,7 +178,8 @@ impl Gateway {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let access = self.access(&req, &req.input.bucket).await?;
-        let d = self.delete_one(&access, &req.input.key, req.input.version_id.as_deref()).await?;
+        let bypass = req.input.bypass_governance_retention.unwrap_or(false);
+        let d = self.delete_one(&access, &req.input.key, req.input.version_id.as_deref(), bypass).await?;
         Ok(S3Response::new(DeleteObjectOutput {
             delete_marker: Some(d.delete_marker),
             version_id: d.version_id,

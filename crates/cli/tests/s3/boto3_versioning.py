@@ -1,10 +1,11 @@
 """Bucket versioning through boto3 against a Shoal gateway (driven by crates/cli/tests/s3.rs):
 versions, delete markers, the null version, suspension, listing versions page by page, copies,
-ACLs and tags by version, multipart uploads into versions, concurrent writes.
+ACLs and tags by version, multipart uploads into versions, concurrent writes, object lock.
 
 Environment: S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY. Exits non-zero on the first failed
 check.
 """
+import datetime
 import os
 import threading
 
@@ -187,5 +188,41 @@ r = s3.delete_objects(Bucket=B, Delete={"Objects": everything})
 assert not r.get("Errors"), r
 assert all_versions() == ([], [])
 s3.delete_bucket(Bucket=B)
+
+# Object lock: a bucket created with it versions; its default retention protects new versions
+# from deletion by id (governance yields to a bypass); a legal hold holds whatever the bypass.
+
+L = "locked"
+s3.create_bucket(Bucket=L, ObjectLockEnabledForBucket=True)
+assert s3.get_bucket_versioning(Bucket=L)["Status"] == "Enabled"
+fails("InvalidBucketState", s3.put_bucket_versioning, Bucket=L, VersioningConfiguration={"Status": "Suspended"})
+conf = {"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}}
+s3.put_object_lock_configuration(Bucket=L, ObjectLockConfiguration=conf)
+assert s3.get_object_lock_configuration(Bucket=L)["ObjectLockConfiguration"] == conf
+bad = {"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 0}}}
+fails("InvalidRetentionPeriod", s3.put_object_lock_configuration, Bucket=L, ObjectLockConfiguration=bad)
+v = s3.put_object(Bucket=L, Key="k", Body=b"kept")["VersionId"]
+head = s3.head_object(Bucket=L, Key="k")
+assert head["ObjectLockMode"] == "GOVERNANCE" and head["ObjectLockRetainUntilDate"] > datetime.datetime.now(datetime.timezone.utc)
+fails("AccessDenied", s3.delete_object, Bucket=L, Key="k", VersionId=v)
+later = head["ObjectLockRetainUntilDate"] + datetime.timedelta(days=1)
+s3.put_object_retention(Bucket=L, Key="k", Retention={"Mode": "GOVERNANCE", "RetainUntilDate": later})
+sooner = {"Mode": "GOVERNANCE", "RetainUntilDate": later - datetime.timedelta(days=1, hours=1)}
+fails("AccessDenied", s3.put_object_retention, Bucket=L, Key="k", Retention=sooner)
+s3.put_object_legal_hold(Bucket=L, Key="k", LegalHold={"Status": "ON"})
+assert s3.get_object_legal_hold(Bucket=L, Key="k")["LegalHold"]["Status"] == "ON"
+fails("AccessDenied", s3.delete_object, Bucket=L, Key="k", VersionId=v, BypassGovernanceRetention=True)
+s3.put_object_legal_hold(Bucket=L, Key="k", LegalHold={"Status": "OFF"})
+marker = s3.delete_object(Bucket=L, Key="k")["VersionId"]  # a marker removes nothing: allowed
+s3.delete_object(Bucket=L, Key="k", VersionId=marker)
+s3.delete_object(Bucket=L, Key="k", VersionId=v, BypassGovernanceRetention=True)
+s3.delete_bucket(Bucket=L)
+s3.create_bucket(Bucket="lockless")
+s3.put_object(Bucket="lockless", Key="x", Body=b"x")
+fails("InvalidRequest", s3.get_object_retention, Bucket="lockless", Key="x")
+fails("ObjectLockConfigurationNotFoundError", s3.get_object_lock_configuration, Bucket="lockless")
+fails("InvalidBucketState", s3.put_object_lock_configuration, Bucket="lockless", ObjectLockConfiguration=conf)
+s3.delete_object(Bucket="lockless", Key="x")
+s3.delete_bucket(Bucket="lockless")
 
 print("boto3 versioning checks passed")
