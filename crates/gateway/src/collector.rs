@@ -106,6 +106,7 @@ pub async fn pass(client: &Client, settings: &CollectorSettings) -> Result<PassS
 struct PartitionView {
     live: bool,
     label: Option<PartitionLabel>,
+    /// Entries or version records: what a bucket deletion must not leave in a dead partition.
     has_entries: bool,
     records: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -116,6 +117,7 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
         ObjOp::GetXattr { name: LABEL_XATTR.into() },
         ObjOp::OmapList { after: None, max: 1 },
         ObjOp::OmapList { after: Some(layout::records_cursor()), max: RECORDS_PER_PASS },
+        ObjOp::OmapList { after: Some(layout::versions_cursor()), max: 1 },
     ];
     let r = match client.op(INDEX_POOL, part, ops, Vec::new()).await {
         Ok(r) => r,
@@ -133,6 +135,9 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
         Some(OpOutput::OmapList(records)) => records,
         other => return Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
     };
+    // Version records (delete markers among them) keep a bucket as entries do.
+    let has_versions = matches!(out.next(), Some(OpOutput::OmapList(first)) if first.first().is_some_and(|(k, _)| k.first() == Some(&layout::VERSION_PREFIX)));
+    let has_entries = has_entries || has_versions;
     Ok(Some(PartitionView { live, label, has_entries, records }))
 }
 
