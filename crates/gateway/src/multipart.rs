@@ -430,45 +430,15 @@ fn choose_parts(parts: &[(u32, PartRecord)], requested: &[(u32, String)]) -> Res
     Ok(Manifest { parts: out, upload: 0 })
 }
 
-/// The rest of a completion whose gateway died (the collector, after the lease): the head
-/// decides. If it carries the completion's tag, the object is complete: the part records go,
-/// unused parts to GC. If not, the completion never committed (or was at once replaced, which
-/// cannot be told apart): the upload is given back and only the manifest object is collected.
-pub(crate) async fn finish_complete(
+/// What finishing a dead completion does to the upload's records: when it committed, the part
+/// records go (parts its manifest does not use, to GC); when it did not, the upload is given
+/// back, or in a deleted bucket (no upload comes back) every part goes.
+async fn dead_completion_ops(
     client: &Client,
     how: &Completion<'_>,
     rec: &UploadRecord,
     tag: u128,
-) -> Result<Completed, GatewayError> {
-    let parts = parts_of(client, how.part, rec.upload).await?;
-    let manifest: Option<Manifest> =
-        match rados::read_all(client, DATA_POOL, &layout::manifest_object(how.bucket_id, tag)).await? {
-            Some(bytes) => Some(layout::decode(&bytes, "manifest")?),
-            None => None,
-        };
-    let used: Vec<u128> = manifest.iter().flat_map(|m| m.parts.iter().map(|p| p.tag)).collect();
-    let due = layout::now_ns() + how.gc_delay_ns;
-    let upload_back = layout::encode(rec);
-    let extra = |committed: bool| {
-        if committed {
-            drop_parts(rec.upload, &parts, &used, due)
-        } else if how.live {
-            vec![ObjOp::OmapSet { entries: vec![(layout::upload_key(&rec.key, rec.upload), upload_back.clone())] }]
-        } else {
-            // A deleted bucket takes no upload back: the parts go.
-            drop_parts(rec.upload, &parts, &[], due)
-        }
-    };
-    index::complete_at(client, how, &rec.key, tag, Some(GcRecord::ManifestOnly { tag }), &extra).await
-}
-
-/// [`finish_complete`] for a completion into a new version: its version object decides.
-pub(crate) async fn finish_complete_version(
-    client: &Client,
-    how: &Completion<'_>,
-    rec: &UploadRecord,
-    tag: u128,
-) -> Result<Completed, GatewayError> {
+) -> Result<(Vec<ObjOp>, Vec<ObjOp>), GatewayError> {
     let parts = parts_of(client, how.part, rec.upload).await?;
     let manifest: Option<Manifest> =
         match rados::read_all(client, DATA_POOL, &layout::manifest_object(how.bucket_id, tag)).await? {
@@ -483,6 +453,32 @@ pub(crate) async fn finish_complete_version(
     } else {
         drop_parts(rec.upload, &parts, &[], due)
     };
+    Ok((committed, abandoned))
+}
+
+/// The rest of a completion whose gateway died (the collector, after the lease): the head
+/// decides. If it carries the completion's tag, the object is complete: the part records go,
+/// unused parts to GC. If not, the completion never committed (or was at once replaced, which
+/// cannot be told apart): the upload is given back and only the manifest object is collected.
+pub(crate) async fn finish_complete(
+    client: &Client,
+    how: &Completion<'_>,
+    rec: &UploadRecord,
+    tag: u128,
+) -> Result<Completed, GatewayError> {
+    let (committed, abandoned) = dead_completion_ops(client, how, rec, tag).await?;
+    let extra = |done: bool| if done { committed.clone() } else { abandoned.clone() };
+    index::complete_at(client, how, &rec.key, tag, Some(GcRecord::ManifestOnly { tag }), &extra).await
+}
+
+/// [`finish_complete`] for a completion into a new version: its version object decides.
+pub(crate) async fn finish_complete_version(
+    client: &Client,
+    how: &Completion<'_>,
+    rec: &UploadRecord,
+    tag: u128,
+) -> Result<Completed, GatewayError> {
+    let (committed, abandoned) = dead_completion_ops(client, how, rec, tag).await?;
     let garbage = GcRecord::Version { tag, then: Some(Box::new(GcRecord::ManifestOnly { tag })) };
     versions::finish(client, how, &rec.key, tag, committed, abandoned, garbage).await
 }

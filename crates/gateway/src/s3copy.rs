@@ -295,12 +295,7 @@ impl Gateway {
         // part at upload instead.
         let source_md5 = (src.parts == 0).then(|| src.etag.clone());
         let check = CopyCheck::new(&algorithms, source_md5, src.checksums.clone());
-        let lock = crate::s3lock::new_version_lock(
-            &bucket,
-            input.object_lock_mode.as_ref().map(|m| m.as_str()),
-            input.object_lock_retain_until_date.as_ref(),
-            input.object_lock_legal_hold_status.as_ref().map(|s| s.as_str()),
-        )?;
+        let lock = crate::s3lock::version_lock!(&bucket, input)?;
         let (body, shape) = self.source_body(source);
         let args = WriteArgs {
             lock,

@@ -594,12 +594,7 @@ impl S3 for Gateway {
             return Err(s3_error!(KeyTooLongError, "keys are at most {} bytes", layout::MAX_KEY_BYTES));
         }
         let condition = write_condition(input.if_none_match.as_ref(), input.if_match.as_ref())?;
-        let lock = crate::s3lock::new_version_lock(
-            &bucket,
-            input.object_lock_mode.as_ref().map(|m| m.as_str()),
-            input.object_lock_retain_until_date.as_ref(),
-            input.object_lock_legal_hold_status.as_ref().map(|s| s.as_str()),
-        )?;
+        let lock = crate::s3lock::version_lock!(&bucket, input)?;
         let verifier = body_verifier!(req, input)?;
         let args = WriteArgs {
             lock,

@@ -37,6 +37,20 @@ fn missing_lock_configuration(bucket: &BucketRecord) -> S3Error {
     s3_error!(InvalidRequest, "bucket {:?} is missing its object lock configuration", bucket.name)
 }
 
+/// [`new_version_lock`] from a write request's input (PUT, multipart creation and copy name the
+/// `x-amz-object-lock-*` headers alike).
+macro_rules! version_lock {
+    ($bucket:expr, $input:expr) => {
+        $crate::s3lock::new_version_lock(
+            $bucket,
+            $input.object_lock_mode.as_ref().map(|m| m.as_str()),
+            $input.object_lock_retain_until_date.as_ref(),
+            $input.object_lock_legal_hold_status.as_ref().map(|s| s.as_str()),
+        )
+    };
+}
+pub(crate) use version_lock;
+
 /// The lock state a new version gets: what the request names (`x-amz-object-lock-*`), else the
 /// bucket's default retention.
 pub(crate) fn new_version_lock(

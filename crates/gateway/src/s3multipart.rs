@@ -55,12 +55,7 @@ impl Gateway {
         if input.key.len() > MAX_KEY_BYTES {
             return Err(s3_error!(KeyTooLongError, "keys are at most {MAX_KEY_BYTES} bytes"));
         }
-        let lock = crate::s3lock::new_version_lock(
-            &bucket,
-            input.object_lock_mode.as_ref().map(|m| m.as_str()),
-            input.object_lock_retain_until_date.as_ref(),
-            input.object_lock_legal_hold_status.as_ref().map(|s| s.as_str()),
-        )?;
+        let lock = crate::s3lock::version_lock!(&bucket, input)?;
         let new = NewUpload {
             lock,
             owner_id: owner.id,
