@@ -33,6 +33,9 @@ echo "== cluster" >&2
 cluster="$out/cluster"
 rm -rf "$cluster"
 trap '"$shoal" down --dir "$cluster" >/dev/null 2>&1 || true' EXIT
+# The suite counts lifecycle days as lc_debug_interval (below) seconds; the gateway `up` starts
+# takes its day length from the environment.
+export SHOAL_LIFECYCLE_DAY_S=10
 "$shoal" up --dir "$cluster" --osds 1 --backend mem --osd-size 4G --json > "$out/up.json"
 endpoint=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gateway"]["endpoint"])' "$out/up.json")
 hostport=${endpoint#http://}

@@ -50,6 +50,10 @@ pub struct GatewayArgs {
     /// PGs of the data pool when the gateway creates it.
     #[arg(long, default_value_t = 64)]
     pg_num: u32,
+    /// Seconds in a lifecycle day: 86400, or a few seconds to watch lifecycle rules act in a
+    /// test (the `x-amz-expiration` header still counts real days).
+    #[arg(long, env = "SHOAL_LIFECYCLE_DAY_S", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
+    lifecycle_day_s: u64,
 }
 
 pub fn run(cmd: &GatewayCommand) -> Result<ExitCode> {
@@ -74,6 +78,7 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
             lease: Duration::from_secs(args.lease_s),
             pool_size: args.pool_size.unwrap_or(osds.clamp(1, 3)),
             pg_num: args.pg_num,
+            lifecycle_day: Duration::from_secs(args.lifecycle_day_s),
         };
         let server = Server::bind(client, &cfg).await?;
         tracing::info!(addr = %server.local_addr(), "S3 gateway serving");

@@ -45,11 +45,16 @@ fn aws_cli() -> PathBuf {
     aws
 }
 
+/// Seconds in the lifecycle day of the gateway `up_with_gateway` starts, so that lifecycle
+/// rules act within a test.
+const LIFECYCLE_DAY_S: &str = "2";
+
 /// The gateway part of `shoal up --json`, read back from a running cluster's files.
 fn up_with_gateway(tmp: &Path) -> (PathBuf, common::Down, serde_json::Value) {
     let dir = tmp.join("c");
     let d = dir.display().to_string();
-    let out = ok(&shoal(tmp, &["up", "--dir", &d, "--osds", "3", "--backend", "mem", "--osd-size", "1G", "--json"]));
+    let args = ["up", "--dir", &d, "--osds", "3", "--backend", "mem", "--osd-size", "1G", "--json"];
+    let out = ok(&common::shoal_env(tmp, &args, &[("SHOAL_LIFECYCLE_DAY_S", LIFECYCLE_DAY_S)]));
     let report: serde_json::Value = serde_json::from_str(&out).expect("up --json is JSON");
     let gw = report["gateway"].clone();
     assert!(gw["endpoint"].as_str().is_some_and(|e| e.starts_with("http://127.0.0.1:")), "{gw}");
@@ -104,6 +109,9 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     ]);
     run_boto3_script(&python, "boto3_access.py", &env, "boto3 access checks passed");
     run_boto3_script(&python, "boto3_versioning.py", &owner, "boto3 versioning checks passed");
+    let mut env = owner.to_vec();
+    env.push(("LIFECYCLE_DAY_S", LIFECYCLE_DAY_S));
+    run_boto3_script(&python, "boto3_lifecycle.py", &env, "boto3 lifecycle checks passed");
 
     // The load generator against the same gateway: every request signed and answered.
     for workload in ["put", "get", "mixed", "list"] {

@@ -344,6 +344,68 @@ pub struct BucketRecord {
     pub tags: Vec<(String, String)>,
     pub versioning: Versioning,
     pub object_lock: Option<ObjectLock>,
+    /// The lifecycle rules, in the order set (none: no lifecycle configuration).
+    pub lifecycle: Vec<LifecycleRule>,
+    /// The CORS rules, in the order set (none: no CORS configuration).
+    pub cors: Vec<CorsRule>,
+}
+
+/// One CORS rule (S3's `CORSRule`, checked when it was set; see `cors.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorsRule {
+    pub id: Option<String>,
+    /// HTTP methods, upper case.
+    pub methods: Vec<String>,
+    /// Origins, each with at most one `*` wildcard.
+    pub origins: Vec<String>,
+    /// Headers a preflight may ask for, each with at most one `*` wildcard.
+    pub headers: Vec<String>,
+    /// Response headers a browser script may read.
+    pub expose_headers: Vec<String>,
+    pub max_age_s: Option<u32>,
+}
+
+/// One lifecycle rule (S3's `LifecycleRule`, checked when it was set; see `lifecycle.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleRule {
+    pub id: String,
+    pub enabled: bool,
+    pub filter: LifecycleFilter,
+    /// Expiration of current versions: after this many days, or from this instant.
+    pub expire_days: Option<u32>,
+    pub expire_date_s: Option<i64>,
+    /// Remove a delete marker that no other version of its key is left behind.
+    pub expired_delete_marker: bool,
+    /// Expiration of noncurrent versions this many days after they became noncurrent, keeping
+    /// the newest `keep_noncurrent` of them.
+    pub noncurrent_days: Option<u32>,
+    pub keep_noncurrent: Option<u32>,
+    /// Abort of multipart uploads this many days after they were created.
+    pub abort_upload_days: Option<u32>,
+}
+
+/// Which objects a lifecycle rule applies to: all its conditions hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleFilter {
+    pub prefix: String,
+    /// The rule was given S3's old top-level `Prefix` rather than a `Filter` (kept so that the
+    /// configuration reads back as it was sent).
+    pub legacy_prefix: bool,
+    pub tags: Vec<(String, String)>,
+    pub size_greater_than: Option<u64>,
+    pub size_less_than: Option<u64>,
+}
+
+/// The object naming the buckets that have lifecycle rules: an omap of bucket name to
+/// [`LifecycleClaim`], which gateways swap to take a bucket's next lifecycle pass.
+pub const LIFECYCLE_OBJECT: &str = "lifecycle";
+
+/// A bucket's entry in [`LIFECYCLE_OBJECT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleClaim {
+    pub bucket_id: u64,
+    /// No gateway starts the bucket's next pass before this instant.
+    pub next_ns: u64,
 }
 
 /// What a bucket refuses or ignores of public ACLs and policies (S3's public access block).
@@ -746,6 +808,8 @@ mod tests {
             tags: Vec::new(),
             versioning: Versioning::Unversioned,
             object_lock: None,
+            lifecycle: Vec::new(),
+            cors: Vec::new(),
         };
         assert_eq!(b.partition_of(""), 0);
         assert_eq!(b.partition_of("zzz"), 0);

@@ -292,6 +292,8 @@ pub async fn create_bucket(
         tags: Vec::new(),
         versioning: if object_lock { layout::Versioning::Enabled } else { layout::Versioning::Unversioned },
         object_lock: object_lock.then(layout::ObjectLock::default),
+        lifecycle: Vec::new(),
+        cors: Vec::new(),
     };
     let user_obj = layout::user_object(&owner.name);
     let listed = vec![ObjOp::OmapSet { entries: vec![(name.as_bytes().to_vec(), Vec::new())] }];

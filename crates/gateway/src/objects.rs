@@ -129,6 +129,9 @@ pub enum WriteCondition {
     ETag(String),
     /// `If-Match: *`: only if the key has an object, whichever.
     Exists,
+    /// Only if the key's current object is the one the write tagged so made (the lifecycle's
+    /// guard on what it judged expired; deletes only).
+    Tag(u128),
 }
 
 /// What a body will make a write hold in memory.
@@ -460,6 +463,7 @@ pub(crate) fn refusal(condition: &WriteCondition) -> String {
         WriteCondition::ETag(etag) => format!("the object's ETag is not {etag:?} (If-Match)"),
         WriteCondition::Exists => "the key has no object (If-Match: *)".to_string(),
         WriteCondition::None => "a concurrent change".to_string(),
+        WriteCondition::Tag(_) => "the object was replaced".to_string(),
     }
 }
 
@@ -508,6 +512,9 @@ async fn commit_head_once(
             ops.push(ObjOp::AssertXattr { name: ETAG_XATTR.into(), value: Some(etag.as_bytes().to_vec()) })
         }
         WriteCondition::Exists => unreachable!("commit_head resolves If-Match: * to an ETag"),
+        WriteCondition::Tag(_) => {
+            return Err(GatewayError::Internal("a head write cannot be guarded by a write's tag".into()));
+        }
     }
     ops.push(ObjOp::WriteFull { len_bytes: first.len() as u64 });
     ops.push(ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(meta) });
@@ -566,12 +573,46 @@ impl TailWrites {
 }
 
 /// Removes `key`'s object (a missing one is not an error): prepare, remove the head, complete.
-pub async fn delete(client: &Client, bucket: &BucketRecord, key: &str, gc_delay_ns: u64) -> Result<(), GatewayError> {
+/// With `condition` [`WriteCondition::Tag`], only the head that write made is removed (another
+/// is left alone); other conditions are not deletes' and are refused. Returns whether a head
+/// was removed.
+pub async fn delete(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    condition: &WriteCondition,
+    gc_delay_ns: u64,
+) -> Result<bool, GatewayError> {
+    let head = layout::head_object(bucket.id, key);
+    let guard = match condition {
+        WriteCondition::None => None,
+        WriteCondition::Tag(want) => {
+            // The guard is the whole metadata read, which carries the write's tag.
+            let Some(raw) = rados::get_xattr(client, DATA_POOL, &head, META_XATTR).await? else {
+                return Ok(false);
+            };
+            let meta: ObjectMeta = layout::decode(&raw, "object metadata")?;
+            if meta.tag != *want {
+                return Ok(false);
+            }
+            Some(raw)
+        }
+        other => return Err(GatewayError::Internal(format!("a delete cannot be guarded by {other:?}"))),
+    };
     let tag = layout::random_tag()?;
     index::prepare(client, bucket, key, tag, layout::PendingKind::Write).await?;
-    rados::remove(client, DATA_POOL, &layout::head_object(bucket.id, key)).await?;
+    let mut ops = Vec::with_capacity(2);
+    if let Some(raw) = guard {
+        ops.push(ObjOp::AssertXattr { name: META_XATTR.into(), value: Some(raw) });
+    }
+    ops.push(ObjOp::Remove);
+    let removed = match client.op(DATA_POOL, &head, ops, Vec::new()).await {
+        Ok(_) => true,
+        Err(e) if e.is_not_found() || e.code() == Some(shoal_proto::ErrorCode::Conflict) => false,
+        Err(e) => return Err(e.into()),
+    };
     index::complete(client, bucket, key, tag, Some(0), gc_delay_ns).await?;
-    Ok(())
+    Ok(removed)
 }
 
 /// An object opened for reading: its metadata and the bytes of the head read with it.

@@ -13,7 +13,7 @@ use crate::access::{Action, Records};
 use crate::auth::KeyCache;
 use crate::error::GatewayError;
 use crate::index;
-use crate::layout::{self, Checksums, ContentHeaders, ObjectMeta, UserRecord};
+use crate::layout::{self, BucketRecord, Checksums, ContentHeaders, ObjectMeta, UserRecord};
 use crate::meta;
 use crate::objects::{self, BodyCheck, MemoryBudget, WriteArgs, WriteCondition, WriteError};
 use crate::text::{hex, hex_decode, uri_encode};
@@ -405,6 +405,14 @@ fn returned_checksums(meta: &ObjectMeta, mode: Option<&ChecksumMode>, whole: boo
     if enabled && whole { meta.checksums.clone() } else { Checksums::default() }
 }
 
+/// The `x-amz-expiration` header of a read: only the current version (no id named) has one.
+fn expiration_of(bucket: &BucketRecord, meta: &ObjectMeta, version_id: Option<&str>) -> Option<String> {
+    if version_id.is_some() {
+        return None;
+    }
+    crate::s3lifecycle::expiration_header(bucket, meta)
+}
+
 /// 304 Not Modified, with the ETag and Last-Modified a cache revalidates against (RFC 9110).
 fn not_modified(meta: &ObjectMeta) -> S3Error {
     let mut e = S3Error::with_message(S3ErrorCode::Custom("NotModified".into()), "Not Modified");
@@ -621,6 +629,7 @@ impl S3 for Gateway {
             .map_err(write_error)?;
         let meta = written.meta;
         Ok(S3Response::new(PutObjectOutput {
+            expiration: crate::s3lifecycle::expiration_header(&bucket, &meta),
             version_id: written.version_id,
             e_tag: Some(etag_of(&meta.etag)),
             checksum_crc32: meta.checksums.crc32,
@@ -682,6 +691,7 @@ impl S3 for Gateway {
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), content_range.is_none());
         let (lock_mode, lock_until, legal_hold) = crate::s3lock::lock_fields(&meta.lock);
         let out = GetObjectOutput {
+            expiration: expiration_of(bucket, &meta, input.version_id.as_deref()),
             body: Some(body),
             version_id,
             object_lock_mode: lock_mode,
@@ -740,6 +750,7 @@ impl S3 for Gateway {
         let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), true);
         let (lock_mode, lock_until, legal_hold) = crate::s3lock::lock_fields(&meta.lock);
         let mut resp = S3Response::new(HeadObjectOutput {
+            expiration: expiration_of(bucket, &meta, input.version_id.as_deref()),
             version_id,
             object_lock_mode: lock_mode,
             object_lock_retain_until_date: lock_until,
@@ -1075,6 +1086,42 @@ impl S3 for Gateway {
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         self.put_bucket_versioning_op(req).await
+    }
+
+    async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        self.put_bucket_cors_op(req).await
+    }
+
+    async fn get_bucket_cors(&self, req: S3Request<GetBucketCorsInput>) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        self.get_bucket_cors_op(req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.delete_bucket_cors_op(req).await
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        self.put_bucket_lifecycle_op(req).await
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        self.get_bucket_lifecycle_op(req).await
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        self.delete_bucket_lifecycle_op(req).await
     }
 
     async fn get_bucket_versioning(

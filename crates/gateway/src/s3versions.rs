@@ -166,6 +166,7 @@ impl Gateway {
             &access.bucket,
             key,
             parsed.as_ref(),
+            &crate::objects::WriteCondition::None,
             (&owner.id, &owner.display_name),
             self.gc_delay_ns(),
         )

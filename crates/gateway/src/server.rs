@@ -15,7 +15,9 @@ use tokio::net::TcpListener;
 use crate::access::Transport;
 use crate::auth::ClusterAuth;
 use crate::collector::{self, CollectorSettings};
+use crate::cors::CorsAsk;
 use crate::error::GatewayError;
+use crate::expiry::LifecycleSettings;
 use crate::meta;
 use crate::objects::MemoryBudget;
 use crate::precheck;
@@ -40,6 +42,8 @@ pub struct GatewayConfig {
     pub pool_size: u32,
     /// PGs of the data pool it creates (the others get a quarter).
     pub pg_num: u32,
+    /// The length of a lifecycle day (a real day; shortened only for tests).
+    pub lifecycle_day: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -53,6 +57,7 @@ impl Default for GatewayConfig {
             lease: Duration::from_secs(3600),
             pool_size: 3,
             pg_num: 64,
+            lifecycle_day: Duration::from_secs(86_400),
         }
     }
 }
@@ -63,6 +68,10 @@ pub struct Server {
     service: s3s::service::S3Service,
     client: Client,
     collector: CollectorSettings,
+    lifecycle: LifecycleSettings,
+    /// The gateway behind s3s, for what is answered around it (CORS).
+    gateway: Gateway,
+    domains: Arc<Vec<String>>,
 }
 
 impl Server {
@@ -72,6 +81,10 @@ impl Server {
         meta::ensure_pools(&client, cfg.pool_size, cfg.pg_num, timeout_ms).await?;
         let settings = ServiceSettings { region: cfg.region.clone(), gc_delay: cfg.gc_delay, lease: cfg.lease };
         let collector = CollectorSettings::new(cfg.lease, cfg.gc_delay);
+        if cfg.lifecycle_day.is_zero() {
+            return Err(GatewayError::InvalidArgument("a lifecycle day cannot last 0 seconds".into()));
+        }
+        let lifecycle = LifecycleSettings::new(cfg.lifecycle_day, cfg.gc_delay);
         let gateway = Gateway::new(client.clone(), MemoryBudget::new(cfg.inflight_bytes), settings);
         let mut builder = S3ServiceBuilder::new(gateway.clone());
         builder.set_auth(ClusterAuth(gateway.keys.clone()));
@@ -84,7 +97,8 @@ impl Server {
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| GatewayError::InvalidArgument(format!("cannot listen on {}: {e}", cfg.listen)))?;
-        Ok(Server { listener, service: builder.build(), client, collector })
+        let domains = Arc::new(cfg.domains.clone());
+        Ok(Server { listener, service: builder.build(), client, collector, lifecycle, gateway, domains })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -92,9 +106,10 @@ impl Server {
         self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
-    /// Serves until the process ends, with the collector running beside.
+    /// Serves until the process ends, with the collector and the lifecycle running beside.
     pub async fn run(self) -> Result<(), GatewayError> {
         tokio::spawn(collector::run(self.client.clone(), self.collector.clone()));
+        tokio::spawn(crate::expiry::run(self.client.clone(), self.lifecycle.clone()));
         let conns = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let request_ids = Arc::new(RequestIds::new());
         loop {
@@ -109,12 +124,25 @@ impl Server {
             };
             let _ = socket.set_nodelay(true);
             let service = self.service.clone();
+            let gateway = self.gateway.clone();
+            let domains = self.domains.clone();
             let ids = request_ids.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let service = service.clone();
+                    let gateway = gateway.clone();
+                    let domains = domains.clone();
                     let id = ids.next();
                     async move {
+                        // A CORS preflight is not an S3 request (browsers never sign it).
+                        if req.method() == hyper::Method::OPTIONS {
+                            let mut resp = gateway.preflight(req.uri(), req.headers(), &domains, &id).await;
+                            if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
+                                resp.headers_mut().insert("x-amz-request-id", v);
+                            }
+                            return Ok(resp);
+                        }
+                        let cors = CorsAsk::of(req.method(), req.uri(), req.headers(), &domains);
                         let now_s = unix_now_s();
                         let checked = precheck::sigv2_date(req.headers(), now_s)
                             .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
@@ -124,6 +152,9 @@ impl Server {
                             Err(refusal) => refused(&refusal, &id),
                             Ok(()) => service.call(req).await?,
                         };
+                        if let Some(ask) = &cors {
+                            gateway.add_cors_headers(ask, &mut resp).await;
+                        }
                         if resp.status().as_u16() >= 400
                             && let Some(body) = resp.body().bytes()
                             && let Some(with_id) = precheck::with_request_id(&body, &id)

@@ -124,6 +124,7 @@ fn condition_holds(condition: &WriteCondition, current: Option<&IndexEntry>) -> 
         WriteCondition::Absent => current.is_none(),
         WriteCondition::Exists => current.is_some(),
         WriteCondition::ETag(etag) => current.is_some_and(|c| c.etag == *etag),
+        WriteCondition::Tag(tag) => current.is_some_and(|c| c.tag == *tag),
     }
 }
 
@@ -388,17 +389,22 @@ pub struct Deleted {
     pub version_id: Option<String>,
     /// A delete marker was made, or the version removed was one.
     pub delete_marker: bool,
+    /// The delete's condition did not hold: nothing was changed.
+    pub refused: bool,
 }
 
 /// Deletes `key` as S3 does in `bucket`'s versioning state: without a version id, removes the
 /// object (never versioned), adds a delete marker (enabled), or makes the null version a delete
-/// marker (suspended); with one, removes that version. Removing a version that is not there
-/// succeeds. On return the change is in the index (the data goes to GC).
+/// marker (suspended), if `condition` holds for the current version (deletes take
+/// [`WriteCondition::None`] or [`WriteCondition::Tag`]); with one, removes that version.
+/// Removing a version that is not there succeeds. On return the change is in the index (the
+/// data goes to GC).
 pub async fn delete(
     client: &Client,
     bucket: &BucketRecord,
     key: &str,
     version_id: Option<&VersionId>,
+    condition: &WriteCondition,
     owner: (&str, &str),
     gc_delay_ns: u64,
 ) -> Result<Deleted, GatewayError> {
@@ -423,17 +429,29 @@ pub async fn delete(
         })
     };
     let dead = || GatewayError::NoSuchBucket(bucket.name.clone());
-    let head_delete = || crate::objects::delete(client, bucket, key, gc_delay_ns);
+    let unguarded = WriteCondition::None;
+    let head_delete = |c| crate::objects::delete(client, bucket, key, c, gc_delay_ns);
+    let refused = Deleted { refused: true, ..Deleted::default() };
+    // The condition the index change is guarded by: a versioned delete's own.
+    let mut guard = if version_id.is_none() { condition } else { &unguarded };
     for _ in 0..NULL_ATTEMPTS {
         let change = match version_id {
             None => match bucket.versioning {
                 Versioning::Unversioned => {
-                    head_delete().await?;
-                    return Ok(Deleted::default());
+                    let removed = head_delete(condition).await?;
+                    return Ok(if removed || *condition == WriteCondition::None {
+                        Deleted::default()
+                    } else {
+                        refused
+                    });
                 }
                 Versioning::Enabled => Change::Add(marker(false)?),
                 Versioning::Suspended => {
-                    head_delete().await?;
+                    // Removing the guarded object as the null version satisfied the guard: the
+                    // marker then goes on whatever is current.
+                    if head_delete(guard).await? {
+                        guard = &unguarded;
+                    }
                     Change::Add(marker(true)?)
                 }
             },
@@ -441,13 +459,13 @@ pub async fn delete(
                 Some(ns) => Change::Remove(ns),
                 None => {
                     // No null record: the null version, if any, is a head without records.
-                    head_delete().await?;
-                    return Ok(Deleted { version_id: Some("null".into()), delete_marker: false });
+                    head_delete(&unguarded).await?;
+                    return Ok(Deleted { version_id: Some("null".into()), ..Deleted::default() });
                 }
             },
             Some(VersionId::Slot(s)) => Change::Remove(*s),
         };
-        match apply(client, &how, key, None, change, &WriteCondition::None, Vec::new()).await? {
+        match apply(client, &how, key, None, change, guard, Vec::new()).await? {
             Applied::Done(o) => {
                 let version_id = match (version_id, o.added) {
                     (Some(VersionId::Slot(s)), _) => s.text(),
@@ -455,16 +473,17 @@ pub async fn delete(
                     _ => "null".to_string(),
                 };
                 let delete_marker = o.added.is_some() || o.removed.is_some_and(|r| r.delete_marker);
-                return Ok(Deleted { version_id: Some(version_id), delete_marker });
+                return Ok(Deleted { version_id: Some(version_id), delete_marker, refused: false });
             }
             Applied::NullHasData => {
                 // The null version has data: it goes through its head (and a suspended delete
                 // then tries its marker again).
-                head_delete().await?;
+                head_delete(&unguarded).await?;
                 if version_id.is_some() {
-                    return Ok(Deleted { version_id: Some("null".into()), delete_marker: false });
+                    return Ok(Deleted { version_id: Some("null".into()), ..Deleted::default() });
                 }
             }
+            Applied::Refused => return Ok(refused),
             Applied::Dead => return Err(dead()),
             other => return Err(GatewayError::Internal(format!("a delete answered {other:?}"))),
         }

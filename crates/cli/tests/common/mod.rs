@@ -6,9 +6,15 @@ use std::process::{Command, Output, Stdio};
 
 /// Runs `shoal ARGS` with `SHOAL_CONF` pointing into `dir`, empty stdin.
 pub fn shoal(dir: &Path, args: &[&str]) -> Output {
+    shoal_env(dir, args, &[])
+}
+
+/// [`shoal`] with `env` added to its environment (and to that of the daemons it starts).
+pub fn shoal_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_shoal"))
         .args(args)
         .env("SHOAL_CONF", dir.join("shoal.toml"))
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("running shoal")

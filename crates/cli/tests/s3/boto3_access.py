@@ -1,5 +1,6 @@
 """Who may do what, through boto3 against a Shoal gateway (driven by crates/cli/tests/s3.rs):
-ACLs (canned, grant headers, documents), bucket policies, anonymous requests.
+ACLs (canned, grant headers, documents), bucket policies, anonymous requests, CORS (rules,
+browser preflights and the headers of actual requests).
 
 Environment: S3_ENDPOINT; S3_ACCESS_KEY / S3_SECRET_KEY (the owner); ALT_ACCESS_KEY /
 ALT_SECRET_KEY / ALT_ID / ALT_NAME (a second user). Exits non-zero on the first failed check.
@@ -8,6 +9,7 @@ import json
 import os
 
 import boto3
+import urllib3
 from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -196,5 +198,47 @@ fails("NoSuchTagSet", owner.get_bucket_tagging, Bucket="acl")
 owner.put_bucket_tagging(Bucket="acl", Tagging={"TagSet": [{"Key": "team", "Value": "storage"}]})
 assert owner.get_bucket_tagging(Bucket="acl")["TagSet"] == [{"Key": "team", "Value": "storage"}]
 owner.delete_bucket_tagging(Bucket="acl")
+
+# CORS: rules checked and stored; a preflight is answered by the first rule allowing it, and
+# an actual request from an allowed origin gets the grant whatever its status.
+fails("NoSuchCORSConfiguration", owner.get_bucket_cors, Bucket="acl")
+cors = {"CORSRules": [
+    {"AllowedMethods": ["GET"], "AllowedOrigins": ["https://*.example.org"], "ExposeHeaders": ["ETag"]},
+    {"ID": "uploads", "AllowedMethods": ["PUT", "POST"], "AllowedOrigins": ["https://up.example.org"],
+     "AllowedHeaders": ["x-amz-*", "content-type"], "MaxAgeSeconds": 600},
+]}
+fails("InvalidRequest", owner.put_bucket_cors, Bucket="acl",
+      CORSConfiguration={"CORSRules": [{"AllowedMethods": ["PATCH"], "AllowedOrigins": ["*"]}]})
+owner.put_bucket_cors(Bucket="acl", CORSConfiguration=cors)
+assert owner.get_bucket_cors(Bucket="acl")["CORSRules"] == cors["CORSRules"]
+http = urllib3.PoolManager(retries=False)
+
+
+def preflight(origin, method, headers=None):
+    h = {"Origin": origin, "Access-Control-Request-Method": method}
+    if headers:
+        h["Access-Control-Request-Headers"] = headers
+    return http.request("OPTIONS", f"{ENDPOINT}/acl/some/key", headers=h)
+
+
+r = preflight("https://www.example.org", "GET")
+assert r.status == 200, r.status
+assert r.headers["Access-Control-Allow-Origin"] == "https://www.example.org"
+assert r.headers["Access-Control-Allow-Methods"] == "GET"
+r = preflight("https://up.example.org", "PUT", "X-Amz-Meta-A, Content-Type")
+assert r.status == 200 and r.headers["Access-Control-Max-Age"] == "600", r.headers
+assert r.headers["Access-Control-Allow-Headers"] == "x-amz-meta-a, content-type"
+assert preflight("https://up.example.org", "PUT", "authorization").status == 403
+assert preflight("https://evil.example.com", "GET").status == 403
+assert http.request("OPTIONS", f"{ENDPOINT}/acl/k").status == 400, "a preflight without an Origin"
+r = http.request("GET", f"{ENDPOINT}/acl/tagged", headers={"Origin": "https://a.example.org"})
+assert r.status == 403, "anonymous: denied, but readable by the allowed origin's script"
+assert r.headers["Access-Control-Allow-Origin"] == "https://a.example.org"
+assert r.headers["Access-Control-Expose-Headers"] == "ETag"
+r = http.request("GET", f"{ENDPOINT}/acl/tagged", headers={"Origin": "https://evil.example.com"})
+assert "Access-Control-Allow-Origin" not in r.headers
+owner.delete_bucket_cors(Bucket="acl")
+fails("NoSuchCORSConfiguration", owner.get_bucket_cors, Bucket="acl")
+assert preflight("https://www.example.org", "GET").status == 403
 
 print("boto3 access checks passed")
