@@ -77,6 +77,9 @@ pub enum Action {
     GetObject,
     /// A read naming a version.
     GetObjectVersion,
+    /// GetObjectAttributes, of the current version or of one named.
+    GetObjectAttributes,
+    GetObjectVersionAttributes,
     GetObjectTagging,
     PutObjectTagging,
     DeleteObjectTagging,
@@ -119,6 +122,8 @@ impl Action {
             Action::GetBucketConfig(name) | Action::PutBucketConfig(name) => name,
             Action::GetObject => "s3:GetObject",
             Action::GetObjectVersion => "s3:GetObjectVersion",
+            Action::GetObjectAttributes => "s3:GetObjectAttributes",
+            Action::GetObjectVersionAttributes => "s3:GetObjectVersionAttributes",
             Action::GetObjectTagging => "s3:GetObjectTagging",
             Action::PutObjectTagging => "s3:PutObjectTagging",
             Action::DeleteObjectTagging => "s3:DeleteObjectTagging",
@@ -149,6 +154,8 @@ impl Action {
             Action::PutBucketAcl => AclRule::Bucket(WriteAcp),
             Action::GetObject
             | Action::GetObjectVersion
+            | Action::GetObjectAttributes
+            | Action::GetObjectVersionAttributes
             | Action::GetObjectTagging
             | Action::GetObjectRetention
             | Action::GetObjectLegalHold => AclRule::Object(Read),

@@ -32,6 +32,7 @@ pub mod policy;
 pub mod precheck;
 pub mod rados;
 pub mod s3access;
+pub mod s3attributes;
 pub mod s3config;
 pub mod s3copy;
 pub mod s3impl;

@@ -376,13 +376,13 @@ pub async fn complete(
             Some(slot) => Ok(Written { meta, version_id: Some(slot.text()) }),
             None => {
                 unclaim().await?;
-                Err(GatewayError::PreconditionFailed(objects::refusal(condition)))
+                Err(objects::refused(client, bucket, key, condition).await)
             }
         };
     }
     if !objects::commit_head(client, &w, &meta, &[], condition).await? {
         unclaim().await?;
-        return Err(GatewayError::PreconditionFailed(objects::refusal(condition)));
+        return Err(objects::refused(client, bucket, key, condition).await);
     }
     crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
     let how =

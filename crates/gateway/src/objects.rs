@@ -129,6 +129,8 @@ pub enum WriteCondition {
     ETag(String),
     /// `If-Match: *`: only if the key has an object, whichever.
     Exists,
+    /// `If-None-Match: ETAG`: only if the key has no object or one with another ETag.
+    NotETag(String),
     /// Only if the key's current object is the one the write tagged so made (the lifecycle's
     /// guard on what it judged expired; deletes only).
     Tag(u128),
@@ -393,13 +395,13 @@ where
             let entry = layout::IndexEntry::of(&meta);
             let garbage = layout::GcRecord::Version { tag, then: entry.garbage().map(Box::new) };
             index::abandon(client, bucket, key, tag, Some(garbage), args.gc_delay_ns, Vec::new()).await?;
-            return Err(GatewayError::PreconditionFailed(refusal(&args.condition)).into());
+            return Err(refused(client, bucket, key, &args.condition).await.into());
         };
         return Ok(Written { meta, version_id: Some(slot.text()) });
     }
     if !commit_head(client, &w, &meta, &streamed.first, &args.condition).await? {
         w.abandon(client, true, streamed.written).await?;
-        return Err(GatewayError::PreconditionFailed(refusal(&args.condition)).into());
+        return Err(refused(client, bucket, key, &args.condition).await.into());
     }
     drop(streamed);
     crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
@@ -464,7 +466,34 @@ pub(crate) fn refusal(condition: &WriteCondition) -> String {
         WriteCondition::Exists => "the key has no object (If-Match: *)".to_string(),
         WriteCondition::None => "a concurrent change".to_string(),
         WriteCondition::Tag(_) => "the object was replaced".to_string(),
+        WriteCondition::NotETag(etag) => format!("the object's ETag is {etag:?} (If-None-Match)"),
     }
+}
+
+/// The error of a write whose `condition` did not hold for `key`: `NoSuchKey` when `If-Match`
+/// failed for want of any object (as S3 answers), else `PreconditionFailed`.
+pub(crate) async fn refused(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    condition: &WriteCondition,
+) -> GatewayError {
+    if matches!(condition, WriteCondition::ETag(_) | WriteCondition::Exists) {
+        // The head decides in a bucket never versioned, the index's current version otherwise.
+        let exists = if bucket.versioning == layout::Versioning::Unversioned {
+            rados::get_xattr(client, DATA_POOL, &layout::head_object(bucket.id, key), ETAG_XATTR)
+                .await
+                .map(|e| e.is_some())
+        } else {
+            crate::versions::read_view(client, &index::partition(bucket, key), key).await.map(|v| v.entry.is_some())
+        };
+        match exists {
+            Ok(false) => return GatewayError::NoSuchKey(key.to_string()),
+            Ok(true) => {}
+            Err(e) => return e,
+        }
+    }
+    GatewayError::PreconditionFailed(refusal(condition))
 }
 
 /// How often `If-Match: *` re-reads the ETag it guards on when the object changed in between.
@@ -479,22 +508,31 @@ pub(crate) async fn commit_head(
     first: &[u8],
     condition: &WriteCondition,
 ) -> Result<bool, GatewayError> {
-    if *condition != WriteCondition::Exists {
+    if !matches!(condition, WriteCondition::Exists | WriteCondition::NotETag(_)) {
         return commit_head_once(client, w, meta, first, condition).await;
     }
-    // "Any object" has no guard of its own: the head is written guarded on the ETag it has now,
-    // and read again if another write replaced it in between (still an object: try again).
+    // "Any object" and "not this ETag" have no guard of their own: the head is written guarded
+    // on the state it has now (its ETag, or no head), read again if another write changed it in
+    // between.
     let name = layout::head_object(w.bucket.id, &meta.key);
     for _ in 0..EXISTS_ATTEMPTS {
-        let Some(etag) = rados::get_xattr(client, DATA_POOL, &name, ETAG_XATTR).await? else {
-            return Ok(false);
+        let now = match rados::get_xattr(client, DATA_POOL, &name, ETAG_XATTR).await? {
+            Some(e) => {
+                Some(String::from_utf8(e).map_err(|_| GatewayError::Internal(format!("{name}'s ETag is not text")))?)
+            }
+            None => None,
         };
-        let etag = String::from_utf8(etag).map_err(|_| GatewayError::Internal(format!("{name}'s ETag is not text")))?;
-        if commit_head_once(client, w, meta, first, &WriteCondition::ETag(etag)).await? {
+        let guard = match (condition, now) {
+            (WriteCondition::Exists, None) => return Ok(false),
+            (WriteCondition::NotETag(unwanted), Some(e)) if e == *unwanted => return Ok(false),
+            (_, Some(e)) => WriteCondition::ETag(e),
+            (_, None) => WriteCondition::Absent,
+        };
+        if commit_head_once(client, w, meta, first, &guard).await? {
             return Ok(true);
         }
     }
-    Err(GatewayError::Conflict(format!("{:?} kept changing under If-Match: *", meta.key)))
+    Err(GatewayError::Conflict(format!("{:?} kept changing under {}", meta.key, refusal(condition))))
 }
 
 async fn commit_head_once(
@@ -511,7 +549,9 @@ async fn commit_head_once(
         WriteCondition::ETag(etag) => {
             ops.push(ObjOp::AssertXattr { name: ETAG_XATTR.into(), value: Some(etag.as_bytes().to_vec()) })
         }
-        WriteCondition::Exists => unreachable!("commit_head resolves If-Match: * to an ETag"),
+        WriteCondition::Exists | WriteCondition::NotETag(_) => {
+            unreachable!("commit_head resolves If-Match: * and If-None-Match: ETAG to a guard")
+        }
         WriteCondition::Tag(_) => {
             return Err(GatewayError::Internal("a head write cannot be guarded by a write's tag".into()));
         }

@@ -1,8 +1,8 @@
 //! What the HTTP side does around s3s, where S3's answers differ from what s3s gives: the date
 //! of a SigV2 request is checked before its signature (S3 names a missing, malformed or skewed
 //! date, not a signature mismatch), a presigned URL's validity is capped at seven days (s3s
-//! does not cap it), and every error body carries the request's id, like the
-//! `x-amz-request-id` header.
+//! does not cap it), every error body carries the request's id, like the `x-amz-request-id`
+//! header, and GetObjectAttributes answers its ETag unquoted (s3s quotes every XML ETag).
 
 use bytes::Bytes;
 use hyper::StatusCode;
@@ -132,9 +132,41 @@ pub fn with_request_id(body: &Bytes, request_id: &str) -> Option<Bytes> {
     Some(Bytes::from(out))
 }
 
+/// Whether a request is GetObjectAttributes (`GET ...?attributes`).
+pub fn is_get_attributes(method: &hyper::Method, query: Option<&str>) -> bool {
+    method == hyper::Method::GET
+        && query.is_some_and(|q| q.split('&').any(|p| p == "attributes" || p.starts_with("attributes=")))
+}
+
+/// A GetObjectAttributes document with its `<ETag>` unquoted, as S3 answers it; `None` when
+/// there is nothing to change.
+pub fn unquoted_attributes_etag(body: &Bytes) -> Option<Bytes> {
+    let text = std::str::from_utf8(body).ok()?;
+    let start = text.find("<ETag>\"")? + "<ETag>".len();
+    let end = start + text[start..].find("\"</ETag>")?;
+    let mut out = String::with_capacity(text.len());
+    out.push_str(&text[..start]);
+    out.push_str(&text[start + 1..end]);
+    out.push_str(&text[end + 1..]);
+    Some(Bytes::from(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attribute_etags_lose_their_quotes() {
+        let body = Bytes::from_static(b"<GetObjectAttributesResponse><ETag>\"abc\"</ETag><ObjectSize>3</ObjectSize></GetObjectAttributesResponse>");
+        let out = unquoted_attributes_etag(&body).expect("changed");
+        assert_eq!(
+            &out[..],
+            &b"<GetObjectAttributesResponse><ETag>abc</ETag><ObjectSize>3</ObjectSize></GetObjectAttributesResponse>"[..]
+        );
+        assert_eq!(unquoted_attributes_etag(&out), None);
+        assert!(is_get_attributes(&hyper::Method::GET, Some("attributes")));
+        assert!(!is_get_attributes(&hyper::Method::GET, Some("acl")));
+    }
 
     fn v2(date: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -139,8 +139,9 @@ pub(crate) fn write_condition(
     if_match: Option<&ETagCondition>,
 ) -> S3Result<WriteCondition> {
     match (if_none_match, if_match) {
-        (Some(ETagCondition::Any), _) => Ok(WriteCondition::Absent),
-        (Some(_), _) => Err(s3_error!(NotImplemented, "If-None-Match on a write accepts only *")),
+        (Some(ETagCondition::Any), None) => Ok(WriteCondition::Absent),
+        (Some(ETagCondition::ETag(e)), None) => Ok(WriteCondition::NotETag(e.value().to_string())),
+        (Some(_), Some(_)) => Err(s3_error!(InvalidRequest, "a write takes If-None-Match or If-Match, not both")),
         (None, Some(ETagCondition::ETag(e))) => Ok(WriteCondition::ETag(e.value().to_string())),
         (None, Some(ETagCondition::Any)) => Ok(WriteCondition::Exists),
         (None, None) => Ok(WriteCondition::None),
@@ -1086,6 +1087,13 @@ impl S3 for Gateway {
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         self.put_bucket_versioning_op(req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        self.get_object_attributes_op(req).await
     }
 
     async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {

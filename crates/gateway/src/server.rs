@@ -143,6 +143,7 @@ impl Server {
                             return Ok(resp);
                         }
                         let cors = CorsAsk::of(req.method(), req.uri(), req.headers(), &domains);
+                        let attributes = precheck::is_get_attributes(req.method(), req.uri().query());
                         let now_s = unix_now_s();
                         let checked = precheck::sigv2_date(req.headers(), now_s)
                             .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
@@ -152,6 +153,14 @@ impl Server {
                             Err(refusal) => refused(&refusal, &id),
                             Ok(()) => service.call(req).await?,
                         };
+                        if attributes
+                            && resp.status() == hyper::StatusCode::OK
+                            && let Some(body) = resp.body().bytes()
+                            && let Some(unquoted) = precheck::unquoted_attributes_etag(&body)
+                        {
+                            resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+                            *resp.body_mut() = s3s::Body::from(unquoted);
+                        }
                         if let Some(ask) = &cors {
                             gateway.add_cors_headers(ask, &mut resp).await;
                         }

@@ -125,6 +125,7 @@ fn condition_holds(condition: &WriteCondition, current: Option<&IndexEntry>) -> 
         WriteCondition::Exists => current.is_some(),
         WriteCondition::ETag(etag) => current.is_some_and(|c| c.etag == *etag),
         WriteCondition::Tag(tag) => current.is_some_and(|c| c.tag == *tag),
+        WriteCondition::NotETag(etag) => current.is_none_or(|c| c.etag != *etag),
     }
 }
 
@@ -797,6 +798,9 @@ mod tests {
         assert!(condition_holds(&WriteCondition::Exists, Some(&e)));
         assert!(condition_holds(&WriteCondition::ETag("e1".into()), Some(&e)));
         assert!(!condition_holds(&WriteCondition::ETag("e2".into()), Some(&e)));
+        assert!(condition_holds(&WriteCondition::NotETag("e2".into()), Some(&e)));
+        assert!(!condition_holds(&WriteCondition::NotETag("e1".into()), Some(&e)));
+        assert!(condition_holds(&WriteCondition::NotETag("e1".into()), None));
     }
 
     #[test]
