@@ -45,6 +45,9 @@ pub enum GatewayError {
     /// A conditional request's condition did not hold.
     #[error("precondition failed: {0}")]
     PreconditionFailed(String),
+    /// A checksum the client sent does not match the data's.
+    #[error("bad digest: {0}")]
+    BadDigest(String),
     /// Concurrent writes kept defeating a conditional one; the client may retry.
     #[error("conflict: {0}")]
     Conflict(String),
@@ -94,6 +97,7 @@ impl From<GatewayError> for s3s::S3Error {
             GatewayError::TooLarge(_) => C::EntityTooLarge,
             GatewayError::MalformedXml(_) => C::MalformedXML,
             GatewayError::PreconditionFailed(_) => C::PreconditionFailed,
+            GatewayError::BadDigest(_) => C::BadDigest,
             GatewayError::Conflict(_) => C::ConditionalRequestConflict,
             GatewayError::Cluster(c) => match c.code() {
                 Some(ErrorCode::NoSpace) => C::Custom("InsufficientStorage".into()),

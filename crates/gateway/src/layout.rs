@@ -478,6 +478,43 @@ pub struct Checksums {
     pub sha1: Option<String>,
     pub sha256: Option<String>,
     pub crc64nvme: Option<String>,
+    /// A multipart object's checksum of S3's `COMPOSITE` type (over its parts' checksums, shown
+    /// with `-N`); otherwise it covers the whole object (`FULL_OBJECT`).
+    pub composite: bool,
+}
+
+impl Checksums {
+    /// The checksum of `algorithm` (an S3 algorithm name), if held.
+    pub fn get(&self, algorithm: &str) -> Option<&str> {
+        match algorithm {
+            "CRC32" => self.crc32.as_deref(),
+            "CRC32C" => self.crc32c.as_deref(),
+            "SHA1" => self.sha1.as_deref(),
+            "SHA256" => self.sha256.as_deref(),
+            "CRC64NVME" => self.crc64nvme.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Holds `value` as the checksum of `algorithm` (unknown names are ignored).
+    pub fn set(&mut self, algorithm: &str, value: String) {
+        match algorithm {
+            "CRC32" => self.crc32 = Some(value),
+            "CRC32C" => self.crc32c = Some(value),
+            "SHA1" => self.sha1 = Some(value),
+            "SHA256" => self.sha256 = Some(value),
+            "CRC64NVME" => self.crc64nvme = Some(value),
+            _ => {}
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.crc32.is_none()
+            && self.crc32c.is_none()
+            && self.sha1.is_none()
+            && self.sha256.is_none()
+            && self.crc64nvme.is_none()
+    }
 }
 
 /// Content headers stored with an object and returned on GET and HEAD.
@@ -722,6 +759,8 @@ pub struct UploadRecord {
     pub checksum_algorithm: Option<String>,
     /// The object lock state the object gets.
     pub lock: Lock,
+    /// The object's checksum will be of the `FULL_OBJECT` type (else `COMPOSITE`).
+    pub full_object_checksum: bool,
 }
 
 /// A part uploaded (omap key [`part_key`]); its chunks are `t.BUCKET.TAG.0..chunks`.

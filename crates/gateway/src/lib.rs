@@ -28,6 +28,7 @@ pub mod loadgen;
 pub mod meta;
 pub mod multipart;
 pub mod objects;
+pub mod partsums;
 pub mod policy;
 pub mod precheck;
 pub mod rados;

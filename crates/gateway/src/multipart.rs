@@ -17,10 +17,11 @@ use shoal_proto::osd::ObjOp;
 use crate::error::GatewayError;
 use crate::index::{self, Completed, Completion};
 use crate::layout::{
-    self, BucketRecord, ContentHeaders, DATA_POOL, GcRecord, INDEX_POOL, Manifest, ManifestPart, ObjectMeta,
+    self, BucketRecord, Checksums, ContentHeaders, DATA_POOL, GcRecord, INDEX_POOL, Manifest, ManifestPart, ObjectMeta,
     PART_PREFIX, PartRecord, PendingKind, UploadRecord,
 };
 use crate::objects::{self, BodyCheck, BodyShape, MemoryBudget, PendingWrite, WriteCondition, WriteError, Written};
+use crate::partsums::{self, SumKind};
 use crate::{rados, versions};
 
 /// Part numbers are 1 to 10,000 (S3's limits), and every part but the last is at least 5 MiB.
@@ -41,6 +42,8 @@ pub struct NewUpload {
     pub content: ContentHeaders,
     pub user_meta: Vec<(String, String)>,
     pub checksum_algorithm: Option<String>,
+    /// The object's checksum is to be of the `FULL_OBJECT` type.
+    pub full_object_checksum: bool,
     pub lock: layout::Lock,
 }
 
@@ -59,6 +62,7 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
         user_meta: new.user_meta,
         checksum_algorithm: new.checksum_algorithm,
         lock: new.lock,
+        full_object_checksum: new.full_object_checksum,
     };
     let ops = vec![
         ObjOp::AssertXattr { name: layout::LIVE_XATTR.into(), value: Some(layout::LIVE_VALUE.to_vec()) },
@@ -283,16 +287,27 @@ pub(crate) async fn finish_abort(
     rados::write_ops(client, INDEX_POOL, part_obj, ops).await
 }
 
-/// Completes `upload` from the parts the client lists (number, ETag without quotes): claims it,
-/// writes the manifest, commits the head (guarded by `condition`), then completes the index
-/// entry, dropping every part record and collecting the parts not used.
+/// A part as a completion lists it.
+#[derive(Debug, Clone)]
+pub struct RequestedPart {
+    pub number: u32,
+    /// Without quotes.
+    pub etag: String,
+    pub checksums: Checksums,
+}
+
+/// Completes `upload` from the parts the client lists: claims it, writes the manifest, commits
+/// the head (guarded by `condition`), then completes the index entry, dropping every part
+/// record and collecting the parts not used. An upload created with a checksum algorithm gets
+/// the object checksum its parts make, which must match `claimed` if that holds one.
 #[allow(clippy::too_many_arguments)]
 pub async fn complete(
     client: &Client,
     bucket: &BucketRecord,
     key: &str,
     upload: u128,
-    requested: &[(u32, String)],
+    requested: &[RequestedPart],
+    claimed: &Checksums,
     condition: &WriteCondition,
     settings: &WriteSettings,
 ) -> Result<Written, GatewayError> {
@@ -333,8 +348,10 @@ pub async fn complete(
         index::abandon(client, bucket, key, tag, Some(gc), settings.gc_delay_ns, ops)
     };
     let parts = parts_of(client, &part_obj, upload).await?;
-    let manifest = match choose_parts(&parts, requested) {
-        Ok(m) => Manifest { upload, ..m },
+    let chosen = choose_parts(&parts, requested)
+        .and_then(|m| Ok((object_checksums(&rec, &m, requested, claimed)?, Manifest { upload, ..m })));
+    let (checksums, manifest) = match chosen {
+        Ok(c) => c,
         Err(e) => {
             unclaim().await?;
             return Err(e);
@@ -356,7 +373,7 @@ pub async fn complete(
         tails: 0,
         content: rec.content.clone(),
         user_meta: rec.user_meta.clone(),
-        checksums: Default::default(),
+        checksums,
         owner_id: rec.owner_id.clone(),
         owner_display: rec.owner_display.clone(),
         grants: rec.grants.clone(),
@@ -395,17 +412,61 @@ pub async fn complete(
     }
 }
 
+/// The checksum of the object `manifest` makes of upload `rec`, from its parts' checksums,
+/// checked against those the completion lists and the one it claims (`BadDigest`).
+fn object_checksums(
+    rec: &UploadRecord,
+    manifest: &Manifest,
+    requested: &[RequestedPart],
+    claimed: &Checksums,
+) -> Result<Checksums, GatewayError> {
+    let Some(algorithm) = rec.checksum_algorithm.as_deref() else { return Ok(Checksums::default()) };
+    let kind = if rec.full_object_checksum { SumKind::FullObject } else { SumKind::Composite };
+    let mut listed = Vec::with_capacity(manifest.parts.len());
+    for (part, asked) in manifest.parts.iter().zip(requested) {
+        debug_assert_eq!(part.number, asked.number, "the manifest follows the request");
+        let stored = part.checksums.get(algorithm).ok_or_else(|| {
+            GatewayError::Corrupt(format!("part {} of a {algorithm} upload has no {algorithm} checksum", part.number))
+        })?;
+        match asked.checksums.get(algorithm) {
+            Some(sent) if sent != stored => {
+                return Err(GatewayError::InvalidPart(format!(
+                    "part {}'s {algorithm} checksum is {stored}, not {sent}",
+                    part.number
+                )));
+            }
+            // A part listed without its checksum is taken as uploaded (its checksum was
+            // verified then).
+            _ => {}
+        }
+        listed.push((stored, part.size_bytes));
+    }
+    let sum = partsums::combine(algorithm, kind, &listed)
+        .ok_or_else(|| GatewayError::Corrupt(format!("the parts' {algorithm} checksums do not combine")))?;
+    if let Some(c) = claimed.get(algorithm)
+        && c != sum
+    {
+        return Err(GatewayError::BadDigest(format!("the object's {algorithm} checksum is {sum}, not {c}")));
+    }
+    let mut out = Checksums { composite: kind == SumKind::Composite, ..Checksums::default() };
+    out.set(algorithm, sum);
+    Ok(out)
+}
+
 /// The manifest of the parts `requested` names, checked against what was uploaded.
-fn choose_parts(parts: &[(u32, PartRecord)], requested: &[(u32, String)]) -> Result<Manifest, GatewayError> {
+fn choose_parts(parts: &[(u32, PartRecord)], requested: &[RequestedPart]) -> Result<Manifest, GatewayError> {
     // The order first, then each part's identity, then sizes: the first error a client can fix
     // without re-uploading is named first.
     for pair in requested.windows(2) {
-        if pair[1].0 <= pair[0].0 {
-            return Err(GatewayError::InvalidPartOrder(format!("part {} follows part {}", pair[1].0, pair[0].0)));
+        if pair[1].number <= pair[0].number {
+            return Err(GatewayError::InvalidPartOrder(format!(
+                "part {} follows part {}",
+                pair[1].number, pair[0].number
+            )));
         }
     }
     let mut out = Vec::with_capacity(requested.len());
-    for (number, etag) in requested {
+    for RequestedPart { number, etag, .. } in requested {
         let Some((_, p)) = parts.iter().find(|(n, _)| n == number) else {
             return Err(GatewayError::InvalidPart(format!("part {number} was not uploaded")));
         };

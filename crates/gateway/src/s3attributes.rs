@@ -21,7 +21,7 @@ fn checksum_of(c: &Checksums) -> Option<Checksum> {
         checksum_crc64nvme: c.crc64nvme.clone(),
         checksum_sha1: c.sha1.clone(),
         checksum_sha256: c.sha256.clone(),
-        checksum_type: Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+        checksum_type: crate::s3multipart::checksum_type_of(c),
     })
 }
 

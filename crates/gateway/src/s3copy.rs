@@ -121,6 +121,7 @@ impl BodyCheck for CopyCheck {
             sha1: got.checksum_sha1,
             sha256: got.checksum_sha256,
             crc64nvme: got.checksum_crc64nvme,
+            composite: false,
         };
         for (name, want, have) in [
             ("CRC32", &self.source_sums.crc32, &got.crc32),

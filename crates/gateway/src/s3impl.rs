@@ -123,6 +123,7 @@ macro_rules! body_verifier {
                 sha1: $input.checksum_sha1.clone(),
                 sha256: $input.checksum_sha256.clone(),
                 crc64nvme: $input.checksum_crc64nvme.clone(),
+                composite: false,
             },
             $input.checksum_algorithm.as_ref(),
             $req.trailing_headers.clone(),
@@ -273,20 +274,7 @@ impl BodyCheck for Verifier {
 }
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.trim_end_matches('=').bytes() {
-        let v = ALPHABET.iter().position(|a| *a == c)? as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
+    base64_simd::STANDARD.decode_to_vec(s).ok()
 }
 
 pub(crate) fn write_error(e: WriteError) -> S3Error {
@@ -399,11 +387,25 @@ fn resolve_range(range: Option<&Range>, size_bytes: u64) -> S3Result<(std::ops::
     Ok((resolved, Some(header)))
 }
 
-/// The stored checksums to answer: all of them with `ChecksumMode=ENABLED` on a whole-object
-/// read, none otherwise.
-fn returned_checksums(meta: &ObjectMeta, mode: Option<&ChecksumMode>, whole: bool) -> Checksums {
-    let enabled = mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
-    if enabled && whole { meta.checksums.clone() } else { Checksums::default() }
+/// The stored checksums to answer, with `ChecksumMode=ENABLED` only: the object's on a
+/// whole-object read, part `part`'s (of the object's checksum type) on a read of a part of a
+/// multipart object, none on a range.
+fn returned_checksums(
+    meta: &ObjectMeta,
+    manifest: Option<&layout::Manifest>,
+    part: Option<i32>,
+    mode: Option<&ChecksumMode>,
+    whole: bool,
+) -> Checksums {
+    if !mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED) {
+        return Checksums::default();
+    }
+    let of_part = part.and_then(|n| manifest?.parts.iter().find(|p| i64::from(p.number) == i64::from(n)));
+    match of_part {
+        Some(p) => Checksums { composite: meta.checksums.composite, ..p.checksums.clone() },
+        None if whole => meta.checksums.clone(),
+        None => Checksums::default(),
+    }
 }
 
 /// The `x-amz-expiration` header of a read: only the current version (no id named) has one.
@@ -685,11 +687,13 @@ impl S3 for Gateway {
                 .ok_or_else(|| s3_error!(NoSuchKey, "the object changed while it was read"))?;
         }
         let length = range.end - range.start;
+        // A range's bytes do not match the whole object's checksums: none are returned then.
+        let whole = content_range.is_none() || meta.parts == 0 && input.part_number == Some(1);
+        let sums = returned_checksums(&meta, manifest.as_ref(), input.part_number, input.checksum_mode.as_ref(), whole);
+        let checksum_type = crate::s3multipart::checksum_type_of(&sums);
         let rx = objects::read_stream(self.client.clone(), Some(self.budget.clone()), bucket.id, obj, manifest, range);
         let body = StreamingBlob::wrap(ReceiverStream::new(rx, length));
         let c = content_of(&meta);
-        // A range's bytes do not match the whole object's checksums: none are returned then.
-        let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), content_range.is_none());
         let (lock_mode, lock_until, legal_hold) = crate::s3lock::lock_fields(&meta.lock);
         let out = GetObjectOutput {
             expiration: expiration_of(bucket, &meta, input.version_id.as_deref()),
@@ -717,6 +721,7 @@ impl S3 for Gateway {
             checksum_sha1: sums.sha1,
             checksum_sha256: sums.sha256,
             checksum_crc64nvme: sums.crc64nvme,
+            checksum_type,
             ..Default::default()
         };
         Ok(S3Response::new(out))
@@ -739,16 +744,18 @@ impl S3 for Gateway {
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
         )?;
+        let manifest = match input.part_number {
+            Some(_) => objects::manifest_of(&self.client, bucket.id, &meta).await?,
+            None => None,
+        };
         let (range, content_range) = match input.part_number {
-            Some(n) => {
-                let manifest = objects::manifest_of(&self.client, bucket.id, &meta).await?;
-                part_range(&meta, manifest.as_ref(), n)?
-            }
+            Some(n) => part_range(&meta, manifest.as_ref(), n)?,
             None => resolve_range(input.range.as_ref(), meta.size_bytes)?,
         };
         let content_length = range.end - range.start;
         let c = content_of(&meta);
-        let sums = returned_checksums(&meta, input.checksum_mode.as_ref(), true);
+        let sums = returned_checksums(&meta, manifest.as_ref(), input.part_number, input.checksum_mode.as_ref(), true);
+        let checksum_type = crate::s3multipart::checksum_type_of(&sums);
         let (lock_mode, lock_until, legal_hold) = crate::s3lock::lock_fields(&meta.lock);
         let mut resp = S3Response::new(HeadObjectOutput {
             expiration: expiration_of(bucket, &meta, input.version_id.as_deref()),
@@ -774,6 +781,7 @@ impl S3 for Gateway {
             checksum_sha1: sums.sha1,
             checksum_sha256: sums.sha256,
             checksum_crc64nvme: sums.crc64nvme,
+            checksum_type,
             ..Default::default()
         });
         // s3s's HEAD output has no field for it; GET's does.

@@ -8,8 +8,9 @@ use crate::access::Action;
 use crate::error::GatewayError;
 use crate::layout::Checksums;
 use crate::layout::{self, ContentHeaders, MAX_KEY_BYTES};
-use crate::multipart::{self, MAX_PARTS, NewUpload, WriteSettings};
+use crate::multipart::{self, MAX_PARTS, NewUpload, RequestedPart, WriteSettings};
 use crate::objects::BodyShape;
+use crate::partsums::{self, SumKind};
 use crate::s3impl::{
     Gateway, Verifier, body_verifier, content_headers, etag_of, http_date, timestamp, user_meta_of, write_condition,
     write_error,
@@ -27,6 +28,19 @@ pub(crate) fn part_number(n: i32) -> S3Result<u32> {
         Ok(n) if (1..=MAX_PARTS).contains(&n) => Ok(n),
         _ => Err(s3_error!(InvalidArgument, "part numbers are 1 to {MAX_PARTS}, not {n}")),
     }
+}
+
+fn type_dto(kind: SumKind) -> ChecksumType {
+    ChecksumType::from_static(match kind {
+        SumKind::Composite => ChecksumType::COMPOSITE,
+        SumKind::FullObject => ChecksumType::FULL_OBJECT,
+    })
+}
+
+/// The type of checksums `sums` (none when there are none).
+pub(crate) fn checksum_type_of(sums: &Checksums) -> Option<ChecksumType> {
+    let kind = if sums.composite { SumKind::Composite } else { SumKind::FullObject };
+    (!sums.is_empty()).then(|| type_dto(kind))
 }
 
 fn list_max(asked: Option<i32>) -> S3Result<usize> {
@@ -56,7 +70,16 @@ impl Gateway {
             return Err(s3_error!(KeyTooLongError, "keys are at most {MAX_KEY_BYTES} bytes"));
         }
         let lock = crate::s3lock::version_lock!(&bucket, input)?;
+        let algorithm = input.checksum_algorithm.as_ref().map(crate::s3impl::checksum_name).transpose()?;
+        let kind = match (algorithm, input.checksum_type.as_ref()) {
+            (Some(a), asked) => Some(
+                partsums::kind_for(a, asked.map(|t| t.as_str())).map_err(|why| s3_error!(InvalidRequest, "{why}"))?,
+            ),
+            (None, Some(_)) => return Err(s3_error!(InvalidRequest, "a checksum type needs a checksum algorithm")),
+            (None, None) => None,
+        };
         let new = NewUpload {
+            full_object_checksum: kind == Some(SumKind::FullObject),
             lock,
             owner_id: owner.id,
             owner_display: owner.display_name,
@@ -72,6 +95,7 @@ impl Gateway {
             key: Some(input.key),
             upload_id: Some(layout::upload_id_text(upload)),
             checksum_algorithm: input.checksum_algorithm,
+            checksum_type: kind.map(type_dto),
             ..Default::default()
         }))
     }
@@ -131,14 +155,38 @@ impl Gateway {
             let (Some(n), Some(etag)) = (p.part_number, p.e_tag) else {
                 return Err(s3_error!(MalformedXML, "every part needs a PartNumber and an ETag"));
             };
-            requested.push((part_number(n)?, etag.value().to_string()));
+            let checksums = Checksums {
+                crc32: p.checksum_crc32,
+                crc32c: p.checksum_crc32c,
+                sha1: p.checksum_sha1,
+                sha256: p.checksum_sha256,
+                crc64nvme: p.checksum_crc64nvme,
+                composite: false,
+            };
+            requested.push(RequestedPart { number: part_number(n)?, etag: etag.value().to_string(), checksums });
         }
+        let claimed = Checksums {
+            crc32: input.checksum_crc32,
+            crc32c: input.checksum_crc32c,
+            sha1: input.checksum_sha1,
+            sha256: input.checksum_sha256,
+            crc64nvme: input.checksum_crc64nvme,
+            composite: false,
+        };
         let condition = write_condition(input.if_none_match.as_ref(), input.if_match.as_ref())?;
         let settings = self.write_settings(&bucket);
         let written =
-            multipart::complete(&self.client, &bucket, &input.key, upload, &requested, &condition, &settings).await?;
+            multipart::complete(&self.client, &bucket, &input.key, upload, &requested, &claimed, &condition, &settings)
+                .await?;
         let meta = written.meta;
+        let sums = &meta.checksums;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
+            checksum_crc32: sums.crc32.clone(),
+            checksum_crc32c: sums.crc32c.clone(),
+            checksum_sha1: sums.sha1.clone(),
+            checksum_sha256: sums.sha256.clone(),
+            checksum_crc64nvme: sums.crc64nvme.clone(),
+            checksum_type: checksum_type_of(sums),
             version_id: written.version_id,
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),
