@@ -397,7 +397,7 @@ fn returned_checksums(
     mode: Option<&ChecksumMode>,
     whole: bool,
 ) -> Checksums {
-    if !mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED) {
+    if mode.is_none_or(|m| m.as_str() != ChecksumMode::ENABLED) {
         return Checksums::default();
     }
     let of_part = part.and_then(|n| manifest?.parts.iter().find(|p| i64::from(p.number) == i64::from(n)));
