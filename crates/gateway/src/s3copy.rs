@@ -87,6 +87,12 @@ impl CopyCheck {
     }
 }
 
+/// The checksums of `sums` that the copied bytes can be checked against: a composite checksum
+/// (of a multipart object's parts) is not a checksum of the bytes, so none.
+fn checkable(sums: &Checksums) -> Checksums {
+    if sums.composite { Checksums::default() } else { sums.clone() }
+}
+
 /// The algorithms of the checksums `sums` holds.
 fn algorithms_of(sums: &Checksums) -> Vec<&'static str> {
     let present = [
@@ -295,7 +301,7 @@ impl Gateway {
         // A simple object's ETag is its MD5; a multipart one's is not, and is checked part by
         // part at upload instead.
         let source_md5 = (src.parts == 0).then(|| src.etag.clone());
-        let check = CopyCheck::new(&algorithms, source_md5, src.checksums.clone());
+        let check = CopyCheck::new(&algorithms, source_md5, checkable(&src.checksums));
         let lock = crate::s3lock::version_lock!(&bucket, input)?;
         let (body, shape) = self.source_body(source);
         let args = WriteArgs {
@@ -356,7 +362,7 @@ impl Gateway {
         let whole = source.range.start == 0 && source.range.end == source.obj.meta.size_bytes;
         let src = &source.obj.meta;
         let source_md5 = (whole && src.parts == 0).then(|| src.etag.clone());
-        let source_sums = if whole { src.checksums.clone() } else { Checksums::default() };
+        let source_sums = if whole { checkable(&src.checksums) } else { Checksums::default() };
         let check = CopyCheck::new(&[], source_md5, source_sums);
         let (body, shape) = self.source_body(source);
         let part = multipart::upload_part(

@@ -114,7 +114,15 @@ s3.put_object(Bucket="alpha", Key="lock", Body=b"v2", IfMatch=lock_etag)
 assert s3.get_object(Bucket="alpha", Key="lock")["Body"].read() == b"v2"
 s3.put_object(Bucket="alpha", Key="lock", Body=b"v3", IfMatch="*")
 assert s3.get_object(Bucket="alpha", Key="lock")["Body"].read() == b"v3"
-fails("PreconditionFailed", s3.put_object, Bucket="alpha", Key="no-such-lock", Body=b"v1", IfMatch="*")
+# If-Match on a key with no object is S3's 404 NoSuchKey, not a failed precondition.
+fails("NoSuchKey", s3.put_object, Bucket="alpha", Key="no-such-lock", Body=b"v1", IfMatch="*")
+fails("NoSuchKey", s3.put_object, Bucket="alpha", Key="no-such-lock", Body=b"v1", IfMatch=lock_etag)
+# If-None-Match with an ETag: written unless the current object has that ETag.
+v3_etag = s3.head_object(Bucket="alpha", Key="lock")["ETag"]
+fails("PreconditionFailed", s3.put_object, Bucket="alpha", Key="lock", Body=b"v4", IfNoneMatch=v3_etag)
+s3.put_object(Bucket="alpha", Key="lock", Body=b"v4", IfNoneMatch=lock_etag)
+assert s3.get_object(Bucket="alpha", Key="lock")["Body"].read() == b"v4"
+s3.put_object(Bucket="alpha", Key="no-such-lock-2", Body=b"v1", IfNoneMatch=lock_etag)
 fails("404", s3.head_object, Bucket="alpha", Key="no-such-lock")  # a HEAD error has no body
 
 # Limits: metadata over 2 KiB, a key of 1024 bytes (stored under a hashed name), one longer.
