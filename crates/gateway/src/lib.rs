@@ -2,15 +2,17 @@
 //! indexes and objects all live in cluster pools (decision 0014), so any number of gateways
 //! serve the same data behind any HTTP load balancer.
 //!
-//! Layers, bottom up: [`layout`] (names and records, pure), [`acl`] and [`policy`] (access
-//! control lists and bucket policies, pure), [`rados`] (helpers over the client), [`meta`]
-//! (users, keys, buckets), [`index`] (bucket index partitions and the commit protocol's
-//! completion), [`versions`] (version records of keys in versioned buckets), [`objects`] (heads and tails, streaming), [`multipart`] (uploads, parts,
-//! completion), [`access`] (who may do what, over cached records in [`cache`]), [`s3impl`] (the
-//! S3 API on s3s, with [`s3multipart`], [`s3copy`], [`s3access`], [`s3config`],
-//! [`s3versions`] and [`s3lock`]), [`auth`] (secrets for
-//! signature checks), [`collector`] (the background reconciler and garbage collector),
-//! [`server`] (HTTP, with [`precheck`] around s3s).
+//! Layers, bottom up: [`layout`] (names and records, pure), [`acl`], [`policy`], [`lifecycle`]
+//! and [`partsums`] (access control lists, bucket policies, lifecycle rules and multipart
+//! checksums, pure), [`rados`] (helpers over the client), [`meta`] (users, keys, buckets),
+//! [`index`] (bucket index partitions and the commit protocol's completion), [`versions`]
+//! (version records of keys in versioned buckets), [`objects`] (heads and tails, streaming),
+//! [`multipart`] (uploads, parts, completion), [`access`] (who may do what, over cached records
+//! in [`cache`]), [`s3impl`] (the S3 API on s3s, with [`s3multipart`], [`s3copy`],
+//! [`s3access`], [`s3config`], [`s3versions`], [`s3lock`], [`s3lifecycle`] and
+//! [`s3attributes`]), [`auth`] (secrets for signature checks), [`collector`] (the background
+//! reconciler and garbage collector), [`expiry`] (the lifecycle's background pass), [`server`]
+//! (HTTP, with [`precheck`] and [`cors`] around s3s).
 
 pub mod access;
 pub mod acl;
