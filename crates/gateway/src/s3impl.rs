@@ -108,6 +108,22 @@ pub(crate) fn stored_encoding(sent: Option<&str>) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join(", "))
 }
 
+/// The `x-amz-checksum-*` values a request (or a part it lists) names, from any s3s input
+/// with the five `checksum_*` fields.
+macro_rules! checksums_of {
+    ($input:expr) => {
+        $crate::layout::Checksums {
+            crc32: $input.checksum_crc32.clone(),
+            crc32c: $input.checksum_crc32c.clone(),
+            sha1: $input.checksum_sha1.clone(),
+            sha256: $input.checksum_sha256.clone(),
+            crc64nvme: $input.checksum_crc64nvme.clone(),
+            composite: false,
+        }
+    };
+}
+pub(crate) use checksums_of;
+
 /// The [`Verifier`] of a request whose body is `input.body`: its `Content-MD5`, its
 /// `x-amz-checksum-*` headers, its checksum algorithm, and the trailer it announces.
 macro_rules! body_verifier {
@@ -117,14 +133,7 @@ macro_rules! body_verifier {
             $input.content_md5.clone().or_else(|| {
                 $req.headers.get("content-md5").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             }),
-            Checksums {
-                crc32: $input.checksum_crc32.clone(),
-                crc32c: $input.checksum_crc32c.clone(),
-                sha1: $input.checksum_sha1.clone(),
-                sha256: $input.checksum_sha256.clone(),
-                crc64nvme: $input.checksum_crc64nvme.clone(),
-                composite: false,
-            },
+            checksums_of!($input),
             $input.checksum_algorithm.as_ref(),
             $req.trailing_headers.clone(),
             $req.headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()).unwrap_or(""),

@@ -12,8 +12,8 @@ use crate::multipart::{self, MAX_PARTS, NewUpload, RequestedPart, WriteSettings}
 use crate::objects::BodyShape;
 use crate::partsums::{self, SumKind};
 use crate::s3impl::{
-    Gateway, Verifier, body_verifier, content_headers, etag_of, http_date, timestamp, user_meta_of, write_condition,
-    write_error,
+    Gateway, Verifier, body_verifier, checksums_of, content_headers, etag_of, http_date, timestamp, user_meta_of,
+    write_condition, write_error,
 };
 
 /// Most parts or uploads in one listing page (S3's limit).
@@ -155,24 +155,10 @@ impl Gateway {
             let (Some(n), Some(etag)) = (p.part_number, p.e_tag) else {
                 return Err(s3_error!(MalformedXML, "every part needs a PartNumber and an ETag"));
             };
-            let checksums = Checksums {
-                crc32: p.checksum_crc32,
-                crc32c: p.checksum_crc32c,
-                sha1: p.checksum_sha1,
-                sha256: p.checksum_sha256,
-                crc64nvme: p.checksum_crc64nvme,
-                composite: false,
-            };
+            let checksums = checksums_of!(p);
             requested.push(RequestedPart { number: part_number(n)?, etag: etag.value().to_string(), checksums });
         }
-        let claimed = Checksums {
-            crc32: input.checksum_crc32,
-            crc32c: input.checksum_crc32c,
-            sha1: input.checksum_sha1,
-            sha256: input.checksum_sha256,
-            crc64nvme: input.checksum_crc64nvme,
-            composite: false,
-        };
+        let claimed = checksums_of!(input);
         let condition = write_condition(input.if_none_match.as_ref(), input.if_match.as_ref())?;
         let settings = self.write_settings(&bucket);
         let written =
