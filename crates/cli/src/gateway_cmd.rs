@@ -2,6 +2,7 @@
 //! access keys, kept in the cluster).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use shoal_gateway::layout::UserRecord;
-use shoal_gateway::{GatewayConfig, Server, meta};
+use shoal_gateway::{GatewayConfig, Server, TlsFiles, meta};
 
 use crate::admin::print;
 use crate::conf::ConfArgs;
@@ -25,9 +26,15 @@ pub enum GatewayCommand {
 pub struct GatewayArgs {
     #[command(flatten)]
     conf: ConfArgs,
-    /// Address to serve S3 on (HTTP/1.1).
+    /// Address to serve S3 on (HTTP/1.1, or HTTPS with --tls-cert and --tls-key).
     #[arg(long, default_value = "127.0.0.1:7480")]
     listen: SocketAddr,
+    /// PEM certificate chain (leaf first) to serve HTTPS with; needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the --tls-cert certificate.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Domain for virtual-host-style requests (BUCKET.DOMAIN); may be repeated.
     #[arg(long)]
     domain: Vec<String>,
@@ -79,9 +86,14 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
             pool_size: args.pool_size.unwrap_or(osds.clamp(1, 3)),
             pg_num: args.pg_num,
             lifecycle_day: Duration::from_secs(args.lifecycle_day_s),
+            tls: match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone() }),
+                _ => None,
+            },
         };
         let server = Server::bind(client, &cfg).await?;
-        tracing::info!(addr = %server.local_addr(), "S3 gateway serving");
+        let scheme = if server.is_tls() { "https" } else { "http" };
+        tracing::info!(endpoint = %format!("{scheme}://{}", server.local_addr()), "S3 gateway serving");
         tokio::select! {
             r = server.run() => r?,
             () = crate::daemons::stop_signal() => tracing::info!("stopping on a signal"),

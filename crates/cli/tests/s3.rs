@@ -144,6 +144,56 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
 }
 
 #[test]
+fn a_gateway_serves_https_with_its_certificate_and_refuses_unusable_identity_files() {
+    let python = python_with_boto3();
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, gw) = up_with_gateway(tmp.path());
+    let (cert, key) = (tmp.path().join("cert.pem"), tmp.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("running openssl");
+    assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+
+    // Unusable identities stop the start with the file named.
+    let conf = dir.join("shoal.toml").display().to_string();
+    let gateway = |cert: &str, key: &str| {
+        shoal(
+            &dir,
+            &["gateway", "run", "--conf", &conf, "--listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key],
+        )
+    };
+    fails_with(&gateway(&c, "/nonexistent/key.pem"), "/nonexistent/key.pem cannot be opened");
+    fails_with(&gateway(&k, &k), "holds no CERTIFICATE");
+    fails_with(&gateway(&c, &c), "holds no usable private key");
+    let half = ["gateway", "run", "--conf", &conf, "--tls-cert", &c];
+    fails_with(&shoal(&dir, &half), "--tls-key");
+
+    let (mut tls_gw, listen) = spawn_gateway_with(&dir, None, &["--tls-cert", &c, "--tls-key", &k]);
+    let alt: serde_json::Value =
+        serde_json::from_str(&ok(&shoal(&dir, &["s3", "user", "create", "tess", "--json"]))).unwrap();
+    let endpoint = format!("https://{listen}");
+    let env = [
+        ("S3_TLS_ENDPOINT", endpoint.as_str()),
+        ("S3_TLS_CA", c.as_str()),
+        ("S3_ENDPOINT", gw["endpoint"].as_str().unwrap()),
+        ("S3_ACCESS_KEY", gw["access_key"].as_str().unwrap()),
+        ("S3_SECRET_KEY", gw["secret_key"].as_str().unwrap()),
+        ("ALT_ACCESS_KEY", alt["access_key"].as_str().unwrap()),
+        ("ALT_SECRET_KEY", alt["secret_key"].as_str().unwrap()),
+        ("ALT_NAME", "tess"),
+    ];
+    run_boto3_script(&python, "boto3_tls.py", &env, "boto3 TLS checks passed");
+    let _ = tls_gw.kill();
+    let _ = tls_gw.wait();
+}
+
+#[test]
 fn aws_cli_s3cmd_and_rclone_at_their_defaults_put_list_get_and_delete() {
     for tool in ["s3cmd", "rclone"] {
         let found = Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success());
@@ -247,6 +297,12 @@ fn s3_request(
 /// A gateway of its own on the cluster in `dir`, with a short lease and GC delay so that the
 /// collector acts within the test; `crash` sets its crash point (`POINT:KEY`).
 fn spawn_gateway(dir: &Path, crash: Option<&str>) -> (std::process::Child, String) {
+    let (child, listen) = spawn_gateway_with(dir, crash, &[]);
+    (child, format!("http://{listen}"))
+}
+
+/// A gateway as `spawn_gateway` starts it, with `extra` arguments; returns its address.
+fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (std::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let conf = dir.join("shoal.toml").display().to_string();
@@ -254,6 +310,7 @@ fn spawn_gateway(dir: &Path, crash: Option<&str>) -> (std::process::Child, Strin
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
     cmd.args(["gateway", "run", "--conf", &conf, "--name", "client.gateway", "--listen", &listen])
         .args(["--lease-s", "2", "--gc-delay-s", "1", "--pool-size", "1"])
+        .args(extra)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
@@ -266,7 +323,7 @@ fn spawn_gateway(dir: &Path, crash: Option<&str>) -> (std::process::Child, Strin
         assert!(std::time::Instant::now() < deadline, "the gateway did not listen on {listen}");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    (child, format!("http://{listen}"))
+    (child, listen)
 }
 
 /// Objects of a pool, as `shoal obj ls` prints them.

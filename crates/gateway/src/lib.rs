@@ -12,7 +12,7 @@
 //! [`s3access`], [`s3config`], [`s3versions`], [`s3lock`], [`s3lifecycle`] and
 //! [`s3attributes`]), [`auth`] (secrets for signature checks), [`collector`] (the background
 //! reconciler and garbage collector), [`expiry`] (the lifecycle's background pass), [`server`]
-//! (HTTP, with [`precheck`] and [`cors`] around s3s).
+//! (HTTP or HTTPS through [`tls`], with [`precheck`] and [`cors`] around s3s).
 
 pub mod access;
 pub mod acl;
@@ -45,7 +45,9 @@ pub mod s3multipart;
 pub mod s3versions;
 pub mod server;
 pub mod text;
+pub mod tls;
 pub mod versions;
 
 pub use error::GatewayError;
 pub use server::{GatewayConfig, Server};
+pub use tls::TlsFiles;

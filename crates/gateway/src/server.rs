@@ -1,5 +1,5 @@
-//! The gateway daemon's HTTP side: a listener, HTTP/1.1 keep-alive connections served by s3s,
-//! and `x-amz-request-id` on every response.
+//! The gateway daemon's HTTP side: a listener, HTTP/1.1 keep-alive connections (plain or TLS)
+//! served by s3s, and `x-amz-request-id` on every response.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use s3s::service::S3ServiceBuilder;
 use shoal_client::Client;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::access::Transport;
 use crate::auth::ClusterAuth;
@@ -22,6 +23,7 @@ use crate::meta;
 use crate::objects::MemoryBudget;
 use crate::precheck;
 use crate::s3impl::{Gateway, ServiceSettings};
+use crate::tls::{self, TlsFiles};
 
 /// Most connections served at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 4096;
@@ -44,6 +46,8 @@ pub struct GatewayConfig {
     pub pg_num: u32,
     /// The length of a lifecycle day (a real day; shortened only for tests).
     pub lifecycle_day: Duration,
+    /// Serve HTTPS with this identity instead of HTTP.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for GatewayConfig {
@@ -58,6 +62,7 @@ impl Default for GatewayConfig {
             pool_size: 3,
             pg_num: 64,
             lifecycle_day: Duration::from_secs(86_400),
+            tls: None,
         }
     }
 }
@@ -72,11 +77,17 @@ pub struct Server {
     /// The gateway behind s3s, for what is answered around it (CORS).
     gateway: Gateway,
     domains: Arc<Vec<String>>,
+    tls: Option<TlsAcceptor>,
 }
+
+/// How long a client has to finish its TLS handshake before its connection is dropped.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Server {
     /// Creates the gateway's pools if needed and binds the listener.
     pub async fn bind(client: Client, cfg: &GatewayConfig) -> Result<Server, GatewayError> {
+        // The identity is read first, so a bad file fails the start, not a connection.
+        let tls = cfg.tls.as_ref().map(tls::acceptor).transpose()?;
         let timeout_ms = client.mon().config().op_timeout_ms;
         meta::ensure_pools(&client, cfg.pool_size, cfg.pg_num, timeout_ms).await?;
         let settings = ServiceSettings { region: cfg.region.clone(), gc_delay: cfg.gc_delay, lease: cfg.lease };
@@ -98,7 +109,12 @@ impl Server {
             .await
             .map_err(|e| GatewayError::InvalidArgument(format!("cannot listen on {}: {e}", cfg.listen)))?;
         let domains = Arc::new(cfg.domains.clone());
-        Ok(Server { listener, service: builder.build(), client, collector, lifecycle, gateway, domains })
+        Ok(Server { listener, service: builder.build(), client, collector, lifecycle, gateway, domains, tls })
+    }
+
+    /// Whether the gateway serves HTTPS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -123,68 +139,102 @@ impl Server {
                 }
             };
             let _ = socket.set_nodelay(true);
-            let service = self.service.clone();
-            let gateway = self.gateway.clone();
-            let domains = self.domains.clone();
-            let ids = request_ids.clone();
+            let conn = Connection {
+                service: self.service.clone(),
+                gateway: self.gateway.clone(),
+                domains: self.domains.clone(),
+                ids: request_ids.clone(),
+                peer,
+            };
+            let tls = self.tls.clone();
             tokio::spawn(async move {
-                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let service = service.clone();
-                    let gateway = gateway.clone();
-                    let domains = domains.clone();
-                    let id = ids.next();
-                    async move {
-                        // A CORS preflight is not an S3 request (browsers never sign it).
-                        if req.method() == hyper::Method::OPTIONS {
-                            let mut resp = gateway.preflight(req.uri(), req.headers(), &domains, &id).await;
-                            if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
-                                resp.headers_mut().insert("x-amz-request-id", v);
-                            }
-                            return Ok(resp);
+                match tls {
+                    None => conn.serve(socket, false).await,
+                    Some(acceptor) => {
+                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+                            Ok(Ok(stream)) => conn.serve(stream, true).await,
+                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
-                        let cors = CorsAsk::of(req.method(), req.uri(), req.headers(), &domains);
-                        let attributes = precheck::is_get_attributes(req.method(), req.uri().query());
-                        let now_s = unix_now_s();
-                        let checked = precheck::sigv2_date(req.headers(), now_s)
-                            .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
-                        let mut req = req.map(s3s::Body::from);
-                        req.extensions_mut().insert(Transport { peer, secure: false });
-                        let mut resp = match checked {
-                            Err(refusal) => refused(&refusal, &id),
-                            Ok(()) => service.call(req).await?,
-                        };
-                        if attributes
-                            && resp.status() == hyper::StatusCode::OK
-                            && let Some(body) = resp.body().bytes()
-                            && let Some(unquoted) = precheck::unquoted_attributes_etag(&body)
-                        {
-                            resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
-                            *resp.body_mut() = s3s::Body::from(unquoted);
-                        }
-                        if let Some(ask) = &cors {
-                            gateway.add_cors_headers(ask, &mut resp).await;
-                        }
-                        if resp.status().as_u16() >= 400
-                            && let Some(body) = resp.body().bytes()
-                            && let Some(with_id) = precheck::with_request_id(&body, &id)
-                        {
-                            resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
-                            *resp.body_mut() = s3s::Body::from(with_id);
-                        }
-                        if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
-                            resp.headers_mut().insert("x-amz-request-id", v);
-                        }
-                        Ok::<_, s3s::HttpError>(resp)
                     }
-                });
-                let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(socket), svc)
-                    .await;
-                if let Err(e) = conn {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
                 drop(permit);
             });
+        }
+    }
+}
+
+/// One client connection and what serving its requests needs.
+struct Connection {
+    service: s3s::service::S3Service,
+    gateway: Gateway,
+    domains: Arc<Vec<String>>,
+    ids: Arc<RequestIds>,
+    peer: SocketAddr,
+}
+
+impl Connection {
+    /// Serves HTTP/1.1 requests on `io` (a TCP stream, or a TLS stream over one when `secure`)
+    /// until the client closes it.
+    async fn serve<IO>(self, io: IO, secure: bool)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection { service, gateway, domains, ids, peer } = self;
+        let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let service = service.clone();
+            let gateway = gateway.clone();
+            let domains = domains.clone();
+            let id = ids.next();
+            async move {
+                // A CORS preflight is not an S3 request (browsers never sign it).
+                if req.method() == hyper::Method::OPTIONS {
+                    let mut resp = gateway.preflight(req.uri(), req.headers(), &domains, &id).await;
+                    if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
+                        resp.headers_mut().insert("x-amz-request-id", v);
+                    }
+                    return Ok(resp);
+                }
+                let cors = CorsAsk::of(req.method(), req.uri(), req.headers(), &domains);
+                let attributes = precheck::is_get_attributes(req.method(), req.uri().query());
+                let now_s = unix_now_s();
+                let checked = precheck::sigv2_date(req.headers(), now_s)
+                    .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
+                let mut req = req.map(s3s::Body::from);
+                req.extensions_mut().insert(Transport { peer, secure });
+                let mut resp = match checked {
+                    Err(refusal) => refused(&refusal, &id),
+                    Ok(()) => service.call(req).await?,
+                };
+                if attributes
+                    && resp.status() == hyper::StatusCode::OK
+                    && let Some(body) = resp.body().bytes()
+                    && let Some(unquoted) = precheck::unquoted_attributes_etag(&body)
+                {
+                    resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+                    *resp.body_mut() = s3s::Body::from(unquoted);
+                }
+                if let Some(ask) = &cors {
+                    gateway.add_cors_headers(ask, &mut resp).await;
+                }
+                if resp.status().as_u16() >= 400
+                    && let Some(body) = resp.body().bytes()
+                    && let Some(with_id) = precheck::with_request_id(&body, &id)
+                {
+                    resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+                    *resp.body_mut() = s3s::Body::from(with_id);
+                }
+                if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
+                    resp.headers_mut().insert("x-amz-request-id", v);
+                }
+                Ok::<_, s3s::HttpError>(resp)
+            }
+        });
+        let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(io), svc)
+            .await;
+        if let Err(e) = conn {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
     }
 }
