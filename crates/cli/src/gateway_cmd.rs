@@ -57,6 +57,9 @@ pub struct GatewayArgs {
     /// PGs of the data pool when the gateway creates it.
     #[arg(long, default_value_t = 64)]
     pg_num: u32,
+    /// Entries a bucket index partition may hold before it is split in two (online).
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(4..))]
+    index_split_entries: u64,
     /// Seconds in a lifecycle day: 86400, or a few seconds to watch lifecycle rules act in a
     /// test (the `x-amz-expiration` header still counts real days).
     #[arg(long, env = "SHOAL_LIFECYCLE_DAY_S", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
@@ -86,6 +89,7 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
             pool_size: args.pool_size.unwrap_or(osds.clamp(1, 3)),
             pg_num: args.pg_num,
             lifecycle_day: Duration::from_secs(args.lifecycle_day_s),
+            split_entries: args.index_split_entries,
             tls: match (&args.tls_cert, &args.tls_key) {
                 (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone() }),
                 _ => None,

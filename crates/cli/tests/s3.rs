@@ -579,3 +579,130 @@ fn a_versioned_write_killed_mid_way_is_decided_by_its_version_object_and_removed
     gw.kill().unwrap();
     gw.wait().unwrap();
 }
+
+/// A one-OSD RAM cluster whose `shoal up` gateway is stopped (tests run their own); returns its
+/// directory, its stopper and the admin's keys.
+fn up_without_gateway(tmp: &Path) -> (PathBuf, common::Down, (String, String)) {
+    let dir = tmp.join("c");
+    let d = dir.display().to_string();
+    let out = ok(&shoal(tmp, &["up", "--dir", &d, "--osds", "1", "--backend", "mem", "--osd-size", "1G", "--json"]));
+    let down = common::Down(dir.clone());
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let gw = &report["gateway"];
+    let keys = (gw["access_key"].as_str().unwrap().to_string(), gw["secret_key"].as_str().unwrap().to_string());
+    common::sigkill(&dir, "gateway");
+    (dir, down, keys)
+}
+
+/// Index partitions of the gateway's buckets (objects `i.BUCKET.PARTITION`).
+fn index_partitions(dir: &Path) -> Vec<String> {
+    pool_objects(dir, shoal_gateway::layout::INDEX_POOL).into_iter().filter(|o| o.starts_with("i.")).collect()
+}
+
+#[test]
+fn index_partitions_split_online_under_concurrent_writes_and_listings() {
+    let python = python_with_boto3();
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    // 32 entries per partition: the writers' 720 keys split partitions many times over.
+    let (mut gw, listen) = spawn_gateway_with(&dir, None, &["--index-split-entries", "32"]);
+    let endpoint = format!("http://{listen}");
+    let env = [("S3_ENDPOINT", endpoint.as_str()), ("S3_ACCESS_KEY", &keys.0), ("S3_SECRET_KEY", &keys.1)];
+    run_boto3_script(&python, "boto3_split.py", &env, "boto3 split checks passed");
+    let log = std::fs::read_to_string(dir.join(format!("gw-{}.log", listen.rsplit(':').next().unwrap()))).unwrap();
+    let splits = log.matches("index partition split").count();
+    assert!(splits >= 8, "only {splits} splits happened:\n{log}");
+    assert!(!log.contains("split failed") && !log.contains("was given up"), "{log}");
+    let _ = gw.kill();
+    let _ = gw.wait();
+}
+
+#[test]
+fn a_split_interrupted_at_any_step_is_finished_or_given_up_and_loses_no_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    let keys = (keys.0.as_str(), keys.1.as_str());
+    let list_all = |ep: &str, bucket: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let query = if token.is_empty() {
+                "list-type=2&max-keys=7".to_string()
+            } else {
+                format!("continuation-token={}&list-type=2&max-keys=7", shoal_gateway::text::uri_encode(&token))
+            };
+            let (status, head, body) = s3_request(ep, keys, "GET", &format!("/{bucket}"), &query, b"");
+            assert_eq!(status, 200, "{head}");
+            let body = String::from_utf8_lossy(&body).to_string();
+            out.extend(body.split("<Key>").skip(1).filter_map(|r| r.split("</Key>").next()).map(str::to_string));
+            match body.split("<NextContinuationToken>").nth(1).and_then(|r| r.split("</NextContinuationToken>").next())
+            {
+                Some(t) => token = t.to_string(),
+                None => return out,
+            }
+        }
+    };
+    // Partitions of the bucket when all is done: a split given up leaves one, a finished one two.
+    for (point, partitions) in [("split-copied", 1), ("split-fenced", 1), ("split-committed", 2)] {
+        let bucket = point.to_string();
+        let base = index_partitions(&dir);
+        let crash = format!("{point}:{bucket}");
+        let (mut gw, listen) = spawn_gateway_with(&dir, Some(&crash), &["--index-split-entries", "16"]);
+        let ep = format!("http://{listen}");
+        assert_eq!(s3_request(&ep, keys, "PUT", &format!("/{bucket}"), "", b"").0, 200);
+        // Keys are acknowledged until the split (in the background) crashes the gateway.
+        let mut acknowledged = Vec::new();
+        let mut unknown = None;
+        for i in 0..200 {
+            let key = format!("k{:03}", (i * 37) % 200);
+            match s3_request(&ep, keys, "PUT", &format!("/{bucket}/{key}"), "", key.as_bytes()).0 {
+                200 => acknowledged.push(key),
+                _ => {
+                    unknown = Some(key);
+                    break;
+                }
+            }
+        }
+        assert!(unknown.is_some(), "{point}: the gateway never crashed");
+        let _ = gw.wait();
+
+        // A fresh gateway (2 s lease: the split's deadline; no further splits) finds the split
+        // and carries on.
+        let (mut gw, listen) = spawn_gateway_with(&dir, None, &[]);
+        let ep = format!("http://{listen}");
+        let mut listed = list_all(&ep, &bucket);
+        listed.retain(|k| Some(k) != unknown.as_ref());
+        acknowledged.sort();
+        assert_eq!(listed, acknowledged, "{point}: the listing after the crash");
+        // Writes on both sides of any cut succeed (those above a fenced cut wait for the
+        // deadline, then the split is given up or published).
+        for key in ["a-low", "k100x", "z-high"] {
+            assert_eq!(s3_request(&ep, keys, "PUT", &format!("/{bucket}/{key}"), "", b"x").0, 200, "{point} {key}");
+            acknowledged.push(key.to_string());
+        }
+        acknowledged.sort();
+        let mut listed = list_all(&ep, &bucket);
+        listed.retain(|k| Some(k) != unknown.as_ref());
+        assert_eq!(listed, acknowledged, "{point}: the listing after more writes");
+        for key in &acknowledged[..5] {
+            let (status, _, body) = s3_request(&ep, keys, "GET", &format!("/{bucket}/{key}"), "", b"");
+            assert_eq!(status, 200, "{point} {key}");
+            assert!(body == key.as_bytes() || body == b"x", "{point} {key}");
+        }
+        // The collector gives up a split stuck before its fence and removes its copy.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let mine: Vec<String> = index_partitions(&dir).into_iter().filter(|o| !base.contains(o)).collect();
+            if mine.len() == partitions {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{point}: partitions {mine:?}, expected {partitions}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let mut listed = list_all(&ep, &bucket);
+        listed.retain(|k| Some(k) != unknown.as_ref());
+        assert_eq!(listed, acknowledged, "{point}: the listing once the split is settled");
+        let _ = gw.kill();
+        let _ = gw.wait();
+    }
+}

@@ -17,7 +17,8 @@ use crate::layout::{
     META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind, PendingRecord, UPLOAD_PREFIX,
 };
 use crate::objects::TAILS_IN_FLIGHT;
-use crate::{multipart, rados, versions};
+use crate::partition::{self, Part, PartitionState};
+use crate::{multipart, rados, reshard, versions};
 
 /// Partition objects listed per request.
 const PARTITIONS_PER_PAGE: u32 = 256;
@@ -61,6 +62,8 @@ pub struct PassStats {
     pub buckets_finished: u64,
     pub partitions_retired: u64,
     pub partitions_removed: u64,
+    /// Index partition splits finished or given up for a splitter that died.
+    pub splits_tended: u64,
     pub partitions_revived: u64,
     /// Uploads left in deleted buckets, aborted.
     pub uploads_aborted: u64,
@@ -104,6 +107,8 @@ pub async fn pass(client: &Client, settings: &CollectorSettings) -> Result<PassS
 
 /// What a partition holds, read in one request.
 struct PartitionView {
+    /// Its range and any split of it in progress.
+    state: PartitionState,
     live: bool,
     label: Option<PartitionLabel>,
     /// Entries or version records: what a bucket deletion must not leave in a dead partition.
@@ -112,19 +117,21 @@ struct PartitionView {
 }
 
 async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, GatewayError> {
-    let ops = vec![
+    let mut ops = partition::state_ops();
+    ops.extend([
         ObjOp::GetXattr { name: LIVE_XATTR.into() },
         ObjOp::GetXattr { name: LABEL_XATTR.into() },
         ObjOp::OmapList { after: None, max: 1 },
         ObjOp::OmapList { after: Some(layout::records_cursor()), max: RECORDS_PER_PASS },
         ObjOp::OmapList { after: Some(layout::versions_cursor()), max: 1 },
-    ];
+    ]);
     let r = match client.op(INDEX_POOL, part, ops, Vec::new()).await {
         Ok(r) => r,
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let mut out = r.outputs.into_iter();
+    let state = PartitionState::from_outputs(&mut out)?;
     let live = matches!(out.next(), Some(OpOutput::Xattr(Some(v))) if v == LIVE_VALUE);
     let label = match out.next() {
         Some(OpOutput::Xattr(Some(v))) => Some(layout::decode(&v, "partition label")?),
@@ -138,7 +145,7 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
     // Version records (delete markers among them) keep a bucket as entries do.
     let has_versions = matches!(out.next(), Some(OpOutput::OmapList(first)) if first.first().is_some_and(|(k, _)| k.first() == Some(&layout::VERSION_PREFIX)));
     let has_entries = has_entries || has_versions;
-    Ok(Some(PartitionView { live, label, has_entries, records }))
+    Ok(Some(PartitionView { state, live, label, has_entries, records }))
 }
 
 /// The bucket record the label names, if it is still this partition's bucket.
@@ -183,14 +190,50 @@ async fn partition(
         }
         return Ok(());
     }
-    let how =
-        Completion { bucket_id, part, live: v.live, pending: None, gc_delay_ns: settings.gc_delay.as_nanos() as u64 };
+    if v.live
+        && let Some(label) = &v.label
+    {
+        // Split work found here is finished or given up; the pass goes on with the new state
+        // next time.
+        if let Some((_, part_id)) = layout::parse_partition_object(part)
+            && reshard::tend(client, &label.bucket, bucket_id, part_id, &v.state).await?
+        {
+            stats.splits_tended += 1;
+            return Ok(());
+        }
+        if label.split_from.is_some() {
+            match split_status(client, bucket_id, part, label).await? {
+                // Copies no table ever named: nothing in them is anyone's but the split's, and
+                // no record here may be acted on (the partition split holds the originals).
+                SplitStatus::InProgress => return Ok(()),
+                SplitStatus::Abandoned => {
+                    rados::remove(client, INDEX_POOL, part).await?;
+                    stats.partitions_removed += 1;
+                    return Ok(());
+                }
+                SplitStatus::Published => reshard::mark_published(client, part, label).await?,
+            }
+        }
+    }
+    // Writes here assert the range read above, so none lands after a split moved it.
+    let pinned = Part::pinned(part, v.state.bounds.as_ref().map(layout::encode));
+    let how = Completion {
+        bucket_id,
+        part: &pinned,
+        live: v.live,
+        pending: None,
+        gc_delay_ns: settings.gc_delay.as_nanos() as u64,
+    };
     let mut waiting = 0usize;
     for (key, value) in &v.records {
         match key.first() {
             Some(&PENDING_PREFIX) => {
                 let rec: PendingRecord = layout::decode(value, "pending record")?;
                 let Some(tag) = tag_at(key, 1) else { continue };
+                if v.state.bounds.as_ref().is_some_and(|b| !b.contains(&rec.key)) {
+                    // A split moved this key: the record here is a copy the split removes.
+                    continue;
+                }
                 if now.saturating_sub(rec.started_ns) < lease_ns {
                     waiting += 1;
                     continue;
@@ -215,13 +258,13 @@ async fn partition(
                             ObjOp::OmapRemove { keys: vec![key.clone()] },
                             index::gc_set(now + how.gc_delay_ns, vec![GcRecord::Chunks { tag, first: 0, count: None }]),
                         ];
-                        match rados::write_ops(client, INDEX_POOL, part, ops).await {
+                        match pinned.write(client, ops).await {
                             Err(e) if e.is_conflict() => Completed::PendingGone,
                             other => other.map(|()| Completed::Head(None))?,
                         }
                     }
                     PendingKind::Abort { upload } => {
-                        multipart::finish_abort(client, part, *upload, tag, how.gc_delay_ns).await?;
+                        multipart::finish_abort(client, &pinned, *upload, tag, how.gc_delay_ns).await?;
                         Completed::Head(None)
                     }
                     PendingKind::Complete { upload } => {
@@ -317,6 +360,39 @@ async fn partition(
     Ok(())
 }
 
+/// Where the split that made `part` (`label`) stands.
+enum SplitStatus {
+    /// A split in progress names it.
+    InProgress,
+    /// Neither a split in progress nor the bucket's table names it (or the bucket is gone):
+    /// its split was given up.
+    Abandoned,
+    /// The bucket's table names it.
+    Published,
+}
+
+async fn split_status(
+    client: &Client,
+    bucket_id: u64,
+    part: &str,
+    label: &PartitionLabel,
+) -> Result<SplitStatus, GatewayError> {
+    let (Some(from), Some((_, id))) = (label.split_from, layout::parse_partition_object(part)) else {
+        return Ok(SplitStatus::Published);
+    };
+    // A split names its new partition before creating it and keeps naming it until it is
+    // published. Reading the parent first and the table second, a partition named by neither
+    // was never published (tables only gain partitions).
+    let parent = PartitionState::read(client, &layout::partition_object(bucket_id, from)).await?;
+    if parent.reshard.as_ref().is_some_and(|r| r.new_id == id) {
+        return Ok(SplitStatus::InProgress);
+    }
+    match labelled_bucket(client, label, bucket_id).await? {
+        Some(b) if b.partitions.iter().any(|p| p.id == id) => Ok(SplitStatus::Published),
+        _ => Ok(SplitStatus::Abandoned),
+    }
+}
+
 /// Aborts every upload left in dead partition `part` (bounded per pass); returns how many.
 async fn abort_uploads(client: &Client, part: &str, settings: &CollectorSettings) -> Result<u64, GatewayError> {
     let uploads = rados::omap_prefix(client, INDEX_POOL, part, &[UPLOAD_PREFIX], RECORDS_PER_PASS as usize).await?;
@@ -339,7 +415,8 @@ async fn abort_uploads(client: &Client, part: &str, settings: &CollectorSettings
             Err(e) if e.is_conflict() => continue,
             other => other?,
         }
-        multipart::finish_abort(client, part, rec.upload, tag, settings.gc_delay.as_nanos() as u64).await?;
+        let pinned = Part::pinned(part, None);
+        multipart::finish_abort(client, &pinned, rec.upload, tag, settings.gc_delay.as_nanos() as u64).await?;
         n += 1;
     }
     Ok(n)

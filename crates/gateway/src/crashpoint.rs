@@ -1,6 +1,6 @@
 //! Crash points for the crash tests: with `SHOAL_GATEWAY_CRASH=POINT:KEY` in its environment, a
-//! gateway aborts (no cleanup, as SIGKILL would stop it) when a write of object key KEY reaches
-//! POINT. Without the variable this costs one comparison per point.
+//! gateway aborts (no cleanup, as SIGKILL would stop it) when a write of object key KEY (or a split
+//! of bucket KEY's index) reaches POINT. Without the variable this costs one comparison per point.
 
 use std::sync::OnceLock;
 
@@ -11,6 +11,12 @@ pub const ENV: &str = "SHOAL_GATEWAY_CRASH";
 pub const AFTER_TAILS: &str = "after-tails";
 /// After the head is written, before the index completion.
 pub const AFTER_HEAD: &str = "after-head";
+
+/// Index partition splits (KEY: the bucket's name): after the first copy, after the fence,
+/// after the commit (before the publication).
+pub const SPLIT_COPIED: &str = "split-copied";
+pub const SPLIT_FENCED: &str = "split-fenced";
+pub const SPLIT_COMMITTED: &str = "split-committed";
 
 /// Aborts the process if the configured crash point is `point` for `key`.
 pub fn reached(point: &str, key: &str) {

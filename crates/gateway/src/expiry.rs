@@ -14,11 +14,12 @@ use shoal_proto::osd::ObjOp;
 
 use crate::error::GatewayError;
 use crate::layout::{
-    self, BucketRecord, ENTRY_PREFIX, INDEX_POOL, IndexEntry, LIFECYCLE_OBJECT, LifecycleClaim, META_POOL, ObjectMeta,
+    self, BucketRecord, ENTRY_PREFIX, IndexEntry, LIFECYCLE_OBJECT, LifecycleClaim, META_POOL, ObjectMeta,
     UPLOAD_PREFIX, VERSION_PREFIX,
 };
 use crate::lifecycle::{self, VersionAction, VersionJudge};
 use crate::objects::{self, WriteCondition};
+use crate::partition::RangeReader;
 use crate::versions::{self, VersionId};
 use crate::{meta, multipart, rados};
 
@@ -190,54 +191,51 @@ pub async fn apply(
         .iter()
         .any(|r| r.enabled && (r.noncurrent_days.is_some() || r.expired_delete_marker || r.expire_days.is_some()));
     let aborts = rules.iter().any(|r| r.enabled && r.abort_upload_days.is_some());
-    for p in &bucket.partitions {
-        let part = layout::partition_object(bucket.id, p.id);
-        if expires_current {
-            let mut pages = Pages::new(&part, ENTRY_PREFIX);
-            while let Some(page) = pages.next(client).await? {
-                for (k, v) in page {
-                    let Ok(key) = std::str::from_utf8(&k[1..]) else { continue };
-                    let entry: IndexEntry = layout::decode(&v, "index entry")?;
-                    expire_current(client, settings, bucket, key, &entry, now, stats).await?;
-                }
+    if expires_current {
+        let mut pages = RangeReader::new(bucket, ENTRY_PREFIX, vec![ENTRY_PREFIX]);
+        while let Some(page) = pages.next_batch(client, PAGE).await? {
+            for (k, v) in page {
+                let Ok(key) = std::str::from_utf8(&k[1..]) else { continue };
+                let entry: IndexEntry = layout::decode(&v, "index entry")?;
+                expire_current(client, settings, bucket, key, &entry, now, stats).await?;
             }
         }
-        if expires_versions {
-            let mut judge = VersionJudge::new(rules, now, day_ns);
-            let mut pages = Pages::new(&part, VERSION_PREFIX);
-            while let Some(page) = pages.next(client).await? {
-                let mut actions = Vec::new();
-                for (k, v) in page {
-                    let Some((key, slot)) = layout::parse_version_key(&k) else { continue };
-                    let record: IndexEntry = layout::decode(&v, "version record")?;
-                    for action in judge.next(key, slot, &record) {
-                        // A noncurrent action is about this record; a lone marker needs none.
-                        let of = matches!(action, VersionAction::Noncurrent { .. }).then(|| record.clone());
-                        actions.push((action, of));
-                    }
-                }
-                for (action, record) in actions {
-                    expire_version(client, settings, bucket, action, record.as_ref(), stats).await?;
+    }
+    if expires_versions {
+        let mut judge = VersionJudge::new(rules, now, day_ns);
+        let mut pages = RangeReader::new(bucket, VERSION_PREFIX, vec![VERSION_PREFIX]);
+        while let Some(page) = pages.next_batch(client, PAGE).await? {
+            let mut actions = Vec::new();
+            for (k, v) in page {
+                let Some((key, slot)) = layout::parse_version_key(&k) else { continue };
+                let record: IndexEntry = layout::decode(&v, "version record")?;
+                for action in judge.next(key, slot, &record) {
+                    // A noncurrent action is about this record; a lone marker needs none.
+                    let of = matches!(action, VersionAction::Noncurrent { .. }).then(|| record.clone());
+                    actions.push((action, of));
                 }
             }
-            if let Some(action) = judge.finish() {
-                expire_version(client, settings, bucket, action, None, stats).await?;
+            for (action, record) in actions {
+                expire_version(client, settings, bucket, action, record.as_ref(), stats).await?;
             }
         }
-        if aborts {
-            let mut pages = Pages::new(&part, UPLOAD_PREFIX);
-            while let Some(page) = pages.next(client).await? {
-                for (_, v) in page {
-                    let upload: layout::UploadRecord = layout::decode(&v, "upload record")?;
-                    let due = lifecycle::upload_due(rules, &upload.key, upload.initiated_ns, day_ns);
-                    if due.is_none_or(|d| d > now) {
-                        continue;
-                    }
-                    match multipart::abort(client, bucket, &upload.key, upload.upload, settings.gc_delay_ns()).await {
-                        Ok(()) => stats.uploads_aborted += 1,
-                        Err(GatewayError::NoSuchUpload(_)) => {}
-                        Err(e) => return Err(e),
-                    }
+        if let Some(action) = judge.finish() {
+            expire_version(client, settings, bucket, action, None, stats).await?;
+        }
+    }
+    if aborts {
+        let mut pages = RangeReader::new(bucket, UPLOAD_PREFIX, vec![UPLOAD_PREFIX]);
+        while let Some(page) = pages.next_batch(client, PAGE).await? {
+            for (_, v) in page {
+                let upload: layout::UploadRecord = layout::decode(&v, "upload record")?;
+                let due = lifecycle::upload_due(rules, &upload.key, upload.initiated_ns, day_ns);
+                if due.is_none_or(|d| d > now) {
+                    continue;
+                }
+                match multipart::abort(client, bucket, &upload.key, upload.upload, settings.gc_delay_ns()).await {
+                    Ok(()) => stats.uploads_aborted += 1,
+                    Err(GatewayError::NoSuchUpload(_)) => {}
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -339,28 +337,4 @@ async fn expire_version(
 /// Whether object lock keeps `meta`'s version (a legal hold, or a retention in force).
 fn locked(meta: &ObjectMeta, now_ns: u64) -> bool {
     meta.lock.legal_hold || meta.lock.retention.is_some_and(|r| r.until_ns > now_ns)
-}
-
-/// The omap entries of one partition under one prefix, a page at a time.
-struct Pages<'a> {
-    part: &'a str,
-    prefix: u8,
-    after: Option<Vec<u8>>,
-}
-
-impl<'a> Pages<'a> {
-    fn new(part: &'a str, prefix: u8) -> Pages<'a> {
-        Pages { part, prefix, after: Some(vec![prefix]) }
-    }
-
-    async fn next(&mut self, client: &Client) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, GatewayError> {
-        let Some(after) = self.after.take() else { return Ok(None) };
-        let page = rados::omap_list(client, INDEX_POOL, self.part, Some(after), PAGE).await?;
-        let full = page.len() == PAGE as usize;
-        let mine: Vec<_> = page.into_iter().take_while(|(k, _)| k.first() == Some(&self.prefix)).collect();
-        if full && mine.len() == PAGE as usize {
-            self.after = mine.last().map(|(k, _)| k.clone());
-        }
-        Ok((!mine.is_empty()).then_some(mine))
-    }
 }

@@ -6,10 +6,11 @@ use shoal_proto::osd::{ObjOp, OpOutput};
 
 use crate::error::GatewayError;
 use crate::layout::{
-    self, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
-    ObjectMeta, PartitionLabel, PendingKind, PendingRecord, entry_key, partition_object,
+    self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, LABEL_XATTR, LIVE_VALUE,
+    LIVE_XATTR, ObjectMeta, PartitionLabel, PendingKind, PendingRecord, entry_key, partition_object,
 };
 use crate::objects::{self, WriteCondition};
+use crate::partition::{Part, RangeReader};
 use crate::rados;
 use crate::versions;
 
@@ -17,8 +18,9 @@ use crate::versions;
 /// the entry in between, which only a storm of writes to one key can make repeat).
 const COMPLETE_ATTEMPTS: usize = 64;
 
-pub(crate) fn partition(bucket: &BucketRecord, key: &str) -> String {
-    partition_object(bucket.id, bucket.partition_of(key))
+/// `key`'s partition in `bucket`, followed across splits.
+pub(crate) fn partition<'a>(bucket: &'a BucketRecord, key: &str) -> Part<'a> {
+    Part::routed(bucket, key)
 }
 
 /// The guard every write to a live bucket's index carries: the partition is live.
@@ -29,12 +31,14 @@ fn live_guard() -> ObjOp {
 /// Creates `bucket`'s partition objects, live and labelled. Runs before the bucket record is
 /// written, so a record never names a partition that is not there.
 pub async fn create_partitions(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
-    let label = layout::encode(&PartitionLabel { bucket: bucket.name.clone(), created_ns: bucket.created_ns });
-    for p in &bucket.partitions {
+    let label = PartitionLabel { bucket: bucket.name.clone(), created_ns: bucket.created_ns, split_from: None };
+    let label = layout::encode(&label);
+    for (at, p) in bucket.partitions.iter().enumerate() {
         let ops = vec![
             ObjOp::Create { exclusive: true },
             ObjOp::SetXattr { name: LABEL_XATTR.into(), value: label.clone() },
             ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() },
+            ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&bucket.bounds_at(at)) },
         ];
         rados::write_ops(client, INDEX_POOL, &partition_object(bucket.id, p.id), ops).await?;
     }
@@ -55,13 +59,13 @@ pub async fn set_live(client: &Client, bucket: &BucketRecord, live: bool) -> Res
     Ok(())
 }
 
-/// Whether partition object `part` is live, and the value of pending record `tag` in it.
-async fn partition_state(client: &Client, part: &str, tag: u128) -> Result<(bool, Option<Vec<u8>>), GatewayError> {
+/// Whether `part` is live, and the value of pending record `tag` in it.
+async fn partition_state(client: &Client, part: &Part<'_>, tag: u128) -> Result<(bool, Option<Vec<u8>>), GatewayError> {
     let ops =
         vec![ObjOp::GetXattr { name: LIVE_XATTR.into() }, ObjOp::OmapGet { keys: vec![layout::pending_key(tag)] }];
-    match client.op(INDEX_POOL, part, ops, Vec::new()).await {
-        Ok(r) => {
-            let mut out = r.outputs.into_iter();
+    match part.read(client, ops).await? {
+        Some(outputs) => {
+            let mut out = outputs.into_iter();
             let live = matches!(out.next(), Some(OpOutput::Xattr(Some(v))) if v == LIVE_VALUE);
             let pending = match out.next() {
                 Some(OpOutput::Omap(mut found)) => found.pop().and_then(|(_, v)| v),
@@ -69,8 +73,7 @@ async fn partition_state(client: &Client, part: &str, tag: u128) -> Result<(bool
             };
             Ok((live, pending))
         }
-        Err(e) if e.is_not_found() => Ok((false, None)),
-        Err(e) => Err(e.into()),
+        None => Ok((false, None)),
     }
 }
 
@@ -103,7 +106,7 @@ pub async fn prepare_with(
     let mut ops = vec![live_guard()];
     ops.extend(more);
     ops.push(ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&record))] });
-    rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await
+    partition(bucket, key).write(client, ops).await
 }
 
 /// Drops the pending record of a write that never wrote its head (refused before it: a failed
@@ -122,7 +125,7 @@ pub async fn abandon(
     if let Some(gc) = garbage {
         ops.push(gc_set(layout::now_ns() + gc_delay_ns, vec![gc]));
     }
-    match rados::write_ops(client, INDEX_POOL, &partition(bucket, key), ops).await {
+    match partition(bucket, key).write(client, ops).await {
         // The bucket is being deleted: its collector completes the pending record instead.
         Err(e) if e.is_conflict() => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
         other => other,
@@ -151,7 +154,10 @@ pub async fn complete(
         count => Some(GcRecord::Chunks { tag, first: 1, count }),
     };
     match complete_at(client, &how, key, tag, own, &|_| Vec::new()).await? {
-        Completed::Head(head) => Ok(head.map(|h| *h)),
+        Completed::Head(head) => {
+            crate::reshard::note_write(client, bucket, key);
+            Ok(head.map(|h| *h))
+        }
         Completed::PendingGone => Err(GatewayError::Internal("a completion without a pending record".into())),
         Completed::Dead => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
     }
@@ -160,7 +166,7 @@ pub async fn complete(
 /// Where and how a completion runs.
 pub(crate) struct Completion<'a> {
     pub bucket_id: u64,
-    pub part: &'a str,
+    pub part: &'a Part<'a>,
     /// The partition is live (a writer, or the collector in a live bucket) or not (the collector
     /// in a deleted bucket, where no entry may be made).
     pub live: bool,
@@ -238,7 +244,7 @@ pub(crate) async fn complete_at(
             ops.push(gc_set(layout::now_ns() + how.gc_delay_ns, gc));
         }
         ops.extend(extra(Some(tag) == head_tag));
-        match rados::write_ops(client, INDEX_POOL, how.part, ops).await {
+        match how.part.write(client, ops).await {
             Ok(()) => return Ok(Completed::Head(head.map(Box::new))),
             Err(e) if e.is_conflict() => {
                 if let Some(reason) = conflict_reason(client, how, Some(tag)).await? {
@@ -314,7 +320,7 @@ pub async fn list(
     }
     let delimiter = delimiter.filter(|d| !d.is_empty());
     // The exclusive omap cursor: keys above it are listed.
-    let (start, mut cursor) = match after {
+    let cursor = match after {
         Some(a) if a >= prefix => {
             let mut cursor = entry_key(a);
             // A marker inside a common prefix (a page ended on it) resumes after every key the
@@ -326,54 +332,38 @@ pub async fn list(
                 cursor = entry_key(&a[..prefix.len() + pos + d.len()]);
                 cursor.push(0xFF);
             }
-            (a.to_string(), cursor)
+            cursor
         }
-        _ => (prefix.to_string(), just_below(&entry_key(prefix))),
+        _ => just_below(&entry_key(prefix)),
     };
-    let first = bucket.partitions.partition_point(|p| p.start <= start).saturating_sub(1);
-    for p in &bucket.partitions[first..] {
-        let lower = just_below(&entry_key(&p.start));
-        if lower > cursor {
-            cursor = lower;
-        }
-        let part = partition_object(bucket.id, p.id);
-        'partition: loop {
-            let batch = rados::omap_list(client, INDEX_POOL, &part, Some(cursor.clone()), BATCH).await?;
-            let whole = batch.len() == BATCH as usize;
-            for (k, v) in batch {
-                if k.first() != Some(&ENTRY_PREFIX) {
-                    // Pending and GC records sort after every entry.
-                    break 'partition;
-                }
-                let key = std::str::from_utf8(&k[1..])
-                    .map_err(|_| GatewayError::Corrupt(format!("index key of {} bytes is not UTF-8", k.len() - 1)))?;
-                if !key.starts_with(prefix) {
-                    return Ok(page);
-                }
-                if page.entries.len() + page.common_prefixes.len() >= max {
-                    page.truncated = true;
-                    return Ok(page);
-                }
-                if let Some(d) = delimiter
-                    && let Some(pos) = key[prefix.len()..].find(d)
-                {
-                    let cp = key[..prefix.len() + pos + d.len()].to_string();
-                    // Skip every key under the common prefix (0xFF never occurs in UTF-8) and
-                    // read on from there.
-                    cursor = entry_key(&cp);
-                    cursor.push(0xFF);
-                    page.last_key = Some(cp.clone());
-                    page.common_prefixes.push(cp);
-                    continue 'partition;
-                }
-                let entry: IndexEntry = layout::decode(&v, "index entry")?;
-                page.last_key = Some(key.to_string());
-                page.entries.push((key.to_string(), entry));
-                cursor = k;
+    let mut reader = RangeReader::new(bucket, ENTRY_PREFIX, cursor);
+    'batch: while let Some(batch) = reader.next_batch(client, BATCH).await? {
+        for (k, v) in batch {
+            let key = std::str::from_utf8(&k[1..])
+                .map_err(|_| GatewayError::Corrupt(format!("index key of {} bytes is not UTF-8", k.len() - 1)))?;
+            if !key.starts_with(prefix) {
+                return Ok(page);
             }
-            if !whole {
-                break;
+            if page.entries.len() + page.common_prefixes.len() >= max {
+                page.truncated = true;
+                return Ok(page);
             }
+            if let Some(d) = delimiter
+                && let Some(pos) = key[prefix.len()..].find(d)
+            {
+                let cp = key[..prefix.len() + pos + d.len()].to_string();
+                // Skip every key under the common prefix (0xFF never occurs in UTF-8) and
+                // read on from there.
+                let mut past = entry_key(&cp);
+                past.push(0xFF);
+                reader.set_cursor(past);
+                page.last_key = Some(cp.clone());
+                page.common_prefixes.push(cp);
+                continue 'batch;
+            }
+            let entry: IndexEntry = layout::decode(&v, "index entry")?;
+            page.last_key = Some(key.to_string());
+            page.entries.push((key.to_string(), entry));
         }
     }
     Ok(page)
@@ -398,12 +388,6 @@ pub async fn is_empty(client: &Client, bucket: &BucketRecord) -> Result<bool, Ga
     if !list(client, bucket, "", None, None, 1).await?.entries.is_empty() {
         return Ok(false);
     }
-    for p in &bucket.partitions {
-        let part = partition_object(bucket.id, p.id);
-        let first = rados::omap_list(client, INDEX_POOL, &part, Some(layout::versions_cursor()), 1).await?;
-        if first.first().is_some_and(|(k, _)| k.first() == Some(&layout::VERSION_PREFIX)) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    let mut versions = RangeReader::new(bucket, layout::VERSION_PREFIX, vec![layout::VERSION_PREFIX]);
+    Ok(versions.next_batch(client, 1).await?.is_none())
 }

@@ -86,6 +86,60 @@ pub const LABEL_XATTR: &str = "bucket";
 pub struct PartitionLabel {
     pub bucket: String,
     pub created_ns: u64,
+    /// The partition a split made this one from (`None`: made with its bucket). Until the split
+    /// is published this partition holds only copies, and the collector removes it if the
+    /// split was given up.
+    pub split_from: Option<u32>,
+}
+
+/// The xattr of an index partition holding its key range ([`PartitionBounds`]). Every index
+/// write asserts the range its writer's partition table gives, so a writer whose table is older
+/// than a split is refused and looks again (decision 0014).
+pub const BOUNDS_XATTR: &str = "bounds";
+
+/// The keys an index partition is responsible for: `start` (inclusive) to `end` (exclusive;
+/// `None`: every key above).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionBounds {
+    pub start: String,
+    pub end: Option<String>,
+}
+
+impl PartitionBounds {
+    pub fn contains(&self, key: &str) -> bool {
+        key >= self.start.as_str() && self.end.as_deref().is_none_or(|e| key < e)
+    }
+}
+
+/// The xattr of an index partition being split ([`Reshard`]).
+pub const RESHARD_XATTR: &str = "reshard";
+
+/// A split of an index partition in progress, recorded on the partition split (decision 0014).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reshard {
+    /// Keys from `cut` up go to partition `new_id`.
+    pub cut: String,
+    pub new_id: u32,
+    /// The partition's range before the split.
+    pub was: PartitionBounds,
+    pub state: ReshardState,
+    /// When the state last changed; a split stuck past its deadline is given up or finished by
+    /// whoever finds it.
+    pub since_ns: u64,
+}
+
+/// The steps of a split, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReshardState {
+    /// The new partition is being filled with copies while writes continue to this one.
+    Copying,
+    /// This partition's range is cut down: writes above the cut wait while the last changes are
+    /// copied. Still the authority for reads of its whole former range.
+    Fenced,
+    /// The copy is exact: the split will be published (by anyone who finds it so).
+    Committed,
+    /// The bucket record names the new partition; the copied records are being removed here.
+    Published,
 }
 
 /// Parses an index partition's object name into (bucket id, partition id).
@@ -465,8 +519,20 @@ pub struct Grant {
 impl BucketRecord {
     /// The partition holding `key`.
     pub fn partition_of(&self, key: &str) -> u32 {
-        let at = self.partitions.partition_point(|p| p.start.as_str() <= key);
-        self.partitions[at.saturating_sub(1)].id
+        self.partitions[self.partition_index(key)].id
+    }
+
+    /// The index in `partitions` of the partition holding `key`.
+    pub fn partition_index(&self, key: &str) -> usize {
+        self.partitions.partition_point(|p| p.start.as_str() <= key).saturating_sub(1)
+    }
+
+    /// The range of the partition at index `at` of `partitions`.
+    pub fn bounds_at(&self, at: usize) -> PartitionBounds {
+        PartitionBounds {
+            start: self.partitions[at].start.clone(),
+            end: self.partitions.get(at + 1).map(|p| p.start.clone()),
+        }
     }
 }
 

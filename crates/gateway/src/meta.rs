@@ -364,15 +364,38 @@ pub async fn list_buckets(client: &Client, owner: &UserRecord) -> Result<Vec<Buc
 /// partition once nothing is left in it. Any step may crash: the collector finishes a deletion
 /// whose partitions are dead and empty, and revives one whose partitions still hold entries.
 pub async fn delete_bucket(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
-    if !index::is_empty(client, bucket).await? {
-        return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
+    /// Each attempt lost to a change of the record (a split published, a configuration
+    /// change) is retried this many times.
+    const ATTEMPTS: usize = 8;
+    let object = layout::bucket_object(&bucket.name);
+    let missing = || GatewayError::NoSuchBucket(bucket.name.clone());
+    let mut killed: Option<BucketRecord> = None;
+    for _ in 0..ATTEMPTS {
+        // The record as it is now: its table names every partition that must die.
+        let Some(bytes) = rados::read_all(client, META_POOL, &object).await? else { return Err(missing()) };
+        let current: BucketRecord = layout::decode(&bytes, "bucket record")?;
+        if current.id != bucket.id {
+            return Err(missing());
+        }
+        if killed.is_none() && !index::is_empty(client, &current).await? {
+            return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
+        }
+        index::set_live(client, &current, false).await?;
+        killed = Some(current.clone());
+        if !index::is_empty(client, &current).await? {
+            index::set_live(client, &current, true).await?;
+            return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
+        }
+        // Removed only if it is still the record whose partitions were made dead: a split
+        // published in between named a partition that is still live.
+        if rados::remove_record(client, META_POOL, &object, &bytes).await? {
+            return unlist_bucket(client, &current).await;
+        }
     }
-    index::set_live(client, bucket, false).await?;
-    if !index::is_empty(client, bucket).await? {
-        index::set_live(client, bucket, true).await?;
-        return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
+    if let Some(k) = killed {
+        index::set_live(client, &k, true).await?;
     }
-    remove_bucket_record(client, bucket).await
+    Err(GatewayError::Conflict(format!("bucket {:?} kept changing while being deleted", bucket.name)))
 }
 
 /// Removes bucket record `bucket` (if it is still this bucket's) and unlists it from its owner.
@@ -386,6 +409,12 @@ pub async fn remove_bucket_record(client: &Client, bucket: &BucketRecord) -> Res
     if current.id != bucket.id || !rados::remove_record(client, META_POOL, &object, &bytes).await? {
         return Ok(());
     }
+    unlist_bucket(client, bucket).await
+}
+
+/// Removes removed bucket `bucket` from its owner's list.
+async fn unlist_bucket(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
+    let object = layout::bucket_object(&bucket.name);
     let user_obj = layout::user_object(&bucket.owner);
     let unlist = vec![ObjOp::OmapRemove { keys: vec![bucket.name.as_bytes().to_vec()] }];
     rados::write_ops(client, META_POOL, &user_obj, unlist).await?;

@@ -17,10 +17,11 @@ use shoal_proto::osd::ObjOp;
 use crate::error::GatewayError;
 use crate::index::{self, Completed, Completion};
 use crate::layout::{
-    self, BucketRecord, Checksums, ContentHeaders, DATA_POOL, GcRecord, INDEX_POOL, Manifest, ManifestPart, ObjectMeta,
+    self, BucketRecord, Checksums, ContentHeaders, DATA_POOL, GcRecord, Manifest, ManifestPart, ObjectMeta,
     PART_PREFIX, PartRecord, PendingKind, UploadRecord,
 };
 use crate::objects::{self, BodyCheck, BodyShape, MemoryBudget, PendingWrite, WriteCondition, WriteError, Written};
+use crate::partition::{Part, RangeReader};
 use crate::partsums::{self, SumKind};
 use crate::{rados, versions};
 
@@ -68,7 +69,7 @@ pub async fn create(client: &Client, bucket: &BucketRecord, key: &str, new: NewU
         ObjOp::AssertXattr { name: layout::LIVE_XATTR.into(), value: Some(layout::LIVE_VALUE.to_vec()) },
         ObjOp::OmapSet { entries: vec![(layout::upload_key(key, upload), layout::encode(&rec))] },
     ];
-    match rados::write_ops(client, INDEX_POOL, &index::partition(bucket, key), ops).await {
+    match index::partition(bucket, key).write(client, ops).await {
         Err(e) if e.is_conflict() => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
         other => other.map(|()| upload),
     }
@@ -97,7 +98,7 @@ pub async fn read_upload(
     upload: u128,
 ) -> Result<(Vec<u8>, UploadRecord), GatewayError> {
     let part = index::partition(bucket, key);
-    match rados::omap_get(client, INDEX_POOL, &part, &layout::upload_key(key, upload)).await? {
+    match part.omap_get(client, &layout::upload_key(key, upload)).await? {
         Some(raw) => {
             let rec = layout::decode(&raw, "upload record")?;
             Ok((raw, rec))
@@ -106,15 +107,15 @@ pub async fn read_upload(
     }
 }
 
-/// Every part record of `upload` in partition object `part`, in number order.
+/// Every part record of `upload` in `part`, in number order.
 pub(crate) async fn parts_of(
     client: &Client,
-    part: &str,
+    part: &Part<'_>,
     upload: u128,
 ) -> Result<Vec<(u32, PartRecord)>, GatewayError> {
     let mut prefix = vec![PART_PREFIX];
     prefix.extend_from_slice(&upload.to_be_bytes());
-    let raw = rados::omap_prefix(client, INDEX_POOL, part, &prefix, MAX_PARTS as usize).await?;
+    let raw = part.omap_prefix(client, &prefix, MAX_PARTS as usize).await?;
     let mut out = Vec::with_capacity(raw.len());
     for (k, v) in raw {
         let number = k.get(17..21).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
@@ -207,7 +208,7 @@ where
     let part_obj = index::partition(bucket, key);
     let pkey = layout::part_key(upload, number);
     for _ in 0..RECORD_ATTEMPTS {
-        let old = rados::omap_get(client, INDEX_POOL, &part_obj, &pkey).await?;
+        let old = part_obj.omap_get(client, &pkey).await?;
         let mut ops = vec![
             guard.clone(),
             ObjOp::AssertOmap { key: pkey.clone(), value: old.clone() },
@@ -222,7 +223,7 @@ where
                 ops.push(index::gc_set(layout::now_ns() + settings.gc_delay_ns, vec![gc]));
             }
         }
-        match rados::write_ops(client, INDEX_POOL, &part_obj, ops).await {
+        match part_obj.write(client, ops).await {
             Ok(()) => return Ok(record),
             Err(e) if e.is_conflict() => {
                 if read_upload(client, bucket, key, upload).await.map(|(r, _)| r != raw).unwrap_or(true) {
@@ -276,7 +277,7 @@ pub async fn abort(
 /// The rest of an abort once claimed (also run by the collector for a dead claimant).
 pub(crate) async fn finish_abort(
     client: &Client,
-    part_obj: &str,
+    part_obj: &Part<'_>,
     upload: u128,
     tag: u128,
     gc_delay_ns: u64,
@@ -284,7 +285,7 @@ pub(crate) async fn finish_abort(
     let parts = parts_of(client, part_obj, upload).await?;
     let mut ops = drop_parts(upload, &parts, &[], layout::now_ns() + gc_delay_ns);
     ops.push(ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] });
-    rados::write_ops(client, INDEX_POOL, part_obj, ops).await
+    part_obj.write(client, ops).await
 }
 
 /// A part as a completion lists it.
@@ -583,52 +584,41 @@ pub async fn list_uploads(
     const BATCH: u32 = 1000;
     let delimiter = delimiter.filter(|d| !d.is_empty());
     let mut page = UploadPage::default();
-    for p in &bucket.partitions {
-        let part_obj = layout::partition_object(bucket.id, p.id);
-        let mut cursor = match key_marker {
-            // After every upload of the marker key, or after the given one.
-            Some(k) => match upload_marker {
-                Some(u) => layout::upload_key(k, u),
-                None => layout::upload_key(k, u128::MAX),
-            },
-            None => vec![layout::UPLOAD_PREFIX],
-        };
-        if cursor.as_slice() < [layout::UPLOAD_PREFIX].as_slice() {
-            cursor = vec![layout::UPLOAD_PREFIX];
-        }
-        loop {
-            let batch = rados::omap_list(client, INDEX_POOL, &part_obj, Some(cursor.clone()), BATCH).await?;
-            let whole = batch.len() == BATCH as usize;
-            for (k, v) in batch {
-                if k.first() != Some(&layout::UPLOAD_PREFIX) {
+    let mut cursor = match key_marker {
+        // After every upload of the marker key, or after the given one.
+        Some(k) => match upload_marker {
+            Some(u) => layout::upload_key(k, u),
+            None => layout::upload_key(k, u128::MAX),
+        },
+        None => vec![layout::UPLOAD_PREFIX],
+    };
+    if cursor.as_slice() < [layout::UPLOAD_PREFIX].as_slice() {
+        cursor = vec![layout::UPLOAD_PREFIX];
+    }
+    let mut reader = RangeReader::new(bucket, layout::UPLOAD_PREFIX, cursor);
+    while let Some(batch) = reader.next_batch(client, BATCH).await? {
+        for (_, v) in batch {
+            let rec: UploadRecord = layout::decode(&v, "upload record")?;
+            if !rec.key.starts_with(prefix) {
+                if rec.key.as_str() > prefix {
                     return Ok(page);
                 }
-                cursor.clone_from(&k);
-                let rec: UploadRecord = layout::decode(&v, "upload record")?;
-                if !rec.key.starts_with(prefix) {
-                    if rec.key.as_str() > prefix {
-                        return Ok(page);
-                    }
-                    continue;
-                }
-                if page.uploads.len() + page.common_prefixes.len() >= max {
-                    page.truncated = true;
-                    return Ok(page);
-                }
-                if let Some(d) = delimiter
-                    && let Some(pos) = rec.key[prefix.len()..].find(d)
-                {
-                    let cp = rec.key[..prefix.len() + pos + d.len()].to_string();
-                    if !page.common_prefixes.contains(&cp) {
-                        page.common_prefixes.push(cp);
-                    }
-                    continue;
-                }
-                page.uploads.push(rec);
+                continue;
             }
-            if !whole {
-                break;
+            if page.uploads.len() + page.common_prefixes.len() >= max {
+                page.truncated = true;
+                return Ok(page);
             }
+            if let Some(d) = delimiter
+                && let Some(pos) = rec.key[prefix.len()..].find(d)
+            {
+                let cp = rec.key[..prefix.len() + pos + d.len()].to_string();
+                if !page.common_prefixes.contains(&cp) {
+                    page.common_prefixes.push(cp);
+                }
+                continue;
+            }
+            page.uploads.push(rec);
         }
     }
     Ok(page)

@@ -48,6 +48,8 @@ pub struct GatewayConfig {
     pub lifecycle_day: Duration,
     /// Serve HTTPS with this identity instead of HTTP.
     pub tls: Option<TlsFiles>,
+    /// Entries an index partition may hold before it is split (decision 0014).
+    pub split_entries: u64,
 }
 
 impl Default for GatewayConfig {
@@ -63,6 +65,7 @@ impl Default for GatewayConfig {
             pg_num: 64,
             lifecycle_day: Duration::from_secs(86_400),
             tls: None,
+            split_entries: 50_000,
         }
     }
 }
@@ -88,6 +91,11 @@ impl Server {
     pub async fn bind(client: Client, cfg: &GatewayConfig) -> Result<Server, GatewayError> {
         // The identity is read first, so a bad file fails the start, not a connection.
         let tls = cfg.tls.as_ref().map(tls::acceptor).transpose()?;
+        if cfg.split_entries < 4 {
+            return Err(GatewayError::InvalidArgument("index partitions must be allowed at least 4 entries".into()));
+        }
+        crate::reshard::set_split_entries(cfg.split_entries);
+        crate::reshard::set_lease(cfg.lease);
         let timeout_ms = client.mon().config().op_timeout_ms;
         meta::ensure_pools(&client, cfg.pool_size, cfg.pg_num, timeout_ms).await?;
         let settings = ServiceSettings { region: cfg.region.clone(), gc_delay: cfg.gc_delay, lease: cfg.lease };

@@ -9,11 +9,11 @@ use shoal_proto::osd::ObjOp;
 use crate::error::GatewayError;
 use crate::index::{self, Completed, Completion};
 use crate::layout::{
-    self, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, KeyState, LIVE_VALUE, LIVE_XATTR, Slot,
-    VERSION_PREFIX, Versioning, entry_key, key_state_key, version_key, version_key_prefix,
+    self, BucketRecord, ENTRY_PREFIX, GcRecord, IndexEntry, KeyState, LIVE_VALUE, LIVE_XATTR, Slot, VERSION_PREFIX,
+    Versioning, entry_key, key_state_key, version_key, version_key_prefix,
 };
 use crate::objects::WriteCondition;
-use crate::rados;
+use crate::partition::{Part, RangeReader};
 
 /// Most attempts at one change before giving up (each lost one means another change to the
 /// same key got there first).
@@ -66,8 +66,8 @@ pub(crate) struct KeyView {
 }
 
 /// Reads `key`'s entry and key state in one request.
-pub(crate) async fn read_view(client: &Client, part: &str, key: &str) -> Result<KeyView, GatewayError> {
-    let found = rados::omap_get_many(client, INDEX_POOL, part, vec![entry_key(key), key_state_key(key)]).await?;
+pub(crate) async fn read_view(client: &Client, part: &Part<'_>, key: &str) -> Result<KeyView, GatewayError> {
+    let found = part.omap_get_many(client, vec![entry_key(key), key_state_key(key)]).await?;
     let mut it = found.into_iter();
     let entry_raw = it.next().flatten();
     let state_raw = it.next().flatten();
@@ -79,11 +79,11 @@ pub(crate) async fn read_view(client: &Client, part: &str, key: &str) -> Result<
 /// The version record of `key` at `slot`.
 pub(crate) async fn record(
     client: &Client,
-    part: &str,
+    part: &Part<'_>,
     key: &str,
     slot: Slot,
 ) -> Result<Option<IndexEntry>, GatewayError> {
-    match rados::omap_get(client, INDEX_POOL, part, &version_key(key, slot)).await? {
+    match part.omap_get(client, &version_key(key, slot)).await? {
         Some(bytes) => Ok(Some(layout::decode(&bytes, "version record")?)),
         None => Ok(None),
     }
@@ -92,11 +92,11 @@ pub(crate) async fn record(
 /// The newest version of `key` older than `slot`.
 async fn next_after(
     client: &Client,
-    part: &str,
+    part: &Part<'_>,
     key: &str,
     slot: Slot,
 ) -> Result<Option<(Slot, IndexEntry)>, GatewayError> {
-    let batch = rados::omap_list(client, INDEX_POOL, part, Some(version_key(key, slot)), 1).await?;
+    let batch = part.omap_list(client, Some(version_key(key, slot)), 1).await?;
     match batch.into_iter().next() {
         Some((k, v)) => match layout::parse_version_key(&k) {
             Some((other, s)) if other == key => Ok(Some((s, layout::decode(&v, "version record")?))),
@@ -146,7 +146,7 @@ fn version_garbage(r: &IndexEntry) -> Option<GcRecord> {
 /// asked (the null version has data, a condition fails).
 pub(crate) async fn plan(
     client: &Client,
-    part: &str,
+    part: &Part<'_>,
     key: &str,
     view: &KeyView,
     change: Change,
@@ -326,7 +326,7 @@ pub(crate) async fn apply(
             ops.push(index::gc_set(layout::now_ns() + how.gc_delay_ns, plan.gc));
         }
         ops.extend(extra.iter().cloned());
-        match rados::write_ops(client, INDEX_POOL, how.part, ops).await {
+        match how.part.write(client, ops).await {
             Ok(()) => return Ok(Applied::Done(plan.outcome)),
             Err(e) if e.is_conflict() => match index::conflict_reason(client, how, tag).await? {
                 Some(Completed::Dead) => return Ok(Applied::Dead),
@@ -374,7 +374,7 @@ pub(crate) async fn finish(
     ops.push(ObjOp::OmapRemove { keys: vec![layout::pending_key(tag)] });
     ops.push(index::gc_set(layout::now_ns() + how.gc_delay_ns, vec![garbage]));
     ops.extend(abandoned);
-    match rados::write_ops(client, INDEX_POOL, how.part, ops).await {
+    match how.part.write(client, ops).await {
         Ok(()) => Ok(Completed::Head(None)),
         Err(e) if e.is_conflict() => {
             Ok(index::conflict_reason(client, how, Some(tag)).await?.unwrap_or(Completed::PendingGone))
@@ -579,33 +579,37 @@ pub struct VersionPage {
     pub next_version_id: Option<String>,
 }
 
-/// Omap entries of one prefix byte in a partition, read in batches from a cursor.
-struct Cursor {
-    part: String,
-    prefix: u8,
+/// Omap entries of one prefix byte across a bucket's partitions, read in batches.
+struct Cursor<'a> {
+    reader: RangeReader<'a>,
+    /// The last key read into `buf` (or skipped to).
     after: Vec<u8>,
     buf: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
     exhausted: bool,
 }
 
-impl Cursor {
+impl<'a> Cursor<'a> {
     const BATCH: u32 = 500;
 
-    fn new(part: String, prefix: u8, after: Vec<u8>) -> Cursor {
-        Cursor { part, prefix, after, buf: Default::default(), exhausted: false }
+    fn new(bucket: &'a BucketRecord, prefix: u8, after: Vec<u8>) -> Cursor<'a> {
+        Cursor {
+            reader: RangeReader::new(bucket, prefix, after.clone()),
+            after,
+            buf: Default::default(),
+            exhausted: false,
+        }
     }
 
     async fn peek(&mut self, client: &Client) -> Result<Option<&(Vec<u8>, Vec<u8>)>, GatewayError> {
         if self.buf.is_empty() && !self.exhausted {
-            let batch = rados::omap_list(client, INDEX_POOL, &self.part, Some(self.after.clone()), Self::BATCH).await?;
-            self.exhausted = batch.len() < Self::BATCH as usize;
-            for (k, v) in batch {
-                if k.first() != Some(&self.prefix) {
-                    self.exhausted = true;
-                    break;
+            match self.reader.next_batch(client, Self::BATCH).await? {
+                Some(batch) => {
+                    if let Some((k, _)) = batch.last() {
+                        self.after.clone_from(k);
+                    }
+                    self.buf.extend(batch);
                 }
-                self.after.clone_from(&k);
-                self.buf.push_back((k, v));
+                None => self.exhausted = true,
             }
         }
         Ok(self.buf.front())
@@ -619,7 +623,9 @@ impl Cursor {
     fn skip_past(&mut self, to: Vec<u8>) {
         if to > self.after {
             self.buf.clear();
+            self.reader.set_cursor(to.clone());
             self.after = to;
+            self.exhausted = false;
         } else {
             self.buf.retain(|(k, _)| *k > to);
         }
@@ -646,7 +652,7 @@ pub async fn list(
     let marker = key_marker.filter(|m| !m.is_empty() && *m >= prefix);
     // The exclusive cursors: entries (for the null versions of keys without records) and
     // version records.
-    let (mut entries_after, mut versions_after, resumed_key) = match marker {
+    let (entries_after, versions_after, resumed_key) = match marker {
         Some(k) => {
             let mut all_of_k = version_key_prefix(k);
             all_of_k.extend_from_slice(&[0xFF; Slot::BYTES]);
@@ -669,14 +675,11 @@ pub async fn list(
             (index::just_below(&entry_key(prefix)), v, None)
         }
     };
-    let start = marker.unwrap_or(prefix);
-    let first = bucket.partitions.partition_point(|p| p.start.as_str() <= start).saturating_sub(1);
     // The key of the last version listed (versions of a key after its first are not latest).
     let mut last_listed: Option<String> = resumed_key;
-    for p in &bucket.partitions[first..] {
-        let part = layout::partition_object(bucket.id, p.id);
-        let mut entries = Cursor::new(part.clone(), ENTRY_PREFIX, entries_after.clone());
-        let mut versions = Cursor::new(part, VERSION_PREFIX, versions_after.clone());
+    let mut entries = Cursor::new(bucket, ENTRY_PREFIX, entries_after);
+    let mut versions = Cursor::new(bucket, VERSION_PREFIX, versions_after);
+    {
         loop {
             // The smaller key of the two cursors' next items.
             let e_key = match entries.peek(client).await? {
@@ -728,10 +731,8 @@ pub async fn list(
                 let mut v_to = vec![VERSION_PREFIX];
                 v_to.extend_from_slice(cp.as_bytes());
                 v_to.push(0xFF);
-                entries.skip_past(e_to.clone());
-                versions.skip_past(v_to.clone());
-                entries_after = e_to;
-                versions_after = v_to;
+                entries.skip_past(e_to);
+                versions.skip_past(v_to);
                 page.next_key = Some(cp.clone());
                 page.next_version_id = None;
                 page.common_prefixes.push(cp);
