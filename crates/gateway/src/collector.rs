@@ -384,13 +384,16 @@ async fn split_status(
     // published. Reading the parent first and the table second, a partition named by neither
     // was never published (tables only gain partitions).
     let parent = PartitionState::read(client, &layout::partition_object(bucket_id, from)).await?;
+    let bucket = labelled_bucket(client, label, bucket_id).await?;
+    let Some(bucket) = bucket else {
+        // A deletion makes every partition of the table dead before removing the record, so a
+        // live one without a record was never published (its split died with the bucket).
+        return Ok(SplitStatus::Abandoned);
+    };
     if parent.reshard.as_ref().is_some_and(|r| r.new_id == id) {
         return Ok(SplitStatus::InProgress);
     }
-    match labelled_bucket(client, label, bucket_id).await? {
-        Some(b) if b.partitions.iter().any(|p| p.id == id) => Ok(SplitStatus::Published),
-        _ => Ok(SplitStatus::Abandoned),
-    }
+    if bucket.partitions.iter().any(|p| p.id == id) { Ok(SplitStatus::Published) } else { Ok(SplitStatus::Abandoned) }
 }
 
 /// Aborts every upload left in dead partition `part` (bounded per pass); returns how many.

@@ -230,6 +230,7 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
     }
 
     // 2. The first copy, while writes go on.
+    let started = std::time::Instant::now();
     let copied = copy_range(client, &old, &new, &upper).await;
     if let Err(e) = copied {
         give_up(client, bucket.id, old_id, &rec).await?;
@@ -245,6 +246,7 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
         ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&lower) },
         ObjOp::SetXattr { name: RESHARD_XATTR.into(), value: reshard_value(&fenced) },
     ];
+    let fenced_at = std::time::Instant::now();
     match rados::write_ops(client, INDEX_POOL, &old, fence).await {
         Ok(()) => rec = fenced,
         // Given up by someone who found the first copy overdue.
@@ -270,7 +272,15 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
     }
     crashpoint::reached(crashpoint::SPLIT_COMMITTED, &bucket.name);
     publish(client, &bucket.name, bucket.id, old_id, &committed).await?;
-    tracing::info!(bucket = %bucket.name, from = old_id, to = new_id, cut, "index partition split");
+    tracing::info!(
+        bucket = %bucket.name,
+        from = old_id,
+        to = new_id,
+        cut,
+        copy_ms = fenced_at.duration_since(started).as_millis() as u64,
+        fenced_ms = fenced_at.elapsed().as_millis() as u64,
+        "index partition split"
+    );
     Ok(true)
 }
 
