@@ -210,7 +210,15 @@ impl<'a> Part<'a> {
                     Ok(Follow::Retry)
                 }
                 ReshardState::Committed => {
-                    reshard::publish(client, &fresh.name, fresh.id, route.id, &r).await?;
+                    if let Some(published) = reshard::publish(client, &fresh.name, fresh.id, route.id, &r).await? {
+                        // The copies left behind are removed beside the request, not in its way.
+                        let (client, bucket_id, part_id) = (client.clone(), fresh.id, route.id);
+                        tokio::spawn(async move {
+                            if let Err(e) = reshard::clean_up(&client, bucket_id, part_id, &published).await {
+                                tracing::warn!(partition = part_id, error = %e, "cleaning up after a split failed");
+                            }
+                        });
+                    }
                     Ok(Follow::Retry)
                 }
                 ReshardState::Fenced if reshard::overdue(&r) => {

@@ -271,28 +271,35 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
         Err(e) => return Err(e),
     }
     crashpoint::reached(crashpoint::SPLIT_COMMITTED, &bucket.name);
-    publish(client, &bucket.name, bucket.id, old_id, &committed).await?;
+    let published = publish(client, &bucket.name, bucket.id, old_id, &committed).await?;
+    let fenced_ms = fenced_at.elapsed().as_millis() as u64;
+    let cleaning = std::time::Instant::now();
+    if let Some(p) = &published {
+        clean_up(client, bucket.id, old_id, p).await?;
+    }
     tracing::info!(
         bucket = %bucket.name,
         from = old_id,
         to = new_id,
         cut,
         copy_ms = fenced_at.duration_since(started).as_millis() as u64,
-        fenced_ms = fenced_at.elapsed().as_millis() as u64,
+        fenced_ms,
+        clean_up_ms = cleaning.elapsed().as_millis() as u64,
         "index partition split"
     );
     Ok(true)
 }
 
 /// Publishes committed split `r` of partition `old_id` (idempotent: anyone who finds it
-/// committed may), then removes the copied records from the old partition.
+/// committed may). Returns the published record when this call recorded the publication; its
+/// caller then cleans up ([`clean_up`]).
 pub(crate) async fn publish(
     client: &Client,
     name: &str,
     bucket_id: u64,
     old_id: u32,
     r: &Reshard,
-) -> Result<(), GatewayError> {
+) -> Result<Option<Reshard>, GatewayError> {
     debug_assert_eq!(r.state, ReshardState::Committed);
     crate::meta::update_bucket(client, name, bucket_id, |b| {
         if b.partitions.iter().any(|p| p.id == r.new_id) {
@@ -318,9 +325,9 @@ pub(crate) async fn publish(
     let ops =
         vec![assert_reshard(Some(r)), ObjOp::SetXattr { name: RESHARD_XATTR.into(), value: reshard_value(&published) }];
     match rados::write_ops(client, INDEX_POOL, &partition_object(bucket_id, old_id), ops).await {
-        Ok(()) => clean_up(client, bucket_id, old_id, &published).await,
+        Ok(()) => Ok(Some(published)),
         // Someone else published it; they clean up.
-        Err(e) if e.is_conflict() => Ok(()),
+        Err(e) if e.is_conflict() => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -407,7 +414,11 @@ pub(crate) async fn tend(
 ) -> Result<bool, GatewayError> {
     let Some(r) = &state.reshard else { return Ok(false) };
     match r.state {
-        ReshardState::Committed => publish(client, name, bucket_id, part_id, r).await?,
+        ReshardState::Committed => {
+            if let Some(p) = publish(client, name, bucket_id, part_id, r).await? {
+                clean_up(client, bucket_id, part_id, &p).await?;
+            }
+        }
         ReshardState::Published => clean_up(client, bucket_id, part_id, r).await?,
         _ if overdue(r) => give_up(client, bucket_id, part_id, r).await?,
         _ => return Ok(false),
