@@ -359,15 +359,9 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() {
     const MIB: usize = 1 << 20;
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    let out =
-        ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--backend", "mem", "--osd-size", "1G", "--json"]));
-    let _down = common::Down(dir.clone());
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let keys = (report["gateway"]["access_key"].as_str().unwrap(), report["gateway"]["secret_key"].as_str().unwrap());
     // The gateway of `shoal up` has the default lease; this test runs its own.
-    common::sigkill(&dir, "gateway");
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    let keys = (keys.0.as_str(), keys.1.as_str());
 
     let (mut gw, ep) = spawn_gateway(&dir, Some("after-head:halfway"));
     assert_eq!(s3_request(&ep, keys, "PUT", "/bkt", "", b"").0, 200);
@@ -501,14 +495,8 @@ fn version_ids(listing: &str) -> Vec<String> {
 fn a_versioned_write_killed_mid_way_is_decided_by_its_version_object_and_removed_versions_are_collected() {
     const MIB: usize = 1 << 20;
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    let out =
-        ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--backend", "mem", "--osd-size", "1G", "--json"]));
-    let _down = common::Down(dir.clone());
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let keys = (report["gateway"]["access_key"].as_str().unwrap(), report["gateway"]["secret_key"].as_str().unwrap());
-    common::sigkill(&dir, "gateway");
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    let keys = (keys.0.as_str(), keys.1.as_str());
 
     // Two versions of one key, then a write that dies after its version object is written.
     let (mut gw, ep) = spawn_gateway(&dir, Some("after-head:vhalf"));

@@ -307,21 +307,9 @@ impl Part<'_> {
         client: &Client,
         keys: Vec<Vec<u8>>,
     ) -> Result<Vec<Option<Vec<u8>>>, GatewayError> {
-        let n = keys.len();
-        let Some(outputs) = self.read(client, vec![ObjOp::OmapGet { keys: keys.clone() }]).await? else {
-            return Ok(vec![None; n]);
-        };
-        match outputs.into_iter().next() {
-            Some(OpOutput::Omap(found)) => {
-                let mut out = vec![None; n];
-                for (k, v) in found {
-                    if let Some(i) = keys.iter().position(|x| *x == k) {
-                        out[i] = v;
-                    }
-                }
-                Ok(out)
-            }
-            other => Err(GatewayError::Internal(format!("omap get answered {other:?}"))),
+        match self.read(client, vec![ObjOp::OmapGet { keys: keys.clone() }]).await? {
+            Some(outputs) => rados::omap_values(&keys, outputs.into_iter().next()),
+            None => Ok(vec![None; keys.len()]),
         }
     }
 
@@ -332,12 +320,9 @@ impl Part<'_> {
         after: Option<Vec<u8>>,
         max: u32,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
-        let Some(outputs) = self.read(client, vec![ObjOp::OmapList { after, max }]).await? else {
-            return Ok(Vec::new());
-        };
-        match outputs.into_iter().next() {
-            Some(OpOutput::OmapList(entries)) => Ok(entries),
-            other => Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
+        match self.read(client, vec![ObjOp::OmapList { after, max }]).await? {
+            Some(outputs) => rados::omap_entries(outputs.into_iter().next()),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -445,10 +430,9 @@ impl<'a> RangeReader<'a> {
                 self.fresh = Some(Arc::new(fresh));
                 continue;
             }
-            let batch = match outputs.and_then(|o| o.into_iter().next()) {
-                Some(OpOutput::OmapList(entries)) => entries,
+            let batch = match outputs {
+                Some(o) => rados::omap_entries(o.into_iter().next())?,
                 None => Vec::new(),
-                Some(other) => return Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
             };
             let whole = batch.len() == max as usize;
             let end = bounds.end.as_ref().map(|e| prefixed(self.prefix, e));

@@ -118,22 +118,34 @@ pub async fn omap_get_many(
     object: &str,
     keys: Vec<Vec<u8>>,
 ) -> Result<Vec<Option<Vec<u8>>>, GatewayError> {
-    let n = keys.len();
     match client.op(pool, object, vec![ObjOp::OmapGet { keys: keys.clone() }], Vec::new()).await {
-        Ok(r) => match r.outputs.into_iter().next() {
-            Some(OpOutput::Omap(found)) => {
-                let mut out = vec![None; n];
-                for (k, v) in found {
-                    if let Some(i) = keys.iter().position(|x| *x == k) {
-                        out[i] = v;
-                    }
-                }
-                Ok(out)
-            }
-            other => Err(GatewayError::Internal(format!("omap get answered {other:?}"))),
-        },
-        Err(e) if e.is_not_found() => Ok(vec![None; n]),
+        Ok(r) => omap_values(&keys, r.outputs.into_iter().next()),
+        Err(e) if e.is_not_found() => Ok(vec![None; keys.len()]),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The values of `keys`, in the order asked, from the output of an `OmapGet` of them.
+pub(crate) fn omap_values(keys: &[Vec<u8>], output: Option<OpOutput>) -> Result<Vec<Option<Vec<u8>>>, GatewayError> {
+    match output {
+        Some(OpOutput::Omap(found)) => {
+            let mut out = vec![None; keys.len()];
+            for (k, v) in found {
+                if let Some(i) = keys.iter().position(|x| *x == k) {
+                    out[i] = v;
+                }
+            }
+            Ok(out)
+        }
+        other => Err(GatewayError::Internal(format!("omap get answered {other:?}"))),
+    }
+}
+
+/// The entries of an `OmapList` output.
+pub(crate) fn omap_entries(output: Option<OpOutput>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
+    match output {
+        Some(OpOutput::OmapList(entries)) => Ok(entries),
+        other => Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
     }
 }
 
@@ -147,10 +159,7 @@ pub async fn omap_list(
     max: u32,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
     match client.op(pool, object, vec![ObjOp::OmapList { after, max }], Vec::new()).await {
-        Ok(r) => match r.outputs.into_iter().next() {
-            Some(OpOutput::OmapList(entries)) => Ok(entries),
-            other => Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
-        },
+        Ok(r) => omap_entries(r.outputs.into_iter().next()),
         Err(e) if e.is_not_found() => Ok(Vec::new()),
         Err(e) => Err(e.into()),
     }

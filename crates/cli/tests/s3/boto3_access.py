@@ -9,10 +9,10 @@ import json
 import os
 
 import boto3
+from s3common import fails
 import urllib3
 from botocore import UNSIGNED
 from botocore.config import Config
-from botocore.exceptions import ClientError
 
 ENDPOINT = os.environ["S3_ENDPOINT"]
 
@@ -27,16 +27,6 @@ def client(access=None, secret=None, anonymous=False):
         region_name="us-east-1",
         config=cfg,
     )
-
-
-def fails(code, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except ClientError as e:
-        got = e.response["Error"]["Code"]
-        assert got == code, f"expected {code}, got {got}: {e}"
-        return e
-    raise AssertionError(f"expected {code}, the call succeeded")
 
 
 owner = client(os.environ["S3_ACCESS_KEY"], os.environ["S3_SECRET_KEY"])

@@ -6,15 +6,14 @@ naming it. Every check states what a real S3 server answers.
 import base64
 import hashlib
 import os
-import sys
 import time
 import urllib.error
 import urllib.request
 
 import boto3
+from s3common import fails
 import botocore
 from botocore.config import Config
-from botocore.exceptions import ClientError
 
 ENDPOINT = os.environ["S3_ENDPOINT"]
 ACCESS = os.environ["S3_ACCESS_KEY"]
@@ -30,17 +29,6 @@ def client(access=ACCESS, secret=SECRET, **cfg):
         region_name="us-east-1",
         config=Config(retries={"max_attempts": 1}, **cfg),
     )
-
-
-def fails(code, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except ClientError as e:
-        got = e.response["Error"]["Code"]
-        assert got == code, f"expected {code}, got {got}: {e}"
-        assert e.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-request-id"), "no request id"
-        return e
-    raise AssertionError(f"expected {code}, the call succeeded")
 
 
 s3 = client()

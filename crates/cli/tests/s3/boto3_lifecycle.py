@@ -12,31 +12,12 @@ import os
 import re
 import time
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3common import client, fails
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=os.environ["S3_ENDPOINT"],
-    aws_access_key_id=os.environ["S3_ACCESS_KEY"],
-    aws_secret_access_key=os.environ["S3_SECRET_KEY"],
-    region_name="us-east-1",
-    config=Config(retries={"max_attempts": 1}),
-)
+s3 = client()
 DAY_S = float(os.environ["LIFECYCLE_DAY_S"])
 # Rules act at most a day and a lifecycle period after they are due; a loaded machine gets more.
 PATIENCE_S = 20 * DAY_S + 30
-
-
-def fails(code, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except ClientError as e:
-        got = e.response["Error"]["Code"]
-        assert got == code, f"expected {code}, got {got}: {e}"
-        return e
-    raise AssertionError(f"expected {code}, the call succeeded")
 
 
 def eventually(what, check):

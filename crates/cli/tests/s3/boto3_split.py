@@ -7,21 +7,12 @@ versioned bucket live across the splits.
 Environment: S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY. Exits non-zero on the first failed
 check.
 """
-import os
 import random
 import threading
 
-import boto3
-from botocore.config import Config
+from s3common import client
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=os.environ["S3_ENDPOINT"],
-    aws_access_key_id=os.environ["S3_ACCESS_KEY"],
-    aws_secret_access_key=os.environ["S3_SECRET_KEY"],
-    region_name="us-east-1",
-    config=Config(retries={"max_attempts": 1}, max_pool_connections=16),
-)
+s3 = client(max_pool_connections=16)
 
 B, V = "splits", "splits-versioned"
 WRITERS, KEYS_PER_WRITER = 6, 120

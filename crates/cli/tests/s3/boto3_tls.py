@@ -12,31 +12,8 @@ import os
 import socket
 import urllib.parse
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError, SSLError
-
-
-def client(endpoint, key, secret, verify=None):
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=key,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-        verify=verify,
-        config=Config(retries={"max_attempts": 1}),
-    )
-
-
-def fails(code, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except ClientError as e:
-        got = e.response["Error"]["Code"]
-        assert got == code, f"expected {code}, got {got}: {e}"
-        return e
-    raise AssertionError(f"expected {code}, the call succeeded")
+from s3common import client, fails
+from botocore.exceptions import SSLError
 
 
 TLS, CA, PLAIN = os.environ["S3_TLS_ENDPOINT"], os.environ["S3_TLS_CA"], os.environ["S3_ENDPOINT"]

@@ -6,31 +6,11 @@ Environment: S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY. Exits non-zero on the fi
 check.
 """
 import datetime
-import os
 import threading
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from s3common import client, fails
 
-s3 = boto3.client(
-    "s3",
-    endpoint_url=os.environ["S3_ENDPOINT"],
-    aws_access_key_id=os.environ["S3_ACCESS_KEY"],
-    aws_secret_access_key=os.environ["S3_SECRET_KEY"],
-    region_name="us-east-1",
-    config=Config(retries={"max_attempts": 1}),
-)
-
-
-def fails(code, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except ClientError as e:
-        got = e.response["Error"]["Code"]
-        assert got == code, f"expected {code}, got {got}: {e}"
-        return e
-    raise AssertionError(f"expected {code}, the call succeeded")
+s3 = client()
 
 
 def body(key, version=None):
