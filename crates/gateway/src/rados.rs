@@ -141,8 +141,11 @@ pub(crate) fn omap_values(keys: &[Vec<u8>], output: Option<OpOutput>) -> Result<
     }
 }
 
+/// Omap entries (key, value) in key order.
+pub(crate) type OmapEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The entries of an `OmapList` output.
-pub(crate) fn omap_entries(output: Option<OpOutput>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
+pub(crate) fn omap_entries(output: Option<OpOutput>) -> Result<OmapEntries, GatewayError> {
     match output {
         Some(OpOutput::OmapList(entries)) => Ok(entries),
         other => Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
