@@ -605,6 +605,29 @@ fn index_partitions_split_online_under_concurrent_writes_and_listings() {
     let _ = gw.wait();
 }
 
+/// The peak resident memory of process `pid`, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn browser_form_uploads_check_their_policy_and_stream_their_file() {
+    let python = python_with_boto3();
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    // An 8 MiB in-flight budget: the script's 96 MiB form upload must stream through it.
+    let (mut gw, listen) = spawn_gateway_with(&dir, None, &["--inflight", "8M"]);
+    let endpoint = format!("http://{listen}");
+    let env = [("S3_ENDPOINT", endpoint.as_str()), ("S3_ACCESS_KEY", &keys.0), ("S3_SECRET_KEY", &keys.1)];
+    run_boto3_script(&python, "boto3_post.py", &env, "boto3 POST checks passed");
+    let peak_kib = peak_rss_kib(gw.id());
+    assert!(peak_kib < 80 << 10, "the gateway peaked at {peak_kib} KiB: a 96 MiB form upload was held in memory");
+    let _ = gw.kill();
+    let _ = gw.wait();
+}
+
 #[test]
 fn a_split_interrupted_at_any_step_is_finished_or_given_up_and_loses_no_key() {
     let tmp = tempfile::tempdir().unwrap();

@@ -865,6 +865,11 @@ pub fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// Seconds since the Unix epoch, now.
+pub fn unix_now_s() -> i64 {
+    (now_ns() / 1_000_000_000) as i64
+}
+
 /// 128 random bits (a write's tag).
 pub fn random_tag() -> Result<u128, GatewayError> {
     let mut b = [0u8; 16];

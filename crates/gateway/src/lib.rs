@@ -12,7 +12,8 @@
 //! [`s3access`], [`s3config`], [`s3versions`], [`s3lock`], [`s3lifecycle`] and
 //! [`s3attributes`]), [`auth`] (secrets for signature checks), [`collector`] (the background
 //! reconciler and garbage collector), [`expiry`] (the lifecycle's background pass), [`server`]
-//! (HTTP or HTTPS through [`tls`], with [`precheck`] and [`cors`] around s3s).
+//! (HTTP or HTTPS through [`tls`], with [`precheck`], [`cors`] and [`s3post`] (browser-form uploads,
+//! their policies in [`postpolicy`], signatures with [`signing`]) around s3s).
 
 pub mod access;
 pub mod acl;
@@ -33,6 +34,7 @@ pub mod objects;
 pub mod partition;
 pub mod partsums;
 pub mod policy;
+pub mod postpolicy;
 pub mod precheck;
 pub mod rados;
 pub mod reshard;
@@ -44,8 +46,10 @@ pub mod s3impl;
 pub mod s3lifecycle;
 pub mod s3lock;
 pub mod s3multipart;
+pub mod s3post;
 pub mod s3versions;
 pub mod server;
+pub mod signing;
 pub mod text;
 pub mod tls;
 pub mod versions;

@@ -101,7 +101,7 @@ pub fn presigned_expiry(query: Option<&str>, now_s: i64) -> Result<(), Refusal> 
     Ok(())
 }
 
-fn xml_escape(s: &str) -> String {
+pub fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 

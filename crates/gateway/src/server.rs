@@ -205,14 +205,31 @@ impl Connection {
                 }
                 let cors = CorsAsk::of(req.method(), req.uri(), req.headers(), &domains);
                 let attributes = precheck::is_get_attributes(req.method(), req.uri().query());
-                let now_s = unix_now_s();
+                let now_s = crate::layout::unix_now_s();
                 let checked = precheck::sigv2_date(req.headers(), now_s)
                     .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
+                let form_bucket = crate::s3post::form_upload_bucket(req.method(), req.uri(), req.headers(), &domains);
                 let mut req = req.map(s3s::Body::from);
-                req.extensions_mut().insert(Transport { peer, secure });
-                let mut resp = match checked {
-                    Err(refusal) => refused(&refusal, &id),
-                    Ok(()) => service.call(req).await?,
+                let transport = Transport { peer, secure };
+                req.extensions_mut().insert(transport);
+                let mut resp = match (checked, form_bucket) {
+                    (Err(refusal), _) => refused(&refusal, &id),
+                    // A form upload streams its file; s3s would hold it whole (s3post.rs).
+                    (Ok(()), Some(bucket)) => match gateway.post_object_form(req, bucket, transport).await {
+                        Ok(resp) => resp,
+                        Err(e) => {
+                            let (status, code) = (e.status_code(), e.code().as_str().to_string());
+                            let message = e.message().unwrap_or("").to_string();
+                            e.to_http_response().unwrap_or_else(|_| {
+                                let status = status.unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .body(s3s::Body::from(precheck::error_body(&code, &message, &id)))
+                                    .unwrap_or_default()
+                            })
+                        }
+                    },
+                    (Ok(()), None) => service.call(req).await?,
                 };
                 if attributes
                     && resp.status() == hyper::StatusCode::OK
@@ -257,10 +274,6 @@ impl s3s::access::S3Access for AnyoneReaches {
     async fn check(&self, _cx: &mut s3s::access::S3AccessContext<'_>) -> s3s::S3Result<()> {
         Ok(())
     }
-}
-
-fn unix_now_s() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 /// The answer to a request refused before s3s saw it.

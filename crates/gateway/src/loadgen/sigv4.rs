@@ -1,19 +1,10 @@
 //! AWS Signature Version 4 for the load generator's requests: header auth with an unsigned
 //! payload, as S3 clients send over TLS-less loopback benchmarks.
 
-use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 
+use crate::signing::{hmac_sha256, sigv4_key};
 use crate::text::{hex, uri_encode};
-
-type HmacSha256 = Hmac<Sha256>;
-
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
-    // HMAC accepts keys of any length.
-    let mut mac = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    mac.update(data);
-    mac.finalize().into_bytes().to_vec()
-}
 
 /// `YYYYMMDDTHHMMSSZ` for `unix_s` seconds since the epoch (UTC).
 pub fn amz_date(unix_s: u64) -> String {
@@ -59,11 +50,7 @@ pub fn sign(
     );
     let scope = format!("{date}/{region}/s3/aws4_request");
     let to_sign = format!("AWS4-HMAC-SHA256\n{date_time}\n{scope}\n{}", hex(&Sha256::digest(canonical.as_bytes())));
-    let mut key = hmac(format!("AWS4{secret}").as_bytes(), date.as_bytes());
-    for part in [region, "s3", "aws4_request"] {
-        key = hmac(&key, part.as_bytes());
-    }
-    let signature = hex(&hmac(&key, to_sign.as_bytes()));
+    let signature = hex(&hmac_sha256(&sigv4_key(secret, date, region, "s3"), to_sign.as_bytes()));
     vec![
         ("x-amz-date".into(), date_time.clone()),
         ("x-amz-content-sha256".into(), payload.into()),
