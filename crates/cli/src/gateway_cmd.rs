@@ -41,7 +41,9 @@ pub struct GatewayArgs {
     /// The region this gateway serves (checked in signatures and LocationConstraint).
     #[arg(long, default_value = "us-east-1")]
     region: String,
-    /// Bytes all requests together may hold in memory; requests beyond it wait.
+    /// Bytes the gateway may hold in memory: 48 MiB for the process, the rest for requests'
+    /// data (requests beyond it wait; at least one request always fits, so below 72M the
+    /// process may hold more).
     #[arg(long, default_value = "256M", value_parser = crate::conf::parse_size_arg)]
     inflight: u64,
     /// Seconds replaced or deleted data stays readable before it is collected.

@@ -25,6 +25,15 @@ use crate::precheck;
 use crate::s3impl::{Gateway, ServiceSettings};
 use crate::tls::{self, TlsFiles};
 
+/// What the gateway's memory limit keeps for the process itself rather than request data: its
+/// code and runtime (about 11 MiB idle), connection buffers, cached records, and what the
+/// allocator holds beyond live data (measured: 64 uploads at once held 60-75 MiB more than the
+/// request budget counted, whatever the budget; docs/BENCHMARKS.md).
+pub const PROCESS_RESERVE_BYTES: u64 = 48 << 20;
+
+/// Largest read buffer of one connection (hyper's minimum is 8 KiB).
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Most connections served at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 4096;
 
@@ -35,7 +44,8 @@ pub struct GatewayConfig {
     /// Domains for virtual-host-style requests (`BUCKET.DOMAIN`); empty: path style only.
     pub domains: Vec<String>,
     pub region: String,
-    /// Bytes all requests together may hold (bodies and replies in flight).
+    /// Bytes the gateway may hold in memory: [`PROCESS_RESERVE_BYTES`] of it for the process
+    /// itself, the rest for request data (bodies and replies in flight).
     pub inflight_bytes: u64,
     pub gc_delay: Duration,
     /// How old a pending write must be before the collector decides it from its head.
@@ -104,7 +114,11 @@ impl Server {
             return Err(GatewayError::InvalidArgument("a lifecycle day cannot last 0 seconds".into()));
         }
         let lifecycle = LifecycleSettings::new(cfg.lifecycle_day, cfg.gc_delay);
-        let gateway = Gateway::new(client.clone(), MemoryBudget::new(cfg.inflight_bytes), settings);
+        let gateway = Gateway::new(
+            client.clone(),
+            MemoryBudget::new(cfg.inflight_bytes.saturating_sub(PROCESS_RESERVE_BYTES)),
+            settings,
+        );
         let mut builder = S3ServiceBuilder::new(gateway.clone());
         builder.set_auth(ClusterAuth(gateway.keys.clone()));
         builder.set_access(AnyoneReaches);
@@ -255,9 +269,12 @@ impl Connection {
                 Ok::<_, s3s::HttpError>(resp)
             }
         });
-        let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(io), svc)
-            .await;
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        // hyper's read buffer grows to about 400 KiB per connection streaming a body, memory
+        // no budget counts (64 uploads held 50 MiB of it); 64 KiB reads keep up with the
+        // cluster and bound it to 4 MiB per 64 connections.
+        builder.http1().max_buf_size(READ_BUFFER_BYTES);
+        let conn = builder.serve_connection(TokioIo::new(io), svc).await;
         if let Err(e) = conn {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }

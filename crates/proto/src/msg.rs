@@ -42,7 +42,23 @@ pub trait Message: Serialize + DeserializeOwned {
     const TYPE: u16;
 }
 
+/// Room a payload buffer keeps after its bulk data for the header [`encode`] appends: far above
+/// a data-carrying message's header (an object name and a few small ops).
+pub const HEADER_ROOM_BYTES: usize = 4096;
+
+/// A payload buffer for [`encode`] holding a copy of `data`, with [`HEADER_ROOM_BYTES`] of room
+/// behind it so that appending the header never reallocates (and so never copies) the data.
+#[must_use]
+pub fn payload_with(data: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(data.len() + HEADER_ROOM_BYTES);
+    buf.extend_from_slice(data);
+    buf
+}
+
 /// Encodes `msg` behind `data` (which may be empty) into one frame payload.
+///
+/// A `data` without room for the header behind it grows by exactly that room, not by the
+/// doubling a `Vec` does on its own: a 4 MiB write would otherwise hold an 8 MiB buffer.
 ///
 /// # Panics
 /// Panics if the header does not serialize (only possible for types that refuse serialization,
@@ -50,6 +66,9 @@ pub trait Message: Serialize + DeserializeOwned {
 #[must_use]
 pub fn encode<M: Serialize>(msg: &M, mut data: Vec<u8>) -> Vec<u8> {
     let start = data.len();
+    if start > 0 && data.capacity() - start < HEADER_ROOM_BYTES {
+        data.reserve_exact(HEADER_ROOM_BYTES);
+    }
     data = postcard::to_extend(msg, data).unwrap_or_else(|e| panic!("message does not serialize: {e}"));
     let header_len = data.len() - start;
     assert!(header_len <= MAX_HEADER_BYTES, "message header of {header_len} bytes is over the limit");
@@ -114,4 +133,30 @@ pub fn decode_frame<M: Message>(frame: crate::Frame) -> Result<(M, Vec<u8>), Msg
 #[must_use]
 pub fn frame<M: Message>(request_id: u64, msg: &M, data: Vec<u8>) -> crate::Frame {
     crate::Frame::new(M::TYPE, request_id, encode(msg, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Header {
+        object: String,
+        offset: u64,
+    }
+
+    #[test]
+    fn bulk_data_never_doubles_its_buffer_when_the_header_is_appended() {
+        let data = vec![7u8; 4 << 20];
+        let header = Header { object: "o".repeat(200), offset: u64::MAX };
+        // A buffer made for it keeps its allocation; an exactly-sized one grows by the room only.
+        let made = payload_with(&data);
+        let cap = made.capacity();
+        let encoded = encode(&header, made);
+        assert_eq!(encoded.capacity(), cap);
+        let exact = encode(&header, data.clone());
+        assert!(exact.capacity() <= data.len() + HEADER_ROOM_BYTES + 64, "capacity {}", exact.capacity());
+        let (back, bytes): (Header, Vec<u8>) = decode(exact).unwrap();
+        assert_eq!((back, bytes), (header, data));
+    }
 }
