@@ -41,8 +41,8 @@ pub struct GatewayArgs {
     /// The region this gateway serves (checked in signatures and LocationConstraint).
     #[arg(long, default_value = "us-east-1")]
     region: String,
-    /// Bytes the gateway may hold in memory: 48 MiB for the process, the rest for requests'
-    /// data (requests beyond it wait; at least one request always fits, so below 72M the
+    /// Bytes the gateway may hold in memory: 64 MiB for the process, the rest for requests'
+    /// data (requests beyond it wait; at least one request always fits, so below 88M the
     /// process may hold more).
     #[arg(long, default_value = "256M", value_parser = crate::conf::parse_size_arg)]
     inflight: u64,

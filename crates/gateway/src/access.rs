@@ -391,6 +391,13 @@ impl Gateway {
     /// The request's bucket and requester, in that order, with the policy ready to decide.
     pub(crate) async fn access<T>(&self, req: &S3Request<T>, bucket: &str) -> S3Result<Access> {
         let bucket = self.bucket(bucket).await?;
+        // A client that names the owner it expects is refused if the bucket has another, before
+        // anything else is decided (S3 answers 403 whoever asks).
+        if let Some(expected) = req.headers.get("x-amz-expected-bucket-owner")
+            && expected.as_bytes() != bucket.owner_id.as_bytes()
+        {
+            return Err(s3s::s3_error!(AccessDenied, "the bucket is not owned by the expected owner"));
+        }
         let user = self.signer(req).await?;
         let policy = match &bucket.policy {
             Some(text) => Some(Policy::parse(text, &bucket.name).map_err(|e| {

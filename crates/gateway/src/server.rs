@@ -29,7 +29,7 @@ use crate::tls::{self, TlsFiles};
 /// code and runtime (about 11 MiB idle), connection buffers, cached records, and what the
 /// allocator holds beyond live data (measured: 64 uploads at once held 60-75 MiB more than the
 /// request budget counted, whatever the budget; docs/BENCHMARKS.md).
-pub const PROCESS_RESERVE_BYTES: u64 = 48 << 20;
+pub const PROCESS_RESERVE_BYTES: u64 = 64 << 20;
 
 /// Largest read buffer of one connection (hyper's minimum is 8 KiB).
 const READ_BUFFER_BYTES: usize = 64 * 1024;

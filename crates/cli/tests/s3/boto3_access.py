@@ -231,4 +231,10 @@ owner.delete_bucket_cors(Bucket="acl")
 fails("NoSuchCORSConfiguration", owner.get_bucket_cors, Bucket="acl")
 assert preflight("https://www.example.org", "GET").status == 403
 
+# x-amz-expected-bucket-owner: the right owner passes, another is refused whoever asks.
+owner_id = owner.list_buckets()["Owner"]["ID"]
+owner.list_objects_v2(Bucket="acl", ExpectedBucketOwner=owner_id)
+fails("AccessDenied", owner.list_objects_v2, Bucket="acl", ExpectedBucketOwner=owner_id + "x")
+fails("AccessDenied", owner.put_object, Bucket="acl", Key="e", Body=b"e", ExpectedBucketOwner=ALT_ID)
+
 print("boto3 access checks passed")
