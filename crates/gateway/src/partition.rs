@@ -333,24 +333,7 @@ impl Part<'_> {
         prefix: &[u8],
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
-        const PAGE: u32 = 1000;
-        let mut out = Vec::new();
-        let mut after = prefix.to_vec();
-        while out.len() < limit {
-            let page = self.omap_list(client, Some(after.clone()), PAGE).await?;
-            let full = page.len() == PAGE as usize;
-            for (k, v) in page {
-                if !k.starts_with(prefix) || out.len() >= limit {
-                    return Ok(out);
-                }
-                after = k.clone();
-                out.push((k, v));
-            }
-            if !full {
-                break;
-            }
-        }
-        Ok(out)
+        rados::collect_prefix(prefix, limit, |after, max| self.omap_list(client, Some(after), max)).await
     }
 }
 

@@ -176,13 +176,23 @@ pub async fn omap_prefix(
     object: &str,
     prefix: &[u8],
     limit: usize,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, GatewayError> {
+) -> Result<OmapEntries, GatewayError> {
+    collect_prefix(prefix, limit, |after, max| omap_list(client, pool, object, Some(after), max)).await
+}
+
+/// The entries whose key starts with `prefix`, up to `limit`, read page by page through `list`
+/// (entries after a key, at most a page of them, in key order).
+pub async fn collect_prefix<F, Fut>(prefix: &[u8], limit: usize, mut list: F) -> Result<OmapEntries, GatewayError>
+where
+    F: FnMut(Vec<u8>, u32) -> Fut,
+    Fut: std::future::Future<Output = Result<OmapEntries, GatewayError>>,
+{
     const PAGE: u32 = 1000;
     let mut out = Vec::new();
     // Keys after the bare prefix are the prefix's entries and then everything above them.
     let mut after = prefix.to_vec();
     while out.len() < limit {
-        let page = omap_list(client, pool, object, Some(after.clone()), PAGE).await?;
+        let page = list(after.clone(), PAGE).await?;
         let full = page.len() == PAGE as usize;
         for (k, v) in page {
             if !k.starts_with(prefix) || out.len() >= limit {
