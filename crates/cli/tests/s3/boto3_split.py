@@ -26,6 +26,9 @@ part1 = s3.upload_part(Bucket=B, Key="m/upload-across-splits", UploadId=mp, Part
 
 lock = threading.Lock()
 present = {}  # key -> body, for keys acknowledged and not deleted
+# Keys whose delete has been sent: one may vanish from a listing before its writer hears the
+# answer and drops it from `present`, so a listing may miss it without losing anything.
+deleting = set()
 errors = []
 
 
@@ -45,6 +48,8 @@ def writer(n):
                 with lock:
                     present[key] = body + b"!"
             if i % 11 == 5:
+                with lock:
+                    deleting.add(key)
                 s3.delete_object(Bucket=B, Key=key)
                 with lock:
                     del present[key]
@@ -70,7 +75,7 @@ def lister(stop):
             assert len(keys) == len(set(keys)), "a listing repeats keys"
             seen = set(keys)
             with lock:
-                still = {k for k in before if k in present}
+                still = {k for k in before if k in present and k not in deleting}
             missing = sorted(still - seen)
             assert not missing, f"a listing lost acknowledged keys: {missing[:5]}"
             rounds += 1
