@@ -309,7 +309,8 @@ fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (std::
     let log = std::fs::File::create(dir.join(format!("gw-{port}.log"))).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
     cmd.args(["gateway", "run", "--conf", &conf, "--name", "client.gateway", "--listen", &listen])
-        .args(["--lease-s", "2", "--gc-delay-s", "1", "--pool-size", "1"])
+        .args(["--gc-delay-s", "1", "--pool-size", "1"])
+        .args(if extra.contains(&"--lease-s") { &[][..] } else { &["--lease-s", "2"][..] })
         .args(extra)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -603,6 +604,74 @@ fn index_partitions_split_online_under_concurrent_writes_and_listings() {
     assert!(!log.contains("split failed") && !log.contains("was given up"), "{log}");
     let _ = gw.kill();
     let _ = gw.wait();
+}
+
+#[test]
+fn a_bucket_deletion_that_died_midway_is_decided_for_the_whole_bucket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    let keys = (keys.0.as_str(), keys.1.as_str());
+    let put = |ep: &str, path: &str| s3_request(ep, keys, "PUT", path, "", b"x").0;
+    // Leases of 4 s: the collector leaves a deletion alone for that long after it died.
+    let lease = ["--lease-s", "4", "--index-split-entries", "16"];
+    // "revived": a write lands in a partition the deletion had not reached when it died; it
+    // must survive (the whole bucket lives again). "finished": nothing is written; the
+    // deletion is completed.
+    for bucket in ["revived", "finished"] {
+        let crash = format!("{}:{bucket}", shoal_gateway::crashpoint::DELETE_PARTLY);
+        let (mut gw, listen) = spawn_gateway_with(&dir, Some(&crash), &lease);
+        let ep = format!("http://{listen}");
+        assert_eq!(s3_request(&ep, keys, "PUT", &format!("/{bucket}"), "", b"").0, 200);
+        // Splits run in the background (counted against the gateway's cached table, which
+        // is refreshed every 2 s): write in rounds until two are done, so the table has at least
+        // three partitions.
+        let log_path = dir.join(format!("gw-{}.log", listen.rsplit(':').next().unwrap()));
+        let mut written = 0;
+        while std::fs::read_to_string(&log_path).unwrap().matches("index partition split").count() < 2 {
+            assert!(written < 600, "no splits of {bucket}: {}", std::fs::read_to_string(&log_path).unwrap());
+            for i in written..written + 30 {
+                assert_eq!(put(&ep, &format!("/{bucket}/k{i:03}")), 200);
+            }
+            written += 30;
+            std::thread::sleep(std::time::Duration::from_millis(700));
+        }
+        for i in 0..written {
+            assert_eq!(s3_request(&ep, keys, "DELETE", &format!("/{bucket}/k{i:03}"), "", b"").0, 204);
+        }
+        let (status, _, _) = s3_request(&ep, keys, "DELETE", &format!("/{bucket}"), "", b"");
+        assert_ne!(status, 204, "{bucket}: the gateway did not crash in the deletion");
+        let _ = gw.wait();
+
+        let (mut gw, listen) = spawn_gateway_with(&dir, None, &lease);
+        let ep = format!("http://{listen}");
+        if bucket == "revived" {
+            // The top of the key space is in a partition still live: this write is acknowledged.
+            assert_eq!(put(&ep, &format!("/{bucket}/zzz-late")), 200);
+            // Once the collector decides (a lease after the deletion died), the bottom of the key
+            // space takes writes again and the acknowledged key is there.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while put(&ep, &format!("/{bucket}/a-low")) != 200 {
+                assert!(std::time::Instant::now() < deadline, "the bucket never came back");
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+            let (status, _, body) = s3_request(&ep, keys, "GET", &format!("/{bucket}"), "list-type=2", b"");
+            assert_eq!(status, 200);
+            let body = String::from_utf8_lossy(&body);
+            let listed: Vec<&str> = body.split("<Key>").skip(1).filter_map(|r| r.split("</Key>").next()).collect();
+            assert_eq!(listed, ["a-low", "zzz-late"], "{body}");
+            assert_eq!(s3_request(&ep, keys, "GET", &format!("/{bucket}/zzz-late"), "", b"").0, 200);
+        } else {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while s3_request(&ep, keys, "HEAD", &format!("/{bucket}"), "", b"").0 != 404 {
+                assert!(std::time::Instant::now() < deadline, "the deletion was never finished");
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+            // The name is free again.
+            assert_eq!(s3_request(&ep, keys, "PUT", &format!("/{bucket}"), "", b"").0, 200);
+        }
+        let _ = gw.kill();
+        let _ = gw.wait();
+    }
 }
 
 /// The peak resident memory of process `pid`, in KiB (`VmHWM`).

@@ -13,8 +13,8 @@ use shoal_proto::osd::{ObjOp, OpOutput};
 use crate::error::GatewayError;
 use crate::index::{self, Completed, Completion};
 use crate::layout::{
-    self, BucketRecord, DATA_POOL, ENTRY_PREFIX, GC_PREFIX, GcRecord, INDEX_POOL, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
-    META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind, PendingRecord, UPLOAD_PREFIX,
+    self, BucketRecord, DATA_POOL, DEAD_XATTR, ENTRY_PREFIX, GC_PREFIX, GcRecord, INDEX_POOL, LABEL_XATTR, LIVE_VALUE,
+    LIVE_XATTR, META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind, PendingRecord, UPLOAD_PREFIX,
 };
 use crate::objects::TAILS_IN_FLIGHT;
 use crate::partition::{self, Part, PartitionState};
@@ -111,6 +111,8 @@ struct PartitionView {
     state: PartitionState,
     live: bool,
     label: Option<PartitionLabel>,
+    /// When it died (its [`DEAD_XATTR`]), if it is dead and says.
+    dead_ns: Option<u64>,
     /// Entries or version records: what a bucket deletion must not leave in a dead partition.
     has_entries: bool,
     records: Vec<(Vec<u8>, Vec<u8>)>,
@@ -121,6 +123,7 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
     ops.extend([
         ObjOp::GetXattr { name: LIVE_XATTR.into() },
         ObjOp::GetXattr { name: LABEL_XATTR.into() },
+        ObjOp::GetXattr { name: DEAD_XATTR.into() },
         ObjOp::OmapList { after: None, max: 1 },
         ObjOp::OmapList { after: Some(layout::records_cursor()), max: RECORDS_PER_PASS },
         ObjOp::OmapList { after: Some(layout::versions_cursor()), max: 1 },
@@ -137,6 +140,14 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
         Some(OpOutput::Xattr(Some(v))) => Some(layout::decode(&v, "partition label")?),
         _ => None,
     };
+    let dead_ns = match out.next() {
+        Some(OpOutput::Xattr(Some(v))) => Some(u64::from_le_bytes(
+            v.as_slice()
+                .try_into()
+                .map_err(|_| GatewayError::Corrupt(format!("{part}: a dead time of {} bytes", v.len())))?,
+        )),
+        _ => None,
+    };
     let has_entries = matches!(out.next(), Some(OpOutput::OmapList(first)) if first.first().is_some_and(|(k, _)| k.first() == Some(&ENTRY_PREFIX)));
     let records = match out.next() {
         Some(OpOutput::OmapList(records)) => records,
@@ -145,7 +156,7 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
     // Version records (delete markers among them) keep a bucket as entries do.
     let has_versions = matches!(out.next(), Some(OpOutput::OmapList(first)) if first.first().is_some_and(|(k, _)| k.first() == Some(&layout::VERSION_PREFIX)));
     let has_entries = has_entries || has_versions;
-    Ok(Some(PartitionView { state, live, label, has_entries, records }))
+    Ok(Some(PartitionView { state, live, label, dead_ns, has_entries, records }))
 }
 
 /// The bucket record the label names, if it is still this partition's bucket.
@@ -177,18 +188,29 @@ async fn partition(
     let Some(v) = view(client, part).await? else { return Ok(()) };
     let now = layout::now_ns();
     let lease_ns = settings.lease.as_nanos() as u64;
-    if !v.live && v.has_entries {
-        // A deletion found the bucket not empty and crashed before making it live again.
+    if !v.live {
+        // A partition that its bucket's record still names is dead because a deletion is under
+        // way, or died midway. A lease after it died (no deleter takes that long), the deletion
+        // is finished or undone for the whole table at once; until then it is left alone, and
+        // so are its records: the bucket may yet live again.
         if let Some(label) = &v.label
-            && labelled_bucket(client, label, bucket_id).await?.is_some()
+            && let Some((_, part_id)) = layout::parse_partition_object(part)
+            && let Some(bucket) = labelled_bucket(client, label, bucket_id).await?
+            && bucket.partitions.iter().any(|p| p.id == part_id)
         {
-            let ops = vec![ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() }];
-            rados::write_ops(client, INDEX_POOL, part, ops).await?;
-            stats.partitions_revived += 1;
-        } else {
-            tracing::error!(partition = part, "a dead index partition holds entries but its bucket is gone");
+            if now.saturating_sub(v.dead_ns.unwrap_or(0)) >= lease_ns {
+                if crate::meta::finish_deletion(client, &bucket).await? {
+                    stats.buckets_finished += 1;
+                } else {
+                    stats.partitions_revived += bucket.partitions.len() as u64;
+                }
+            }
+            return Ok(());
         }
-        return Ok(());
+        if v.has_entries {
+            tracing::error!(partition = part, "a dead index partition holds entries but its bucket is gone");
+            return Ok(());
+        }
     }
     if v.live
         && let Some(label) = &v.label
@@ -341,14 +363,7 @@ async fn partition(
         }
         return Ok(());
     }
-    // Dead and without entries: finish the deletion a crash may have interrupted, then remove
-    // the partition once no record is left in it.
-    if let Some(label) = &v.label
-        && let Some(bucket) = labelled_bucket(client, label, bucket_id).await?
-    {
-        crate::meta::remove_bucket_record(client, &bucket).await?;
-        stats.buckets_finished += 1;
-    }
+    // Dead, its bucket deleted: the partition goes once no record is left in it.
     if waiting == 0 && (v.records.len() as u32) < RECORDS_PER_PASS {
         let ops = vec![ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: None }, ObjOp::Remove];
         match client.op(INDEX_POOL, part, ops, Vec::new()).await {

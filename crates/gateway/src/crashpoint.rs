@@ -18,6 +18,10 @@ pub const SPLIT_COPIED: &str = "split-copied";
 pub const SPLIT_FENCED: &str = "split-fenced";
 pub const SPLIT_COMMITTED: &str = "split-committed";
 
+/// A bucket deletion (KEY: the bucket's name), after its first partition is made dead and
+/// before the others are.
+pub const DELETE_PARTLY: &str = "delete-partly";
+
 /// Aborts the process if the configured crash point is `point` for `key`.
 pub fn reached(point: &str, key: &str) {
     static SPEC: OnceLock<Option<(String, String)>> = OnceLock::new();

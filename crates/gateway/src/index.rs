@@ -6,8 +6,8 @@ use shoal_proto::osd::{ObjOp, OpOutput};
 
 use crate::error::GatewayError;
 use crate::layout::{
-    self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, LABEL_XATTR, LIVE_VALUE,
-    LIVE_XATTR, ObjectMeta, PartitionLabel, PendingKind, PendingRecord, entry_key, partition_object,
+    self, BOUNDS_XATTR, BucketRecord, DEAD_XATTR, ENTRY_PREFIX, GcRecord, INDEX_POOL, IndexEntry, LABEL_XATTR,
+    LIVE_VALUE, LIVE_XATTR, ObjectMeta, PartitionLabel, PendingKind, PendingRecord, entry_key, partition_object,
 };
 use crate::objects::{self, WriteCondition};
 use crate::partition::{Part, RangeReader};
@@ -49,12 +49,21 @@ pub async fn create_partitions(client: &Client, bucket: &BucketRecord) -> Result
 /// deleting it), or (`live`) take them again.
 pub async fn set_live(client: &Client, bucket: &BucketRecord, live: bool) -> Result<(), GatewayError> {
     for p in &bucket.partitions {
-        let op = if live {
-            ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() }
+        let ops = if live {
+            vec![
+                ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() },
+                ObjOp::RemoveXattr { name: DEAD_XATTR.into() },
+            ]
         } else {
-            ObjOp::RemoveXattr { name: LIVE_XATTR.into() }
+            vec![
+                ObjOp::RemoveXattr { name: LIVE_XATTR.into() },
+                ObjOp::SetXattr { name: DEAD_XATTR.into(), value: layout::now_ns().to_le_bytes().to_vec() },
+            ]
         };
-        rados::write_ops(client, INDEX_POOL, &partition_object(bucket.id, p.id), vec![op]).await?;
+        rados::write_ops(client, INDEX_POOL, &partition_object(bucket.id, p.id), ops).await?;
+        if !live {
+            crate::crashpoint::reached(crate::crashpoint::DELETE_PARTLY, &bucket.name);
+        }
     }
     Ok(())
 }

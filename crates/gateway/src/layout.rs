@@ -77,6 +77,10 @@ pub fn partition_object(bucket_id: u64, partition: u32) -> String {
 /// no write can land in a partition whose bucket is going away (decision 0014).
 pub const LIVE_XATTR: &str = "live";
 pub const LIVE_VALUE: &[u8] = b"1";
+/// The xattr of a dead index partition holding when it died (nanoseconds since the epoch, 8
+/// bytes little-endian), set in the request that removes [`LIVE_XATTR`]: the collector leaves a
+/// deletion alone for a lease after it, so it never races a deleter that is still working.
+pub const DEAD_XATTR: &str = "dead";
 /// The xattr of an index partition naming its bucket ([`PartitionLabel`]), so the collector can
 /// tell a partition whose bucket record never got written (a crashed create) from a live one.
 pub const LABEL_XATTR: &str = "bucket";

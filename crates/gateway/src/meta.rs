@@ -361,55 +361,73 @@ pub async fn list_buckets(client: &Client, owner: &UserRecord) -> Result<Vec<Buc
 /// index writes first, then the emptiness check is repeated (an entry completed in between
 /// makes the bucket live again and the delete fail), then the record goes. Pending writes and
 /// GC records left in the partitions are finished by the collector, which removes each
-/// partition once nothing is left in it. Any step may crash: the collector finishes a deletion
-/// whose partitions are dead and empty, and revives one whose partitions still hold entries.
+/// partition once nothing is left in it. Any step may crash: the collector, a lease after the
+/// partitions died, runs [`finish_deletion`].
 pub async fn delete_bucket(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
+    match deletion(client, bucket, true).await? {
+        Deletion::Removed | Deletion::Gone { killed: true } => Ok(()),
+        Deletion::Gone { killed: false } => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
+        Deletion::NotEmpty => Err(GatewayError::BucketNotEmpty(bucket.name.clone())),
+    }
+}
+
+/// Finishes the deletion of `bucket` that the collector found with dead partitions a lease
+/// after they died (its deleter crashed, or is too slow to be trusted): every partition made
+/// dead, and then either the record removed (no entry anywhere) or every partition made live
+/// again. Deciding for the whole table, never for one partition, is what keeps a deletion that
+/// died between two partitions from removing a record whose other partitions hold entries.
+/// Returns whether the record was removed.
+pub async fn finish_deletion(client: &Client, bucket: &BucketRecord) -> Result<bool, GatewayError> {
+    Ok(matches!(deletion(client, bucket, false).await?, Deletion::Removed))
+}
+
+/// How a deletion ended.
+enum Deletion {
+    Removed,
+    /// The record was gone or named another bucket; `killed`: after this deletion made the
+    /// partitions dead (someone else finished it).
+    Gone {
+        killed: bool,
+    },
+    /// Entries were found; the partitions are live.
+    NotEmpty,
+}
+
+async fn deletion(client: &Client, bucket: &BucketRecord, check_first: bool) -> Result<Deletion, GatewayError> {
     /// Each attempt lost to a change of the record (a split published, a configuration
     /// change) is retried this many times.
     const ATTEMPTS: usize = 8;
     let object = layout::bucket_object(&bucket.name);
-    let missing = || GatewayError::NoSuchBucket(bucket.name.clone());
     let mut killed: Option<BucketRecord> = None;
     for _ in 0..ATTEMPTS {
         // The record as it is now: its table names every partition that must die.
-        let Some(bytes) = rados::read_all(client, META_POOL, &object).await? else { return Err(missing()) };
+        let Some(bytes) = rados::read_all(client, META_POOL, &object).await? else {
+            return Ok(Deletion::Gone { killed: killed.is_some() });
+        };
         let current: BucketRecord = layout::decode(&bytes, "bucket record")?;
         if current.id != bucket.id {
-            return Err(missing());
+            return Ok(Deletion::Gone { killed: killed.is_some() });
         }
-        if killed.is_none() && !index::is_empty(client, &current).await? {
-            return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
+        if check_first && killed.is_none() && !index::is_empty(client, &current).await? {
+            return Ok(Deletion::NotEmpty);
         }
         index::set_live(client, &current, false).await?;
         killed = Some(current.clone());
         if !index::is_empty(client, &current).await? {
             index::set_live(client, &current, true).await?;
-            return Err(GatewayError::BucketNotEmpty(bucket.name.clone()));
+            return Ok(Deletion::NotEmpty);
         }
         // Removed only if it is still the record whose partitions were made dead: a split
         // published in between named a partition that is still live.
         if rados::remove_record(client, META_POOL, &object, &bytes).await? {
-            return unlist_bucket(client, &current).await;
+            unlist_bucket(client, &current).await?;
+            return Ok(Deletion::Removed);
         }
     }
     if let Some(k) = killed {
         index::set_live(client, &k, true).await?;
     }
     Err(GatewayError::Conflict(format!("bucket {:?} kept changing while being deleted", bucket.name)))
-}
-
-/// Removes bucket record `bucket` (if it is still this bucket's) and unlists it from its owner.
-pub async fn remove_bucket_record(client: &Client, bucket: &BucketRecord) -> Result<(), GatewayError> {
-    let object = layout::bucket_object(&bucket.name);
-    let Some(bytes) = rados::read_all(client, META_POOL, &object).await? else {
-        return Ok(());
-    };
-    let current: BucketRecord = layout::decode(&bytes, "bucket record")?;
-    // Guarded: a bucket created under the name since the read is left alone.
-    if current.id != bucket.id || !rados::remove_record(client, META_POOL, &object, &bytes).await? {
-        return Ok(());
-    }
-    unlist_bucket(client, bucket).await
 }
 
 /// Removes removed bucket `bucket` from its owner's list.
