@@ -61,6 +61,19 @@ fn all_operations_on_a_replicated_pool() {
         let (_, data) =
             op(&client, "o", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]).await.expect("read");
         assert_eq!(data, b"\0\0\0\0a");
+        // Zero: inside the object it writes zeros, reaching its end it truncates, past the end
+        // or on a missing object it does nothing (and creates nothing); replicas agree.
+        op(&client, "z", vec![ObjOp::WriteFull { len_bytes: 8 }], b"abcdefgh".to_vec()).await.expect("write z");
+        op(&client, "z", vec![ObjOp::Zero { offset: 2, len_bytes: 3 }], vec![]).await.expect("zero inside");
+        let read_z = || op(&client, "z", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]);
+        assert_eq!(read_z().await.expect("read z").1, b"ab\0\0\0fgh");
+        op(&client, "z", vec![ObjOp::Zero { offset: 6, len_bytes: 100 }], vec![]).await.expect("zero to the end");
+        assert_eq!(read_z().await.expect("read z").1, b"ab\0\0\0f");
+        op(&client, "z", vec![ObjOp::Zero { offset: 50, len_bytes: 10 }], vec![]).await.expect("zero past the end");
+        assert_eq!(read_z().await.expect("read z").1, b"ab\0\0\0f");
+        op(&client, "no-z", vec![ObjOp::Zero { offset: 0, len_bytes: 10 }], vec![]).await.expect("zero missing");
+        let e = op(&client, "no-z", vec![ObjOp::Stat], vec![]).await.unwrap_err();
+        assert!(e.is_not_found(), "{e}");
         // Xattrs and omap.
         let set = vec![
             ObjOp::SetXattr { name: "user.a".into(), value: b"1".to_vec() },

@@ -109,6 +109,20 @@ pub fn resolve_writes(
                 size = *size_bytes;
                 op.clone()
             }
+            ObjOp::Zero { offset, len_bytes } => {
+                // Resolved against the current size, so replicas apply exactly what the primary
+                // did: nothing, a truncation, or zeros inside the object.
+                let end = offset.saturating_add(*len_bytes);
+                if !exists || *offset >= size || *len_bytes == 0 {
+                    continue;
+                }
+                if end >= size {
+                    size = *offset;
+                    ObjOp::Truncate { size_bytes: *offset }
+                } else {
+                    op.clone()
+                }
+            }
             ObjOp::Remove => {
                 if !exists {
                     return Err(RemoteError::new(ErrorCode::NotFound, format!("object {obj} does not exist")));
@@ -239,6 +253,10 @@ pub fn build_transaction(
             }
             ObjOp::Truncate { size_bytes } => {
                 txn.touch(coll, obj).truncate(coll, obj, *size_bytes);
+            }
+            ObjOp::Zero { offset, len_bytes } => {
+                // Resolved to a range inside the object (bounded by the pool's object size).
+                txn.touch(coll, obj).write(coll, obj, *offset, vec![0u8; *len_bytes as usize]);
             }
             ObjOp::Remove => {
                 txn.remove(coll, obj);

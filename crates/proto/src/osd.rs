@@ -124,6 +124,14 @@ pub enum ObjOp {
         key: Vec<u8>,
         value: Option<Vec<u8>>,
     },
+    /// Makes `len_bytes` at `offset` read as zeros without sending any: nothing happens to a
+    /// missing object or past its end, a range reaching the end truncates the object to
+    /// `offset`, and a range inside it is overwritten with zeros at the OSD. (Block images'
+    /// discard and write-zeroes; the object keeps its xattrs and omap.)
+    Zero {
+        offset: u64,
+        len_bytes: u64,
+    },
 }
 
 impl ObjOp {

@@ -1,0 +1,285 @@
+//! The fixed newstyle handshake: the server's greeting, then options until the client picks
+//! an export (EXPORT_NAME or GO) or aborts.
+//!
+//! Bounds: at most [`MAX_OPTIONS`] options per connection and [`MAX_OPTION_BYTES`] of data per
+//! option (names are at most 4 KiB by the protocol); beyond either the connection ends.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::proto::*;
+use crate::{BlockDevice, Exports};
+
+pub const MAX_OPTIONS: usize = 1024;
+pub const MAX_OPTION_BYTES: u32 = 64 << 10;
+/// The longest string (name, query) read from an option.
+const MAX_STRING_BYTES: u32 = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+/// What the handshake agreed on.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub export: usize,
+    pub export_name: String,
+    pub structured: bool,
+    /// Whether `base:allocation` was selected (BLOCK_STATUS allowed).
+    pub allocation_context: bool,
+    pub flags: u16,
+}
+
+fn transmission_flags<D: BlockDevice>(device: &D) -> u16 {
+    let mut f = TF_HAS_FLAGS
+        | TF_SEND_FLUSH
+        | TF_SEND_FUA
+        | TF_SEND_TRIM
+        | TF_SEND_WRITE_ZEROES
+        | TF_SEND_FAST_ZERO
+        | TF_SEND_CACHE
+        | TF_SEND_DF
+        | TF_CAN_MULTI_CONN;
+    if device.read_only() {
+        f |= TF_READ_ONLY;
+    }
+    f
+}
+
+async fn reply<W: AsyncWrite + Unpin>(w: &mut W, option: u32, kind: u32, data: &[u8]) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(20 + data.len());
+    out.extend_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&option.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    out.extend_from_slice(data);
+    w.write_all(&out).await
+}
+
+async fn error_reply<W: AsyncWrite + Unpin>(w: &mut W, option: u32, kind: u32, message: &str) -> std::io::Result<()> {
+    reply(w, option, kind, message.as_bytes()).await
+}
+
+/// A cursor over an option's data that fails cleanly on truncation.
+struct Data<'a>(&'a [u8]);
+
+impl<'a> Data<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn string(&mut self) -> Option<String> {
+        let n = self.u32()?;
+        if n > MAX_STRING_BYTES {
+            return None;
+        }
+        String::from_utf8(self.take(n as usize)?.to_vec()).ok()
+    }
+}
+
+/// Runs the handshake. `Ok(None)`: the client aborted (or chose nothing) and the connection
+/// ends quietly.
+pub async fn negotiate<D, R, W>(exports: &Exports<D>, r: &mut R, w: &mut W) -> Result<Option<Session>, HandshakeError>
+where
+    D: BlockDevice,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut greeting = Vec::with_capacity(18);
+    greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    w.write_all(&greeting).await?;
+    let client_flags = r.read_u32().await?;
+    if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(HandshakeError::Protocol(format!("unknown client flags {client_flags:#x}")));
+    }
+    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    let mut structured = false;
+    let mut allocation_context = false;
+
+    for _ in 0..MAX_OPTIONS {
+        let magic = r.read_u64().await?;
+        if magic != IHAVEOPT {
+            return Err(HandshakeError::Protocol(format!("option magic {magic:#x}")));
+        }
+        let option = r.read_u32().await?;
+        let len = r.read_u32().await?;
+        if len > MAX_OPTION_BYTES {
+            return Err(HandshakeError::Protocol(format!("option {option} carries {len} bytes")));
+        }
+        let mut buf = vec![0u8; len as usize];
+        r.read_exact(&mut buf).await?;
+        let mut data = Data(&buf);
+        match option {
+            OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&buf).into_owned();
+                let Some(at) = index_of(exports, &name) else {
+                    // No way to refuse an EXPORT_NAME but closing the connection.
+                    return Err(HandshakeError::Protocol(format!("unknown export {name:?}")));
+                };
+                let export = &exports.exports[at];
+                let flags = transmission_flags(&*export.device);
+                let mut out = Vec::with_capacity(10 + 124);
+                out.extend_from_slice(&export.device.size_bytes().to_be_bytes());
+                out.extend_from_slice(&flags.to_be_bytes());
+                if !no_zeroes {
+                    out.extend_from_slice(&[0u8; 124]);
+                }
+                w.write_all(&out).await?;
+                return Ok(Some(Session {
+                    export: at,
+                    export_name: export.name.clone(),
+                    structured,
+                    allocation_context,
+                    flags,
+                }));
+            }
+            OPT_ABORT => {
+                let _ = reply(w, option, REP_ACK, &[]).await;
+                return Ok(None);
+            }
+            OPT_LIST => {
+                if len != 0 {
+                    error_reply(w, option, REP_ERR_INVALID, "LIST takes no data").await?;
+                    continue;
+                }
+                for e in &exports.exports {
+                    let mut d = Vec::with_capacity(4 + e.name.len());
+                    d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+                    d.extend_from_slice(e.name.as_bytes());
+                    reply(w, option, REP_SERVER, &d).await?;
+                }
+                reply(w, option, REP_ACK, &[]).await?;
+            }
+            OPT_STARTTLS => {
+                error_reply(w, option, REP_ERR_POLICY, "TLS is not configured on this server").await?;
+            }
+            OPT_STRUCTURED_REPLY => {
+                if len != 0 {
+                    error_reply(w, option, REP_ERR_INVALID, "STRUCTURED_REPLY takes no data").await?;
+                } else {
+                    structured = true;
+                    reply(w, option, REP_ACK, &[]).await?;
+                }
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                let set = option == OPT_SET_META_CONTEXT;
+                let parsed = (|| {
+                    let name = data.string()?;
+                    let n = data.u32()?;
+                    let mut queries = Vec::new();
+                    for _ in 0..n.min(256) {
+                        queries.push(data.string()?);
+                    }
+                    (data.0.is_empty() && n <= 256).then_some((name, queries))
+                })();
+                let Some((name, queries)) = parsed else {
+                    error_reply(w, option, REP_ERR_INVALID, "malformed meta context request").await?;
+                    continue;
+                };
+                if set && !structured {
+                    error_reply(w, option, REP_ERR_INVALID, "SET_META_CONTEXT needs structured replies first").await?;
+                    continue;
+                }
+                if exports.find(&name).is_none() {
+                    error_reply(w, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
+                    continue;
+                }
+                // `base:allocation` is the only context: named, or matched by `base:` (LIST only),
+                // or every context when LIST asks for none.
+                let wanted = queries.iter().any(|q| q == BASE_ALLOCATION || (!set && q == "base:"))
+                    || (!set && queries.is_empty());
+                if set {
+                    allocation_context = wanted;
+                }
+                if wanted {
+                    let mut d = Vec::with_capacity(4 + BASE_ALLOCATION.len());
+                    d.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+                    d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+                    reply(w, option, REP_META_CONTEXT, &d).await?;
+                }
+                reply(w, option, REP_ACK, &[]).await?;
+            }
+            OPT_INFO | OPT_GO => {
+                let parsed = (|| {
+                    let name = data.string()?;
+                    let n = data.u16()?;
+                    let mut items = Vec::new();
+                    for _ in 0..n {
+                        items.push(data.u16()?);
+                    }
+                    data.0.is_empty().then_some((name, items))
+                })();
+                let Some((name, items)) = parsed else {
+                    error_reply(w, option, REP_ERR_INVALID, "malformed INFO/GO request").await?;
+                    continue;
+                };
+                let Some(at) = index_of(exports, &name) else {
+                    error_reply(w, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
+                    continue;
+                };
+                let export = &exports.exports[at];
+                let flags = transmission_flags(&*export.device);
+                let mut d = Vec::with_capacity(12);
+                d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+                d.extend_from_slice(&export.device.size_bytes().to_be_bytes());
+                d.extend_from_slice(&flags.to_be_bytes());
+                reply(w, option, REP_INFO, &d).await?;
+                for item in items {
+                    let mut d = Vec::new();
+                    d.extend_from_slice(&item.to_be_bytes());
+                    match item {
+                        INFO_NAME => d.extend_from_slice(export.name.as_bytes()),
+                        INFO_DESCRIPTION => d.extend_from_slice(export.description.as_bytes()),
+                        _ => continue,
+                    }
+                    reply(w, option, REP_INFO, &d).await?;
+                }
+                // Always sent: any byte alignment works, 4 KiB is preferred, and the maximum is
+                // the largest request served.
+                let mut d = Vec::with_capacity(14);
+                d.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+                d.extend_from_slice(&1u32.to_be_bytes());
+                d.extend_from_slice(&4096u32.to_be_bytes());
+                d.extend_from_slice(&exports.limits.max_request_bytes.to_be_bytes());
+                reply(w, option, REP_INFO, &d).await?;
+                reply(w, option, REP_ACK, &[]).await?;
+                if option == OPT_GO {
+                    return Ok(Some(Session {
+                        export: at,
+                        export_name: export.name.clone(),
+                        structured,
+                        allocation_context,
+                        flags,
+                    }));
+                }
+            }
+            _ => {
+                error_reply(w, option, REP_ERR_UNSUP, &format!("option {option} is not supported")).await?;
+            }
+        }
+    }
+    Err(HandshakeError::Protocol(format!("more than {MAX_OPTIONS} options")))
+}
+
+fn index_of<D: BlockDevice>(exports: &Exports<D>, name: &str) -> Option<usize> {
+    if name.is_empty() {
+        (!exports.exports.is_empty()).then_some(0)
+    } else {
+        exports.exports.iter().position(|e| e.name == name)
+    }
+}

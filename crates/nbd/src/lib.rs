@@ -1,0 +1,113 @@
+//! A user-space NBD server over any block device (issue 10), speaking the protocol of the NBD
+//! project's `doc/proto.md` so that every client works unchanged: the Linux kernel (through
+//! `nbdfuse`), QEMU, the libnbd tools, fio.
+//!
+//! - [`proto`]: the protocol's numbers and fixed-size frames.
+//! - [`handshake`]: fixed newstyle option haggling (EXPORT_NAME, LIST, INFO, GO,
+//!   STRUCTURED_REPLY, LIST/SET_META_CONTEXT with `base:allocation`).
+//! - [`transmission`]: the request loop. Requests of one connection run concurrently (bounded
+//!   in number and bytes), replies go out in completion order, each written whole.
+//!
+//! The device is anything implementing [`BlockDevice`]; the CLI serves block images with it.
+
+pub mod handshake;
+pub mod proto;
+pub mod transmission;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Why a device operation failed: an errno for the reply and a message for the log (and for
+/// structured replies).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message} (errno {errno})")]
+pub struct DeviceError {
+    pub errno: u32,
+    pub message: String,
+}
+
+/// An allocation run: `len_bytes` from `offset`, backed by data or a hole (reads as zeros).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: u64,
+    pub len_bytes: u64,
+    pub hole: bool,
+}
+
+/// What the server serves. Durability contract the server relies on: when `write` or `zero`
+/// returns, the bytes are durable (or `flush` makes them so); `flush` returns once every write
+/// and zero that completed before it was called is durable, whichever connection sent it (so
+/// the export can offer CAN_MULTI_CONN).
+pub trait BlockDevice: Send + Sync + 'static {
+    fn size_bytes(&self) -> u64;
+    fn read_only(&self) -> bool;
+    fn read(&self, offset: u64, len_bytes: u32) -> impl Future<Output = Result<Vec<u8>, DeviceError>> + Send;
+    fn write(&self, offset: u64, data: Vec<u8>) -> impl Future<Output = Result<(), DeviceError>> + Send;
+    /// Makes the range read as zeros (discard and write-zeroes), without writing zeros where
+    /// the device can avoid it.
+    fn zero(&self, offset: u64, len_bytes: u64) -> impl Future<Output = Result<(), DeviceError>> + Send;
+    fn flush(&self) -> impl Future<Output = Result<(), DeviceError>> + Send;
+    /// Allocation of a range, as runs in order covering a prefix of it (at least one byte).
+    fn allocation(&self, offset: u64, len_bytes: u64) -> impl Future<Output = Result<Vec<Extent>, DeviceError>> + Send;
+}
+
+/// One export: its name (clients ask for it), a description, and the device.
+pub struct Export<D> {
+    pub name: String,
+    pub description: String,
+    pub device: Arc<D>,
+}
+
+/// Limits of one server.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The largest read or write request served; a larger one ends its connection.
+    pub max_request_bytes: u32,
+    /// Requests of one connection in progress at once.
+    pub max_in_flight: usize,
+    /// Payload bytes of one connection's requests in progress at once (reads and writes).
+    pub max_in_flight_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_request_bytes: 32 << 20, max_in_flight: 64, max_in_flight_bytes: 64 << 20 }
+    }
+}
+
+/// The exports of a server, shared by its connections.
+pub struct Exports<D> {
+    pub exports: Vec<Export<D>>,
+    pub limits: Limits,
+}
+
+impl<D: BlockDevice> Exports<D> {
+    /// The export a client names; the empty name is the first (the default export).
+    pub fn find(&self, name: &str) -> Option<&Export<D>> {
+        if name.is_empty() { self.exports.first() } else { self.exports.iter().find(|e| e.name == name) }
+    }
+}
+
+/// Serves one client connection to its end: handshake, then requests until it disconnects.
+/// Protocol errors end this connection only.
+pub async fn serve_connection<D, S>(exports: Arc<Exports<D>>, stream: S, peer: String)
+where
+    D: BlockDevice,
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    match handshake::negotiate(&exports, &mut reader, &mut writer).await {
+        Ok(Some(session)) => {
+            tracing::info!(peer, export = session.export_name, "NBD client connected");
+            if let Err(e) = transmission::run(exports, session, reader, writer).await {
+                tracing::warn!(peer, error = %e, "NBD connection ended");
+            } else {
+                tracing::info!(peer, "NBD client disconnected");
+            }
+        }
+        Ok(None) => tracing::debug!(peer, "NBD client ended the handshake"),
+        Err(e) => tracing::warn!(peer, error = %e, "NBD handshake failed"),
+    }
+}

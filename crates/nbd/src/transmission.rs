@@ -1,0 +1,245 @@
+//! The transmission phase: requests of one connection read in order and served concurrently.
+//!
+//! The reader takes a permit for each request (at most `max_in_flight` at once) and for its
+//! payload bytes (at most `max_in_flight_bytes` of reads and writes at once) before reading a
+//! write's data, then runs the request as its own task. A task's reply is queued whole to the
+//! connection's writer, which sends replies in completion order and releases the permits once
+//! a reply is written, so memory stays bounded however fast the client sends. A protocol
+//! violation (bad magic, a request over the size limit) ends the connection; errors of one
+//! request are that request's reply.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use crate::handshake::Session;
+use crate::proto::*;
+use crate::{BlockDevice, DeviceError, Exports};
+
+/// The most bytes one BLOCK_STATUS answer describes (one stat per object touched).
+const MAX_STATUS_BYTES: u64 = 1 << 30;
+/// Zeros written per request when a client asks for allocated zeros (NO_HOLE).
+const ZERO_WRITE_BYTES: u64 = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransmissionError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+/// A reply ready to send, with the permits it holds until it is written.
+struct Outgoing {
+    bytes: Vec<u8>,
+    _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
+
+/// Serves requests until the client disconnects (DISC or end of stream). Every request read is
+/// answered before this returns.
+pub async fn run<D, R, W>(
+    exports: Arc<Exports<D>>,
+    session: Session,
+    mut r: R,
+    mut w: W,
+) -> Result<(), TransmissionError>
+where
+    D: BlockDevice,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let device = exports.exports[session.export].device.clone();
+    let limits = exports.limits;
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(limits.max_in_flight.max(1));
+    let writer = tokio::spawn(async move {
+        while let Some(out) = rx.recv().await {
+            w.write_all(&out.bytes).await?;
+        }
+        w.flush().await?;
+        Ok::<(), std::io::Error>(())
+    });
+    let count = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
+    let bytes = Arc::new(Semaphore::new(limits.max_in_flight_bytes.max(limits.max_request_bytes as usize)));
+    let session = Arc::new(session);
+    let result = loop {
+        let mut header = [0u8; REQUEST_BYTES];
+        match r.read_exact(&mut header).await {
+            Ok(_) => {}
+            // A client that closes without DISC has still been served everything it sent.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
+            Err(e) => break Err(e.into()),
+        }
+        let Some(req) = Request::parse(&header) else {
+            break Err(TransmissionError::Protocol("a request with a wrong magic".into()));
+        };
+        if req.kind == CMD_DISC {
+            break Ok(());
+        }
+        let carries = matches!(req.kind, CMD_READ | CMD_WRITE);
+        if carries && req.length > limits.max_request_bytes {
+            break Err(TransmissionError::Protocol(format!(
+                "a request of {} bytes, over the limit of {}",
+                req.length, limits.max_request_bytes
+            )));
+        }
+        let Ok(count_permit) = count.clone().acquire_owned().await else { break Ok(()) };
+        let want = if carries { req.length.max(1) } else { 1 };
+        let Ok(byte_permit) = bytes.clone().acquire_many_owned(want).await else { break Ok(()) };
+        let mut data = Vec::new();
+        if req.kind == CMD_WRITE {
+            data = vec![0u8; req.length as usize];
+            if let Err(e) = r.read_exact(&mut data).await {
+                break Err(e.into());
+            }
+        }
+        let (device, session, tx) = (device.clone(), session.clone(), tx.clone());
+        tokio::spawn(async move {
+            let reply = serve(&*device, &session, req, data).await;
+            let _ = tx.send(Outgoing { bytes: reply, _permits: (count_permit, byte_permit) }).await;
+        });
+    };
+    // Answer everything in flight, then let the writer drain and finish.
+    let _all = count.acquire_many(limits.max_in_flight.max(1) as u32).await;
+    drop(tx);
+    match writer.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => return Err(TransmissionError::Protocol(format!("the reply writer failed: {e}"))),
+    }
+    result
+}
+
+fn fail(errno: u32, message: impl Into<String>) -> DeviceError {
+    DeviceError { errno, message: message.into() }
+}
+
+/// Runs one request; returns its whole reply.
+async fn serve<D: BlockDevice>(device: &D, session: &Session, req: Request, data: Vec<u8>) -> Vec<u8> {
+    match execute(device, session, &req, data).await {
+        Ok(Answer::Data(bytes)) if session.structured => {
+            let mut out = Vec::with_capacity(32 + bytes.len());
+            chunk(&mut out, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, &[&req.offset.to_be_bytes(), &bytes]);
+            out
+        }
+        Ok(Answer::Data(bytes)) => simple_reply(req.cookie, 0, &bytes),
+        Ok(Answer::Status(payload)) => {
+            let mut out = Vec::new();
+            chunk(&mut out, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, &[&payload]);
+            out
+        }
+        Ok(Answer::Done) if session.structured => {
+            let mut out = Vec::with_capacity(20);
+            chunk(&mut out, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, &[]);
+            out
+        }
+        Ok(Answer::Done) => simple_reply(req.cookie, 0, &[]),
+        Err(e) => {
+            tracing::debug!(cookie = req.cookie, kind = req.kind, error = %e, "NBD request failed");
+            if session.structured {
+                error_chunk(req.cookie, e.errno, &e.message)
+            } else {
+                simple_reply(req.cookie, e.errno, &[])
+            }
+        }
+    }
+}
+
+enum Answer {
+    Done,
+    Data(Vec<u8>),
+    Status(Vec<u8>),
+}
+
+async fn execute<D: BlockDevice>(
+    device: &D,
+    session: &Session,
+    req: &Request,
+    data: Vec<u8>,
+) -> Result<Answer, DeviceError> {
+    let size = device.size_bytes();
+    let known = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_DF | CMD_FLAG_REQ_ONE | CMD_FLAG_FAST_ZERO;
+    if req.flags & !known != 0 {
+        return Err(fail(EINVAL, format!("unknown command flags {:#x}", req.flags)));
+    }
+    let writes = matches!(req.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if writes && device.read_only() {
+        return Err(fail(EPERM, "the export is read-only"));
+    }
+    let len = u64::from(req.length);
+    let in_range = req.offset.checked_add(len).is_some_and(|end| end <= size);
+    if matches!(req.kind, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE | CMD_BLOCK_STATUS) {
+        if !in_range {
+            let errno = if writes { ENOSPC } else { EINVAL };
+            return Err(fail(errno, format!("{}+{} is past the end of the export ({size} bytes)", req.offset, len)));
+        }
+        if len == 0 {
+            return Err(fail(EINVAL, "a request of length zero"));
+        }
+    }
+    let fua = req.flags & CMD_FLAG_FUA != 0;
+    match req.kind {
+        CMD_READ => Ok(Answer::Data(device.read(req.offset, req.length).await?)),
+        CMD_WRITE => {
+            device.write(req.offset, data).await?;
+            if fua {
+                device.flush().await?;
+            }
+            Ok(Answer::Done)
+        }
+        CMD_FLUSH => {
+            device.flush().await?;
+            Ok(Answer::Done)
+        }
+        CMD_TRIM => {
+            device.zero(req.offset, len).await?;
+            if fua {
+                device.flush().await?;
+            }
+            Ok(Answer::Done)
+        }
+        CMD_WRITE_ZEROES => {
+            if req.flags & CMD_FLAG_NO_HOLE != 0 {
+                // Allocated zeros were asked for: they must be written, which is not fast.
+                if req.flags & CMD_FLAG_FAST_ZERO != 0 {
+                    return Err(fail(ENOTSUP, "allocated zeros cannot be written fast"));
+                }
+                let mut at = req.offset;
+                while at < req.offset + len {
+                    let n = ZERO_WRITE_BYTES.min(req.offset + len - at);
+                    device.write(at, vec![0u8; n as usize]).await?;
+                    at += n;
+                }
+            } else {
+                device.zero(req.offset, len).await?;
+            }
+            if fua {
+                device.flush().await?;
+            }
+            Ok(Answer::Done)
+        }
+        // Nothing is cached between the server and the cluster: prefetching would only cost.
+        CMD_CACHE => Ok(Answer::Done),
+        CMD_BLOCK_STATUS => {
+            if !session.structured || !session.allocation_context {
+                return Err(fail(EINVAL, "BLOCK_STATUS needs structured replies and base:allocation"));
+            }
+            let runs = device.allocation(req.offset, len.min(MAX_STATUS_BYTES)).await?;
+            let mut payload = Vec::with_capacity(4 + 8 * runs.len());
+            payload.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+            for run in &runs {
+                let flags = if run.hole { STATE_HOLE | STATE_ZERO } else { 0 };
+                payload.extend_from_slice(&(run.len_bytes.min(u64::from(u32::MAX)) as u32).to_be_bytes());
+                payload.extend_from_slice(&flags.to_be_bytes());
+                if req.flags & CMD_FLAG_REQ_ONE != 0 {
+                    break;
+                }
+            }
+            if runs.is_empty() {
+                return Err(fail(EIO, "the device described no allocation"));
+            }
+            Ok(Answer::Status(payload))
+        }
+        other => Err(fail(EINVAL, format!("unknown command {other}"))),
+    }
+}

@@ -1,0 +1,37 @@
+//! Block image errors: one variant per condition a caller (the CLI, the NBD server) acts on.
+
+use shoal_client::ClientError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RbdError {
+    #[error("image {0:?} does not exist")]
+    NoSuchImage(String),
+    #[error("image {0:?} already exists")]
+    Exists(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("range {offset}+{len_bytes} is past the end of the image ({size_bytes} bytes)")]
+    OutOfRange { offset: u64, len_bytes: u64, size_bytes: u64 },
+    #[error("image {0:?} changed while being updated; try again")]
+    Conflict(String),
+    #[error("image {name:?}: damaged metadata: {reason}")]
+    Corrupt { name: String, reason: String },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl RbdError {
+    /// The errno an NBD reply (or a block layer) reports for this error.
+    pub fn errno(&self) -> u32 {
+        const EIO: u32 = 5;
+        const EINVAL: u32 = 22;
+        const ENOSPC: u32 = 28;
+        const EOVERFLOW: u32 = 75;
+        match self {
+            RbdError::Invalid(_) => EINVAL,
+            RbdError::OutOfRange { .. } => EOVERFLOW,
+            RbdError::Client(ClientError::TooLarge { .. }) => ENOSPC,
+            _ => EIO,
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Shoal's block images (issue 10): thin images striped over cluster objects, in the manner of
+//! Ceph's RBD.
+//!
+//! - [`striping`]: where each byte of an image lives (object size, stripe unit, stripe count).
+//! - [`header`]: the pool's image directory and each image's header (spec and size in omap).
+//! - [`image`]: an open image's reads, writes, zeroing and allocation map.
+//! - [`manage`]: resize, remove and usage of whole images.
+//!
+//! Data objects are created by the first write that touches them (thin provisioning); ranges
+//! no object backs read as zeros; zeroing removes or truncates objects instead of writing zeros.
+
+pub mod error;
+pub mod header;
+pub mod image;
+pub mod manage;
+pub mod striping;
+
+pub use error::RbdError;
+pub use header::{ImageInfo, ImageSpec};
+pub use image::{Image, Run};
+pub use striping::Layout;

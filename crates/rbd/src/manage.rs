@@ -1,0 +1,118 @@
+//! Whole-image operations: resize, remove, usage. Each walks the image's object numbers in
+//! bounded parallel batches and reports progress through a callback.
+
+use futures::StreamExt;
+use shoal_client::Client;
+use shoal_proto::osd::{ObjOp, OpOutput};
+
+use crate::error::RbdError;
+use crate::header::{self, ImageInfo, data_object};
+use crate::image::{EXTENTS_IN_FLIGHT, Image};
+
+/// Progress of a long operation: `done` of `total` units.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// Resizes image `name` to `to_bytes`. Growing only changes the size (the new range has no
+/// objects: a shrink removed them before it lowered the size). Shrinking needs `allow_shrink`
+/// and first makes everything past the new end read as zeros (objects removed or truncated),
+/// then lowers the size, so a crash in between leaves the old size with zeros at its end,
+/// never old data inside a later grow.
+pub async fn resize(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    to_bytes: u64,
+    allow_shrink: bool,
+) -> Result<ImageInfo, RbdError> {
+    let image = Image::open(client, pool, name, false).await?;
+    let info = image.info().clone();
+    if to_bytes < info.size_bytes {
+        if !allow_shrink {
+            return Err(RbdError::Invalid(format!(
+                "shrinking {name} from {} to {to_bytes} bytes discards data: pass --allow-shrink",
+                info.size_bytes
+            )));
+        }
+        image.zero(to_bytes, info.size_bytes - to_bytes).await?;
+    }
+    header::set_size(client, pool, &info, to_bytes).await?;
+    Ok(ImageInfo { size_bytes: to_bytes, ..info })
+}
+
+/// Removes image `name`: its data objects, then its header, then its directory entry, so an
+/// interrupted removal can be run again. `progress` gets objects done of objects to visit.
+pub async fn remove(client: &Client, pool: &str, name: &str, progress: Progress<'_>) -> Result<(), RbdError> {
+    let id = header::lookup(client, pool, name).await?;
+    match header::open(client, pool, name).await {
+        Ok(info) => {
+            let count = info.spec.layout.object_count(info.size_bytes);
+            let mut done = 0u64;
+            let mut removals = futures::stream::iter((0..count).map(|no| {
+                let object = data_object(&id, no);
+                async move {
+                    match client.op(pool, &object, vec![ObjOp::Remove], Vec::new()).await {
+                        Ok(_) => Ok(()),
+                        Err(e) if e.is_not_found() => Ok(()),
+                        Err(e) => Err(RbdError::from(e)),
+                    }
+                }
+            }))
+            .buffer_unordered(EXTENTS_IN_FLIGHT * 2);
+            while let Some(r) = removals.next().await {
+                r?;
+                done += 1;
+                if done % 64 == 0 || done == count {
+                    progress(done, count);
+                }
+            }
+        }
+        // A create or remove interrupted before the header existed or after it went: the
+        // data objects are already gone (none is written before the header exists).
+        Err(RbdError::Corrupt { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    header::remove(client, pool, name, &id).await
+}
+
+/// Provisioned and used bytes of an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub provisioned_bytes: u64,
+    /// Sum of the sizes of its data objects.
+    pub used_bytes: u64,
+    pub objects: u64,
+}
+
+/// Counts image `name`'s data objects and their bytes (one stat per object number).
+pub async fn usage(client: &Client, pool: &str, name: &str, progress: Progress<'_>) -> Result<Usage, RbdError> {
+    let info = header::open(client, pool, name).await?;
+    let count = info.spec.layout.object_count(info.size_bytes);
+    let id = &info.spec.id;
+    let mut stats = futures::stream::iter((0..count).map(|no| {
+        let object = data_object(id, no);
+        async move {
+            match client.op(pool, &object, vec![ObjOp::Stat], Vec::new()).await {
+                Ok(r) => match r.outputs.into_iter().next() {
+                    Some(OpOutput::Stat { size_bytes, .. }) => Ok(Some(size_bytes)),
+                    other => Err(RbdError::Corrupt { name: object, reason: format!("stat answered {other:?}") }),
+                },
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(RbdError::from(e)),
+            }
+        }
+    }))
+    .buffer_unordered(EXTENTS_IN_FLIGHT * 2);
+    let mut usage = Usage { provisioned_bytes: info.size_bytes, used_bytes: 0, objects: 0 };
+    let mut done = 0u64;
+    while let Some(r) = stats.next().await {
+        if let Some(size) = r? {
+            usage.used_bytes += size;
+            usage.objects += 1;
+        }
+        done += 1;
+        if done % 64 == 0 || done == count {
+            progress(done, count);
+        }
+    }
+    Ok(usage)
+}
