@@ -8,10 +8,12 @@ mod config_cmd;
 mod daemons;
 mod demo;
 mod gateway_cmd;
+mod nbd_cmd;
 mod obj;
 mod pg_cmd;
 mod pglog_cmd;
 mod placement_cmd;
+mod rbd_cmd;
 mod store_cmd;
 mod table;
 mod torture;
@@ -71,6 +73,12 @@ enum Command {
     /// Objects: put, get, rm, stat, ls.
     #[command(subcommand)]
     Obj(obj::ObjCommand),
+    /// Block images: create, ls, info, resize, rm, du.
+    #[command(subcommand)]
+    Rbd(rbd_cmd::RbdCommand),
+    /// Serve block images over NBD: `shoal nbd serve POOL/IMAGE...`.
+    #[command(subcommand)]
+    Nbd(nbd_cmd::NbdCommand),
     /// Like `rados bench`: write, seq or rand objects with N in flight for S seconds.
     Bench(bench_cmd::BenchArgs),
     /// Work with a local object store directly (no cluster): mkfs, put, get, fsck, bench, ...
@@ -139,6 +147,8 @@ fn main() -> ExitCode {
         Command::Gateway(cmd) => gateway_cmd::run(&cmd),
         Command::S3(cmd) => gateway_cmd::s3(&cmd),
         Command::Obj(cmd) => obj::run(&cmd),
+        Command::Rbd(cmd) => rbd_cmd::run(&cmd),
+        Command::Nbd(cmd) => nbd_cmd::run(&cmd),
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Store(cmd) => store_cmd::run(cmd),
         Command::Demo(args) => demo::run(&args),

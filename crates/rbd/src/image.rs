@@ -191,8 +191,9 @@ impl Image {
         extents: Vec<Extent>,
         make: impl Fn(&Extent) -> (Vec<ObjOp>, &'a [u8]),
     ) -> Result<(), RbdError> {
-        let mut ops = futures::stream::iter(extents.iter().map(|x| {
-            let (ops, data) = make(x);
+        // Owned extents: a stream of closures over borrowed ones is not provably `Send`.
+        let mut ops = futures::stream::iter(extents.into_iter().map(|x| {
+            let (ops, data) = make(&x);
             self.op(x.object_no, ops, data)
         }))
         .buffer_unordered(EXTENTS_IN_FLIGHT);
@@ -214,7 +215,7 @@ impl Image {
     pub async fn allocation(&self, offset: u64, len_bytes: u64) -> Result<Vec<Run>, RbdError> {
         self.check_range(offset, len_bytes)?;
         let extents = self.info.spec.layout.extents(offset, len_bytes);
-        let mut sizes = futures::stream::iter(extents.iter().enumerate().map(|(i, x)| async move {
+        let mut sizes = futures::stream::iter(extents.clone().into_iter().enumerate().map(|(i, x)| async move {
             let r = self.op(x.object_no, vec![ObjOp::Stat], &[]).await?;
             let size = match r.and_then(|r| r.outputs.into_iter().next()) {
                 Some(OpOutput::Stat { size_bytes, .. }) => Some(size_bytes),

@@ -61,7 +61,7 @@ pub async fn remove(client: &Client, pool: &str, name: &str, progress: Progress<
             while let Some(r) = removals.next().await {
                 r?;
                 done += 1;
-                if done % 64 == 0 || done == count {
+                if done.is_multiple_of(64) || done == count {
                     progress(done, count);
                 }
             }
@@ -110,7 +110,7 @@ pub async fn usage(client: &Client, pool: &str, name: &str, progress: Progress<'
             usage.objects += 1;
         }
         done += 1;
-        if done % 64 == 0 || done == count {
+        if done.is_multiple_of(64) || done == count {
             progress(done, count);
         }
     }

@@ -1,0 +1,214 @@
+//! `shoal rbd ...`: block images, as Ceph's `rbd` tool manages them. Every command has `--json`.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use shoal_rbd::{Layout, header, manage};
+
+use crate::conf::{ConfArgs, parse_size_arg};
+
+#[derive(Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub conf: ConfArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum RbdCommand {
+    /// Create a thin image: `shoal rbd create POOL/IMAGE --size 10G`.
+    Create {
+        #[command(flatten)]
+        c: Common,
+        /// POOL/IMAGE.
+        spec: String,
+        #[arg(long, value_parser = parse_size_arg)]
+        size: u64,
+        /// Bytes per data object (a power of two, 4K to 32M).
+        #[arg(long, default_value = "4M", value_parser = parse_size_arg)]
+        object_size: u64,
+        /// Bytes per stripe unit (default: the object size, no striping).
+        #[arg(long, value_parser = parse_size_arg)]
+        stripe_unit: Option<u64>,
+        /// Objects a stripe goes round (default 1).
+        #[arg(long, default_value_t = 1)]
+        stripe_count: u64,
+    },
+    /// Images of a pool.
+    Ls {
+        #[command(flatten)]
+        c: Common,
+        pool: String,
+    },
+    /// Size, layout and features of an image.
+    Info {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+    /// Grow an image (shrinking needs --allow-shrink: it discards the data past the new end).
+    Resize {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+        #[arg(long, value_parser = parse_size_arg)]
+        size: u64,
+        #[arg(long)]
+        allow_shrink: bool,
+    },
+    /// Remove an image and all its data.
+    Rm {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+    /// Provisioned and used bytes of an image.
+    Du {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+}
+
+/// Splits `POOL/IMAGE`.
+pub fn parse_spec(spec: &str) -> Result<(&str, &str)> {
+    match spec.split_once('/') {
+        Some((pool, image)) if !pool.is_empty() && !image.is_empty() && !image.contains('@') => Ok((pool, image)),
+        _ => bail!("{spec:?} is not POOL/IMAGE"),
+    }
+}
+
+fn progress_bar(json: bool, what: &str) -> indicatif::ProgressBar {
+    if json {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} objects ({eta} left)")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn info_json(info: &shoal_rbd::ImageInfo, pool: &str) -> serde_json::Value {
+    let l = info.spec.layout;
+    json!({
+        "pool": pool,
+        "name": info.spec.name,
+        "id": info.spec.id,
+        "size_bytes": info.size_bytes,
+        "object_size_bytes": l.object_size_bytes,
+        "stripe_unit_bytes": l.stripe_unit_bytes,
+        "stripe_count": l.stripe_count,
+        "objects": l.object_count(info.size_bytes),
+        "features": info.spec.features,
+        "created_unix_s": info.spec.created_unix_s,
+    })
+}
+
+pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
+    let c = match cmd {
+        RbdCommand::Create { c, .. }
+        | RbdCommand::Ls { c, .. }
+        | RbdCommand::Info { c, .. }
+        | RbdCommand::Resize { c, .. }
+        | RbdCommand::Rm { c, .. }
+        | RbdCommand::Du { c, .. } => c,
+    };
+    let blocking = c.conf.connect()?;
+    let client = blocking.client().clone();
+    blocking.runtime().block_on(async move {
+        match cmd {
+            RbdCommand::Create { spec, size, object_size, stripe_unit, stripe_count, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let layout = Layout {
+                    object_size_bytes: *object_size,
+                    stripe_unit_bytes: stripe_unit.unwrap_or(*object_size),
+                    stripe_count: *stripe_count,
+                };
+                let info = header::create(&client, pool, name, *size, layout).await.with_context(|| format!("creating {spec}"))?;
+                if c.json {
+                    println!("{}", info_json(&info, pool));
+                } else {
+                    println!("created {spec}: {} bytes, id {}", info.size_bytes, info.spec.id);
+                }
+            }
+            RbdCommand::Ls { pool, .. } => {
+                let names = header::list(&client, pool).await.with_context(|| format!("listing images of {pool}"))?;
+                if c.json {
+                    println!("{}", json!({ "pool": pool, "images": names }));
+                } else {
+                    for n in names {
+                        println!("{n}");
+                    }
+                }
+            }
+            RbdCommand::Info { spec, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let info = header::open(&client, pool, name).await.with_context(|| format!("reading {spec}"))?;
+                if c.json {
+                    println!("{}", info_json(&info, pool));
+                } else {
+                    let l = info.spec.layout;
+                    println!("rbd image '{name}':");
+                    println!("\tsize {} bytes in {} objects", info.size_bytes, l.object_count(info.size_bytes));
+                    println!("\tobject size {} bytes", l.object_size_bytes);
+                    println!("\tstripe unit {} bytes, stripe count {}", l.stripe_unit_bytes, l.stripe_count);
+                    println!("\tid {}", info.spec.id);
+                    println!("\tfeatures: {}", info.spec.features.join(", "));
+                    println!("\tcreated {} (unix seconds)", info.spec.created_unix_s);
+                }
+            }
+            RbdCommand::Resize { spec, size, allow_shrink, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let info = manage::resize(&client, pool, name, *size, *allow_shrink)
+                    .await
+                    .with_context(|| format!("resizing {spec}"))?;
+                if c.json {
+                    println!("{}", info_json(&info, pool));
+                } else {
+                    println!("resized {spec} to {} bytes", info.size_bytes);
+                }
+            }
+            RbdCommand::Rm { spec, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let bar = progress_bar(c.json, "removing");
+                let show = |done: u64, total: u64| {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                };
+                manage::remove(&client, pool, name, &show).await.with_context(|| format!("removing {spec}"))?;
+                bar.finish_and_clear();
+                if c.json {
+                    println!("{}", json!({ "removed": spec }));
+                } else {
+                    println!("removed {spec}");
+                }
+            }
+            RbdCommand::Du { spec, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let bar = progress_bar(c.json, "counting");
+                let show = |done: u64, total: u64| {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                };
+                let u = manage::usage(&client, pool, name, &show).await.with_context(|| format!("measuring {spec}"))?;
+                bar.finish_and_clear();
+                if c.json {
+                    println!(
+                        "{}",
+                        json!({ "name": name, "provisioned_bytes": u.provisioned_bytes, "used_bytes": u.used_bytes, "objects": u.objects })
+                    );
+                } else {
+                    println!("NAME\tPROVISIONED\tUSED");
+                    println!("{name}\t{}\t{}", u.provisioned_bytes, u.used_bytes);
+                }
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

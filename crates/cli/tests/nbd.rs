@@ -1,0 +1,310 @@
+//! Block images served over NBD, driven by real clients (issue 10): `shoal rbd` manages images
+//! on a RAM cluster, `shoal nbd serve` exports them, and nbdinfo, qemu-io, qemu-img and nbdcopy
+//! read and write them unchanged; a raw client checks what those clients never send (requests
+//! past the end, oversized requests, malformed frames).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+mod common;
+
+use common::{fails_with, ok, shoal, up_mem};
+
+/// An NBD server child, killed when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn serve(dir: &Path, args: &[&str]) -> (Server, u16) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.join(format!("nbd-{port}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["nbd", "serve", "--listen", &listen])
+        .args(args)
+        .env("SHOAL_CONF", dir.join("shoal.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while TcpStream::connect(&listen).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the NBD server did not listen on {listen}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (server, port)
+}
+
+/// Runs a client tool; returns stdout, failing the test with its stderr if it failed.
+fn tool(program: &str, args: &[&str]) -> String {
+    let out =
+        Command::new(program).args(args).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tool_fails(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).stdin(Stdio::null()).output().unwrap();
+    assert!(!out.status.success(), "{program} {args:?} should have failed");
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+/// A minimal NBD client speaking the protocol directly (fixed newstyle, EXPORT_NAME, simple
+/// replies), for the requests real clients refuse to send.
+struct Raw(TcpStream);
+
+impl Raw {
+    fn connect(port: u16, export: &str) -> (Raw, u64) {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        let mut greeting = [0u8; 18];
+        s.read_exact(&mut greeting).unwrap();
+        assert_eq!(&greeting[..8], b"NBDMAGIC");
+        assert_eq!(&greeting[8..16], b"IHAVEOPT");
+        s.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+        let mut opt = b"IHAVEOPT".to_vec();
+        opt.extend_from_slice(&1u32.to_be_bytes());
+        opt.extend_from_slice(&(export.len() as u32).to_be_bytes());
+        opt.extend_from_slice(export.as_bytes());
+        s.write_all(&opt).unwrap();
+        let mut info = [0u8; 10];
+        s.read_exact(&mut info).unwrap();
+        (Raw(s), u64::from_be_bytes(info[..8].try_into().unwrap()))
+    }
+
+    fn send(&mut self, kind: u16, cookie: u64, offset: u64, length: u32, data: &[u8]) {
+        let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+        r.extend_from_slice(&0u16.to_be_bytes());
+        r.extend_from_slice(&kind.to_be_bytes());
+        r.extend_from_slice(&cookie.to_be_bytes());
+        r.extend_from_slice(&offset.to_be_bytes());
+        r.extend_from_slice(&length.to_be_bytes());
+        r.extend_from_slice(data);
+        self.0.write_all(&r).unwrap();
+    }
+
+    /// Reads a simple reply: (error, cookie), then `data_len` bytes if it succeeded.
+    fn reply(&mut self, data_len: usize) -> (u32, u64, Vec<u8>) {
+        let mut h = [0u8; 16];
+        self.0.read_exact(&mut h).unwrap();
+        assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698, "reply magic");
+        let error = u32::from_be_bytes(h[4..8].try_into().unwrap());
+        let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+        let mut data = vec![0u8; if error == 0 { data_len } else { 0 }];
+        self.0.read_exact(&mut data).unwrap();
+        (error, cookie, data)
+    }
+
+    /// Whether the server has closed the connection.
+    fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.0.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+#[test]
+fn images_are_created_and_served_over_nbd_to_real_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down) = up_mem(tmp.path(), 1, "2G");
+
+    // Images: create, ls, info, and clear errors for bad input.
+    let created = json(&ok(&shoal(&dir, &["rbd", "create", "data/disk", "--size", "64M", "--json"])));
+    assert_eq!(created["size_bytes"], 64 << 20);
+    assert_eq!(created["object_size_bytes"], 4 << 20);
+    ok(&shoal(
+        &dir,
+        &[
+            "rbd",
+            "create",
+            "data/striped",
+            "--size",
+            "8M",
+            "--object-size",
+            "1M",
+            "--stripe-unit",
+            "64K",
+            "--stripe-count",
+            "4",
+        ],
+    ));
+    let listed = json(&ok(&shoal(&dir, &["rbd", "ls", "data", "--json"])));
+    assert_eq!(listed["images"], serde_json::json!(["disk", "striped"]));
+    let info = json(&ok(&shoal(&dir, &["rbd", "info", "data/striped", "--json"])));
+    assert_eq!(info["stripe_count"], 4);
+    assert!(info["features"].as_array().unwrap().iter().any(|f| f == "striping"), "{info}");
+    fails_with(&shoal(&dir, &["rbd", "create", "data/disk", "--size", "1M"]), "already exists");
+    fails_with(&shoal(&dir, &["rbd", "create", "nopool/x", "--size", "1M"]), "nopool");
+    fails_with(&shoal(&dir, &["rbd", "create", "data/odd", "--size", "1M", "--object-size", "3M"]), "power of two");
+    fails_with(&shoal(&dir, &["rbd", "create", "data", "--size", "1M"]), "POOL/IMAGE");
+    fails_with(&shoal(&dir, &["rbd", "info", "data/missing"]), "does not exist");
+
+    let (server, port) = serve(&dir, &["data/disk", "data/striped"]);
+    let uri = format!("nbd://127.0.0.1:{port}/data/disk");
+    let striped = format!("nbd://127.0.0.1:{port}/data/striped");
+
+    // What the server offers.
+    let info = json(&tool("nbdinfo", &["--json", &uri]));
+    let export = &info["exports"][0];
+    assert_eq!(export["export-size"], 64 << 20, "{info}");
+    for flag in ["can_flush", "can_fua", "can_trim", "can_zero", "can_fast_zero", "can_multi_conn", "can_cache"] {
+        assert_eq!(export[flag], true, "{flag}: {info}");
+    }
+    assert_eq!(export["is_read_only"], false);
+    assert!(export["contexts"].as_array().unwrap().iter().any(|c| c == "base:allocation"), "{info}");
+    let list = tool("nbdinfo", &["--list", "--json", &format!("nbd://127.0.0.1:{port}")]);
+    assert!(list.contains("data/disk") && list.contains("data/striped"), "{list}");
+    // The empty export name is the first image.
+    let default = json(&tool("nbdinfo", &["--json", &format!("nbd://127.0.0.1:{port}")]));
+    assert_eq!(default["exports"][0]["export-size"], 64 << 20);
+    let unknown = tool_fails("nbdinfo", &[&format!("nbd://127.0.0.1:{port}/data/nope")]);
+    assert!(unknown.contains("data/nope") || unknown.to_lowercase().contains("unknown"), "{unknown}");
+
+    // Patterned writes and reads, unaligned, with FUA, flush and write-zeroes, on both layouts.
+    for u in [&uri, &striped] {
+        tool(
+            "qemu-io",
+            &[
+                "-f",
+                "raw",
+                "-c",
+                "write -P 0xab 0 1M",
+                "-c",
+                "write -P 0xcd 1000001 3333",
+                "-c",
+                "write -f -P 0x11 2M 64k",
+                "-c",
+                "write -z 4096 8192",
+                "-c",
+                "flush",
+                "-c",
+                "read -P 0xab 0 4096",
+                "-c",
+                "read -P 0 4096 8192",
+                "-c",
+                "read -P 0xab 12288 987713",
+                "-c",
+                "read -P 0xcd 1000001 3333",
+                "-c",
+                "read -P 0x11 2M 64k",
+                "-c",
+                "read -P 0 5M 1M",
+                u,
+            ],
+        );
+    }
+
+    // A 64 MiB image with holes converted into the export, compared, and its holes seen.
+    let src = tmp.path().join("src.raw");
+    let f = std::fs::File::create(&src).unwrap();
+    f.set_len(64 << 20).unwrap();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as u8
+            })
+            .collect()
+    };
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&noise(3 << 20), 5 << 20).unwrap();
+    f.write_all_at(&noise(7 * 4096 + 5), 40 << 20).unwrap();
+    drop(f);
+    let src_s = src.display().to_string();
+    tool("qemu-img", &["convert", "-n", "-f", "raw", "-O", "raw", &src_s, &uri]);
+    let same = tool("qemu-img", &["compare", "-f", "raw", "-F", "raw", &src_s, &uri]);
+    assert!(same.contains("identical"), "{same}");
+    let map = json(&tool("nbdinfo", &["--map", "--json", &uri]));
+    let holes: u64 = map
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"].as_u64().unwrap_or(0) & 1 == 1)
+        .map(|e| e["length"].as_u64().unwrap())
+        .sum();
+    // Everything but the two data runs' objects (4 MiB each: 2 objects, then 1) is a hole.
+    assert!(holes >= (64 - 12) << 20, "only {holes} bytes of holes: {map}");
+
+    // nbdcopy round trip.
+    let back = tmp.path().join("back.raw");
+    tool("nbdcopy", &[&uri, &back.display().to_string()]);
+    assert!(std::fs::read(&src).unwrap() == std::fs::read(&back).unwrap(), "nbdcopy read back other bytes");
+
+    // What real clients never send: requests past the end, oversized and malformed ones.
+    let (mut raw, size) = Raw::connect(port, "data/disk");
+    assert_eq!(size, 64 << 20);
+    raw.send(0, 1, size - 512, 4096, &[]);
+    assert_eq!(raw.reply(0).0, 22, "a read past the end is EINVAL");
+    raw.send(1, 2, size - 2, 4, b"abcd");
+    assert_eq!(raw.reply(0).0, 28, "a write past the end is ENOSPC");
+    raw.send(0, 3, 5 << 20, 16, &[]);
+    let (error, cookie, data) = raw.reply(16);
+    assert_eq!((error, cookie), (0, 3));
+    assert_eq!(data, std::fs::read(&src).unwrap()[5 << 20..(5 << 20) + 16]);
+    raw.send(0, 4, 0, 64 << 20, &[]);
+    assert!(raw.closed(), "an oversized request must end its connection");
+    let (mut raw, _) = Raw::connect(port, "data/disk");
+    raw.0.write_all(&[0xde; 28]).unwrap();
+    assert!(raw.closed(), "a malformed request must end its connection");
+    let mut garbage = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = garbage.write_all(b"GET / HTTP/1.1\r\n\r\n");
+    drop(garbage);
+    // The server outlives all of that.
+    tool("nbdinfo", &[&uri]);
+    drop(server);
+
+    // Resize: a reconnecting client sees the new size; shrinking needs --allow-shrink and
+    // leaves zeros past the new end if the image grows again.
+    let grown = json(&ok(&shoal(&dir, &["rbd", "resize", "data/disk", "--size", "128M", "--json"])));
+    assert_eq!(grown["size_bytes"], 128 << 20);
+    fails_with(&shoal(&dir, &["rbd", "resize", "data/disk", "--size", "6M"]), "--allow-shrink");
+    ok(&shoal(&dir, &["rbd", "resize", "data/disk", "--size", "6M", "--allow-shrink"]));
+    ok(&shoal(&dir, &["rbd", "resize", "data/disk", "--size", "64M"]));
+    let (server, port) = serve(&dir, &["data/disk"]);
+    let uri = format!("nbd://127.0.0.1:{port}/data/disk");
+    assert_eq!(json(&tool("nbdinfo", &["--json", &uri]))["exports"][0]["export-size"], 64 << 20);
+    let mut expect = std::fs::read(&src).unwrap();
+    expect[6 << 20..].fill(0);
+    tool("nbdcopy", &[&uri, &back.display().to_string()]);
+    assert!(std::fs::read(&back).unwrap() == expect, "a shrink and grow left old bytes past the shrunk end");
+    drop(server);
+
+    // Usage, read-only exports, removal.
+    let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/disk", "--json"])));
+    assert_eq!(du["provisioned_bytes"], 64 << 20);
+    // One object is left: 4..6 MiB (the first 4 MiB were zeros, so convert removed it).
+    assert_eq!((du["used_bytes"].as_u64(), du["objects"].as_u64()), (Some(2 << 20), Some(1)), "{du}");
+    let (_ro, port) = serve(&dir, &["data/disk", "--read-only"]);
+    let uri = format!("nbd://127.0.0.1:{port}/data/disk");
+    assert_eq!(json(&tool("nbdinfo", &["--json", &uri]))["exports"][0]["is_read_only"], true);
+    tool_fails("qemu-io", &["-f", "raw", "-c", "write 0 4096", &uri]);
+    ok(&shoal(&dir, &["rbd", "rm", "data/disk"]));
+    ok(&shoal(&dir, &["rbd", "rm", "data/striped", "--json"]));
+    assert_eq!(json(&ok(&shoal(&dir, &["rbd", "ls", "data", "--json"])))["images"], serde_json::json!([]));
+    let left = ok(&shoal(&dir, &["obj", "ls", "-p", "data"]));
+    assert!(left.lines().all(|l| !l.starts_with("rbd_data") && !l.starts_with("rbd_header")), "{left}");
+}
