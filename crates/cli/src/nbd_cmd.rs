@@ -8,7 +8,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use shoal_nbd::{BlockDevice, DeviceError, Export, Exports, Extent, Limits};
-use shoal_rbd::{Image, RbdError};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use shoal_rbd::{Image, RbdError, lock};
 
 use crate::conf::ConfArgs;
 
@@ -38,6 +40,14 @@ pub struct ServeArgs {
     /// failing with EIO.
     #[arg(long, default_value_t = 600)]
     io_wait_s: u64,
+    /// Lease of the exclusive lock a writable export holds on its image: renewed every third of
+    /// it; a server that stops renewing loses the lock after it.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+    lock_lease_s: u64,
+    /// How long to wait for another holder's lock to lapse (a server killed without releasing
+    /// it) before giving up (default: one lease and a second).
+    #[arg(long)]
+    lock_wait_s: Option<u64>,
 }
 
 pub fn run(cmd: &NbdCommand) -> Result<ExitCode> {
@@ -78,6 +88,69 @@ impl BlockDevice for ImageDevice {
     }
 }
 
+/// Takes the lock of writable image `spec`, waiting for a stale holder's lease to lapse.
+async fn take_lock(
+    client: &shoal_client::Client,
+    pool: &str,
+    name: &str,
+    holder: &str,
+    description: &str,
+    args: &ServeArgs,
+) -> Result<lock::LockRecord> {
+    let lease_ms = args.lock_lease_s * 1000;
+    let wait_ms = args.lock_wait_s.map_or(lease_ms + 1000, |s| s * 1000);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+    loop {
+        match lock::acquire(client, pool, name, holder, description, lease_ms).await {
+            Ok(held) => return Ok(held),
+            Err(RbdError::Locked { holder: other, .. }) if std::time::Instant::now() < deadline => {
+                tracing::warn!(
+                    image = name,
+                    holder = other,
+                    "the image is locked; waiting for its holder's lease to lapse"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A lock this server holds: its image, its current record, and the image's fence.
+struct HeldLock {
+    pool: String,
+    name: String,
+    rec: tokio::sync::Mutex<lock::LockRecord>,
+    fenced: Arc<AtomicBool>,
+}
+
+/// Renews the locks every third of a lease until the process ends; a lock found taken, or not
+/// renewed for a whole lease, fences its image (writes refused).
+async fn keep_locks(client: shoal_client::Client, held: Vec<Arc<HeldLock>>, lease_s: u64) {
+    let every = std::time::Duration::from_millis(lease_s * 1000 / 3);
+    loop {
+        tokio::time::sleep(every).await;
+        for h in &held {
+            if h.fenced.load(Ordering::Acquire) {
+                continue;
+            }
+            let mut rec = h.rec.lock().await;
+            match lock::renew(&client, &h.pool, &h.name, &rec).await {
+                Ok(Some(next)) => *rec = next,
+                Ok(None) => {
+                    h.fenced.store(true, Ordering::Release);
+                    tracing::error!(image = %h.name, "the image's lock was broken or taken over; refusing writes");
+                }
+                Err(e) if lock::now_unix_ms().saturating_sub(rec.renewed_unix_ms) > rec.lease_ms => {
+                    h.fenced.store(true, Ordering::Release);
+                    tracing::error!(image = %h.name, error = %e, "the image's lock could not be renewed within its lease; refusing writes");
+                }
+                Err(e) => tracing::warn!(image = %h.name, error = %e, "renewing the image's lock failed; retrying"),
+            }
+        }
+    }
+}
+
 fn serve(args: &ServeArgs) -> Result<ExitCode> {
     crate::daemons::init_logging();
     let cluster = args.conf.cluster()?;
@@ -85,19 +158,37 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
     rt.block_on(async {
         let client = shoal_client::Client::connect(cluster).await.context("connecting to the cluster")?;
         let mut exports = Vec::new();
+        let holder = lock::holder_id();
+        let what = match (&args.socket, args.listen) {
+            (Some(p), _) => format!("nbd serve {}", p.display()),
+            (None, l) => format!("nbd serve {}", l.map_or("127.0.0.1:10809".to_string(), |a| a.to_string())),
+        };
+        let mut held = Vec::new();
         for spec in &args.images {
             if spec.contains('@') {
                 bail!("{spec}: snapshots cannot be exported yet (images have no snapshots yet)");
             }
             let (pool, name) = crate::rbd_cmd::parse_spec(spec)?;
-            let image = Image::open(&client, pool, name, args.read_only)
+            let mut image = Image::open(&client, pool, name, args.read_only)
                 .await
                 .with_context(|| format!("opening {spec}"))?
                 .with_wait_ms(args.io_wait_s.saturating_mul(1000));
+            if !args.read_only {
+                let rec = take_lock(&client, pool, name, &holder, &what, args).await.with_context(|| format!("locking {spec}"))?;
+                let fenced = Arc::new(AtomicBool::new(false));
+                image = image.with_fence(fenced.clone());
+                held.push(Arc::new(HeldLock {
+                    pool: pool.to_string(),
+                    name: name.to_string(),
+                    rec: tokio::sync::Mutex::new(rec),
+                    fenced,
+                }));
+            }
             let description = format!("shoal image {spec} ({} bytes)", image.size_bytes());
             exports.push(Export { name: spec.clone(), description, device: Arc::new(ImageDevice(image)) });
         }
         let exports = Arc::new(Exports { exports, limits: Limits::default() });
+        let renewing = tokio::spawn(keep_locks(client.clone(), held.clone(), args.lock_lease_s));
         let first = args.images[0].clone();
         match &args.socket {
             Some(path) => {
@@ -143,6 +234,16 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                     r = accept => r.context("accepting")?,
                     () = crate::daemons::stop_signal() => tracing::info!("stopping on a signal"),
                 }
+            }
+        }
+        // Stopped by a signal: release the locks so the next server need not wait a lease.
+        // (Renewals stop first; a renewal that raced this leaves a record release cannot
+        // match, which then lapses after one lease.)
+        renewing.abort();
+        for h in &held {
+            let rec = h.rec.lock().await;
+            if let Err(e) = lock::release(&client, &h.pool, &h.name, &rec).await {
+                tracing::warn!(image = %h.name, error = %e, "releasing the image's lock failed; it lapses after its lease");
             }
         }
         Ok::<_, anyhow::Error>(())

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use shoal_rbd::{Layout, header, manage};
+use shoal_rbd::{Layout, header, lock, manage};
 
 use crate::conf::{ConfArgs, parse_size_arg};
 
@@ -71,6 +71,25 @@ pub enum RbdCommand {
         c: Common,
         spec: String,
     },
+    /// The exclusive lock a writer holds on an image: `ls`, `break`.
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+#[derive(Subcommand)]
+pub enum LockCommand {
+    /// Who holds the image's lock, since when, and whether its lease has lapsed.
+    Ls {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+    /// Remove the image's lock whoever holds it (its holder, if alive, stops writing).
+    Break {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
 }
 
 /// Splits `POOL/IMAGE`.
@@ -117,7 +136,8 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
         | RbdCommand::Info { c, .. }
         | RbdCommand::Resize { c, .. }
         | RbdCommand::Rm { c, .. }
-        | RbdCommand::Du { c, .. } => c,
+        | RbdCommand::Du { c, .. }
+        | RbdCommand::Lock(LockCommand::Ls { c, .. } | LockCommand::Break { c, .. }) => c,
     };
     let blocking = c.conf.connect()?;
     let client = blocking.client().clone();
@@ -206,6 +226,45 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                 } else {
                     println!("NAME\tPROVISIONED\tUSED");
                     println!("{name}\t{}\t{}", u.provisioned_bytes, u.used_bytes);
+                }
+            }
+            RbdCommand::Lock(LockCommand::Ls { spec, .. }) => {
+                let (pool, name) = parse_spec(spec)?;
+                let held = lock::read(&client, pool, name).await.with_context(|| format!("reading {spec}'s lock"))?;
+                let now = lock::now_unix_ms();
+                let locks: Vec<_> = held
+                    .iter()
+                    .map(|(r, _)| {
+                        json!({
+                            "holder": r.holder,
+                            "description": r.description,
+                            "acquired_unix_ms": r.acquired_unix_ms,
+                            "renewed_unix_ms": r.renewed_unix_ms,
+                            "lease_ms": r.lease_ms,
+                            "stale": r.is_stale(now),
+                        })
+                    })
+                    .collect();
+                if c.json {
+                    println!("{}", json!({ "image": spec, "locks": locks }));
+                } else if let Some((r, _)) = &held {
+                    let age_s = now.saturating_sub(r.renewed_unix_ms) / 1000;
+                    let state = if r.is_stale(now) { "stale" } else { "live" };
+                    println!("{spec}: locked by {} ({}), renewed {age_s} s ago, {state}", r.description, r.holder);
+                } else {
+                    println!("{spec}: not locked");
+                }
+            }
+            RbdCommand::Lock(LockCommand::Break { spec, .. }) => {
+                let (pool, name) = parse_spec(spec)?;
+                let broken = lock::break_lock(&client, pool, name).await.with_context(|| format!("breaking {spec}'s lock"))?;
+                if c.json {
+                    println!("{}", json!({ "image": spec, "broken": broken.as_ref().map(|r| &r.holder) }));
+                } else {
+                    match broken {
+                        Some(r) => println!("broke {spec}'s lock held by {} ({})", r.description, r.holder),
+                        None => println!("{spec} was not locked"),
+                    }
                 }
             }
         }

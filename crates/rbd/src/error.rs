@@ -12,6 +12,12 @@ pub enum RbdError {
     Invalid(String),
     #[error("range {offset}+{len_bytes} is past the end of the image ({size_bytes} bytes)")]
     OutOfRange { offset: u64, len_bytes: u64, size_bytes: u64 },
+    #[error(
+        "image {name:?} is locked by {holder} ({id}); only one writer at a time (`shoal rbd lock break` if it is dead)"
+    )]
+    Locked { name: String, holder: String, id: String },
+    #[error("image {0:?}: this server lost its exclusive lock; writes are refused")]
+    Fenced(String),
     #[error("image {0:?} changed while being updated; try again")]
     Conflict(String),
     #[error("image {name:?}: damaged metadata: {reason}")]
@@ -29,6 +35,7 @@ impl RbdError {
         const EOVERFLOW: u32 = 75;
         match self {
             RbdError::Invalid(_) => EINVAL,
+            RbdError::Locked { .. } | RbdError::Fenced(_) => 1, // EPERM
             RbdError::OutOfRange { .. } => EOVERFLOW,
             RbdError::Client(ClientError::TooLarge { .. }) => ENOSPC,
             _ => EIO,

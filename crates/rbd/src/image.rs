@@ -45,6 +45,8 @@ pub struct Image {
     info: ImageInfo,
     read_only: bool,
     wait_ms: u64,
+    /// Set when this writer lost the image's exclusive lock: writes are refused from then on.
+    fenced: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Held shared by every write and zero while it runs, exclusively by a flush: a flush thus
     /// returns only after every write that started before it has completed.
     writes: Arc<RwLock<()>>,
@@ -68,6 +70,7 @@ impl Image {
             info,
             read_only,
             wait_ms: DEFAULT_WAIT_MS,
+            fenced: None,
             writes: Arc::new(RwLock::new(())),
         })
     }
@@ -75,6 +78,13 @@ impl Image {
     /// Sets how long an operation waits for an unavailable cluster before failing.
     pub fn with_wait_ms(mut self, wait_ms: u64) -> Image {
         self.wait_ms = wait_ms;
+        self
+    }
+
+    /// Refuses writes once `fenced` is set (by the holder of the image's lock, when it loses
+    /// it).
+    pub fn with_fence(mut self, fenced: Arc<std::sync::atomic::AtomicBool>) -> Image {
+        self.fenced = Some(fenced);
         self
     }
 
@@ -100,6 +110,9 @@ impl Image {
     fn check_writable(&self) -> Result<(), RbdError> {
         if self.read_only {
             return Err(RbdError::Invalid(format!("image {:?} is open read-only", self.info.spec.name)));
+        }
+        if self.fenced.as_ref().is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire)) {
+            return Err(RbdError::Fenced(self.info.spec.name.clone()));
         }
         Ok(())
     }

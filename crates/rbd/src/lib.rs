@@ -5,6 +5,7 @@
 //! - [`header`]: the pool's image directory and each image's header (spec and size in omap).
 //! - [`image`]: an open image's reads, writes, zeroing and allocation map.
 //! - [`manage`]: resize, remove and usage of whole images.
+//! - [`lock`]: the exclusive lock that keeps one writer per image.
 //!
 //! Data objects are created by the first write that touches them (thin provisioning); ranges
 //! no object backs read as zeros; zeroing removes or truncates objects instead of writing zeros.
@@ -12,6 +13,7 @@
 pub mod error;
 pub mod header;
 pub mod image;
+pub mod lock;
 pub mod manage;
 pub mod striping;
 

@@ -1,0 +1,151 @@
+//! One writer at a time: an exclusive lock per image, kept in the image's header as xattr
+//! `lock` ([`LockRecord`]: the holder's identity and when it last renewed).
+//!
+//! The holder renews it every third of its lease; a lock not renewed for a whole lease is
+//! stale, and the next writer takes it over (so a server killed with SIGKILL is replaced once its
+//! lease runs out). Every change is a compare-and-swap on the xattr, so two would-be holders
+//! cannot both win, and a holder whose renewal finds another record has lost the lock and must
+//! stop writing at once ([`Image::with_fence`](crate::Image::with_fence)). Durability: when
+//! [`acquire`], [`renew`], [`release`] or [`break_lock`] returns, the change is on every replica.
+
+use serde::{Deserialize, Serialize};
+use shoal_client::Client;
+use shoal_proto::osd::{ObjOp, OpOutput};
+
+use crate::error::RbdError;
+use crate::header::{self, header_object};
+
+const LOCK_XATTR: &str = "lock";
+
+/// Who holds an image's lock, since when, and for how long without renewal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRecord {
+    /// `HOST:PID:RANDOM`, unique per server process.
+    pub holder: String,
+    /// What holds it, for people (`nbd serve 127.0.0.1:10809`).
+    pub description: String,
+    pub acquired_unix_ms: u64,
+    pub renewed_unix_ms: u64,
+    pub lease_ms: u64,
+}
+
+impl LockRecord {
+    /// Whether the holder has missed its renewal for a whole lease.
+    pub fn is_stale(&self, now_unix_ms: u64) -> bool {
+        now_unix_ms.saturating_sub(self.renewed_unix_ms) > self.lease_ms
+    }
+}
+
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A holder identity for this process.
+pub fn holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let mut b = [0u8; 4];
+    let _ = getrandom::fill(&mut b);
+    format!("{host}:{}:{:08x}", std::process::id(), u32::from_le_bytes(b))
+}
+
+fn encode(r: &LockRecord) -> Vec<u8> {
+    serde_json::to_vec(r).unwrap_or_default()
+}
+
+/// The lock record of image `name` and its raw bytes (for a compare-and-swap), if locked.
+pub async fn read(client: &Client, pool: &str, name: &str) -> Result<Option<(LockRecord, Vec<u8>)>, RbdError> {
+    let id = header::lookup(client, pool, name).await?;
+    let r = client.op(pool, &header_object(&id), vec![ObjOp::GetXattr { name: LOCK_XATTR.into() }], Vec::new()).await?;
+    match r.outputs.into_iter().next() {
+        Some(OpOutput::Xattr(Some(bytes))) => {
+            let rec = serde_json::from_slice(&bytes)
+                .map_err(|e| RbdError::Corrupt { name: name.to_string(), reason: format!("lock record: {e}") })?;
+            Ok(Some((rec, bytes)))
+        }
+        _ => Ok(None),
+    }
+}
+
+async fn swap(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    old: Option<Vec<u8>>,
+    new: Option<&LockRecord>,
+) -> Result<bool, RbdError> {
+    let id = header::lookup(client, pool, name).await?;
+    let mut ops = vec![ObjOp::AssertXattr { name: LOCK_XATTR.into(), value: old }];
+    ops.push(match new {
+        Some(r) => ObjOp::SetXattr { name: LOCK_XATTR.into(), value: encode(r) },
+        None => ObjOp::RemoveXattr { name: LOCK_XATTR.into() },
+    });
+    match client.op(pool, &header_object(&id), ops, Vec::new()).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Takes image `name`'s lock for `holder`, taking over a stale one. Fails with
+/// [`RbdError::Locked`] naming the live holder.
+pub async fn acquire(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    holder: &str,
+    description: &str,
+    lease_ms: u64,
+) -> Result<LockRecord, RbdError> {
+    // A few rounds: each lost compare-and-swap means someone else changed the lock meanwhile.
+    for _ in 0..8 {
+        let now = now_unix_ms();
+        let current = read(client, pool, name).await?;
+        if let Some((rec, _)) = &current
+            && !rec.is_stale(now)
+            && rec.holder != holder
+        {
+            return Err(RbdError::Locked {
+                name: name.to_string(),
+                holder: rec.description.clone(),
+                id: rec.holder.clone(),
+            });
+        }
+        if let Some((rec, _)) = &current {
+            tracing::warn!(image = name, holder = rec.holder, "taking over a stale image lock");
+        }
+        let mine = LockRecord {
+            holder: holder.to_string(),
+            description: description.to_string(),
+            acquired_unix_ms: now,
+            renewed_unix_ms: now,
+            lease_ms,
+        };
+        if swap(client, pool, name, current.map(|(_, b)| b), Some(&mine)).await? {
+            return Ok(mine);
+        }
+    }
+    Err(RbdError::Conflict(name.to_string()))
+}
+
+/// Renews `held`; returns the new record, or `None` if the lock is no longer this holder's (it
+/// was broken or taken over): the caller must stop writing.
+pub async fn renew(client: &Client, pool: &str, name: &str, held: &LockRecord) -> Result<Option<LockRecord>, RbdError> {
+    let next = LockRecord { renewed_unix_ms: now_unix_ms(), ..held.clone() };
+    Ok(swap(client, pool, name, Some(encode(held)), Some(&next)).await?.then_some(next))
+}
+
+/// Releases `held` (nothing happens if it is no longer this holder's).
+pub async fn release(client: &Client, pool: &str, name: &str, held: &LockRecord) -> Result<(), RbdError> {
+    swap(client, pool, name, Some(encode(held)), None).await.map(|_| ())
+}
+
+/// Removes image `name`'s lock whoever holds it (`shoal rbd lock break`); returns the record
+/// it removed.
+pub async fn break_lock(client: &Client, pool: &str, name: &str) -> Result<Option<LockRecord>, RbdError> {
+    let Some((rec, bytes)) = read(client, pool, name).await? else { return Ok(None) };
+    if swap(client, pool, name, Some(bytes), None).await? {
+        Ok(Some(rec))
+    } else {
+        Err(RbdError::Conflict(name.to_string()))
+    }
+}
