@@ -273,9 +273,28 @@ fn images_are_created_and_served_over_nbd_to_real_clients() {
     let mut garbage = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let _ = garbage.write_all(b"GET / HTTP/1.1\r\n\r\n");
     drop(garbage);
+    // Malformed handshakes: unknown client flags, a wrong option magic, an option too long.
+    for bad in [&[0xff, 0xff, 0xff, 0xff][..], &[0, 0, 0, 3, b'X', b'X', b'X', b'X', b'X', b'X', b'X', b'X'][..]] {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        let mut greeting = [0u8; 18];
+        s.read_exact(&mut greeting).unwrap();
+        s.write_all(bad).unwrap();
+        assert!(Raw(s).closed(), "a malformed handshake must end its connection");
+    }
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).unwrap();
+    let mut opt = 3u32.to_be_bytes().to_vec();
+    opt.extend_from_slice(b"IHAVEOPT");
+    opt.extend_from_slice(&7u32.to_be_bytes());
+    opt.extend_from_slice(&(1u32 << 30).to_be_bytes());
+    s.write_all(&opt).unwrap();
+    assert!(Raw(s).closed(), "an option claiming 1 GiB of data must end its connection");
     // The server outlives all of that.
     tool("nbdinfo", &[&uri]);
     drop(server);
+    fails_with(&shoal(&dir, &["nbd", "serve", "data/nope", "--listen", "127.0.0.1:0"]), "\"nope\" does not exist");
 
     // Resize: a reconnecting client sees the new size; shrinking needs --allow-shrink and
     // leaves zeros past the new end if the image grows again.

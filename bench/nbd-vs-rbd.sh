@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Shoal's block images over NBD beside Ceph 16.2's RBD and `nbdkit memory`, measured with fio.
+#
+#   bench/nbd-vs-rbd.sh [--seconds S] [--shapes mem1,block3] [--out FILE] [--workdir DIR]
+#
+# Loads (fio, time-based, S seconds each, default 10): 4 KiB random write and read at iodepth
+# 16, 512 KiB sequential write and read at iodepth 4, over a 1 GiB image written whole first.
+# Shoal: `shoal nbd serve` over the image, fio's nbd engine. Ceph: the same shape (mem1 = one
+# memstore OSD and a size-1 pool; block3 = three bluestore-on-file OSDs and a size-3 pool), fio's
+# rbd engine (librbd; rbd-nbd cannot map here: no nbd module). nbdkit memory: this machine's
+# NBD-path ceiling, measured once in the same run. Run as root.
+set -euo pipefail
+shopt -s inherit_errexit
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+BENCH_S=10
+SHAPES=mem1,block3
+OUT=""
+WORK=${NBD_VS_RBD_DIR:-/tmp/nbd-vs-rbd}
+SHOAL_BIN=${SHOAL_BIN:-target/release/shoal}
+HEALTHY_TIMEOUT_S=${HEALTHY_TIMEOUT_S:-180}
+HEALTH_OK_EXTRA_S=${HEALTH_OK_EXTRA_S:-5}
+PG_NUM=32
+MEMSTORE_BYTES=$((8 << 30))
+BLUESTORE_BLOCK_BYTES=$((8 << 30))
+IMAGE_BYTES=$((1 << 30))
+
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seconds) BENCH_S=$2; shift 2 ;;
+    --shapes) SHAPES=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --workdir) WORK=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "unknown argument: $1" >&2; usage 2 ;;
+  esac
+done
+
+# shellcheck source=ceph/lib.sh
+. "$HERE/ceph/lib.sh"
+
+NBD_PID=""
+cleanup() {
+  local rc=$? d
+  trap - EXIT
+  [ -n "$NBD_PID" ] && kill "$NBD_PID" 2>/dev/null || true
+  for d in "$WORK"/*/; do [ -d "$d" ] && remove_cluster "$rc" "${d%/}"; done
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# One fio load; prints {iops, bw_mbps, p50_us, p99_us}. $1: engine args (a string), $2 name.
+fio_load() {  # engine_args rw bs iodepth -> JSON line
+  local out=$WORK/fio.json
+  # shellcheck disable=SC2086
+  fio --name=load $1 --rw="$2" --bs="$3" --iodepth="$4" --size="$IMAGE_BYTES" --time_based \
+    --runtime="$BENCH_S" --ramp_time=1 --randrepeat=0 --output-format=json --output="$out" \
+    >>"$WORK/logs/fio.out" 2>&1
+  jq -c '.jobs[0] as $j | ($j.write.io_bytes > 0) as $w | (if $w then $j.write else $j.read end) as $d
+    | {iops: ($d.iops|round), bw_mbps: (($d.bw_bytes / 1e6) * 10 | round / 10),
+       p50_us: (($d.clat_ns.percentile["50.000000"] // 0) / 1000 | round),
+       p99_us: (($d.clat_ns.percentile["99.000000"] // 0) / 1000 | round)}' "$out"
+}
+
+loads() {  # engine_args -> JSON object of the four loads (after writing the image whole)
+  local e=$1 out="{}" r
+  log "  prefill"
+  # shellcheck disable=SC2086
+  fio --name=prefill $e --rw=write --bs=4M --iodepth=4 --size="$IMAGE_BYTES" >>"$WORK/logs/fio.out" 2>&1
+  for spec in "randwrite 4k 16" "randread 4k 16" "write 512k 4" "read 512k 4"; do
+    set -- $spec
+    log "  $1 $2 iodepth $3"
+    r=$(fio_load "$e" "$1" "$2" "$3")
+    out=$(jq -c --arg k "${1}_${2}_qd$3" --argjson r "$r" '. + {($k): $r}' <<<"$out")
+  done
+  echo "$out"
+}
+
+wait_port() {
+  local deadline=$(( $(date +%s) + 30 ))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || { log "nothing listens on $1"; return 1; }
+    sleep 0.1
+  done
+}
+
+ceph_shape() {  # shape n size
+  DIR=$WORK/ceph-$1
+  if [ "$1" = mem1 ]; then CEPH_OBJECTSTORE=memstore; else CEPH_OBJECTSTORE=bluestore; fi
+  log "ceph $1: deploying $2 OSD(s) ($CEPH_OBJECTSTORE, size $3)"
+  ceph_deploy "$2" "$3"
+  C osd pool application enable bench rbd >/dev/null 2>&1 || true
+  x rbd --conf "$CONF" create bench/img --size "$((IMAGE_BYTES >> 20))M" --image-feature layering
+  # fio's rbd engine has no conf option: librbd reads CEPH_CONF.
+  CEPH_CONF=$CONF loads "--ioengine=rbd --clientname=admin --pool=bench --rbdname=img" \
+    | jq -c --arg v "$(ceph --version)" '. + {version: $v}' >"$WORK/ceph-$1.json"
+  ceph_teardown
+}
+
+shoal_shape() {  # shape n
+  local backend=mem port
+  [ "$1" = block3 ] && backend=block
+  DIR=$WORK/shoal-$1
+  rm -rf "$DIR"
+  log "shoal $1: up $2 OSD(s) ($backend)"
+  x "$SHOAL_BIN" up --osds "$2" --backend "$backend" --osd-size "$MEMSTORE_BYTES" --dir "$DIR" --json >/dev/null
+  x "$SHOAL_BIN" --conf "$DIR/shoal.toml" rbd create data/img --size "$IMAGE_BYTES" >/dev/null
+  port=$(free_range 1)
+  "$SHOAL_BIN" --conf "$DIR/shoal.toml" nbd serve data/img --listen "127.0.0.1:$port" >"$WORK/logs/nbd-$1.log" 2>&1 &
+  NBD_PID=$!
+  wait_port "$port"
+  loads "--ioengine=nbd --uri=nbd://127.0.0.1:$port/data/img" \
+    | jq -c --arg c "$(git -C "$REPO" rev-parse HEAD)" '. + {commit: $c}' >"$WORK/shoal-$1.json"
+  kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
+  x "$SHOAL_BIN" down --dir "$DIR" >/dev/null 2>&1 || true
+  stop_pids_in "$DIR"; rm -rf "$DIR"
+}
+
+nbdkit_memory() {
+  local port; port=$(free_range 1)
+  log "nbdkit memory"
+  nbdkit --foreground --exit-with-parent -p "$port" -i 127.0.0.1 memory "$IMAGE_BYTES" >"$WORK/logs/nbdkit.log" 2>&1 &
+  NBD_PID=$!
+  wait_port "$port"
+  loads "--ioengine=nbd --uri=nbd://127.0.0.1:$port" >"$WORK/nbdkit.json"
+  kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
+}
+
+ensure_packages fio nbdkit
+if [ -d "$WORK" ]; then
+  for d in "$WORK"/*/; do [ -d "$d" ] && stop_pids_in "${d%/}"; done
+  rm -rf "$WORK"
+fi
+mkdir -p "$WORK/logs"
+: >"$CMDLOG"
+[ -x "$SHOAL_BIN" ] || { echo "no shoal binary at $SHOAL_BIN (cargo build --release -p shoal)" >&2; exit 2; }
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+nbdkit_memory
+result=$(jq -c '{nbdkit_memory: .}' "$WORK/nbdkit.json")
+IFS=, read -r -a shapes <<<"$SHAPES"
+for shape in "${shapes[@]}"; do
+  case $shape in mem1) n=1 size=1 ;; block3) n=3 size=3 ;; *) echo "unknown shape $shape" >&2; exit 2 ;; esac
+  ceph_shape "$shape" "$n" "$size"
+  shoal_shape "$shape" "$n"
+  result=$(jq -c --arg s "$shape" --slurpfile c "$WORK/ceph-$shape.json" --slurpfile h "$WORK/shoal-$shape.json" \
+    '. + {($s): {ceph_rbd: $c[0], shoal: $h[0]}}' <<<"$result")
+done
+RESULT=$(jq -c --arg date "$(date -u +%FT%TZ)" --arg load "$LOAD_BEFORE" --arg after "$(cut -d' ' -f1-3 /proc/loadavg)" \
+  --arg kernel "$(uname -r)" --argjson secs "$BENCH_S" --arg nproc "$(nproc)" \
+  '{date: $date, machine: {nproc: ($nproc|tonumber), kernel: $kernel, loadavg_before: $load, loadavg_after: $after},
+    seconds: $secs, results: .}' <<<"$result")
+[ -n "$OUT" ] && echo "$RESULT" >"$OUT"
+echo "$RESULT" >"$WORK/result.json"
+
+# The table: per shape and load, Ceph RBD, Shoal, nbdkit memory, and the ratios.
+echo "$RESULT" | jq -r '
+  def f: if . == null then "-" else (. * 100 | round / 100 | tostring) end;
+  .results as $r
+  | "| shape | load | ceph rbd | shoal nbd | nbdkit memory | shoal/ceph | shoal/nbdkit | ceph p99 us | shoal p99 us |",
+    "|---|---|---|---|---|---|---|---|---|",
+    ( $r | to_entries[] | select(.key != "nbdkit_memory") | .key as $s | .value as $v
+      | ["randwrite_4k_qd16", "randread_4k_qd16", "write_512k_qd4", "read_512k_qd4"][] as $l
+      | (if ($l | startswith("rand")) then "iops" else "bw_mbps" end) as $m
+      | "| \($s) | \($l) | \($v.ceph_rbd[$l][$m]) | \($v.shoal[$l][$m]) | \($r.nbdkit_memory[$l][$m]) | \(($v.shoal[$l][$m] / $v.ceph_rbd[$l][$m]) | f) | \(($v.shoal[$l][$m] / $r.nbdkit_memory[$l][$m]) | f) | \($v.ceph_rbd[$l].p99_us) | \($v.shoal[$l].p99_us) |" )'
