@@ -346,24 +346,7 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
 
     // fio's nbd engine: concurrent random writes, verified.
     let fio_out = tmp.path().join("fio.json");
-    tool(
-        "fio",
-        &[
-            "--name=verify",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--iodepth=16",
-            "--size=16M",
-            "--offset=64M",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--randrepeat=1",
-            &format!("--output={}", fio_out.display()),
-            "--output-format=json",
-        ],
-    );
+    fio_verify(&uri, &fio_out, &["--name=verify", "--do_verify=1", "--output-format=json"]);
     let report = json(&std::fs::read_to_string(&fio_out).unwrap());
     assert_eq!(report["jobs"][0]["error"], 0, "{report}");
 
@@ -394,23 +377,7 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
     tool("nbdcopy", &[&uri, &back.display().to_string()]);
     let bytes = std::fs::read(&back).unwrap();
     assert!(bytes[32 << 20..64 << 20].iter().all(|&b| b == 0 || b == 0x99), "the interrupted write left other bytes");
-    tool(
-        "fio",
-        &[
-            "--name=verify-after",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--iodepth=16",
-            "--size=16M",
-            "--offset=64M",
-            "--verify=crc32c",
-            "--verify_only",
-            "--randrepeat=1",
-            &format!("--output={}", fio_out.display()),
-        ],
-    );
+    fio_verify(&uri, &fio_out, &["--name=verify-after", "--verify_only"]);
 
     // A kernel file system on the image (nbdfuse + a loop device), checked clean after unmount.
     if Path::new("/dev/fuse").exists()
@@ -418,6 +385,16 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
     {
         ext4_round_trip(tmp.path(), &uri);
     }
+}
+
+/// fio's nbd engine over 16 MiB at 64 MiB of `uri`: 4 KiB random writes at iodepth 16 with
+/// crc32c verification, a repeatable sequence (so `--verify_only` checks an earlier run).
+fn fio_verify(uri: &str, out: &Path, extra: &[&str]) {
+    let uri = format!("--uri={uri}");
+    let output = format!("--output={}", out.display());
+    let common = ["--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--iodepth=16", "--size=16M", "--offset=64M"];
+    let verify = ["--verify=crc32c", "--randrepeat=1", uri.as_str(), output.as_str()];
+    tool("fio", &[&common[..], &verify[..], extra].concat());
 }
 
 /// mkfs.ext4 on the export through nbdfuse and a loop device, files written and read back,

@@ -127,7 +127,7 @@ where
         match option {
             OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&buf).into_owned();
-                let Some(at) = index_of(exports, &name) else {
+                let Some(at) = exports.position(&name) else {
                     // No way to refuse an EXPORT_NAME but closing the connection.
                     return Err(HandshakeError::Protocol(format!("unknown export {name:?}")));
                 };
@@ -195,7 +195,7 @@ where
                     error_reply(w, option, REP_ERR_INVALID, "SET_META_CONTEXT needs structured replies first").await?;
                     continue;
                 }
-                if exports.find(&name).is_none() {
+                if exports.position(&name).is_none() {
                     error_reply(w, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
                     continue;
                 }
@@ -228,7 +228,7 @@ where
                     error_reply(w, option, REP_ERR_INVALID, "malformed INFO/GO request").await?;
                     continue;
                 };
-                let Some(at) = index_of(exports, &name) else {
+                let Some(at) = exports.position(&name) else {
                     error_reply(w, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
                     continue;
                 };
@@ -274,12 +274,4 @@ where
         }
     }
     Err(HandshakeError::Protocol(format!("more than {MAX_OPTIONS} options")))
-}
-
-fn index_of<D: BlockDevice>(exports: &Exports<D>, name: &str) -> Option<usize> {
-    if name.is_empty() {
-        (!exports.exports.is_empty()).then_some(0)
-    } else {
-        exports.exports.iter().position(|e| e.name == name)
-    }
 }

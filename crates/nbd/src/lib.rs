@@ -84,9 +84,13 @@ pub struct Exports<D> {
 }
 
 impl<D: BlockDevice> Exports<D> {
-    /// The export a client names; the empty name is the first (the default export).
-    pub fn find(&self, name: &str) -> Option<&Export<D>> {
-        if name.is_empty() { self.exports.first() } else { self.exports.iter().find(|e| e.name == name) }
+    /// The index of the export a client names; the empty name is the first (the default export).
+    pub fn position(&self, name: &str) -> Option<usize> {
+        if name.is_empty() {
+            (!self.exports.is_empty()).then_some(0)
+        } else {
+            self.exports.iter().position(|e| e.name == name)
+        }
     }
 }
 

@@ -78,7 +78,7 @@ fn random_id() -> Result<String, RbdError> {
     Ok(format!("{:016x}", u64::from_le_bytes(b)))
 }
 
-fn is_conflict(e: &shoal_client::ClientError) -> bool {
+pub(crate) fn is_conflict(e: &shoal_client::ClientError) -> bool {
     e.code() == Some(shoal_proto::ErrorCode::Conflict)
 }
 

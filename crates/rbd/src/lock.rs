@@ -81,7 +81,7 @@ async fn swap(
     });
     match client.op(pool, &header_object(&id), ops, Vec::new()).await {
         Ok(_) => Ok(true),
-        Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
+        Err(e) if header::is_conflict(&e) => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
