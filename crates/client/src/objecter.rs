@@ -31,6 +31,9 @@ pub fn validate_object_name(name: &str) -> Result<(), ClientError> {
     if name.contains('\0') {
         return bad("contains a NUL byte");
     }
+    if name.contains('\u{1}') {
+        return bad("contains U+0001, reserved for the OSDs' snapshot clones");
+    }
     Ok(())
 }
 

@@ -6,6 +6,7 @@ use shoal_proto::{ErrorCode, RemoteError};
 use shoal_store::{ObjectStore, StoreError, Transaction};
 
 use crate::exec::store_error;
+use crate::snaps;
 
 /// Omap entries read per store call while copying an object.
 const OMAP_PAGE: usize = 4096;
@@ -47,6 +48,43 @@ pub fn read_copy(
         }
     }
     Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap })
+}
+
+/// Reads object `name` whole and, when it is a head, its companions (snapshot clones and snap
+/// directory, which move with it): the head's copy first. All bytes are appended to `data`.
+pub fn read_copies(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    data: &mut Vec<u8>,
+) -> Result<Vec<ObjectCopy>, RemoteError> {
+    let mut copies = vec![read_copy(store, coll, name, data)?];
+    if !snaps::is_companion(name) {
+        for companion in snaps::companions(store, coll, name)? {
+            copies.push(read_copy(store, coll, &companion, data)?);
+        }
+    }
+    Ok(copies)
+}
+
+/// Adds to `txn` the removal of the local companions of each head among `copies` that the
+/// copies do not carry (clones trimmed where the copies come from), so that a head recovered
+/// whole arrives with exactly its source's companions.
+pub fn remove_stale_companions(
+    txn: &mut Transaction,
+    store: &dyn ObjectStore,
+    coll: &str,
+    copies: &[ObjectCopy],
+) -> Result<(), RemoteError> {
+    let names: std::collections::BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
+    for head in copies.iter().map(|c| c.name.as_str()).filter(|n| !snaps::is_companion(n)) {
+        for local in snaps::companions(store, coll, head)? {
+            if !names.contains(local.as_str()) {
+                txn.remove(coll, &local);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Adds to `txn` the replacement of the local object by `copy` (its bytes are `data`): removed,

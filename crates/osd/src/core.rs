@@ -505,7 +505,9 @@ impl OsdCore {
             frame: reply_frame(request_id, &OsdOpReply { epoch, result: Err(e) }, Vec::new()),
             after_sync: false,
         };
-        let (pg, acting, max_object_bytes) = match self.check_primary(op.pool, op.pg, Some(&op.object)) {
+        let (pg, acting, max_object_bytes) = match crate::snaps::check_client_object(&op.object)
+            .and_then(|()| self.check_primary(op.pool, op.pg, Some(&op.object)))
+        {
             Ok(v) => v,
             Err(e) => return out.push(fail(e)),
         };
@@ -725,7 +727,7 @@ impl OsdCore {
         entry: &LogEntry,
     ) -> Result<(), RemoteError> {
         let create = !self.collections.contains(coll);
-        let mut txn = build_transaction(coll, &entry.object, resolved, data, create);
+        let mut txn = build_transaction(&*self.store, coll, &entry.object, resolved, data, create)?;
         let log = self.log_mut(pg)?;
         log.record(&mut txn, pg, entry);
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
@@ -855,7 +857,9 @@ impl OsdCore {
             let max = req.max.clamp(1, 10_000) as usize;
             self.store
                 .list_objects(&coll, "", req.cursor.as_deref(), max)
-                .map(|page| (page.objects, page.next))
+                // Clones and snap directories are the OSDs' own: listings show heads only (a
+                // page may come back shorter than asked; its cursor still moves on).
+                .map(|page| (page.objects.into_iter().filter(|n| !crate::snaps::is_companion(n)).collect(), page.next))
                 .map_err(|e| store_error(&e))
         });
         let reply = PgListReply { epoch: self.map.epoch, result };

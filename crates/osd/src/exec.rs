@@ -6,6 +6,8 @@ use shoal_proto::osd::{ObjOp, OpOutput, Precondition};
 use shoal_proto::{ErrorCode, RemoteError};
 use shoal_store::{ObjectStore, StoreError, Transaction};
 
+use crate::snaps;
+
 /// The store collection that holds PG `pg`.
 pub fn pg_collection(pg: PgId) -> String {
     format!("pg.{pg}")
@@ -61,13 +63,21 @@ pub fn resolve_writes(
     if want != data_len as u64 {
         return Err(invalid(format!("operations name {want} bytes of data but {data_len} were sent")));
     }
+    check_client_ops(ops)?;
+    let snapc = snap_context(ops)?;
+    if snapc.is_none() && ops.iter().any(|o| matches!(o, ObjOp::SnapTrim)) {
+        return Err(invalid("SnapTrim needs the request's snapshot context (the live snapshots)"));
+    }
+    // Requests that may clone, roll back, trim or remove the head work on its snapshot state.
+    let snap_work = snapc.is_some()
+        || ops.iter().any(|o| matches!(o, ObjOp::SnapRollback { .. } | ObjOp::SnapTrim | ObjOp::Remove));
     // A request that starts by replacing the object whole does not depend on its current
     // state, and skips the metadata lookup (the common case: `write_full`). Any other write is
     // resolved against the current state, which replicas must also have (the precondition).
     // (A size limit check needs no current size: the stored object is already within the
     // limit, so a write's end is what can cross it.)
     check_guards(store, coll, obj, ops)?;
-    let replaces = matches!(ops.iter().find(|o| !o.is_guard()), Some(ObjOp::WriteFull { .. }));
+    let replaces = !snap_work && matches!(ops.iter().find(|o| !o.is_guard()), Some(ObjOp::WriteFull { .. }));
     let (mut exists, mut size, precondition) = if replaces {
         (true, 0, Precondition::Any)
     } else {
@@ -83,9 +93,62 @@ pub fn resolve_writes(
             format!("object {obj} would grow to {end} bytes, over the pool's limit of {max_object_bytes}"),
         )
     };
-    let mut out = Vec::with_capacity(ops.len());
+    let mut out = Vec::with_capacity(ops.len() + 2);
+    let head_existed = exists;
+    let mut snap = None;
+    if snap_work {
+        if obj.len() > snaps::MAX_HEAD_NAME_BYTES {
+            return Err(invalid(format!(
+                "object {obj} is longer than {} bytes, the most an object with snapshots may have",
+                snaps::MAX_HEAD_NAME_BYTES
+            )));
+        }
+        let (mut set, snapdir_exists) = snaps::load(store, coll, obj, exists)?;
+        let mut dirty = false;
+        let only_trims = ops.iter().all(|o| o.is_guard() || matches!(o, ObjOp::SnapContext { .. } | ObjOp::SnapTrim));
+        if let Some((seq, live)) = &snapc
+            && !only_trims
+        {
+            let (clone, next) = snaps::plan_clone(&set, *seq, live, exists.then_some(size));
+            if let Some(id) = clone {
+                out.push(ObjOp::SnapCloneHead { id });
+            }
+            dirty = next != set;
+            set = next;
+        }
+        snap = Some((set, snapdir_exists, dirty));
+    }
     for op in ops.iter().filter(|o| !o.is_guard()) {
         let resolved = match op {
+            ObjOp::SnapContext { .. } => continue,
+            ObjOp::SnapTrim => {
+                let (Some((seq, live)), Some((set, _, dirty))) = (&snapc, &mut snap) else { continue };
+                let (removed, next) = snaps::plan_trim(set, *seq, live);
+                out.extend(removed.into_iter().map(|id| ObjOp::SnapRemoveClone { id }));
+                *dirty |= next != *set;
+                *set = next;
+                continue;
+            }
+            ObjOp::SnapRollback { snap: at } => {
+                let Some((set, _, dirty)) = &mut snap else { continue };
+                match snaps::resolve_read(set, exists, *at) {
+                    snaps::SnapTarget::Head => {}
+                    snaps::SnapTarget::Clone(id) => {
+                        size = set.clones.iter().find(|c| c.id == id).map_or(0, |c| c.size_bytes);
+                        exists = true;
+                        // The restored head lost its state xattr: it is written again below.
+                        *dirty = true;
+                        out.push(ObjOp::SnapRestore { id });
+                    }
+                    snaps::SnapTarget::Absent if exists => {
+                        exists = false;
+                        size = 0;
+                        out.push(ObjOp::Remove);
+                    }
+                    snaps::SnapTarget::Absent => {}
+                }
+                continue;
+            }
             ObjOp::Create { exclusive } => {
                 if *exclusive && exists {
                     return Err(RemoteError::new(ErrorCode::Exists, format!("object {obj} already exists")));
@@ -143,7 +206,51 @@ pub fn resolve_writes(
         exists = true;
         out.push(resolved);
     }
+    if let Some((set, snapdir_exists, dirty)) = snap
+        && (dirty || exists != head_existed || (exists && snapdir_exists))
+    {
+        // The state goes where the next request looks for it: on the head if it exists, else on
+        // the snap directory while clones need it, else nowhere.
+        let keep = exists || !set.is_empty();
+        if keep || snapdir_exists {
+            let value = keep.then(|| set.encode());
+            out.push(ObjOp::SnapsetWrite { value, on_head: exists, snapdir_exists });
+        }
+    }
     Ok((out, precondition))
+}
+
+/// Refuses what clients may not send: internal operations, reserved xattr names, and read or
+/// write modifiers out of place.
+fn check_client_ops(ops: &[ObjOp]) -> Result<(), RemoteError> {
+    for op in ops {
+        if op.is_internal() {
+            return Err(invalid(format!("{op:?} is internal to OSDs")));
+        }
+        match op {
+            ObjOp::SetXattr { name, .. }
+            | ObjOp::RemoveXattr { name }
+            | ObjOp::GetXattr { name }
+            | ObjOp::AssertXattr { name, .. } => snaps::check_client_xattr(name)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The request's snapshot context, checked; at most one.
+fn snap_context(ops: &[ObjOp]) -> Result<Option<(u64, Vec<u64>)>, RemoteError> {
+    let mut found = None;
+    for op in ops {
+        if let ObjOp::SnapContext { seq, snaps: live } = op {
+            if found.is_some() {
+                return Err(invalid("a request carries at most one snapshot context"));
+            }
+            snaps::check_context(*seq, live)?;
+            found = Some((*seq, live.clone()));
+        }
+    }
+    Ok(found)
 }
 
 /// Checks a request's guards against the object's current state; the first that does not hold
@@ -210,14 +317,16 @@ pub fn check_precondition(
 }
 
 /// The store transaction for resolved writes (see [`resolve_writes`]), creating the PG's
-/// collection first if `create_collection`.
+/// collection first if `create_collection`. Snapshot operations read the objects they copy
+/// from `store` (its state before the transaction, which the request's precondition pins).
 pub fn build_transaction(
+    store: &dyn ObjectStore,
     coll: &str,
     obj: &str,
     ops: &[ObjOp],
     mut data: Vec<u8>,
     create_collection: bool,
-) -> Transaction {
+) -> Result<Transaction, RemoteError> {
     let mut txn = Transaction::new();
     if create_collection {
         txn.create_collection(coll);
@@ -273,11 +382,64 @@ pub fn build_transaction(
             ObjOp::OmapRemove { keys } => {
                 txn.touch(coll, obj).omap_remove(coll, obj, keys.clone());
             }
-            // Resolved writes contain nothing else (appends became writes).
+            ObjOp::SnapCloneHead { id } => {
+                copy_object(store, &mut txn, coll, obj, &snaps::clone_name(obj, *id))?;
+            }
+            ObjOp::SnapRestore { id } => {
+                // (Touched first so that the removal holds whether or not the head exists.)
+                txn.touch(coll, obj).remove(coll, obj);
+                copy_object(store, &mut txn, coll, &snaps::clone_name(obj, *id), obj)?;
+            }
+            ObjOp::SnapRemoveClone { id } => {
+                txn.remove(coll, &snaps::clone_name(obj, *id));
+            }
+            ObjOp::SnapsetWrite { value, on_head, snapdir_exists } => {
+                let dir = snaps::snapdir_name(obj);
+                if *snapdir_exists {
+                    txn.remove(coll, &dir);
+                }
+                match (value, on_head) {
+                    (Some(v), true) => {
+                        txn.set_xattr(coll, obj, snaps::SNAPSET_XATTR, v.clone());
+                    }
+                    (Some(v), false) => {
+                        txn.touch(coll, &dir).set_xattr(coll, &dir, snaps::SNAPSET_XATTR, v.clone());
+                    }
+                    (None, _) => {}
+                }
+            }
+            // Resolved writes contain nothing else (appends became writes, modifiers vanished).
             _ => {}
         }
     }
-    txn
+    Ok(txn)
+}
+
+/// Adds to `txn` a copy of object `from` (data, xattrs but the snapshot state, omap) as the new
+/// object `to`, read from the store's current state.
+fn copy_object(
+    store: &dyn ObjectStore,
+    txn: &mut Transaction,
+    coll: &str,
+    from: &str,
+    to: &str,
+) -> Result<(), RemoteError> {
+    let mut data = Vec::new();
+    let copy = crate::copy::read_copy(store, coll, from, &mut data)?;
+    if !copy.exists {
+        return Err(RemoteError::new(ErrorCode::Corrupt, format!("object {from} to copy to {to} is missing")));
+    }
+    txn.touch(coll, to);
+    if !data.is_empty() {
+        txn.write(coll, to, 0, data);
+    }
+    for (k, v) in copy.xattrs.into_iter().filter(|(k, _)| k != snaps::SNAPSET_XATTR) {
+        txn.set_xattr(coll, to, &k, v);
+    }
+    if !copy.omap.is_empty() {
+        txn.omap_set(coll, to, copy.omap);
+    }
+    Ok(())
 }
 
 /// Runs read operations; returns one output per operation and the concatenated read bytes.
@@ -287,15 +449,51 @@ pub fn execute_reads(
     obj: &str,
     ops: &[ObjOp],
 ) -> Result<(Vec<OpOutput>, Vec<u8>), RemoteError> {
-    let stat = store.stat(coll, obj).map_err(|e| match e {
+    let not_found = |e: StoreError| match e {
         StoreError::NoSuchCollection(_) => {
             RemoteError::new(ErrorCode::NotFound, format!("object {obj} does not exist"))
         }
         e => store_error(&e),
-    })?;
-    let mut outputs = Vec::with_capacity(ops.len());
+    };
+    check_client_ops(ops)?;
+    if ops.iter().skip(1).any(|o| matches!(o, ObjOp::ReadSnap { .. })) {
+        return Err(invalid("ReadSnap must be a request's first operation"));
+    }
+    // A read at a snapshot reads the clone (or head) that holds the object's state then.
+    let mut target = std::borrow::Cow::Borrowed(obj);
+    let mut rest = ops;
+    if let Some(ObjOp::ReadSnap { snap }) = ops.first() {
+        let head_exists = store.exists(coll, obj).or_else(|e| match e {
+            StoreError::NoSuchCollection(_) => Ok(false),
+            e => Err(store_error(&e)),
+        })?;
+        let (set, _) = snaps::load(store, coll, obj, head_exists)?;
+        match snaps::resolve_read(&set, head_exists, *snap) {
+            snaps::SnapTarget::Head => {}
+            snaps::SnapTarget::Clone(id) => target = std::borrow::Cow::Owned(snaps::clone_name(obj, id)),
+            snaps::SnapTarget::Absent => {
+                return Err(RemoteError::new(
+                    ErrorCode::NotFound,
+                    format!("object {obj} did not exist at snapshot {snap}"),
+                ));
+            }
+        }
+        rest = &ops[1..];
+    }
+    let obj: &str = &target;
+    let stat = if rest.iter().all(|o| matches!(o, ObjOp::ListSnaps)) {
+        None
+    } else {
+        Some(store.stat(coll, obj).map_err(not_found)?)
+    };
+    let mut outputs = Vec::with_capacity(rest.len());
     let mut data = Vec::new();
-    for op in ops {
+    for op in rest {
+        if let ObjOp::ListSnaps = op {
+            outputs.push(list_snaps(store, coll, obj)?);
+            continue;
+        }
+        let Some(stat) = &stat else { continue };
         outputs.push(match op {
             ObjOp::Read { offset, len_bytes } => {
                 let start = (*offset).min(stat.size_bytes);
@@ -312,7 +510,11 @@ pub fn execute_reads(
             }
             ObjOp::Stat => OpOutput::Stat { size_bytes: stat.size_bytes, mtime_ns: stat.mtime_ns },
             ObjOp::GetXattr { name } => OpOutput::Xattr(store.get_xattr(coll, obj, name).map_err(|e| store_error(&e))?),
-            ObjOp::ListXattrs => OpOutput::Xattrs(store.list_xattrs(coll, obj).map_err(|e| store_error(&e))?),
+            ObjOp::ListXattrs => {
+                let mut all = store.list_xattrs(coll, obj).map_err(|e| store_error(&e))?;
+                all.retain(|(k, _)| !k.starts_with(snaps::COMPANION_SEP));
+                OpOutput::Xattrs(all)
+            }
             ObjOp::OmapGet { keys } => {
                 let mut found = Vec::with_capacity(keys.len());
                 for key in keys {
@@ -328,4 +530,16 @@ pub fn execute_reads(
         });
     }
     Ok((outputs, data))
+}
+
+/// The object's snapshot state as [`OpOutput::Snaps`] (of the head; `obj` is never a clone here
+/// since a request reading at a snapshot has no snapshot state of its own to list).
+fn list_snaps(store: &dyn ObjectStore, coll: &str, obj: &str) -> Result<OpOutput, RemoteError> {
+    let head = obj.split(snaps::COMPANION_SEP).next().unwrap_or(obj);
+    let head_exists = store.exists(coll, head).or_else(|e| match e {
+        StoreError::NoSuchCollection(_) => Ok(false),
+        e => Err(store_error(&e)),
+    })?;
+    let (set, _) = snaps::load(store, coll, head, head_exists)?;
+    Ok(OpOutput::Snaps { seq: set.seq, head_exists, clones: set.clones })
 }

@@ -7,6 +7,8 @@
 //!   same transaction as each write on every member.
 //! - [`core`]: the OSD's logic as a state machine (events in, actions out), shared by the
 //!   daemon and the deterministic simulation.
+//! - [`snaps`]: object snapshots (clones made on the first write after a snapshot, reads at a
+//!   snapshot, trimming), kept beside each head object in its PG.
 //! - [`scrub`]: scrub maps of objects and their comparison across a PG's members.
 //! - [`daemon`]: the I/O around the core: messenger server, worker thread, monitor client,
 //!   replication connections.
@@ -20,6 +22,7 @@ pub mod merge;
 pub mod pglog;
 pub mod pgmeta;
 pub mod scrub;
+pub mod snaps;
 
 pub use core::{Action, Event, Mutations, OsdCore, PeerCall, Token};
 pub use daemon::{OsdConfig, run};

@@ -49,6 +49,8 @@ struct Net {
     /// flight at once.
     held_pushes: VecDeque<(u32, Action)>,
     hold_pushes: bool,
+    /// The bulk data of the last answer to the client (its reads).
+    last_read: Option<Vec<u8>>,
 }
 
 impl Net {
@@ -71,6 +73,7 @@ impl Net {
             capture: false,
             held_pushes: VecDeque::new(),
             hold_pushes: false,
+            last_read: None,
         };
         net.broadcast();
         net
@@ -129,7 +132,8 @@ impl Net {
     fn route(&mut self, from: u32, action: Action, queue: &mut VecDeque<(u32, Event)>) {
         match action {
             Action::Reply { to: CLIENT, frame, .. } => {
-                let (reply, _): (OsdOpReply, _) = decode(frame.payload).unwrap();
+                let (reply, data): (OsdOpReply, _) = decode(frame.payload).unwrap();
+                self.last_read = Some(data);
                 self.replies.insert(frame.request_id, reply);
             }
             Action::Reply { frame, .. } => self.answer(frame, queue),
@@ -592,4 +596,104 @@ fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
         let got = net.core(replica).store().read_all(&coll, name).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(got == vec![i as u8; OBJECT_BYTES], "{name} recovered with the wrong bytes");
     }
+}
+
+/// Everything stored in the PG of "obj" on `osd`: each object's name and data.
+fn pg_objects(net: &Net, osd: OsdId) -> Vec<(String, Vec<u8>)> {
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, "obj").unwrap().pg);
+    let store = net.core(osd).store();
+    let names = store.list_objects(&coll, "", None, 1000).unwrap().objects;
+    names.into_iter().map(|n| (n.clone(), store.read_all(&coll, &n).unwrap())).collect()
+}
+
+fn ctx(seq: u64, snaps: &[u64]) -> ObjOp {
+    ObjOp::SnapContext { seq, snaps: snaps.to_vec() }
+}
+
+fn read_at(net: &mut Net, tid: u64, snap: Option<u64>) -> Result<Vec<u8>, ErrorCode> {
+    let mut ops: Vec<ObjOp> = snap.map(|snap| ObjOp::ReadSnap { snap }).into_iter().collect();
+    ops.push(ObjOp::Read { offset: 0, len_bytes: u64::MAX });
+    let op = client_op(&net.map, tid, ops);
+    let primary = net.acting()[0].0;
+    let request_id = 10_000 + tid;
+    net.run(VecDeque::from([(primary, Event::ClientOp { from: CLIENT, request_id, op, data: Vec::new() })]));
+    let frame_reply = net.replies.remove(&request_id).expect("an answer");
+    frame_reply.result.map(|_| net.last_read.take().unwrap_or_default()).map_err(|e| e.code)
+}
+
+#[test]
+fn snapshots_keep_each_state_on_every_member_through_writes_removal_rollback_and_trim() {
+    let mut net = Net::new();
+    let put = |n: usize| ObjOp::WriteFull { len_bytes: n as u64 };
+    net.request(1, vec![ctx(0, &[]), put(2)], b"v1").result.expect("v1");
+    // Snapshot 1 taken: the next write clones the head first.
+    net.request(2, vec![ctx(1, &[1]), put(2)], b"v2").result.expect("v2");
+    // Snapshots 2 and 3: one clone serves both; a second write under the same context clones nothing.
+    net.request(3, vec![ctx(3, &[3, 2, 1]), put(2)], b"v3").result.expect("v3");
+    net.request(4, vec![ctx(3, &[3, 2, 1]), ObjOp::Write { offset: 2, len_bytes: 1 }], b"!").result.expect("v3!");
+    assert_eq!(read_at(&mut net, 5, None).unwrap(), b"v3!");
+    assert_eq!(read_at(&mut net, 6, Some(1)).unwrap(), b"v1");
+    assert_eq!(read_at(&mut net, 7, Some(2)).unwrap(), b"v2");
+    assert_eq!(read_at(&mut net, 8, Some(3)).unwrap(), b"v2");
+    assert_eq!(read_at(&mut net, 9, Some(4)).unwrap(), b"v3!", "a snapshot newer than every write reads the head");
+    // Removing the head keeps its clones and their state (on the snap directory).
+    net.request(10, vec![ctx(4, &[4, 3, 2, 1]), ObjOp::Remove], b"").result.expect("remove");
+    assert_eq!(read_at(&mut net, 11, None), Err(ErrorCode::NotFound));
+    assert_eq!(read_at(&mut net, 12, Some(4)).unwrap(), b"v3!", "snapshot 4 cloned the head before removing it");
+    assert_eq!(read_at(&mut net, 13, Some(1)).unwrap(), b"v1");
+    // Rollback to snapshot 2 brings that state back as the head.
+    net.request(14, vec![ctx(4, &[4, 3, 2, 1]), ObjOp::SnapRollback { snap: 2 }], b"").result.expect("rollback");
+    assert_eq!(read_at(&mut net, 15, None).unwrap(), b"v2");
+    assert_eq!(read_at(&mut net, 16, Some(4)).unwrap(), b"v3!");
+    let acting = net.acting();
+    assert_eq!(pg_objects(&net, acting[0]), pg_objects(&net, acting[1]), "members hold the same clones");
+    // Snapshots 1, 2 and 4 removed: their clones go, the one serving 3 stays.
+    net.request(17, vec![ctx(4, &[3]), ObjOp::SnapTrim], b"").result.expect("trim");
+    assert_eq!(read_at(&mut net, 18, Some(3)).unwrap(), b"v2");
+    assert_eq!(read_at(&mut net, 19, Some(1)), Err(ErrorCode::NotFound), "a trimmed snapshot reads nothing");
+    let listed = net.request(20, vec![ObjOp::ListSnaps], b"").result.expect("list snaps");
+    let shoal_proto::osd::OpOutput::Snaps { seq, head_exists, clones } = &listed[0] else { panic!("{listed:?}") };
+    assert_eq!((*seq, *head_exists), (4, true));
+    assert_eq!(clones.iter().map(|c| (c.id, c.snaps.clone())).collect::<Vec<_>>(), vec![(3, vec![3])]);
+    assert_eq!(pg_objects(&net, acting[0]), pg_objects(&net, acting[1]));
+    assert_eq!(pg_objects(&net, acting[0]).len(), 2, "the head and one clone: {:?}", pg_objects(&net, acting[0]));
+    // Trimming everything leaves the head alone.
+    net.request(21, vec![ctx(4, &[]), ObjOp::SnapTrim], b"").result.expect("trim all");
+    assert_eq!(pg_objects(&net, acting[0]).iter().map(|o| o.0.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+    // What clients may not do: send internal operations, touch reserved xattrs, name companions.
+    let err = net.request(22, vec![ObjOp::SnapRemoveClone { id: 3 }], b"").result.expect_err("internal");
+    assert_eq!(err.code, ErrorCode::Invalid);
+    let reserved = ObjOp::SetXattr { name: "\u{1}snapset".into(), value: vec![] };
+    assert_eq!(net.request(23, vec![reserved], b"").result.expect_err("reserved").code, ErrorCode::Invalid);
+    let err = net.request(24, vec![ctx(1, &[2]), put(1)], b"x").result.expect_err("bad context");
+    assert!(err.message.contains("newer than its seq"), "{err}");
+}
+
+#[test]
+fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    let put = |n: usize| ObjOp::WriteFull { len_bytes: n as u64 };
+    net.request(1, vec![ctx(0, &[]), put(3)], b"old").result.unwrap();
+    // The write that makes clone 1 never reaches the replica; the primary restarts.
+    net.drop_rep_to = vec![acting[1].0];
+    let op = client_op(&net.map, 2, vec![ctx(1, &[1]), put(3)]);
+    net.run(VecDeque::from([(
+        acting[0].0,
+        Event::ClientOp { from: CLIENT, request_id: 60, op, data: b"new".to_vec() },
+    )]));
+    net.drop_rep_to.clear();
+    assert_eq!(pg_objects(&net, acting[1]).len(), 1, "the replica missed the clone");
+    net.restart(acting[0]);
+    assert_eq!(pg_objects(&net, acting[0]), pg_objects(&net, acting[1]), "the clone came with its head");
+    assert_eq!(pg_objects(&net, acting[1]).len(), 2);
+    // A trim the replica misses: recovery removes its stale clone.
+    net.drop_rep_to = vec![acting[1].0];
+    let op = client_op(&net.map, 3, vec![ctx(1, &[]), ObjOp::SnapTrim]);
+    net.run(VecDeque::from([(acting[0].0, Event::ClientOp { from: CLIENT, request_id: 61, op, data: Vec::new() })]));
+    net.drop_rep_to.clear();
+    assert_eq!(pg_objects(&net, acting[0]).len(), 1);
+    net.restart(acting[0]);
+    assert_eq!(pg_objects(&net, acting[0]), pg_objects(&net, acting[1]), "the trimmed clone is gone everywhere");
 }

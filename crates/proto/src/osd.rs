@@ -132,6 +132,56 @@ pub enum ObjOp {
         offset: u64,
         len_bytes: u64,
     },
+    /// The snapshot context of a writing request (self-managed snapshots, as block images use
+    /// them): `seq` is the newest snapshot id the writer knows, `snaps` the live snapshot ids,
+    /// newest first, each at most `seq`. The first write after a snapshot newer than the object's
+    /// last one clones the object (data, xattrs, omap) before changing it, in the same
+    /// transaction, so reads at that snapshot keep seeing the old state. A modifier: it changes
+    /// nothing by itself and may appear once, in writing requests only.
+    SnapContext {
+        seq: u64,
+        snaps: Vec<u64>,
+    },
+    /// Reads the object as it was at snapshot `snap` (a modifier of a reading request: every
+    /// other operation of the request applies to that state). An object that did not exist then
+    /// is `NotFound`.
+    ReadSnap {
+        snap: u64,
+    },
+    /// Makes the object's state at snapshot `snap` its current state (a head that did not exist
+    /// then is removed). With a [`ObjOp::SnapContext`], the current state is cloned first as any
+    /// write would.
+    SnapRollback {
+        snap: u64,
+    },
+    /// Forgets snapshots no longer live: needs the request's [`ObjOp::SnapContext`], whose `snaps`
+    /// are the live ones; every snapshot id at most its `seq` and not among them is dropped from
+    /// the object's clones, and clones left serving no snapshot are removed. Never clones. An
+    /// object with no snapshot state is left alone.
+    SnapTrim,
+    /// Lists the object's snapshot state ([`OpOutput::Snaps`]); read-only.
+    ListSnaps,
+    /// Internal, made by a primary and replicated, refused from clients: copies the head (data,
+    /// xattrs, omap) to its clone `id`.
+    SnapCloneHead {
+        id: u64,
+    },
+    /// Internal: replaces the head's data, xattrs and omap by those of its clone `id`.
+    SnapRestore {
+        id: u64,
+    },
+    /// Internal: removes the head's clone `id`.
+    SnapRemoveClone {
+        id: u64,
+    },
+    /// Internal: stores the object's snapshot state (`None`: it has none left) on the head when
+    /// `on_head`, else on the snap directory object that keeps it while the head does not exist;
+    /// `snapdir_exists` says whether that object exists before this operation.
+    SnapsetWrite {
+        value: Option<Vec<u8>>,
+        on_head: bool,
+        snapdir_exists: bool,
+    },
 }
 
 impl ObjOp {
@@ -146,6 +196,20 @@ impl ObjOp {
                 | ObjOp::ListXattrs
                 | ObjOp::OmapGet { .. }
                 | ObjOp::OmapList { .. }
+                | ObjOp::ReadSnap { .. }
+                | ObjOp::ListSnaps
+        )
+    }
+
+    /// Whether clients may not send the operation: it is made by a primary for its replicas.
+    #[must_use]
+    pub fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            ObjOp::SnapCloneHead { .. }
+                | ObjOp::SnapRestore { .. }
+                | ObjOp::SnapRemoveClone { .. }
+                | ObjOp::SnapsetWrite { .. }
         )
     }
 
@@ -182,6 +246,22 @@ pub enum OpOutput {
     Xattrs(Vec<(String, Vec<u8>)>),
     Omap(Vec<(Vec<u8>, Option<Vec<u8>>)>),
     OmapList(Vec<(Vec<u8>, Vec<u8>)>),
+    /// The object's snapshot state: the newest snapshot id its writes have seen, whether the
+    /// head exists, and its clones (oldest first).
+    Snaps {
+        seq: u64,
+        head_exists: bool,
+        clones: Vec<CloneInfo>,
+    },
+}
+
+/// One clone of an object: its id (the snapshot context `seq` of the write that made it), the
+/// snapshots it serves (newest first) and its size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneInfo {
+    pub id: u64,
+    pub snaps: Vec<u64>,
+    pub size_bytes: u64,
 }
 
 /// A client's request for one object. Sent to the PG's primary as computed from the client's
@@ -430,7 +510,8 @@ pub struct ObjectCopy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgPullReply {
     pub epoch: u64,
-    pub result: Result<ObjectCopy, RemoteError>,
+    /// The object's copy, then its companions' (snapshot clones move with their head).
+    pub result: Result<Vec<ObjectCopy>, RemoteError>,
 }
 impl Message for PgPullReply {
     const TYPE: u16 = 45;

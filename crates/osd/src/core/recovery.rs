@@ -25,7 +25,7 @@ use shoal_store::{Durability, Transaction};
 
 use super::peering::{PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
-use crate::copy::{apply_copy, list_range, read_copy, split_data};
+use crate::copy::{apply_copy, list_range, read_copies, read_copy, remove_stale_companions, split_data};
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
@@ -109,7 +109,7 @@ impl OsdCore {
         }
         let attempt = p.attempt;
         let mut data = Vec::new();
-        let copy = match read_copy(&*self.store, &pg_collection(pg), object, &mut data) {
+        let copies = match read_copies(&*self.store, &pg_collection(pg), object, &mut data) {
             Ok(c) => c,
             Err(e) if e.code == ErrorCode::Corrupt => {
                 // The primary's own copy is damaged: it is recovered first, from a member.
@@ -129,7 +129,7 @@ impl OsdCore {
             p.push_bytes.insert(object.to_string(), data.len() as u64 * targets.len() as u64);
         }
         for osd in targets {
-            let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: vec![copy.clone()], backfill: None };
+            let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: copies.clone(), backfill: None };
             out.push(Action::Peer {
                 osd,
                 msg_type: PgPush::TYPE,
@@ -320,13 +320,13 @@ impl OsdCore {
         attempt: u64,
         from: OsdId,
         object: String,
-        result: Result<(ObjectCopy, Vec<u8>), RemoteError>,
+        result: Result<(Vec<ObjectCopy>, Vec<u8>), RemoteError>,
         out: &mut Vec<Action>,
     ) {
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
-        let (copy, data) = match result {
-            Ok(v) if v.0.name == object => v,
+        let (copies, data) = match result {
+            Ok(v) if v.0.first().is_some_and(|c| c.name == object) => v,
             Err(e) if e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
                 // Lost on the way (a timeout, a broken connection): the object stays missing and
                 // the next round of background recovery asks again.
@@ -344,7 +344,7 @@ impl OsdCore {
                 return;
             }
         };
-        if let Err(e) = self.install_copies(pg, vec![copy], data, None) {
+        if let Err(e) = self.install_copies(pg, copies, data, None) {
             tracing::error!(%pg, object, error = %e, "storing a pulled object failed");
             return;
         }
@@ -445,6 +445,10 @@ impl OsdCore {
                 }
             }
         }
+        if backfill.is_none() && self.collections.contains(&coll) {
+            // (A backfill chunk's range removal above already covers companions.)
+            remove_stale_companions(&mut txn, &*self.store, &coll, &copies)?;
+        }
         for (copy, bytes) in copies.iter().zip(datas) {
             apply_copy(&mut txn, &*self.store, &coll, copy, bytes)?;
             PgMeta::write_recovered(&mut txn, pg, &copy.name);
@@ -476,7 +480,7 @@ impl OsdCore {
             Ok(meta) if !meta.has(&pull.object) => {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }
-            Ok(_) => read_copy(&*self.store, &pg_collection(pg), &pull.object, &mut data),
+            Ok(_) => read_copies(&*self.store, &pg_collection(pg), &pull.object, &mut data),
             Err(e) => Err(e),
         };
         if result.is_err() {
