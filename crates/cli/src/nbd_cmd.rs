@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use shoal_nbd::{BlockDevice, DeviceError, Export, Exports, Extent, Limits};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use shoal_rbd::{Image, RbdError, lock};
+use shoal_rbd::{Image, RbdError, lock, snap};
 
 use crate::conf::ConfArgs;
 
@@ -122,6 +122,43 @@ struct HeldLock {
     name: String,
     rec: tokio::sync::Mutex<lock::LockRecord>,
     fenced: Arc<AtomicBool>,
+    /// The exported image (shared), whose snapshot context the watcher keeps current.
+    image: Image,
+}
+
+/// How often a writable export looks for snapshot changes in its image's header.
+const SNAP_POLL_MS: u64 = 200;
+
+/// Keeps each writable export's snapshot context current: when a snapshot is taken or removed,
+/// adopts the new context (after the writes in flight) and acknowledges it in the header, which
+/// `shoal rbd snap create` waits for (see `shoal_rbd::snap`).
+async fn watch_snaps(client: shoal_client::Client, held: Vec<Arc<HeldLock>>) {
+    let mut acked: Vec<Option<u64>> = vec![None; held.len()];
+    loop {
+        for (h, acked) in held.iter().zip(acked.iter_mut()) {
+            if h.fenced.load(Ordering::Acquire) {
+                continue;
+            }
+            let generation = match h.image.refresh_snaps().await {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!(image = %h.name, error = %e, "reading the image's snapshots failed; retrying");
+                    continue;
+                }
+            };
+            if *acked == Some(generation) {
+                continue;
+            }
+            let holder = h.rec.lock().await.holder.clone();
+            match snap::acknowledge(&client, &h.pool, &h.image.info().spec.id, &holder, generation).await {
+                Ok(()) => *acked = Some(generation),
+                Err(e) => {
+                    tracing::warn!(image = %h.name, error = %e, "acknowledging a snapshot change failed; retrying")
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(SNAP_POLL_MS)).await;
+    }
 }
 
 /// Renews the locks every third of a lease until the process ends; a lock found taken, or not
@@ -165,15 +202,15 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         };
         let mut held = Vec::new();
         for spec in &args.images {
-            if spec.contains('@') {
-                bail!("{spec}: snapshots cannot be exported yet (images have no snapshots yet)");
-            }
-            let (pool, name) = crate::rbd_cmd::parse_spec(spec)?;
-            let mut image = Image::open(&client, pool, name, args.read_only)
-                .await
-                .with_context(|| format!("opening {spec}"))?
-                .with_wait_ms(args.io_wait_s.saturating_mul(1000));
-            if !args.read_only {
+            let (pool, name, snap_name) = crate::rbd_cmd::parse_snap_spec(spec)?;
+            let opened = match snap_name {
+                // A snapshot is exported read-only and takes no lock.
+                Some(snap_name) => Image::open_snap(&client, pool, name, snap_name).await,
+                None => Image::open(&client, pool, name, args.read_only).await,
+            };
+            let mut image =
+                opened.with_context(|| format!("opening {spec}"))?.with_wait_ms(args.io_wait_s.saturating_mul(1000));
+            if !image.is_read_only() {
                 let rec = take_lock(&client, pool, name, &holder, &what, args).await.with_context(|| format!("locking {spec}"))?;
                 let fenced = Arc::new(AtomicBool::new(false));
                 image = image.with_fence(fenced.clone());
@@ -182,6 +219,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                     name: name.to_string(),
                     rec: tokio::sync::Mutex::new(rec),
                     fenced,
+                    image: image.clone(),
                 }));
             }
             let description = format!("shoal image {spec} ({} bytes)", image.size_bytes());
@@ -189,6 +227,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         }
         let exports = Arc::new(Exports { exports, limits: Limits::default() });
         let renewing = tokio::spawn(keep_locks(client.clone(), held.clone(), args.lock_lease_s));
+        let watching = tokio::spawn(watch_snaps(client.clone(), held.clone()));
         let first = args.images[0].clone();
         match &args.socket {
             Some(path) => {
@@ -240,6 +279,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         // (Renewals stop first; a renewal that raced this leaves a record release cannot
         // match, which then lapses after one lease.)
         renewing.abort();
+        watching.abort();
         for h in &held {
             let rec = h.rec.lock().await;
             if let Err(e) = lock::release(&client, &h.pool, &h.name, &rec).await {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use shoal_rbd::{Layout, header, lock, manage};
+use shoal_rbd::{Layout, header, lock, manage, snap};
 
 use crate::conf::{ConfArgs, parse_size_arg};
 
@@ -74,6 +74,76 @@ pub enum RbdCommand {
     /// The exclusive lock a writer holds on an image: `ls`, `break`.
     #[command(subcommand)]
     Lock(LockCommand),
+    /// Snapshots: `create`, `ls`, `rm`, `rollback`, `protect`, `unprotect`.
+    #[command(subcommand)]
+    Snap(SnapCommand),
+    /// Create a copy-on-write clone of a protected snapshot: `clone POOL/IMAGE@SNAP POOL/CHILD`.
+    Clone {
+        #[command(flatten)]
+        c: Common,
+        /// POOL/IMAGE@SNAP (protected).
+        parent: String,
+        /// POOL/CHILD (the same pool).
+        child: String,
+    },
+    /// Copy everything a clone reads from its parent into it, and detach it from the parent.
+    Flatten {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+    /// Clones of an image (of one of its snapshots with POOL/IMAGE@SNAP).
+    Children {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SnapCommand {
+    /// Take a snapshot: `snap create POOL/IMAGE@SNAP` (nothing is copied; a server writing the
+    /// image adopts it before this returns).
+    Create {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+        /// How long to wait for the image's live writer to adopt the snapshot.
+        #[arg(long, default_value_t = 30)]
+        wait_s: u64,
+    },
+    /// Snapshots of an image.
+    Ls {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+    /// Remove a snapshot (and the clones of objects only it kept).
+    Rm {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+        #[arg(long, default_value_t = 30)]
+        wait_s: u64,
+    },
+    /// Make the image what it was at the snapshot (refused while a server holds the image).
+    Rollback {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+    /// Protect a snapshot so that it can be cloned (and cannot be removed).
+    Protect {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
+    /// Unprotect a snapshot (refused while clones use it).
+    Unprotect {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -98,6 +168,43 @@ pub fn parse_spec(spec: &str) -> Result<(&str, &str)> {
         Some((pool, image)) if !pool.is_empty() && !image.is_empty() && !image.contains('@') => Ok((pool, image)),
         _ => bail!("{spec:?} is not POOL/IMAGE"),
     }
+}
+
+/// Splits `POOL/IMAGE[@SNAP]`.
+pub fn parse_snap_spec(spec: &str) -> Result<(&str, &str, Option<&str>)> {
+    let (image, snap) = match spec.split_once('@') {
+        Some((image, snap)) if !snap.is_empty() && !snap.contains(['@', '/']) => (image, Some(snap)),
+        Some(_) => bail!("{spec:?} is not POOL/IMAGE@SNAP"),
+        None => (spec, None),
+    };
+    let (pool, name) = parse_spec(image)?;
+    Ok((pool, name, snap))
+}
+
+/// Splits `POOL/IMAGE@SNAP` (the snapshot required).
+fn parse_snap_required(spec: &str) -> Result<(&str, &str, &str)> {
+    match parse_snap_spec(spec)? {
+        (pool, name, Some(snap)) => Ok((pool, name, snap)),
+        _ => bail!("{spec:?} names no snapshot: use POOL/IMAGE@SNAP"),
+    }
+}
+
+/// A progress callback feeding `bar`.
+fn feed(bar: &indicatif::ProgressBar) -> impl Fn(u64, u64) + Sync + '_ {
+    move |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    }
+}
+
+fn snap_json(s: &shoal_rbd::SnapInfo) -> serde_json::Value {
+    json!({
+        "id": s.id,
+        "name": s.name,
+        "size_bytes": s.size_bytes,
+        "protected": s.protected,
+        "created_unix_s": s.created_unix_s,
+    })
 }
 
 fn progress_bar(json: bool, what: &str) -> indicatif::ProgressBar {
@@ -126,6 +233,10 @@ fn info_json(info: &shoal_rbd::ImageInfo, pool: &str) -> serde_json::Value {
         "objects": l.object_count(info.size_bytes),
         "features": info.spec.features,
         "created_unix_s": info.spec.created_unix_s,
+        "snapshots": info.snaps.len(),
+        "parent": info.parent.as_ref().map(|p| json!({
+            "image": p.image_name, "snapshot": p.snap_name, "overlap_bytes": p.overlap_bytes,
+        })),
     })
 }
 
@@ -137,7 +248,18 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
         | RbdCommand::Resize { c, .. }
         | RbdCommand::Rm { c, .. }
         | RbdCommand::Du { c, .. }
-        | RbdCommand::Lock(LockCommand::Ls { c, .. } | LockCommand::Break { c, .. }) => c,
+        | RbdCommand::Lock(LockCommand::Ls { c, .. } | LockCommand::Break { c, .. })
+        | RbdCommand::Snap(
+            SnapCommand::Create { c, .. }
+            | SnapCommand::Ls { c, .. }
+            | SnapCommand::Rm { c, .. }
+            | SnapCommand::Rollback { c, .. }
+            | SnapCommand::Protect { c, .. }
+            | SnapCommand::Unprotect { c, .. },
+        )
+        | RbdCommand::Clone { c, .. }
+        | RbdCommand::Flatten { c, .. }
+        | RbdCommand::Children { c, .. } => c,
     };
     let blocking = c.conf.connect()?;
     let client = blocking.client().clone();
@@ -150,7 +272,7 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                     stripe_unit_bytes: stripe_unit.unwrap_or(*object_size),
                     stripe_count: *stripe_count,
                 };
-                let info = header::create(&client, pool, name, *size, layout).await.with_context(|| format!("creating {spec}"))?;
+                let info = header::create(&client, pool, name, *size, layout, None).await.with_context(|| format!("creating {spec}"))?;
                 if c.json {
                     println!("{}", info_json(&info, pool));
                 } else {
@@ -181,6 +303,10 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                     println!("\tid {}", info.spec.id);
                     println!("\tfeatures: {}", info.spec.features.join(", "));
                     println!("\tcreated {} (unix seconds)", info.spec.created_unix_s);
+                    println!("\tsnapshots {}", info.snaps.len());
+                    if let Some(p) = &info.parent {
+                        println!("\tparent {pool}/{}@{} (overlap {} bytes)", p.image_name, p.snap_name, p.overlap_bytes);
+                    }
                 }
             }
             RbdCommand::Resize { spec, size, allow_shrink, .. } => {
@@ -197,11 +323,7 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
             RbdCommand::Rm { spec, .. } => {
                 let (pool, name) = parse_spec(spec)?;
                 let bar = progress_bar(c.json, "removing");
-                let show = |done: u64, total: u64| {
-                    bar.set_length(total);
-                    bar.set_position(done);
-                };
-                manage::remove(&client, pool, name, &show).await.with_context(|| format!("removing {spec}"))?;
+                manage::remove(&client, pool, name, &feed(&bar)).await.with_context(|| format!("removing {spec}"))?;
                 bar.finish_and_clear();
                 if c.json {
                     println!("{}", json!({ "removed": spec }));
@@ -212,11 +334,7 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
             RbdCommand::Du { spec, .. } => {
                 let (pool, name) = parse_spec(spec)?;
                 let bar = progress_bar(c.json, "counting");
-                let show = |done: u64, total: u64| {
-                    bar.set_length(total);
-                    bar.set_position(done);
-                };
-                let u = manage::usage(&client, pool, name, &show).await.with_context(|| format!("measuring {spec}"))?;
+                let u = manage::usage(&client, pool, name, &feed(&bar)).await.with_context(|| format!("measuring {spec}"))?;
                 bar.finish_and_clear();
                 if c.json {
                     println!(
@@ -267,7 +385,110 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                     }
                 }
             }
+            RbdCommand::Snap(sc) => return snap_command(&client, sc, c.json).await,
+            RbdCommand::Clone { parent, child, .. } => {
+                let (pool, image, snap_name) = parse_snap_required(parent)?;
+                let (child_pool, child_name) = parse_spec(child)?;
+                if child_pool != pool {
+                    bail!("a clone lives in its parent's pool ({pool}), not {child_pool}");
+                }
+                let info = snap::clone(&client, pool, image, snap_name, child_name)
+                    .await
+                    .with_context(|| format!("cloning {parent} as {child}"))?;
+                if c.json {
+                    println!("{}", info_json(&info, pool));
+                } else {
+                    println!("cloned {parent} as {child}");
+                }
+            }
+            RbdCommand::Flatten { spec, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let bar = progress_bar(c.json, "flattening");
+                snap::flatten(&client, pool, name, &feed(&bar)).await.with_context(|| format!("flattening {spec}"))?;
+                bar.finish_and_clear();
+                if c.json {
+                    println!("{}", json!({ "flattened": spec }));
+                } else {
+                    println!("flattened {spec}");
+                }
+            }
+            RbdCommand::Children { spec, .. } => {
+                let (pool, name, snap_name) = parse_snap_spec(spec)?;
+                let kids = snap::children(&client, pool, name, snap_name)
+                    .await
+                    .with_context(|| format!("listing clones of {spec}"))?;
+                if c.json {
+                    println!("{}", json!({ "image": spec, "children": kids }));
+                } else {
+                    for k in kids {
+                        println!("{pool}/{k}");
+                    }
+                }
+            }
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+async fn snap_command(client: &shoal_client::Client, cmd: &SnapCommand, json_out: bool) -> Result<ExitCode> {
+    let done = |what: &str, spec: &str| {
+        if json_out {
+            println!("{}", json!({ what: spec }));
+        } else {
+            println!("{what} {spec}");
+        }
+    };
+    match cmd {
+        SnapCommand::Create { spec, wait_s, .. } => {
+            let (pool, name, snap_name) = parse_snap_required(spec)?;
+            let rec = snap::create(client, pool, name, snap_name, wait_s.saturating_mul(1000))
+                .await
+                .with_context(|| format!("creating snapshot {spec}"))?;
+            if json_out {
+                println!("{}", snap_json(&rec));
+            } else {
+                println!("created snapshot {spec} (id {})", rec.id);
+            }
+        }
+        SnapCommand::Ls { spec, .. } => {
+            let (pool, name) = parse_spec(spec)?;
+            let info = header::open(client, pool, name).await.with_context(|| format!("reading {spec}"))?;
+            if json_out {
+                let snaps: Vec<_> = info.snaps.iter().map(snap_json).collect();
+                println!("{}", json!({ "image": spec, "snapshots": snaps }));
+            } else {
+                println!("SNAPID\tNAME\tSIZE\tPROTECTED");
+                for s in &info.snaps {
+                    println!("{}\t{}\t{}\t{}", s.id, s.name, s.size_bytes, if s.protected { "yes" } else { "no" });
+                }
+            }
+        }
+        SnapCommand::Rm { spec, wait_s, .. } => {
+            let (pool, name, snap_name) = parse_snap_required(spec)?;
+            let bar = progress_bar(json_out, "trimming");
+            snap::remove(client, pool, name, snap_name, wait_s.saturating_mul(1000), &feed(&bar))
+                .await
+                .with_context(|| format!("removing snapshot {spec}"))?;
+            bar.finish_and_clear();
+            done("removed", spec);
+        }
+        SnapCommand::Rollback { spec, .. } => {
+            let (pool, name, snap_name) = parse_snap_required(spec)?;
+            let bar = progress_bar(json_out, "rolling back");
+            snap::rollback(client, pool, name, snap_name, &feed(&bar))
+                .await
+                .with_context(|| format!("rolling back to {spec}"))?;
+            bar.finish_and_clear();
+            done("rolled back to", spec);
+        }
+        SnapCommand::Protect { spec, .. } | SnapCommand::Unprotect { spec, .. } => {
+            let protect = matches!(cmd, SnapCommand::Protect { .. });
+            let (pool, name, snap_name) = parse_snap_required(spec)?;
+            snap::set_protected(client, pool, name, snap_name, protect)
+                .await
+                .with_context(|| format!("{} {spec}", if protect { "protecting" } else { "unprotecting" }))?;
+            done(if protect { "protected" } else { "unprotected" }, spec);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

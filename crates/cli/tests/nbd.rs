@@ -22,6 +22,14 @@ impl Drop for Server {
     }
 }
 
+impl Server {
+    /// Stops the server with SIGTERM (it releases its locks) and waits for it.
+    fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -385,6 +393,97 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
     {
         ext4_round_trip(tmp.path(), &uri);
     }
+}
+
+/// qemu-io commands `cmds` against `uri`, each its own `-c`.
+fn qemu_io(uri: &str, cmds: &[&str]) {
+    qemu_io_with(&[], uri, cmds);
+}
+
+/// qemu-io opening `uri` read-only (as a read-only export requires).
+fn qemu_io_ro(uri: &str, cmds: &[&str]) {
+    qemu_io_with(&["-r"], uri, cmds);
+}
+
+fn qemu_io_with(flags: &[&str], uri: &str, cmds: &[&str]) {
+    let mut args = flags.to_vec();
+    args.extend(["-f", "raw"]);
+    for c in cmds {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    tool("qemu-io", &args);
+}
+
+#[test]
+fn snapshots_clones_and_rollback_of_a_live_image() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down) = up_mem(tmp.path(), 1, "2G");
+    ok(&shoal(&dir, &["rbd", "create", "data/base", "--size", "16M"]));
+    let (base_server, port) = serve(&dir, &["data/base"]);
+    let base = format!("nbd://127.0.0.1:{port}/data/base");
+    qemu_io(&base, &["write -P 0x11 0 16M"]);
+
+    // A snapshot of the image while its server writes it: the server adopts it first.
+    let s1 = json(&ok(&shoal(&dir, &["rbd", "snap", "create", "data/base@s1", "--json"])));
+    assert_eq!((s1["name"].as_str(), s1["size_bytes"].as_u64()), (Some("s1"), Some(16 << 20)), "{s1}");
+    fails_with(&shoal(&dir, &["rbd", "snap", "create", "data/base@s1"]), "already exists");
+    fails_with(&shoal(&dir, &["rbd", "snap", "create", "data/base@a/b"]), "POOL/IMAGE@SNAP");
+    qemu_io(&base, &["write -P 0x22 0 1M", "write -P 0x22 5M 1M", "write -z 12M 4M"]);
+    qemu_io(&base, &["read -P 0x22 0 1M", "read -P 0x11 1M 4M", "read -P 0x22 5M 1M", "read -P 0 12M 4M"]);
+
+    // The snapshot's read-only export still holds the old bytes; the live one the new.
+    let (_snap_server, sport) = serve(&dir, &["data/base@s1"]);
+    let snap_uri = format!("nbd://127.0.0.1:{sport}/data/base@s1");
+    let info = json(&tool("nbdinfo", &["--json", &snap_uri]));
+    assert_eq!(info["exports"][0]["is_read_only"], true, "{info}");
+    qemu_io_ro(&snap_uri, &["read -P 0x11 0 16M"]);
+    tool_fails("qemu-io", &["-f", "raw", "-c", "write 0 4096", &snap_uri]);
+    let listed = json(&ok(&shoal(&dir, &["rbd", "snap", "ls", "data/base", "--json"])));
+    assert_eq!(listed["snapshots"].as_array().map(Vec::len), Some(1), "{listed}");
+
+    // A clone of the protected snapshot reads through to it and copies up on first write.
+    fails_with(&shoal(&dir, &["rbd", "clone", "data/base@s1", "data/child"]), "not protected");
+    ok(&shoal(&dir, &["rbd", "snap", "protect", "data/base@s1"]));
+    fails_with(&shoal(&dir, &["rbd", "snap", "rm", "data/base@s1"]), "protected");
+    ok(&shoal(&dir, &["rbd", "clone", "data/base@s1", "data/child"]));
+    let kids = json(&ok(&shoal(&dir, &["rbd", "children", "data/base@s1", "--json"])));
+    assert_eq!(kids["children"], serde_json::json!(["child"]));
+    fails_with(&shoal(&dir, &["rbd", "snap", "unprotect", "data/base@s1"]), "has clones (child)");
+    let (child_server, cport) = serve(&dir, &["data/child"]);
+    let child = format!("nbd://127.0.0.1:{cport}/data/child");
+    qemu_io(&child, &["read -P 0x11 0 16M"]);
+    qemu_io(&child, &["write -P 0x33 100k 4k", "write -z 8M 4M", "write -z 4M 4k"]);
+    qemu_io(&child, &["read -P 0x11 0 100k", "read -P 0x33 100k 4k", "read -P 0x11 104k 3992k", "read -P 0 4M 4k"]);
+    qemu_io(&child, &["read -P 0x11 4100k 4092k", "read -P 0 8M 4M", "read -P 0x11 12M 4M"]);
+    // The parent is untouched by the child's writes.
+    qemu_io_ro(&snap_uri, &["read -P 0x11 0 16M"]);
+    drop(child_server);
+
+    // Flatten: the child keeps its bytes and no longer needs the parent.
+    ok(&shoal(&dir, &["rbd", "flatten", "data/child"]));
+    assert_eq!(json(&ok(&shoal(&dir, &["rbd", "info", "data/child", "--json"])))["parent"], serde_json::Value::Null);
+    ok(&shoal(&dir, &["rbd", "snap", "unprotect", "data/base@s1"]));
+    let (_child_again, cport) = serve(&dir, &["data/child"]);
+    let child = format!("nbd://127.0.0.1:{cport}/data/child");
+    qemu_io(&child, &["read -P 0x33 100k 4k", "read -P 0 8M 4M", "read -P 0x11 12M 4M", "read -P 0 4M 4k"]);
+
+    // Rollback is refused while a server holds the image, then brings the snapshot back.
+    fails_with(&shoal(&dir, &["rbd", "snap", "rollback", "data/base@s1"]), "is locked by");
+    base_server.stop();
+    ok(&shoal(&dir, &["rbd", "snap", "rollback", "data/base@s1"]));
+    let (base_again, port) = serve(&dir, &["data/base"]);
+    let base = format!("nbd://127.0.0.1:{port}/data/base");
+    qemu_io(&base, &["read -P 0x11 0 16M"]);
+
+    // An image with snapshots is not removed; its snapshots go first, clones and all.
+    fails_with(&shoal(&dir, &["rbd", "rm", "data/base"]), "snapshot");
+    ok(&shoal(&dir, &["rbd", "snap", "rm", "data/base@s1", "--json"]));
+    base_again.stop();
+    ok(&shoal(&dir, &["rbd", "rm", "data/base"]));
+    ok(&shoal(&dir, &["rbd", "rm", "data/child"]));
+    let left = ok(&shoal(&dir, &["obj", "ls", "-p", "data"]));
+    assert!(left.lines().all(|l| !l.starts_with("rbd_data")), "{left}");
 }
 
 /// fio's nbd engine over 16 MiB at 64 MiB of `uri`: 4 KiB random writes at iodepth 16 with

@@ -96,6 +96,7 @@ pub fn resolve_writes(
     let mut out = Vec::with_capacity(ops.len() + 2);
     let head_existed = exists;
     let mut snap = None;
+    let mut before = snaps::SnapSet::default();
     if snap_work {
         if obj.len() > snaps::MAX_HEAD_NAME_BYTES {
             return Err(invalid(format!(
@@ -104,6 +105,8 @@ pub fn resolve_writes(
             )));
         }
         let (mut set, snapdir_exists) = snaps::load(store, coll, obj, exists)?;
+        // Rollbacks look at the stored state: a clone this request makes is the head as it is.
+        before = set.clone();
         let mut dirty = false;
         let only_trims = ops.iter().all(|o| o.is_guard() || matches!(o, ObjOp::SnapContext { .. } | ObjOp::SnapTrim));
         if let Some((seq, live)) = &snapc
@@ -131,7 +134,7 @@ pub fn resolve_writes(
             }
             ObjOp::SnapRollback { snap: at } => {
                 let Some((set, _, dirty)) = &mut snap else { continue };
-                match snaps::resolve_read(set, exists, *at) {
+                match snaps::resolve_read(&before, exists, *at) {
                     snaps::SnapTarget::Head => {}
                     snaps::SnapTarget::Clone(id) => {
                         size = set.clones.iter().find(|c| c.id == id).map_or(0, |c| c.size_bytes);

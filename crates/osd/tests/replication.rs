@@ -661,6 +661,11 @@ fn snapshots_keep_each_state_on_every_member_through_writes_removal_rollback_and
     // Trimming everything leaves the head alone.
     net.request(21, vec![ctx(4, &[]), ObjOp::SnapTrim], b"").result.expect("trim all");
     assert_eq!(pg_objects(&net, acting[0]).iter().map(|o| o.0.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+    // Rolling back to a snapshot the head has not changed since changes nothing (the clone the
+    // context makes first is the head as it is).
+    net.request(25, vec![ctx(5, &[5]), ObjOp::SnapRollback { snap: 5 }], b"").result.expect("rollback to now");
+    assert_eq!(read_at(&mut net, 26, None).unwrap(), b"v2");
+    assert_eq!(read_at(&mut net, 27, Some(5)).unwrap(), b"v2");
     // What clients may not do: send internal operations, touch reserved xattrs, name companions.
     let err = net.request(22, vec![ObjOp::SnapRemoveClone { id: 3 }], b"").result.expect_err("internal");
     assert_eq!(err.code, ErrorCode::Invalid);

@@ -18,6 +18,8 @@ pub enum RbdError {
     Locked { name: String, holder: String, id: String },
     #[error("image {0:?}: this server lost its exclusive lock; writes are refused")]
     Fenced(String),
+    #[error("{0}")]
+    Busy(String),
     #[error("image {0:?} changed while being updated; try again")]
     Conflict(String),
     #[error("image {name:?}: damaged metadata: {reason}")]

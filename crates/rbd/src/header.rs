@@ -5,6 +5,10 @@
 //! - `rbd_directory`: omap `NAME` → the image's id (16 hex digits).
 //! - `rbd_header.ID`: omap `spec` → [`ImageSpec`] (JSON), `size` → the size in bytes (8 bytes,
 //!   little-endian). The size is a key of its own so a resize is one compare-and-swap on it.
+//!   Snapshots: `snap_seq` → the newest snapshot id handed out (8 bytes LE; ids are per image),
+//!   `snap_gen` → a counter bumped by every snapshot creation or removal (what a live writer
+//!   acknowledges, see [`crate::snap`]), `snap.ID` (16 hex digits) → [`SnapInfo`] (JSON). A
+//!   clone: `parent` → [`ParentSpec`] (JSON).
 //! - `rbd_data.ID.NNNNNNNNNNNNNNNN`: data object number N (hex), created by the first write.
 //!
 //! Naming data by id, not name, means a removed image's leftovers never meet an image created
@@ -37,11 +41,73 @@ pub struct ImageSpec {
     pub created_unix_s: u64,
 }
 
-/// An image's spec and current size.
+/// One snapshot of an image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapInfo {
+    pub id: u64,
+    pub name: String,
+    /// The image's size when the snapshot was taken.
+    pub size_bytes: u64,
+    /// A protected snapshot can be cloned and cannot be removed.
+    pub protected: bool,
+    /// A clone's parent overlap when the snapshot was taken (what reads through to the parent).
+    #[serde(default)]
+    pub parent_overlap_bytes: u64,
+    pub created_unix_s: u64,
+}
+
+/// A clone's parent: a protected snapshot of an image in the same pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentSpec {
+    pub image_id: String,
+    pub image_name: String,
+    pub snap_id: u64,
+    pub snap_name: String,
+    /// Bytes from the start of the child that read through to the parent where the child has
+    /// no object (the parent snapshot's size, lowered by a shrink of the child).
+    pub overlap_bytes: u64,
+}
+
+/// An image's spec, current size, snapshots and parent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageInfo {
     pub spec: ImageSpec,
     pub size_bytes: u64,
+    /// The newest snapshot id handed out (0: none ever).
+    pub snap_seq: u64,
+    /// Bumped by every snapshot creation and removal.
+    pub snap_gen: u64,
+    /// Live snapshots, oldest first.
+    pub snaps: Vec<SnapInfo>,
+    pub parent: Option<ParentSpec>,
+}
+
+impl ImageInfo {
+    /// The snapshot named `name`.
+    pub fn snap(&self, name: &str) -> Result<&SnapInfo, RbdError> {
+        self.snaps
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| RbdError::Invalid(format!("image {:?} has no snapshot {name:?}", self.spec.name)))
+    }
+
+    /// The snapshot context writes carry: the newest id handed out and the live ids, newest first.
+    pub fn snap_context(&self) -> (u64, Vec<u64>) {
+        (self.snap_seq, self.snaps.iter().rev().map(|s| s.id).collect())
+    }
+}
+
+pub(crate) const SNAP_SEQ_KEY: &[u8] = b"snap_seq";
+pub(crate) const SNAP_GEN_KEY: &[u8] = b"snap_gen";
+pub(crate) const PARENT_KEY: &[u8] = b"parent";
+const SNAP_KEY_PREFIX: &str = "snap.";
+
+pub(crate) fn snap_key(id: u64) -> Vec<u8> {
+    format!("{SNAP_KEY_PREFIX}{id:016x}").into_bytes()
+}
+
+pub(crate) fn u64_value(v: u64) -> Vec<u8> {
+    v.to_le_bytes().to_vec()
 }
 
 pub fn header_object(id: &str) -> String {
@@ -55,7 +121,12 @@ pub fn data_object(id: &str, object_no: u64) -> String {
 /// Checks an image name: 1 to [`MAX_NAME_BYTES`] bytes, no `/` or `@` (they separate pool,
 /// image and snapshot in `POOL/IMAGE@SNAP`), no control characters.
 pub fn validate_name(name: &str) -> Result<(), RbdError> {
-    let bad = |why: &str| Err(RbdError::Invalid(format!("image name {name:?}: {why}")));
+    validate_label("image", name)
+}
+
+/// Checks an image or snapshot name (`kind` names which in the error).
+pub fn validate_label(kind: &str, name: &str) -> Result<(), RbdError> {
+    let bad = |why: &str| Err(RbdError::Invalid(format!("{kind} name {name:?}: {why}")));
     if name.is_empty() {
         return bad("empty");
     }
@@ -92,6 +163,7 @@ pub async fn create(
     name: &str,
     size_bytes: u64,
     layout: Layout,
+    parent: Option<ParentSpec>,
 ) -> Result<ImageInfo, RbdError> {
     validate_name(name)?;
     layout.validate()?;
@@ -121,14 +193,14 @@ pub async fn create(
         Err(e) => return Err(e.into()),
     }
     let spec_json = serde_json::to_vec(&spec).map_err(|e| RbdError::Invalid(e.to_string()))?;
-    let header = vec![
-        ObjOp::Create { exclusive: true },
-        ObjOp::OmapSet {
-            entries: vec![(SPEC_KEY.to_vec(), spec_json), (SIZE_KEY.to_vec(), size_bytes.to_le_bytes().to_vec())],
-        },
-    ];
+    let mut entries = vec![(SPEC_KEY.to_vec(), spec_json), (SIZE_KEY.to_vec(), size_bytes.to_le_bytes().to_vec())];
+    if let Some(p) = &parent {
+        // A clone's parent is in its header from the start: the child never reads as zeros.
+        entries.push((PARENT_KEY.to_vec(), serde_json::to_vec(p).map_err(|e| RbdError::Invalid(e.to_string()))?));
+    }
+    let header = vec![ObjOp::Create { exclusive: true }, ObjOp::OmapSet { entries }];
     client.op(pool, &header_object(&id), header, Vec::new()).await?;
-    Ok(ImageInfo { spec, size_bytes })
+    Ok(ImageInfo { spec, size_bytes, snap_seq: 0, snap_gen: 0, snaps: Vec::new(), parent })
 }
 
 /// The id the directory gives image `name`.
@@ -163,8 +235,10 @@ pub async fn open(client: &Client, pool: &str, name: &str) -> Result<ImageInfo, 
     read_header(client, pool, name, &id).await
 }
 
-async fn read_header(client: &Client, pool: &str, name: &str, id: &str) -> Result<ImageInfo, RbdError> {
-    let ops = vec![ObjOp::OmapGet { keys: vec![SPEC_KEY.to_vec(), SIZE_KEY.to_vec()] }];
+pub(crate) async fn read_header(client: &Client, pool: &str, name: &str, id: &str) -> Result<ImageInfo, RbdError> {
+    // One page holds every key: a spec, a size, two counters, a parent and the snapshots
+    // (bounded by [`crate::snap::MAX_SNAPS`]).
+    let ops = vec![ObjOp::OmapList { after: None, max: 1000 }];
     let r = match client.op(pool, &header_object(id), ops, Vec::new()).await {
         Ok(r) => r,
         Err(e) if e.is_not_found() => {
@@ -172,25 +246,35 @@ async fn read_header(client: &Client, pool: &str, name: &str, id: &str) -> Resul
         }
         Err(e) => return Err(e.into()),
     };
-    let Some(OpOutput::Omap(found)) = r.outputs.into_iter().next() else {
+    let Some(OpOutput::OmapList(found)) = r.outputs.into_iter().next() else {
         return Err(corrupt(name, "the header answered no omap"));
+    };
+    let le = |v: &[u8], what: &str| {
+        v.try_into().map(u64::from_le_bytes).map_err(|_| corrupt(name, &format!("{what} is not 8 bytes")))
     };
     let mut spec = None;
     let mut size = None;
+    let (mut snap_seq, mut snap_gen, mut snaps, mut parent) = (0, 0, Vec::new(), None);
     for (k, v) in found {
-        match (k.as_slice(), v) {
-            (SPEC_KEY, Some(v)) => {
+        match k.as_slice() {
+            SPEC_KEY => {
                 spec = Some(serde_json::from_slice::<ImageSpec>(&v).map_err(|e| corrupt(name, &format!("spec: {e}")))?)
             }
-            (SIZE_KEY, Some(v)) => {
-                size =
-                    Some(u64::from_le_bytes(v.as_slice().try_into().map_err(|_| corrupt(name, "a size not 8 bytes"))?))
+            SIZE_KEY => size = Some(le(&v, "the size")?),
+            SNAP_SEQ_KEY => snap_seq = le(&v, "snap_seq")?,
+            SNAP_GEN_KEY => snap_gen = le(&v, "snap_gen")?,
+            PARENT_KEY => {
+                parent =
+                    Some(serde_json::from_slice::<ParentSpec>(&v).map_err(|e| corrupt(name, &format!("parent: {e}")))?)
             }
+            k if k.starts_with(SNAP_KEY_PREFIX.as_bytes()) => snaps
+                .push(serde_json::from_slice::<SnapInfo>(&v).map_err(|e| corrupt(name, &format!("a snapshot: {e}")))?),
             _ => {}
         }
     }
+    // Keys sort by hex id, so snapshots are oldest first already.
     match (spec, size) {
-        (Some(spec), Some(size_bytes)) => Ok(ImageInfo { spec, size_bytes }),
+        (Some(spec), Some(size_bytes)) => Ok(ImageInfo { spec, size_bytes, snap_seq, snap_gen, snaps, parent }),
         _ => Err(corrupt(name, "the header lacks its spec or size")),
     }
 }

@@ -37,7 +37,7 @@ pub struct Run {
     pub allocated: bool,
 }
 
-/// An open image. Cloning shares it.
+/// An open image (or a snapshot of one). Cloning shares it.
 #[derive(Clone)]
 pub struct Image {
     client: Client,
@@ -45,6 +45,16 @@ pub struct Image {
     info: ImageInfo,
     read_only: bool,
     wait_ms: u64,
+    /// The snapshot this handle reads (read-only), if any.
+    at_snap: Option<u64>,
+    /// The snapshot context writes carry (seq, live ids newest first), replaced by
+    /// [`Image::refresh_snaps`] while no write runs.
+    snapc: Arc<std::sync::RwLock<(u64, u64, Vec<u64>)>>,
+    /// A clone's parent (opened at its snapshot) and the overlap that reads through to it.
+    parent: Option<(Arc<Image>, u64)>,
+    /// Object numbers of a clone known to exist in the child (copied up or written), so that
+    /// only the first write to each object pays for the check. Bounded by the object count.
+    copied_up: Arc<std::sync::Mutex<std::collections::HashSet<u64>>>,
     /// Set when this writer lost the image's exclusive lock: writes are refused from then on.
     fenced: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Held shared by every write and zero while it runs, exclusively by a flush: a flush thus
@@ -64,15 +74,94 @@ impl Image {
     /// Opens image `name` of `pool` (read-only: writes are refused).
     pub async fn open(client: &Client, pool: &str, name: &str, read_only: bool) -> Result<Image, RbdError> {
         let info = header::open(client, pool, name).await?;
+        Image::from_info(client, pool, info, read_only, None).await
+    }
+
+    /// Opens snapshot `snap` of image `name` (read-only; its size is the image's size then).
+    pub async fn open_snap(client: &Client, pool: &str, name: &str, snap: &str) -> Result<Image, RbdError> {
+        let info = header::open(client, pool, name).await?;
+        let id = info.snap(snap)?.id;
+        Image::from_info(client, pool, info, true, Some(id)).await
+    }
+
+    async fn from_info(
+        client: &Client,
+        pool: &str,
+        mut info: ImageInfo,
+        read_only: bool,
+        at_snap: Option<u64>,
+    ) -> Result<Image, RbdError> {
+        let mut overlap = info.parent.as_ref().map_or(0, |p| p.overlap_bytes);
+        if let Some(id) = at_snap {
+            let snap = info
+                .snaps
+                .iter()
+                .find(|s| s.id == id)
+                .cloned()
+                .ok_or_else(|| RbdError::Invalid(format!("image {:?} has no snapshot {id}", info.spec.name)))?;
+            info.size_bytes = snap.size_bytes;
+            overlap = snap.parent_overlap_bytes;
+        }
+        let parent = match &info.parent {
+            Some(p) if overlap > 0 => {
+                let pinfo = header::read_header(client, pool, &p.image_name, &p.image_id).await?;
+                let parent = Box::pin(Image::from_info(client, pool, pinfo, true, Some(p.snap_id))).await?;
+                let overlap = overlap.min(parent.size_bytes());
+                Some((Arc::new(parent), overlap))
+            }
+            _ => None,
+        };
+        let (seq, ids) = info.snap_context();
         Ok(Image {
             client: client.clone(),
             pool: pool.to_string(),
+            snapc: Arc::new(std::sync::RwLock::new((info.snap_gen, seq, ids))),
             info,
-            read_only,
+            read_only: read_only || at_snap.is_some(),
             wait_ms: DEFAULT_WAIT_MS,
+            at_snap,
+            parent,
+            copied_up: Arc::default(),
             fenced: None,
             writes: Arc::new(RwLock::new(())),
         })
+    }
+
+    /// Re-reads the image's snapshots; if they changed, adopts the new snapshot context once
+    /// every write in flight has completed (writes started after carry the new one). Returns the
+    /// snapshot generation now in use. A writer calls this when a snapshot is taken or removed
+    /// (see [`crate::snap`]), so that the first write after a snapshot clones what it changes.
+    pub async fn refresh_snaps(&self) -> Result<u64, RbdError> {
+        let fresh = header::read_header(&self.client, &self.pool, &self.info.spec.name, &self.info.spec.id).await?;
+        let current = self.snapc.read().map(|c| c.0).unwrap_or(0);
+        if fresh.snap_gen == current {
+            return Ok(current);
+        }
+        let _barrier = self.writes.write().await;
+        let (seq, ids) = fresh.snap_context();
+        if let Ok(mut c) = self.snapc.write() {
+            *c = (fresh.snap_gen, seq, ids);
+        }
+        Ok(fresh.snap_gen)
+    }
+
+    /// The snapshot context modifier for a write, if the image has ever had a snapshot.
+    fn snap_op(&self) -> Option<ObjOp> {
+        let c = self.snapc.read().ok()?;
+        (c.1 > 0).then(|| ObjOp::SnapContext { seq: c.1, snaps: c.2.clone() })
+    }
+
+    /// `ops` as sent: a write with the snapshot context first, a read at this handle's snapshot.
+    fn with_snap(&self, mut ops: Vec<ObjOp>) -> Vec<ObjOp> {
+        let modifier = if ops.iter().all(|o| !o.is_write()) {
+            self.at_snap.map(|snap| ObjOp::ReadSnap { snap })
+        } else {
+            self.snap_op()
+        };
+        if let Some(m) = modifier {
+            ops.insert(0, m);
+        }
+        ops
     }
 
     /// Sets how long an operation waits for an unavailable cluster before failing.
@@ -126,6 +215,7 @@ impl Image {
         data: &[u8],
     ) -> Result<Option<shoal_client::OpResult>, RbdError> {
         let object = data_object(&self.info.spec.id, object_no);
+        let ops = self.with_snap(ops);
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.wait_ms);
         let mut pause_ms = 50;
         loop {
@@ -152,16 +242,76 @@ impl Image {
             self.op(x.object_no, ops, &[]).await.map(|r| (x, r.map(|r| r.data)))
         }))
         .buffer_unordered(EXTENTS_IN_FLIGHT);
+        let mut through = Vec::new();
         while let Some(done) = reads.next().await {
             let (x, data) = done?;
-            if let Some(data) = data {
-                // An object shorter than the extent reads as zeros past its end.
+            let at = (x.image_offset - offset) as usize;
+            match data {
+                Some(data) => {
+                    // An object shorter than the extent reads as zeros past its end.
+                    let n = data.len().min(x.len_bytes as usize);
+                    out[at..at + n].copy_from_slice(&data[..n]);
+                }
+                // No object in a clone: the parent's bytes, up to the overlap.
+                None => through.push(x),
+            }
+        }
+        if let Some((parent, overlap)) = &self.parent {
+            for x in through.into_iter().filter(|x| x.image_offset < *overlap) {
+                let len = x.len_bytes.min(overlap - x.image_offset);
+                let bytes = Box::pin(parent.read(x.image_offset, len)).await?;
                 let at = (x.image_offset - offset) as usize;
-                let n = data.len().min(x.len_bytes as usize);
-                out[at..at + n].copy_from_slice(&data[..n]);
+                out[at..at + bytes.len()].copy_from_slice(&bytes);
             }
         }
         Ok(out)
+    }
+
+    /// Makes sure a clone's object `object_no` exists in the child before it is changed: the
+    /// first change copies the parent's bytes of the object up (within the overlap), so that
+    /// the object no longer reads through. Nothing to do for an image without a parent.
+    async fn copy_up(&self, object_no: u64) -> Result<(), RbdError> {
+        let Some((parent, overlap)) = &self.parent else { return Ok(()) };
+        if self.copied_up.lock().is_ok_and(|k| k.contains(&object_no)) {
+            return Ok(());
+        }
+        let object_bytes = self.info.spec.layout.object_size_bytes;
+        let start = object_no * object_bytes;
+        if start < *overlap {
+            let len = object_bytes.min(overlap - start);
+            let mut bytes = Box::pin(parent.read(start, len)).await?;
+            let used = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+            bytes.truncate(used);
+            let ops = vec![ObjOp::Create { exclusive: true }, ObjOp::Write { offset: 0, len_bytes: used as u64 }];
+            match self.op(object_no, ops, &bytes).await {
+                Ok(_) => {}
+                // Already in the child (written or copied up before).
+                Err(RbdError::Client(e)) if e.code() == Some(ErrorCode::Exists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let Ok(mut k) = self.copied_up.lock() {
+            k.insert(object_no);
+        }
+        Ok(())
+    }
+
+    /// Copies up every object of a clone's overlap (flatten); `progress` gets objects done.
+    pub async fn copy_up_all(&self, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<(), RbdError> {
+        self.check_writable()?;
+        let Some((_, overlap)) = &self.parent else { return Ok(()) };
+        let count = overlap.div_ceil(self.info.spec.layout.object_size_bytes);
+        let mut copies =
+            futures::stream::iter((0..count).map(|no| self.copy_up(no))).buffer_unordered(EXTENTS_IN_FLIGHT);
+        let mut done = 0;
+        while let Some(r) = copies.next().await {
+            r?;
+            done += 1;
+            if done % 64 == 0 || done == count {
+                progress(done, count);
+            }
+        }
+        Ok(())
     }
 
     /// Writes `data` at `offset`; durable on every replica when it returns.
@@ -170,6 +320,7 @@ impl Image {
         self.check_range(offset, data.len() as u64)?;
         let _running = self.writes.read().await;
         let extents = self.info.spec.layout.extents(offset, data.len() as u64);
+        self.copy_up_extents(&extents).await?;
         self.each(extents, |x| {
             let at = (x.image_offset - offset) as usize;
             let piece = &data[at..at + x.len_bytes as usize];
@@ -188,15 +339,39 @@ impl Image {
         let _running = self.writes.read().await;
         let object_bytes = self.info.spec.layout.object_size_bytes;
         let extents = self.info.spec.layout.extents(offset, len_bytes);
+        let overlap = self.parent.as_ref().map_or(0, |p| p.1);
+        // In a clone, an object that reads through must stay (empty) rather than go, and a
+        // partial zero needs the parent's bytes copied up first.
+        let partial: Vec<Extent> =
+            extents.iter().filter(|x| !(x.object_offset == 0 && x.len_bytes == object_bytes)).copied().collect();
+        self.copy_up_extents(&partial).await?;
         self.each(extents, |x| {
-            let op = if x.object_offset == 0 && x.len_bytes == object_bytes {
-                ObjOp::Remove
+            let ops = if x.object_offset == 0 && x.len_bytes == object_bytes {
+                if x.image_offset < overlap {
+                    vec![ObjOp::Create { exclusive: false }, ObjOp::Truncate { size_bytes: 0 }]
+                } else {
+                    vec![ObjOp::Remove]
+                }
             } else {
-                ObjOp::Zero { offset: x.object_offset, len_bytes: x.len_bytes }
+                vec![ObjOp::Zero { offset: x.object_offset, len_bytes: x.len_bytes }]
             };
-            (vec![op], &[][..])
+            (ops, &[][..])
         })
         .await
+    }
+
+    async fn copy_up_extents(&self, extents: &[Extent]) -> Result<(), RbdError> {
+        if self.parent.is_none() {
+            return Ok(());
+        }
+        let mut objects: Vec<u64> = extents.iter().map(|x| x.object_no).collect();
+        objects.dedup();
+        let mut copies =
+            futures::stream::iter(objects.into_iter().map(|no| self.copy_up(no))).buffer_unordered(EXTENTS_IN_FLIGHT);
+        while let Some(r) = copies.next().await {
+            r?;
+        }
+        Ok(())
     }
 
     async fn each<'a>(
@@ -252,9 +427,16 @@ impl Image {
                 _ => runs.push(Run { offset, len_bytes, allocated }),
             }
         };
+        let overlap = self.parent.as_ref().map_or(0, |p| p.1);
         for (x, size) in extents.iter().zip(object_sizes) {
-            // The object's bytes below its size are data; the rest of the extent is a hole.
-            let data = size.map_or(0, |s| s.saturating_sub(x.object_offset).min(x.len_bytes));
+            // The object's bytes below its size are data; the rest of the extent is a hole —
+            // except where a clone reads through to its parent, which counts as data (never a
+            // hole that a copy would skip).
+            let data = match size {
+                Some(s) => s.saturating_sub(x.object_offset).min(x.len_bytes),
+                None if x.image_offset < overlap => x.len_bytes.min(overlap - x.image_offset),
+                None => 0,
+            };
             push(x.image_offset, data, true);
             push(x.image_offset + data, x.len_bytes - data, false);
         }

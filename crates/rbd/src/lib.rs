@@ -6,6 +6,7 @@
 //! - [`image`]: an open image's reads, writes, zeroing and allocation map.
 //! - [`manage`]: resize, remove and usage of whole images.
 //! - [`lock`]: the exclusive lock that keeps one writer per image.
+//! - [`snap`]: snapshots (object snapshots in the cluster), rollback, clones and flatten.
 //!
 //! Data objects are created by the first write that touches them (thin provisioning); ranges
 //! no object backs read as zeros; zeroing removes or truncates objects instead of writing zeros.
@@ -15,9 +16,10 @@ pub mod header;
 pub mod image;
 pub mod lock;
 pub mod manage;
+pub mod snap;
 pub mod striping;
 
 pub use error::RbdError;
-pub use header::{ImageInfo, ImageSpec};
+pub use header::{ImageInfo, ImageSpec, ParentSpec, SnapInfo};
 pub use image::{Image, Run};
 pub use striping::Layout;

@@ -24,7 +24,7 @@ pub async fn resize(
     to_bytes: u64,
     allow_shrink: bool,
 ) -> Result<ImageInfo, RbdError> {
-    let image = Image::open(client, pool, name, false).await?;
+    let mut image = Image::open(client, pool, name, false).await?;
     let info = image.info().clone();
     if to_bytes < info.size_bytes {
         if !allow_shrink {
@@ -32,6 +32,11 @@ pub async fn resize(
                 "shrinking {name} from {} to {to_bytes} bytes discards data: pass --allow-shrink",
                 info.size_bytes
             )));
+        }
+        if info.parent.as_ref().is_some_and(|p| p.overlap_bytes > to_bytes) {
+            // A clone stops reading through past the new end first: a later grow must read zeros.
+            crate::snap::clip_overlap(client, pool, &info, to_bytes).await?;
+            image = Image::open(client, pool, name, false).await?;
         }
         image.zero(to_bytes, info.size_bytes - to_bytes).await?;
     }
@@ -45,6 +50,15 @@ pub async fn remove(client: &Client, pool: &str, name: &str, progress: Progress<
     let id = header::lookup(client, pool, name).await?;
     match header::open(client, pool, name).await {
         Ok(info) => {
+            if !info.snaps.is_empty() {
+                return Err(RbdError::Busy(format!(
+                    "image {name:?} has {} snapshot(s): remove them first (`shoal rbd snap rm`)",
+                    info.snaps.len()
+                )));
+            }
+            // Clones an interrupted snapshot removal left behind go first (the removals below
+            // would keep them).
+            crate::snap::trim(client, pool, name, progress).await?;
             let count = info.spec.layout.object_count(info.size_bytes);
             let mut done = 0u64;
             let mut removals = futures::stream::iter((0..count).map(|no| {
