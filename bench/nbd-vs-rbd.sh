@@ -5,6 +5,7 @@
 #
 # Loads (fio, time-based, S seconds each, default 10): 4 KiB random write and read at iodepth
 # 16, 512 KiB sequential write and read at iodepth 4, over a 1 GiB image written whole first.
+# Then `rbd bench` and `shoal rbd bench` (4 KiB random at 16 threads, 512 KiB sequential at 4).
 # Shoal: `shoal nbd serve` over the image, fio's nbd engine. Ceph: the same shape (mem1 = one
 # memstore OSD and a size-1 pool; block3 = three bluestore-on-file OSDs and a size-3 pool), fio's
 # rbd engine (librbd; rbd-nbd cannot map here: no nbd module). nbdkit memory: this machine's
@@ -26,7 +27,7 @@ MEMSTORE_BYTES=$((8 << 30))
 BLUESTORE_BLOCK_BYTES=$((8 << 30))
 IMAGE_BYTES=$((1 << 30))
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) BENCH_S=$2; shift 2 ;;
@@ -87,6 +88,29 @@ wait_port() {
   done
 }
 
+# `rbd bench` shapes: type size threads total pattern (name).
+BENCH_SHAPES="write 4K 16 128M rand bench_randwrite_4k_t16
+read 4K 16 128M rand bench_randread_4k_t16
+write 512K 4 1G seq bench_write_512k_t4
+read 512K 4 1G seq bench_read_512k_t4"
+
+# Runs the `rbd bench` shapes with command $1 (which ends where the image spec goes: "$2");
+# prints {name: ops_per_s, ...}. $3: "json" when the command answers with --json.
+bench_tool() {  # cmd spec kind
+  local out="{}" t sz th tot pat name ops
+  while read -r t sz th tot pat name; do
+    if [ "$3" = json ]; then
+      ops=$($1 bench "$2" --io-type "$t" --io-size "$sz" --io-threads "$th" --io-total "$tot" --io-pattern "$pat" --json \
+        2>>"$WORK/logs/bench.err" | jq '.ops_per_s')
+    else
+      ops=$($1 bench "$2" --io-type "$t" --io-size "$sz" --io-threads "$th" --io-total "$tot" --io-pattern "$pat" \
+        2>>"$WORK/logs/bench.err" | sed -n 's/.*ops\/sec: *\([0-9.]*\).*/\1/p' | tail -1)
+    fi
+    out=$(jq -c --arg n "$name" --argjson v "${ops:-null}" '. + {($n): $v}' <<<"$out")
+  done <<<"$BENCH_SHAPES"
+  echo "$out"
+}
+
 ceph_shape() {  # shape n size
   DIR=$WORK/ceph-$1
   if [ "$1" = mem1 ]; then CEPH_OBJECTSTORE=memstore; else CEPH_OBJECTSTORE=bluestore; fi
@@ -97,6 +121,10 @@ ceph_shape() {  # shape n size
   # fio's rbd engine has no conf option: librbd reads CEPH_CONF.
   CEPH_CONF=$CONF loads "--ioengine=rbd --clientname=admin --pool=bench --rbdname=img" \
     | jq -c --arg v "$(ceph --version)" '. + {version: $v}' >"$WORK/ceph-$1.json"
+  log "ceph $1: rbd bench"
+  benches=$(bench_tool "rbd --conf $CONF" bench/img text)
+  jq -c --argjson b "$benches" '. + {rbd_bench: $b}' "$WORK/ceph-$1.json" >"$WORK/ceph-$1.json.new"
+  mv "$WORK/ceph-$1.json.new" "$WORK/ceph-$1.json"
   ceph_teardown
 }
 
@@ -114,7 +142,12 @@ shoal_shape() {  # shape n
   wait_port "$port"
   loads "--ioengine=nbd --uri=nbd://127.0.0.1:$port/data/img" \
     | jq -c --arg c "$(git -C "$REPO" rev-parse HEAD)" '. + {commit: $c}' >"$WORK/shoal-$1.json"
+  # SIGTERM: the server releases the image's lock, which a write bench needs.
   kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
+  log "shoal $1: shoal rbd bench"
+  benches=$(bench_tool "$SHOAL_BIN --conf $DIR/shoal.toml rbd" data/img json)
+  jq -c --argjson b "$benches" '. + {rbd_bench: $b}' "$WORK/shoal-$1.json" >"$WORK/shoal-$1.json.new"
+  mv "$WORK/shoal-$1.json.new" "$WORK/shoal-$1.json"
   x "$SHOAL_BIN" down --dir "$DIR" >/dev/null 2>&1 || true
   stop_pids_in "$DIR"; rm -rf "$DIR"
 }
@@ -164,4 +197,10 @@ echo "$RESULT" | jq -r '
     ( $r | to_entries[] | select(.key != "nbdkit_memory") | .key as $s | .value as $v
       | ["randwrite_4k_qd16", "randread_4k_qd16", "write_512k_qd4", "read_512k_qd4"][] as $l
       | (if ($l | startswith("rand")) then "iops" else "bw_mbps" end) as $m
-      | "| \($s) | \($l) | \($v.ceph_rbd[$l][$m]) | \($v.shoal[$l][$m]) | \($r.nbdkit_memory[$l][$m]) | \(($v.shoal[$l][$m] / $v.ceph_rbd[$l][$m]) | f) | \(($v.shoal[$l][$m] / $r.nbdkit_memory[$l][$m]) | f) | \($v.ceph_rbd[$l].p99_us) | \($v.shoal[$l].p99_us) |" )'
+      | "| \($s) | \($l) | \($v.ceph_rbd[$l][$m]) | \($v.shoal[$l][$m]) | \($r.nbdkit_memory[$l][$m]) | \(($v.shoal[$l][$m] / $v.ceph_rbd[$l][$m]) | f) | \(($v.shoal[$l][$m] / $r.nbdkit_memory[$l][$m]) | f) | \($v.ceph_rbd[$l].p99_us) | \($v.shoal[$l].p99_us) |" ),
+    "",
+    "| shape | rbd bench (ops/s) | rbd (ceph) | shoal rbd | shoal/ceph |",
+    "|---|---|---|---|---|",
+    ( $r | to_entries[] | select(.key != "nbdkit_memory") | .key as $s | .value as $v
+      | ($v.ceph_rbd.rbd_bench // {} | keys[]) as $b
+      | "| \($s) | \($b) | \($v.ceph_rbd.rbd_bench[$b] | f) | \($v.shoal.rbd_bench[$b] | f) | \(if $v.ceph_rbd.rbd_bench[$b] then ($v.shoal.rbd_bench[$b] / $v.ceph_rbd.rbd_bench[$b]) | f else "-" end) |" )'

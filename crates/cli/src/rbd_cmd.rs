@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use shoal_rbd::{Layout, header, lock, manage, snap};
+use shoal_rbd::{Layout, bench, header, lock, manage, snap, transfer};
 
 use crate::conf::{ConfArgs, parse_size_arg};
 
@@ -74,6 +74,43 @@ pub enum RbdCommand {
     /// The exclusive lock a writer holds on an image: `ls`, `break`.
     #[command(subcommand)]
     Lock(LockCommand),
+    /// Write an image (or a snapshot, POOL/IMAGE@SNAP) to a file (sparse) or `-` (stdout).
+    Export {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+        path: String,
+    },
+    /// Create an image from a file or `-` (stdin, which needs --size); all-zero chunks are not
+    /// written (the image stays thin).
+    Import {
+        #[command(flatten)]
+        c: Common,
+        path: String,
+        spec: String,
+        /// The image size (default: the file's size).
+        #[arg(long, value_parser = parse_size_arg)]
+        size: Option<u64>,
+        #[arg(long, default_value = "4M", value_parser = parse_size_arg)]
+        object_size: u64,
+    },
+    /// Load an image like `rbd bench`: `--io-type write|read --io-size 4K --io-threads 16
+    /// --io-total 1G --io-pattern seq|rand`.
+    Bench {
+        #[command(flatten)]
+        c: Common,
+        spec: String,
+        #[arg(long, value_parser = ["write", "read"])]
+        io_type: String,
+        #[arg(long, default_value = "4K", value_parser = parse_size_arg)]
+        io_size: u64,
+        #[arg(long, default_value_t = 16)]
+        io_threads: usize,
+        #[arg(long, default_value = "1G", value_parser = parse_size_arg)]
+        io_total: u64,
+        #[arg(long, default_value = "seq", value_parser = ["seq", "rand"])]
+        io_pattern: String,
+    },
     /// Snapshots: `create`, `ls`, `rm`, `rollback`, `protect`, `unprotect`.
     #[command(subcommand)]
     Snap(SnapCommand),
@@ -170,6 +207,8 @@ pub fn parse_spec(spec: &str) -> Result<(&str, &str)> {
     }
 }
 
+const BYTES_TEMPLATE: &str = "{msg} [{bar:30}] {bytes}/{total_bytes} ({eta} left)";
+
 /// Splits `POOL/IMAGE[@SNAP]`.
 pub fn parse_snap_spec(spec: &str) -> Result<(&str, &str, Option<&str>)> {
     let (image, snap) = match spec.split_once('@') {
@@ -208,13 +247,17 @@ fn snap_json(s: &shoal_rbd::SnapInfo) -> serde_json::Value {
 }
 
 fn progress_bar(json: bool, what: &str) -> indicatif::ProgressBar {
-    if json {
+    bar_with(json, what, "{msg} [{bar:30}] {pos}/{len} objects ({eta} left)")
+}
+
+/// A progress bar on stderr with `template` (hidden for `--json`).
+fn bar_with(hidden: bool, what: &str, template: &str) -> indicatif::ProgressBar {
+    if hidden {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} objects ({eta} left)")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.set_message(what.to_string());
     bar
@@ -257,6 +300,9 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
             | SnapCommand::Protect { c, .. }
             | SnapCommand::Unprotect { c, .. },
         )
+        | RbdCommand::Export { c, .. }
+        | RbdCommand::Import { c, .. }
+        | RbdCommand::Bench { c, .. }
         | RbdCommand::Clone { c, .. }
         | RbdCommand::Flatten { c, .. }
         | RbdCommand::Children { c, .. } => c,
@@ -386,6 +432,97 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                 }
             }
             RbdCommand::Snap(sc) => return snap_command(&client, sc, c.json).await,
+            RbdCommand::Export { spec, path, .. } => {
+                let (pool, name, snap_name) = parse_snap_spec(spec)?;
+                let image = match snap_name {
+                    Some(s) => shoal_rbd::Image::open_snap(&client, pool, name, s).await,
+                    None => shoal_rbd::Image::open(&client, pool, name, true).await,
+                }
+                .with_context(|| format!("opening {spec}"))?;
+                // Progress goes to stderr and never mixes with an export to stdout.
+                let bar = bar_with(c.json || path == "-", "exporting", BYTES_TEMPLATE);
+                let moved = if path == "-" {
+                    let mut out = std::io::stdout().lock();
+                    transfer::export(&image, transfer::Sink::Stream(&mut out), &feed(&bar)).await
+                } else {
+                    let f = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
+                    let r = transfer::export(&image, transfer::Sink::File(&f), &feed(&bar)).await;
+                    f.sync_all().with_context(|| format!("syncing {path}"))?;
+                    r
+                }
+                .with_context(|| format!("exporting {spec}"))?;
+                bar.finish_and_clear();
+                if c.json && path != "-" {
+                    println!("{}", json!({ "exported": spec, "size_bytes": moved.size_bytes, "data_bytes": moved.data_bytes }));
+                } else if path != "-" {
+                    println!("exported {spec} to {path}: {} bytes ({} of data)", moved.size_bytes, moved.data_bytes);
+                }
+            }
+            RbdCommand::Import { path, spec, size, object_size, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let (mut src, size): (Box<dyn std::io::Read>, u64) = if path == "-" {
+                    let Some(size) = size else { bail!("importing from stdin needs --size") };
+                    (Box::new(std::io::stdin().lock()), *size)
+                } else {
+                    let f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+                    let len = f.metadata().with_context(|| format!("reading the size of {path}"))?.len();
+                    (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), size.unwrap_or(len))
+                };
+                header::create(&client, pool, name, size, Layout::plain(*object_size), None)
+                    .await
+                    .with_context(|| format!("creating {spec}"))?;
+                let image = shoal_rbd::Image::open(&client, pool, name, false).await?;
+                let bar = bar_with(c.json, "importing", BYTES_TEMPLATE);
+                let moved = transfer::import(&image, &mut *src, size, &feed(&bar))
+                    .await
+                    .with_context(|| format!("importing {path} into {spec} (the image is left as far as it got)"))?;
+                bar.finish_and_clear();
+                if c.json {
+                    println!("{}", json!({ "imported": spec, "size_bytes": moved.size_bytes, "data_bytes": moved.data_bytes }));
+                } else {
+                    println!("imported {path} into {spec}: {} bytes ({} of data)", moved.size_bytes, moved.data_bytes);
+                }
+            }
+            RbdCommand::Bench { spec, io_type, io_size, io_threads, io_total, io_pattern, .. } => {
+                let (pool, name) = parse_spec(spec)?;
+                let write = io_type == "write";
+                if write {
+                    // A server writing the image would be overwritten under it.
+                    lock::check_unlocked(&client, pool, name).await.with_context(|| format!("benchmarking {spec}"))?;
+                }
+                let image = shoal_rbd::Image::open(&client, pool, name, !write).await?;
+                let cfg = bench::BenchConfig {
+                    write,
+                    io_size_bytes: *io_size,
+                    io_threads: *io_threads,
+                    io_total_bytes: *io_total,
+                    random: io_pattern == "rand",
+                };
+                let bar = bar_with(c.json, "benchmarking", "{msg} [{bar:30}] {pos}/{len} ops ({eta} left)");
+                let r = bench::run(&image, cfg, &feed(&bar)).await.with_context(|| format!("benchmarking {spec}"))?;
+                bar.finish_and_clear();
+                if c.json {
+                    println!(
+                        "{}",
+                        json!({
+                            "image": spec, "io_type": io_type, "io_size_bytes": io_size, "io_threads": io_threads,
+                            "io_pattern": io_pattern, "ops": r.ops, "bytes": r.bytes, "elapsed_s": r.elapsed_s,
+                            "ops_per_s": r.ops_per_s, "bytes_per_s": r.bytes_per_s,
+                            "p50_us": r.p50_us, "p99_us": r.p99_us, "max_us": r.max_us,
+                        })
+                    );
+                } else {
+                    println!(
+                        "elapsed: {:.2} s  ops: {}  ops/sec: {:.0}  bytes/sec: {:.1} MiB/s  p50 {} µs  p99 {} µs",
+                        r.elapsed_s,
+                        r.ops,
+                        r.ops_per_s,
+                        r.bytes_per_s / f64::from(1u32 << 20),
+                        r.p50_us,
+                        r.p99_us
+                    );
+                }
+            }
             RbdCommand::Clone { parent, child, .. } => {
                 let (pool, image, snap_name) = parse_snap_required(parent)?;
                 let (child_pool, child_name) = parse_spec(child)?;

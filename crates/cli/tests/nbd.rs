@@ -442,6 +442,44 @@ fn snapshots_clones_and_rollback_of_a_live_image() {
     let listed = json(&ok(&shoal(&dir, &["rbd", "snap", "ls", "data/base", "--json"])));
     assert_eq!(listed["snapshots"].as_array().map(Vec::len), Some(1), "{listed}");
 
+    // Export (a snapshot to a sparse file, the live image to stdout) and import back.
+    let snap_file = tmp.path().join("s1.raw");
+    let snap_path = snap_file.display().to_string();
+    let exported = json(&ok(&shoal(&dir, &["rbd", "export", "data/base@s1", &snap_path, "--json"])));
+    assert_eq!(exported["size_bytes"], 16 << 20, "{exported}");
+    assert!(std::fs::read(&snap_file).unwrap().iter().all(|&b| b == 0x11), "the snapshot exported other bytes");
+    let live = shoal(&dir, &["rbd", "export", "data/base", "-"]);
+    assert!(live.status.success(), "{}", String::from_utf8_lossy(&live.stderr));
+    let mut want = vec![0x11u8; 16 << 20];
+    want[..1 << 20].fill(0x22);
+    want[5 << 20..6 << 20].fill(0x22);
+    want[12 << 20..].fill(0);
+    assert!(live.stdout == want, "the live image exported to stdout other bytes");
+    let live_file = tmp.path().join("live.raw");
+    std::fs::write(&live_file, &live.stdout).unwrap();
+    let live_path = live_file.display().to_string();
+    let imported = json(&ok(&shoal(&dir, &["rbd", "import", &live_path, "data/copy", "--json"])));
+    // Zero chunks are not written: the last 4 MiB were zeros.
+    assert_eq!((imported["size_bytes"].as_u64(), imported["data_bytes"].as_u64()), (Some(16 << 20), Some(12 << 20)));
+    let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/copy", "--json"])));
+    assert_eq!(du["objects"], 3, "{du}");
+    let back = shoal(&dir, &["rbd", "export", "data/copy", "-"]);
+    assert!(back.stdout == want, "an imported image exported other bytes");
+    fails_with(&shoal(&dir, &["rbd", "import", "-", "data/x"]), "needs --size");
+    fails_with(&shoal(&dir, &["rbd", "import", "/nonexistent/file", "data/x"]), "/nonexistent/file");
+    // rbd bench: writes refused while a server holds the image; counted operations otherwise.
+    fails_with(&shoal(&dir, &["rbd", "bench", "data/base", "--io-type", "write", "--io-total", "1M"]), "locked");
+    let args = ["rbd", "bench", "data/copy", "--io-size", "4K", "--io-total", "2M", "--io-pattern", "rand", "--json"];
+    for io in ["write", "read"] {
+        let r = json(&ok(&shoal(&dir, &[&args[..], &["--io-type", io]].concat())));
+        assert_eq!((r["ops"].as_u64(), r["bytes"].as_u64()), (Some(512), Some(2 << 20)), "{r}");
+        assert!(
+            r["ops_per_s"].as_f64().unwrap() > 0.0 && r["p99_us"].as_u64().unwrap() >= r["p50_us"].as_u64().unwrap()
+        );
+    }
+    fails_with(&shoal(&dir, &["rbd", "bench", "data/copy", "--io-type", "read", "--io-size", "64M"]), "io size");
+    ok(&shoal(&dir, &["rbd", "rm", "data/copy"]));
+
     // A clone of the protected snapshot reads through to it and copies up on first write.
     fails_with(&shoal(&dir, &["rbd", "clone", "data/base@s1", "data/child"]), "not protected");
     ok(&shoal(&dir, &["rbd", "snap", "protect", "data/base@s1"]));

@@ -649,6 +649,7 @@ impl OsdCore {
                 version,
                 precondition,
                 ops: resolved.clone(),
+                op_count: op.ops.len() as u32,
                 prev: last_update,
                 log_only: only,
             };
@@ -801,13 +802,11 @@ impl OsdCore {
                 ),
             ));
         }
-        let entry =
-            LogEntry { version: op.version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
+        let entry = LogEntry { version: op.version, reqid: op.reqid, object: op.object.clone(), op_count: op.op_count };
         if op.log_only {
             return self.commit(pg, coll, &[], Vec::new(), &entry);
         }
         check_precondition(&*self.store, coll, &op.object, op.precondition)?;
-        // The primary resolves each operation into exactly one, so the count is the client's.
         self.commit(pg, coll, &op.ops, data, &entry)
     }
 

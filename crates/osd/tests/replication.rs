@@ -477,6 +477,7 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
         version: shoal_proto::osd::Eversion { epoch: 3, seq: 9 },
         precondition: shoal_proto::osd::Precondition::Any,
         ops: vec![ObjOp::WriteFull { len_bytes: 1 }],
+        op_count: 1,
         prev: shoal_proto::osd::Eversion::default(),
         log_only: false,
     };
@@ -666,6 +667,14 @@ fn snapshots_keep_each_state_on_every_member_through_writes_removal_rollback_and
     net.request(25, vec![ctx(5, &[5]), ObjOp::SnapRollback { snap: 5 }], b"").result.expect("rollback to now");
     assert_eq!(read_at(&mut net, 26, None).unwrap(), b"v2");
     assert_eq!(read_at(&mut net, 27, Some(5)).unwrap(), b"v2");
+    // Members log the client's operation counts (the resolved requests differ), so whichever
+    // becomes primary answers a resend with one result per operation sent.
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let logs: Vec<_> =
+        acting.iter().map(|o| shoal_osd::pglog::read_entries(&**net.core(*o).store(), pg).unwrap()).collect();
+    assert_eq!(logs[0], logs[1]);
+    assert_eq!(logs[0].last().map(|e| e.op_count), Some(2), "the rollback request had two operations");
     // What clients may not do: send internal operations, touch reserved xattrs, name companions.
     let err = net.request(22, vec![ObjOp::SnapRemoveClone { id: 3 }], b"").result.expect_err("internal");
     assert_eq!(err.code, ErrorCode::Invalid);

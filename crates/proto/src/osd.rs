@@ -306,6 +306,10 @@ pub struct RepOp {
     /// The object's state on the primary before `ops`, for writes whose result depends on it.
     pub precondition: Precondition,
     pub ops: Vec<ObjOp>,
+    /// Operations in the client's request (the resolved `ops` may be more or fewer: snapshot
+    /// clones added, modifiers and no-op zeroing dropped). Recorded in the log, so that any member
+    /// that becomes primary answers a resend with one result per operation the client sent.
+    pub op_count: u32,
     /// The PG's newest version on the primary before this write: a replica whose log does not end
     /// there missed a write and refuses this one (its primary then peers again).
     pub prev: Eversion,

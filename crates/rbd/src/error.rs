@@ -20,6 +20,8 @@ pub enum RbdError {
     Fenced(String),
     #[error("{0}")]
     Busy(String),
+    #[error("{0}")]
+    Io(String),
     #[error("image {0:?} changed while being updated; try again")]
     Conflict(String),
     #[error("image {name:?}: damaged metadata: {reason}")]

@@ -6,11 +6,14 @@
 //! - [`image`]: an open image's reads, writes, zeroing and allocation map.
 //! - [`manage`]: resize, remove and usage of whole images.
 //! - [`lock`]: the exclusive lock that keeps one writer per image.
+//! - [`transfer`]: whole images to and from files or streams, sparse (export, import).
+//! - [`bench`]: a load generator over an image (`shoal rbd bench`).
 //! - [`snap`]: snapshots (object snapshots in the cluster), rollback, clones and flatten.
 //!
 //! Data objects are created by the first write that touches them (thin provisioning); ranges
 //! no object backs read as zeros; zeroing removes or truncates objects instead of writing zeros.
 
+pub mod bench;
 pub mod error;
 pub mod header;
 pub mod image;
@@ -18,6 +21,7 @@ pub mod lock;
 pub mod manage;
 pub mod snap;
 pub mod striping;
+pub mod transfer;
 
 pub use error::RbdError;
 pub use header::{ImageInfo, ImageSpec, ParentSpec, SnapInfo};

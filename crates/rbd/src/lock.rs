@@ -149,3 +149,13 @@ pub async fn break_lock(client: &Client, pool: &str, name: &str) -> Result<Optio
         Err(RbdError::Conflict(name.to_string()))
     }
 }
+
+/// Refuses an offline operation (rollback, a write benchmark) while a live holder has the lock.
+pub async fn check_unlocked(client: &Client, pool: &str, name: &str) -> Result<(), RbdError> {
+    if let Some((rec, _)) = read(client, pool, name).await?
+        && !rec.is_stale(now_unix_ms())
+    {
+        return Err(RbdError::Locked { name: name.to_string(), holder: rec.description, id: rec.holder });
+    }
+    Ok(())
+}

@@ -271,16 +271,6 @@ async fn for_each_object(
     Ok(())
 }
 
-/// Refuses an offline operation while a live server holds the image's lock.
-async fn check_unlocked(client: &Client, pool: &str, name: &str) -> Result<(), RbdError> {
-    if let Some((rec, _)) = lock::read(client, pool, name).await?
-        && !rec.is_stale(lock::now_unix_ms())
-    {
-        return Err(RbdError::Locked { name: name.to_string(), holder: rec.description, id: rec.holder });
-    }
-    Ok(())
-}
-
 /// Rolls image `name` back to snapshot `snap`: every object to its state then (the current
 /// state is cloned first for the other snapshots), then the size. Refused while a server holds
 /// the image. Interrupted, it can be run again.
@@ -291,7 +281,7 @@ pub async fn rollback(
     snap: &str,
     progress: Progress<'_>,
 ) -> Result<(), RbdError> {
-    check_unlocked(client, pool, name).await?;
+    lock::check_unlocked(client, pool, name).await?;
     let info = header::open(client, pool, name).await?;
     let rec = info.snap(snap)?.clone();
     let (seq, live) = info.snap_context();
