@@ -69,8 +69,16 @@ pub fn resolve_writes(
         return Err(invalid("SnapTrim needs the request's snapshot context (the live snapshots)"));
     }
     // Requests that may clone, roll back, trim or remove the head work on its snapshot state.
-    let snap_work = snapc.is_some()
-        || ops.iter().any(|o| matches!(o, ObjOp::SnapRollback { .. } | ObjOp::SnapTrim | ObjOp::Remove));
+    let snap_ops = snapc.is_some() || ops.iter().any(|o| matches!(o, ObjOp::SnapRollback { .. } | ObjOp::SnapTrim));
+    if snap_ops && obj.len() > snaps::MAX_HEAD_NAME_BYTES {
+        return Err(invalid(format!(
+            "object {obj} is longer than {} bytes, the most an object with snapshots may have",
+            snaps::MAX_HEAD_NAME_BYTES
+        )));
+    }
+    // A removal keeps the head's clones (if it can have any: a longer name never has).
+    let snap_work =
+        snap_ops || (obj.len() <= snaps::MAX_HEAD_NAME_BYTES && ops.iter().any(|o| matches!(o, ObjOp::Remove)));
     // A request that starts by replacing the object whole does not depend on its current
     // state, and skips the metadata lookup (the common case: `write_full`). Any other write is
     // resolved against the current state, which replicas must also have (the precondition).
@@ -98,12 +106,6 @@ pub fn resolve_writes(
     let mut snap = None;
     let mut before = snaps::SnapSet::default();
     if snap_work {
-        if obj.len() > snaps::MAX_HEAD_NAME_BYTES {
-            return Err(invalid(format!(
-                "object {obj} is longer than {} bytes, the most an object with snapshots may have",
-                snaps::MAX_HEAD_NAME_BYTES
-            )));
-        }
         let (mut set, snapdir_exists) = snaps::load(store, coll, obj, exists)?;
         // Rollbacks look at the stored state: a clone this request makes is the head as it is.
         before = set.clone();

@@ -685,6 +685,32 @@ fn snapshots_keep_each_state_on_every_member_through_writes_removal_rollback_and
 }
 
 #[test]
+fn objects_with_the_longest_names_are_removed_as_before_but_take_no_snapshots() {
+    let mut net = Net::new();
+    let long = "l".repeat(255);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let loc = net.map.locate(pool, &long).unwrap();
+    let primary = loc.osds[0].0;
+    let mut send = |net: &mut Net, tid: u64, ops: Vec<ObjOp>, data: &[u8]| {
+        let op = OsdOp {
+            reqid: ReqId { client: 7, tid },
+            epoch: net.map.epoch,
+            pool,
+            pg: loc.pg.seed,
+            object: long.clone(),
+            ops,
+        };
+        let request_id = 20_000 + tid;
+        net.run(VecDeque::from([(primary, Event::ClientOp { from: CLIENT, request_id, op, data: data.to_vec() })]));
+        net.replies.remove(&request_id).expect("an answer").result
+    };
+    send(&mut net, 1, vec![ObjOp::WriteFull { len_bytes: 1 }], b"x").expect("write");
+    let err = send(&mut net, 2, vec![ctx(1, &[1]), ObjOp::WriteFull { len_bytes: 1 }], b"y").expect_err("too long");
+    assert!(err.message.contains("the most an object with snapshots may have"), "{err}");
+    send(&mut net, 3, vec![ObjOp::Remove], b"").expect("a plain removal still works");
+}
+
+#[test]
 fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     let mut net = Net::new();
     let acting = net.acting();
