@@ -691,7 +691,7 @@ fn objects_with_the_longest_names_are_removed_as_before_but_take_no_snapshots() 
     let pool = net.map.pool_by_name("p").unwrap().id;
     let loc = net.map.locate(pool, &long).unwrap();
     let primary = loc.osds[0].0;
-    let mut send = |net: &mut Net, tid: u64, ops: Vec<ObjOp>, data: &[u8]| {
+    let send = |net: &mut Net, tid: u64, ops: Vec<ObjOp>, data: &[u8]| {
         let op = OsdOp {
             reqid: ReqId { client: 7, tid },
             epoch: net.map.epoch,
