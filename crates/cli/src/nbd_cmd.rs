@@ -212,6 +212,10 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 opened.with_context(|| format!("opening {spec}"))?.with_wait_ms(args.io_wait_s.saturating_mul(1000));
             if !image.is_read_only() {
                 let rec = take_lock(&client, pool, name, &holder, &what, args).await.with_context(|| format!("locking {spec}"))?;
+                // The snapshot context read at open may predate the lock: a snapshot taken in
+                // between found no holder to wait for, so this server must carry it before its
+                // first write. (One taken after the lock waits for this server's acknowledgement.)
+                image.refresh_snaps().await.with_context(|| format!("reading {spec}'s snapshots"))?;
                 let fenced = Arc::new(AtomicBool::new(false));
                 image = image.with_fence(fenced.clone());
                 held.push(Arc::new(HeldLock {
