@@ -236,6 +236,15 @@ fn feed(bar: &indicatif::ProgressBar) -> impl Fn(u64, u64) + Sync + '_ {
     }
 }
 
+/// Reports a finished action on `spec`: `{"WHAT": spec}` for `--json`, else `WHAT spec`.
+fn report_done(json_out: bool, what: &str, spec: &str) {
+    if json_out {
+        println!("{}", json!({ what: spec }));
+    } else {
+        println!("{what} {spec}");
+    }
+}
+
 fn snap_json(s: &shoal_rbd::SnapInfo) -> serde_json::Value {
     json!({
         "id": s.id,
@@ -371,11 +380,7 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                 let bar = progress_bar(c.json, "removing");
                 manage::remove(&client, pool, name, &feed(&bar)).await.with_context(|| format!("removing {spec}"))?;
                 bar.finish_and_clear();
-                if c.json {
-                    println!("{}", json!({ "removed": spec }));
-                } else {
-                    println!("removed {spec}");
-                }
+                report_done(c.json, "removed", spec);
             }
             RbdCommand::Du { spec, .. } => {
                 let (pool, name) = parse_spec(spec)?;
@@ -543,11 +548,7 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                 let bar = progress_bar(c.json, "flattening");
                 snap::flatten(&client, pool, name, &feed(&bar)).await.with_context(|| format!("flattening {spec}"))?;
                 bar.finish_and_clear();
-                if c.json {
-                    println!("{}", json!({ "flattened": spec }));
-                } else {
-                    println!("flattened {spec}");
-                }
+                report_done(c.json, "flattened", spec);
             }
             RbdCommand::Children { spec, .. } => {
                 let (pool, name, snap_name) = parse_snap_spec(spec)?;
@@ -568,13 +569,6 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
 }
 
 async fn snap_command(client: &shoal_client::Client, cmd: &SnapCommand, json_out: bool) -> Result<ExitCode> {
-    let done = |what: &str, spec: &str| {
-        if json_out {
-            println!("{}", json!({ what: spec }));
-        } else {
-            println!("{what} {spec}");
-        }
-    };
     match cmd {
         SnapCommand::Create { spec, wait_s, .. } => {
             let (pool, name, snap_name) = parse_snap_required(spec)?;
@@ -607,7 +601,7 @@ async fn snap_command(client: &shoal_client::Client, cmd: &SnapCommand, json_out
                 .await
                 .with_context(|| format!("removing snapshot {spec}"))?;
             bar.finish_and_clear();
-            done("removed", spec);
+            report_done(json_out, "removed", spec);
         }
         SnapCommand::Rollback { spec, .. } => {
             let (pool, name, snap_name) = parse_snap_required(spec)?;
@@ -616,7 +610,7 @@ async fn snap_command(client: &shoal_client::Client, cmd: &SnapCommand, json_out
                 .await
                 .with_context(|| format!("rolling back to {spec}"))?;
             bar.finish_and_clear();
-            done("rolled back to", spec);
+            report_done(json_out, "rolled back to", spec);
         }
         SnapCommand::Protect { spec, .. } | SnapCommand::Unprotect { spec, .. } => {
             let protect = matches!(cmd, SnapCommand::Protect { .. });
@@ -624,7 +618,7 @@ async fn snap_command(client: &shoal_client::Client, cmd: &SnapCommand, json_out
             snap::set_protected(client, pool, name, snap_name, protect)
                 .await
                 .with_context(|| format!("{} {spec}", if protect { "protecting" } else { "unprotecting" }))?;
-            done(if protect { "protected" } else { "unprotected" }, spec);
+            report_done(json_out, if protect { "protected" } else { "unprotected" }, spec);
         }
     }
     Ok(ExitCode::SUCCESS)
