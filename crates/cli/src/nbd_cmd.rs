@@ -128,6 +128,9 @@ struct HeldLock {
 
 /// How often a writable export looks for snapshot changes in its image's header.
 const SNAP_POLL_MS: u64 = 200;
+/// How long a stopping server waits for its writes in flight, and then for the cluster to take
+/// back its locks, before it exits anyway.
+const STOP_WAIT_MS: u64 = 10_000;
 
 /// Keeps each writable export's snapshot context current: when a snapshot is taken or removed,
 /// adopts the new context (after the writes in flight) and acknowledges it in the header, which
@@ -188,6 +191,12 @@ async fn keep_locks(client: shoal_client::Client, held: Vec<Arc<HeldLock>>, leas
     }
 }
 
+/// Where a server accepts clients.
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
 fn serve(args: &ServeArgs) -> Result<ExitCode> {
     crate::daemons::init_logging();
     let cluster = args.conf.cluster()?;
@@ -233,7 +242,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         let renewing = tokio::spawn(keep_locks(client.clone(), held.clone(), args.lock_lease_s));
         let watching = tokio::spawn(watch_snaps(client.clone(), held.clone()));
         let first = args.images[0].clone();
-        match &args.socket {
+        let listener = match &args.socket {
             Some(path) => {
                 if path.exists() {
                     // Only a socket nobody answers on is replaced.
@@ -245,49 +254,73 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 let listener =
                     tokio::net::UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
                 tracing::info!(uri = %format!("nbd+unix:///{first}?socket={}", path.display()), "NBD server serving");
-                let accept = async {
-                    loop {
-                        let (stream, _) = listener.accept().await?;
-                        tokio::spawn(shoal_nbd::serve_connection(exports.clone(), stream, "unix".to_string()));
-                    }
-                    #[allow(unreachable_code)]
-                    Ok::<(), std::io::Error>(())
-                };
-                tokio::select! {
-                    r = accept => r.context("accepting")?,
-                    () = crate::daemons::stop_signal() => tracing::info!("stopping on a signal"),
-                }
-                let _ = std::fs::remove_file(path);
+                Listener::Unix(listener)
             }
             None => {
                 let addr = args.listen.unwrap_or_else(|| "127.0.0.1:10809".parse().expect("a valid address"));
                 let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-                let local = listener.local_addr()?;
-                tracing::info!(uri = %format!("nbd://{local}/{first}"), "NBD server serving");
-                let accept = async {
-                    loop {
-                        let (stream, peer) = listener.accept().await?;
+                tracing::info!(uri = %format!("nbd://{}/{first}", listener.local_addr()?), "NBD server serving");
+                Listener::Tcp(listener)
+            }
+        };
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut connections = tokio::task::JoinSet::new();
+        let accept = async {
+            loop {
+                // Reap finished connections so that the set stays as large as the live ones.
+                while connections.try_join_next().is_some() {}
+                let stop = stop_rx.clone();
+                match &listener {
+                    Listener::Tcp(l) => {
+                        let (stream, peer) = l.accept().await?;
                         let _ = stream.set_nodelay(true);
-                        tokio::spawn(shoal_nbd::serve_connection(exports.clone(), stream, peer.to_string()));
+                        connections.spawn(shoal_nbd::serve_connection(exports.clone(), stream, peer.to_string(), stop));
                     }
-                    #[allow(unreachable_code)]
-                    Ok::<(), std::io::Error>(())
-                };
-                tokio::select! {
-                    r = accept => r.context("accepting")?,
-                    () = crate::daemons::stop_signal() => tracing::info!("stopping on a signal"),
+                    Listener::Unix(l) => {
+                        let (stream, _) = l.accept().await?;
+                        connections.spawn(shoal_nbd::serve_connection(exports.clone(), stream, "unix".into(), stop));
+                    }
                 }
             }
+            #[allow(unreachable_code)]
+            Ok::<(), std::io::Error>(())
+        };
+        tokio::select! {
+            r = accept => r.context("accepting")?,
+            () = crate::daemons::stop_signal() => tracing::info!("stopping on a signal"),
         }
-        // Stopped by a signal: release the locks so the next server need not wait a lease.
-        // (Renewals stop first; a renewal that raced this leaves a record release cannot
-        // match, which then lapses after one lease.)
+        drop(listener);
+        if let Some(path) = &args.socket {
+            let _ = std::fs::remove_file(path);
+        }
+        // Connections read no more requests, answer those they have read, and close.
+        let _ = stop_tx.send(true);
+        let stop_wait = std::time::Duration::from_millis(STOP_WAIT_MS);
+        if tokio::time::timeout(stop_wait, async { while connections.join_next().await.is_some() {} }).await.is_err() {
+            tracing::warn!(left = connections.len(), "connections still answering requests at stop; ending them");
+            connections.abort_all();
+        }
+        // Then the locks are released so the next server need not wait a lease. Renewals stop
+        // first (a renewal that raced this leaves a record release cannot match, which lapses
+        // after one lease). Writes still running (of aborted connections) end before: one that
+        // landed after the release could overwrite the next holder's. Both steps are bounded,
+        // so a server whose cluster is gone still stops; its locks then lapse.
         renewing.abort();
         watching.abort();
         for h in &held {
+            h.fenced.store(true, Ordering::Release);
+            let stop = stop_wait;
+            if tokio::time::timeout(stop, h.image.flush()).await.is_err() {
+                tracing::warn!(image = %h.name, "writes still in flight at stop; the lock is left to lapse after its lease");
+                continue;
+            }
             let rec = h.rec.lock().await;
-            if let Err(e) = lock::release(&client, &h.pool, &h.name, &rec).await {
-                tracing::warn!(image = %h.name, error = %e, "releasing the image's lock failed; it lapses after its lease");
+            match tokio::time::timeout(stop, lock::release(&client, &h.pool, &h.name, &rec)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(image = %h.name, error = %e, "releasing the image's lock failed; it lapses after its lease")
+                }
+                Err(_) => tracing::warn!(image = %h.name, "the cluster did not answer the lock release; it lapses after its lease"),
             }
         }
         Ok::<_, anyhow::Error>(())

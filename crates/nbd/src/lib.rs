@@ -18,6 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
 
 /// Why a device operation failed: an errno for the reply and a message for the log (and for
 /// structured replies).
@@ -94,18 +95,25 @@ impl<D: BlockDevice> Exports<D> {
     }
 }
 
-/// Serves one client connection to its end: handshake, then requests until it disconnects.
-/// Protocol errors end this connection only.
-pub async fn serve_connection<D, S>(exports: Arc<Exports<D>>, stream: S, peer: String)
+/// Serves one client connection to its end: handshake, then requests until it disconnects or
+/// `stop` turns true. Protocol errors end this connection only. On `stop` the connection reads
+/// no more requests, answers every request it has read, and closes: a client sees its
+/// connection end, never an error, and resends what was not answered once it reconnects.
+pub async fn serve_connection<D, S>(exports: Arc<Exports<D>>, stream: S, peer: String, stop: watch::Receiver<bool>)
 where
     D: BlockDevice,
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (mut reader, mut writer) = tokio::io::split(stream);
-    match handshake::negotiate(&exports, &mut reader, &mut writer).await {
+    let mut handshake_stop = stop.clone();
+    let negotiated = tokio::select! {
+        n = handshake::negotiate(&exports, &mut reader, &mut writer) => n,
+        _ = handshake_stop.wait_for(|s| *s) => return,
+    };
+    match negotiated {
         Ok(Some(session)) => {
             tracing::info!(peer, export = session.export_name, "NBD client connected");
-            if let Err(e) = transmission::run(exports, session, reader, writer).await {
+            if let Err(e) = transmission::run(exports, session, reader, writer, stop).await {
                 tracing::warn!(peer, error = %e, "NBD connection ended");
             } else {
                 tracing::info!(peer, "NBD client disconnected");

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::handshake::Session;
 use crate::proto::*;
@@ -19,6 +19,8 @@ use crate::{BlockDevice, DeviceError, Exports};
 
 /// The most bytes one BLOCK_STATUS answer describes (one stat per object touched).
 const MAX_STATUS_BYTES: u64 = 1 << 30;
+/// Bytes buffered on each side of a connection (requests in, replies out).
+const IO_BUFFER_BYTES: usize = 256 << 10;
 /// Zeros written per request when a client asks for allocated zeros (NO_HOLE).
 const ZERO_WRITE_BYTES: u64 = 4 << 20;
 
@@ -36,13 +38,14 @@ struct Outgoing {
     _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
 }
 
-/// Serves requests until the client disconnects (DISC or end of stream). Every request read is
-/// answered before this returns.
+/// Serves requests until the client disconnects (DISC or end of stream) or `stop` turns true.
+/// Every request read is answered before this returns.
 pub async fn run<D, R, W>(
     exports: Arc<Exports<D>>,
     session: Session,
-    mut r: R,
-    mut w: W,
+    r: R,
+    w: W,
+    mut stop: watch::Receiver<bool>,
 ) -> Result<(), TransmissionError>
 where
     D: BlockDevice,
@@ -53,18 +56,36 @@ where
     let limits = exports.limits;
     let (tx, mut rx) = mpsc::channel::<Outgoing>(limits.max_in_flight.max(1));
     let writer = tokio::spawn(async move {
+        // Replies that are ready together go out in one system call: under many small requests
+        // a write per reply is most of the server's cost. A reply waits in the buffer only
+        // while others are being appended; the buffer is flushed whenever the queue is empty.
+        let mut w = BufWriter::with_capacity(IO_BUFFER_BYTES, w);
         while let Some(out) = rx.recv().await {
             w.write_all(&out.bytes).await?;
+            drop(out);
+            while let Ok(more) = rx.try_recv() {
+                w.write_all(&more.bytes).await?;
+            }
+            w.flush().await?;
         }
         w.flush().await?;
         Ok::<(), std::io::Error>(())
     });
+    // Requests read through a buffer: one system call brings in many small requests.
+    let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, r);
     let count = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
     let bytes = Arc::new(Semaphore::new(limits.max_in_flight_bytes.max(limits.max_request_bytes as usize)));
     let session = Arc::new(session);
     let result = loop {
         let mut header = [0u8; REQUEST_BYTES];
-        match r.read_exact(&mut header).await {
+        // A stop ends the connection between requests (a request partly read is dropped with
+        // it: the client never had an answer and resends it after reconnecting).
+        let read = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break Ok(()),
+            read = r.read_exact(&mut header) => read,
+        };
+        match read {
             Ok(_) => {}
             // A client that closes without DISC has still been served everything it sent.
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
@@ -88,8 +109,7 @@ where
         let Ok(byte_permit) = bytes.clone().acquire_many_owned(want).await else { break Ok(()) };
         let mut data = Vec::new();
         if req.kind == CMD_WRITE {
-            data = vec![0u8; req.length as usize];
-            if let Err(e) = r.read_exact(&mut data).await {
+            if let Err(e) = read_payload(&mut r, req.length as usize, &mut data).await {
                 break Err(e.into());
             }
         }
@@ -108,6 +128,20 @@ where
         Err(e) => return Err(TransmissionError::Protocol(format!("the reply writer failed: {e}"))),
     }
     result
+}
+
+/// Reads a write's `len_bytes` of data into `data` (empty on entry) without zeroing the buffer
+/// first: a large payload is read straight into it past what the connection buffered.
+async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len_bytes: usize, data: &mut Vec<u8>) -> std::io::Result<()> {
+    data.reserve_exact(len_bytes);
+    while data.len() < len_bytes {
+        let want = (len_bytes - data.len()) as u64;
+        if (&mut *r).take(want).read_buf(data).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    debug_assert_eq!(data.len(), len_bytes);
+    Ok(())
 }
 
 fn fail(errno: u32, message: impl Into<String>) -> DeviceError {

@@ -245,7 +245,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         log.reset();
 
         let data_start = sb.log_offset + sb.log_bytes;
-        let mut alloc = Allocator::default();
+        let mut alloc = if dev.compact_allocation() { Allocator::compact() } else { Allocator::default() };
         let mut bad: Option<String> = None;
         kv.scan(Ks::Free, &[], None, &mut |k, v| match (
             layout::decode_u64("free key", k),
