@@ -36,6 +36,13 @@ pub struct ServeArgs {
     /// Export every image read-only.
     #[arg(long)]
     read_only: bool,
+    /// Certificate chain (PEM) to serve TLS with; with it every client must start TLS
+    /// (STARTTLS) before it can list or pick an export.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// How long a request waits for an unavailable cluster (a PG peering, an OSD down) before
     /// failing with EIO.
     #[arg(long, default_value_t = 600)]
@@ -201,6 +208,14 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
     crate::daemons::init_logging();
     let cluster = args.conf.cluster()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    // A bad identity stops the start before anything is opened or locked.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let files = shoal_net::tls::TlsFiles { cert: cert.clone(), key: key.clone() };
+            Some(shoal_net::tls::acceptor(&files, &[]).context("loading the TLS identity")?)
+        }
+        _ => None,
+    };
     rt.block_on(async {
         let client = shoal_client::Client::connect(cluster).await.context("connecting to the cluster")?;
         let mut exports = Vec::new();
@@ -238,10 +253,11 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
             let description = format!("shoal image {spec} ({} bytes)", image.size_bytes());
             exports.push(Export { name: spec.clone(), description, device: Arc::new(ImageDevice(image)) });
         }
-        let exports = Arc::new(Exports { exports, limits: Limits::default() });
+        let exports = Arc::new(Exports { exports, limits: Limits::default(), tls });
         let renewing = tokio::spawn(keep_locks(client.clone(), held.clone(), args.lock_lease_s));
         let watching = tokio::spawn(watch_snaps(client.clone(), held.clone()));
         let first = args.images[0].clone();
+        let tls_suffix = if exports.tls.is_some() { "s" } else { "" };
         let listener = match &args.socket {
             Some(path) => {
                 if path.exists() {
@@ -253,13 +269,13 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 }
                 let listener =
                     tokio::net::UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-                tracing::info!(uri = %format!("nbd+unix:///{first}?socket={}", path.display()), "NBD server serving");
+                tracing::info!(uri = %format!("nbd{}+unix:///{first}?socket={}", tls_suffix, path.display()), "NBD server serving");
                 Listener::Unix(listener)
             }
             None => {
                 let addr = args.listen.unwrap_or_else(|| "127.0.0.1:10809".parse().expect("a valid address"));
                 let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-                tracing::info!(uri = %format!("nbd://{}/{first}", listener.local_addr()?), "NBD server serving");
+                tracing::info!(uri = %format!("nbd{tls_suffix}://{}/{first}", listener.local_addr()?), "NBD server serving");
                 Listener::Tcp(listener)
             }
         };

@@ -56,6 +56,43 @@ fn serve(dir: &Path, args: &[&str]) -> (Server, u16) {
     (server, port)
 }
 
+/// A server on a fixed TCP port (so that a restarted one is found where the old one was).
+fn serve_on(dir: &Path, port: u16, args: &[&str]) -> Server {
+    let log = std::fs::File::options().create(true).append(true).open(dir.join(format!("nbd-{port}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["nbd", "serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env("SHOAL_CONF", dir.join("shoal.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Server(child)
+}
+
+/// A server on a unix socket, once it accepts connections there.
+fn serve_socket(dir: &Path, socket: &Path, args: &[&str]) -> Server {
+    let log = std::fs::File::create(dir.join("nbd-socket.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["nbd", "serve", "--socket"])
+        .arg(socket)
+        .args(args)
+        .env("SHOAL_CONF", dir.join("shoal.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the NBD server did not listen on {}", socket.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    server
+}
+
 /// Runs a client tool; returns stdout, failing the test with its stderr if it failed.
 fn tool(program: &str, args: &[&str]) -> String {
     let out =
@@ -572,4 +609,109 @@ fn ext4_round_trip(tmp: &Path, uri: &str) {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+/// A self-signed identity for 127.0.0.1 and localhost: (certificate, key), PEM.
+fn tls_identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("running openssl");
+    assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
+    (cert, key)
+}
+
+#[test]
+fn tls_on_a_unix_socket_and_qemu_reconnecting_across_a_killed_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down) = up_mem(tmp.path(), 1, "2G");
+    ok(&shoal(&dir, &["rbd", "create", "data/vol", "--size", "128M"]));
+
+    // TLS on a unix socket. Unusable identities stop the start, naming the file.
+    let (cert, key) = tls_identity(tmp.path());
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let bad = shoal(&dir, &["nbd", "serve", "data/vol", "--listen", "127.0.0.1:0", "--tls-cert", &k, "--tls-key", &k]);
+    fails_with(&bad, "holds no CERTIFICATE");
+    fails_with(&shoal(&dir, &["nbd", "serve", "data/vol", "--tls-cert", &c]), "--tls-key");
+    let socket = tmp.path().join("nbd.sock");
+    let server = serve_socket(&dir, &socket, &["data/vol", "--tls-cert", &c, "--tls-key", &k]);
+    let sock = socket.display().to_string();
+
+    // A client that does not start TLS is refused before it learns anything.
+    let clear = format!("nbd+unix:///data/vol?socket={sock}");
+    assert!(tool_fails("nbdinfo", &["--size", &clear]).contains("requires TLS"));
+    // (libnbd reports TLS_REQD to a listing as "not supported".)
+    let listing = tool_fails("nbdinfo", &["--list", &clear]);
+    assert!(listing.contains("replied with error to list request"), "{listing}");
+
+    // Over TLS, with the server's certificate verified against it as the CA: size, a copy in
+    // and out, patterned I/O through QEMU's own TLS client.
+    let certs = tmp.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    std::fs::copy(&cert, certs.join("ca-cert.pem")).unwrap();
+    let secure = format!("nbds+unix:///data/vol?socket={sock}&tls-certificates={}", certs.display());
+    assert_eq!(tool("nbdinfo", &["--size", &secure]).trim(), (128u64 << 20).to_string());
+    let input = tmp.path().join("in.raw");
+    let pattern: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(&input, &pattern).unwrap();
+    tool("nbdcopy", &[&input.display().to_string(), &secure]);
+    let output = tmp.path().join("out.raw");
+    tool("nbdcopy", &[&secure, &output.display().to_string()]);
+    assert_eq!(&std::fs::read(&output).unwrap()[..8 << 20], &pattern[..], "bytes changed over TLS");
+    let qemu =
+        format!("driver=nbd,server.type=unix,server.path={sock},export=data/vol,tls-creds=tls0,tls-hostname=localhost");
+    let creds = format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", certs.display());
+    tool(
+        "qemu-io",
+        &["--object", &creds, "--image-opts", &qemu, "-c", "write -P 0x3c 9M 1M", "-c", "read -P 0x3c 9M 1M"],
+    );
+    server.stop();
+    assert!(!socket.exists(), "a stopped server leaves its socket behind");
+
+    // QEMU with reconnect-delay carries on across a server killed with SIGKILL and started
+    // again on the same address: its requests in flight are resent, none fails, and what it
+    // wrote reads back.
+    let port = free_port();
+    let lease = ["--lock-lease-s", "2"];
+    let mut first = serve_on(&dir, port, &[&["data/vol"][..], &lease].concat());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the NBD server did not listen on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let opts = format!(
+        "driver=nbd,server.type=inet,server.host=127.0.0.1,server.port={port},export=data/vol,reconnect-delay=60"
+    );
+    let mut cmds = Vec::new();
+    for i in 0..4u64 {
+        cmds.extend(["-c".to_string(), format!("write -P {} {}M 32M", 0x70 + i, i * 32)]);
+    }
+    for i in 0..4u64 {
+        cmds.extend(["-c".to_string(), format!("read -P {} {}M 32M", 0x70 + i, i * 32)]);
+    }
+    let mut qemu = Command::new("qemu-io")
+        .args(["--image-opts", &opts])
+        .args(&cmds)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        qemu.try_wait().unwrap().is_none(),
+        "qemu-io finished before the server was killed: the test proves nothing"
+    );
+    first.0.kill().unwrap();
+    let _ = first.0.wait();
+    let _again = serve_on(&dir, port, &[&["data/vol"][..], &lease].concat());
+    let out = qemu.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !text.contains("Pattern verification failed"), "qemu-io: {text}");
+    assert_eq!(text.matches("read 33554432/33554432").count(), 4, "qemu-io: {text}");
 }

@@ -23,7 +23,7 @@ use crate::meta;
 use crate::objects::MemoryBudget;
 use crate::precheck;
 use crate::s3impl::{Gateway, ServiceSettings};
-use crate::tls::{self, TlsFiles};
+use shoal_net::tls::{self, TlsFiles};
 
 /// What the gateway's memory limit keeps for the process itself rather than request data: its
 /// code and runtime (about 11 MiB idle), connection buffers, cached records, and what the
@@ -100,7 +100,10 @@ impl Server {
     /// Creates the gateway's pools if needed and binds the listener.
     pub async fn bind(client: Client, cfg: &GatewayConfig) -> Result<Server, GatewayError> {
         // The identity is read first, so a bad file fails the start, not a connection.
-        let tls = cfg.tls.as_ref().map(tls::acceptor).transpose()?;
+        let tls = (cfg.tls.as_ref())
+            .map(|f| tls::acceptor(f, &[b"http/1.1"]))
+            .transpose()
+            .map_err(|e| GatewayError::InvalidArgument(e.to_string()))?;
         if cfg.split_entries < 4 {
             return Err(GatewayError::InvalidArgument("index partitions must be allowed at least 4 entries".into()));
         }

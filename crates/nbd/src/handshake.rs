@@ -90,40 +90,89 @@ impl<'a> Data<'a> {
     }
 }
 
-/// Runs the handshake. `Ok(None)`: the client aborted (or chose nothing) and the connection
-/// ends quietly.
-pub async fn negotiate<D, R, W>(exports: &Exports<D>, r: &mut R, w: &mut W) -> Result<Option<Session>, HandshakeError>
-where
-    D: BlockDevice,
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
+/// Where a connection stands with TLS while it negotiates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsPhase {
+    /// The server has no TLS identity: STARTTLS is refused, everything else served in clear.
+    Unavailable,
+    /// The server requires TLS and the client has not started it: only STARTTLS and ABORT are
+    /// served, every other option is refused with `TLS_REQD` (and EXPORT_NAME, which cannot be
+    /// refused, ends the connection), so that no export is named or served in clear.
+    Required,
+    /// The connection runs over TLS.
+    Active,
+}
+
+/// How an option phase ended.
+#[derive(Debug)]
+pub enum Negotiated {
+    /// The client picked an export: transmission starts.
+    Session(Session),
+    /// The client aborted or went away without picking one.
+    Aborted,
+    /// The client asked for TLS and was acknowledged: the caller runs the TLS handshake on the
+    /// stream and then a new option phase over it, which starts from nothing — whatever was
+    /// negotiated in clear (structured replies, meta contexts) is forgotten, as the protocol
+    /// requires (keeping it was nbdkit's CVE-2021-3716).
+    StartTls,
+}
+
+/// Sends the server's greeting and reads the client's flags; returns whether the client asked
+/// for no zero padding after EXPORT_NAME.
+pub async fn greet<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> Result<bool, HandshakeError> {
     let mut greeting = Vec::with_capacity(18);
     greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
     greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
     greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-    w.write_all(&greeting).await?;
-    let client_flags = r.read_u32().await?;
+    s.write_all(&greeting).await?;
+    let client_flags = s.read_u32().await?;
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         return Err(HandshakeError::Protocol(format!("unknown client flags {client_flags:#x}")));
     }
-    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    Ok(client_flags & FLAG_C_NO_ZEROES != 0)
+}
+
+/// Runs one option phase (after [`greet`], and again over TLS after STARTTLS) until the client
+/// picks an export, aborts, or starts TLS. `options_left` bounds the options of the whole
+/// connection, across phases.
+pub async fn negotiate<D, S>(
+    exports: &Exports<D>,
+    s: &mut S,
+    no_zeroes: bool,
+    tls: TlsPhase,
+    options_left: &mut usize,
+) -> Result<Negotiated, HandshakeError>
+where
+    D: BlockDevice,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    // Per phase, so that nothing negotiated in clear survives STARTTLS.
     let mut structured = false;
     let mut allocation_context = false;
 
-    for _ in 0..MAX_OPTIONS {
-        let magic = r.read_u64().await?;
+    while *options_left > 0 {
+        *options_left -= 1;
+        let magic = s.read_u64().await?;
         if magic != IHAVEOPT {
             return Err(HandshakeError::Protocol(format!("option magic {magic:#x}")));
         }
-        let option = r.read_u32().await?;
-        let len = r.read_u32().await?;
+        let option = s.read_u32().await?;
+        let len = s.read_u32().await?;
         if len > MAX_OPTION_BYTES {
             return Err(HandshakeError::Protocol(format!("option {option} carries {len} bytes")));
         }
         let mut buf = vec![0u8; len as usize];
-        r.read_exact(&mut buf).await?;
+        s.read_exact(&mut buf).await?;
         let mut data = Data(&buf);
+        if tls == TlsPhase::Required && !matches!(option, OPT_STARTTLS | OPT_ABORT) {
+            if option == OPT_EXPORT_NAME {
+                return Err(HandshakeError::Protocol(
+                    "EXPORT_NAME before STARTTLS on a server that requires TLS".into(),
+                ));
+            }
+            error_reply(s, option, REP_ERR_TLS_REQD, "this server requires TLS: send STARTTLS first").await?;
+            continue;
+        }
         match option {
             OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&buf).into_owned();
@@ -139,8 +188,8 @@ where
                 if !no_zeroes {
                     out.extend_from_slice(&[0u8; 124]);
                 }
-                w.write_all(&out).await?;
-                return Ok(Some(Session {
+                s.write_all(&out).await?;
+                return Ok(Negotiated::Session(Session {
                     export: at,
                     export_name: export.name.clone(),
                     structured,
@@ -149,31 +198,40 @@ where
                 }));
             }
             OPT_ABORT => {
-                let _ = reply(w, option, REP_ACK, &[]).await;
-                return Ok(None);
+                let _ = reply(s, option, REP_ACK, &[]).await;
+                return Ok(Negotiated::Aborted);
             }
             OPT_LIST => {
                 if len != 0 {
-                    error_reply(w, option, REP_ERR_INVALID, "LIST takes no data").await?;
+                    error_reply(s, option, REP_ERR_INVALID, "LIST takes no data").await?;
                     continue;
                 }
                 for e in &exports.exports {
                     let mut d = Vec::with_capacity(4 + e.name.len());
                     d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
                     d.extend_from_slice(e.name.as_bytes());
-                    reply(w, option, REP_SERVER, &d).await?;
+                    reply(s, option, REP_SERVER, &d).await?;
                 }
-                reply(w, option, REP_ACK, &[]).await?;
+                reply(s, option, REP_ACK, &[]).await?;
             }
-            OPT_STARTTLS => {
-                error_reply(w, option, REP_ERR_POLICY, "TLS is not configured on this server").await?;
-            }
+            OPT_STARTTLS => match tls {
+                _ if len != 0 => error_reply(s, option, REP_ERR_INVALID, "STARTTLS takes no data").await?,
+                TlsPhase::Unavailable => {
+                    error_reply(s, option, REP_ERR_POLICY, "TLS is not configured on this server").await?
+                }
+                TlsPhase::Active => error_reply(s, option, REP_ERR_INVALID, "TLS is already active").await?,
+                TlsPhase::Required => {
+                    reply(s, option, REP_ACK, &[]).await?;
+                    s.flush().await?;
+                    return Ok(Negotiated::StartTls);
+                }
+            },
             OPT_STRUCTURED_REPLY => {
                 if len != 0 {
-                    error_reply(w, option, REP_ERR_INVALID, "STRUCTURED_REPLY takes no data").await?;
+                    error_reply(s, option, REP_ERR_INVALID, "STRUCTURED_REPLY takes no data").await?;
                 } else {
                     structured = true;
-                    reply(w, option, REP_ACK, &[]).await?;
+                    reply(s, option, REP_ACK, &[]).await?;
                 }
             }
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
@@ -188,15 +246,15 @@ where
                     (data.0.is_empty() && n <= 256).then_some((name, queries))
                 })();
                 let Some((name, queries)) = parsed else {
-                    error_reply(w, option, REP_ERR_INVALID, "malformed meta context request").await?;
+                    error_reply(s, option, REP_ERR_INVALID, "malformed meta context request").await?;
                     continue;
                 };
                 if set && !structured {
-                    error_reply(w, option, REP_ERR_INVALID, "SET_META_CONTEXT needs structured replies first").await?;
+                    error_reply(s, option, REP_ERR_INVALID, "SET_META_CONTEXT needs structured replies first").await?;
                     continue;
                 }
                 if exports.position(&name).is_none() {
-                    error_reply(w, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
+                    error_reply(s, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
                     continue;
                 }
                 // `base:allocation` is the only context: named, or matched by `base:` (LIST only),
@@ -210,9 +268,9 @@ where
                     let mut d = Vec::with_capacity(4 + BASE_ALLOCATION.len());
                     d.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
                     d.extend_from_slice(BASE_ALLOCATION.as_bytes());
-                    reply(w, option, REP_META_CONTEXT, &d).await?;
+                    reply(s, option, REP_META_CONTEXT, &d).await?;
                 }
-                reply(w, option, REP_ACK, &[]).await?;
+                reply(s, option, REP_ACK, &[]).await?;
             }
             OPT_INFO | OPT_GO => {
                 let parsed = (|| {
@@ -225,11 +283,11 @@ where
                     data.0.is_empty().then_some((name, items))
                 })();
                 let Some((name, items)) = parsed else {
-                    error_reply(w, option, REP_ERR_INVALID, "malformed INFO/GO request").await?;
+                    error_reply(s, option, REP_ERR_INVALID, "malformed INFO/GO request").await?;
                     continue;
                 };
                 let Some(at) = exports.position(&name) else {
-                    error_reply(w, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
+                    error_reply(s, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
                     continue;
                 };
                 let export = &exports.exports[at];
@@ -238,7 +296,7 @@ where
                 d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
                 d.extend_from_slice(&export.device.size_bytes().to_be_bytes());
                 d.extend_from_slice(&flags.to_be_bytes());
-                reply(w, option, REP_INFO, &d).await?;
+                reply(s, option, REP_INFO, &d).await?;
                 for item in items {
                     let mut d = Vec::new();
                     d.extend_from_slice(&item.to_be_bytes());
@@ -247,7 +305,7 @@ where
                         INFO_DESCRIPTION => d.extend_from_slice(export.description.as_bytes()),
                         _ => continue,
                     }
-                    reply(w, option, REP_INFO, &d).await?;
+                    reply(s, option, REP_INFO, &d).await?;
                 }
                 // Always sent: any byte alignment works, 4 KiB is preferred, and the maximum is
                 // the largest request served.
@@ -256,10 +314,10 @@ where
                 d.extend_from_slice(&1u32.to_be_bytes());
                 d.extend_from_slice(&4096u32.to_be_bytes());
                 d.extend_from_slice(&exports.limits.max_request_bytes.to_be_bytes());
-                reply(w, option, REP_INFO, &d).await?;
-                reply(w, option, REP_ACK, &[]).await?;
+                reply(s, option, REP_INFO, &d).await?;
+                reply(s, option, REP_ACK, &[]).await?;
                 if option == OPT_GO {
-                    return Ok(Some(Session {
+                    return Ok(Negotiated::Session(Session {
                         export: at,
                         export_name: export.name.clone(),
                         structured,
@@ -269,7 +327,7 @@ where
                 }
             }
             _ => {
-                error_reply(w, option, REP_ERR_UNSUP, &format!("option {option} is not supported")).await?;
+                error_reply(s, option, REP_ERR_UNSUP, &format!("option {option} is not supported")).await?;
             }
         }
     }

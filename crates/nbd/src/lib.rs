@@ -19,6 +19,10 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::handshake::{Negotiated, Session, TlsPhase};
 
 /// Why a device operation failed: an errno for the reply and a message for the log (and for
 /// structured replies).
@@ -82,6 +86,9 @@ impl Default for Limits {
 pub struct Exports<D> {
     pub exports: Vec<Export<D>>,
     pub limits: Limits,
+    /// The server's TLS identity. With one, TLS is required: a client must send STARTTLS before
+    /// anything else (see [`handshake::TlsPhase::Required`]).
+    pub tls: Option<TlsAcceptor>,
 }
 
 impl<D: BlockDevice> Exports<D> {
@@ -95,6 +102,11 @@ impl<D: BlockDevice> Exports<D> {
     }
 }
 
+/// How long a client may take to pick an export (options, and the TLS handshake if any) before
+/// its connection is dropped: a connection that never gets past the handshake holds no
+/// resources for longer.
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 30_000;
+
 /// Serves one client connection to its end: handshake, then requests until it disconnects or
 /// `stop` turns true. Protocol errors end this connection only. On `stop` the connection reads
 /// no more requests, answers every request it has read, and closes: a client sees its
@@ -104,22 +116,69 @@ where
     D: BlockDevice,
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let (mut reader, mut writer) = tokio::io::split(stream);
     let mut handshake_stop = stop.clone();
+    let deadline = tokio::time::Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
     let negotiated = tokio::select! {
-        n = handshake::negotiate(&exports, &mut reader, &mut writer) => n,
+        n = tokio::time::timeout(deadline, negotiate(&exports, stream)) => match n {
+            Ok(n) => n,
+            Err(_) => Err(handshake::HandshakeError::Protocol(format!("no export chosen within {HANDSHAKE_TIMEOUT_MS} ms"))),
+        },
         _ = handshake_stop.wait_for(|s| *s) => return,
     };
     match negotiated {
-        Ok(Some(session)) => {
-            tracing::info!(peer, export = session.export_name, "NBD client connected");
-            if let Err(e) = transmission::run(exports, session, reader, writer, stop).await {
-                tracing::warn!(peer, error = %e, "NBD connection ended");
-            } else {
-                tracing::info!(peer, "NBD client disconnected");
-            }
-        }
-        Ok(None) => tracing::debug!(peer, "NBD client ended the handshake"),
+        Ok((Negotiated::Session(session), Conn::Clear(stream))) => transmit(exports, stream, session, peer, stop).await,
+        Ok((Negotiated::Session(session), Conn::Tls(stream))) => transmit(exports, stream, session, peer, stop).await,
+        Ok(_) => tracing::debug!(peer, "NBD client ended the handshake"),
         Err(e) => tracing::warn!(peer, error = %e, "NBD handshake failed"),
+    }
+}
+
+/// A connection's stream after its handshake.
+enum Conn<S> {
+    Clear(S),
+    Tls(Box<TlsStream<S>>),
+}
+
+/// The handshake of one connection: the clear option phase and, if the client starts TLS, the
+/// TLS handshake and a fresh option phase over it. Returns the stream to serve on.
+async fn negotiate<D, S>(
+    exports: &Exports<D>,
+    mut stream: S,
+) -> Result<(Negotiated, Conn<S>), handshake::HandshakeError>
+where
+    D: BlockDevice,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let no_zeroes = handshake::greet(&mut stream).await?;
+    let mut options_left = handshake::MAX_OPTIONS;
+    let phase = if exports.tls.is_some() { TlsPhase::Required } else { TlsPhase::Unavailable };
+    match handshake::negotiate(exports, &mut stream, no_zeroes, phase, &mut options_left).await? {
+        Negotiated::StartTls => {
+            let Some(acceptor) = &exports.tls else {
+                unreachable!("STARTTLS is acknowledged only when the server has an identity")
+            };
+            let mut tls = Box::new(acceptor.accept(stream).await?);
+            let next = handshake::negotiate(exports, &mut *tls, no_zeroes, TlsPhase::Active, &mut options_left).await?;
+            Ok((next, Conn::Tls(tls)))
+        }
+        other => Ok((other, Conn::Clear(stream))),
+    }
+}
+
+async fn transmit<D, S>(
+    exports: Arc<Exports<D>>,
+    stream: S,
+    session: Session,
+    peer: String,
+    stop: watch::Receiver<bool>,
+) where
+    D: BlockDevice,
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    tracing::info!(peer, export = session.export_name, "NBD client connected");
+    let (reader, writer) = tokio::io::split(stream);
+    match transmission::run(exports, session, reader, writer, stop).await {
+        Ok(()) => tracing::info!(peer, "NBD client disconnected"),
+        Err(e) => tracing::warn!(peer, error = %e, "NBD connection ended"),
     }
 }

@@ -108,10 +108,10 @@ where
         let want = if carries { req.length.max(1) } else { 1 };
         let Ok(byte_permit) = bytes.clone().acquire_many_owned(want).await else { break Ok(()) };
         let mut data = Vec::new();
-        if req.kind == CMD_WRITE {
-            if let Err(e) = read_payload(&mut r, req.length as usize, &mut data).await {
-                break Err(e.into());
-            }
+        if req.kind == CMD_WRITE
+            && let Err(e) = read_payload(&mut r, req.length as usize, &mut data).await
+        {
+            break Err(e.into());
         }
         let (device, session, tx) = (device.clone(), session.clone(), tx.clone());
         tokio::spawn(async move {

@@ -20,6 +20,7 @@ mod client;
 mod error;
 mod keyring;
 mod server;
+pub mod tls;
 mod wire;
 
 pub use client::{ClientConfig, Connection, PendingReply};
