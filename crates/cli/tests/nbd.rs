@@ -34,33 +34,13 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn serve(dir: &Path, args: &[&str]) -> (Server, u16) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let log = std::fs::File::create(dir.join(format!("nbd-{port}.log"))).unwrap();
+/// Starts `shoal nbd serve` with `where_args` (`--listen ...` or `--socket ...`) and `args`,
+/// logging to `log` in `dir` (appended, so a restarted server's log follows its predecessor's).
+fn spawn_server(dir: &Path, log: &str, where_args: &[&str], args: &[&str]) -> Server {
+    let log = std::fs::File::options().create(true).append(true).open(dir.join(log)).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["nbd", "serve", "--listen", &listen])
-        .args(args)
-        .env("SHOAL_CONF", dir.join("shoal.toml"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let server = Server(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while TcpStream::connect(&listen).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the NBD server did not listen on {listen}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    (server, port)
-}
-
-/// A server on a fixed TCP port (so that a restarted one is found where the old one was).
-fn serve_on(dir: &Path, port: u16, args: &[&str]) -> Server {
-    let log = std::fs::File::options().create(true).append(true).open(dir.join(format!("nbd-{port}.log"))).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["nbd", "serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["nbd", "serve"])
+        .args(where_args)
         .args(args)
         .env("SHOAL_CONF", dir.join("shoal.toml"))
         .stdin(Stdio::null())
@@ -71,25 +51,35 @@ fn serve_on(dir: &Path, port: u16, args: &[&str]) -> Server {
     Server(child)
 }
 
-/// A server on a unix socket, once it accepts connections there.
-fn serve_socket(dir: &Path, socket: &Path, args: &[&str]) -> Server {
-    let log = std::fs::File::create(dir.join("nbd-socket.log")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["nbd", "serve", "--socket"])
-        .arg(socket)
-        .args(args)
-        .env("SHOAL_CONF", dir.join("shoal.toml"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let server = Server(child);
+/// Waits until `connect` succeeds (the server listens), failing the test after 30 s.
+fn wait_listening(what: &str, connect: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(socket).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the NBD server did not listen on {}", socket.display());
+    while !connect() {
+        assert!(std::time::Instant::now() < deadline, "the NBD server did not listen on {what}");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A server on a free loopback port, once it listens; returns it with the port.
+fn serve(dir: &Path, args: &[&str]) -> (Server, u16) {
+    let port = free_port();
+    (serve_on(dir, port, args), port)
+}
+
+/// A server on a given TCP port (so that a restarted one is found where the old one was), once
+/// it listens.
+fn serve_on(dir: &Path, port: u16, args: &[&str]) -> Server {
+    let listen = format!("127.0.0.1:{port}");
+    let server = spawn_server(dir, &format!("nbd-{port}.log"), &["--listen", &listen], args);
+    wait_listening(&listen, || TcpStream::connect(&listen).is_ok());
+    server
+}
+
+/// A server on a unix socket, once it accepts connections there.
+fn serve_socket(dir: &Path, socket: &Path, args: &[&str]) -> Server {
+    let path = socket.display().to_string();
+    let server = spawn_server(dir, "nbd-socket.log", &["--socket", &path], args);
+    wait_listening(&path, || std::os::unix::net::UnixStream::connect(socket).is_ok());
     server
 }
 
@@ -611,21 +601,6 @@ fn ext4_round_trip(tmp: &Path, uri: &str) {
     }
 }
 
-/// A self-signed identity for 127.0.0.1 and localhost: (certificate, key), PEM.
-fn tls_identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("running openssl");
-    assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
-    (cert, key)
-}
-
 #[test]
 fn tls_on_a_unix_socket_and_qemu_reconnecting_across_a_killed_server() {
     let tmp = tempfile::tempdir().unwrap();
@@ -633,7 +608,7 @@ fn tls_on_a_unix_socket_and_qemu_reconnecting_across_a_killed_server() {
     ok(&shoal(&dir, &["rbd", "create", "data/vol", "--size", "128M"]));
 
     // TLS on a unix socket. Unusable identities stop the start, naming the file.
-    let (cert, key) = tls_identity(tmp.path());
+    let (cert, key) = common::tls_identity(tmp.path());
     let (c, k) = (cert.display().to_string(), key.display().to_string());
     let bad = shoal(&dir, &["nbd", "serve", "data/vol", "--listen", "127.0.0.1:0", "--tls-cert", &k, "--tls-key", &k]);
     fails_with(&bad, "holds no CERTIFICATE");
@@ -679,11 +654,6 @@ fn tls_on_a_unix_socket_and_qemu_reconnecting_across_a_killed_server() {
     let port = free_port();
     let lease = ["--lock-lease-s", "2"];
     let mut first = serve_on(&dir, port, &[&["data/vol"][..], &lease].concat());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the NBD server did not listen on {port}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
     let opts = format!(
         "driver=nbd,server.type=inet,server.host=127.0.0.1,server.port={port},export=data/vol,reconnect-delay=60"
     );

@@ -148,16 +148,7 @@ fn a_gateway_serves_https_with_its_certificate_and_refuses_unusable_identity_fil
     let python = python_with_boto3();
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _down, gw) = up_with_gateway(tmp.path());
-    let (cert, key) = (tmp.path().join("cert.pem"), tmp.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("running openssl");
-    assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
+    let (cert, key) = common::tls_identity(tmp.path());
     let (c, k) = (cert.display().to_string(), key.display().to_string());
 
     // Unusable identities stop the start with the file named.

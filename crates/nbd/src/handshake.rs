@@ -164,6 +164,12 @@ where
         let mut buf = vec![0u8; len as usize];
         s.read_exact(&mut buf).await?;
         let mut data = Data(&buf);
+        // What EXPORT_NAME or GO of export `at` starts transmission with.
+        let session = |at: usize| {
+            let export = &exports.exports[at];
+            let flags = transmission_flags(&*export.device);
+            Session { export: at, export_name: export.name.clone(), structured, allocation_context, flags }
+        };
         if tls == TlsPhase::Required && !matches!(option, OPT_STARTTLS | OPT_ABORT) {
             if option == OPT_EXPORT_NAME {
                 return Err(HandshakeError::Protocol(
@@ -189,13 +195,7 @@ where
                     out.extend_from_slice(&[0u8; 124]);
                 }
                 s.write_all(&out).await?;
-                return Ok(Negotiated::Session(Session {
-                    export: at,
-                    export_name: export.name.clone(),
-                    structured,
-                    allocation_context,
-                    flags,
-                }));
+                return Ok(Negotiated::Session(session(at)));
             }
             OPT_ABORT => {
                 let _ = reply(s, option, REP_ACK, &[]).await;
@@ -317,13 +317,7 @@ where
                 reply(s, option, REP_INFO, &d).await?;
                 reply(s, option, REP_ACK, &[]).await?;
                 if option == OPT_GO {
-                    return Ok(Negotiated::Session(Session {
-                        export: at,
-                        export_name: export.name.clone(),
-                        structured,
-                        allocation_context,
-                        flags,
-                    }));
+                    return Ok(Negotiated::Session(session(at)));
                 }
             }
             _ => {

@@ -64,3 +64,19 @@ pub fn sigkill(dir: &Path, name: &str) {
     // SAFETY: kill(2) with a pid read from the cluster's own pid file.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {name}");
 }
+
+/// A self-signed TLS identity for `localhost` and 127.0.0.1, made with openssl in `dir`:
+/// (certificate, key), PEM. Clients trust it by taking the certificate as their CA.
+pub fn tls_identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("running openssl");
+    assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
+    (cert, key)
+}
