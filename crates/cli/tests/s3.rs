@@ -269,8 +269,11 @@ fn s3_request(
         req.push_str(&format!("{n}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
+    // A gateway that crashed (a crash test's) refuses the connection: status 0.
+    let Ok(mut s) = std::net::TcpStream::connect(host) else { return (0, String::new(), Vec::new()) };
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new(), Vec::new());
+    }
     // A gateway that crashes mid-request closes the connection: status 0.
     if s.write_all(body).is_err() {
         return (0, String::new(), Vec::new());
@@ -580,7 +583,7 @@ fn index_partitions(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn index_partitions_split_online_under_concurrent_writes_and_listings() {
+fn index_partitions_split_and_merge_online_under_concurrent_writes_and_listings() {
     let python = python_with_boto3();
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _down, keys) = up_without_gateway(tmp.path());
@@ -592,7 +595,9 @@ fn index_partitions_split_online_under_concurrent_writes_and_listings() {
     let log = std::fs::read_to_string(dir.join(format!("gw-{}.log", listen.rsplit(':').next().unwrap()))).unwrap();
     let splits = log.matches("index partition split").count();
     assert!(splits >= 8, "only {splits} splits happened:\n{log}");
-    assert!(!log.contains("split failed") && !log.contains("was given up"), "{log}");
+    let merges = log.matches("index partition merge").count();
+    assert!(merges >= 4, "only {merges} merges happened:\n{log}");
+    assert!(!log.contains("split failed") && !log.contains("reshape (split or merge) failed") && !log.contains("was given up"), "{log}");
     let _ = gw.kill();
     let _ = gw.wait();
 }
@@ -688,31 +693,134 @@ fn browser_form_uploads_check_their_policy_and_stream_their_file() {
     let _ = gw.wait();
 }
 
+/// Every key of `bucket`, through ListObjectsV2 pages of 7 (so that pages end inside
+/// partitions and at their edges).
+fn list_keys(ep: &str, keys: (&str, &str), bucket: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let query = if token.is_empty() {
+            "list-type=2&max-keys=7".to_string()
+        } else {
+            format!("continuation-token={}&list-type=2&max-keys=7", shoal_gateway::text::uri_encode(&token))
+        };
+        let (status, head, body) = s3_request(ep, keys, "GET", &format!("/{bucket}"), &query, b"");
+        assert_eq!(status, 200, "{head}");
+        let body = String::from_utf8_lossy(&body).to_string();
+        out.extend(body.split("<Key>").skip(1).filter_map(|r| r.split("</Key>").next()).map(str::to_string));
+        match body.split("<NextContinuationToken>").nth(1).and_then(|r| r.split("</NextContinuationToken>").next()) {
+            Some(t) => token = t.to_string(),
+            None => return out,
+        }
+    }
+}
+
+/// The partition table of `bucket` as its record in the cluster holds it: (bucket id, partition
+/// ids in key order).
+fn partition_table(dir: &Path, bucket: &str) -> (u64, Vec<u32>) {
+    use shoal_gateway::layout;
+    let out = dir.join("record");
+    let path = out.display().to_string();
+    ok(&shoal(dir, &["obj", "get", "-p", layout::META_POOL, &layout::bucket_object(bucket), "-o", &path]));
+    let record: layout::BucketRecord = layout::decode(&std::fs::read(&out).unwrap(), "bucket record").unwrap();
+    (record.id, record.partitions.iter().map(|p| p.id).collect())
+}
+
+/// Waits until `bucket`'s index is settled: its partition objects are exactly those its table
+/// names (no split or merge half done); returns how many there are.
+fn settled_partitions(dir: &Path, bucket: &str, what: &str) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (id, table) = partition_table(dir, bucket);
+        let mut named: Vec<String> = table.iter().map(|p| shoal_gateway::layout::partition_object(id, *p)).collect();
+        named.sort();
+        let prefix = format!("i.{id:016x}.");
+        let objects: Vec<String> = index_partitions(dir).into_iter().filter(|o| o.starts_with(&prefix)).collect();
+        if objects == named {
+            return table.len();
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: partition objects {objects:?}, table {named:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_merge_interrupted_at_any_step_is_finished_or_given_up_and_loses_no_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    let keys = (keys.0.as_str(), keys.1.as_str());
+    // A merge given up leaves the table as it was, a finished one a partition fewer.
+    for (point, fewer) in [("merge-copied", 0), ("merge-fenced", 0), ("merge-committed", 1)] {
+        let bucket = point.to_string();
+        // Filled (and split: 16 entries per partition) by one gateway...
+        let (mut gw, listen) = spawn_gateway_with(&dir, None, &["--index-split-entries", "16"]);
+        let ep = format!("http://{listen}");
+        assert_eq!(s3_request(&ep, keys, "PUT", &format!("/{bucket}"), "", b"").0, 200);
+        let all: Vec<String> = (0..160).map(|i| format!("k{i:03}")).collect();
+        for key in &all {
+            assert_eq!(s3_request(&ep, keys, "PUT", &format!("/{bucket}/{key}"), "", key.as_bytes()).0, 200, "{key}");
+        }
+        let before = settled_partitions(&dir, &bucket, point);
+        assert!(before >= 6, "{point}: only {before} partitions after the fill");
+        let _ = gw.kill();
+        let _ = gw.wait();
+
+        // ...then emptied by another until its first merge crashes it.
+        let crash = format!("{point}:{bucket}");
+        let (mut gw, listen) = spawn_gateway_with(&dir, Some(&crash), &["--index-split-entries", "16"]);
+        let ep = format!("http://{listen}");
+        let mut remaining: std::collections::BTreeSet<String> = all.iter().cloned().collect();
+        let mut unknown = None;
+        for i in 0..all.len() {
+            let key = &all[(i * 37) % all.len()];
+            match s3_request(&ep, keys, "DELETE", &format!("/{bucket}/{key}"), "", b"").0 {
+                204 => {
+                    remaining.remove(key);
+                }
+                _ => {
+                    unknown = Some(key.clone());
+                    break;
+                }
+            }
+        }
+        assert!(unknown.is_some(), "{point}: the gateway never crashed");
+        let _ = gw.wait();
+
+        // A fresh gateway (2 s lease: the merge's deadline) finds the merge and carries on.
+        let (mut gw, listen) = spawn_gateway_with(&dir, None, &[]);
+        let ep = format!("http://{listen}");
+        let settle = |listed: Vec<String>| -> Vec<String> {
+            listed.into_iter().filter(|k| Some(k) != unknown.as_ref()).collect()
+        };
+        let mut expected: Vec<String> = remaining.iter().filter(|k| Some(*k) != unknown.as_ref()).cloned().collect();
+        assert_eq!(settle(list_keys(&ep, keys, &bucket)), expected, "{point}: the listing after the crash");
+        // Writes on both sides of the merged ranges succeed (those to a fenced partition wait for
+        // the deadline, then the merge is given up or published).
+        for key in ["a-low", "k080x", "z-high"] {
+            assert_eq!(s3_request(&ep, keys, "PUT", &format!("/{bucket}/{key}"), "", b"x").0, 200, "{point} {key}");
+            expected.push(key.to_string());
+        }
+        expected.sort();
+        assert_eq!(settle(list_keys(&ep, keys, &bucket)), expected, "{point}: the listing after more writes");
+        for key in expected.iter().take(6) {
+            let (status, _, body) = s3_request(&ep, keys, "GET", &format!("/{bucket}/{key}"), "", b"");
+            assert_eq!(status, 200, "{point} {key}");
+            assert!(body == key.as_bytes() || body == b"x", "{point} {key}");
+        }
+        let after = settled_partitions(&dir, &bucket, point);
+        assert_eq!(after, before - fewer, "{point}: partitions before the merge {before}, after {after}");
+        assert_eq!(settle(list_keys(&ep, keys, &bucket)), expected, "{point}: the listing once the merge is settled");
+        let _ = gw.kill();
+        let _ = gw.wait();
+    }
+}
+
 #[test]
 fn a_split_interrupted_at_any_step_is_finished_or_given_up_and_loses_no_key() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _down, keys) = up_without_gateway(tmp.path());
     let keys = (keys.0.as_str(), keys.1.as_str());
-    let list_all = |ep: &str, bucket: &str| -> Vec<String> {
-        let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let query = if token.is_empty() {
-                "list-type=2&max-keys=7".to_string()
-            } else {
-                format!("continuation-token={}&list-type=2&max-keys=7", shoal_gateway::text::uri_encode(&token))
-            };
-            let (status, head, body) = s3_request(ep, keys, "GET", &format!("/{bucket}"), &query, b"");
-            assert_eq!(status, 200, "{head}");
-            let body = String::from_utf8_lossy(&body).to_string();
-            out.extend(body.split("<Key>").skip(1).filter_map(|r| r.split("</Key>").next()).map(str::to_string));
-            match body.split("<NextContinuationToken>").nth(1).and_then(|r| r.split("</NextContinuationToken>").next())
-            {
-                Some(t) => token = t.to_string(),
-                None => return out,
-            }
-        }
-    };
+    let list_all = |ep: &str, bucket: &str| list_keys(ep, keys, bucket);
     // Partitions of the bucket when all is done: a split given up leaves one, a finished one two.
     for (point, partitions) in [("split-copied", 1), ("split-fenced", 1), ("split-committed", 2)] {
         let bucket = point.to_string();

@@ -18,7 +18,7 @@ use crate::layout::{
 };
 use crate::objects::TAILS_IN_FLIGHT;
 use crate::partition::{self, Part, PartitionState};
-use crate::{multipart, rados, reshard, versions};
+use crate::{merge, multipart, rados, reshard, versions};
 
 /// Partition objects listed per request.
 const PARTITIONS_PER_PAGE: u32 = 256;
@@ -64,6 +64,8 @@ pub struct PassStats {
     pub partitions_removed: u64,
     /// Index partition splits finished or given up for a splitter that died.
     pub splits_tended: u64,
+    /// Index partition merges finished or given up for a merger that died.
+    pub merges_tended: u64,
     pub partitions_revived: u64,
     /// Uploads left in deleted buckets, aborted.
     pub uploads_aborted: u64,
@@ -188,6 +190,16 @@ async fn partition(
     let Some(v) = view(client, part).await? else { return Ok(()) };
     let now = layout::now_ns();
     let lease_ns = settings.lease.as_nanos() as u64;
+    // Merge work found here is finished or given up, in dead partitions too (a deletion's
+    // emptiness check waits for a fenced merge); the pass goes on with the new state next time.
+    if let Some(m) = &v.state.merge
+        && let Some(label) = &v.label
+        && let Some((_, part_id)) = layout::parse_partition_object(part)
+        && merge::tend(client, &label.bucket, bucket_id, part_id, m).await?
+    {
+        stats.merges_tended += 1;
+        return Ok(());
+    }
     if !v.live {
         // A partition that its bucket's record still names is dead because a deletion is under
         // way, or died midway. A lease after it died (no deleter takes that long), the deletion

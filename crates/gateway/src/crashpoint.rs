@@ -18,6 +18,12 @@ pub const SPLIT_COPIED: &str = "split-copied";
 pub const SPLIT_FENCED: &str = "split-fenced";
 pub const SPLIT_COMMITTED: &str = "split-committed";
 
+/// Index partition merges (KEY: the bucket's name): after the first copy, after the fence,
+/// after the commit (before the publication).
+pub const MERGE_COPIED: &str = "merge-copied";
+pub const MERGE_FENCED: &str = "merge-fenced";
+pub const MERGE_COMMITTED: &str = "merge-committed";
+
 /// A bucket deletion (KEY: the bucket's name), after its first partition is made dead and
 /// before the others are.
 pub const DELETE_PARTLY: &str = "delete-partly";

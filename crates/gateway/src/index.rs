@@ -49,6 +49,12 @@ pub async fn create_partitions(client: &Client, bucket: &BucketRecord) -> Result
 /// deleting it), or (`live`) take them again.
 pub async fn set_live(client: &Client, bucket: &BucketRecord, live: bool) -> Result<(), GatewayError> {
     for p in &bucket.partitions {
+        // A partition merged away since the table was read is not made again by the write
+        // below (writes create objects): it is gone, and the table that named it is too.
+        let object = partition_object(bucket.id, p.id);
+        if rados::get_xattr(client, INDEX_POOL, &object, LABEL_XATTR).await?.is_none() {
+            continue;
+        }
         let ops = if live {
             vec![
                 ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() },
@@ -60,7 +66,7 @@ pub async fn set_live(client: &Client, bucket: &BucketRecord, live: bool) -> Res
                 ObjOp::SetXattr { name: DEAD_XATTR.into(), value: layout::now_ns().to_le_bytes().to_vec() },
             ]
         };
-        rados::write_ops(client, INDEX_POOL, &partition_object(bucket.id, p.id), ops).await?;
+        rados::write_ops(client, INDEX_POOL, &object, ops).await?;
         if !live {
             crate::crashpoint::reached(crate::crashpoint::DELETE_PARTLY, &bucket.name);
         }
@@ -164,7 +170,11 @@ pub async fn complete(
     };
     match complete_at(client, &how, key, tag, own, &|_| Vec::new()).await? {
         Completed::Head(head) => {
-            crate::reshard::note_write(client, bucket, key);
+            // Counted against the partition the completion reached, which a table cached from
+            // before a split or merge would not give.
+            if let Some(id) = part.partition_id() {
+                crate::reshard::note_write(client, bucket, id);
+            }
             Ok(head.map(|h| *h))
         }
         Completed::PendingGone => Err(GatewayError::Internal("a completion without a pending record".into())),

@@ -146,6 +146,51 @@ pub enum ReshardState {
     Published,
 }
 
+/// The xattr of both index partitions of a merge in progress ([`Merge`]).
+pub const MERGE_XATTR: &str = "merge";
+
+/// A merge of two neighbouring index partitions in progress (decision 0014): partition `from`
+/// (the right one) is absorbed by partition `into` (the left one), which ends up with both
+/// ranges. The same record is kept on both; the one on `into` decides the merge (commit and
+/// give-up both assert it), the one on `from` fences it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Merge {
+    pub into: u32,
+    /// `into`'s range before the merge.
+    pub into_was: PartitionBounds,
+    pub from: u32,
+    /// `from`'s range before the merge: it starts where `into_was` ends.
+    pub from_was: PartitionBounds,
+    pub state: MergeState,
+    /// When the state last changed; a merge stuck past its deadline is given up or finished by
+    /// whoever finds it.
+    pub since_ns: u64,
+}
+
+impl Merge {
+    /// The range of the merged partition.
+    pub fn merged(&self) -> PartitionBounds {
+        PartitionBounds { start: self.into_was.start.clone(), end: self.from_was.end.clone() }
+    }
+}
+
+/// The steps of a merge. On `into`: Copying, then Committed and Published, or Abandoned. On
+/// `from`: Copying, then Fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MergeState {
+    /// `from`'s records are being copied into `into` while writes go on in both.
+    Copying,
+    /// `from` takes no request: its last changes are being copied.
+    Fenced,
+    /// `into` holds both ranges (its bounds say so): the merge will be published by anyone who
+    /// finds it so.
+    Committed,
+    /// The bucket record no longer names `from`, which is being removed.
+    Published,
+    /// Given up: `from` is restored and the copies in `into` are being removed.
+    Abandoned,
+}
+
 /// Parses an index partition's object name into (bucket id, partition id).
 pub fn parse_partition_object(name: &str) -> Option<(u64, u32)> {
     let rest = name.strip_prefix("i.")?;

@@ -28,6 +28,7 @@ pub mod index;
 pub mod layout;
 pub mod lifecycle;
 pub mod loadgen;
+pub mod merge;
 pub mod meta;
 pub mod multipart;
 pub mod objects;

@@ -18,11 +18,11 @@ use shoal_proto::osd::{ObjOp, OpOutput};
 
 use crate::error::GatewayError;
 use crate::layout::{
-    self, BOUNDS_XATTR, BucketRecord, INDEX_POOL, PartitionBounds, RESHARD_XATTR, Reshard, ReshardState,
-    partition_object,
+    self, BOUNDS_XATTR, BucketRecord, INDEX_POOL, MERGE_XATTR, Merge, PartitionBounds, RESHARD_XATTR, Reshard,
+    ReshardState, partition_object,
 };
 use crate::rados;
-use crate::reshard;
+use crate::{merge, reshard};
 
 /// Most times one request follows a split or waits for one (each wait at most
 /// [`WAIT_MAX_MS`]); a fenced split finishes, or is given up by whoever finds it past its
@@ -81,6 +81,15 @@ impl<'a> Part<'a> {
         match self {
             Part::Routed { .. } => self.route().object,
             Part::Pinned { object, .. } => object.clone(),
+        }
+    }
+
+    /// The id of the partition requests go to now: after a request followed a split or merge,
+    /// the one it followed to (`None` for pinned parts).
+    pub(crate) fn partition_id(&self) -> Option<u32> {
+        match self {
+            Part::Routed { .. } => Some(self.route().id),
+            Part::Pinned { .. } => None,
         }
     }
 
@@ -202,6 +211,12 @@ impl<'a> Part<'a> {
             // request's own guards), never a split's.
             return Ok(Follow::Same);
         }
+        if let Some(m) = &found.merge {
+            return Ok(match merge::follow(client, &fresh, route.id, m).await? {
+                true => Follow::Retry,
+                false => Follow::Wait,
+            });
+        }
         match found.reshard {
             Some(r) if r.was == fresh_bounds => match r.state {
                 ReshardState::Fenced | ReshardState::Committed if key.as_str() < r.cut.as_str() && writing => {
@@ -234,18 +249,25 @@ impl<'a> Part<'a> {
     }
 }
 
-/// A partition's bounds and split, as one read found them.
+/// A partition's bounds, split and merge, as one read found them.
 #[derive(Debug, Default)]
 pub(crate) struct PartitionState {
     pub bounds: Option<PartitionBounds>,
     pub reshard: Option<Reshard>,
+    pub merge: Option<Merge>,
 }
 
 impl PartitionState {
     /// Whether the partition serves reads of `expected` (the range a table gives it): its
-    /// range is that, or it is that range's split not yet published (its copy is then whole).
+    /// range is that, or it is that range's split not yet published (its copy is then whole),
+    /// or it is the partition absorbing a neighbour in a merge and `expected` its own former
+    /// range (whose records a merge never moves). The absorbed side of a merge, once fenced,
+    /// serves nothing: after the commit its frozen copy may be older than the merged partition.
     pub(crate) fn serves(&self, expected: &PartitionBounds) -> bool {
         if self.bounds.as_ref() == Some(expected) {
+            return true;
+        }
+        if self.merge.as_ref().is_some_and(|m| m.into_was == *expected) {
             return true;
         }
         matches!(&self.reshard, Some(r) if r.was == *expected
@@ -256,7 +278,7 @@ impl PartitionState {
         Ok(read_with_state(client, object, Vec::new()).await?.0)
     }
 
-    /// The state from the first two outputs of a request that began with [`state_ops`].
+    /// The state from the first three outputs of a request that began with [`state_ops`].
     pub(crate) fn from_outputs(out: &mut impl Iterator<Item = OpOutput>) -> Result<PartitionState, GatewayError> {
         let bounds = match out.next() {
             Some(OpOutput::Xattr(Some(v))) => Some(layout::decode(&v, "partition bounds")?),
@@ -266,13 +288,21 @@ impl PartitionState {
             Some(OpOutput::Xattr(Some(v))) => Some(layout::decode(&v, "partition split")?),
             _ => None,
         };
-        Ok(PartitionState { bounds, reshard })
+        let merge = match out.next() {
+            Some(OpOutput::Xattr(Some(v))) => Some(layout::decode(&v, "partition merge")?),
+            _ => None,
+        };
+        Ok(PartitionState { bounds, reshard, merge })
     }
 }
 
 /// The reads that fetch a partition's state, first in a request.
 pub(crate) fn state_ops() -> Vec<ObjOp> {
-    vec![ObjOp::GetXattr { name: BOUNDS_XATTR.into() }, ObjOp::GetXattr { name: RESHARD_XATTR.into() }]
+    vec![
+        ObjOp::GetXattr { name: BOUNDS_XATTR.into() },
+        ObjOp::GetXattr { name: RESHARD_XATTR.into() },
+        ObjOp::GetXattr { name: MERGE_XATTR.into() },
+    ]
 }
 
 /// Runs `ops` on `object` after reading its state in the same request (so both are of one
@@ -393,7 +423,10 @@ impl<'a> RangeReader<'a> {
             }
             let ops = vec![ObjOp::OmapList { after: Some(self.cursor.clone()), max }];
             let (state, outputs) = read_with_state(client, &object, ops).await?;
-            if outputs.is_some() && !state.serves(&bounds) {
+            // A partition missing under this table was merged away since it was read (a
+            // deleted bucket's partitions outlive its record): look again, as for one that does
+            // not serve this range.
+            if outputs.is_none() || !state.serves(&bounds) {
                 follows += 1;
                 if follows > FOLLOW_ATTEMPTS {
                     return Err(GatewayError::Conflict(format!("the index partition {object} stayed mid-split")));
@@ -406,12 +439,25 @@ impl<'a> RangeReader<'a> {
                 if fresh.id != table.id {
                     return Err(GatewayError::NoSuchBucket(table.name.clone()));
                 }
-                if fresh.partitions == table.partitions {
-                    waits += 1;
-                    tokio::time::sleep(Duration::from_millis((waits * 5).min(WAIT_MAX_MS))).await;
+                let unchanged = fresh.partitions == table.partitions;
+                if unchanged && outputs.is_none() {
+                    // Named by the current table and missing: nothing to read (never seen; a
+                    // table names only partitions that exist until its bucket is deleted).
+                    tracing::warn!(partition = %object, "an index partition the bucket's table names is missing");
+                    self.fresh = Some(Arc::new(fresh));
+                } else {
+                    if unchanged {
+                        // A merge fenced here by a merger that died is given up (or finished)
+                        // by whoever finds it past its deadline; readers too, not only writers.
+                        if let Some(m) = &state.merge {
+                            merge::tend(client, &fresh.name, fresh.id, table.partitions[at].id, m).await?;
+                        }
+                        waits += 1;
+                        tokio::time::sleep(Duration::from_millis((waits * 5).min(WAIT_MAX_MS))).await;
+                    }
+                    self.fresh = Some(Arc::new(fresh));
+                    continue;
                 }
-                self.fresh = Some(Arc::new(fresh));
-                continue;
             }
             let batch = match outputs {
                 Some(o) => rados::omap_entries(o.into_iter().next())?,
@@ -468,7 +514,7 @@ mod tests {
     fn a_partition_mid_split_serves_reads_of_its_former_range_until_published() {
         let was = bounds("", None);
         let cut = bounds("", Some("m"));
-        let mut state = PartitionState { bounds: Some(cut.clone()), reshard: None };
+        let mut state = PartitionState { bounds: Some(cut.clone()), reshard: None, merge: None };
         assert!(state.serves(&cut));
         assert!(!state.serves(&was), "a cut partition without a split record serves only its new range");
         for (s, serves) in [

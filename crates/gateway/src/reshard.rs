@@ -35,8 +35,8 @@ use shoal_proto::osd::ObjOp;
 use crate::crashpoint;
 use crate::error::GatewayError;
 use crate::layout::{
-    self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, INDEX_POOL, KEY_STATE_PREFIX, LABEL_XATTR, LIVE_VALUE, LIVE_XATTR,
-    PENDING_PREFIX, Partition, PartitionBounds, PartitionLabel, PendingRecord, RESHARD_XATTR, Reshard, ReshardState,
+    self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, GC_PREFIX, INDEX_POOL, KEY_STATE_PREFIX, LABEL_XATTR, LIVE_VALUE,
+    LIVE_XATTR, MERGE_XATTR, PENDING_PREFIX, Partition, PartitionBounds, PartitionLabel, PendingRecord, RESHARD_XATTR, Reshard, ReshardState,
     UPLOAD_PREFIX, VERSION_PREFIX, partition_object,
 };
 use crate::partition::PartitionState;
@@ -51,7 +51,7 @@ const COPY_DEADLINE: Duration = Duration::from_secs(600);
 /// The lease of this process's gateway, in milliseconds, capping both deadlines.
 static LEASE_MS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Records per copy or removal request.
-const BATCH: u32 = 1000;
+pub(crate) const BATCH: u32 = 1000;
 
 /// Entries a partition may hold before it is split (default 50,000; set once per process by
 /// the gateway's configuration).
@@ -73,12 +73,15 @@ pub(crate) fn split_entries() -> u64 {
 
 /// Whether split `r` has been in its state past its deadline.
 pub(crate) fn overdue(r: &Reshard) -> bool {
-    let deadline = match r.state {
-        ReshardState::Copying => COPY_DEADLINE,
-        _ => FENCE_DEADLINE,
-    }
-    .min(Duration::from_millis(LEASE_MS.load(Ordering::Relaxed)));
-    layout::now_ns().saturating_sub(r.since_ns) > deadline.as_nanos() as u64
+    past_deadline(r.since_ns, r.state == ReshardState::Copying)
+}
+
+/// Whether a split or merge step that began at `since_ns` is past its deadline: the first
+/// copy's (`copying`) or the fenced window's.
+pub(crate) fn past_deadline(since_ns: u64, copying: bool) -> bool {
+    let deadline = if copying { COPY_DEADLINE } else { FENCE_DEADLINE };
+    let deadline = deadline.min(Duration::from_millis(LEASE_MS.load(Ordering::Relaxed)));
+    layout::now_ns().saturating_sub(since_ns) > deadline.as_nanos() as u64
 }
 
 fn reshard_value(r: &Reshard) -> Vec<u8> {
@@ -89,7 +92,12 @@ fn assert_reshard(r: Option<&Reshard>) -> ObjOp {
     ObjOp::AssertXattr { name: RESHARD_XATTR.into(), value: r.map(reshard_value) }
 }
 
-fn assert_bounds(b: &PartitionBounds) -> ObjOp {
+/// Asserts that a partition is in no merge.
+pub(crate) fn assert_no_merge() -> ObjOp {
+    ObjOp::AssertXattr { name: MERGE_XATTR.into(), value: None }
+}
+
+pub(crate) fn assert_bounds(b: &PartitionBounds) -> ObjOp {
     ObjOp::AssertXattr { name: BOUNDS_XATTR.into(), value: Some(layout::encode(b)) }
 }
 
@@ -103,10 +111,10 @@ fn write_counts() -> &'static Mutex<HashMap<(u64, u32), u64>> {
 /// only later, never wrong).
 const COUNTED_PARTITIONS: usize = 10_000;
 
-/// Notes a completed write to `key`'s partition; every so many writes, checks the partition's
-/// size in the background and splits it if it is too large.
-pub(crate) fn note_write(client: &Client, bucket: &BucketRecord, key: &str) {
-    let part = bucket.partition_of(key);
+/// Notes a completed write to partition `part` of `bucket`; every so many writes, checks the
+/// partition's size in the background and splits it if it is too large, or merges it with a
+/// neighbour if both are small.
+pub(crate) fn note_write(client: &Client, bucket: &BucketRecord, part: u32) {
     let every = (split_entries() / 8).max(1);
     let due = {
         let mut counts = write_counts().lock().unwrap_or_else(|p| p.into_inner());
@@ -122,30 +130,37 @@ pub(crate) fn note_write(client: &Client, bucket: &BucketRecord, key: &str) {
         let name = bucket.name.clone();
         tokio::spawn(async move {
             if let Err(e) = split_if_large(&client, &name, part).await {
-                tracing::warn!(bucket = %name, partition = part, error = %e, "index partition split failed");
+                tracing::warn!(bucket = %name, partition = part, error = %e, "index partition reshape (split or merge) failed");
             }
         });
     }
 }
 
 /// Splits partition `part` of bucket `name` at its median key if it holds more than the
-/// threshold of entries. Returns whether it split.
+/// threshold of entries, or merges it with a neighbour if both together hold less than a
+/// quarter of it (so that a merged partition is far from its next split). Returns whether it
+/// did either.
 pub async fn split_if_large(client: &Client, name: &str, part: u32) -> Result<bool, GatewayError> {
     let bucket = crate::meta::get_bucket(client, name).await?;
     let Some(at) = bucket.partitions.iter().position(|p| p.id == part) else { return Ok(false) };
     let limit = split_entries();
-    let Some(cut) = median_if_over(client, &bucket, at, limit).await? else { return Ok(false) };
-    split(client, &bucket, at, &cut).await
+    match median_if_over(client, &bucket, at, limit).await? {
+        Survey::Over(Some(cut)) => split(client, &bucket, at, &cut).await,
+        Survey::Over(None) => Ok(false),
+        Survey::Under(entries) => crate::merge::merge_if_small(client, &bucket, at, entries, limit / 4).await,
+    }
 }
 
-/// The key at position `limit / 2` of the partition's entries if it holds more than `limit`
-/// (counting stops there).
-async fn median_if_over(
-    client: &Client,
-    bucket: &BucketRecord,
-    at: usize,
-    limit: u64,
-) -> Result<Option<String>, GatewayError> {
+/// What counting a partition's entries found.
+enum Survey {
+    /// More than the limit; the key at position `limit / 2` when it can be a cut.
+    Over(Option<String>),
+    /// At most the limit: this many.
+    Under(u64),
+}
+
+/// Counts the partition's entries up to `limit`, noting the key at position `limit / 2`.
+async fn median_if_over(client: &Client, bucket: &BucketRecord, at: usize, limit: u64) -> Result<Survey, GatewayError> {
     let bounds = bucket.bounds_at(at);
     let object = partition_object(bucket.id, bucket.partitions[at].id);
     let (lo, hi) = prefix_range(ENTRY_PREFIX, &bounds);
@@ -157,7 +172,7 @@ async fn median_if_over(
         let whole = page.len() == BATCH as usize;
         for (k, _) in page {
             if !in_range(&k, &lo, hi.as_deref()) {
-                return Ok(None);
+                return Ok(Survey::Under(seen));
             }
             seen += 1;
             if seen == limit / 2 + 1 {
@@ -166,12 +181,12 @@ async fn median_if_over(
             if seen > limit {
                 let cut = median.and_then(|m| String::from_utf8(m).ok());
                 // A cut at the range's start would leave the lower partition empty.
-                return Ok(cut.filter(|c| *c > bounds.start));
+                return Ok(Survey::Over(cut.filter(|c| *c > bounds.start)));
             }
             after = k;
         }
         if !whole {
-            return Ok(None);
+            return Ok(Survey::Under(seen));
         }
     }
 }
@@ -209,6 +224,7 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
         ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: Some(LIVE_VALUE.to_vec()) },
         assert_bounds(&was),
         assert_reshard(None),
+        assert_no_merge(),
         ObjOp::SetXattr { name: RESHARD_XATTR.into(), value: reshard_value(&rec) },
     ];
     match rados::write_ops(client, INDEX_POOL, &old, claim).await {
@@ -231,7 +247,7 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
 
     // 2. The first copy, while writes go on.
     let started = std::time::Instant::now();
-    let copied = copy_range(client, &old, &new, &upper).await;
+    let copied = copy_range(client, &old, &new, &upper, &assert_bounds(&upper), false).await;
     if let Err(e) = copied {
         give_up(client, bucket.id, old_id, &rec).await?;
         return Err(e);
@@ -256,7 +272,7 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
 
     crashpoint::reached(crashpoint::SPLIT_FENCED, &bucket.name);
     // 4. The last copy, of a range no one can change now; 5. commit.
-    if let Err(e) = copy_range(client, &old, &new, &upper).await {
+    if let Err(e) = copy_range(client, &old, &new, &upper, &assert_bounds(&upper), false).await {
         give_up(client, bucket.id, old_id, &rec).await?;
         return Err(e);
     }
@@ -351,38 +367,51 @@ pub(crate) async fn clean_up(client: &Client, bucket_id: u64, old_id: u32, r: &R
     let old = partition_object(bucket_id, old_id);
     let lower = PartitionBounds { start: r.was.start.clone(), end: Some(r.cut.clone()) };
     let upper = PartitionBounds { start: r.cut.clone(), end: r.was.end.clone() };
-    for range in record_ranges(client, &old, &upper).await? {
-        let mut after = crate::index::just_below(&range.lo);
-        loop {
-            let page = rados::omap_list(client, INDEX_POOL, &old, Some(after.clone()), BATCH).await?;
-            let whole = page.len() == BATCH as usize;
-            let mut keys = Vec::new();
-            let mut ended = !whole;
-            for (k, v) in page {
-                if !in_range(&k, &range.lo, range.hi.as_deref()) {
-                    ended = true;
-                    break;
-                }
-                after = k.clone();
-                if range.keep(&v, &upper) {
-                    keys.push(k);
-                }
-            }
-            if !keys.is_empty() {
-                let ops = vec![assert_bounds(&lower), ObjOp::OmapRemove { keys }];
-                rados::write_ops(client, INDEX_POOL, &old, ops).await?;
-            }
-            if ended {
-                break;
-            }
-        }
-    }
+    remove_copies(client, &old, &upper, &assert_bounds(&lower)).await?;
     let done = vec![assert_reshard(Some(r)), ObjOp::RemoveXattr { name: RESHARD_XATTR.into() }];
     match rados::write_ops(client, INDEX_POOL, &old, done).await {
         Ok(()) => Ok(()),
         Err(e) if e.is_conflict() => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Removes from partition `object` every record of keys in `range` (entries, key states,
+/// versions, uploads and their parts, pending records about such keys), each request guarded by
+/// `guard`: copies a split or a merge left where they no longer belong.
+pub(crate) async fn remove_copies(
+    client: &Client,
+    object: &str,
+    range: &PartitionBounds,
+    guard: &ObjOp,
+) -> Result<(), GatewayError> {
+    for records in record_ranges(client, object, range, false).await? {
+        let mut after = crate::index::just_below(&records.lo);
+        loop {
+            let page = rados::omap_list(client, INDEX_POOL, object, Some(after.clone()), BATCH).await?;
+            let whole = page.len() == BATCH as usize;
+            let mut keys = Vec::new();
+            let mut ended = !whole;
+            for (k, v) in page {
+                if !in_range(&k, &records.lo, records.hi.as_deref()) {
+                    ended = true;
+                    break;
+                }
+                after = k.clone();
+                if records.keep(&v, range) {
+                    keys.push(k);
+                }
+            }
+            if !keys.is_empty() {
+                let ops = vec![guard.clone(), ObjOp::OmapRemove { keys }];
+                rados::write_ops(client, INDEX_POOL, object, ops).await?;
+            }
+            if ended {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Gives up split `r` of partition `old_id` (not yet committed): its bounds back, its record
@@ -432,6 +461,10 @@ struct RecordRange {
     lo: Vec<u8>,
     hi: Option<Vec<u8>>,
     pending: bool,
+    /// Records only ever added to the target, never removed from it: GC records, which are not
+    /// about keys, so that the target's own cannot be told from copies (a copy left behind is
+    /// collected twice, which deleting what is already deleted makes harmless).
+    add_only: bool,
 }
 
 impl RecordRange {
@@ -442,7 +475,7 @@ impl RecordRange {
 }
 
 /// The omap range of records of kind `prefix` for keys in `b`.
-fn prefix_range(prefix: u8, b: &PartitionBounds) -> (Vec<u8>, Option<Vec<u8>>) {
+pub(crate) fn prefix_range(prefix: u8, b: &PartitionBounds) -> (Vec<u8>, Option<Vec<u8>>) {
     let mut lo = vec![prefix];
     lo.extend_from_slice(b.start.as_bytes());
     let hi = match &b.end {
@@ -456,28 +489,39 @@ fn prefix_range(prefix: u8, b: &PartitionBounds) -> (Vec<u8>, Option<Vec<u8>>) {
     (lo, Some(hi))
 }
 
-fn in_range(k: &[u8], lo: &[u8], hi: Option<&[u8]>) -> bool {
+pub(crate) fn in_range(k: &[u8], lo: &[u8], hi: Option<&[u8]>) -> bool {
     k >= lo && hi.is_none_or(|h| k < h)
 }
 
 /// Every record range of keys in `upper` in partition `object`: entries, key states, versions,
-/// uploads, the parts of those uploads, and the pending records about such keys.
+/// uploads, the parts of those uploads, and the pending records about such keys; with `gc`,
+/// its GC records too (a merge moves them: the partition they are in goes away).
 async fn record_ranges(
     client: &Client,
     object: &str,
     upper: &PartitionBounds,
+    gc: bool,
 ) -> Result<Vec<RecordRange>, GatewayError> {
     let mut ranges = Vec::new();
     for prefix in [ENTRY_PREFIX, KEY_STATE_PREFIX, VERSION_PREFIX, UPLOAD_PREFIX] {
         let (lo, hi) = prefix_range(prefix, upper);
-        ranges.push(RecordRange { lo, hi, pending: false });
+        ranges.push(RecordRange { lo, hi, pending: false, add_only: false });
     }
-    ranges.push(RecordRange { lo: vec![PENDING_PREFIX], hi: Some(vec![PENDING_PREFIX + 1]), pending: true });
+    ranges.push(RecordRange {
+        lo: vec![PENDING_PREFIX],
+        hi: Some(vec![PENDING_PREFIX + 1]),
+        pending: true,
+        add_only: false,
+    });
+    if gc {
+        ranges.push(RecordRange { lo: vec![GC_PREFIX], hi: Some(vec![GC_PREFIX + 1]), pending: false, add_only: true });
+    }
     for upload in uploads_in(client, object, upper).await? {
         ranges.push(RecordRange {
             lo: layout::part_key(upload, 0),
             hi: Some(layout::part_key(upload, u32::MAX)),
             pending: false,
+            add_only: false,
         });
     }
     Ok(ranges)
@@ -509,20 +553,34 @@ async fn uploads_in(client: &Client, object: &str, upper: &PartitionBounds) -> R
 }
 
 /// Makes the records of keys in `upper` in partition `to` identical to those in `from`:
-/// changed and new ones set, vanished ones removed. Every write to `to` asserts its bounds, so
-/// a split given up meanwhile (its partition removed) stops here instead of re-creating it.
-async fn copy_range(client: &Client, from: &str, to: &str, upper: &PartitionBounds) -> Result<(), GatewayError> {
-    let mut ranges = record_ranges(client, from, upper).await?;
+/// changed and new ones set, vanished ones removed (with `gc`, `from`'s GC records added too).
+/// Every write to `to` carries `guard` (a split asserts the new partition's bounds, a merge its
+/// record on the absorbing partition), so a split or merge given up meanwhile stops here
+/// instead of writing on.
+pub(crate) async fn copy_range(
+    client: &Client,
+    from: &str,
+    to: &str,
+    upper: &PartitionBounds,
+    guard: &ObjOp,
+    gc: bool,
+) -> Result<(), GatewayError> {
+    let mut ranges = record_ranges(client, from, upper, gc).await?;
     // Parts of uploads that are in the new partition but gone from the old one go too.
     let known: BTreeSet<Vec<u8>> = ranges.iter().map(|r| r.lo.clone()).collect();
     for upload in uploads_in(client, to, upper).await? {
         let lo = layout::part_key(upload, 0);
         if !known.contains(&lo) {
-            ranges.push(RecordRange { lo, hi: Some(layout::part_key(upload, u32::MAX)), pending: false });
+            ranges.push(RecordRange {
+                lo,
+                hi: Some(layout::part_key(upload, u32::MAX)),
+                pending: false,
+                add_only: false,
+            });
         }
     }
     for range in &ranges {
-        copy_one(client, from, to, upper, range).await?;
+        copy_one(client, from, to, upper, range, guard).await?;
     }
     Ok(())
 }
@@ -533,6 +591,7 @@ async fn copy_one(
     to: &str,
     upper: &PartitionBounds,
     range: &RecordRange,
+    guard: &ObjOp,
 ) -> Result<(), GatewayError> {
     let hi = range.hi.as_deref();
     let mut after = crate::index::just_below(&range.lo);
@@ -564,7 +623,11 @@ async fn copy_one(
                     break 'target;
                 }
                 t_after = k.clone();
-                dst.insert(k, v);
+                // The target's own records (a merge's absorbing partition has pending records
+                // of its own keys) are not copies, and stay.
+                if range.keep(&v, upper) {
+                    dst.insert(k, v);
+                }
             }
             if !twhole {
                 break;
@@ -580,9 +643,9 @@ async fn copy_one(
                 _ => set.push((k, v)),
             }
         }
-        let remove: Vec<Vec<u8>> = dst.into_keys().collect();
+        let remove: Vec<Vec<u8>> = if range.add_only { Vec::new() } else { dst.into_keys().collect() };
         if !set.is_empty() || !remove.is_empty() {
-            let mut ops = vec![assert_bounds(upper)];
+            let mut ops = vec![guard.clone()];
             if !set.is_empty() {
                 ops.push(ObjOp::OmapSet { entries: set });
             }

@@ -131,8 +131,71 @@ for key, vs in by_key.items():
     assert [v["IsLatest"] for v in vs] == [True] + [False] * (len(vs) - 1), key
     assert s3.get_object(Bucket=V, Key=key)["VersionId"] == vs[0]["VersionId"], key
 
+# Shrink: nine keys in ten deleted by concurrent deleters while listers check every listing
+# and a writer overwrites survivors; the emptied partitions merge under them. An upload started
+# before the merges completes after them.
+mp2 = s3.create_multipart_upload(Bucket=B, Key="n/upload-across-merges")["UploadId"]
+part21 = s3.upload_part(Bucket=B, Key="n/upload-across-merges", UploadId=mp2, PartNumber=1, Body=b"c" * (5 << 20))
+keep = sorted(random.Random(5).sample(sorted(present), len(present) // 10))
+doomed = sorted(set(present) - set(keep))
+random.Random(6).shuffle(doomed)
+
+
+def deleter(chunk):
+    try:
+        for key in chunk:
+            with lock:
+                deleting.add(key)
+            s3.delete_object(Bucket=B, Key=key)
+            with lock:
+                del present[key]
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"deleter: {e!r}")
+
+
+def overwriter(stop):
+    rnd = random.Random(77)
+    try:
+        n = 0
+        while not stop.is_set():
+            key = rnd.choice(keep)
+            body = f"{key}:over{n}".encode()
+            s3.put_object(Bucket=B, Key=key, Body=body)
+            with lock:
+                present[key] = body
+            n += 1
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"overwriter: {e!r}")
+
+
+stop = threading.Event()
+listers = [threading.Thread(target=lister, args=(stop,)) for _ in range(2)]
+busy = [threading.Thread(target=overwriter, args=(stop,))]
+deleters = [threading.Thread(target=deleter, args=(doomed[n::4],)) for n in range(4)]
+for t in listers + busy + deleters:
+    t.start()
+for t in deleters:
+    t.join()
+stop.set()
+for t in listers + busy:
+    t.join()
+assert not errors, errors
+keys = listing(1000)
+assert keys == sorted(present) == keep, (len(keys), len(present), len(keep))
+for key in keep:
+    assert s3.get_object(Bucket=B, Key=key)["Body"].read() == present[key], key
+uploads = s3.list_multipart_uploads(Bucket=B)["Uploads"]
+assert [u["UploadId"] for u in uploads] == [mp2], uploads
+s3.complete_multipart_upload(
+    Bucket=B,
+    Key="n/upload-across-merges",
+    UploadId=mp2,
+    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part21["ETag"]}]},
+)
+assert s3.head_object(Bucket=B, Key="n/upload-across-merges")["ContentLength"] == 5 << 20
+
 # Emptied and deleted, across all partitions.
-for key in list(present) + ["m/upload-across-splits"]:
+for key in list(present) + ["m/upload-across-splits", "n/upload-across-merges"]:
     s3.delete_object(Bucket=B, Key=key)
 assert listing(1000) == []
 s3.delete_bucket(Bucket=B)
