@@ -62,6 +62,10 @@ pub struct GatewayArgs {
     /// Entries a bucket index partition may hold before it is split in two (online).
     #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(4..))]
     index_split_entries: u64,
+    /// Neighbouring bucket index partitions holding fewer entries than this together are merged
+    /// into one (online); default a quarter of --index-split-entries, 0 never.
+    #[arg(long)]
+    index_merge_entries: Option<u64>,
     /// Seconds in a lifecycle day: 86400, or a few seconds to watch lifecycle rules act in a
     /// test (the `x-amz-expiration` header still counts real days).
     #[arg(long, env = "SHOAL_LIFECYCLE_DAY_S", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
@@ -92,6 +96,7 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
             pg_num: args.pg_num,
             lifecycle_day: Duration::from_secs(args.lifecycle_day_s),
             split_entries: args.index_split_entries,
+            merge_entries: args.index_merge_entries,
             tls: match (&args.tls_cert, &args.tls_key) {
                 (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone() }),
                 _ => None,

@@ -597,7 +597,12 @@ fn index_partitions_split_and_merge_online_under_concurrent_writes_and_listings(
     assert!(splits >= 8, "only {splits} splits happened:\n{log}");
     let merges = log.matches("index partition merge").count();
     assert!(merges >= 4, "only {merges} merges happened:\n{log}");
-    assert!(!log.contains("split failed") && !log.contains("reshape (split or merge) failed") && !log.contains("was given up"), "{log}");
+    assert!(
+        !log.contains("split failed")
+            && !log.contains("reshape (split or merge) failed")
+            && !log.contains("was given up"),
+        "{log}"
+    );
     let _ = gw.kill();
     let _ = gw.wait();
 }
@@ -609,7 +614,8 @@ fn a_bucket_deletion_that_died_midway_is_decided_for_the_whole_bucket() {
     let keys = (keys.0.as_str(), keys.1.as_str());
     let put = |ep: &str, path: &str| s3_request(ep, keys, "PUT", path, "", b"x").0;
     // Leases of 4 s: the collector leaves a deletion alone for that long after it died.
-    let lease = ["--lease-s", "4", "--index-split-entries", "16"];
+    // No merges: emptying the bucket before deleting it must leave several partitions.
+    let lease = ["--lease-s", "4", "--index-split-entries", "16", "--index-merge-entries", "0"];
     // "revived": a write lands in a partition the deletion had not reached when it died; it
     // must survive (the whole bucket lives again). "finished": nothing is written; the
     // deletion is completed.

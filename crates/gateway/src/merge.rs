@@ -30,8 +30,8 @@ use shoal_proto::osd::ObjOp;
 use crate::crashpoint;
 use crate::error::GatewayError;
 use crate::layout::{
-    self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, INDEX_POOL, LIVE_VALUE, LIVE_XATTR, MERGE_XATTR, Merge,
-    MergeState, PartitionBounds, VERSION_PREFIX, partition_object,
+    self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, INDEX_POOL, LIVE_VALUE, LIVE_XATTR, MERGE_XATTR, Merge, MergeState,
+    PartitionBounds, VERSION_PREFIX, partition_object,
 };
 use crate::partition::PartitionState;
 use crate::rados;
@@ -251,7 +251,10 @@ pub(crate) async fn publish(
     debug_assert_eq!(m.state, MergeState::Committed);
     crate::meta::update_bucket(client, name, bucket_id, |b| {
         let Some(at) = b.partitions.iter().position(|p| p.id == m.from) else { return Ok(()) };
-        if at == 0 || b.partitions[at - 1].id != m.into || b.bounds_at(at - 1) != m.into_was || b.bounds_at(at) != m.from_was
+        if at == 0
+            || b.partitions[at - 1].id != m.into
+            || b.bounds_at(at - 1) != m.into_was
+            || b.bounds_at(at) != m.from_was
         {
             return Err(GatewayError::Internal(format!(
                 "merged partitions {} and {} changed in the bucket's table under their merge",
@@ -334,7 +337,12 @@ pub(crate) async fn finish_abandoned(client: &Client, bucket_id: u64, m: &Merge)
 /// What a request refused by a partition in merge `found` (on partition `part`) does: finishes
 /// a committed merge, gives up one stuck past its deadline, and says whether to send again now
 /// (true) or wait first (false). `table` is the bucket record read after the partition.
-pub(crate) async fn follow(client: &Client, table: &BucketRecord, part: u32, found: &Merge) -> Result<bool, GatewayError> {
+pub(crate) async fn follow(
+    client: &Client,
+    table: &BucketRecord,
+    part: u32,
+    found: &Merge,
+) -> Result<bool, GatewayError> {
     tend(client, &table.name, table.id, part, found).await
 }
 
@@ -409,14 +417,7 @@ mod tests {
     }
 
     fn merge_of(state: MergeState) -> Merge {
-        Merge {
-            into: 1,
-            into_was: bounds("", Some("m")),
-            from: 2,
-            from_was: bounds("m", None),
-            state,
-            since_ns: 0,
-        }
+        Merge { into: 1, into_was: bounds("", Some("m")), from: 2, from_was: bounds("m", None), state, since_ns: 0 }
     }
 
     #[test]

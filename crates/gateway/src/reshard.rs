@@ -36,8 +36,8 @@ use crate::crashpoint;
 use crate::error::GatewayError;
 use crate::layout::{
     self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, GC_PREFIX, INDEX_POOL, KEY_STATE_PREFIX, LABEL_XATTR, LIVE_VALUE,
-    LIVE_XATTR, MERGE_XATTR, PENDING_PREFIX, Partition, PartitionBounds, PartitionLabel, PendingRecord, RESHARD_XATTR, Reshard, ReshardState,
-    UPLOAD_PREFIX, VERSION_PREFIX, partition_object,
+    LIVE_XATTR, MERGE_XATTR, PENDING_PREFIX, Partition, PartitionBounds, PartitionLabel, PendingRecord, RESHARD_XATTR,
+    Reshard, ReshardState, UPLOAD_PREFIX, VERSION_PREFIX, partition_object,
 };
 use crate::partition::PartitionState;
 use crate::rados;
@@ -56,6 +56,14 @@ pub(crate) const BATCH: u32 = 1000;
 /// Entries a partition may hold before it is split (default 50,000; set once per process by
 /// the gateway's configuration).
 static SPLIT_ENTRIES: AtomicU64 = AtomicU64::new(50_000);
+
+/// Entries and versions below which two neighbouring partitions are merged (0: never).
+static MERGE_ENTRIES: AtomicU64 = AtomicU64::new(12_500);
+
+/// Sets the count below which neighbouring partitions are merged (0: never).
+pub fn set_merge_entries(entries: u64) {
+    MERGE_ENTRIES.store(entries, Ordering::Relaxed);
+}
 
 /// Sets the entry count past which partitions are split.
 pub fn set_split_entries(entries: u64) {
@@ -137,9 +145,9 @@ pub(crate) fn note_write(client: &Client, bucket: &BucketRecord, part: u32) {
 }
 
 /// Splits partition `part` of bucket `name` at its median key if it holds more than the
-/// threshold of entries, or merges it with a neighbour if both together hold less than a
-/// quarter of it (so that a merged partition is far from its next split). Returns whether it
-/// did either.
+/// threshold of entries, or merges it with a neighbour if both together hold fewer than the
+/// merge threshold (at most half the split threshold, so that a merged partition is far from
+/// its next split). Returns whether it did either.
 pub async fn split_if_large(client: &Client, name: &str, part: u32) -> Result<bool, GatewayError> {
     let bucket = crate::meta::get_bucket(client, name).await?;
     let Some(at) = bucket.partitions.iter().position(|p| p.id == part) else { return Ok(false) };
@@ -147,7 +155,10 @@ pub async fn split_if_large(client: &Client, name: &str, part: u32) -> Result<bo
     match median_if_over(client, &bucket, at, limit).await? {
         Survey::Over(Some(cut)) => split(client, &bucket, at, &cut).await,
         Survey::Over(None) => Ok(false),
-        Survey::Under(entries) => crate::merge::merge_if_small(client, &bucket, at, entries, limit / 4).await,
+        Survey::Under(entries) => {
+            let merge_below = MERGE_ENTRIES.load(Ordering::Relaxed);
+            crate::merge::merge_if_small(client, &bucket, at, entries, merge_below).await
+        }
     }
 }
 

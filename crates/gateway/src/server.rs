@@ -60,6 +60,9 @@ pub struct GatewayConfig {
     pub tls: Option<TlsFiles>,
     /// Entries an index partition may hold before it is split (decision 0014).
     pub split_entries: u64,
+    /// Neighbouring index partitions holding fewer entries and versions than this together are
+    /// merged (`None`: a quarter of `split_entries`; 0: never).
+    pub merge_entries: Option<u64>,
 }
 
 impl Default for GatewayConfig {
@@ -76,6 +79,7 @@ impl Default for GatewayConfig {
             lifecycle_day: Duration::from_secs(86_400),
             tls: None,
             split_entries: 50_000,
+            merge_entries: None,
         }
     }
 }
@@ -107,7 +111,16 @@ impl Server {
         if cfg.split_entries < 4 {
             return Err(GatewayError::InvalidArgument("index partitions must be allowed at least 4 entries".into()));
         }
+        let merge_entries = cfg.merge_entries.unwrap_or(cfg.split_entries / 4);
+        if merge_entries > cfg.split_entries / 2 {
+            // A merged partition must be far from its next split, or the two would alternate.
+            return Err(GatewayError::InvalidArgument(format!(
+                "index partitions merge below {merge_entries} entries, more than half of the {} they split at",
+                cfg.split_entries
+            )));
+        }
         crate::reshard::set_split_entries(cfg.split_entries);
+        crate::reshard::set_merge_entries(merge_entries);
         crate::reshard::set_lease(cfg.lease);
         let timeout_ms = client.mon().config().op_timeout_ms;
         meta::ensure_pools(&client, cfg.pool_size, cfg.pg_num, timeout_ms).await?;
