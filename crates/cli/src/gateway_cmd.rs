@@ -148,7 +148,8 @@ pub struct S3BenchArgs {
     concurrency: usize,
     #[arg(long, default_value_t = 10)]
     seconds: u64,
-    /// put, get, list or mixed (half get, half put).
+    /// put, get, list, mixed (half get, half put) or delete (the bucket's keys, listed first,
+    /// in key order: workers share the listing round-robin).
     workload: String,
     #[arg(long)]
     json: bool,
@@ -161,7 +162,8 @@ fn s3_bench(args: &S3BenchArgs) -> Result<ExitCode> {
         "get" => Workload::Get,
         "list" => Workload::List,
         "mixed" => Workload::Mixed,
-        other => anyhow::bail!("unknown workload {other:?}: use put, get, list or mixed"),
+        "delete" => Workload::Delete,
+        other => anyhow::bail!("unknown workload {other:?}: use put, get, list, mixed or delete"),
     };
     let spec = BenchSpec {
         endpoint: args.endpoint.clone(),

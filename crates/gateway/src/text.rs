@@ -56,9 +56,59 @@ pub fn uri_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `s` with XML's character references replaced by the characters they name (the five named
+/// entities and numeric references; an unknown or malformed reference is kept as it is).
+pub fn xml_unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let Some(end) = rest.find(';').filter(|e| *e <= 12) else {
+            out.push('&');
+            rest = &rest[1..];
+            continue;
+        };
+        let name = &rest[1..end];
+        let c = match name {
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            "quot" => Some('"'),
+            "apos" => Some('\''),
+            _ => name
+                .strip_prefix("#x")
+                .map(|h| u32::from_str_radix(h, 16))
+                .or_else(|| name.strip_prefix('#').map(str::parse::<u32>))
+                .and_then(Result::ok)
+                .and_then(char::from_u32),
+        };
+        match c {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[end + 1..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xml_references_are_replaced_and_anything_else_kept() {
+        assert_eq!(xml_unescape("a&amp;b&lt;c&gt;&quot;&apos;"), "a&b<c>\"'");
+        assert_eq!(xml_unescape("&#65;&#x42;&#x1F600;"), "AB\u{1F600}");
+        assert_eq!(xml_unescape("& &unknown; &#xZZ; tail&"), "& &unknown; &#xZZ; tail&");
+        assert_eq!(xml_unescape("plain/key"), "plain/key");
+    }
 
     #[test]
     fn encodings_round_trip_and_escape_what_s3_escapes() {

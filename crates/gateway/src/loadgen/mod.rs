@@ -19,6 +19,10 @@ pub enum Workload {
     Get,
     List,
     Mixed,
+    /// Deletes the keys a listing of the bucket found before the run, in key order, the
+    /// workers taking them round-robin (so the run empties the key space from its start, as
+    /// expiring time-ordered keys does). A worker stops when its keys run out.
+    Delete,
 }
 
 /// One benchmark.
@@ -60,6 +64,8 @@ const MAX_SAMPLES_PER_WORKER: usize = 10_000_000;
 const PREFILL_PER_WORKER: usize = 4;
 /// Largest response body read (a GET of the largest object size accepted).
 const MAX_BODY_BYTES: usize = 256 << 20;
+/// Most keys a `delete` run lists before it starts (held in memory).
+const MAX_DELETE_KEYS: usize = 4_000_000;
 
 struct Target {
     addr: String,
@@ -153,6 +159,14 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
             }
         }
     }
+    let doomed: Arc<Vec<String>> = Arc::new(if spec.workload == Workload::Delete {
+        list_keys(&target, &mut conn, &bucket_path, MAX_DELETE_KEYS).await?
+    } else {
+        Vec::new()
+    });
+    if spec.workload == Workload::Delete && doomed.is_empty() {
+        return Err(format!("bucket {} has no keys to delete: fill it first (put)", spec.bucket));
+    }
     let started = Instant::now();
     let deadline = started + Duration::from_secs(spec.seconds);
     let ops_done = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -162,6 +176,7 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
         let payload = payload.clone();
         let ops_done = ops_done.clone();
         let bucket_path = bucket_path.clone();
+        let doomed = doomed.clone();
         workers.push(tokio::spawn(async move {
             let mut t = Tally::default();
             let mut conn = match http::Connection::connect(&target.addr).await {
@@ -175,6 +190,13 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
             let mut n: u64 = 0;
             let mut token: Option<String> = None;
             while Instant::now() < deadline {
+                let doomed_key = match target.spec.workload {
+                    Workload::Delete => match doomed.get(w + n as usize * target.spec.concurrency) {
+                        Some(k) => Some(k),
+                        None => break,
+                    },
+                    _ => None,
+                };
                 let op_start = Instant::now();
                 let kind = match target.spec.workload {
                     Workload::Mixed if n.is_multiple_of(2) => Workload::Get,
@@ -189,6 +211,10 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
                         let key = format!("{bucket_path}/pre/{w}/{}", n as usize % PREFILL_PER_WORKER);
                         target.call(&mut conn, "GET", &key, "", b"").await
                     }
+                    Workload::Delete => {
+                        let key = format!("{bucket_path}/{}", doomed_key.map(String::as_str).unwrap_or_default());
+                        target.call(&mut conn, "DELETE", &key, "", b"").await
+                    }
                     _ => {
                         let query = match &token {
                             Some(tok) => format!(
@@ -202,11 +228,12 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
                 };
                 let elapsed_us = op_start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 match result {
-                    Ok(r) if r.status == 200 => {
+                    Ok(r) if r.status == 200 || (kind == Workload::Delete && r.status == 204) => {
                         t.ops += 1;
                         match kind {
                             Workload::Put => t.bytes += payload.len() as u64,
                             Workload::Get => t.bytes += r.body.len() as u64,
+                            Workload::Delete => {}
                             _ => {
                                 let text = String::from_utf8_lossy(&r.body);
                                 t.keys += text.matches("<Key>").count() as u64;
@@ -291,6 +318,42 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
         p99_ms: pct(0.99),
         max_ms: pct(1.0),
     })
+}
+
+/// Up to `max` keys of the bucket at `bucket_path`, in key order.
+async fn list_keys(
+    target: &Target,
+    conn: &mut http::Connection,
+    bucket_path: &str,
+    max: usize,
+) -> Result<Vec<String>, String> {
+    let mut keys = Vec::new();
+    let mut token: Option<String> = None;
+    while keys.len() < max {
+        let query = match &token {
+            Some(tok) => format!(
+                "continuation-token={}&list-type=2&max-keys=1000",
+                crate::text::uri_encode(tok).replace('/', "%2F")
+            ),
+            None => "list-type=2&max-keys=1000".to_string(),
+        };
+        let r = target.call(conn, "GET", bucket_path, &query, b"").await.map_err(|e| format!("listing: {e}"))?;
+        if r.status != 200 {
+            return Err(format!("listing: HTTP {}: {}", r.status, String::from_utf8_lossy(&r.body)));
+        }
+        let text = String::from_utf8_lossy(&r.body);
+        let mut rest = text.as_ref();
+        while let Some(key) = between(rest, "<Key>", "</Key>") {
+            rest = &rest[rest.find("</Key>").map(|i| i + 6).unwrap_or(rest.len())..];
+            keys.push(crate::text::xml_unescape(&key));
+        }
+        token = between(&text, "<NextContinuationToken>", "</NextContinuationToken>");
+        if token.is_none() {
+            break;
+        }
+    }
+    keys.truncate(max);
+    Ok(keys)
 }
 
 fn between(text: &str, open: &str, close: &str) -> Option<String> {
