@@ -39,6 +39,7 @@ pub enum ObjCommand {
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
     },
+    /// Remove object NAME; gone on every replica when the command returns.
     Rm {
         #[command(flatten)]
         p: PoolArg,

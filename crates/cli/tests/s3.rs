@@ -290,13 +290,37 @@ fn s3_request(
 
 /// A gateway of its own on the cluster in `dir`, with a short lease and GC delay so that the
 /// collector acts within the test; `crash` sets its crash point (`POINT:KEY`).
-fn spawn_gateway(dir: &Path, crash: Option<&str>) -> (std::process::Child, String) {
+fn spawn_gateway(dir: &Path, crash: Option<&str>) -> (Gateway, String) {
     let (child, listen) = spawn_gateway_with(dir, crash, &[]);
     (child, format!("http://{listen}"))
 }
 
+/// A gateway process a test started, killed when the test ends however it ends (a test that
+/// panics would otherwise leave it running against a cluster directory that is gone).
+struct Gateway(std::process::Child);
+
+impl std::ops::Deref for Gateway {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Gateway {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A gateway as `spawn_gateway` starts it, with `extra` arguments; returns its address.
-fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (std::process::Child, String) {
+fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (Gateway, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let conf = dir.join("shoal.toml").display().to_string();
@@ -312,7 +336,7 @@ fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (std::
     if let Some(c) = crash {
         cmd.env(shoal_gateway::crashpoint::ENV, c);
     }
-    let child = cmd.spawn().unwrap();
+    let child = Gateway(cmd.spawn().unwrap());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while std::net::TcpStream::connect(&listen).is_err() {
         assert!(std::time::Instant::now() < deadline, "the gateway did not listen on {listen}");
@@ -588,7 +612,11 @@ fn index_partitions_split_and_merge_online_under_concurrent_writes_and_listings(
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _down, keys) = up_without_gateway(tmp.path());
     // 32 entries per partition: the writers' 720 keys split partitions many times over.
-    let (mut gw, listen) = spawn_gateway_with(&dir, None, &["--index-split-entries", "32"]);
+    // A lease of 30 s, not the 2 s other tests use: the lease caps how long a split or merge may
+    // take before anyone gives it up, and with every test of this file sharing two cores a
+    // copy can take longer than 2 s. None may be given up here.
+    let extra = ["--index-split-entries", "32", "--lease-s", "30"];
+    let (mut gw, listen) = spawn_gateway_with(&dir, None, &extra);
     let endpoint = format!("http://{listen}");
     let env = [("S3_ENDPOINT", endpoint.as_str()), ("S3_ACCESS_KEY", &keys.0), ("S3_SECRET_KEY", &keys.1)];
     run_boto3_script(&python, "boto3_split.py", &env, "boto3 split checks passed");

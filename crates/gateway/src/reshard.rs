@@ -149,7 +149,12 @@ pub(crate) fn note_write(client: &Client, bucket: &BucketRecord, part: u32) {
 /// merge threshold (at most half the split threshold, so that a merged partition is far from
 /// its next split). Returns whether it did either.
 pub async fn split_if_large(client: &Client, name: &str, part: u32) -> Result<bool, GatewayError> {
-    let bucket = crate::meta::get_bucket(client, name).await?;
+    let bucket = match crate::meta::get_bucket(client, name).await {
+        Ok(b) => b,
+        // Deleted since the write that asked for the check: nothing to reshape.
+        Err(GatewayError::NoSuchBucket(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
     let Some(at) = bucket.partitions.iter().position(|p| p.id == part) else { return Ok(false) };
     let limit = split_entries();
     match median_if_over(client, &bucket, at, limit).await? {
