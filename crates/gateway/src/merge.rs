@@ -334,20 +334,9 @@ pub(crate) async fn finish_abandoned(client: &Client, bucket_id: u64, m: &Merge)
     }
 }
 
-/// What a request refused by a partition in merge `found` (on partition `part`) does: finishes
-/// a committed merge, gives up one stuck past its deadline, and says whether to send again now
-/// (true) or wait first (false). `table` is the bucket record read after the partition.
-pub(crate) async fn follow(
-    client: &Client,
-    table: &BucketRecord,
-    part: u32,
-    found: &Merge,
-) -> Result<bool, GatewayError> {
-    tend(client, &table.name, table.id, part, found).await
-}
-
 /// Finishes or gives up merge work `found` on partition `part` when it is due (committed or
-/// published: now; before the commit: past its deadline). Returns whether anything was done.
+/// published: now; before the commit: past its deadline). Returns whether anything was done
+/// (a request refused by the partition then sends again at once, else it waits first).
 pub(crate) async fn tend(
     client: &Client,
     name: &str,

@@ -212,7 +212,7 @@ impl<'a> Part<'a> {
             return Ok(Follow::Same);
         }
         if let Some(m) = &found.merge {
-            return Ok(match merge::follow(client, &fresh, route.id, m).await? {
+            return Ok(match merge::tend(client, &fresh.name, fresh.id, route.id, m).await? {
                 true => Follow::Retry,
                 false => Follow::Wait,
             });
@@ -423,9 +423,8 @@ impl<'a> RangeReader<'a> {
             }
             let ops = vec![ObjOp::OmapList { after: Some(self.cursor.clone()), max }];
             let (state, outputs) = read_with_state(client, &object, ops).await?;
-            // A partition missing under this table was merged away since it was read (a
-            // deleted bucket's partitions outlive its record): look again, as for one that does
-            // not serve this range.
+            // A partition missing under this table was merged away since the table was read:
+            // look again, as for one that does not serve this range.
             if outputs.is_none() || !state.serves(&bounds) {
                 follows += 1;
                 if follows > FOLLOW_ATTEMPTS {
