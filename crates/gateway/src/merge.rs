@@ -155,21 +155,15 @@ pub async fn merge(client: &Client, bucket: &BucketRecord, at: usize) -> Result<
             set_merge(&rec),
         ]
     };
-    match rados::write_ops(client, INDEX_POOL, &into, claim(&rec.into_was)).await {
-        Ok(()) => {}
-        Err(e) if e.is_conflict() => return Ok(false),
-        Err(e) => return Err(e),
+    if !rados::guarded_ops(client, INDEX_POOL, &into, claim(&rec.into_was)).await? {
+        return Ok(false);
     }
     match rados::write_ops(client, INDEX_POOL, &from, claim(&rec.from_was)).await {
         Ok(()) => {}
         Err(e) => {
             // Nothing was copied: the claim on `into` is simply taken back.
             let release = vec![assert_merge(Some(&rec)), ObjOp::RemoveXattr { name: MERGE_XATTR.into() }];
-            match rados::write_ops(client, INDEX_POOL, &into, release).await {
-                Ok(()) => {}
-                Err(r) if r.is_conflict() => {}
-                Err(r) => return Err(r),
-            }
+            rados::guarded_ops(client, INDEX_POOL, &into, release).await?;
             return if e.is_conflict() { Ok(false) } else { Err(e) };
         }
     }
@@ -193,11 +187,9 @@ pub async fn merge(client: &Client, bucket: &BucketRecord, at: usize) -> Result<
         set_merge(&fenced),
     ];
     let fenced_at = std::time::Instant::now();
-    match rados::write_ops(client, INDEX_POOL, &from, fence).await {
-        Ok(()) => {}
+    if !rados::guarded_ops(client, INDEX_POOL, &from, fence).await? {
         // Given up by someone who found the first copy overdue.
-        Err(e) if e.is_conflict() => return Ok(false),
-        Err(e) => return Err(e),
+        return Ok(false);
     }
     crashpoint::reached(crashpoint::MERGE_FENCED, &bucket.name);
 
@@ -214,14 +206,10 @@ pub async fn merge(client: &Client, bucket: &BucketRecord, at: usize) -> Result<
         ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&rec.merged()) },
         set_merge(&committed),
     ];
-    match rados::write_ops(client, INDEX_POOL, &into, commit).await {
-        Ok(()) => {}
-        Err(e) if e.is_conflict() => {
-            // Given up by someone else (then this is a no-op), or the bucket is being deleted.
-            give_up(client, bucket.id, &rec).await?;
-            return Ok(false);
-        }
-        Err(e) => return Err(e),
+    if !rados::guarded_ops(client, INDEX_POOL, &into, commit).await? {
+        // Given up by someone else (then this is a no-op), or the bucket is being deleted.
+        give_up(client, bucket.id, &rec).await?;
+        return Ok(false);
     }
     crashpoint::reached(crashpoint::MERGE_COMMITTED, &bucket.name);
     let fenced_ms = fenced_at.elapsed().as_millis() as u64;
@@ -267,12 +255,9 @@ pub(crate) async fn publish(
     .await?;
     let published = step(m, MergeState::Published);
     let ops = vec![assert_merge(Some(m)), set_merge(&published)];
-    match rados::write_ops(client, INDEX_POOL, &partition_object(bucket_id, m.into), ops).await {
-        Ok(()) => Ok(Some(published)),
-        // Someone else published it; they clean up.
-        Err(e) if e.is_conflict() => Ok(None),
-        Err(e) => Err(e),
-    }
+    // Refused: someone else published it; they clean up.
+    let recorded = rados::guarded_ops(client, INDEX_POOL, &partition_object(bucket_id, m.into), ops).await?;
+    Ok(recorded.then_some(published))
 }
 
 /// Removes published merge `m`'s absorbed partition (no table names it: its records are all
@@ -281,11 +266,8 @@ pub(crate) async fn clean_up(client: &Client, bucket_id: u64, m: &Merge) -> Resu
     debug_assert_eq!(m.state, MergeState::Published);
     rados::remove(client, INDEX_POOL, &partition_object(bucket_id, m.from)).await?;
     let done = vec![assert_merge(Some(m)), ObjOp::RemoveXattr { name: MERGE_XATTR.into() }];
-    match rados::write_ops(client, INDEX_POOL, &partition_object(bucket_id, m.into), done).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.is_conflict() => Ok(()),
-        Err(e) => Err(e),
-    }
+    rados::guarded_ops(client, INDEX_POOL, &partition_object(bucket_id, m.into), done).await?;
+    Ok(())
 }
 
 /// Gives up merge `m` (as recorded on `into`, not committed): decided by marking `into`
@@ -294,10 +276,8 @@ pub(crate) async fn give_up(client: &Client, bucket_id: u64, m: &Merge) -> Resul
     debug_assert_eq!(m.state, MergeState::Copying);
     let abandoned = step(m, MergeState::Abandoned);
     let ops = vec![assert_merge(Some(m)), set_merge(&abandoned)];
-    match rados::write_ops(client, INDEX_POOL, &partition_object(bucket_id, m.into), ops).await {
-        Ok(()) => {}
-        Err(e) if e.is_conflict() => return Ok(()),
-        Err(e) => return Err(e),
+    if !rados::guarded_ops(client, INDEX_POOL, &partition_object(bucket_id, m.into), ops).await? {
+        return Ok(());
     }
     tracing::warn!(into = m.into, from = m.from, "an index partition merge was given up");
     finish_abandoned(client, bucket_id, &abandoned).await
@@ -318,20 +298,15 @@ pub(crate) async fn finish_abandoned(client: &Client, bucket_id: u64, m: &Merge)
             ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&m.from_was) },
             ObjOp::RemoveXattr { name: MERGE_XATTR.into() },
         ];
-        match rados::write_ops(client, INDEX_POOL, &from, restore).await {
-            Ok(()) => break,
-            Err(e) if e.is_conflict() => continue,
-            Err(e) => return Err(e),
+        if rados::guarded_ops(client, INDEX_POOL, &from, restore).await? {
+            break;
         }
     }
     let into = partition_object(bucket_id, m.into);
     reshard::remove_copies(client, &into, &m.from_was, &assert_merge(Some(m))).await?;
     let done = vec![assert_merge(Some(m)), ObjOp::RemoveXattr { name: MERGE_XATTR.into() }];
-    match rados::write_ops(client, INDEX_POOL, &into, done).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.is_conflict() => Ok(()),
-        Err(e) => Err(e),
-    }
+    rados::guarded_ops(client, INDEX_POOL, &into, done).await?;
+    Ok(())
 }
 
 /// Finishes or gives up merge work `found` on partition `part` when it is due (committed or
@@ -362,11 +337,8 @@ pub(crate) async fn tend(
                 ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&found.from_was) },
                 ObjOp::RemoveXattr { name: MERGE_XATTR.into() },
             ];
-            match rados::write_ops(client, INDEX_POOL, &from, restore).await {
-                Ok(()) => return Ok(true),
-                Err(e) if e.is_conflict() => return Ok(true),
-                Err(e) => return Err(e),
-            }
+            rados::guarded_ops(client, INDEX_POOL, &from, restore).await?;
+            return Ok(true);
         }
         return Ok(false);
     };

@@ -98,6 +98,16 @@ pub async fn write_ops(client: &Client, pool: &str, object: &str, ops: Vec<ObjOp
     Ok(())
 }
 
+/// Runs guarded write operations on `object`: true if they were applied, false if a guard
+/// refused them (nothing changed: someone else changed what they assert first).
+pub async fn guarded_ops(client: &Client, pool: &str, object: &str, ops: Vec<ObjOp>) -> Result<bool, GatewayError> {
+    match write_ops(client, pool, object, ops).await {
+        Ok(()) => Ok(true),
+        Err(e) if e.is_conflict() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The value of omap key `key` of `object` (`None`: no such key or object).
 pub async fn omap_get(client: &Client, pool: &str, object: &str, key: &[u8]) -> Result<Option<Vec<u8>>, GatewayError> {
     match client.op(pool, object, vec![ObjOp::OmapGet { keys: vec![key.to_vec()] }], Vec::new()).await {

@@ -243,10 +243,8 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
         assert_no_merge(),
         ObjOp::SetXattr { name: RESHARD_XATTR.into(), value: reshard_value(&rec) },
     ];
-    match rados::write_ops(client, INDEX_POOL, &old, claim).await {
-        Ok(()) => {}
-        Err(e) if e.is_conflict() => return Ok(false),
-        Err(e) => return Err(e),
+    if !rados::guarded_ops(client, INDEX_POOL, &old, claim).await? {
+        return Ok(false);
     }
     let new = partition_object(bucket.id, new_id);
     let label = PartitionLabel { bucket: bucket.name.clone(), created_ns: layout::now_ns(), split_from: Some(old_id) };
@@ -297,10 +295,8 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
         assert_reshard(Some(&rec)),
         ObjOp::SetXattr { name: RESHARD_XATTR.into(), value: reshard_value(&committed) },
     ];
-    match rados::write_ops(client, INDEX_POOL, &old, commit).await {
-        Ok(()) => {}
-        Err(e) if e.is_conflict() => return Ok(false),
-        Err(e) => return Err(e),
+    if !rados::guarded_ops(client, INDEX_POOL, &old, commit).await? {
+        return Ok(false);
     }
     crashpoint::reached(crashpoint::SPLIT_COMMITTED, &bucket.name);
     let published = publish(client, &bucket.name, bucket.id, old_id, &committed).await?;
@@ -356,12 +352,9 @@ pub(crate) async fn publish(
     let published = Reshard { state: ReshardState::Published, since_ns: layout::now_ns(), ..r.clone() };
     let ops =
         vec![assert_reshard(Some(r)), ObjOp::SetXattr { name: RESHARD_XATTR.into(), value: reshard_value(&published) }];
-    match rados::write_ops(client, INDEX_POOL, &partition_object(bucket_id, old_id), ops).await {
-        Ok(()) => Ok(Some(published)),
-        // Someone else published it; they clean up.
-        Err(e) if e.is_conflict() => Ok(None),
-        Err(e) => Err(e),
-    }
+    // Refused: someone else published it; they clean up.
+    let recorded = rados::guarded_ops(client, INDEX_POOL, &partition_object(bucket_id, old_id), ops).await?;
+    Ok(recorded.then_some(published))
 }
 
 /// Rewrites the label of published split partition `object` without its parent, so that the
@@ -372,10 +365,8 @@ pub(crate) async fn mark_published(client: &Client, object: &str, label: &Partit
         ObjOp::AssertXattr { name: LABEL_XATTR.into(), value: Some(layout::encode(label)) },
         ObjOp::SetXattr { name: LABEL_XATTR.into(), value: layout::encode(&plain) },
     ];
-    match rados::write_ops(client, INDEX_POOL, object, ops).await {
-        Err(e) if e.is_conflict() => Ok(()),
-        other => other,
-    }
+    rados::guarded_ops(client, INDEX_POOL, object, ops).await?;
+    Ok(())
 }
 
 /// Removes published split `r`'s copied records from the old partition, then its record.
@@ -385,11 +376,8 @@ pub(crate) async fn clean_up(client: &Client, bucket_id: u64, old_id: u32, r: &R
     let upper = PartitionBounds { start: r.cut.clone(), end: r.was.end.clone() };
     remove_copies(client, &old, &upper, &assert_bounds(&lower)).await?;
     let done = vec![assert_reshard(Some(r)), ObjOp::RemoveXattr { name: RESHARD_XATTR.into() }];
-    match rados::write_ops(client, INDEX_POOL, &old, done).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.is_conflict() => Ok(()),
-        Err(e) => Err(e),
-    }
+    rados::guarded_ops(client, INDEX_POOL, &old, done).await?;
+    Ok(())
 }
 
 /// Removes from partition `object` every record of keys in `range` (entries, key states,
@@ -439,10 +427,8 @@ pub(crate) async fn give_up(client: &Client, bucket_id: u64, old_id: u32, r: &Re
         ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&r.was) },
         ObjOp::RemoveXattr { name: RESHARD_XATTR.into() },
     ];
-    match rados::write_ops(client, INDEX_POOL, &partition_object(bucket_id, old_id), ops).await {
-        Ok(()) => {}
-        Err(e) if e.is_conflict() => return Ok(()),
-        Err(e) => return Err(e),
+    if !rados::guarded_ops(client, INDEX_POOL, &partition_object(bucket_id, old_id), ops).await? {
+        return Ok(());
     }
     tracing::warn!(partition = old_id, to = r.new_id, "an index partition split was given up");
     rados::remove(client, INDEX_POOL, &partition_object(bucket_id, r.new_id)).await
