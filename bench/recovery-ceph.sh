@@ -201,10 +201,10 @@ shoal_run() {  # -> $WORK/shoal.json
   until [ "$(shoal_state)" = clean ]; do sleep 1; done
   objects=$(jq -s '[.[].ops] | add' "$WORK/logs/shoal-load-big.json" "$WORK/logs/shoal-load-small.json")
   log "shoal: $objects objects; quiet probe ${QUIET_S}s"
-  S bench --pool data write -b 4K -t 1 --prefix quiet_ --seconds "$QUIET_S" --json >"$WORK/shoal-quiet.json"
+  S bench --pool data write -b 4K -t 1 --prefix quiet_ --seconds "$QUIET_S" --json --timeline >"$WORK/shoal-quiet.json"
   quiet=$(cat "$WORK/shoal-quiet.json")
   log "shoal: osd out 0"
-  probe_start "$WORK/shoal-during.json" "$SHOAL_BIN" --conf "$DIR/shoal.toml" bench --pool data write -b 4K -t 1 \
+  probe_start "$WORK/shoal-during.json" "$SHOAL_BIN" --conf "$DIR/shoal.toml" bench --pool data write -b 4K -t 1 --timeline \
     --prefix during_ --seconds 36000 --json
   sleep 1
   t0=$(now)

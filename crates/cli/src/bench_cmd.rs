@@ -50,9 +50,23 @@ pub struct BenchArgs {
     /// separate sets (`seq` and `rand` read the set of the prefix given).
     #[arg(long, default_value = "bench_obj_")]
     prefix: String,
+    /// Add a per-second breakdown (ops and latency percentiles of the operations that completed
+    /// in each second of the run) to the report: shows a stall that the run's percentiles hide.
+    #[arg(long)]
+    timeline: bool,
     #[arg(long)]
     json: bool,
     workload: Workload,
+}
+
+/// One second of a run: the operations that completed in it.
+#[derive(Serialize)]
+struct Second {
+    second: u32,
+    ops: u64,
+    lat_ms_p50: f64,
+    lat_ms_p99: f64,
+    lat_ms_max: f64,
 }
 
 #[derive(Serialize)]
@@ -74,6 +88,9 @@ struct Report {
     errors: u64,
     /// The first failure, so a run with errors says why.
     first_error: Option<String>,
+    /// With `--timeline`: one entry per second of the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeline: Option<Vec<Second>>,
 }
 
 /// Objects a write run names: a prefix and a number, so that `seq`/`rand` find them.
@@ -127,6 +144,31 @@ impl Histogram {
         }
         self.max_us as f64 / 1000.0
     }
+}
+
+/// Per-second figures from the latencies (µs) of the operations completed in each second.
+fn timeline_of(seconds: Vec<Vec<u32>>) -> Vec<Second> {
+    seconds
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut lat)| {
+            lat.sort_unstable();
+            let at = |q: f64| {
+                if lat.is_empty() {
+                    return 0.0;
+                }
+                let rank = ((lat.len() as f64) * q).ceil().max(1.0) as usize;
+                f64::from(lat[rank.min(lat.len()) - 1]) / 1000.0
+            };
+            Second {
+                second: u32::try_from(i).unwrap_or(u32::MAX),
+                ops: lat.len() as u64,
+                lat_ms_p50: at(0.50),
+                lat_ms_p99: at(0.99),
+                lat_ms_max: lat.last().map_or(0.0, |us| f64::from(*us) / 1000.0),
+            }
+        })
+        .collect()
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
@@ -183,6 +225,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let deadline = started + duration;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let timeline = args.timeline;
     let hist = runtime.block_on(async {
         // A signal ends the run like the deadline does: operations in flight finish, none start,
         // and the report covers what ran (so a script can run a probe for as long as it needs).
@@ -240,7 +283,12 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
                     };
                     match r {
                         Ok(_) => {
-                            lat.push(t.elapsed().as_micros() as u64);
+                            // The second the operation completed in, beside its latency: 8 bytes
+                            // per operation, as before the timeline (latencies over 71 minutes
+                            // are clamped).
+                            let us = u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX);
+                            let second = u32::try_from(started.elapsed().as_secs()).unwrap_or(u32::MAX);
+                            lat.push((second, us));
                             done_ops.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => {
@@ -276,12 +324,21 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             })
         };
         let mut hist = Histogram::new();
+        let mut seconds: Vec<Vec<u32>> = Vec::new();
         let mut errors = 0;
         let mut first_error = None;
         for t in tasks {
             if let Ok((lat, e, first)) = t.await {
-                for us in lat {
-                    hist.record(us);
+                for (second, us) in lat {
+                    hist.record(u64::from(us));
+                    if timeline {
+                        // Bounded by the run's length: one slot per second it lasted.
+                        let slot = second as usize;
+                        if seconds.len() <= slot {
+                            seconds.resize_with(slot + 1, Vec::new);
+                        }
+                        seconds[slot].push(us);
+                    }
                 }
                 errors += e;
                 first_error = first_error.or(first);
@@ -289,9 +346,9 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         progress.abort();
         stopper.abort();
-        Ok::<_, anyhow::Error>((hist, errors, first_error))
+        Ok::<_, anyhow::Error>((hist, seconds, errors, first_error))
     });
-    let (hist, errors, first_error) = hist?;
+    let (hist, seconds, errors, first_error) = hist?;
     let secs = started.elapsed().as_secs_f64();
     let ops = hist.count;
     let bytes = ops * args.block_size;
@@ -312,6 +369,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         lat_ms_min: if ops > 0 { hist.min_us as f64 / 1000.0 } else { 0.0 },
         errors,
         first_error,
+        timeline: args.timeline.then(|| timeline_of(seconds)),
     };
     if args.cleanup && args.workload == Workload::Write {
         let written = next.load(Ordering::Relaxed).min(args.objects.unwrap_or(u64::MAX));
@@ -333,6 +391,12 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         println!("Latency p50 (ms):       {:.3}", report.lat_ms_p50);
         println!("Latency p99 (ms):       {:.3}", report.lat_ms_p99);
         println!("Latency max (ms):       {:.3}", report.lat_ms_max);
+        for s in report.timeline.iter().flatten() {
+            println!(
+                "  second {:>4}: {:>7} ops  p50 {:>8.3}  p99 {:>8.3}  max {:>8.3} ms",
+                s.second, s.ops, s.lat_ms_p50, s.lat_ms_p99, s.lat_ms_max
+            );
+        }
         if let Some(first) = &report.first_error {
             println!("Errors:                 {errors} (first: {first})");
         }

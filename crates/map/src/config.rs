@@ -27,6 +27,10 @@ pub const RECOVERY_MAX_OPS: &str = "osd_recovery_max_ops";
 /// its PGs (at least one push is always allowed, whatever its size). Ceph bounds the same with
 /// `osd_recovery_max_chunk` and `osd_max_backfills`.
 pub const RECOVERY_MAX_BYTES: &str = "osd_recovery_max_inflight_bytes";
+/// While clients are doing I/O on an OSD, recovery and backfill may take at most this percentage
+/// of its worker's time (100: no limit); with no client I/O they run flat out. Ceph reaches for
+/// the same with `osd_recovery_sleep` and its mClock profiles.
+pub const RECOVERY_BUSY_SHARE_PCT: &str = "osd_recovery_busy_share_pct";
 /// Each PG is scrubbed lightly (object lists, sizes, metadata digests) about this often (0: only
 /// on request). Ceph's `osd_scrub_min_interval`.
 pub const SCRUB_INTERVAL_SECS: &str = "osd_scrub_interval_secs";
@@ -56,6 +60,13 @@ pub const SETTINGS: &[Setting] = &[
         min: 1 << 20,
         max: 64 << 30,
         help: "bytes of recovery and backfill pushes each OSD has in flight at once",
+    },
+    Setting {
+        name: RECOVERY_BUSY_SHARE_PCT,
+        default: 10,
+        min: 1,
+        max: 100,
+        help: "percent of an OSD's worker time recovery may take while clients do I/O (100: no limit)",
     },
     Setting {
         name: SCRUB_INTERVAL_SECS,

@@ -46,7 +46,7 @@ mod recovery;
 mod scrub;
 pub use peering::{MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Role};
-pub use purge::PURGE_OBJECTS_PER_TICK;
+pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
 use recovery::Need;
 pub use recovery::{BACKFILL_CHUNK_BYTES, BACKFILL_CHUNK_OBJECTS};
 pub use scrub::{MAX_SCRUBS_PER_OSD, SCRUB_CHUNK_BYTES, SCRUB_CHUNK_OBJECTS, SCRUB_MAP_MAX_OBJECTS};
@@ -227,6 +227,9 @@ pub struct OsdCore {
     intervals_known: bool,
     /// Collections of deleted pools still to be emptied and removed, a bounded batch per tick.
     purge: VecDeque<String>,
+    /// Client and replicated writes handled since the last tick: purging goes slower while
+    /// clients are busy.
+    client_ops_since_tick: u64,
     counters: Counters,
     last_tick: Option<(u64, Counters)>,
     mutations: Mutations,
@@ -270,6 +273,7 @@ impl OsdCore {
             last_tick: None,
             mutations: Mutations::default(),
             purge: VecDeque::new(),
+            client_ops_since_tick: 0,
             scrubs: BTreeMap::new(),
             scrub_now_ms: 0,
         };
@@ -300,13 +304,17 @@ impl OsdCore {
     pub fn handle(&mut self, event: Event, out: &mut Vec<Action>) {
         match event {
             Event::ClientOp { from, request_id, op, data } => {
+                self.client_ops_since_tick += 1;
                 if op.epoch > self.map.epoch {
                     self.wait_for_map(Event::ClientOp { from, request_id, op, data }, out);
                 } else {
                     self.client_op(from, request_id, op, data, out);
                 }
             }
-            Event::RepOp { from, request_id, op, data } => self.rep_op(from, request_id, op, data, out),
+            Event::RepOp { from, request_id, op, data } => {
+                self.client_ops_since_tick += 1;
+                self.rep_op(from, request_id, op, data, out);
+            }
             Event::RepReply { from, reqid, result } => self.rep_reply(from, reqid, result, out),
             Event::PgList { from, request_id, req } => {
                 if req.epoch > self.map.epoch {
@@ -350,7 +358,8 @@ impl OsdCore {
                 if !self.intervals_known {
                     self.update_intervals(out);
                 }
-                self.purge_step(PURGE_OBJECTS_PER_TICK);
+                let busy = std::mem::take(&mut self.client_ops_since_tick) > 0;
+                self.purge_step(if busy { PURGE_OBJECTS_PER_TICK_BUSY } else { PURGE_OBJECTS_PER_TICK });
                 self.peering_tick(out);
                 for pg in self.active_pgs() {
                     self.recover(pg, out);

@@ -22,7 +22,8 @@ use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
 use tokio::sync::mpsc;
 
 use crate::core::{Action, Event, OsdCore, PeerCall, Token};
-use crate::lanes::Lanes;
+use crate::lanes::{Lane, Lanes};
+use crate::pacing::Pacer;
 
 /// Events queued to the worker before handlers wait.
 const WORKER_QUEUE_EVENTS: usize = 1024;
@@ -319,6 +320,9 @@ fn worker_loop(
     // Client I/O goes before recovery work (`lanes`): the worker takes in what has arrived, within
     // the lanes' bounds, and handles the batch they choose.
     let mut lanes = Lanes::default();
+    // While clients are busy, recovery takes at most its share of this thread's time (`pacing`).
+    let mut pacer = Pacer::default();
+    let mut closed = false;
     let mut batch = Vec::new();
     loop {
         if lanes.is_empty() {
@@ -333,8 +337,23 @@ fn worker_loop(
                 Err(_) => break,
             }
         }
-        lanes.next_batch(WORKER_BATCH_EVENTS, WORKER_BATCH_BYTES, &mut batch);
-        assert!(!batch.is_empty(), "the lanes chose no event while holding some");
+        // Pacing never holds back work when the lanes are full (what waits in the channel
+        // behind them may be client I/O) or once every sender is gone (shutting down).
+        let background_ok = closed || !lanes.has_room() || pacer.background_ok(Instant::now());
+        lanes.next_batch(WORKER_BATCH_EVENTS, WORKER_BATCH_BYTES, background_ok, &mut batch);
+        if batch.is_empty() {
+            assert!(!background_ok, "the lanes chose no event while holding some and allowed to");
+            // Only paced recovery work is waiting: until its turn, or until something arrives.
+            match runtime.block_on(tokio::time::timeout(pacer.wait(Instant::now()), rx.recv())) {
+                Ok(Some(ev)) => lanes.push(ev),
+                Ok(None) => closed = true,
+                Err(_elapsed) => {}
+            }
+            continue;
+        }
+        let started = Instant::now();
+        let client = batch.iter().any(|e| matches!(crate::lanes::lane(e), Lane::Foreground(_)));
+        let background = batch.iter().any(|e| matches!(crate::lanes::lane(e), Lane::Background(_)));
         for ev in batch.drain(..) {
             core.handle(ev, &mut actions);
         }
@@ -344,6 +363,8 @@ fn worker_loop(
             tracing::error!(error = %e, "store sync failed: failing this batch's writes");
             sync_error = Some(RemoteError::new(ErrorCode::Io, format!("store sync failed: {e}")));
         }
+        let share_pct = core.map().setting(shoal_map::config::RECOVERY_BUSY_SHARE_PCT).clamp(1, 100);
+        pacer.record(Instant::now(), started.elapsed(), client, background, share_pct);
         for action in actions.drain(..) {
             match action {
                 Action::Reply { to, frame, after_sync } => {

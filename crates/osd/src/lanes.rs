@@ -91,12 +91,14 @@ impl Lanes {
         Some(event)
     }
 
-    /// The next batch, at most `max_events` events and about `max_bytes` of data (a batch holds
-    /// at least one event): the foreground events that may go first, if there are any; else the
-    /// first background event of a PG that client I/O waits for (so a write waits for its own
-    /// PG's chunk, not for every chunk queued before it); else the barriers at the front; else
-    /// the one background event at the front.
-    pub fn next_batch(&mut self, max_events: usize, max_bytes: usize, batch: &mut Vec<Event>) {
+    /// The next batch, at most `max_events` events and about `max_bytes` of data: the foreground
+    /// events that may go first, if there are any; else the first background event of a PG that
+    /// client I/O waits for (so a write waits for its own PG's chunk, not for every chunk queued
+    /// before it); else the barriers at the front; else the one background event at the front,
+    /// if `background_ok` (the worker's pacing allows background work now) or a barrier waits
+    /// behind it (maps and ticks are never held back by pacing). The batch is empty only when
+    /// all that is left is background work that pacing holds back.
+    pub fn next_batch(&mut self, max_events: usize, max_bytes: usize, background_ok: bool, batch: &mut Vec<Event>) {
         debug_assert!(batch.is_empty());
         let mut bytes = 0;
         // PG → index of its first background event (before any barrier).
@@ -143,7 +145,11 @@ impl Lanes {
                     }
                 }
             }
-            Some(_) => batch.extend(self.take(0)),
+            Some(_) => {
+                if background_ok || self.pending.iter().any(|(l, _)| *l == Lane::Barrier) {
+                    batch.extend(self.take(0));
+                }
+            }
             None => {}
         }
     }
@@ -191,7 +197,7 @@ mod tests {
         let mut out = Vec::new();
         let mut batch = Vec::new();
         while !lanes.is_empty() {
-            lanes.next_batch(256, 4 << 20, &mut batch);
+            lanes.next_batch(256, 4 << 20, true, &mut batch);
             out.push(tids(&batch));
             batch.clear();
         }
@@ -246,5 +252,36 @@ mod tests {
             vec![vec!["c1"], vec!["push 1"], vec!["tick", "tick"], vec!["c2"], vec!["push 2"]]
         );
         assert_eq!(lanes.pending_bytes, 0);
+    }
+
+    #[test]
+    fn pacing_holds_back_only_background_work_nobody_waits_for() {
+        let mut lanes = Lanes::default();
+        for e in [push(1), push(2), client(2, 1)] {
+            lanes.push(e);
+        }
+        let mut batch = Vec::new();
+        // The client write of PG 2 waits for PG 2's push: that push goes, paced or not.
+        lanes.next_batch(256, 4 << 20, false, &mut batch);
+        assert_eq!(tids(&batch), vec!["push 2"]);
+        batch.clear();
+        lanes.next_batch(256, 4 << 20, false, &mut batch);
+        assert_eq!(tids(&batch), vec!["c1"]);
+        batch.clear();
+        // PG 1's push waits for its turn: nothing is chosen.
+        lanes.next_batch(256, 4 << 20, false, &mut batch);
+        assert!(batch.is_empty());
+        // A tick behind it is never held back, so neither is the push before it.
+        lanes.push(Event::Tick { now_ms: 1 });
+        lanes.next_batch(256, 4 << 20, false, &mut batch);
+        assert_eq!(tids(&batch), vec!["push 1"]);
+        batch.clear();
+        lanes.next_batch(256, 4 << 20, false, &mut batch);
+        assert_eq!(tids(&batch), vec!["tick"]);
+        batch.clear();
+        // Allowed again, background work goes.
+        lanes.push(push(3));
+        lanes.next_batch(256, 4 << 20, true, &mut batch);
+        assert_eq!(tids(&batch), vec!["push 3"]);
     }
 }

@@ -11,7 +11,9 @@
 //!   snapshot, trimming), kept beside each head object in its PG.
 //! - [`scrub`]: scrub maps of objects and their comparison across a PG's members.
 //! - [`daemon`]: the I/O around the core: messenger server, worker thread, monitor client,
-//!   replication connections.
+//!   replication connections; [`lanes`] and [`pacing`] decide when the worker takes client I/O
+//!   and recovery work (client I/O first, and recovery held to a share of the time while
+//!   clients are busy).
 
 pub mod copy;
 pub mod core;
@@ -19,6 +21,7 @@ pub mod daemon;
 pub mod exec;
 pub mod lanes;
 pub mod merge;
+pub mod pacing;
 pub mod pglog;
 pub mod pgmeta;
 pub mod scrub;

@@ -455,6 +455,11 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
     assert_eq!(primary.purge_backlog(), before);
     primary.handle(Event::Tick { now_ms: 1 }, &mut Vec::new());
     assert!(primary.store().usage().unwrap().objects > 0, "one tick removes a bounded batch");
+    // The append above was client I/O since the last tick: that tick removed the smaller batch.
+    assert!(
+        primary.store().usage().unwrap().objects + shoal_osd::core::PURGE_OBJECTS_PER_TICK_BUSY as u64 >= many as u64,
+        "a tick after client I/O purges at most PURGE_OBJECTS_PER_TICK_BUSY objects"
+    );
     for t in 2..6 {
         primary.handle(Event::Tick { now_ms: t }, &mut Vec::new());
     }
