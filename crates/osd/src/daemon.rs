@@ -160,13 +160,18 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     // Peers hold a weak sender: the worker (which owns them) must see its queue close once the
     // server and the tasks feeding it are gone, or it would never end.
     let peers = Peers::new(tx.downgrade(), cfg.cluster.clone());
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
     let worker = {
         let monc = monc.clone();
         // The worker gets the connections but no sender of its own queue, so that the queue
         // closes (and the worker ends) once the server and the feeding tasks are gone.
+        let ended = WorkerEnded(Some(ended_tx));
         std::thread::Builder::new()
             .name(format!("{}-worker", cfg.id))
-            .spawn(move || worker_loop(core, rx, conns, peers, monc, runtime))
+            .spawn(move || {
+                let _ended = ended;
+                worker_loop(core, rx, conns, peers, monc, runtime);
+            })
             .context("starting the worker thread")?
     };
 
@@ -216,9 +221,17 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     );
     let reboot = tokio::spawn(boot_again_when_marked_down(monc.clone(), cfg.id, addr, epoch));
 
-    shutdown.await;
+    // A worker that ended before shutdown (a panic: a broken invariant) takes the daemon down
+    // with it: an OSD that answers heartbeats but handles nothing would hold its PGs hostage.
+    let worker_died = tokio::select! {
+        () = shutdown => false,
+        _ = ended_rx => true,
+    };
     // First, so that the down mark below is not answered with a boot.
     reboot.abort();
+    if worker_died {
+        tracing::error!(osd = %cfg.id, "the worker thread ended unexpectedly: stopping the OSD");
+    }
     tracing::info!(osd = %cfg.id, "stopping: marking down, draining, unmounting");
     // Tell the monitors first, so clients stop sending here while we close.
     let _ = tokio::time::timeout(Duration::from_millis(500), monc.command(Command::OsdDown { id: cfg.id })).await;
@@ -230,12 +243,24 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     drop(tx);
     // The worker ends when every sender is gone; it then syncs and drops its store handle.
     let joined = tokio::task::spawn_blocking(move || worker.join()).await;
-    if !matches!(joined, Ok(Ok(()))) {
+    if worker_died || !matches!(joined, Ok(Ok(()))) {
         bail!("the OSD worker thread failed");
     }
     store.flush().context("flushing the store at shutdown")?;
     tracing::info!(osd = %cfg.id, "stopped");
     Ok(())
+}
+
+/// Held by the worker thread; dropped when it ends, by return or by panic, which tells the
+/// daemon.
+struct WorkerEnded(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for WorkerEnded {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// The monitors mark an OSD down when its reports stop reaching them (a partition, a stalled
@@ -344,7 +369,9 @@ fn worker_loop(
         if batch.is_empty() {
             assert!(!background_ok, "the lanes chose no event while holding some and allowed to");
             // Only paced recovery work is waiting: until its turn, or until something arrives.
-            match runtime.block_on(tokio::time::timeout(pacer.wait(Instant::now()), rx.recv())) {
+            let wait = pacer.wait(Instant::now());
+            // The timer is made inside the runtime's context (it needs its time driver).
+            match runtime.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
                 Ok(Some(ev)) => lanes.push(ev),
                 Ok(None) => closed = true,
                 Err(_elapsed) => {}
