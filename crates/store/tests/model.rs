@@ -89,6 +89,10 @@ fn model_apply(m: &mut Model, op: &Op) -> Result<(), ()> {
 
 fn check_equal(store: &dyn ObjectStore, m: &Model) {
     assert_eq!(store.list_collections().unwrap(), m.keys().cloned().collect::<Vec<_>>());
+    // The counts the store keeps (it does not scan for them) match the model's.
+    let usage = store.usage().unwrap();
+    assert_eq!(usage.collections, m.len() as u64, "collections counted");
+    assert_eq!(usage.objects, m.values().map(|objs| objs.len() as u64).sum::<u64>(), "objects counted");
     for (coll, objs) in m {
         // Page through the listing two at a time to exercise the cursor.
         let mut listed = Vec::new();

@@ -116,6 +116,11 @@ struct Writer {
     dirty: bool,
     /// Bytes of data written since the last checkpoint (what recovery may have to verify).
     data_since_checkpoint: u64,
+    /// Objects and collections in the store, counted at mount and kept by every commit (so that
+    /// `usage`, which every OSD reports each second, reads two numbers instead of scanning every
+    /// object: that scan held a disk-backed OSD's worker ~100 ms with 100,000 objects).
+    objects: u64,
+    collections: u64,
     /// Set when a write or commit failed half-way: the log or the KV store may now disagree
     /// with memory, so the engine refuses further writes until it is remounted (and
     /// recovery sorts out what reached the medium).
@@ -144,6 +149,14 @@ fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// `count` changed by a committed transaction's `delta`. The count cannot go below zero: a
+/// transaction only removes what exists (its plan checked), so a negative result is a bug.
+fn apply_delta(count: u64, delta: i64, what: &str) -> u64 {
+    let next = i128::from(count) + i128::from(delta);
+    assert!(next >= 0, "{what} count {count} changed by {delta}: below zero");
+    u64::try_from(next).unwrap_or(u64::MAX)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -263,7 +276,19 @@ impl<K: Kv, D: Device> Engine<K, D> {
         if let Some(msg) = bad {
             return Err(StoreError::Corrupt(msg));
         }
+        let mut collections = 0u64;
+        kv.scan(Ks::Colls, &[], None, &mut |_, _| {
+            collections += 1;
+            true
+        })?;
+        let mut objects = 0u64;
+        kv.scan(Ks::Onodes, &[], None, &mut |_, _| {
+            objects += 1;
+            true
+        })?;
         let writer = Writer {
+            objects,
+            collections,
             alloc,
             log,
             seq,
@@ -358,7 +383,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
                 return Err(e);
             }
         }
-        let txn::Planned { mut batch, frees, direct, pending_csums } = plan.into_batch();
+        let txn::Planned { mut batch, frees, direct, pending_csums, objects_delta, collections_delta } =
+            plan.into_batch();
         let seq = w.seq + 1;
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
         let written: Vec<(u64, u64)> = direct.iter().map(|(phys, buf)| (*phys, buf.len() as u64)).collect();
@@ -422,6 +448,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
             w.log.reset();
         }
         w.seq = seq;
+        w.objects = apply_delta(w.objects, objects_delta, "objects");
+        w.collections = apply_delta(w.collections, collections_delta, "collections");
         w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
         w.pending_free.extend(frees.into_iter().map(|(off, len)| (seq, off, len)));
         if use_log {
@@ -708,21 +736,11 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn usage(&self) -> Result<Usage> {
-        let (free, pending) = {
+        let (free, pending, objects, collections) = {
             let w = lock(&self.writer);
-            (w.alloc.free_bytes(), w.pending_free_bytes)
+            (w.alloc.free_bytes(), w.pending_free_bytes, w.objects, w.collections)
         };
         let capacity = self.superblock.device_bytes - self.superblock.log_offset - self.superblock.log_bytes;
-        let mut collections = 0;
-        self.kv.scan(Ks::Colls, &[], None, &mut |_, _| {
-            collections += 1;
-            true
-        })?;
-        let mut objects = 0;
-        self.kv.scan(Ks::Onodes, &[], None, &mut |_, _| {
-            objects += 1;
-            true
-        })?;
         Ok(Usage { size_bytes: capacity, used_bytes: capacity - free - pending, collections, objects })
     }
 

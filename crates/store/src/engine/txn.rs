@@ -55,6 +55,9 @@ pub struct PendingCsums {
 pub struct Planned {
     /// Extent records in `batch` whose checksums must be filled in before it is committed.
     pub pending_csums: Vec<PendingCsums>,
+    /// Objects and collections the transaction creates minus those it removes.
+    pub objects_delta: i64,
+    pub collections_delta: i64,
     /// The metadata batch, free-space records included.
     pub batch: Batch,
     /// Space to make reusable once the commit is durable.
@@ -87,6 +90,10 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     /// or split those records before the commit).
     defer_csums: bool,
     pending_csums: Vec<PendingCsums>,
+    /// Objects and collections created minus removed so far (the engine keeps counts, so that
+    /// its usage never scans every object).
+    objects_delta: i64,
+    collections_delta: i64,
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
@@ -104,6 +111,8 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             extent_end_bound: 0,
             defer_csums: false,
             pending_csums: Vec::new(),
+            objects_delta: 0,
+            collections_delta: 0,
         }
     }
 
@@ -139,7 +148,14 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 }
             }
         }
-        Planned { batch, frees: self.frees, direct: self.direct, pending_csums: self.pending_csums }
+        Planned {
+            batch,
+            frees: self.frees,
+            direct: self.direct,
+            pending_csums: self.pending_csums,
+            objects_delta: self.objects_delta,
+            collections_delta: self.collections_delta,
+        }
     }
 
     // -- overlay access -----------------------------------------------------------------------
@@ -442,6 +458,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     return Err(StoreError::CollectionExists(coll.clone()));
                 }
                 self.put(Ks::Colls, coll.as_bytes().to_vec(), Vec::new());
+                self.collections_delta += 1;
             }
             Op::RemoveCollection { coll } => {
                 self.require_collection(coll)?;
@@ -451,11 +468,14 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     return Err(StoreError::CollectionNotEmpty(coll.clone()));
                 }
                 self.delete(Ks::Colls, coll.as_bytes().to_vec());
+                self.collections_delta -= 1;
             }
             Op::Touch { coll, obj } => {
                 names::check_object(obj)?;
                 self.require_collection(coll)?;
-                let mut onode = self.onode(coll, obj)?.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
+                let found = self.onode(coll, obj)?;
+                self.objects_delta += i64::from(found.is_none());
+                let mut onode = found.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
                 onode.mtime_ns = self.now_ns;
                 self.put_onode(coll, obj, onode);
             }
@@ -463,7 +483,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 names::check_object(obj)?;
                 names::check_extent(coll, obj, *offset, data.len() as u64)?;
                 self.require_collection(coll)?;
-                let mut onode = self.onode(coll, obj)?.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
+                let found = self.onode(coll, obj)?;
+                self.objects_delta += i64::from(found.is_none());
+                let mut onode = found.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
                 self.bound_extents(onode.size_bytes);
                 let aligned = offset % BLOCK_BYTES == 0 && (data.len() as u64).is_multiple_of(BLOCK_BYTES);
                 if let (crate::api::Data::Aligned(buf), true) = (data, aligned && !data.is_empty()) {
@@ -494,6 +516,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 self.remove_children(Ks::Xattrs, coll, obj)?;
                 self.remove_children(Ks::Omap, coll, obj)?;
                 self.delete(Ks::Onodes, layout::object_key(coll, obj));
+                self.objects_delta -= 1;
             }
             Op::SetXattr { coll, obj, name, value } => {
                 names::check_xattr(name)?;
