@@ -145,12 +145,10 @@ impl Lanes {
                     }
                 }
             }
-            Some(_) => {
-                if background_ok || self.pending.iter().any(|(l, _)| *l == Lane::Barrier) {
-                    batch.extend(self.take(0));
-                }
+            Some(_) if background_ok || self.pending.iter().any(|(l, _)| *l == Lane::Barrier) => {
+                batch.extend(self.take(0));
             }
-            None => {}
+            Some(_) | None => {}
         }
     }
 }
