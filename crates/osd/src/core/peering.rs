@@ -501,7 +501,8 @@ impl OsdCore {
         if !self.collections.contains(&coll) {
             txn.create_collection(&coll);
         }
-        crate::pglog::write_whole(&mut txn, pg, log);
+        // Only what differs from the log this member holds (loaded from the store if need be).
+        self.log_mut(pg)?.write_replacement(&mut txn, pg, log);
         meta.write_whole(&mut txn, pg);
         self.store.commit(txn, shoal_store::Durability::Batch).map_err(|e| crate::exec::store_error(&e))?;
         self.collections.insert(coll);
