@@ -40,7 +40,7 @@ MEMSTORE_BYTES=0                                # unused: bluestore
 OSD_BYTES=$((8 << 30))                          # each OSD's file (Shoal preallocates it; Ceph's is sparse)
 PY=/usr/bin/python3                             # Debian's, which has python3-rados
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --only) ONLY=$2; shift 2 ;;
