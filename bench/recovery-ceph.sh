@@ -7,7 +7,7 @@
 #
 #   bench/recovery-ceph.sh [--only ceph|shoal] [--big-gib N] [--small N] [--quiet-s S]
 #                          [--ceph-recovery default|ssd] [--shoal-recovery-share PCT]
-#                          [--out FILE] [--workdir DIR]
+#                          [--shoal-config KEY=VALUE]... [--out FILE] [--workdir DIR]
 #
 # Shoal runs with its default recovery settings. Ceph with its defaults (--ceph-recovery
 # default): its OSDs see the files' disk as rotational and throttle recovery as for a hard disk
@@ -15,7 +15,8 @@
 # get the values Ceph uses for solid-state devices instead (osd_recovery_sleep_hdd 0,
 # osd_recovery_max_active_hdd 10, set with `ceph config set` before loading). Shoal's
 # osd_recovery_busy_share_pct (how much of an OSD's time recovery takes while clients are busy)
-# is set to PCT with --shoal-recovery-share. Both probes of Shoal report per-second latencies
+# is set to PCT with --shoal-recovery-share, any other setting with --shoal-config (`shoal config
+# set`, before loading). Both probes of Shoal report per-second latencies
 # (`timeline`). Everything runs on 127.0.0.1 under --workdir (default /tmp/recovery-ceph, on
 # disk) and is torn down at exit.
 set -euo pipefail
@@ -30,6 +31,7 @@ QUIET_S=20
 OUT=""
 CEPH_RECOVERY=default
 SHOAL_SHARE=""
+SHOAL_CONFIG=()
 WORK=${RECOVERY_CEPH_DIR:-/tmp/recovery-ceph}
 SHOAL_BIN=${SHOAL_BIN:-target/release/shoal}
 HEALTHY_TIMEOUT_S=${HEALTHY_TIMEOUT_S:-300}
@@ -40,7 +42,7 @@ MEMSTORE_BYTES=0                                # unused: bluestore
 OSD_BYTES=$((8 << 30))                          # each OSD's file (Shoal preallocates it; Ceph's is sparse)
 PY=/usr/bin/python3                             # Debian's, which has python3-rados
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --only) ONLY=$2; shift 2 ;;
@@ -50,6 +52,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --ceph-recovery) CEPH_RECOVERY=$2; shift 2 ;;
     --shoal-recovery-share) SHOAL_SHARE=$2; shift 2 ;;
+    --shoal-config) SHOAL_CONFIG+=("$2"); shift 2 ;;
     --workdir) WORK=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "unknown argument: $1" >&2; usage 2 ;;
@@ -157,7 +160,7 @@ ceph_run() {  # -> $WORK/ceph.json
   log "ceph: clean ${RECOVERY_S}s after osd out"
   local osd_class; osd_class=$(C osd metadata 0 --format json | jq -r '.bluestore_bdev_type // "unknown"')
   stop_pids_in "$DIR"; rm -rf "$DIR"
-  jq -nc --arg share "$SHOAL_SHARE" --argjson d "$deploy_s" --argjson lb "$load_big" --argjson ls "$load_small" --argjson o "$objects" \
+  jq -nc --arg share "$SHOAL_SHARE" --arg settings "${SHOAL_CONFIG[*]}" --argjson d "$deploy_s" --argjson lb "$load_big" --argjson ls "$load_small" --argjson o "$objects" \
      --argjson q "$quiet" --argjson w "$during" --argjson r "$RECOVERY_S" --argjson f "$FIRST_NOT_CLEAN_S" \
      --argjson e "$out_epoch" --arg c "$osd_class" --arg rs "$CEPH_RECOVERY" --argjson set "$settings" '{
        system: "ceph 16.2 (bluestore on a file per OSD, \($rs) recovery settings)",
@@ -195,6 +198,8 @@ shoal_run() {  # -> $WORK/shoal.json
     >"$WORK/logs/shoal-up.json"
   deploy_s=$(elapsed "$t0" "$(now)")
   if [ -n "$SHOAL_SHARE" ]; then S config set osd_recovery_busy_share_pct "$SHOAL_SHARE" >/dev/null; fi
+  local kv
+  for kv in "${SHOAL_CONFIG[@]}"; do S config set "${kv%%=*}" "${kv#*=}" >/dev/null; done
   log "shoal: loading $BIG_OBJECTS x 4 MiB and $SMALL x 4 KiB"
   t0=$(now)
   S bench --pool data write -b 4M -t 16 --objects "$BIG_OBJECTS" --prefix big_ --seconds 36000 --json \
@@ -223,10 +228,10 @@ shoal_run() {  # -> $WORK/shoal.json
   for f in "$DIR"/*.log; do cp "$f" "$WORK/logs/shoal-$(basename "$f")"; done  # daemon logs, kept
   "$SHOAL_BIN" down --dir "$DIR" >/dev/null
   rm -rf "$DIR"
-  jq -nc --arg share "$SHOAL_SHARE" --argjson d "$deploy_s" --argjson lb "$load_big" --argjson ls "$load_small" --argjson o "$objects" \
+  jq -nc --arg share "$SHOAL_SHARE" --arg settings "${SHOAL_CONFIG[*]}" --argjson d "$deploy_s" --argjson lb "$load_big" --argjson ls "$load_small" --argjson o "$objects" \
      --argjson q "$quiet" --argjson w "$during" --argjson r "$RECOVERY_S" --argjson f "$FIRST_NOT_CLEAN_S" '{
        system: "shoal (block backend on a file per OSD, default recovery settings unless recovery_share_pct)",
-       recovery_share_pct: (if $share == "" then null else ($share | tonumber) end),
+       recovery_share_pct: (if $share == "" then null else ($share | tonumber) end), settings: $settings,
        deploy_s: $d, load_big_s: $lb, load_small_s: $ls, objects: $o,
        recovery_s: $r, first_not_clean_s: $f, probe_quiet: $q, probe_during_recovery: $w,
        p99_ratio_during_vs_quiet: (if $q.lat_ms_p99 > 0 then $w.lat_ms_p99 / $q.lat_ms_p99 else null end) }' \
