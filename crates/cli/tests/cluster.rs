@@ -230,6 +230,19 @@ fn three_replicas_across_three_hosts() {
     let read =
         json(ok(&shoal(&dir, &["bench", "--pool", "data", "seq", "--prefix", "load_", "--seconds", "1", "--json"])));
     assert!(read["ops"].as_u64().is_some_and(|n| n >= 7) && read["errors"] == 0, "{read}");
+    assert!(read.get("timeline").is_none(), "a timeline only when asked for: {read}");
+    // `--timeline`: one entry per second, together holding every operation, each consistent.
+    let timed = ["bench", "--pool", "data", "seq", "--prefix", "load_", "--seconds", "2", "--json", "--timeline"];
+    let timed = json(ok(&shoal(&dir, &timed)));
+    let seconds = timed["timeline"].as_array().expect("timeline");
+    assert!(seconds.len() >= 2, "{timed}");
+    let per_second: Vec<u64> = seconds.iter().map(|s| s["ops"].as_u64().expect("ops")).collect();
+    assert_eq!(per_second.iter().sum::<u64>(), timed["ops"].as_u64().expect("ops"), "{timed}");
+    for (i, s) in seconds.iter().enumerate() {
+        assert_eq!(s["second"].as_u64(), Some(i as u64), "{s}");
+        let (p50, p99, max) = (s["lat_ms_p50"].as_f64(), s["lat_ms_p99"].as_f64(), s["lat_ms_max"].as_f64());
+        assert!(p50 <= p99 && p99 <= max && max <= timed["lat_ms_max"].as_f64(), "{s} in {timed}");
+    }
     fails_with(
         &shoal(&dir, &["bench", "--pool", "data", "seq", "--objects", "3"]),
         "--objects applies to `write` only",
