@@ -128,7 +128,7 @@ impl Histogram {
         if self.count == 0 {
             return 0.0;
         }
-        let rank = ((self.count as f64) * q).ceil().max(1.0) as u64;
+        let rank = rank_of(self.count, q);
         let mut seen = 0;
         for (us, n) in self.fine.iter().enumerate() {
             seen += n;
@@ -146,6 +146,11 @@ impl Histogram {
     }
 }
 
+/// The 1-based rank of quantile `q` among `count` samples (nearest rank, at least 1).
+fn rank_of(count: u64, q: f64) -> u64 {
+    ((count as f64) * q).ceil().max(1.0) as u64
+}
+
 /// Per-second figures from the latencies (µs) of the operations completed in each second.
 fn timeline_of(seconds: Vec<Vec<u32>>) -> Vec<Second> {
     seconds
@@ -157,7 +162,7 @@ fn timeline_of(seconds: Vec<Vec<u32>>) -> Vec<Second> {
                 if lat.is_empty() {
                     return 0.0;
                 }
-                let rank = ((lat.len() as f64) * q).ceil().max(1.0) as usize;
+                let rank = usize::try_from(rank_of(lat.len() as u64, q)).unwrap_or(usize::MAX);
                 f64::from(lat[rank.min(lat.len()) - 1]) / 1000.0
             };
             Second {

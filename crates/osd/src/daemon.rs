@@ -379,8 +379,14 @@ fn worker_loop(
             continue;
         }
         let started = Instant::now();
-        let client = batch.iter().any(|e| matches!(crate::lanes::lane(e), Lane::Foreground(_)));
-        let background = batch.iter().any(|e| matches!(crate::lanes::lane(e), Lane::Background(_)));
+        let (mut client, mut background) = (false, false);
+        for e in &batch {
+            match crate::lanes::lane(e) {
+                Lane::Foreground(_) => client = true,
+                Lane::Background(_) => background = true,
+                Lane::Barrier => {}
+            }
+        }
         for ev in batch.drain(..) {
             core.handle(ev, &mut actions);
         }

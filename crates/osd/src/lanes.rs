@@ -258,28 +258,22 @@ mod tests {
         for e in [push(1), push(2), client(2, 1)] {
             lanes.push(e);
         }
-        let mut batch = Vec::new();
+        let next = |lanes: &mut Lanes, background_ok: bool| {
+            let mut batch = Vec::new();
+            lanes.next_batch(256, 4 << 20, background_ok, &mut batch);
+            tids(&batch)
+        };
         // The client write of PG 2 waits for PG 2's push: that push goes, paced or not.
-        lanes.next_batch(256, 4 << 20, false, &mut batch);
-        assert_eq!(tids(&batch), vec!["push 2"]);
-        batch.clear();
-        lanes.next_batch(256, 4 << 20, false, &mut batch);
-        assert_eq!(tids(&batch), vec!["c1"]);
-        batch.clear();
+        assert_eq!(next(&mut lanes, false), vec!["push 2"]);
+        assert_eq!(next(&mut lanes, false), vec!["c1"]);
         // PG 1's push waits for its turn: nothing is chosen.
-        lanes.next_batch(256, 4 << 20, false, &mut batch);
-        assert!(batch.is_empty());
+        assert!(next(&mut lanes, false).is_empty());
         // A tick behind it is never held back, so neither is the push before it.
         lanes.push(Event::Tick { now_ms: 1 });
-        lanes.next_batch(256, 4 << 20, false, &mut batch);
-        assert_eq!(tids(&batch), vec!["push 1"]);
-        batch.clear();
-        lanes.next_batch(256, 4 << 20, false, &mut batch);
-        assert_eq!(tids(&batch), vec!["tick"]);
-        batch.clear();
+        assert_eq!(next(&mut lanes, false), vec!["push 1"]);
+        assert_eq!(next(&mut lanes, false), vec!["tick"]);
         // Allowed again, background work goes.
         lanes.push(push(3));
-        lanes.next_batch(256, 4 << 20, true, &mut batch);
-        assert_eq!(tids(&batch), vec!["push 3"]);
+        assert_eq!(next(&mut lanes, true), vec!["push 3"]);
     }
 }
