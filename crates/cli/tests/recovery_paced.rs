@@ -3,6 +3,8 @@
 //! backfill with client I/O at a small share. The writes all succeed, the cluster comes back to
 //! `active+clean` on its own, and every object written before and during the recovery reads back
 //! whole. The share is a setting with bounds: out-of-range values are refused with their name.
+//! Backfill chunks are set smaller than the objects, so every object moves in parts while the
+//! writer overwrites some of them; a deep scrub of every PG then finds every member identical.
 
 mod common;
 
@@ -41,6 +43,9 @@ fn recovery_under_client_writes_is_paced_and_finishes() {
     // A small share, so that backfill is held back most of the time while the writer runs.
     ok(&shoal(&dir, &["config", "set", "osd_recovery_busy_share_pct", "5"]));
     assert_eq!(ok(&shoal(&dir, &["config", "get", "osd_recovery_busy_share_pct"])).trim(), "5");
+    // Parts of 64 KiB: each object goes in four, and writes land between them.
+    fails_with(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "63"]), "osd_backfill_chunk_bytes");
+    ok(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "65536"]));
 
     let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
@@ -56,12 +61,20 @@ fn recovery_under_client_writes_is_paced_and_finishes() {
         let stop = stop.clone();
         rt.spawn(async move {
             let mut written = 0u32;
+            // Which write last overwrote each `fill` object (every fourth write is one).
+            let mut overwrites: Vec<Option<u32>> = vec![None; OBJECTS as usize];
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && written < 100_000 {
                 let op = ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 };
-                client.op("rep", &format!("during{written}"), vec![op], content(2, written)).await.expect("write");
+                if written % 4 == 3 {
+                    let i = (written / 4) % OBJECTS;
+                    client.op("rep", &format!("fill{i}"), vec![op], content(3, written)).await.expect("overwrite");
+                    overwrites[i as usize] = Some(written);
+                } else {
+                    client.op("rep", &format!("during{written}"), vec![op], content(2, written)).await.expect("write");
+                }
                 written += 1;
             }
-            written
+            (written, overwrites)
         })
     };
     std::thread::sleep(Duration::from_millis(300));
@@ -74,15 +87,16 @@ fn recovery_under_client_writes_is_paced_and_finishes() {
         std::thread::sleep(Duration::from_millis(250));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let written = rt.block_on(writer).expect("writer");
+    let (written, overwrites) = rt.block_on(writer).expect("writer");
     assert!(written > 0, "the writer wrote nothing during the recovery");
 
     let read = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
     for i in 0..OBJECTS {
         let got = rt.block_on(client.op("rep", &format!("fill{i}"), read.clone(), vec![])).expect("read fill");
-        assert!(got.data == content(1, i), "fill{i} differs after the recovery");
+        let want = overwrites[i as usize].map_or_else(|| content(1, i), |w| content(3, w));
+        assert!(got.data == want, "fill{i} differs after the recovery");
     }
-    for i in 0..written {
+    for i in (0..written).filter(|w| w % 4 != 3) {
         let got = rt.block_on(client.op("rep", &format!("during{i}"), read.clone(), vec![])).expect("read");
         assert!(got.data == content(2, i), "during{i} differs after the recovery");
     }
@@ -93,5 +107,10 @@ fn recovery_under_client_writes_is_paced_and_finishes() {
         let osds = map.pg_osds(shoal_map::PgId { pool: pool.id, seed }).expect("pg osds");
         assert_eq!(osds.len(), 3, "PG {seed} has {osds:?}");
         assert!(!osds.contains(&shoal_map::OsdId(0)), "PG {seed} still on the out OSD: {osds:?}");
+        // Every member holds the same objects with the same bytes (reads above see the primary's).
+        let pg = shoal_map::PgId { pool: pool.id, seed }.to_string();
+        let scrub: serde_json::Value =
+            serde_json::from_str(&ok(&shoal(&dir, &["pg", "deep-scrub", &pg, "--wait", "--json"]))).expect("json");
+        assert_eq!(scrub["last"]["inconsistent"], 0, "PG {pg} after backfill in parts: {scrub}");
     }
 }

@@ -30,6 +30,11 @@ pub const RECOVERY_MAX_OPS: &str = "osd_recovery_max_ops";
 /// aside (at 64 MiB a client write's p99 during a recovery was 21 ms, at 16 MiB 17 ms; decision
 /// 0020).
 pub const RECOVERY_MAX_BYTES: &str = "osd_recovery_max_inflight_bytes";
+/// Data in one backfill push: small objects go together up to about this much, larger ones in
+/// parts of this size, so that neither end spends longer than one such part's read or write
+/// between two client operations (decision 0021). Ceph's `osd_recovery_max_chunk`. The bound
+/// goes down to 64 bytes so that the simulation can send its small objects in parts.
+pub const BACKFILL_CHUNK_BYTES: &str = "osd_backfill_chunk_bytes";
 /// While clients are doing I/O on an OSD, recovery and backfill may take at most this percentage
 /// of its worker's time (100: no limit); with no client I/O they run flat out. Ceph reaches for
 /// the same with `osd_recovery_sleep` and its mClock profiles.
@@ -63,6 +68,13 @@ pub const SETTINGS: &[Setting] = &[
         min: 1 << 20,
         max: 64 << 30,
         help: "bytes of recovery and backfill pushes each OSD has in flight at once",
+    },
+    Setting {
+        name: BACKFILL_CHUNK_BYTES,
+        default: 1 << 20,
+        min: 64,
+        max: 64 << 20,
+        help: "bytes of data in one backfill push; larger objects are sent in parts of this size",
     },
     Setting {
         name: RECOVERY_BUSY_SHARE_PCT,

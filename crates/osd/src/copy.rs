@@ -34,6 +34,17 @@ pub fn read_copy(
         }
         data.extend_from_slice(&bytes);
     }
+    let (xattrs, omap) = read_metadata(store, coll, name)?;
+    Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap })
+}
+
+/// Object `name`'s xattrs and whole omap.
+#[allow(clippy::type_complexity)]
+fn read_metadata(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+) -> Result<(Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>), RemoteError> {
     let xattrs = store.list_xattrs(coll, name).map_err(|e| store_error(&e))?;
     let mut omap = Vec::new();
     let mut after: Option<Vec<u8>> = None;
@@ -47,7 +58,39 @@ pub fn read_copy(
             break;
         }
     }
-    Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap })
+    Ok((xattrs, omap))
+}
+
+/// Reads the part of object `name` that starts at `offset`, at most `len_bytes` long, appending
+/// its bytes to `data`. The copy names the object's whole size; the first part (`offset` 0)
+/// carries the xattrs and omap too. `None`: the object does not exist (any more).
+pub fn read_part(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    offset: u64,
+    len_bytes: u64,
+    data: &mut Vec<u8>,
+) -> Result<Option<ObjectCopy>, RemoteError> {
+    let stat = match store.stat(coll, name) {
+        Ok(s) => s,
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => return Ok(None),
+        Err(e) => return Err(store_error(&e)),
+    };
+    if offset >= stat.size_bytes {
+        return Err(RemoteError::new(
+            ErrorCode::Invalid,
+            format!("a part at {offset} of {name} is past its end ({} bytes)", stat.size_bytes),
+        ));
+    }
+    let len = len_bytes.min(stat.size_bytes - offset);
+    let bytes = store.read(coll, name, offset, len).map_err(|e| store_error(&e))?;
+    if bytes.len() as u64 != len {
+        return Err(RemoteError::new(ErrorCode::Io, format!("short read of {name} while copying a part of it")));
+    }
+    data.extend_from_slice(&bytes);
+    let (xattrs, omap) = if offset == 0 { read_metadata(store, coll, name)? } else { (Vec::new(), Vec::new()) };
+    Ok(Some(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap }))
 }
 
 /// Reads object `name` whole and, when it is a head, its companions (snapshot clones and snap
@@ -124,6 +167,45 @@ pub fn apply_copy(
     if !copy.omap.is_empty() {
         txn.omap_set(coll, &copy.name, copy.omap.clone());
     }
+    Ok(())
+}
+
+/// Adds to `txn` one part of a large object sent in parts (see `PushPart`): the first replaces
+/// the local object (data, xattrs and omap), a later one must start where the local copy ends
+/// (parts arrive in order on one link; anything else is refused, and the primary then peers
+/// again and starts the object over), and the last must end at the copy's size.
+pub fn apply_part(
+    txn: &mut Transaction,
+    store: &dyn ObjectStore,
+    coll: &str,
+    copy: &ObjectCopy,
+    part: shoal_proto::osd::PushPart,
+    data: Vec<u8>,
+) -> Result<(), RemoteError> {
+    let invalid = |why: String| Err(RemoteError::new(ErrorCode::Invalid, why));
+    let end = part.offset + data.len() as u64;
+    if !copy.exists || data.is_empty() || end > copy.size_bytes || (part.last && end != copy.size_bytes) {
+        return invalid(format!(
+            "part of {} at {} with {} bytes does not fit its size of {} (last: {})",
+            copy.name,
+            part.offset,
+            data.len(),
+            copy.size_bytes,
+            part.last
+        ));
+    }
+    if part.offset == 0 {
+        return apply_copy(txn, store, coll, &ObjectCopy { size_bytes: data.len() as u64, ..copy.clone() }, data);
+    }
+    let held = match store.stat(coll, &copy.name) {
+        Ok(s) => s.size_bytes,
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => 0,
+        Err(e) => return Err(store_error(&e)),
+    };
+    if held != part.offset {
+        return invalid(format!("part of {} at {} but this copy holds {held} bytes", copy.name, part.offset));
+    }
+    txn.write(coll, &copy.name, part.offset, data);
     Ok(())
 }
 

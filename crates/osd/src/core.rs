@@ -48,7 +48,7 @@ pub use peering::{MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Role};
 pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
 use recovery::Need;
-pub use recovery::{BACKFILL_CHUNK_BYTES, BACKFILL_CHUNK_OBJECTS};
+pub use recovery::{BACKFILL_CHUNK_OBJECTS, MAX_PART_RESTARTS};
 pub use scrub::{MAX_SCRUBS_PER_OSD, SCRUB_CHUNK_BYTES, SCRUB_CHUNK_OBJECTS, SCRUB_MAP_MAX_OBJECTS};
 
 /// Who a reply goes to: an opaque handle the driver maps to a connection.
@@ -198,6 +198,9 @@ pub struct Mutations {
     /// Members accept an activation for an interval their map has left (from a primary cut off
     /// from the monitors) or older than the one they recorded.
     pub accept_stale_activation: bool,
+    /// A write to an object being backfilled in parts (or before it in the same range) does not
+    /// make the primary start the object over.
+    pub keep_stale_parts: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -615,10 +618,11 @@ impl OsdCore {
             };
         let replicas: Vec<OsdId> = acting[1..].to_vec();
         // Backfill targets that have not been sent this object yet get the log entry only.
-        let log_only: Vec<bool> = match self.pgs.get(&pg) {
+        let keep_stale_parts = self.mutations.keep_stale_parts;
+        let log_only: Vec<bool> = match self.pgs.get_mut(&pg) {
             Some(PgState { role: Role::Primary(p), .. }) => replicas
                 .iter()
-                .map(|r| p.peers.get(r).and_then(|pp| pp.backfill.as_deref()).is_some_and(|c| op.object.as_str() > c))
+                .map(|r| p.peers.get_mut(r).is_some_and(|pp| pp.log_only(&op.object, keep_stale_parts)))
                 .collect(),
             _ => vec![false; replicas.len()],
         };

@@ -173,7 +173,7 @@ mod tests {
     }
 
     fn push(pg: u32) -> Event {
-        let p = PgPush { epoch: 3, pool: 1, pg, objects: Vec::new(), backfill: None };
+        let p = PgPush { epoch: 3, pool: 1, pg, objects: Vec::new(), backfill: None, part: None };
         Event::PeerMsg { from: 0, request_id: 0, msg_type: PgPush::TYPE, payload: encode(&p, vec![7; 100]) }
     }
 

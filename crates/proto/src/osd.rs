@@ -531,6 +531,20 @@ pub struct PgPush {
     pub pg: u32,
     pub objects: Vec<ObjectCopy>,
     pub backfill: Option<BackfillRange>,
+    /// Set when the push is one part of a large object being backfilled: see [`PushPart`].
+    pub part: Option<PushPart>,
+}
+
+/// One part of a backfill push that carries a large object in pieces. The push names exactly
+/// one object, the range's last (`upto`); its copy's `size_bytes` is the whole object's size and
+/// the bulk data is the bytes at `offset`. The first part (`offset` 0) replaces the member's copy
+/// (with the copy's xattrs and omap) and removes the member's other objects in the range; later
+/// parts extend it, in order; only the last one moves the member's backfill cursor to the
+/// object, so that a partly sent object stays above the cursor, where nothing trusts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushPart {
+    pub offset: u64,
+    pub last: bool,
 }
 impl Message for PgPush {
     const TYPE: u16 = 46;

@@ -92,6 +92,9 @@ pub struct SimConfig {
     pub tick_us: u64,
     /// Safety mechanisms switched off in every OSD (mutation tests: a run must then fail).
     pub mutations: shoal_osd::Mutations,
+    /// The cluster's `osd_backfill_chunk_bytes` (`None`: the default). Below the objects' size
+    /// (512 bytes, or a few appends) backfill sends them in parts.
+    pub backfill_chunk_bytes: Option<u64>,
 }
 
 /// Something the nemesis does to the cluster.
@@ -155,6 +158,7 @@ impl Default for SimConfig {
             faults: Vec::new(),
             tick_us: 5_000,
             mutations: shoal_osd::Mutations::default(),
+            backfill_chunk_bytes: None,
         }
     }
 }
@@ -291,6 +295,14 @@ impl SimConfig {
             faults,
             ..SimConfig::default()
         }
+    }
+
+    /// [`SimConfig::nemesis`] with backfill in parts of 64 or 200 bytes (drawn from `seed`), so
+    /// that the simulated objects (512 bytes, or a few appends) are sent in parts and writes land
+    /// between them.
+    pub fn nemesis_in_parts(seed: u64) -> SimConfig {
+        let bytes = if Rng::new(seed ^ 0x7061_7274_7321).range(0, 1) == 0 { 64 } else { 200 };
+        SimConfig { backfill_chunk_bytes: Some(bytes), ..SimConfig::nemesis(seed) }
     }
 }
 
@@ -464,6 +476,10 @@ impl Simulation {
             max_object_bytes: None,
         };
         map.execute(&pool).expect("create pool");
+        if let Some(bytes) = cfg.backfill_chunk_bytes {
+            let key = shoal_map::config::BACKFILL_CHUNK_BYTES.to_string();
+            map.execute(&Command::ConfigSet { key, value: Some(bytes) }).expect("set the backfill chunk");
+        }
         let shared = Arc::new(map.clone());
         let mon = MonCore::standalone(CoreConfig::new(0), map);
         let mut engines = BTreeMap::new();

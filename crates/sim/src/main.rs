@@ -6,6 +6,7 @@
 //! shoal-sim --from 5000 --seeds 100  # seeds 5000..=5099
 //! shoal-sim --seed 1234 --verbose    # replay one seed: faults, outcome, OSD log on stderr
 //! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
+//! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! ```
 
 use std::process::ExitCode;
@@ -22,6 +23,8 @@ struct Args {
     seeds: u64,
     jobs: usize,
     verbose: bool,
+    /// `SimConfig::nemesis_in_parts` instead of `SimConfig::nemesis`.
+    parts: bool,
     mutations: shoal_osd::Mutations,
 }
 
@@ -35,10 +38,12 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "no_repair_on_access" => &mut m.no_repair_on_access,
         "blind_scrub" => &mut m.blind_scrub,
         "accept_stale_activation" => &mut m.accept_stale_activation,
+        "keep_stale_parts" => &mut m.keep_stale_parts,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
-                 primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation)"
+                 primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
+                 keep_stale_parts)"
             ));
         }
     };
@@ -52,6 +57,7 @@ fn parse() -> Result<Args, String> {
         seeds: 1000,
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         verbose: false,
+        parts: false,
         mutations: shoal_osd::Mutations::default(),
     };
     let mut it = std::env::args().skip(1);
@@ -69,10 +75,12 @@ fn parse() -> Result<Args, String> {
             }
             "--jobs" => args.jobs = num("--jobs")?.max(1) as usize,
             "--verbose" | "-v" => args.verbose = true,
+            "--parts" => args.parts = true,
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
-                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--mutate NAME]... [--verbose]"
+                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts] [--mutate NAME]... \
+                     [--verbose]"
                         .into(),
                 );
             }
@@ -111,7 +119,8 @@ fn main() -> ExitCode {
                     if seed >= end {
                         break;
                     }
-                    let cfg = SimConfig { mutations: args.mutations, ..SimConfig::nemesis(seed) };
+                    let nemesis = if args.parts { SimConfig::nemesis_in_parts } else { SimConfig::nemesis };
+                    let cfg = SimConfig { mutations: args.mutations, ..nemesis(seed) };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
                         for (at, f) in &cfg.faults {
@@ -148,8 +157,9 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64(),
         failed.len()
     );
+    let parts = if args.parts { " --parts" } else { "" };
     for (seed, _) in &failed {
-        println!("  replay: cargo run --release -p shoal-sim -- --seed {seed} --verbose");
+        println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{parts} --verbose");
     }
     if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -66,6 +66,41 @@ pub(crate) struct PeerPlan {
     pub missing: BTreeMap<String, shoal_proto::osd::Eversion>,
     /// `Some(cursor)` while backfilling: objects after the cursor are not on it yet ("" : none).
     pub backfill: Option<String>,
+    /// The large object being backfilled to it in parts, if one is.
+    pub part: Option<PartPush>,
+}
+
+/// A large object a backfill target is being sent in parts (`shoal_proto::osd::PushPart`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartPush {
+    pub object: String,
+    /// Where the next part starts.
+    pub offset: u64,
+    /// A write reached a name in `(cursor, object]` after the first part was read: the parts
+    /// sent may be stale, or the range may now hold an object the target lacks. The object is
+    /// started over (listing again from the cursor).
+    pub dirty: bool,
+    /// Times the object was started over; past `MAX_PART_RESTARTS` it is sent whole.
+    pub restarts: u32,
+}
+
+impl PeerPlan {
+    /// Whether a write to `object` reaches this member as a log entry only (a backfill target
+    /// that has not been sent the object yet). A write between the cursor and an object being
+    /// sent in parts marks that object for a restart (unless `keep_stale_parts`, a mutation).
+    pub fn log_only(&mut self, object: &str, keep_stale_parts: bool) -> bool {
+        let Some(cursor) = self.backfill.as_deref() else { return false };
+        if object <= cursor {
+            return false;
+        }
+        if let Some(part) = self.part.as_mut()
+            && object <= part.object.as_str()
+            && !keep_stale_parts
+        {
+            part.dirty = true;
+        }
+        true
+    }
 }
 
 /// A primary's state for one PG.
@@ -445,7 +480,8 @@ impl OsdCore {
                 own_missing = missing;
                 continue;
             }
-            p.peers.insert(osd, PeerPlan { missing: missing.clone(), backfill: backfill.then(String::new) });
+            p.peers
+                .insert(osd, PeerPlan { missing: missing.clone(), backfill: backfill.then(String::new), part: None });
             if backfill {
                 let objects = crate::copy::count_objects(&*self.store, &crate::exec::pg_collection(pg));
                 p.backfill_remaining.insert(osd, objects);

@@ -9,7 +9,7 @@
 //!   object first, outside the bound, and only that operation waits.
 //! - **Backfill**: a replica whose log does not overlap is sent the primary's objects in name
 //!   order, a chunk at a time (at most [`BACKFILL_CHUNK_OBJECTS`] objects and about
-//!   [`BACKFILL_CHUNK_BYTES`]); each chunk also removes the replica's objects in its range that the
+//!   `osd_backfill_chunk_bytes`, a larger object alone in parts of that size); each chunk also removes the replica's objects in its range that the
 //!   primary does not have, and moves its cursor in the same transaction. Writes to names up to the
 //!   last chunk sent are replicated as usual (the link is ordered, so the chunk lands first);
 //!   writes beyond it reach the replica's log only.
@@ -19,21 +19,25 @@
 use std::collections::BTreeSet;
 
 use shoal_map::{OsdId, PgId};
-use shoal_proto::osd::{BackfillRange, ObjectCopy, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply};
+use shoal_proto::osd::{BackfillRange, ObjectCopy, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply, PushPart};
 use shoal_proto::{ErrorCode, Message, RemoteError, encode};
 use shoal_store::{Durability, Transaction};
 
-use super::peering::{PgState, Phase, Role};
+use super::peering::{PartPush, PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
-use crate::copy::{apply_copy, list_range, read_copies, read_copy, remove_stale_companions, split_data};
+use crate::copy::{
+    apply_copy, apply_part, list_range, read_copies, read_copy, read_part, remove_stale_companions, split_data,
+};
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
 
 /// Objects in one backfill chunk at most.
 pub const BACKFILL_CHUNK_OBJECTS: usize = 16;
-/// Data in one backfill chunk, about (a chunk holds at least one object whatever its size).
-pub const BACKFILL_CHUNK_BYTES: u64 = 4 << 20;
+/// Times an object being backfilled in parts is started over because of writes to it before
+/// it is sent whole in one chunk (which no write can interrupt), so that a busy object cannot
+/// hold its backfill back forever.
+pub const MAX_PART_RESTARTS: u32 = 3;
 
 /// What a client operation needs before it can run on an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +133,8 @@ impl OsdCore {
             p.push_bytes.insert(object.to_string(), data.len() as u64 * targets.len() as u64);
         }
         for osd in targets {
-            let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: copies.clone(), backfill: None };
+            let push =
+                PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: copies.clone(), backfill: None, part: None };
             out.push(Action::Peer {
                 osd,
                 msg_type: PgPush::TYPE,
@@ -253,12 +258,22 @@ impl OsdCore {
         }
     }
 
+    /// Sends `osd` the next backfill chunk: the objects after its cursor, up to
+    /// [`BACKFILL_CHUNK_OBJECTS`] of them and about `osd_backfill_chunk_bytes` of data, stopping
+    /// before an object larger than that, which goes alone in parts (or whole, after
+    /// [`MAX_PART_RESTARTS`] restarts).
     fn send_backfill_chunk(&mut self, pg: PgId, osd: OsdId, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
+        let chunk_bytes = self.map.setting(shoal_map::config::BACKFILL_CHUNK_BYTES).max(1);
         let coll = pg_collection(pg);
         let Some(p) = self.primary(pg) else { return };
-        let Some(cursor) = p.peers.get(&osd).and_then(|pp| pp.backfill.clone()) else { return };
+        let Some(pp) = p.peers.get(&osd) else { return };
+        let Some(cursor) = pp.backfill.clone() else { return };
         let attempt = p.attempt;
+        let resume = pp.part.clone();
+        if let Some(part) = resume.as_ref().filter(|r| !r.dirty) {
+            return self.send_backfill_part(pg, osd, part.clone(), out);
+        }
         let after = (!cursor.is_empty()).then_some(cursor.clone());
         let page = match self.store.list_objects(&coll, "", after.as_deref(), BACKFILL_CHUNK_OBJECTS) {
             Ok(page) => page,
@@ -270,9 +285,32 @@ impl OsdCore {
         };
         let mut objects: Vec<ObjectCopy> = Vec::new();
         let mut data = Vec::new();
-        let mut upto: Option<String> = None;
-        let total = page.objects.len();
-        for (i, name) in page.objects.into_iter().enumerate() {
+        let mut stopped = false;
+        for name in page.objects {
+            if !objects.is_empty() && data.len() as u64 >= chunk_bytes {
+                stopped = true;
+                break;
+            }
+            let size_bytes = match self.store.stat(&coll, &name) {
+                Ok(stat) => stat.size_bytes,
+                Err(e) => {
+                    tracing::error!(%pg, object = %name, error = %e, "reading an object for backfill failed");
+                    return;
+                }
+            };
+            if size_bytes > chunk_bytes {
+                // Restarts count only while the same object stays first in line.
+                let restarts = resume.as_ref().filter(|r| r.object == name).map_or(0, |r| r.restarts + 1);
+                if restarts <= MAX_PART_RESTARTS || !objects.is_empty() {
+                    if objects.is_empty() {
+                        let part = PartPush { object: name, offset: 0, dirty: false, restarts };
+                        return self.send_backfill_part(pg, osd, part, out);
+                    }
+                    stopped = true;
+                    break;
+                }
+                tracing::info!(%pg, object = %name, restarts, "written to while sent in parts: sending it whole");
+            }
             match read_copy(&*self.store, &coll, &name, &mut data) {
                 Ok(c) => objects.push(c),
                 Err(e) => {
@@ -284,18 +322,12 @@ impl OsdCore {
                     return;
                 }
             }
-            let last = i + 1 == total;
-            if data.len() as u64 >= BACKFILL_CHUNK_BYTES && !last {
-                upto = Some(name);
-                break;
-            }
-            if last && page.next.is_some() {
-                upto = Some(name);
-            }
         }
+        // The range ends at the last object sent, unless that was the PG's last.
+        let upto = if stopped || page.next.is_some() { objects.last().map(|c| c.name.clone()) } else { None };
         let range = BackfillRange { after, upto: upto.clone() };
         let names: Vec<String> = objects.iter().map(|c| c.name.clone()).collect();
-        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects, backfill: Some(range) };
+        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects, backfill: Some(range), part: None };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.backfilling.insert(osd);
             p.backfill_bytes.insert(osd, data.len() as u64);
@@ -303,6 +335,70 @@ impl OsdCore {
             // on the ordered link.
             if let Some(pp) = p.peers.get_mut(&osd) {
                 pp.backfill = Some(upto.clone().unwrap_or_else(|| LAST_NAME.to_string()));
+                pp.part = None;
+            }
+        }
+        out.push(Action::Peer {
+            osd,
+            msg_type: PgPush::TYPE,
+            payload: encode(&push, data),
+            call: PeerCall::Push { pg, attempt, objects: names, backfill: true },
+        });
+    }
+
+    /// Sends `osd` the next part of the large object `part` names, the first object after its
+    /// backfill cursor. The cursor passes the object only with its last part; a write in
+    /// `(cursor, object]` meanwhile marks the object to start over (`PeerPlan::log_only`), since
+    /// the target, which gets such writes as log entries only, would otherwise keep stale parts
+    /// or miss a new object below its new cursor.
+    fn send_backfill_part(&mut self, pg: PgId, osd: OsdId, part: PartPush, out: &mut Vec<Action>) {
+        let epoch = self.map.epoch;
+        let chunk_bytes = self.map.setting(shoal_map::config::BACKFILL_CHUNK_BYTES).max(1);
+        let coll = pg_collection(pg);
+        let Some(p) = self.primary(pg) else { return };
+        let Some(cursor) = p.peers.get(&osd).and_then(|pp| pp.backfill.clone()) else { return };
+        let attempt = p.attempt;
+        let mut data = Vec::new();
+        let copy = match read_part(&*self.store, &coll, &part.object, part.offset, chunk_bytes, &mut data) {
+            Ok(Some(copy)) => copy,
+            other => {
+                // Gone or shrunk without a write marking it (which cannot happen: every write
+                // passes `log_only`), or unreadable: started over from the cursor next round.
+                let error = other.err();
+                tracing::error!(%pg, object = %part.object, ?error, "reading a part for backfill failed");
+                if error.is_some_and(|e| e.code == ErrorCode::Corrupt) {
+                    let _ = self.mark_own_missing(pg, &part.object);
+                }
+                if let Some(pp) = self.primary_at(pg, attempt).and_then(|p| p.peers.get_mut(&osd)) {
+                    pp.part = None;
+                }
+                return;
+            }
+        };
+        let end = part.offset + data.len() as u64;
+        let last = end == copy.size_bytes;
+        let after = (!cursor.is_empty()).then_some(cursor);
+        let range = BackfillRange { after, upto: Some(part.object.clone()) };
+        let names = if last { vec![part.object.clone()] } else { Vec::new() };
+        let push = PgPush {
+            epoch,
+            pool: pg.pool,
+            pg: pg.seed,
+            objects: vec![copy],
+            backfill: Some(range),
+            part: Some(PushPart { offset: part.offset, last }),
+        };
+        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+            p.backfilling.insert(osd);
+            p.backfill_bytes.insert(osd, data.len() as u64);
+            if let Some(pp) = p.peers.get_mut(&osd) {
+                if last {
+                    // As for a chunk: the last part precedes later writes to the object.
+                    pp.backfill = Some(part.object.clone());
+                    pp.part = None;
+                } else {
+                    pp.part = Some(PartPush { offset: end, ..part });
+                }
             }
         }
         out.push(Action::Peer {
@@ -502,7 +598,60 @@ impl OsdCore {
                 ));
             }
         }
-        self.install_copies(pg, push.objects, data, push.backfill)
+        match push.part {
+            Some(part) => self.install_part(pg, push.objects, data, push.backfill, part),
+            None => self.install_copies(pg, push.objects, data, push.backfill),
+        }
+    }
+
+    /// Stores one part of a large backfilled object (see `PushPart`): the first also removes
+    /// this member's other objects in the range, the last also moves the backfill cursor to the
+    /// object, each in the part's transaction.
+    fn install_part(
+        &mut self,
+        pg: PgId,
+        copies: Vec<ObjectCopy>,
+        data: Vec<u8>,
+        backfill: Option<BackfillRange>,
+        part: PushPart,
+    ) -> Result<(), RemoteError> {
+        let invalid = |why: &str| Err(RemoteError::new(ErrorCode::Invalid, format!("part push for PG {pg}: {why}")));
+        let [copy] = copies.as_slice() else { return invalid("it must carry exactly one object") };
+        let Some(range) = backfill else { return invalid("it must be a backfill push") };
+        if range.upto.as_deref() != Some(copy.name.as_str()) {
+            return invalid("its range must end at its object");
+        }
+        self.cancel_purge(pg);
+        let coll = pg_collection(pg);
+        let lcoll = log_collection(pg);
+        let mut txn = Transaction::new();
+        if !self.collections.contains(&coll) {
+            txn.create_collection(&coll);
+        }
+        if !self.collections.contains(&lcoll) {
+            txn.create_collection(&lcoll);
+        }
+        if part.offset == 0 && self.collections.contains(&coll) {
+            for local in list_range(&*self.store, &coll, range.after.as_deref(), Some(&copy.name), usize::MAX)? {
+                if local != copy.name {
+                    txn.remove(&coll, &local);
+                }
+            }
+        }
+        apply_part(&mut txn, &*self.store, &coll, copy, part, data)?;
+        if part.last {
+            PgMeta::write_recovered(&mut txn, pg, &copy.name);
+            PgMeta::write_backfill(&mut txn, pg, Some(&copy.name));
+        }
+        self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+        self.collections.insert(coll);
+        self.collections.insert(lcoll);
+        if part.last {
+            let meta = self.meta_mut(pg)?;
+            meta.missing.remove(&copy.name);
+            meta.backfill = Some(copy.name.clone());
+        }
+        Ok(())
     }
 
     /// Strays ask the primaries of the PGs they hold whether they may remove them.
