@@ -35,6 +35,11 @@ pub const RECOVERY_MAX_BYTES: &str = "osd_recovery_max_inflight_bytes";
 /// between two client operations (decision 0021). Ceph's `osd_recovery_max_chunk`. The bound
 /// goes down to 64 bytes so that the simulation can send its small objects in parts.
 pub const BACKFILL_CHUNK_BYTES: &str = "osd_backfill_chunk_bytes";
+/// Objects in one backfill push at most (each costs its reads on the primary and its metadata
+/// updates on the target, so small objects bound a push's length by their number). Measured with
+/// 4 KiB objects (decision 0021): 16 gave a client p99 of 3.5x quiet during a recovery, 8 2.1x,
+/// 4 2.0x at a quarter more recovery time than 8.
+pub const BACKFILL_CHUNK_OBJECTS: &str = "osd_backfill_chunk_objects";
 /// While clients are doing I/O on an OSD, recovery and backfill may take at most this percentage
 /// of its worker's time (100: no limit); with no client I/O they run flat out. Ceph reaches for
 /// the same with `osd_recovery_sleep` and its mClock profiles.
@@ -75,6 +80,13 @@ pub const SETTINGS: &[Setting] = &[
         min: 64,
         max: 64 << 20,
         help: "bytes of data in one backfill push; larger objects are sent in parts of this size",
+    },
+    Setting {
+        name: BACKFILL_CHUNK_OBJECTS,
+        default: 8,
+        min: 1,
+        max: 1024,
+        help: "objects in one backfill push at most",
     },
     Setting {
         name: RECOVERY_BUSY_SHARE_PCT,

@@ -47,8 +47,8 @@ mod scrub;
 pub use peering::{MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Role};
 pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
+pub use recovery::MAX_PART_RESTARTS;
 use recovery::Need;
-pub use recovery::{BACKFILL_CHUNK_OBJECTS, MAX_PART_RESTARTS};
 pub use scrub::{MAX_SCRUBS_PER_OSD, SCRUB_CHUNK_BYTES, SCRUB_CHUNK_OBJECTS, SCRUB_MAP_MAX_OBJECTS};
 
 /// Who a reply goes to: an opaque handle the driver maps to a connection.

@@ -8,7 +8,7 @@
 //!   client operation on an object that is still missing somewhere it is needed recovers that
 //!   object first, outside the bound, and only that operation waits.
 //! - **Backfill**: a replica whose log does not overlap is sent the primary's objects in name
-//!   order, a chunk at a time (at most [`BACKFILL_CHUNK_OBJECTS`] objects and about
+//!   order, a chunk at a time (at most `osd_backfill_chunk_objects` objects and about
 //!   `osd_backfill_chunk_bytes`, a larger object alone in parts of that size); each chunk also removes the replica's objects in its range that the
 //!   primary does not have, and moves its cursor in the same transaction. Writes to names up to the
 //!   last chunk sent are replicated as usual (the link is ordered, so the chunk lands first);
@@ -32,8 +32,6 @@ use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
 
-/// Objects in one backfill chunk at most.
-pub const BACKFILL_CHUNK_OBJECTS: usize = 16;
 /// Times an object being backfilled in parts is started over because of writes to it before
 /// it is sent whole in one chunk (which no write can interrupt), so that a busy object cannot
 /// hold its backfill back forever.
@@ -259,7 +257,7 @@ impl OsdCore {
     }
 
     /// Sends `osd` the next backfill chunk: the objects after its cursor, up to
-    /// [`BACKFILL_CHUNK_OBJECTS`] of them and about `osd_backfill_chunk_bytes` of data, stopping
+    /// `osd_backfill_chunk_objects` of them and about `osd_backfill_chunk_bytes` of data, stopping
     /// before an object larger than that, which goes alone in parts (or whole, after
     /// [`MAX_PART_RESTARTS`] restarts).
     fn send_backfill_chunk(&mut self, pg: PgId, osd: OsdId, out: &mut Vec<Action>) {
@@ -275,7 +273,8 @@ impl OsdCore {
             return self.send_backfill_part(pg, osd, part.clone(), out);
         }
         let after = (!cursor.is_empty()).then_some(cursor.clone());
-        let page = match self.store.list_objects(&coll, "", after.as_deref(), BACKFILL_CHUNK_OBJECTS) {
+        let max_objects = self.map.setting(shoal_map::config::BACKFILL_CHUNK_OBJECTS).clamp(1, 1024) as usize;
+        let page = match self.store.list_objects(&coll, "", after.as_deref(), max_objects) {
             Ok(page) => page,
             Err(shoal_store::StoreError::NoSuchCollection(_)) => shoal_store::ListPage::default(),
             Err(e) => {
@@ -545,9 +544,17 @@ impl OsdCore {
             // (A backfill chunk's range removal above already covers companions.)
             remove_stale_companions(&mut txn, &*self.store, &coll, &copies)?;
         }
-        for (copy, bytes) in copies.iter().zip(datas) {
+        // Only objects recorded missing have a record to remove: a removal of an absent key is
+        // not free (a tombstone in the KV store), and backfill copies objects nobody recorded.
+        let recorded: Vec<bool> = {
+            let meta = self.meta_mut(pg)?;
+            copies.iter().map(|c| meta.missing.contains_key(&c.name)).collect()
+        };
+        for ((copy, bytes), recorded) in copies.iter().zip(datas).zip(recorded) {
             apply_copy(&mut txn, &*self.store, &coll, copy, bytes)?;
-            PgMeta::write_recovered(&mut txn, pg, &copy.name);
+            if recorded {
+                PgMeta::write_recovered(&mut txn, pg, &copy.name);
+            }
         }
         if let Some(range) = &backfill {
             PgMeta::write_backfill(&mut txn, pg, range.upto.as_deref());
@@ -640,7 +647,9 @@ impl OsdCore {
         }
         apply_part(&mut txn, &*self.store, &coll, copy, part, data)?;
         if part.last {
-            PgMeta::write_recovered(&mut txn, pg, &copy.name);
+            if self.meta_mut(pg)?.missing.contains_key(&copy.name) {
+                PgMeta::write_recovered(&mut txn, pg, &copy.name);
+            }
             PgMeta::write_backfill(&mut txn, pg, Some(&copy.name));
         }
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
