@@ -594,10 +594,32 @@ fn ext4_round_trip(tmp: &Path, uri: &str) {
     });
     let _ = Command::new("umount").arg(&mnt_s).output();
     let _ = Command::new("losetup").args(["-d", &loopdev]).output();
-    let _ = Command::new("fusermount3").arg("-u").arg(&fuse_dir).output();
-    let _ = fuse.wait();
+    unmount_fuse(&fuse_dir, &mut fuse);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
+    }
+}
+
+/// Unmounts nbdfuse's directory and waits for nbdfuse to end. Either FUSE's tool may be the one
+/// installed (`fusermount3`, or `fusermount` without Debian's `fuse3`), and the loop device may
+/// hold the file for a moment after `losetup -d`, so the unmount is retried; after 10 s nbdfuse
+/// is killed, so that a failed unmount cannot hang the test (it once hung CI for 13 minutes).
+fn unmount_fuse(dir: &Path, fuse: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        for tool in ["fusermount3", "fusermount"] {
+            let _ = Command::new(tool).arg("-u").arg(dir).output();
+        }
+        if fuse.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = fuse.kill();
+            let _ = fuse.wait();
+            let _ = Command::new("umount").arg("-l").arg(dir).output();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 

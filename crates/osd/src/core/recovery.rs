@@ -9,10 +9,11 @@
 //!   object first, outside the bound, and only that operation waits.
 //! - **Backfill**: a replica whose log does not overlap is sent the primary's objects in name
 //!   order, a chunk at a time (at most `osd_backfill_chunk_objects` objects and about
-//!   `osd_backfill_chunk_bytes`, a larger object alone in parts of that size); each chunk also removes the replica's objects in its range that the
-//!   primary does not have, and moves its cursor in the same transaction. Writes to names up to the
-//!   last chunk sent are replicated as usual (the link is ordered, so the chunk lands first);
-//!   writes beyond it reach the replica's log only.
+//!   `osd_backfill_chunk_bytes`, a larger object alone in parts of that size); each chunk also
+//!   removes the replica's objects in its range that the primary does not have, and moves its
+//!   cursor in the same transaction. Writes to names up to the last chunk sent are replicated as
+//!   usual (the link is ordered, so the chunk lands first); writes beyond it reach the replica's
+//!   log only.
 //! - **Strays**: an OSD holding a PG it no longer acts for asks the primary, now and then,
 //!   whether the PG is clean without it; then it purges its copy.
 
