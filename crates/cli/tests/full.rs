@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{ok, shoal};
-use shoal_client::{Client, ClientError, ClusterConfig};
+use shoal_client::ClientError;
 use shoal_proto::ErrorCode;
 use shoal_proto::osd::ObjOp;
 
@@ -45,9 +45,7 @@ fn a_filling_cluster_warns_then_refuses_writes_without_losing_data() {
     // Size 3 on 3 OSDs: every OSD holds every object, so all three fill together.
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--pg-num", "8"]));
 
-    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
-    let client = rt.block_on(Client::connect(cfg)).expect("connect");
+    let (rt, client) = common::admin_client(&dir);
     let value = |i: usize, len: usize| {
         (0..len).map(|b| (b as u32).wrapping_mul(31).wrapping_add(i as u32) as u8).collect::<Vec<u8>>()
     };

@@ -11,7 +11,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{fails_with, ok, shoal};
-use shoal_client::{Client, ClusterConfig};
 use shoal_proto::osd::ObjOp;
 
 const OBJECT_BYTES: usize = 256 << 10;
@@ -47,9 +46,7 @@ fn recovery_under_client_writes_is_paced_and_finishes() {
     fails_with(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "63"]), "osd_backfill_chunk_bytes");
     ok(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "65536"]));
 
-    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
-    let client = rt.block_on(Client::connect(cfg)).expect("connect");
+    let (rt, client) = common::admin_client(&dir);
     for i in 0..OBJECTS {
         let op = ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 };
         rt.block_on(client.op("rep", &format!("fill{i}"), vec![op], content(1, i))).expect("fill");

@@ -12,7 +12,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use common::{Down, fails_with, ok, shoal};
-use shoal_client::{Client, ClusterConfig};
 use shoal_proto::osd::ObjOp;
 
 const OBJECT_BYTES: usize = 64 << 10;
@@ -54,9 +53,7 @@ fn damaged_copies_are_read_around_found_by_deep_scrub_and_repaired() {
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "8"]));
     ok(&shoal(&dir, &["pool", "rm", "data", "--yes-i-really-mean-it"]));
 
-    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
-    let client = rt.block_on(Client::connect(cfg)).expect("connect");
+    let (rt, client) = common::admin_client(&dir);
     for i in 0..OBJECTS {
         let op = ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 };
         rt.block_on(client.op("rep", &format!("o{i}"), vec![op], content(i))).expect("write");

@@ -20,22 +20,41 @@ pub fn read_copy(
     name: &str,
     data: &mut Vec<u8>,
 ) -> Result<ObjectCopy, RemoteError> {
-    let absent =
-        ObjectCopy { name: name.to_string(), exists: false, size_bytes: 0, xattrs: Vec::new(), omap: Vec::new() };
-    let stat = match store.stat(coll, name) {
-        Ok(s) => s,
-        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => return Ok(absent),
+    let size_bytes = match store.stat(coll, name) {
+        Ok(s) => Some(s.size_bytes),
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => None,
         Err(e) => return Err(store_error(&e)),
     };
-    if stat.size_bytes > 0 {
-        let bytes = store.read(coll, name, 0, stat.size_bytes).map_err(|e| store_error(&e))?;
-        if bytes.len() as u64 != stat.size_bytes {
+    read_copy_sized(store, coll, name, size_bytes, data)
+}
+
+/// [`read_copy`] for a caller that has just looked up the object's size (`None`: it does not
+/// exist), so that it is not looked up twice.
+pub fn read_copy_sized(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    size_bytes: Option<u64>,
+    data: &mut Vec<u8>,
+) -> Result<ObjectCopy, RemoteError> {
+    let Some(size_bytes) = size_bytes else {
+        return Ok(ObjectCopy {
+            name: name.to_string(),
+            exists: false,
+            size_bytes: 0,
+            xattrs: Vec::new(),
+            omap: Vec::new(),
+        });
+    };
+    if size_bytes > 0 {
+        let bytes = store.read(coll, name, 0, size_bytes).map_err(|e| store_error(&e))?;
+        if bytes.len() as u64 != size_bytes {
             return Err(RemoteError::new(ErrorCode::Io, format!("short read of {name} while copying it")));
         }
         data.extend_from_slice(&bytes);
     }
     let (xattrs, omap) = read_metadata(store, coll, name)?;
-    Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap })
+    Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes, xattrs, omap })
 }
 
 /// Object `name`'s xattrs and whole omap.

@@ -80,3 +80,12 @@ pub fn tls_identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
     (cert, key)
 }
+
+/// A tokio runtime and a client connected as `client.admin` to the cluster in `dir`, for tests
+/// that drive objects directly rather than through the CLI.
+pub fn admin_client(dir: &Path) -> (tokio::runtime::Runtime, shoal_client::Client) {
+    let cfg = shoal_client::ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    let client = rt.block_on(shoal_client::Client::connect(cfg)).expect("connect");
+    (rt, client)
+}

@@ -27,7 +27,7 @@ use shoal_store::{Durability, Transaction};
 use super::peering::{PartPush, PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::copy::{
-    apply_copy, apply_part, list_range, read_copies, read_copy, read_part, remove_stale_companions, split_data,
+    apply_copy, apply_part, list_range, read_copies, read_copy_sized, read_part, remove_stale_companions, split_data,
 };
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
@@ -291,6 +291,8 @@ impl OsdCore {
                 stopped = true;
                 break;
             }
+            // A listed object exists; its size decides whether it goes in parts, and is reused
+            // for the read.
             let size_bytes = match self.store.stat(&coll, &name) {
                 Ok(stat) => stat.size_bytes,
                 Err(e) => {
@@ -311,7 +313,7 @@ impl OsdCore {
                 }
                 tracing::info!(%pg, object = %name, restarts, "written to while sent in parts: sending it whole");
             }
-            match read_copy(&*self.store, &coll, &name, &mut data) {
+            match read_copy_sized(&*self.store, &coll, &name, Some(size_bytes), &mut data) {
                 Ok(c) => objects.push(c),
                 Err(e) => {
                     tracing::error!(%pg, object = %name, error = %e, "reading an object for backfill failed");
