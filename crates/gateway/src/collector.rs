@@ -13,8 +13,9 @@ use shoal_proto::osd::{ObjOp, OpOutput};
 use crate::error::GatewayError;
 use crate::index::{self, Completed, Completion};
 use crate::layout::{
-    self, BucketRecord, DATA_POOL, DEAD_XATTR, ENTRY_PREFIX, GC_PREFIX, GcRecord, INDEX_POOL, LABEL_XATTR, LIVE_VALUE,
-    LIVE_XATTR, META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind, PendingRecord, UPLOAD_PREFIX,
+    self, BucketRecord, DATA_POOL, DEAD_XATTR, ENTRY_PREFIX, GC_PREFIX, GcRecord, INDEX_POOL, KEY_STATE_PREFIX,
+    LABEL_XATTR, LIVE_VALUE, LIVE_XATTR, META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind,
+    PendingRecord, UPLOAD_PREFIX, VERSION_PREFIX,
 };
 use crate::objects::TAILS_IN_FLIGHT;
 use crate::partition::{self, Part, PartitionState};
@@ -352,6 +353,10 @@ async fn partition(
                 }
                 break;
             }
+            // Versions and key states come after uploads and parts (a partition with none of
+            // those reaches them here): the collector has nothing to do with them, and a dead
+            // partition holding versions was left alone above.
+            Some(&VERSION_PREFIX | &KEY_STATE_PREFIX) => break,
             _ => {
                 tracing::warn!(partition = part, "unknown index record skipped");
                 waiting += 1;

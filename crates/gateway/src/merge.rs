@@ -173,7 +173,7 @@ pub async fn merge(client: &Client, bucket: &BucketRecord, at: usize) -> Result<
     let started = std::time::Instant::now();
     let guard = assert_merge(Some(&rec));
     if let Err(e) = copy_range(client, &from, &into, &rec.from_was, &guard, true).await {
-        give_up(client, bucket.id, &rec).await?;
+        give_up(client, bucket.id, &rec, Why::Failed).await?;
         return Err(e);
     }
     crashpoint::reached(crashpoint::MERGE_COPIED, &bucket.name);
@@ -195,7 +195,7 @@ pub async fn merge(client: &Client, bucket: &BucketRecord, at: usize) -> Result<
 
     // 4. The last copy, of a range no one can change now; 5. commit.
     if let Err(e) = copy_range(client, &from, &into, &rec.from_was, &guard, true).await {
-        give_up(client, bucket.id, &rec).await?;
+        give_up(client, bucket.id, &rec, Why::Failed).await?;
         return Err(e);
     }
     let committed = step(&rec, MergeState::Committed);
@@ -207,8 +207,12 @@ pub async fn merge(client: &Client, bucket: &BucketRecord, at: usize) -> Result<
         set_merge(&committed),
     ];
     if !rados::guarded_ops(client, INDEX_POOL, &into, commit).await? {
-        // Given up by someone else (then this is a no-op), or the bucket is being deleted.
-        give_up(client, bucket.id, &rec).await?;
+        // Refused: given up by someone else (then giving up is a no-op), or the bucket's
+        // partitions died under a deletion. A deletion only goes ahead on an empty bucket, so
+        // the merge has nothing left to do then; it is undone like any other.
+        let live = rados::get_xattr(client, INDEX_POOL, &into, LIVE_XATTR).await?;
+        let why = if live.as_deref() == Some(LIVE_VALUE) { Why::Refused } else { Why::BucketDeleted };
+        give_up(client, bucket.id, &rec, why).await?;
         return Ok(false);
     }
     crashpoint::reached(crashpoint::MERGE_COMMITTED, &bucket.name);
@@ -270,16 +274,34 @@ pub(crate) async fn clean_up(client: &Client, bucket_id: u64, m: &Merge) -> Resu
     Ok(())
 }
 
+/// Why a merge is given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// A copy failed.
+    Failed,
+    /// Its commit was refused with its bucket's partitions live.
+    Refused,
+    /// Found past its deadline (its merger died or is too slow to be trusted).
+    Overdue,
+    /// Its bucket's partitions died under a deletion of the (then empty) bucket: expected, not
+    /// a fault.
+    BucketDeleted,
+}
+
 /// Gives up merge `m` (as recorded on `into`, not committed): decided by marking `into`
 /// abandoned, which fails if it was committed (or given up) first; then undone.
-pub(crate) async fn give_up(client: &Client, bucket_id: u64, m: &Merge) -> Result<(), GatewayError> {
+pub(crate) async fn give_up(client: &Client, bucket_id: u64, m: &Merge, why: Why) -> Result<(), GatewayError> {
     debug_assert_eq!(m.state, MergeState::Copying);
     let abandoned = step(m, MergeState::Abandoned);
     let ops = vec![assert_merge(Some(m)), set_merge(&abandoned)];
     if !rados::guarded_ops(client, INDEX_POOL, &partition_object(bucket_id, m.into), ops).await? {
         return Ok(());
     }
-    tracing::warn!(into = m.into, from = m.from, "an index partition merge was given up");
+    if why == Why::BucketDeleted {
+        tracing::info!(into = m.into, from = m.from, "an index partition merge stopped: its bucket is being deleted");
+    } else {
+        tracing::warn!(into = m.into, from = m.from, ?why, "an index partition merge was given up");
+    }
     finish_abandoned(client, bucket_id, &abandoned).await
 }
 
@@ -361,7 +383,7 @@ pub(crate) async fn tend(
             if !overdue {
                 return Ok(false);
             }
-            give_up(client, bucket_id, &m).await?;
+            give_up(client, bucket_id, &m, Why::Overdue).await?;
         }
         // Only `from` is ever fenced.
         MergeState::Fenced => return Ok(false),
