@@ -201,6 +201,9 @@ pub struct Mutations {
     /// A write to an object being backfilled in parts (or before it in the same range) does not
     /// make the primary start the object over.
     pub keep_stale_parts: bool,
+    /// A member its primary has not activated since it (re)started answers pulls from what its
+    /// store holds (after a disk replacement: nothing, so "absent").
+    pub answer_unactivated_pulls: bool,
 }
 
 /// One OSD's state. See the module docs.

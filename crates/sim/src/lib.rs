@@ -114,6 +114,10 @@ pub enum Fault {
     /// only when every PG is active and clean (delayed until then), so that the pool's size still
     /// covers every other fault: one store is lost only while every write is on all its members.
     ReplaceWhenClean(OsdId),
+    /// `BitRotWhenClean`, and at the same moment the disk of another member of the damaged
+    /// object's PG is replaced (crash, then at once a start on an empty store), before the
+    /// monitors or the primary notice.
+    RotAndReplacePeerWhenClean(OsdId),
     /// The OSD is cut off from its peers (messages both ways are lost; the monitors still hear
     /// it, so it stays up in the map) until `Heal`.
     Isolate(OsdId),
@@ -304,6 +308,21 @@ impl SimConfig {
         let bytes = if Rng::new(seed ^ 0x7061_7274_7321).range(0, 1) == 0 { 64 } else { 200 };
         SimConfig { backfill_chunk_bytes: Some(bytes), ..SimConfig::nemesis(seed) }
     }
+
+    /// A damaged copy and a replaced disk at the same moment: once every PG is clean, one bit of
+    /// a copy on one OSD flips (preferably a primary's copy of an object in use) and another
+    /// member of its PG gets an empty disk, while the clients keep going (the rest as
+    /// [`SimConfig::nemesis`] draws it for `seed`, without its faults). The primary repairs from
+    /// members whose stores it knew before the replacement: the restarted member must not pass
+    /// off its empty store as the PG's content.
+    pub fn rot_and_replace(seed: u64) -> SimConfig {
+        let base = SimConfig::nemesis(seed);
+        let mut r = Rng::new(seed ^ 0x726f_7421);
+        let x = r.range(0, u64::from(base.osds) - 1) as u32;
+        let t = r.range(5_000, 60_000);
+        let faults = vec![(t, Fault::RotAndReplacePeerWhenClean(OsdId(x)))];
+        SimConfig { faults, ..base }
+    }
 }
 
 /// What a run produced.
@@ -426,6 +445,8 @@ pub struct Simulation {
     engines: BTreeMap<u32, Arc<MemEngine>>,
     /// Object copies damaged by `BitRotWhenClean`.
     rotted: u32,
+    /// The last copy damaged: its OSD and object.
+    last_damaged: Option<(OsdId, String)>,
 
     /// OSDs cut off from their peers.
     isolated: std::collections::BTreeSet<u32>,
@@ -540,6 +561,7 @@ impl Simulation {
             crashed: BTreeMap::new(),
             engines,
             rotted: 0,
+            last_damaged: None,
             isolated: std::collections::BTreeSet::new(),
             mon_cut: std::collections::BTreeSet::new(),
             next_rep_request: 1,
@@ -922,6 +944,21 @@ impl Simulation {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
                 }
             }
+            Fault::RotAndReplacePeerWhenClean(osd) => {
+                if !self.cluster_clean() {
+                    return self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
+                }
+                self.last_damaged = None;
+                self.damage(osd, false);
+                let Some((damaged, obj)) = self.last_damaged.clone() else { return };
+                let map = self.mon.map().clone();
+                let members = map.pool_by_name(POOL).and_then(|p| map.locate(p.id, &obj)).map(|l| l.osds);
+                let peers: Vec<OsdId> = members.unwrap_or_default().into_iter().filter(|o| *o != damaged).collect();
+                if let Some(peer) = peers.get(self.rng.range(0, 1) as usize).or(peers.first()).copied() {
+                    self.crash(peer);
+                    self.restart(peer, true);
+                }
+            }
             Fault::Isolate(osd) => {
                 self.isolated.insert(osd.0);
             }
@@ -1026,6 +1063,7 @@ impl Simulation {
         match done {
             Ok(true) => {
                 self.rotted += 1;
+                self.last_damaged = Some((osd, obj.clone()));
                 tracing::info!(t_us = self.now_us, %osd, %coll, %obj, unreadable, "nemesis: damaged a copy");
             }
             Ok(false) => {}

@@ -7,6 +7,7 @@
 //! shoal-sim --seed 1234 --verbose    # replay one seed: faults, outcome, OSD log on stderr
 //! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
+//! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
 //! ```
 
 use std::process::ExitCode;
@@ -23,8 +24,10 @@ struct Args {
     seeds: u64,
     jobs: usize,
     verbose: bool,
-    /// `SimConfig::nemesis_in_parts` instead of `SimConfig::nemesis`.
-    parts: bool,
+    /// The faults: `SimConfig::nemesis` unless a flag picks another scenario.
+    config: fn(u64) -> SimConfig,
+    /// The flag that picked it (for the replay line).
+    scenario_flag: &'static str,
     mutations: shoal_osd::Mutations,
 }
 
@@ -39,11 +42,12 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "blind_scrub" => &mut m.blind_scrub,
         "accept_stale_activation" => &mut m.accept_stale_activation,
         "keep_stale_parts" => &mut m.keep_stale_parts,
+        "answer_unactivated_pulls" => &mut m.answer_unactivated_pulls,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
                  primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
-                 keep_stale_parts)"
+                 keep_stale_parts, answer_unactivated_pulls)"
             ));
         }
     };
@@ -57,7 +61,8 @@ fn parse() -> Result<Args, String> {
         seeds: 1000,
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         verbose: false,
-        parts: false,
+        config: SimConfig::nemesis,
+        scenario_flag: "",
         mutations: shoal_osd::Mutations::default(),
     };
     let mut it = std::env::args().skip(1);
@@ -75,11 +80,15 @@ fn parse() -> Result<Args, String> {
             }
             "--jobs" => args.jobs = num("--jobs")?.max(1) as usize,
             "--verbose" | "-v" => args.verbose = true,
-            "--parts" => args.parts = true,
+            "--parts" => (args.config, args.scenario_flag) = (SimConfig::nemesis_in_parts, " --parts"),
+            "--rot-and-replace" => {
+                (args.config, args.scenario_flag) = (SimConfig::rot_and_replace, " --rot-and-replace");
+            }
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
-                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts] [--mutate NAME]... \
+                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] \
+                     [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
@@ -119,8 +128,7 @@ fn main() -> ExitCode {
                     if seed >= end {
                         break;
                     }
-                    let nemesis = if args.parts { SimConfig::nemesis_in_parts } else { SimConfig::nemesis };
-                    let cfg = SimConfig { mutations: args.mutations, ..nemesis(seed) };
+                    let cfg = SimConfig { mutations: args.mutations, ..(args.config)(seed) };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
                         for (at, f) in &cfg.faults {
@@ -157,9 +165,8 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64(),
         failed.len()
     );
-    let parts = if args.parts { " --parts" } else { "" };
     for (seed, _) in &failed {
-        println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{parts} --verbose");
+        println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{} --verbose", args.scenario_flag);
     }
     if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

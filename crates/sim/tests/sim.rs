@@ -123,6 +123,17 @@ fn nemesis_seeds_with_backfill_in_parts_keep_every_acknowledged_write() {
     assert!(total(&outs, |o| o.verified_reads) > NEMESIS_PARTS_SEEDS);
 }
 
+/// Seeds of the damaged-copy-and-replaced-disk scenario in CI.
+const ROT_AND_REPLACE_SEEDS: u64 = 200;
+
+#[test]
+fn a_damaged_primary_copy_is_not_repaired_from_a_member_whose_disk_was_just_replaced() {
+    // The primary repairs a damaged copy from a member it knew as complete; that member's disk
+    // was replaced a moment before, so it holds nothing until the primary activates it again.
+    let outs = run_seeds(1..=ROT_AND_REPLACE_SEEDS, SimConfig::rot_and_replace);
+    assert!(total(&outs, |o| o.verified_reads) > ROT_AND_REPLACE_SEEDS);
+}
+
 /// Mutation seeds searched for a failure.
 const MUTATION_SEEDS: u64 = 300;
 
@@ -203,4 +214,14 @@ fn with_stale_parts_kept_backfilled_objects_diverge() {
     // would end with old parts under new ones (or miss an object created below it), and the end
     // check reads every member.
     some_seed_fails_in(Mutations { keep_stale_parts: true, ..Mutations::default() }, SimConfig::nemesis_in_parts);
+}
+
+#[test]
+fn with_pulls_answered_before_activation_repairs_erase_objects() {
+    // A member restarted on an empty store, not yet activated, answers a pull with "absent"; the
+    // primary installs that over its damaged copy and the object is gone (or older elsewhere).
+    some_seed_fails_in(
+        Mutations { answer_unactivated_pulls: true, ..Mutations::default() },
+        SimConfig::rot_and_replace,
+    );
 }

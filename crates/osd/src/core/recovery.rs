@@ -32,6 +32,7 @@ use crate::copy::{
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
+use crate::scrub::not_there_yet;
 
 /// Times an object being backfilled in parts is started over because of writes to it before
 /// it is sent whole in one chunk (which no write can interrupt), so that a busy object cannot
@@ -581,8 +582,17 @@ impl OsdCore {
         let mut data = Vec::new();
         // Not (or no longer: a purged stray) holding the PG at all.
         let held = self.pgs.contains_key(&pg);
+        // A member the primary has not activated in this OSD's current life may hold nothing
+        // the primary believes it holds: restarted on an empty store, it answers "absent" for
+        // everything, and the primary would install that absence over its own (damaged) copy.
+        // Its answer waits for its activation, when the primary knows what it holds. (Strays
+        // are sources only once a probe compared their logs; a stray that lost its store holds
+        // no PG and says so above.)
+        let unactivated = matches!(self.pgs.get(&pg), Some(PgState { role: Role::Replica { activated_at: None }, .. }))
+            && !self.mutations.answer_unactivated_pulls;
         let result = match self.meta_mut(pg) {
             _ if !held => Err(RemoteError::new(ErrorCode::NotFound, format!("{} does not hold PG {pg}", self.id))),
+            _ if unactivated => Err(not_there_yet(format!("{} is not an activated member of PG {pg}", self.id))),
             Ok(meta) if !meta.has(&pull.object) => {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }
