@@ -367,8 +367,9 @@ impl OsdCore {
                 let busy = std::mem::take(&mut self.client_ops_since_tick) > 0;
                 self.purge_step(if busy { PURGE_OBJECTS_PER_TICK_BUSY } else { PURGE_OBJECTS_PER_TICK });
                 self.peering_tick(out);
-                let active = self.active_pgs();
-                self.recover_ramp(&active, out);
+                for pg in self.active_pgs() {
+                    self.recover(pg, out);
+                }
                 self.scrub_tick(now_ms, out);
                 self.ask_strays(out);
                 self.flush_mon(out);

@@ -612,7 +612,7 @@ impl OsdCore {
         for ev in queued {
             self.handle(ev, out);
         }
-        self.recover_ramp(&[pg], out);
+        self.recover(pg, out);
     }
 
     /// The monitors answered this OSD's command; `Some(epoch)`: it is in the map from `epoch`.

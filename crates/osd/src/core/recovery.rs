@@ -34,10 +34,6 @@ use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
 use crate::scrub::not_there_yet;
 
-/// Objects or backfill chunks a barrier event (a tick, a PG's activation) starts at most on an
-/// OSD; the answers to pushes and pulls start the rest up to the OSD's bounds.
-pub const BARRIER_STARTS: usize = 1;
-
 /// Times an object being backfilled in parts is started over because of writes to it before
 /// it is sent whole in one chunk (which no write can interrupt), so that a busy object cannot
 /// hold its backfill back forever.
@@ -192,49 +188,31 @@ impl OsdCore {
     /// objects first, then the replicas', then backfill chunks. A PG with nothing left is clean;
     /// if it runs on a temporary acting set, the primary asks for it to be removed.
     pub(super) fn recover(&mut self, pg: PgId, out: &mut Vec<Action>) {
-        self.recover_up_to(pg, usize::MAX, out);
-    }
-
-    /// [`Self::recover`] starting at most `max_starts` objects or chunks (0: none, but a PG
-    /// with nothing left still becomes clean); returns how many it started.
-    pub(super) fn recover_up_to(&mut self, pg: PgId, max_starts: usize, out: &mut Vec<Action>) -> usize {
+        let own: Vec<String> = self.metas.get(&pg).map(|m| m.missing.keys().cloned().collect()).unwrap_or_default();
         let min_size = self.map.pools.get(&pg.pool).map_or(1, |pool| pool.min_size) as usize;
-        let Some(p) = self.primary(pg) else { return 0 };
+        let Some(p) = self.primary(pg) else { return };
         if p.phase != Phase::Active {
-            return 0;
+            return;
         }
         if p.recovery_only && 1 + p.peers.values().filter(|pp| pp.backfill.is_none()).count() >= min_size {
             tracing::info!(%pg, "enough members backfilled to serve: peering again to activate for I/O");
-            self.start_peering(pg, out);
-            return 0;
+            return self.start_peering(pg, out);
         }
         // Counted once: each start below takes one slot (a start that finds the object unfound
         // takes one too, which only makes this round more conservative).
         let max_ops = self.map.setting(shoal_map::config::RECOVERY_MAX_OPS).max(1);
-        let room = usize::try_from(max_ops).unwrap_or(usize::MAX).saturating_sub(self.recovery_in_flight());
-        let mut budget = room.min(max_starts);
-        let initial = budget;
-        // The primary's own missing objects first, at most `budget` of them (taken without
-        // copying the whole set: this runs for every active PG on every tick).
-        let own_missing = self.metas.get(&pg).is_some_and(|m| !m.missing.is_empty());
-        if own_missing {
-            let idle: Vec<String> = match (self.metas.get(&pg), self.primary(pg)) {
-                (Some(m), Some(p)) => m
-                    .missing
-                    .keys()
-                    .filter(|n| !p.recovering.contains_key(*n) && !p.unfound.contains(*n))
-                    .take(budget)
-                    .cloned()
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let started = idle.len();
+        let mut budget = usize::try_from(max_ops).unwrap_or(usize::MAX).saturating_sub(self.recovery_in_flight());
+        if !own.is_empty() {
+            let idle: Vec<String> = own
+                .into_iter()
+                .filter(|n| !p.recovering.contains_key(n) && !p.unfound.contains(n))
+                .take(budget)
+                .collect();
             for name in idle {
                 self.recover_object(pg, &name, out);
             }
-            return started;
+            return;
         }
-        let Some(p) = self.primary(pg) else { return 0 };
         let mut theirs: BTreeSet<String> = BTreeSet::new();
         for pp in p.peers.values() {
             theirs.extend(pp.missing.keys().filter(|n| !p.recovering.contains_key(*n)).take(256).cloned());
@@ -247,46 +225,19 @@ impl OsdCore {
             .collect();
         for name in theirs {
             if budget == 0 || !self.push_bytes_allowed() {
-                return initial - budget;
+                return;
             }
             budget -= 1;
             self.recover_object(pg, &name, out);
         }
         for osd in backfill {
             if budget == 0 || !self.push_bytes_allowed() {
-                return initial - budget;
+                return;
             }
             budget -= 1;
             self.send_backfill_chunk(pg, osd, out);
         }
         self.maybe_clean(pg, out);
-        initial - budget
-    }
-
-    /// Starts recovery on every active PG within a budget of [`BARRIER_STARTS`] starts in all:
-    /// what a tick does. Ticks and activations are barrier events that pacing never delays, so
-    /// starting everything there made one long batch right after a map change; the answers to
-    /// pushes and pulls (paced) start the rest ([`Self::recover_more`]).
-    pub(super) fn recover_ramp(&mut self, pgs: &[PgId], out: &mut Vec<Action>) {
-        let mut starts = BARRIER_STARTS;
-        for pg in pgs {
-            starts -= self.recover_up_to(*pg, starts, out).min(starts);
-        }
-    }
-
-    /// After an answer to a push or pull (a background event, which pacing spaces out): fills
-    /// the OSD's bounds from its active PGs, this one first.
-    fn recover_more(&mut self, first: PgId, out: &mut Vec<Action>) {
-        let max_ops = usize::try_from(self.map.setting(shoal_map::config::RECOVERY_MAX_OPS).max(1)).unwrap_or(1);
-        self.recover(first, out);
-        for pg in self.active_pgs() {
-            if self.recovery_in_flight() >= max_ops || !self.push_bytes_allowed() {
-                return;
-            }
-            if pg != first {
-                self.recover(pg, out);
-            }
-        }
     }
 
     /// A clean PG on a temporary acting set hands back to the OSDs placement names.
@@ -499,7 +450,7 @@ impl OsdCore {
         self.counters.recovered_objects += 1;
         // Now the replicas that lack it, then whoever waited.
         self.recover_object(pg, &object, out);
-        self.recover_more(pg, out);
+        self.recover(pg, out);
     }
 
     /// A member's answer to a push (recovery or backfill).
@@ -562,7 +513,7 @@ impl OsdCore {
                 self.unblock(pg, &name, out);
             }
         }
-        self.recover_more(pg, out);
+        self.recover(pg, out);
     }
 
     /// Stores received copies (and a backfill range's removals and cursor) in one transaction.
