@@ -445,8 +445,6 @@ pub struct Simulation {
     engines: BTreeMap<u32, Arc<MemEngine>>,
     /// Object copies damaged by `BitRotWhenClean`.
     rotted: u32,
-    /// The last copy damaged: its OSD and object.
-    last_damaged: Option<(OsdId, String)>,
 
     /// OSDs cut off from their peers.
     isolated: std::collections::BTreeSet<u32>,
@@ -561,7 +559,6 @@ impl Simulation {
             crashed: BTreeMap::new(),
             engines,
             rotted: 0,
-            last_damaged: None,
             isolated: std::collections::BTreeSet::new(),
             mon_cut: std::collections::BTreeSet::new(),
             next_rep_request: 1,
@@ -948,13 +945,12 @@ impl Simulation {
                 if !self.cluster_clean() {
                     return self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
                 }
-                self.last_damaged = None;
-                self.damage(osd, false);
-                let Some((damaged, obj)) = self.last_damaged.clone() else { return };
+                let Some(obj) = self.damage(osd, false) else { return };
                 let map = self.mon.map().clone();
                 let members = map.pool_by_name(POOL).and_then(|p| map.locate(p.id, &obj)).map(|l| l.osds);
-                let peers: Vec<OsdId> = members.unwrap_or_default().into_iter().filter(|o| *o != damaged).collect();
-                if let Some(peer) = peers.get(self.rng.range(0, 1) as usize).or(peers.first()).copied() {
+                let peers: Vec<OsdId> = members.unwrap_or_default().into_iter().filter(|o| *o != osd).collect();
+                if !peers.is_empty() {
+                    let peer = peers[self.rng.range(0, peers.len() as u64 - 1) as usize];
                     self.crash(peer);
                     self.restart(peer, true);
                 }
@@ -1015,8 +1011,9 @@ impl Simulation {
 
     /// Damages one object copy on `osd`'s store, picked by the seed among the copies it holds:
     /// flips a bit of it, or (`unreadable`) makes a block of it fail to read.
-    fn damage(&mut self, osd: OsdId, unreadable: bool) {
-        let Some(engine) = self.engines.get(&osd.0).cloned() else { return };
+    /// Returns the object damaged, if one was.
+    fn damage(&mut self, osd: OsdId, unreadable: bool) -> Option<String> {
+        let Some(engine) = self.engines.get(&osd.0).cloned() else { return None };
         let mut copies = Vec::new();
         for coll in engine.list_collections().unwrap_or_default() {
             if !coll.starts_with("pg.") {
@@ -1055,7 +1052,7 @@ impl Simulation {
             copies.retain(|(_, obj)| led(obj));
         }
         if copies.is_empty() {
-            return;
+            return None;
         }
         let (coll, obj) = copies[self.rng.range(0, copies.len() as u64 - 1) as usize].clone();
         self.trace(&[format!("damage {osd} {coll}/{obj} unreadable={unreadable}").as_bytes()]);
@@ -1063,11 +1060,14 @@ impl Simulation {
         match done {
             Ok(true) => {
                 self.rotted += 1;
-                self.last_damaged = Some((osd, obj.clone()));
                 tracing::info!(t_us = self.now_us, %osd, %coll, %obj, unreadable, "nemesis: damaged a copy");
+                Some(obj)
             }
-            Ok(false) => {}
-            Err(e) => self.outcome.violations.push(format!("could not damage {coll}/{obj} on {osd}: {e}")),
+            Ok(false) => None,
+            Err(e) => {
+                self.outcome.violations.push(format!("could not damage {coll}/{obj} on {osd}: {e}"));
+                None
+            }
         }
     }
 
