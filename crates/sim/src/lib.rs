@@ -1013,7 +1013,7 @@ impl Simulation {
     /// flips a bit of it, or (`unreadable`) makes a block of it fail to read.
     /// Returns the object damaged, if one was.
     fn damage(&mut self, osd: OsdId, unreadable: bool) -> Option<String> {
-        let Some(engine) = self.engines.get(&osd.0).cloned() else { return None };
+        let engine = self.engines.get(&osd.0).cloned()?;
         let mut copies = Vec::new();
         for coll in engine.list_collections().unwrap_or_default() {
             if !coll.starts_with("pg.") {
