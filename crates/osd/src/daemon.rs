@@ -383,8 +383,8 @@ fn worker_loop(
         for e in &batch {
             match crate::lanes::lane(e) {
                 Lane::Foreground(_) => client = true,
-                Lane::Background(_) => background = true,
-                Lane::Barrier => {}
+                Lane::Background(..) => background = true,
+                Lane::Timer | Lane::Barrier => {}
             }
         }
         for ev in batch.drain(..) {
