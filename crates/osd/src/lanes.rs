@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use shoal_map::PgId;
 use shoal_proto::Message;
-use shoal_proto::osd::{PgPull, PgPush};
+use shoal_proto::osd::{PgPull, PgPush, PgPushScope};
 
 use crate::core::{Event, PeerCall};
 use crate::snaps::COMPANION_SEP;
@@ -94,11 +94,12 @@ pub fn lane(event: &Event) -> Lane {
         Event::Tick { .. } => Lane::Timer,
         // A payload that does not decode is handled (and refused) in order.
         Event::PeerMsg { msg_type, payload, .. } if *msg_type == PgPush::TYPE => {
-            match shoal_proto::peek::<PgPush>(payload) {
+            // Read in place: names and range only (the core decodes the push in full later).
+            match shoal_proto::peek::<PgPushScope<'_>>(payload) {
                 Ok(p) => {
                     let scope = match p.backfill {
-                        Some(r) => Scope::Range { after: r.after, upto: r.upto },
-                        None => Scope::Objects(p.objects.into_iter().map(|c| c.name).collect()),
+                        Some(r) => Scope::Range { after: r.after.map(String::from), upto: r.upto.map(String::from) },
+                        None => Scope::Objects(p.objects.iter().map(|c| c.name.to_string()).collect()),
                     };
                     Lane::Background(PgId { pool: p.pool, seed: p.pg }, scope)
                 }

@@ -10,8 +10,8 @@
 //! already owns. The version byte lets a later release refuse (or translate) an older peer's
 //! messages with a clear error instead of misreading them.
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// Version of every message layout in this crate. Bump it when any message changes shape
 /// (2: replicated writes carry a precondition; the auth table joined the map. 3: OSDs carry a
@@ -102,8 +102,8 @@ pub fn decode<M: DeserializeOwned>(mut payload: Vec<u8>) -> Result<(M, Vec<u8>),
 
 /// Decodes only the leading fields of a payload's header, as type `P` (whose fields must be the
 /// message's first fields, in order), without touching the rest or the bulk data: for routing a
-/// message before it is handled.
-pub fn peek<P: DeserializeOwned>(payload: &[u8]) -> Result<P, MsgError> {
+/// message before it is handled. `P` may borrow strings and bytes from `payload`.
+pub fn peek<'a, P: Deserialize<'a>>(payload: &'a [u8]) -> Result<P, MsgError> {
     let n = payload.len();
     if n < 5 {
         return Err(MsgError::Truncated(n));

@@ -550,6 +550,61 @@ impl Message for PgPush {
     const TYPE: u16 = 46;
 }
 
+/// The leading fields of a [`PgPush`] header, read in place for routing a push before it is
+/// handled (its PG and the names it covers, `peek`): object names and the range borrow from the
+/// payload, and the objects' xattrs and omap are read past without being kept, so a push of an
+/// object with a large omap is not decoded twice over.
+#[derive(Debug, Deserialize)]
+pub struct PgPushScope<'a> {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    #[serde(borrow)]
+    pub objects: Vec<ObjectCopyName<'a>>,
+    #[serde(borrow)]
+    pub backfill: Option<BackfillRangeRef<'a>>,
+}
+
+/// An [`ObjectCopy`] as [`PgPushScope`] reads it: the name, the rest read past.
+#[derive(Debug, Deserialize)]
+pub struct ObjectCopyName<'a> {
+    pub name: &'a str,
+    _exists: bool,
+    _size_bytes: u64,
+    #[serde(borrow)]
+    _xattrs: Skipped<(&'a str, &'a [u8])>,
+    #[serde(borrow)]
+    _omap: Skipped<(&'a [u8], &'a [u8])>,
+}
+
+/// A [`BackfillRange`] borrowed from a payload.
+#[derive(Debug, Deserialize)]
+pub struct BackfillRangeRef<'a> {
+    pub after: Option<&'a str>,
+    pub upto: Option<&'a str>,
+}
+
+/// A sequence read element by element and dropped: nothing is kept or allocated.
+#[derive(Debug)]
+struct Skipped<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Skipped<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Each<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Each<T> {
+            type Value = Skipped<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skipped<T>, A::Error> {
+                while seq.next_element::<T>()?.is_some() {}
+                Ok(Skipped(std::marker::PhantomData))
+            }
+        }
+        d.deserialize_seq(Each(std::marker::PhantomData))
+    }
+}
+
 /// Names in `(after, upto]` (`after: None`: from the first; `upto: None`: to the last).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackfillRange {
@@ -721,5 +776,46 @@ mod state_tests {
         {
             assert!(!state_is_clean(not), "{not}");
         }
+    }
+}
+
+#[cfg(test)]
+mod push_scope_tests {
+    use super::*;
+
+    fn copy(name: &str, xattr_bytes: usize, omap_entries: usize) -> ObjectCopy {
+        ObjectCopy {
+            name: name.to_string(),
+            exists: true,
+            size_bytes: 3,
+            xattrs: vec![("user.a".into(), vec![7; xattr_bytes]), ("\u{1}snapset".into(), vec![])],
+            omap: (0..omap_entries).map(|i| (format!("key{i:05}").into_bytes(), vec![i as u8; 200])).collect(),
+        }
+    }
+
+    #[test]
+    fn a_push_scope_reads_the_names_and_range_of_the_push_as_encoded() {
+        let backfill = Some(BackfillRange { after: Some("b".into()), upto: Some("e\u{1}dir".into()) });
+        let objects = vec![copy("c", 300, 0), copy("d", 0, 1000), copy("e\u{1}dir", 1, 1)];
+        let push = PgPush { epoch: 9, pool: 2, pg: 31, objects, backfill, part: None };
+        let payload = crate::encode(&push, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        let scope: PgPushScope<'_> = crate::peek(&payload).expect("peek");
+        assert_eq!((scope.epoch, scope.pool, scope.pg), (9, 2, 31));
+        let names: Vec<&str> = scope.objects.iter().map(|o| o.name).collect();
+        assert_eq!(names, ["c", "d", "e\u{1}dir"]);
+        let range = scope.backfill.expect("a backfill range");
+        assert_eq!((range.after, range.upto), (Some("b"), Some("e\u{1}dir")));
+
+        // A recovery push: no range; an open-ended range reads as such.
+        let push = PgPush { epoch: 1, pool: 1, pg: 0, objects: vec![copy("x", 1, 2)], backfill: None, part: None };
+        let payload = crate::encode(&push, Vec::new());
+        let scope: PgPushScope<'_> = crate::peek(&payload).expect("peek");
+        assert_eq!(scope.objects.iter().map(|o| o.name).collect::<Vec<_>>(), ["x"]);
+        assert!(scope.backfill.is_none());
+        let open = Some(BackfillRange { after: None, upto: None });
+        let push = PgPush { epoch: 1, pool: 1, pg: 0, objects: vec![], backfill: open, part: None };
+        let payload = crate::encode(&push, Vec::new());
+        let range = crate::peek::<PgPushScope<'_>>(&payload).expect("peek").backfill.expect("range");
+        assert_eq!((range.after, range.upto), (None, None));
     }
 }
