@@ -164,6 +164,18 @@ pub fn apply_copy(
             format!("copy of {} names {} bytes but carries {}", copy.name, copy.size_bytes, data.len()),
         ));
     }
+    replace_object(txn, store, coll, copy, data)
+}
+
+/// Adds to `txn` the replacement of the local object by `copy` with `data` (its bytes, or the
+/// first part of them): removed, then recreated with that data and the copy's xattrs and omap.
+fn replace_object(
+    txn: &mut Transaction,
+    store: &dyn ObjectStore,
+    coll: &str,
+    copy: &ObjectCopy,
+    data: Vec<u8>,
+) -> Result<(), RemoteError> {
     // The collection may be created by this same transaction (the PG is new here).
     let present = match store.exists(coll, &copy.name) {
         Ok(p) => p,
@@ -214,7 +226,7 @@ pub fn apply_part(
         ));
     }
     if part.offset == 0 {
-        return apply_copy(txn, store, coll, &ObjectCopy { size_bytes: data.len() as u64, ..copy.clone() }, data);
+        return replace_object(txn, store, coll, copy, data);
     }
     let held = match store.stat(coll, &copy.name) {
         Ok(s) => s.size_bytes,

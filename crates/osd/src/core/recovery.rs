@@ -524,17 +524,8 @@ impl OsdCore {
         data: Vec<u8>,
         backfill: Option<BackfillRange>,
     ) -> Result<(), RemoteError> {
-        self.cancel_purge(pg);
-        let coll = pg_collection(pg);
-        let lcoll = log_collection(pg);
         let datas = split_data(&copies, data)?;
-        let mut txn = Transaction::new();
-        if !self.collections.contains(&coll) {
-            txn.create_collection(&coll);
-        }
-        if !self.collections.contains(&lcoll) {
-            txn.create_collection(&lcoll);
-        }
+        let (coll, lcoll, mut txn) = self.install_txn(pg);
         let names: BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
         // A member that never held the PG has no collection to clean up in the range.
         if let Some(range) = backfill.as_ref().filter(|_| self.collections.contains(&coll)) {
@@ -624,6 +615,23 @@ impl OsdCore {
         }
     }
 
+    /// The start of a transaction that installs copies of `pg`'s objects here: the PG's
+    /// collection and log collection created if this OSD lacks them (a new member), and a purge
+    /// of a stray copy of the PG stopped. Returns both collections' names with it.
+    fn install_txn(&mut self, pg: PgId) -> (String, String, Transaction) {
+        self.cancel_purge(pg);
+        let coll = pg_collection(pg);
+        let lcoll = log_collection(pg);
+        let mut txn = Transaction::new();
+        if !self.collections.contains(&coll) {
+            txn.create_collection(&coll);
+        }
+        if !self.collections.contains(&lcoll) {
+            txn.create_collection(&lcoll);
+        }
+        (coll, lcoll, txn)
+    }
+
     /// Stores one part of a large backfilled object (see `PushPart`): the first also removes
     /// this member's other objects in the range, the last also moves the backfill cursor to the
     /// object, each in the part's transaction.
@@ -641,16 +649,7 @@ impl OsdCore {
         if range.upto.as_deref() != Some(copy.name.as_str()) {
             return invalid("its range must end at its object");
         }
-        self.cancel_purge(pg);
-        let coll = pg_collection(pg);
-        let lcoll = log_collection(pg);
-        let mut txn = Transaction::new();
-        if !self.collections.contains(&coll) {
-            txn.create_collection(&coll);
-        }
-        if !self.collections.contains(&lcoll) {
-            txn.create_collection(&lcoll);
-        }
+        let (coll, lcoll, mut txn) = self.install_txn(pg);
         if part.offset == 0 && self.collections.contains(&coll) {
             for local in list_range(&*self.store, &coll, range.after.as_deref(), Some(&copy.name), usize::MAX)? {
                 if local != copy.name {
