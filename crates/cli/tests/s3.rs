@@ -141,6 +141,45 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     }
     let bad = ["s3", "bench", "--endpoint", "127.0.0.1:1", "--access-key", "a", "--secret-key", "b", "put"];
     common::fails_with(&shoal(&dir, &bad), "must start with http://");
+    answered_before_its_body_a_request_ends_its_connection(gw["endpoint"].as_str().unwrap());
+}
+
+/// A PUT refused from its headers, its client waiting on `Expect: 100-continue`, gets
+/// `Connection: close` and then the connection ends: a client must not send its next request
+/// on it (botocore did, and read the refusal's status as the next answer). A request whose body
+/// was read keeps its connection.
+fn answered_before_its_body_a_request_ends_its_connection(endpoint: &str) {
+    use std::io::{Read, Write};
+    let host = endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let put = format!(
+        "PUT /no-such-bucket-here/k HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+    );
+    s.write_all(put.as_bytes()).unwrap();
+    // The whole answer, then the end of the connection (a keep-alive one would time out here).
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 404"), "{text}");
+    assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+    assert!(text.contains("<code>nosuchbucket</code>"), "{text}");
+
+    // Two requests without bodies on one connection: both answered, neither closes it.
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let get = format!("GET /no-such-bucket-here HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    s.write_all(format!("{get}{get}").as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while String::from_utf8_lossy(&out).matches("</Error>").count() < 2 {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the connection ended after {}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert_eq!(text.matches("http/1.1 404").count(), 2, "{text}");
+    assert!(!text.contains("connection: close"), "{text}");
 }
 
 #[test]

@@ -23,6 +23,7 @@ use crate::meta;
 use crate::objects::MemoryBudget;
 use crate::precheck;
 use crate::s3impl::{Gateway, ServiceSettings};
+use crate::unread;
 use shoal_net::tls::{self, TlsFiles};
 
 /// What the gateway's memory limit keeps for the process itself rather than request data: its
@@ -224,6 +225,9 @@ impl Connection {
             let gateway = gateway.clone();
             let domains = domains.clone();
             let id = ids.next();
+            let (parts, body) = req.into_parts();
+            let (body, ended) = unread::track(body);
+            let req = hyper::Request::from_parts(parts, body);
             async move {
                 // A CORS preflight is not an S3 request (browsers never sign it).
                 if req.method() == hyper::Method::OPTIONS {
@@ -231,6 +235,7 @@ impl Connection {
                     if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
                         resp.headers_mut().insert("x-amz-request-id", v);
                     }
+                    unread::close_if_unread(&mut resp, &ended);
                     return Ok(resp);
                 }
                 let cors = CorsAsk::of(req.method(), req.uri(), req.headers(), &domains);
@@ -239,7 +244,7 @@ impl Connection {
                 let checked = precheck::sigv2_date(req.headers(), now_s)
                     .and_then(|()| precheck::presigned_expiry(req.uri().query(), now_s));
                 let form_bucket = crate::s3post::form_upload_bucket(req.method(), req.uri(), req.headers(), &domains);
-                let mut req = req.map(s3s::Body::from);
+                let mut req = req.map(s3s::Body::http_body);
                 let transport = Transport { peer, secure };
                 req.extensions_mut().insert(transport);
                 let mut resp = match (checked, form_bucket) {
@@ -282,6 +287,8 @@ impl Connection {
                 if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
                     resp.headers_mut().insert("x-amz-request-id", v);
                 }
+                // Read after the operation: a body it left unread ends the connection.
+                unread::close_if_unread(&mut resp, &ended);
                 Ok::<_, s3s::HttpError>(resp)
             }
         });
