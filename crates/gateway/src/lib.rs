@@ -6,7 +6,7 @@
 //! and [`partsums`] (access control lists, bucket policies, lifecycle rules and multipart
 //! checksums, pure), [`rados`] (helpers over the client), [`meta`] (users, keys, buckets),
 //! [`index`] (bucket index partitions and the commit protocol's completion), [`versions`]
-//! (version records of keys in versioned buckets), [`objects`] (heads and tails, streaming),
+//! (version records of keys in versioned buckets), [`objects`] (heads and tails, streaming, their MD5 through [`md5lanes`]),
 //! [`multipart`] (uploads, parts, completion), [`access`] (who may do what, over cached records
 //! in [`cache`]), [`s3impl`] (the S3 API on s3s, with [`s3multipart`], [`s3copy`],
 //! [`s3access`], [`s3config`], [`s3versions`], [`s3lock`], [`s3lifecycle`] and
@@ -28,6 +28,7 @@ pub mod index;
 pub mod layout;
 pub mod lifecycle;
 pub mod loadgen;
+pub mod md5lanes;
 pub mod merge;
 pub mod meta;
 pub mod multipart;

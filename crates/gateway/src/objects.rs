@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use md5::{Digest, Md5};
 use shoal_client::Client;
 use shoal_proto::osd::{ObjOp, OpOutput};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -247,7 +246,7 @@ where
     E: std::fmt::Display,
 {
     let mut refreshed = std::time::Instant::now();
-    let mut md5 = Md5::new();
+    let mut md5 = crate::md5lanes::StreamMd5::new();
     // The request's whole memory need is reserved at once: a request that held part and waited
     // for more could deadlock with others doing the same.
     let size_hint = shape.size_hint;
@@ -273,7 +272,7 @@ where
                 index::prepare(client, w.bucket, w.key, w.tag, w.kind.clone()).await?;
                 refreshed = std::time::Instant::now();
             }
-            md5.update(&piece);
+            md5.update(&piece).await;
             check.update(&piece);
             size += piece.len() as u64;
             if small && size_hint.is_some_and(|n| size > n) {
@@ -322,7 +321,7 @@ where
         let _ = w.abandon(client, keep_first, written).await;
         return Err(e);
     }
-    let md5_hex = crate::text::hex(&md5.finalize());
+    let md5_hex = crate::text::hex(&md5.finish().await);
     match check.finish(&md5_hex) {
         Ok(checksums) => {
             Ok(Streamed { first: head.freeze(), size_bytes: size, written, md5_hex, checksums, _permit: permit })
