@@ -326,12 +326,13 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use md5::Digest;
 
     use super::*;
 
-    fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    /// `len` pseudo-random bytes from `seed` (xorshift), for the tests of both modules.
+    pub(crate) fn bytes(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (0..len)
             .map(|_| {
@@ -394,38 +395,6 @@ mod tests {
                     assert_eq!(got, expected, "{streams} streams of {blocks} blocks (AVX2)");
                 }
             }
-        }
-    }
-}
-/// A benchmark, not a test (it asserts nothing): MD5 throughput of one stream and of 1-16
-/// streams through each kernel this machine has. docs/BENCHMARKS.md records its output:
-/// `cargo test --release -p shoal-gateway md5_lanes_speed -- --ignored --nocapture`.
-#[cfg(test)]
-mod speed {
-    use super::*;
-
-    #[test]
-    #[ignore = "a benchmark: run it in release with --ignored --nocapture"]
-    fn md5_lanes_speed() {
-        const MIB: usize = 4;
-        const ROUNDS: usize = 4;
-        let data = vec![7u8; MIB << 20];
-        let started = std::time::Instant::now();
-        let mut state = INIT;
-        for _ in 0..ROUNDS {
-            compress(&mut state, &data);
-        }
-        let one = (ROUNDS * MIB) as f64 / started.elapsed().as_secs_f64();
-        println!("one stream: {one:.0} MiB/s; lanes: {}", lane_count());
-        for streams in [1usize, 2, 4, 8, 16] {
-            let slices: Vec<&[u8]> = (0..streams).map(|_| &data[..]).collect();
-            let mut states = vec![INIT; streams];
-            let started = std::time::Instant::now();
-            for _ in 0..ROUNDS {
-                compress_lanes(&mut states, &slices);
-            }
-            let all = (ROUNDS * MIB * streams) as f64 / started.elapsed().as_secs_f64();
-            println!("{streams:>2} streams together: {all:.0} MiB/s in all ({:.1}x one stream)", all / one);
         }
     }
 }

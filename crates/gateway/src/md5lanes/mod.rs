@@ -214,19 +214,8 @@ impl StreamMd5 {
 mod tests {
     use md5::Digest;
 
+    use super::kernel::tests::bytes;
     use super::*;
-
-    fn bytes(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
 
     /// Many streams at once through one lanes thread, each cut into pieces of its own odd sizes
     /// (some below the hand-off size, some not, few on a block boundary): every digest is the
