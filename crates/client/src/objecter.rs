@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use shoal_map::{ClusterMap, OsdId, Pool};
 use shoal_net::Connection;
 use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, ReqId};
@@ -82,17 +84,29 @@ impl Client {
     /// `Degraded`), waits for the map that routes around it and resends, unless the request
     /// appends. Fails after the operation timeout.
     pub async fn op(&self, pool: &str, object: &str, ops: Vec<ObjOp>, data: Vec<u8>) -> Result<OpResult, ClientError> {
-        self.op_ref(pool, object, ops, &data).await
+        self.op_bytes(pool, object, ops, Bytes::from(data)).await
     }
 
-    /// [`Client::op`] with borrowed data: each attempt copies `data` into its frame once (the
-    /// frame owns its payload), so a caller that reuses one buffer pays one copy per send.
+    /// [`Client::op`] with borrowed data, copied once into a shared buffer (every attempt sends
+    /// that buffer). A caller that can hand over its buffer uses [`Client::op_bytes`] instead.
     pub async fn op_ref(
         &self,
         pool: &str,
         object: &str,
         ops: Vec<ObjOp>,
         data: &[u8],
+    ) -> Result<OpResult, ClientError> {
+        self.op_bytes(pool, object, ops, Bytes::copy_from_slice(data)).await
+    }
+
+    /// [`Client::op`] with shared data: every attempt writes `data` to the socket from where it
+    /// is, never copying it into a frame.
+    pub async fn op_bytes(
+        &self,
+        pool: &str,
+        object: &str,
+        ops: Vec<ObjOp>,
+        data: Bytes,
     ) -> Result<OpResult, ClientError> {
         validate_object_name(object)?;
         let pool = self.pool(pool)?;
@@ -130,11 +144,16 @@ impl Client {
                         object: object.to_string(),
                         ops: ops.clone(),
                     };
-                    // The frame owns its payload, so each attempt sends a copy and `data` stays
-                    // here for a resend (one memcpy per attempt; measured in the benchmarks).
-                    // The copy has room for the header, so encoding never grows it.
-                    let payload_data = shoal_proto::msg::payload_with(data);
-                    match self.send(&map, primary, OsdOp::TYPE, encode(&msg, payload_data)).await {
+                    // Each attempt sends the shared data by reference (it stays here for a
+                    // resend) followed by the encoded header.
+                    let sent = match self.osd_connection(&map, primary).await {
+                        Ok(conn) => conn
+                            .call_with_data(OsdOp::TYPE, data.clone(), encode(&msg, Vec::new()))
+                            .await
+                            .map_err(ClientError::from),
+                        Err(e) => Err(e),
+                    };
+                    match sent {
                         Ok(frame) => {
                             let (reply, bytes): (OsdOpReply, Vec<u8>) = decode_frame(frame)?;
                             match reply.result {

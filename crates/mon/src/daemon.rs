@@ -380,7 +380,7 @@ impl Shared {
                                 conn.try_send(f.clone())
                             }
                             Some(conn) => conn.try_send(frame.clone()),
-                            None => Err(shoal_net::NetError::Closed),
+                            None => Err(shoal_net::TrySendError::Failed(shoal_net::NetError::Closed)),
                         };
                         if let Err(e) = sent {
                             // A subscriber that does not keep up loses its connection (closed

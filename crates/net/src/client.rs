@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use shoal_proto::{Frame, HEADER_BYTES, MAX_PAYLOAD_BYTES};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
@@ -197,6 +199,15 @@ impl Connection {
         self.start_call(msg_type, payload).await?.await
     }
 
+    /// [`Connection::call`] with a payload of shared `data` followed by `payload`: the data is
+    /// written to the socket from where it is, never copied into the frame, so a caller that
+    /// keeps it for a resend pays no copy per attempt.
+    pub async fn call_with_data(&self, msg_type: u16, data: Bytes, payload: Vec<u8>) -> Result<Frame, NetError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.queue_call(Frame::with_data(msg_type, 0, data, payload), ReplyTo::Wait(reply_tx)).await?;
+        PendingReply { rx: reply_rx }.await
+    }
+
     /// Like [`Connection::call`], in two steps: the returned future resolves once the frame is
     /// queued for sending, and yields a [`PendingReply`] to await the reply with. A caller that
     /// queues several requests one after the other this way knows they leave in that order,
@@ -204,7 +215,7 @@ impl Connection {
     /// needs both).
     pub async fn start_call(&self, msg_type: u16, payload: Vec<u8>) -> Result<PendingReply, NetError> {
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.queue_call(msg_type, payload, ReplyTo::Wait(reply_tx)).await?;
+        self.queue_call(Frame::new(msg_type, 0, payload), ReplyTo::Wait(reply_tx)).await?;
         Ok(PendingReply { rx: reply_rx })
     }
 
@@ -215,18 +226,22 @@ impl Connection {
     /// forwarding many small requests (an OSD replicating writes). `then` must not block: it
     /// runs before the reader reads the next frame. When the call cannot be queued, the error
     /// is returned and `then` is not called.
+    ///
+    /// The request's payload is `data` (shared, sent without a copy; may be empty) followed by
+    /// `payload`.
     pub async fn start_call_then(
         &self,
         msg_type: u16,
+        data: Bytes,
         payload: Vec<u8>,
         then: impl FnOnce(Result<Frame, NetError>) + Send + 'static,
     ) -> Result<(), NetError> {
-        self.queue_call(msg_type, payload, ReplyTo::Then(Box::new(then))).await
+        self.queue_call(Frame::with_data(msg_type, 0, data, payload), ReplyTo::Then(Box::new(then))).await
     }
 
-    async fn queue_call(&self, msg_type: u16, payload: Vec<u8>, reply: ReplyTo) -> Result<(), NetError> {
+    /// Queues `frame` (its request id is assigned here) as a call answered to `reply`.
+    async fn queue_call(&self, frame: Frame, reply: ReplyTo) -> Result<(), NetError> {
         let inner = &*self.inner;
-        let frame = Frame { msg_type, request_id: 0, payload };
         check_outgoing(&frame)?;
         let slot = inner.slots.clone().acquire_owned().await.map_err(|_| NetError::Closed)?;
         let request_id = inner.next_id.fetch_add(1, Ordering::Relaxed);

@@ -36,9 +36,6 @@ pub enum NetError {
     /// its text. The connection stays usable.
     #[error("remote error: {reason}")]
     Remote { reason: String },
-    /// A bounded queue is full and the caller asked not to wait ([`crate::ServerConn::try_send`]).
-    #[error("send queue full")]
-    QueueFull,
     /// A key is not 64 hexadecimal digits.
     #[error("bad key: {reason}")]
     BadKey { reason: String },

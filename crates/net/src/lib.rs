@@ -26,7 +26,7 @@ mod wire;
 pub use client::{ClientConfig, Connection, PendingReply};
 pub use error::NetError;
 pub use keyring::{Key, Keyring};
-pub use server::{Handler, ServerConfig, ServerConn, serve};
+pub use server::{Handler, ServerConfig, ServerConn, TrySendError, serve};
 pub use shoal_proto::{Frame, FrameError};
 pub use wire::{
     FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, MSG_AUTH, MSG_AUTH_OK, MSG_CHALLENGE, MSG_ERROR, MSG_KEEPALIVE,

@@ -17,6 +17,17 @@ use crate::wire::{
 };
 use crate::{Keyring, NetError, auth};
 
+/// Why [`ServerConn::try_send`] did not queue a frame.
+#[derive(Debug, thiserror::Error)]
+pub enum TrySendError {
+    /// The connection's queue is full; here is the frame back.
+    #[error("the connection's send queue is full")]
+    Full(Box<Frame>),
+    /// The frame cannot be sent on this connection (closed, or a payload over the limit).
+    #[error(transparent)]
+    Failed(NetError),
+}
+
 /// Who a server is and whom it accepts.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -108,15 +119,16 @@ impl ServerConn {
         self.inner.tx.send(frame).await.map_err(|_| NetError::Closed)
     }
 
-    /// Like [`ServerConn::send`] but fails with [`NetError::QueueFull`] instead of waiting.
-    pub fn try_send(&self, frame: Frame) -> Result<(), NetError> {
-        check_outgoing(&frame)?;
+    /// Like [`ServerConn::send`] but does not wait: a full queue gives the frame back
+    /// ([`TrySendError::Full`]), so a caller can send it later without having kept a copy.
+    pub fn try_send(&self, frame: Frame) -> Result<(), TrySendError> {
+        check_outgoing(&frame).map_err(TrySendError::Failed)?;
         if self.inner.link.is_closed() {
-            return Err(NetError::Closed);
+            return Err(TrySendError::Failed(NetError::Closed));
         }
         self.inner.tx.try_send(frame).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => NetError::QueueFull,
-            mpsc::error::TrySendError::Closed(_) => NetError::Closed,
+            mpsc::error::TrySendError::Full(frame) => TrySendError::Full(Box::new(frame)),
+            mpsc::error::TrySendError::Closed(_) => TrySendError::Failed(NetError::Closed),
         })
     }
 

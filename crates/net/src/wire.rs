@@ -4,7 +4,7 @@ use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use shoal_proto::frame::{MAGIC, decode_header, encode_header};
+use shoal_proto::frame::{MAGIC, decode_header};
 use shoal_proto::{Frame, FrameError, HEADER_BYTES, MAX_PAYLOAD_BYTES};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
@@ -57,8 +57,8 @@ pub fn error_frame(request_id: u64, reason: &str) -> Frame {
 /// Refuses a frame the peer would refuse: sending it would only make the peer close the
 /// connection, failing every other call on it too (and a payload over 4 GiB cannot be framed).
 pub(crate) fn check_outgoing(frame: &Frame) -> Result<(), NetError> {
-    if frame.payload.len() > MAX_PAYLOAD_BYTES as usize {
-        let len = u32::try_from(frame.payload.len()).unwrap_or(u32::MAX);
+    if frame.payload_len() > MAX_PAYLOAD_BYTES as usize {
+        let len = u32::try_from(frame.payload_len()).unwrap_or(u32::MAX);
         return Err(FrameError::TooLarge { len, max: MAX_PAYLOAD_BYTES }.into());
     }
     Ok(())
@@ -67,7 +67,9 @@ pub(crate) fn check_outgoing(frame: &Frame) -> Result<(), NetError> {
 /// The text of an error frame. A reason that is not UTF-8 is shown lossily rather than refused:
 /// it only ever ends up in an error message.
 pub(crate) fn error_reason(frame: &Frame) -> String {
-    String::from_utf8_lossy(&frame.payload).into_owned()
+    let mut reason = String::from_utf8_lossy(&frame.data).into_owned();
+    reason.push_str(&String::from_utf8_lossy(&frame.payload));
+    reason
 }
 
 /// State one connection's reader, writer and handles share: whether it is closed, and how to
@@ -139,13 +141,14 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         }
     }
     h.check_payload(&payload)?;
-    Ok(Some(Frame { msg_type: h.msg_type, request_id: h.request_id, payload }))
+    Ok(Some(Frame::new(h.msg_type, h.request_id, payload)))
 }
 
 /// Writes one frame directly (used during the handshake, before the writer task exists).
 pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, frame: &Frame) -> Result<(), NetError> {
-    let header = encode_header(frame.msg_type, frame.request_id, &frame.payload);
-    write_all_vectored(w, &mut [IoSlice::new(&header), IoSlice::new(&frame.payload)]).await?;
+    let header = frame.header();
+    write_all_vectored(w, &mut [IoSlice::new(&header), IoSlice::new(&frame.data), IoSlice::new(&frame.payload)])
+        .await?;
     w.flush().await?;
     Ok(())
 }
@@ -161,6 +164,9 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut bufs: &mut [Io
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         IoSlice::advance_slices(&mut bufs, n);
+        while bufs.first().is_some_and(|b| b.is_empty()) {
+            bufs = &mut bufs[1..];
+        }
     }
     Ok(())
 }
@@ -193,11 +199,11 @@ pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
                 }
             }
         }
-        let mut bytes: usize = batch.iter().map(|f| f.payload.len() + HEADER_BYTES).sum();
+        let mut bytes: usize = batch.iter().map(|f| f.payload_len() + HEADER_BYTES).sum();
         while batch.len() < BATCH_FRAMES && bytes < BATCH_BYTES {
             match rx.try_recv() {
                 Ok(f) => {
-                    bytes += f.payload.len() + HEADER_BYTES;
+                    bytes += f.payload_len() + HEADER_BYTES;
                     batch.push(f);
                 }
                 Err(_) => break,
@@ -209,17 +215,19 @@ pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
             }
             continue;
         }
-        let mut slices = [IoSlice::new(&[]); 2 * BATCH_FRAMES];
+        let mut slices = [IoSlice::new(&[]); 3 * BATCH_FRAMES];
         let mut n = 0;
         for (f, h) in batch.iter().zip(headers.iter_mut()) {
-            *h = encode_header(f.msg_type, f.request_id, &f.payload);
+            *h = f.header();
         }
         for (f, h) in batch.iter().zip(headers.iter()) {
             slices[n] = IoSlice::new(h);
             n += 1;
-            if !f.payload.is_empty() {
-                slices[n] = IoSlice::new(&f.payload);
-                n += 1;
+            for part in [&f.data[..], &f.payload[..]] {
+                if !part.is_empty() {
+                    slices[n] = IoSlice::new(part);
+                    n += 1;
+                }
             }
         }
         let written = write_all_vectored(&mut w, &mut slices[..n]).await;

@@ -36,7 +36,14 @@ async fn pipelined_calls_of_every_size_get_their_own_replies_out_of_order() {
             } else {
                 ECHO
             };
-            let reply = conn.call(msg_type, p.clone()).await.unwrap();
+            // Every other call sends its first half as shared data (written from where it is):
+            // the server sees one payload either way.
+            let reply = if i % 2 == 1 {
+                let data = bytes::Bytes::copy_from_slice(&p[..len / 2]);
+                conn.call_with_data(msg_type, data, p[len / 2..].to_vec()).await.unwrap()
+            } else {
+                conn.call(msg_type, p.clone()).await.unwrap()
+            };
             assert_eq!(reply.msg_type, msg_type);
             assert!(reply.payload == p, "call {i} of {len} bytes got {} bytes back", reply.payload.len());
             i
@@ -164,6 +171,11 @@ async fn an_oversized_call_fails_locally_and_the_connection_survives() {
     let conn = Connection::connect(server.addr, &server.client_config()).await.unwrap();
     let huge = vec![0u8; shoal_proto::MAX_PAYLOAD_BYTES as usize + 1];
     assert!(matches!(conn.call(ECHO, huge).await, Err(NetError::Frame(shoal_proto::FrameError::TooLarge { .. }))));
+    // The limit counts shared data and the rest of the payload together.
+    let half = bytes::Bytes::from(vec![0u8; shoal_proto::MAX_PAYLOAD_BYTES as usize / 2 + 1]);
+    let rest = vec![0u8; shoal_proto::MAX_PAYLOAD_BYTES as usize / 2 + 1];
+    let refused = conn.call_with_data(ECHO, half, rest).await;
+    assert!(matches!(refused, Err(NetError::Frame(shoal_proto::FrameError::TooLarge { .. }))), "{refused:?}");
     assert_eq!(conn.call(ECHO, vec![1]).await.unwrap().payload, vec![1]);
     server.stop().await;
 }
@@ -212,7 +224,11 @@ async fn replies_handed_to_a_function_arrive_once_each_and_a_close_fails_the_res
     for i in 0..12u64 {
         let tx = tx.clone();
         let msg_type = if i < 10 { ECHO } else { NEVER_REPLY };
-        conn.start_call_then(msg_type, payload(100, i), move |r| {
+        // Half of each request's payload goes as shared data, sent by reference: the server sees
+        // one payload, the two halves in order.
+        let mut tail = payload(100, i);
+        let data = bytes::Bytes::from(tail.drain(..(i as usize * 7) % 100).collect::<Vec<u8>>());
+        conn.start_call_then(msg_type, data, tail, move |r| {
             tx.send((i, r.map(|f| f.payload))).unwrap();
         })
         .await

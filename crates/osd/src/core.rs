@@ -561,11 +561,12 @@ impl OsdCore {
             }
             let (result, bytes) = match result {
                 Ok((outputs, bytes)) => (Ok(outputs), bytes),
-                Err(e) => (Err(e), Vec::new()),
+                Err(e) => (Err(e), bytes::Bytes::new()),
             };
             self.counters.read_ops += 1;
             self.counters.read_bytes += bytes.len() as u64;
-            let frame = reply_frame(request_id, &OsdOpReply { epoch, result }, bytes);
+            // The read bytes go out from the store's buffer, by reference.
+            let frame = shoal_proto::frame_with_data(request_id, &OsdOpReply { epoch, result }, bytes);
             return out.push(Action::Reply { to: from, frame, after_sync: false });
         }
         // A resend of a write applied before (by this primary or one before it; peering made the

@@ -407,10 +407,10 @@ fn worker_loop(
                     };
                     let conn = conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&to).cloned();
                     if let Some(conn) = conn
-                        && let Err(shoal_net::NetError::QueueFull) = conn.try_send(frame.clone())
+                        && let Err(shoal_net::TrySendError::Full(frame)) = conn.try_send(frame)
                     {
                         runtime.spawn(async move {
-                            let _ = conn.send(frame).await;
+                            let _ = conn.send(*frame).await;
                         });
                     }
                 }
@@ -586,7 +586,7 @@ async fn peer_sender(
                     };
                     feed_now(&to_worker, Event::RepReply { from: osd, reqid, result });
                 };
-                match c.start_call_then(RepOp::TYPE, encode(&op, data), then).await {
+                match c.start_call_then(RepOp::TYPE, bytes::Bytes::new(), encode(&op, data), then).await {
                     Ok(()) => {}
                     Err(e) => {
                         let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"));

@@ -447,13 +447,14 @@ fn copy_object(
     Ok(())
 }
 
-/// Runs read operations; returns one output per operation and the concatenated read bytes.
+/// Runs read operations; returns one output per operation and the concatenated read bytes
+/// (a request with one read returns the store's own buffer, not a copy of it).
 pub fn execute_reads(
     store: &dyn ObjectStore,
     coll: &str,
     obj: &str,
     ops: &[ObjOp],
-) -> Result<(Vec<OpOutput>, Vec<u8>), RemoteError> {
+) -> Result<(Vec<OpOutput>, bytes::Bytes), RemoteError> {
     let not_found = |e: StoreError| match e {
         StoreError::NoSuchCollection(_) => {
             RemoteError::new(ErrorCode::NotFound, format!("object {obj} does not exist"))
@@ -492,7 +493,8 @@ pub fn execute_reads(
         Some(store.stat(coll, obj).map_err(not_found)?)
     };
     let mut outputs = Vec::with_capacity(rest.len());
-    let mut data = Vec::new();
+    // Bytes of the reads so far: the first read's buffer as it is; later reads join a copy.
+    let mut data = bytes::Bytes::new();
     for op in rest {
         if let ObjOp::ListSnaps = op {
             outputs.push(list_snaps(store, coll, obj)?);
@@ -504,11 +506,14 @@ pub fn execute_reads(
                 let start = (*offset).min(stat.size_bytes);
                 let len = (*len_bytes).min(stat.size_bytes - start);
                 if len > 0 {
-                    let bytes = store.read(coll, obj, start, len).map_err(|e| store_error(&e))?;
+                    let bytes = store.read_bytes(coll, obj, start, len).map_err(|e| store_error(&e))?;
                     if data.is_empty() {
                         data = bytes;
                     } else {
-                        data.extend_from_slice(&bytes);
+                        let mut joined = Vec::with_capacity(data.len() + bytes.len());
+                        joined.extend_from_slice(&data);
+                        joined.extend_from_slice(&bytes);
+                        data = bytes::Bytes::from(joined);
                     }
                 }
                 OpOutput::Read { len_bytes: len }

@@ -132,9 +132,10 @@ impl Net {
     fn route(&mut self, from: u32, action: Action, queue: &mut VecDeque<(u32, Event)>) {
         match action {
             Action::Reply { to: CLIENT, frame, .. } => {
-                let (reply, data): (OsdOpReply, _) = decode(frame.payload).unwrap();
+                let request_id = frame.request_id;
+                let (reply, data): (OsdOpReply, _) = decode(frame.into_payload()).unwrap();
                 self.last_read = Some(data);
-                self.replies.insert(frame.request_id, reply);
+                self.replies.insert(request_id, reply);
             }
             Action::Reply { frame, .. } => self.answer(frame, queue),
             Action::Replicate { osd, op, data } => {
@@ -183,7 +184,7 @@ impl Net {
         let Some((caller, callee, call)) = self.calls.remove(&frame.request_id) else { return };
         let event = match call {
             Call::Rep(reqid) => {
-                let (reply, _): (RepOpReply, _) = decode(frame.payload).unwrap();
+                let (reply, _): (RepOpReply, _) = decode(frame.into_payload()).unwrap();
                 Event::RepReply { from: OsdId(callee), reqid, result: Ok(reply) }
             }
             Call::Peer(call) => Event::PeerReply { from: OsdId(callee), call, result: Ok(frame) },
@@ -377,7 +378,7 @@ fn replicas_apply_a_replicated_write_once_and_refuse_gaps_and_replaced_primaries
             .unwrap()
             .handle(Event::RepOp { from: 99, request_id: 1, op, data: data.to_vec() }, &mut out);
         let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
-        decode::<RepOpReply>(frame.payload.clone()).unwrap().0.result
+        decode::<RepOpReply>(frame.clone().into_payload()).unwrap().0.result
     };
     // One that skips a write it follows is refused (the replica missed one).
     let mut gap = rep.clone();
@@ -489,7 +490,7 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
     let mut out = Vec::new();
     restarted.handle(Event::RepOp { from: 1, request_id: 1, op, data: b"z".to_vec() }, &mut out);
     let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
-    let err = decode::<RepOpReply>(frame.payload.clone()).unwrap().0.result.expect_err("deleted pool");
+    let err = decode::<RepOpReply>(frame.clone().into_payload()).unwrap().0.result.expect_err("deleted pool");
     assert_eq!(err.code, ErrorCode::NotFound, "{err}");
     assert_eq!(pool_collections(&restarted), 0, "nothing was recreated");
 }
@@ -535,7 +536,7 @@ fn any_member_answers_what_it_holds_of_a_pg() {
         let req = shoal_proto::osd::PgQuery { epoch, pool, pg: seed };
         net.cores.get_mut(&osd.0).unwrap().handle(Event::PgQuery { from: CLIENT, request_id: 1, req }, &mut out);
         let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
-        decode::<shoal_proto::osd::PgQueryReply>(frame.payload.clone()).unwrap().0.result
+        decode::<shoal_proto::osd::PgQueryReply>(frame.clone().into_payload()).unwrap().0.result
     };
     let (a, b) = (query(&mut net, acting[0], pg.seed).unwrap(), query(&mut net, acting[1], pg.seed).unwrap());
     // The primary also reports the PG's state; a replica has none to report.

@@ -18,6 +18,8 @@
 //! be trusted to be aligned on frame boundaries, so the caller closes that connection (and only
 //! that one).
 
+use bytes::Bytes;
+use shoal_util::checksum::crc32c_append;
 use shoal_util::crc32c;
 
 /// Bytes of a frame header.
@@ -30,10 +32,20 @@ pub const MAX_PAYLOAD_BYTES: u32 = (64 << 20) + (64 << 10);
 pub const MAGIC: &[u8; 4] = b"SHF1";
 
 /// One message on the wire.
+///
+/// Its payload on the wire is `data` followed by `payload`. A sender with bulk bytes it already
+/// holds in shared memory (a store read, a client's write buffer) puts them in `data`, so the
+/// frame refers to them instead of copying them; the writer sends both parts with one vectored
+/// write. A frame read from a socket always has its whole payload in `payload` and `data` empty.
+/// Code that reads a frame it may have built itself (an in-process delivery, a test) takes the
+/// payload with [`Frame::into_payload`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub msg_type: u16,
     pub request_id: u64,
+    /// Leading bulk bytes of the payload, sent by reference. Empty in received frames.
+    pub data: Bytes,
+    /// The payload after `data` (all of it in received frames).
     pub payload: Vec<u8>,
 }
 
@@ -55,17 +67,52 @@ pub enum FrameError {
 impl Frame {
     #[must_use]
     pub fn new(msg_type: u16, request_id: u64, payload: Vec<u8>) -> Self {
-        Self { msg_type, request_id, payload }
+        Self { msg_type, request_id, data: Bytes::new(), payload }
     }
 
-    /// The frame's bytes: [`encode_header`] followed by the payload.
+    /// A frame whose payload is `data` (sent by reference, never copied) followed by `payload`.
+    #[must_use]
+    pub fn with_data(msg_type: u16, request_id: u64, data: Bytes, payload: Vec<u8>) -> Self {
+        Self { msg_type, request_id, data, payload }
+    }
+
+    /// Payload bytes on the wire: `data` and `payload` together.
+    #[must_use]
+    pub fn payload_len(&self) -> usize {
+        self.data.len() + self.payload.len()
+    }
+
+    /// The whole payload as one buffer, as a receiver sees it. Free for a received frame (its
+    /// `data` is empty); a frame built with [`Frame::with_data`] is joined by one copy.
+    #[must_use]
+    pub fn into_payload(self) -> Vec<u8> {
+        if self.data.is_empty() {
+            return self.payload;
+        }
+        let mut whole = Vec::with_capacity(self.payload_len());
+        whole.extend_from_slice(&self.data);
+        whole.extend_from_slice(&self.payload);
+        whole
+    }
+
+    /// The frame's 28-byte header (checksum over `data` then `payload`).
+    ///
+    /// # Panics
+    /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
+    #[must_use]
+    pub fn header(&self) -> [u8; HEADER_BYTES] {
+        header_of(self.msg_type, self.request_id, &[&self.data, &self.payload])
+    }
+
+    /// The frame's bytes: its header followed by the payload.
     ///
     /// # Panics
     /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_BYTES + self.payload.len());
-        out.extend_from_slice(&encode_header(self.msg_type, self.request_id, &self.payload));
+        let mut out = Vec::with_capacity(HEADER_BYTES + self.payload_len());
+        out.extend_from_slice(&self.header());
+        out.extend_from_slice(&self.data);
         out.extend_from_slice(&self.payload);
         out
     }
@@ -81,14 +128,21 @@ impl Frame {
 /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
 #[must_use]
 pub fn encode_header(msg_type: u16, request_id: u64, payload: &[u8]) -> [u8; HEADER_BYTES] {
-    let len = u32::try_from(payload.len()).unwrap_or_else(|_| panic!("frame payload over 4 GiB"));
+    header_of(msg_type, request_id, &[payload])
+}
+
+/// The header of a frame whose payload is the concatenation of `parts`.
+fn header_of(msg_type: u16, request_id: u64, parts: &[&[u8]]) -> [u8; HEADER_BYTES] {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let len = u32::try_from(total).unwrap_or_else(|_| panic!("frame payload over 4 GiB"));
+    let crc = parts.iter().fold(0, |crc, part| crc32c_append(crc, part));
     let mut h = [0u8; HEADER_BYTES];
     h[..4].copy_from_slice(MAGIC);
     h[4..6].copy_from_slice(&msg_type.to_le_bytes());
     // Bytes 6..8 are the flags, which stay zero.
     h[8..16].copy_from_slice(&request_id.to_le_bytes());
     h[16..20].copy_from_slice(&len.to_le_bytes());
-    h[20..24].copy_from_slice(&crc32c(payload).to_le_bytes());
+    h[20..24].copy_from_slice(&crc.to_le_bytes());
     let hcrc = crc32c(&h[..24]);
     h[24..28].copy_from_slice(&hcrc.to_le_bytes());
     h
@@ -214,7 +268,7 @@ impl FrameDecoder {
             return Err(self.fail(FrameError::PayloadChecksum { request_id: header.request_id }));
         }
         self.buf.drain(..total);
-        Ok(Some(Frame { msg_type: header.msg_type, request_id: header.request_id, payload }))
+        Ok(Some(Frame::new(header.msg_type, header.request_id, payload)))
     }
 
     fn fail(&mut self, e: FrameError) -> FrameError {
@@ -241,6 +295,27 @@ mod tests {
             let h = decode_header(&encode_header(t, id, &frame.payload), MAX_PAYLOAD_BYTES).unwrap();
             prop_assert_eq!((h.msg_type, h.request_id, h.len as usize), (t, id, frame.payload.len()));
             prop_assert!(h.check_payload(&frame.payload).is_ok());
+        }
+
+        #[test]
+        fn a_frame_with_data_is_the_frame_of_its_joined_payload(
+            t in any::<u16>(),
+            id in any::<u64>(),
+            payload in prop::collection::vec(any::<u8>(), 0..3000),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            // However the payload is split between shared data and the owned tail, the bytes on
+            // the wire are the same, and a decoder gets the whole payload back in one buffer.
+            let at = cut.index(payload.len() + 1);
+            let joined = Frame::new(t, id, payload.clone());
+            let split = Frame::with_data(t, id, Bytes::copy_from_slice(&payload[..at]), payload[at..].to_vec());
+            prop_assert_eq!(split.payload_len(), payload.len());
+            prop_assert_eq!(split.header(), joined.header());
+            prop_assert_eq!(split.encode(), joined.encode());
+            let mut d = FrameDecoder::default();
+            d.push(&split.encode());
+            prop_assert_eq!(d.next_frame().unwrap(), Some(joined));
+            prop_assert_eq!(split.into_payload(), payload);
         }
     }
 

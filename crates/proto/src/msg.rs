@@ -42,18 +42,9 @@ pub trait Message: Serialize + DeserializeOwned {
     const TYPE: u16;
 }
 
-/// Room a payload buffer keeps after its bulk data for the header [`encode`] appends: far above
-/// a data-carrying message's header (an object name and a few small ops).
+/// Room [`encode`] adds behind bulk data that has none for the header: far above a
+/// data-carrying message's header (an object name and a few small ops).
 pub const HEADER_ROOM_BYTES: usize = 4096;
-
-/// A payload buffer for [`encode`] holding a copy of `data`, with [`HEADER_ROOM_BYTES`] of room
-/// behind it so that appending the header never reallocates (and so never copies) the data.
-#[must_use]
-pub fn payload_with(data: &[u8]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(data.len() + HEADER_ROOM_BYTES);
-    buf.extend_from_slice(data);
-    buf
-}
 
 /// Encodes `msg` behind `data` (which may be empty) into one frame payload.
 ///
@@ -126,13 +117,21 @@ pub fn decode_frame<M: Message>(frame: crate::Frame) -> Result<(M, Vec<u8>), Msg
     if frame.msg_type != M::TYPE {
         return Err(MsgError::UnexpectedType { got: frame.msg_type, want: M::TYPE });
     }
-    decode(frame.payload)
+    decode(frame.into_payload())
 }
 
 /// A frame carrying `msg` and `data`.
 #[must_use]
 pub fn frame<M: Message>(request_id: u64, msg: &M, data: Vec<u8>) -> crate::Frame {
     crate::Frame::new(M::TYPE, request_id, encode(msg, data))
+}
+
+/// A frame carrying `msg` and shared `data`: the same bytes on the wire as [`frame`], but the
+/// data is sent from where it is (a store read, a buffer a caller keeps for a resend) instead of
+/// being copied into the frame.
+#[must_use]
+pub fn frame_with_data<M: Message>(request_id: u64, msg: &M, data: bytes::Bytes) -> crate::Frame {
+    crate::Frame::with_data(M::TYPE, request_id, data, encode(msg, Vec::new()))
 }
 
 #[cfg(test)]
@@ -149,8 +148,9 @@ mod tests {
     fn bulk_data_never_doubles_its_buffer_when_the_header_is_appended() {
         let data = vec![7u8; 4 << 20];
         let header = Header { object: "o".repeat(200), offset: u64::MAX };
-        // A buffer made for it keeps its allocation; an exactly-sized one grows by the room only.
-        let made = payload_with(&data);
+        // A buffer with room keeps its allocation; an exactly-sized one grows by the room only.
+        let mut made = Vec::with_capacity(data.len() + HEADER_ROOM_BYTES);
+        made.extend_from_slice(&data);
         let cap = made.capacity();
         let encoded = encode(&header, made);
         assert_eq!(encoded.capacity(), cap);

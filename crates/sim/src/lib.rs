@@ -662,6 +662,8 @@ impl Simulation {
     fn deliver(&mut self, d: Delivery) {
         match d {
             Delivery::Frame { from, to, frame } => {
+                // As a socket would: the receiver gets the whole payload in one buffer.
+                let frame = Frame::new(frame.msg_type, frame.request_id, frame.into_payload());
                 let tag = format!("{from:?}>{to:?}:{}:{}", frame.msg_type, self.now_us);
                 self.trace(&[tag.as_bytes(), &frame.payload]);
                 match to {

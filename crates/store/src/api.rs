@@ -337,6 +337,13 @@ pub trait ObjectStore: Send + Sync {
         }
     }
 
+    /// [`ObjectStore::read`] into a shared buffer, with the same contract. A backend that
+    /// reads into buffers of its own returns one of them (no copy into a new `Vec`); the buffer
+    /// is released when the last clone of the returned `Bytes` is dropped.
+    fn read_bytes(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<bytes::Bytes> {
+        self.read(coll, obj, offset, len).map(bytes::Bytes::from)
+    }
+
     /// Reads a whole object.
     fn read_all(&self, coll: &str, obj: &str) -> Result<Vec<u8>> {
         let size = self.stat(coll, obj)?.size_bytes;

@@ -122,6 +122,12 @@ fn check_equal(store: &dyn ObjectStore, m: &Model) {
             if o.data.len() > 10 {
                 let part = store.read(coll, name, 5, o.data.len() as u64).unwrap();
                 assert!(part[..] == o.data[5..], "partial read of {coll}/{name} differs");
+                // The same read into the store's own shared buffer, held while more reads run
+                // (its buffer must not be handed out again while it is held).
+                let shared = store.read_bytes(coll, name, 5, o.data.len() as u64).unwrap();
+                let again = store.read_bytes(coll, name, 0, o.data.len() as u64).unwrap();
+                assert!(shared[..] == o.data[5..], "shared partial read of {coll}/{name} differs");
+                assert!(again[..] == o.data[..], "shared whole read of {coll}/{name} differs");
             }
             let xattrs: BTreeMap<String, Vec<u8>> = store.list_xattrs(coll, name).unwrap().into_iter().collect();
             assert_eq!(xattrs, o.xattrs, "xattrs of {coll}/{name}");

@@ -9,4 +9,4 @@ pub mod pool;
 
 pub use aligned::AlignedBuf;
 pub use checksum::{crc32c, crc32c_blocks};
-pub use pool::BufPool;
+pub use pool::{BufPool, Lent};

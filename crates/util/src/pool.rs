@@ -1,7 +1,7 @@
 //! A bounded pool of [`AlignedBuf`]s, so that the data path does not allocate, zero and fault
 //! in fresh pages for every large I/O.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::AlignedBuf;
 
@@ -45,11 +45,40 @@ impl BufPool {
         }
     }
 
+    /// Lends `buf` (taken from this pool) to whoever needs it for longer than a call: it comes
+    /// back to the pool when the [`Lent`] is dropped. A store read handed to the network this
+    /// way is sent from the buffer it was read into, and the buffer is reused after the send.
+    #[must_use]
+    pub fn lend(self: &Arc<Self>, buf: AlignedBuf) -> Lent {
+        Lent { buf: Some(buf), pool: Arc::clone(self) }
+    }
+
     /// Bytes held by idle buffers.
     #[must_use]
     pub fn idle_bytes(&self) -> usize {
         let free = self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         free.iter().map(|b| b.len()).sum()
+    }
+}
+
+/// A pool's buffer on loan (see [`BufPool::lend`]); dropping it gives the buffer back.
+pub struct Lent {
+    /// Always `Some` until the drop takes it.
+    buf: Option<AlignedBuf>,
+    pool: Arc<BufPool>,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_deref().unwrap_or_default()
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.pool.give(buf);
+        }
     }
 }
 
@@ -70,5 +99,19 @@ mod tests {
         pool.give(AlignedBuf::zeroed(4096));
         pool.give(AlignedBuf::zeroed(4096)); // over max_bytes
         assert_eq!(pool.idle_bytes(), 8192);
+    }
+
+    #[test]
+    fn a_lent_buffer_comes_back_when_dropped() {
+        let pool = Arc::new(BufPool::new(1 << 20, 1 << 20));
+        let mut buf = pool.take(8192);
+        buf[100] = 7;
+        let ptr = buf.as_ptr();
+        let lent = pool.lend(buf);
+        assert_eq!((lent.as_ref().len(), lent.as_ref()[100]), (8192, 7));
+        assert_eq!(pool.idle_bytes(), 0, "a lent buffer is not idle");
+        drop(lent);
+        assert_eq!(pool.idle_bytes(), 8192);
+        assert_eq!(pool.take(8192).as_ptr(), ptr);
     }
 }

@@ -24,7 +24,7 @@ mod read;
 mod txn;
 pub mod wal;
 
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use shoal_util::{AlignedBuf, BufPool};
 
@@ -134,8 +134,8 @@ pub struct Engine<K: Kv, D: Device> {
     dev: D,
     superblock: Superblock,
     writer: Mutex<Writer>,
-    /// Reused buffers for data I/O.
-    pool: BufPool,
+    /// Reused buffers for data I/O (shared: reads lend theirs to the caller, see `read_bytes`).
+    pool: Arc<BufPool>,
     /// Readers hold this shared while they read; the writer holds it exclusively while it makes
     /// freed space reusable, so a read never sees a block reused under it.
     reuse: RwLock<()>,
@@ -307,7 +307,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             dev,
             superblock: sb,
             writer: Mutex::new(writer),
-            pool: BufPool::new(POOL_BYTES, POOL_MAX_BUF_BYTES),
+            pool: Arc::new(BufPool::new(POOL_BYTES, POOL_MAX_BUF_BYTES)),
             reuse: RwLock::new(()),
             _lock: lock_file,
             crashed: std::sync::atomic::AtomicBool::new(false),
@@ -567,6 +567,41 @@ fn random_uuid() -> [u8; 16] {
     out
 }
 
+impl<K: Kv, D: Device> Engine<K, D> {
+    /// The blocks holding `[offset, offset + len)` of an object (clipped to its end), verified,
+    /// in a pool buffer, and the range of the buffer that is the requested bytes; `None` when
+    /// that range is empty. The caller gives the buffer back to the pool (or lends it on).
+    fn read_blocks_of(
+        &self,
+        coll: &str,
+        obj: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<(AlignedBuf, std::ops::Range<usize>)>> {
+        let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let snap = self.kv.snapshot();
+        let onode = self.onode(&snap, coll, obj)?;
+        if offset > onode.size_bytes {
+            return Err(StoreError::ReadPastEnd {
+                coll: coll.to_string(),
+                obj: obj.to_string(),
+                offset,
+                size_bytes: onode.size_bytes,
+            });
+        }
+        let end = onode.size_bytes.min(offset.saturating_add(len));
+        if end == offset {
+            return Ok(None);
+        }
+        let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
+        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
+        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|_| None, &self.pool)?;
+        let at = (offset - lo) as usize;
+        Ok(Some((buf, at..at + (end - offset) as usize)))
+    }
+}
+
 impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn backend(&self) -> BackendKind {
         self.kind
@@ -631,29 +666,15 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn read(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let snap = self.kv.snapshot();
-        let onode = self.onode(&snap, coll, obj)?;
-        if offset > onode.size_bytes {
-            return Err(StoreError::ReadPastEnd {
-                coll: coll.to_string(),
-                obj: obj.to_string(),
-                offset,
-                size_bytes: onode.size_bytes,
-            });
-        }
-        let end = onode.size_bytes.min(offset.saturating_add(len));
-        if end == offset {
-            return Ok(Vec::new());
-        }
-        let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
-        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
-        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|_| None, &self.pool)?;
-        let at = (offset - lo) as usize;
-        let out = buf[at..at + (end - offset) as usize].to_vec();
+        let Some((buf, range)) = self.read_blocks_of(coll, obj, offset, len)? else { return Ok(Vec::new()) };
+        let out = buf[range].to_vec();
         self.pool.give(buf);
         Ok(out)
+    }
+
+    fn read_bytes(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<bytes::Bytes> {
+        let Some((buf, range)) = self.read_blocks_of(coll, obj, offset, len)? else { return Ok(bytes::Bytes::new()) };
+        Ok(bytes::Bytes::from_owner(self.pool.lend(buf)).slice(range))
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
