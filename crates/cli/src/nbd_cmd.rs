@@ -81,7 +81,7 @@ impl BlockDevice for ImageDevice {
         self.0.read(offset, u64::from(len_bytes)).await.map_err(device_error)
     }
     async fn write(&self, offset: u64, data: Vec<u8>) -> Result<(), DeviceError> {
-        self.0.write(offset, &data).await.map_err(device_error)
+        self.0.write(offset, bytes::Bytes::from(data)).await.map_err(device_error)
     }
     async fn zero(&self, offset: u64, len_bytes: u64) -> Result<(), DeviceError> {
         self.0.zero(offset, len_bytes).await.map_err(device_error)

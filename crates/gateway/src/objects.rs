@@ -589,7 +589,7 @@ impl TailWrites {
         self.tasks.push_back(tokio::spawn(async move {
             let name = layout::tail_object(bucket_id, tag, n);
             let ops = vec![ObjOp::WriteFull { len_bytes: data.len() as u64 }];
-            client.op_ref(DATA_POOL, &name, ops, &data).await?;
+            client.op_bytes(DATA_POOL, &name, ops, data).await?;
             Ok(())
         }));
     }

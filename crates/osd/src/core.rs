@@ -147,7 +147,7 @@ pub enum Action {
     /// Send a replicated write to `osd` (at once: the replica's commit overlaps the primary's
     /// sync; the client is answered only after both), and feed its reply, or the failure to
     /// deliver it, back as [`Event::RepReply`].
-    Replicate { osd: OsdId, op: RepOp, data: Vec<u8> },
+    Replicate { osd: OsdId, op: RepOp, data: bytes::Bytes },
     /// Send a peering or recovery request to `osd`, on the same ordered link as its replicated
     /// writes, and feed the answer back as [`Event::PeerReply`] with `call`.
     Peer { osd: OsdId, msg_type: u16, payload: Vec<u8>, call: PeerCall },
@@ -630,8 +630,10 @@ impl OsdCore {
                 .collect(),
             _ => vec![false; replicas.len()],
         };
-        // Replicas need their own copy of the data; the local commit consumes the original.
-        let copies: Vec<Vec<u8>> = log_only.iter().map(|only| if *only { Vec::new() } else { data.clone() }).collect();
+        // The replicas' sends and the local commit share one buffer (no copies).
+        let data = bytes::Bytes::from(data);
+        let copies: Vec<bytes::Bytes> =
+            log_only.iter().map(|only| if *only { bytes::Bytes::new() } else { data.clone() }).collect();
         let data_len = data.len() as u64;
         let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
         if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
@@ -741,7 +743,7 @@ impl OsdCore {
         pg: PgId,
         coll: &str,
         resolved: &[shoal_proto::osd::ObjOp],
-        data: Vec<u8>,
+        data: bytes::Bytes,
         entry: &LogEntry,
     ) -> Result<(), RemoteError> {
         let create = !self.collections.contains(coll);
@@ -821,10 +823,10 @@ impl OsdCore {
         }
         let entry = LogEntry { version: op.version, reqid: op.reqid, object: op.object.clone(), op_count: op.op_count };
         if op.log_only {
-            return self.commit(pg, coll, &[], Vec::new(), &entry);
+            return self.commit(pg, coll, &[], bytes::Bytes::new(), &entry);
         }
         check_precondition(&*self.store, coll, &op.object, op.precondition)?;
-        self.commit(pg, coll, &op.ops, data, &entry)
+        self.commit(pg, coll, &op.ops, bytes::Bytes::from(data), &entry)
     }
 
     fn rep_reply(&mut self, from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError>, out: &mut Vec<Action>) {

@@ -454,7 +454,7 @@ fn worker_loop(
 
 /// What goes to a peer: a replicated write, or a peering/recovery request with what it is for.
 enum PeerSend {
-    Rep(RepOp, Vec<u8>),
+    Rep(RepOp, bytes::Bytes),
     Call(u16, Vec<u8>, PeerCall),
 }
 
@@ -586,7 +586,7 @@ async fn peer_sender(
                     };
                     feed_now(&to_worker, Event::RepReply { from: osd, reqid, result });
                 };
-                match c.start_call_then(RepOp::TYPE, bytes::Bytes::new(), encode(&op, data), then).await {
+                match c.start_call_then(RepOp::TYPE, data, encode(&op, Vec::new()), then).await {
                     Ok(()) => {}
                     Err(e) => {
                         let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"));

@@ -329,16 +329,15 @@ pub fn build_transaction(
     coll: &str,
     obj: &str,
     ops: &[ObjOp],
-    mut data: Vec<u8>,
+    mut data: bytes::Bytes,
     create_collection: bool,
 ) -> Result<Transaction, RemoteError> {
     let mut txn = Transaction::new();
     if create_collection {
         txn.create_collection(coll);
     }
-    // Data of the operations in order: split from the back so each piece is moved, not copied,
-    // when there is one data operation (the common case).
-    let mut pieces: Vec<Vec<u8>> = Vec::new();
+    // Data of the operations in order: pieces of the shared buffer (never copied).
+    let mut pieces: Vec<bytes::Bytes> = Vec::new();
     for op in ops.iter().rev() {
         let len = op.data_len() as usize;
         if len > 0 {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use shoal_map::{ClusterMap, Command, OsdId, Weight};
 use shoal_osd::{Action, Event, OsdCore, PeerCall};
 use shoal_proto::osd::{ObjOp, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
-use shoal_proto::{ErrorCode, Frame, decode, encode};
+use shoal_proto::{ErrorCode, Frame, decode};
 use shoal_store::ObjectStore;
 use shoal_store::engine::MemEngine;
 
@@ -143,11 +143,12 @@ impl Net {
                     return;
                 }
                 if self.capture {
-                    self.captured.push((osd.0, op, data));
+                    self.captured.push((osd.0, op, data.to_vec()));
                     return;
                 }
                 let rid = self.rid(from, osd.0, Call::Rep(op.reqid));
-                let (op, data): (RepOp, Vec<u8>) = decode(encode(&op, data)).unwrap();
+                let (op, data): (RepOp, Vec<u8>) =
+                    decode(shoal_proto::frame_with_data(rid, &op, data).into_payload()).unwrap();
                 queue.push_back((osd.0, Event::RepOp { from: u64::from(from), request_id: rid, op, data }));
             }
             Action::Peer { msg_type, .. }

@@ -63,7 +63,7 @@ pub async fn run(image: &Image, cfg: BenchConfig, progress: Progress<'_>) -> Res
         )));
     }
     let slots = size / cfg.io_size_bytes;
-    let payload = vec![0x5au8; cfg.io_size_bytes as usize];
+    let payload = bytes::Bytes::from(vec![0x5au8; cfg.io_size_bytes as usize]);
     let issued = AtomicU64::new(0);
     let started = Instant::now();
     let worker = |w: usize| {
@@ -80,7 +80,7 @@ pub async fn run(image: &Image, cfg: BenchConfig, progress: Progress<'_>) -> Res
                 let offset = slot * cfg.io_size_bytes;
                 let t = Instant::now();
                 if cfg.write {
-                    image.write(offset, payload).await?;
+                    image.write(offset, payload.clone()).await?;
                 } else {
                     image.read(offset, cfg.io_size_bytes).await?;
                 }

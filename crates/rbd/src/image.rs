@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::StreamExt;
 use shoal_client::{Client, ClientError};
 use shoal_proto::ErrorCode;
@@ -212,14 +213,14 @@ impl Image {
         &self,
         object_no: u64,
         ops: Vec<ObjOp>,
-        data: &[u8],
+        data: Bytes,
     ) -> Result<Option<shoal_client::OpResult>, RbdError> {
         let object = data_object(&self.info.spec.id, object_no);
         let ops = self.with_snap(ops);
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.wait_ms);
         let mut pause_ms = 50;
         loop {
-            match self.client.op_ref(&self.pool, &object, ops.clone(), data).await {
+            match self.client.op_bytes(&self.pool, &object, ops.clone(), data.clone()).await {
                 Ok(r) => return Ok(Some(r)),
                 Err(e) if e.is_not_found() && !matches!(e, ClientError::UnknownPool(_)) => return Ok(None),
                 Err(e) if transient(&e) && tokio::time::Instant::now() < deadline => {
@@ -235,11 +236,14 @@ impl Image {
     /// Reads `len_bytes` at `offset`; ranges no object backs read as zeros.
     pub async fn read(&self, offset: u64, len_bytes: u64) -> Result<Vec<u8>, RbdError> {
         self.check_range(offset, len_bytes)?;
-        let mut out = vec![0u8; len_bytes as usize];
         let extents = self.info.spec.layout.extents(offset, len_bytes);
+        // A read inside one object that holds every byte of it is that object's reply as it
+        // is; otherwise the pieces are copied into a zeroed buffer (holes read as zeros).
+        let whole_from_one = extents.len() == 1;
+        let mut out = Vec::new();
         let mut reads = futures::stream::iter(extents.into_iter().map(|x| async move {
             let ops = vec![ObjOp::Read { offset: x.object_offset, len_bytes: x.len_bytes }];
-            self.op(x.object_no, ops, &[]).await.map(|r| (x, r.map(|r| r.data)))
+            self.op(x.object_no, ops, Bytes::new()).await.map(|r| (x, r.map(|r| r.data)))
         }))
         .buffer_unordered(EXTENTS_IN_FLIGHT);
         let mut through = Vec::new();
@@ -247,8 +251,10 @@ impl Image {
             let (x, data) = done?;
             let at = (x.image_offset - offset) as usize;
             match data {
+                Some(data) if whole_from_one && data.len() as u64 == len_bytes => out = data,
                 Some(data) => {
                     // An object shorter than the extent reads as zeros past its end.
+                    out.resize(len_bytes as usize, 0);
                     let n = data.len().min(x.len_bytes as usize);
                     out[at..at + n].copy_from_slice(&data[..n]);
                 }
@@ -256,6 +262,7 @@ impl Image {
                 None => through.push(x),
             }
         }
+        out.resize(len_bytes as usize, 0);
         if let Some((parent, overlap)) = &self.parent {
             for x in through.into_iter().filter(|x| x.image_offset < *overlap) {
                 let len = x.len_bytes.min(overlap - x.image_offset);
@@ -283,7 +290,7 @@ impl Image {
             let used = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
             bytes.truncate(used);
             let ops = vec![ObjOp::Create { exclusive: true }, ObjOp::Write { offset: 0, len_bytes: used as u64 }];
-            match self.op(object_no, ops, &bytes).await {
+            match self.op(object_no, ops, Bytes::from(bytes)).await {
                 Ok(_) => {}
                 // Already in the child (written or copied up before).
                 Err(RbdError::Client(e)) if e.code() == Some(ErrorCode::Exists) => {}
@@ -314,8 +321,9 @@ impl Image {
         Ok(())
     }
 
-    /// Writes `data` at `offset`; durable on every replica when it returns.
-    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<(), RbdError> {
+    /// Writes `data` at `offset`; durable on every replica when it returns. Each object's piece
+    /// is sent from `data` itself (no copy on the way to the cluster).
+    pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), RbdError> {
         self.check_writable()?;
         self.check_range(offset, data.len() as u64)?;
         let _running = self.writes.read().await;
@@ -323,7 +331,7 @@ impl Image {
         self.copy_up_extents(&extents).await?;
         self.each(extents, |x| {
             let at = (x.image_offset - offset) as usize;
-            let piece = &data[at..at + x.len_bytes as usize];
+            let piece = data.slice(at..at + x.len_bytes as usize);
             (vec![ObjOp::Write { offset: x.object_offset, len_bytes: x.len_bytes }], piece)
         })
         .await
@@ -355,7 +363,7 @@ impl Image {
             } else {
                 vec![ObjOp::Zero { offset: x.object_offset, len_bytes: x.len_bytes }]
             };
-            (ops, &[][..])
+            (ops, Bytes::new())
         })
         .await
     }
@@ -377,7 +385,7 @@ impl Image {
     async fn each<'a>(
         &'a self,
         extents: Vec<Extent>,
-        make: impl Fn(&Extent) -> (Vec<ObjOp>, &'a [u8]),
+        make: impl Fn(&Extent) -> (Vec<ObjOp>, Bytes) + 'a,
     ) -> Result<(), RbdError> {
         // Owned extents: a stream of closures over borrowed ones is not provably `Send`.
         let mut ops = futures::stream::iter(extents.into_iter().map(|x| {
@@ -404,7 +412,7 @@ impl Image {
         self.check_range(offset, len_bytes)?;
         let extents = self.info.spec.layout.extents(offset, len_bytes);
         let mut sizes = futures::stream::iter(extents.clone().into_iter().enumerate().map(|(i, x)| async move {
-            let r = self.op(x.object_no, vec![ObjOp::Stat], &[]).await?;
+            let r = self.op(x.object_no, vec![ObjOp::Stat], Bytes::new()).await?;
             let size = match r.and_then(|r| r.outputs.into_iter().next()) {
                 Some(OpOutput::Stat { size_bytes, .. }) => Some(size_bytes),
                 _ => None,

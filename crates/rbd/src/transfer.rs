@@ -115,7 +115,7 @@ pub async fn import(
         if buf.iter().any(|b| *b != 0) {
             out.data_bytes += len as u64;
             let at = offset;
-            writes.push(async move { image.write(at, &buf).await.map(|()| len as u64) });
+            writes.push(async move { image.write(at, bytes::Bytes::from(buf)).await.map(|()| len as u64) });
         } else {
             done += len as u64;
             progress(done, size_bytes);

@@ -816,7 +816,7 @@ impl Simulation {
                     let rid = self.next_rep_request;
                     self.next_rep_request += 1;
                     self.rep_requests.insert(rid, (op.reqid, osd, peer.0));
-                    let frame = Frame::new(RepOp::TYPE, rid, encode(&op, data));
+                    let frame = Frame::with_data(RepOp::TYPE, rid, data, encode(&op, Vec::new()));
                     self.send(Node::Osd(osd), Node::Osd(peer.0), frame);
                     let at = self.now_us + self.cfg.replication_timeout_us;
                     self.schedule(at, Delivery::ReplicationTimeout { rid });

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::Serialize;
 use shoal_util::AlignedBuf;
 
@@ -17,10 +18,11 @@ use crate::error::Result;
 
 /// The bytes of a write. Callers that already hold data in a block-aligned buffer (network
 /// receive paths, benchmarks) pass it as `Aligned`, and block-aligned writes of such data reach
-/// the device without being copied.
+/// the device without being copied. Other data is shared (`Bytes`), so a write that also goes
+/// elsewhere (an OSD's replicas) is not copied for the store.
 #[derive(Clone)]
 pub enum Data {
-    Vec(Vec<u8>),
+    Shared(Bytes),
     Aligned(Arc<AlignedBuf>),
 }
 
@@ -28,7 +30,7 @@ impl std::ops::Deref for Data {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            Data::Vec(v) => v,
+            Data::Shared(v) => v,
             Data::Aligned(b) => b,
         }
     }
@@ -49,7 +51,13 @@ impl std::fmt::Debug for Data {
 
 impl From<Vec<u8>> for Data {
     fn from(v: Vec<u8>) -> Self {
-        Data::Vec(v)
+        Data::Shared(Bytes::from(v))
+    }
+}
+
+impl From<Bytes> for Data {
+    fn from(v: Bytes) -> Self {
+        Data::Shared(v)
     }
 }
 
@@ -150,8 +158,8 @@ impl Transaction {
         self.ops.push(Op::Touch { coll: coll.into(), obj: obj.into() });
         self
     }
-    pub fn write(&mut self, coll: &str, obj: &str, offset: u64, data: Vec<u8>) -> &mut Self {
-        self.ops.push(Op::Write { coll: coll.into(), obj: obj.into(), offset, data: Data::Vec(data) });
+    pub fn write(&mut self, coll: &str, obj: &str, offset: u64, data: impl Into<Data>) -> &mut Self {
+        self.ops.push(Op::Write { coll: coll.into(), obj: obj.into(), offset, data: data.into() });
         self
     }
     /// Like [`Transaction::write`], with data already in an aligned buffer.
