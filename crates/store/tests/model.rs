@@ -198,6 +198,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             }
             Op::Write { coll, obj, offset: block * 4096, data: Data::Aligned(Arc::new(buf)) }
         }),
+        // Whole blocks from a shared buffer at an unaligned address: a device without direct
+        // I/O (RAM) takes these without a copy, others copy them into aligned memory.
+        3 => (c(), o(), 0u64..48, 1usize..300, any::<u8>(), 1usize..64).prop_map(|(coll, obj, block, blocks, b, skew)| {
+            let bytes: Vec<u8> = (0..blocks * 4096 + skew).map(|i| b.wrapping_add((i / 4093) as u8) ^ (i as u8)).collect();
+            let shared = bytes::Bytes::from(bytes).slice(skew..);
+            Op::Write { coll, obj, offset: block * 4096, data: Data::Shared(shared) }
+        }),
         2 => (c(), o(), 0u64..150_000).prop_map(|(coll, obj, size_bytes)| Op::Truncate { coll, obj, size_bytes }),
         2 => (c(), o()).prop_map(|(coll, obj)| Op::Remove { coll, obj }),
         1 => (c(), o(), name_strategy("x", 3), prop::collection::vec(any::<u8>(), 0..20)).prop_map(|(coll, obj, name, value)| Op::SetXattr { coll, obj, name, value }),

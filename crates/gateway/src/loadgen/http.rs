@@ -100,9 +100,7 @@ impl Connection {
                 if out.body.len() + size > max_body_bytes {
                     return Err(bad(format!("response body over {max_body_bytes} bytes")));
                 }
-                let at = out.body.len();
-                out.body.resize(at + size, 0);
-                self.stream.read_exact(&mut out.body[at..]).await?;
+                self.read_body(&mut out.body, size).await?;
                 let mut crlf = [0u8; 2];
                 self.stream.read_exact(&mut crlf).await?;
             }
@@ -111,8 +109,21 @@ impl Connection {
         if len > max_body_bytes {
             return Err(bad(format!("response body of {len} bytes over {max_body_bytes}")));
         }
-        out.body.resize(len, 0);
-        self.stream.read_exact(&mut out.body).await?;
+        self.read_body(&mut out.body, len).await?;
         Ok(out)
+    }
+
+    /// Appends exactly `len` bytes of the stream to `body`, read straight into its spare
+    /// capacity (a generator that zeroed each 4 MiB body first spent a quarter of its CPU on it).
+    async fn read_body(&mut self, body: &mut Vec<u8>, len: usize) -> std::io::Result<()> {
+        body.reserve_exact(len);
+        let end = body.len() + len;
+        while body.len() < end {
+            let want = (end - body.len()) as u64;
+            if (&mut self.stream).take(want).read_buf(body).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok(())
     }
 }

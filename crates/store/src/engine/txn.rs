@@ -20,11 +20,13 @@ use crate::api::Op;
 use crate::error::{Result, StoreError};
 use crate::names;
 
-/// Data bound for the device: a buffer of the engine's own, or a block-aligned window of a
-/// caller's aligned buffer (written without a copy).
+/// Data bound for the device: a buffer of the engine's own, a block-aligned window of a
+/// caller's aligned buffer, or (for a device that does not need aligned memory) whole blocks of
+/// a caller's shared buffer; the last two are written without a copy.
 pub enum DirectData {
     Owned(AlignedBuf),
     Shared(Arc<AlignedBuf>, std::ops::Range<usize>),
+    Bytes(bytes::Bytes),
 }
 
 impl std::ops::Deref for DirectData {
@@ -33,6 +35,7 @@ impl std::ops::Deref for DirectData {
         match self {
             DirectData::Owned(b) => b,
             DirectData::Shared(b, range) => &b[range.clone()],
+            DirectData::Bytes(b) => b,
         }
     }
 }
@@ -401,6 +404,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     let from = range.start + start;
                     DirectData::Shared(Arc::clone(b), from..from + plen as usize)
                 }
+                Some(DirectData::Bytes(b)) if n_pieces > 1 || i > 0 => {
+                    DirectData::Bytes(b.slice(start..start + plen as usize))
+                }
                 _ => src.take().unwrap_or_else(|| unreachable!("a single piece takes the buffer once")),
             };
             self.direct.push((phys, data));
@@ -488,9 +494,15 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 let mut onode = found.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
                 self.bound_extents(onode.size_bytes);
                 let aligned = offset % BLOCK_BYTES == 0 && (data.len() as u64).is_multiple_of(BLOCK_BYTES);
-                if let (crate::api::Data::Aligned(buf), true) = (data, aligned && !data.is_empty()) {
-                    // Whole blocks from an aligned buffer go to the device as they are.
-                    let window = DirectData::Shared(Arc::clone(buf), 0..buf.len());
+                // Whole blocks go to the device as they are, from an aligned buffer, or from any
+                // buffer when the device does not need aligned memory (no direct I/O).
+                let as_they_are = match data {
+                    _ if !aligned || data.is_empty() => None,
+                    crate::api::Data::Aligned(buf) => Some(DirectData::Shared(Arc::clone(buf), 0..buf.len())),
+                    crate::api::Data::Shared(bytes) if !self.dev.direct_io() => Some(DirectData::Bytes(bytes.clone())),
+                    crate::api::Data::Shared(_) => None,
+                };
+                if let Some(window) = as_they_are {
                     self.store_blocks(coll, obj, *offset, window)?;
                     onode.size_bytes = onode.size_bytes.max(offset + data.len() as u64);
                 } else if !data.is_empty() {
