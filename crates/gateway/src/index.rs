@@ -216,6 +216,10 @@ pub(crate) async fn complete_at(
 ) -> Result<Completed, GatewayError> {
     let ekey = entry_key(key);
     for _ in 0..COMPLETE_ATTEMPTS {
+        // The entry is read before the head, never concurrently: a head read that overtook the
+        // entry read could return a head older than a completion that swapped the entry in
+        // between, and the guarded write (which only checks the entry) would then regress the
+        // entry to that older head.
         let view = versions::read_view(client, how.part, key).await?;
         let head = objects::head_meta(client, how.bucket_id, key).await?;
         let head_tag = head.as_ref().map(|m| m.tag);
