@@ -19,9 +19,9 @@ use crate::rados;
 pub const TAILS_IN_FLIGHT: usize = 2;
 
 /// Most bytes one request's write holds: the head chunk, the one filling, and each tail in
-/// flight twice (the client library copies a write's data into the frame it sends, and the
-/// chunk stays here until the write is answered, for a resend).
-pub const MAX_REQUEST_BYTES: u64 = (2 * TAILS_IN_FLIGHT as u64 + 2) * layout::CHUNK_BYTES;
+/// flight (sent from the chunk itself, which stays here until the write is answered, for a
+/// resend: decision 0023).
+pub const MAX_REQUEST_BYTES: u64 = (TAILS_IN_FLIGHT as u64 + 2) * layout::CHUNK_BYTES;
 
 /// Most bytes a copy's reading side holds: the chunk waiting to be written and the one being
 /// read (see [`read_stream`]).
@@ -251,9 +251,8 @@ where
     // for more could deadlock with others doing the same.
     let size_hint = shape.size_hint;
     let small = size_hint.is_some_and(|n| n <= layout::CHUNK_BYTES);
-    // A small object is held twice while its one write is in flight: here (for a resend) and in
-    // the frame the client library copies it into.
-    let need = if small { 2 * size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
+    // A small object is held once: its one write is sent from this buffer.
+    let need = if small { size_hint.unwrap_or(0) } else { MAX_REQUEST_BYTES };
     debug_assert!(shape.read_ahead_bytes <= COPY_READ_AHEAD_BYTES, "a producer holds at most two chunks");
     let permit = budget.reserve(need + shape.read_ahead_bytes).await;
     let chunk = layout::CHUNK_BYTES as usize;
@@ -444,7 +443,7 @@ pub(crate) async fn commit_version_head(
     client: &Client,
     bucket_id: u64,
     meta: &ObjectMeta,
-    first: &[u8],
+    first: &Bytes,
 ) -> Result<(), GatewayError> {
     let ops = vec![
         ObjOp::Create { exclusive: true },
@@ -453,7 +452,7 @@ pub(crate) async fn commit_version_head(
         ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() },
     ];
     crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
-    client.op_ref(DATA_POOL, &layout::version_object(bucket_id, meta.tag), ops, first).await?;
+    client.op_bytes(DATA_POOL, &layout::version_object(bucket_id, meta.tag), ops, first.clone()).await?;
     Ok(())
 }
 
@@ -504,7 +503,7 @@ pub(crate) async fn commit_head(
     client: &Client,
     w: &PendingWrite<'_>,
     meta: &ObjectMeta,
-    first: &[u8],
+    first: &Bytes,
     condition: &WriteCondition,
 ) -> Result<bool, GatewayError> {
     if !matches!(condition, WriteCondition::Exists | WriteCondition::NotETag(_)) {
@@ -538,7 +537,7 @@ async fn commit_head_once(
     client: &Client,
     w: &PendingWrite<'_>,
     meta: &ObjectMeta,
-    first: &[u8],
+    first: &Bytes,
     condition: &WriteCondition,
 ) -> Result<bool, GatewayError> {
     let mut ops = Vec::with_capacity(5);
@@ -560,7 +559,7 @@ async fn commit_head_once(
     ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
     let name = layout::head_object(w.bucket.id, &meta.key);
     crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
-    match client.op_ref(DATA_POOL, &name, ops, first).await {
+    match client.op_bytes(DATA_POOL, &name, ops, first.clone()).await {
         Ok(_) => Ok(true),
         Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
         // The head may or may not have been written (a timeout): the pending record stays for
