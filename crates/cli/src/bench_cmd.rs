@@ -223,7 +223,8 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         n
     };
-    let payload: Arc<Vec<u8>> = Arc::new(shoal_util::pattern::xorshift_bytes(0x5eed, args.block_size as usize));
+    // One shared buffer: every write sends it by reference, as `rados bench` sends its own.
+    let payload = bytes::Bytes::from(shoal_util::pattern::xorshift_bytes(0x5eed, args.block_size as usize));
     let duration = Duration::from_secs(args.seconds.max(1));
     let next = Arc::new(AtomicU64::new(0));
     let done_ops = Arc::new(AtomicU64::new(0));
@@ -271,7 +272,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
                     let r = match workload {
                         Workload::Write => {
                             let op = ObjOp::WriteFull { len_bytes: bs };
-                            client.op_ref(&pool, &object_name(&prefix, i), vec![op], &payload).await
+                            client.op_bytes(&pool, &object_name(&prefix, i), vec![op], payload.clone()).await
                         }
                         Workload::Seq | Workload::Rand => {
                             let n = if workload == Workload::Seq {

@@ -87,18 +87,6 @@ impl Client {
         self.op_bytes(pool, object, ops, Bytes::from(data)).await
     }
 
-    /// [`Client::op`] with borrowed data, copied once into a shared buffer (every attempt sends
-    /// that buffer). A caller that can hand over its buffer uses [`Client::op_bytes`] instead.
-    pub async fn op_ref(
-        &self,
-        pool: &str,
-        object: &str,
-        ops: Vec<ObjOp>,
-        data: &[u8],
-    ) -> Result<OpResult, ClientError> {
-        self.op_bytes(pool, object, ops, Bytes::copy_from_slice(data)).await
-    }
-
     /// [`Client::op`] with shared data: every attempt writes `data` to the socket from where it
     /// is, never copying it into a frame.
     pub async fn op_bytes(
@@ -146,14 +134,7 @@ impl Client {
                     };
                     // Each attempt sends the shared data by reference (it stays here for a
                     // resend) followed by the encoded header.
-                    let sent = match self.osd_connection(&map, primary).await {
-                        Ok(conn) => conn
-                            .call_with_data(OsdOp::TYPE, data.clone(), encode(&msg, Vec::new()))
-                            .await
-                            .map_err(ClientError::from),
-                        Err(e) => Err(e),
-                    };
-                    match sent {
+                    match self.send(&map, primary, OsdOp::TYPE, data.clone(), encode(&msg, Vec::new())).await {
                         Ok(frame) => {
                             let (reply, bytes): (OsdOpReply, Vec<u8>) = decode_frame(frame)?;
                             match reply.result {
@@ -198,10 +179,11 @@ impl Client {
         map: &ClusterMap,
         osd: OsdId,
         msg_type: u16,
+        data: Bytes,
         payload: Vec<u8>,
     ) -> Result<shoal_net::Frame, ClientError> {
         let conn = self.osd_connection(map, osd).await?;
-        Ok(conn.call(msg_type, payload).await?)
+        Ok(conn.call_with_data(msg_type, data, payload).await?)
     }
 
     async fn osd_connection(&self, map: &ClusterMap, osd: OsdId) -> Result<Connection, ClientError> {
@@ -244,7 +226,7 @@ impl Client {
                 cursor: cursor.after.clone(),
                 max: max - names.len() as u32,
             };
-            let frame = self.send(&map, primary, PgList::TYPE, encode(&msg, Vec::new())).await?;
+            let frame = self.send(&map, primary, PgList::TYPE, Bytes::new(), encode(&msg, Vec::new())).await?;
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok((page, next)) => {
@@ -270,7 +252,7 @@ impl Client {
     pub async fn pg_query(&self, osd: shoal_map::OsdId, pg: shoal_map::PgId) -> Result<PgInfo, ClientError> {
         let map = self.mon.map();
         let msg = PgQuery { epoch: map.epoch, pool: pg.pool, pg: pg.seed };
-        let frame = self.send(&map, osd, PgQuery::TYPE, encode(&msg, Vec::new())).await?;
+        let frame = self.send(&map, osd, PgQuery::TYPE, Bytes::new(), encode(&msg, Vec::new())).await?;
         let (reply, _): (PgQueryReply, _) = decode_frame(frame)?;
         reply.result.map_err(ClientError::Remote)
     }
@@ -294,7 +276,7 @@ impl Client {
                 return Err(ClientError::NoActing { pool: pg.pool.to_string(), pg: pg.to_string() });
             };
             let msg = PgCommand { epoch: map.epoch, pool: pg.pool, pg: pg.seed, cmd: cmd.clone() };
-            let frame = self.send(&map, primary, PgCommand::TYPE, encode(&msg, Vec::new())).await?;
+            let frame = self.send(&map, primary, PgCommand::TYPE, Bytes::new(), encode(&msg, Vec::new())).await?;
             let (reply, _): (PgCommandReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok(out) => return Ok(out),

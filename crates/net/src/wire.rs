@@ -163,10 +163,8 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut bufs: &mut [Io
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
+        // (Drops every slice written whole, empty ones after them included.)
         IoSlice::advance_slices(&mut bufs, n);
-        while bufs.first().is_some_and(|b| b.is_empty()) {
-            bufs = &mut bufs[1..];
-        }
     }
     Ok(())
 }

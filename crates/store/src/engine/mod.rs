@@ -567,41 +567,6 @@ fn random_uuid() -> [u8; 16] {
     out
 }
 
-impl<K: Kv, D: Device> Engine<K, D> {
-    /// The blocks holding `[offset, offset + len)` of an object (clipped to its end), verified,
-    /// in a pool buffer, and the range of the buffer that is the requested bytes; `None` when
-    /// that range is empty. The caller gives the buffer back to the pool (or lends it on).
-    fn read_blocks_of(
-        &self,
-        coll: &str,
-        obj: &str,
-        offset: u64,
-        len: u64,
-    ) -> Result<Option<(AlignedBuf, std::ops::Range<usize>)>> {
-        let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let snap = self.kv.snapshot();
-        let onode = self.onode(&snap, coll, obj)?;
-        if offset > onode.size_bytes {
-            return Err(StoreError::ReadPastEnd {
-                coll: coll.to_string(),
-                obj: obj.to_string(),
-                offset,
-                size_bytes: onode.size_bytes,
-            });
-        }
-        let end = onode.size_bytes.min(offset.saturating_add(len));
-        if end == offset {
-            return Ok(None);
-        }
-        let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
-        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
-        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|_| None, &self.pool)?;
-        let at = (offset - lo) as usize;
-        Ok(Some((buf, at..at + (end - offset) as usize)))
-    }
-}
-
 impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn backend(&self) -> BackendKind {
         self.kind
@@ -666,15 +631,33 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn read(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let Some((buf, range)) = self.read_blocks_of(coll, obj, offset, len)? else { return Ok(Vec::new()) };
-        let out = buf[range].to_vec();
-        self.pool.give(buf);
-        Ok(out)
+        // The pool buffer goes back when the `Bytes` is dropped, right after the copy.
+        self.read_bytes(coll, obj, offset, len).map(|b| b.to_vec())
     }
 
     fn read_bytes(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<bytes::Bytes> {
-        let Some((buf, range)) = self.read_blocks_of(coll, obj, offset, len)? else { return Ok(bytes::Bytes::new()) };
-        Ok(bytes::Bytes::from_owner(self.pool.lend(buf)).slice(range))
+        let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let snap = self.kv.snapshot();
+        let onode = self.onode(&snap, coll, obj)?;
+        if offset > onode.size_bytes {
+            return Err(StoreError::ReadPastEnd {
+                coll: coll.to_string(),
+                obj: obj.to_string(),
+                offset,
+                size_bytes: onode.size_bytes,
+            });
+        }
+        let end = onode.size_bytes.min(offset.saturating_add(len));
+        if end == offset {
+            return Ok(bytes::Bytes::new());
+        }
+        let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
+        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
+        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|_| None, &self.pool)?;
+        let at = (offset - lo) as usize;
+        // The reply is sent from the pool buffer itself, which returns to the pool once dropped.
+        Ok(bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + (end - offset) as usize))
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
