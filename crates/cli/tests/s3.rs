@@ -358,8 +358,18 @@ impl Drop for Gateway {
     }
 }
 
+/// A gateway as `spawn_gateway` starts it, with `env` set; returns its endpoint.
+fn spawn_gateway_env(dir: &Path, env: &[(&str, &str)]) -> (Gateway, String) {
+    let (child, listen) = spawn_gateway_full(dir, None, &[], env);
+    (child, format!("http://{listen}"))
+}
+
 /// A gateway as `spawn_gateway` starts it, with `extra` arguments; returns its address.
 fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (Gateway, String) {
+    spawn_gateway_full(dir, crash, extra, &[])
+}
+
+fn spawn_gateway_full(dir: &Path, crash: Option<&str>, extra: &[&str], env: &[(&str, &str)]) -> (Gateway, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let conf = dir.join("shoal.toml").display().to_string();
@@ -375,6 +385,7 @@ fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (Gatew
     if let Some(c) = crash {
         cmd.env(shoal_gateway::crashpoint::ENV, c);
     }
+    cmd.envs(env.iter().copied());
     let child = Gateway(cmd.spawn().unwrap());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while std::net::TcpStream::connect(&listen).is_err() {
@@ -673,6 +684,23 @@ fn index_partitions_split_and_merge_online_under_concurrent_writes_and_listings(
     );
     let _ = gw.kill();
     let _ = gw.wait();
+}
+
+#[test]
+fn racing_writes_and_deletes_through_two_gateways_leave_every_entry_at_its_head() {
+    let python = python_with_boto3();
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    // Writes pause up to 20 ms between their steps, so that their steps interleave.
+    let (_a, first) = spawn_gateway_env(&dir, &[(shoal_gateway::crashpoint::JITTER_ENV, "20")]);
+    let (_b, second) = spawn_gateway_env(&dir, &[(shoal_gateway::crashpoint::JITTER_ENV, "20")]);
+    let env = [
+        ("S3_ENDPOINT", first.as_str()),
+        ("S3_ENDPOINT2", second.as_str()),
+        ("S3_ACCESS_KEY", &keys.0),
+        ("S3_SECRET_KEY", &keys.1),
+    ];
+    run_boto3_script(&python, "boto3_races.py", &env, "boto3 race checks passed");
 }
 
 #[test]

@@ -283,7 +283,7 @@ async fn partition(
                             stats.heads_removed += 1;
                         }
                         let own = Some(GcRecord::Chunks { tag, first: 1, count: None });
-                        index::complete_at(client, &how, &rec.key, tag, own, &|_| Vec::new()).await?
+                        index::complete_at(client, &how, &rec.key, tag, own, None, &|_| Vec::new()).await?
                     }
                     PendingKind::Part { .. } => {
                         // A part is recorded in the request that removes its pending record, so

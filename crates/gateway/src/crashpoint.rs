@@ -1,11 +1,21 @@
 //! Crash points for the crash tests: with `SHOAL_GATEWAY_CRASH=POINT:KEY` in its environment, a
 //! gateway aborts (no cleanup, as SIGKILL would stop it) when a write of object key KEY (or a split
 //! of bucket KEY's index) reaches POINT. Without the variable this costs one comparison per point.
+//!
+//! Jitter for the race tests: with `SHOAL_GATEWAY_JITTER_MS=N`, a write pauses for a random 0..N
+//! ms between its steps (after its prepare, after its head), so that racing writes of one key
+//! interleave their steps in every order instead of almost always finishing one at a time.
 
 use std::sync::OnceLock;
 
 /// The environment variable naming the crash point.
 pub const ENV: &str = "SHOAL_GATEWAY_CRASH";
+
+/// The environment variable setting the most a write pauses between its steps, in ms.
+pub const JITTER_ENV: &str = "SHOAL_GATEWAY_JITTER_MS";
+
+/// The most jitter a test may ask for: a pause longer than this would be a stall, not a race.
+const MAX_JITTER_MS: u64 = 1000;
 
 /// After the tails are written, before the head (the commit).
 pub const AFTER_TAILS: &str = "after-tails";
@@ -43,4 +53,21 @@ pub fn reached(point: &str, key: &str) {
         eprintln!("{ENV}: crashing at {point} of {key:?}");
         std::process::abort();
     }
+}
+
+/// Pauses for a random time up to the configured jitter (none without [`JITTER_ENV`]).
+pub async fn jitter() {
+    static MAX_MS: OnceLock<u64> = OnceLock::new();
+    let max_ms = *MAX_MS.get_or_init(|| {
+        std::env::var(JITTER_ENV).ok().and_then(|v| v.parse::<u64>().ok()).map_or(0, |ms| ms.min(MAX_JITTER_MS))
+    });
+    if max_ms == 0 {
+        return;
+    }
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        return;
+    }
+    let ms = u64::from_le_bytes(b) % (max_ms + 1);
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }

@@ -124,6 +124,23 @@ pub async fn prepare_with(
     partition(bucket, key).write(client, ops).await
 }
 
+/// [`prepare`], and `key`'s index view read at the same time (two requests in flight at once):
+/// a writer that writes its head after this returns knows the view *before* its head, which lets
+/// its completion skip reading both again (see [`Known`]).
+pub(crate) async fn prepare_reading(
+    client: &Client,
+    bucket: &BucketRecord,
+    key: &str,
+    tag: u128,
+    kind: PendingKind,
+) -> Result<versions::KeyView, GatewayError> {
+    let part = partition(bucket, key);
+    let (prepared, view) =
+        tokio::join!(prepare(client, bucket, key, tag, kind), versions::read_view(client, &part, key));
+    prepared?;
+    view
+}
+
 /// Drops the pending record of a write that never wrote its head (refused before it: a failed
 /// condition, a bad digest), with a GC record for what it wrote, and `more` operations.
 pub async fn abandon(
@@ -154,13 +171,17 @@ pub async fn abandon(
 ///
 /// Correct under any interleaving of completions, from any gateways, because each one reads the
 /// entry, then the head, then swaps the entry only if it is still what it read (decision 0014).
-pub async fn complete(
+///
+/// `known`, when given, is what the writer observed itself, used by the first attempt instead of
+/// reading: see [`Known`] for the order it must have been observed in.
+pub(crate) async fn complete(
     client: &Client,
     bucket: &BucketRecord,
     key: &str,
     tag: u128,
     own_tails: Option<u32>,
     gc_delay_ns: u64,
+    known: Option<Known>,
 ) -> Result<Option<ObjectMeta>, GatewayError> {
     let part = partition(bucket, key);
     let how = Completion { bucket_id: bucket.id, part: &part, live: true, pending: None, gc_delay_ns };
@@ -168,7 +189,7 @@ pub async fn complete(
         Some(0) => None,
         count => Some(GcRecord::Chunks { tag, first: 1, count }),
     };
-    match complete_at(client, &how, key, tag, own, &|_| Vec::new()).await? {
+    match complete_at(client, &how, key, tag, own, known, &|_| Vec::new()).await? {
         Completed::Head(head) => {
             // Counted against the partition the completion reached, which a table cached from
             // before a split or merge would not give.
@@ -180,6 +201,18 @@ pub async fn complete(
         Completed::PendingGone => Err(GatewayError::Internal("a completion without a pending record".into())),
         Completed::Dead => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
     }
+}
+
+/// What a writer observed that a completion would otherwise read: `key`'s index view, read
+/// **before** the writer's head write (or removal) was sent — concurrently with its prepare, say
+/// — and the state that head operation left (`None`: no head). A completion may swap the entry on
+/// these as if it had read them itself, because the order the proof needs holds: the view was
+/// read before the head was observed (the head operation is itself that observation), and the
+/// swap is guarded on the view being unchanged. A view read *after* the head operation must never
+/// be passed: it could be newer than the head state and let the swap regress the entry.
+pub(crate) struct Known {
+    pub view: versions::KeyView,
+    pub head: Option<ObjectMeta>,
 }
 
 /// Where and how a completion runs.
@@ -212,16 +245,23 @@ pub(crate) async fn complete_at(
     key: &str,
     tag: u128,
     own: Option<GcRecord>,
+    mut known: Option<Known>,
     extra: &(dyn Fn(bool) -> Vec<ObjOp> + Sync),
 ) -> Result<Completed, GatewayError> {
     let ekey = entry_key(key);
     for _ in 0..COMPLETE_ATTEMPTS {
-        // The entry is read before the head, never concurrently: a head read that overtook the
-        // entry read could return a head older than a completion that swapped the entry in
-        // between, and the guarded write (which only checks the entry) would then regress the
-        // entry to that older head.
-        let view = versions::read_view(client, how.part, key).await?;
-        let head = objects::head_meta(client, how.bucket_id, key).await?;
+        let (view, head) = match known.take() {
+            Some(k) => (k.view, k.head),
+            None => {
+                // The entry is read before the head, never concurrently: a head read that
+                // overtook the entry read could return a head older than a completion that
+                // swapped the entry in between, and the guarded write (which only checks the
+                // entry) would then regress the entry to that older head.
+                let view = versions::read_view(client, how.part, key).await?;
+                let head = objects::head_meta(client, how.bucket_id, key).await?;
+                (view, head)
+            }
+        };
         let head_tag = head.as_ref().map(|m| m.tag);
         let live_value = how.live.then(|| LIVE_VALUE.to_vec());
         let mut ops = vec![ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: live_value }];

@@ -406,7 +406,7 @@ pub async fn complete(
     let how =
         Completion { bucket_id: bucket.id, part: &part_obj, live: true, pending: None, gc_delay_ns: w.gc_delay_ns };
     let extra = |_| drop_parts(upload, &parts, &used, due);
-    match index::complete_at(client, &how, key, tag, Some(GcRecord::Manifest { tag }), &extra).await? {
+    match index::complete_at(client, &how, key, tag, Some(GcRecord::Manifest { tag }), None, &extra).await? {
         // A completion into the null version reports no version id (as a PUT's).
         Completed::Head(_) | Completed::PendingGone => Ok(Written { meta, version_id: None }),
         Completed::Dead => Err(GatewayError::NoSuchBucket(bucket.name.clone())),
@@ -530,7 +530,7 @@ pub(crate) async fn finish_complete(
 ) -> Result<Completed, GatewayError> {
     let (committed, abandoned) = dead_completion_ops(client, how, rec, tag).await?;
     let extra = |done: bool| if done { committed.clone() } else { abandoned.clone() };
-    index::complete_at(client, how, &rec.key, tag, Some(GcRecord::ManifestOnly { tag }), &extra).await
+    index::complete_at(client, how, &rec.key, tag, Some(GcRecord::ManifestOnly { tag }), None, &extra).await
 }
 
 /// [`finish_complete`] for a completion into a new version: its version object decides.

@@ -365,7 +365,16 @@ where
     let tag = layout::random_tag()?;
     let kind = if versioned { layout::PendingKind::Version } else { layout::PendingKind::Write };
     let w = PendingWrite { bucket, key, tag, kind, lease: args.lease, gc_delay_ns: args.gc_delay_ns };
-    index::prepare(client, bucket, key, tag, w.kind.clone()).await?;
+    // The index view is read beside the prepare, before the head is written, so the completion
+    // need not read the entry and the head again (index::Known). A versioned write's completion
+    // decides against the versions as they are then, and reads them itself.
+    let before = if versioned {
+        index::prepare(client, bucket, key, tag, w.kind.clone()).await?;
+        None
+    } else {
+        Some(index::prepare_reading(client, bucket, key, tag, w.kind.clone()).await?)
+    };
+    crate::crashpoint::jitter().await;
     let streamed = stream_chunks(client, budget, &w, body, check, args.shape, true).await?;
     let meta = ObjectMeta {
         key: key.to_string(),
@@ -403,7 +412,9 @@ where
     }
     drop(streamed);
     crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
-    index::complete(client, bucket, key, tag, Some(meta.tails), args.gc_delay_ns).await?;
+    crate::crashpoint::jitter().await;
+    let known = before.map(|view| index::Known { view, head: Some(meta.clone()) });
+    index::complete(client, bucket, key, tag, Some(meta.tails), args.gc_delay_ns, known).await?;
     // A write of the null version reports no version id (S3 and RGW do not either).
     Ok(Written { meta, version_id: None })
 }
@@ -638,18 +649,23 @@ pub async fn delete(
         other => return Err(GatewayError::Internal(format!("a delete cannot be guarded by {other:?}"))),
     };
     let tag = layout::random_tag()?;
-    index::prepare(client, bucket, key, tag, layout::PendingKind::Write).await?;
+    let before = index::prepare_reading(client, bucket, key, tag, layout::PendingKind::Write).await?;
+    crate::crashpoint::jitter().await;
     let mut ops = Vec::with_capacity(2);
     if let Some(raw) = guard {
         ops.push(ObjOp::AssertXattr { name: META_XATTR.into(), value: Some(raw) });
     }
     ops.push(ObjOp::Remove);
-    let removed = match client.op(DATA_POOL, &head, ops, Vec::new()).await {
-        Ok(_) => true,
-        Err(e) if e.is_not_found() || e.code() == Some(shoal_proto::ErrorCode::Conflict) => false,
+    // What the removal saw of the head: none after it, or (a failed guard) some other head,
+    // which the completion reads itself.
+    let (removed, known) = match client.op(DATA_POOL, &head, ops, Vec::new()).await {
+        Ok(_) => (true, Some(index::Known { view: before, head: None })),
+        Err(e) if e.is_not_found() => (false, Some(index::Known { view: before, head: None })),
+        Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => (false, None),
         Err(e) => return Err(e.into()),
     };
-    index::complete(client, bucket, key, tag, Some(0), gc_delay_ns).await?;
+    crate::crashpoint::jitter().await;
+    index::complete(client, bucket, key, tag, Some(0), gc_delay_ns, known).await?;
     Ok(removed)
 }
 
