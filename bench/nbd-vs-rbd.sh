@@ -8,8 +8,9 @@
 # Then `rbd bench` and `shoal rbd bench` (4 KiB random at 16 threads, 512 KiB sequential at 4).
 # Shoal: `shoal nbd serve` over the image, fio's nbd engine. Ceph: the same shape (mem1 = one
 # memstore OSD and a size-1 pool; block3 = three bluestore-on-file OSDs and a size-3 pool), fio's
-# rbd engine (librbd; rbd-nbd cannot map here: no nbd module). nbdkit memory: this machine's
-# NBD-path ceiling, measured once in the same run. Run as root.
+# rbd engine (librbd; rbd-nbd cannot map here: no nbd module), and the same image served over NBD
+# by qemu-nbd through librbd (Ceph over the same NBD hop as Shoal's). nbdkit memory: this
+# machine's NBD-path ceiling, measured once in the same run. Run as root.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -121,6 +122,19 @@ ceph_shape() {  # shape n size
   # fio's rbd engine has no conf option: librbd reads CEPH_CONF.
   CEPH_CONF=$CONF loads "--ioengine=rbd --clientname=admin --pool=bench --rbdname=img" \
     | jq -c --arg v "$(ceph --version)" '. + {version: $v}' >"$WORK/ceph-$1.json"
+  # The same image over the same NBD hop as Shoal's: qemu-nbd serving it through librbd (what
+  # rbd-nbd does; rbd-nbd itself needs the kernel's nbd module). Its default cache mode, as
+  # rbd-nbd's librbd defaults.
+  local port; port=$(free_range 1)
+  log "ceph $1: qemu-nbd over librbd"
+  CEPH_CONF=$CONF qemu-nbd --format=raw --persistent --shared=8 --bind=127.0.0.1 --port="$port" \
+    "rbd:bench/img:conf=$CONF" >"$WORK/logs/qemu-nbd-$1.log" 2>&1 &
+  NBD_PID=$!
+  wait_port "$port"
+  qemu_nbd=$(loads "--ioengine=nbd --uri=nbd://127.0.0.1:$port")
+  kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
+  jq -c --argjson q "$qemu_nbd" '. + {qemu_nbd: $q}' "$WORK/ceph-$1.json" >"$WORK/ceph-$1.json.new"
+  mv "$WORK/ceph-$1.json.new" "$WORK/ceph-$1.json"
   log "ceph $1: rbd bench"
   benches=$(bench_tool "rbd --conf $CONF" bench/img text)
   jq -c --argjson b "$benches" '. + {rbd_bench: $b}' "$WORK/ceph-$1.json" >"$WORK/ceph-$1.json.new"
@@ -162,7 +176,7 @@ nbdkit_memory() {
   kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
 }
 
-ensure_packages fio nbdkit
+ensure_packages fio nbdkit qemu-utils qemu-block-extra
 if [ -d "$WORK" ]; then
   for d in "$WORK"/*/; do [ -d "$d" ] && stop_pids_in "${d%/}"; done
   rm -rf "$WORK"
@@ -192,12 +206,12 @@ echo "$RESULT" >"$WORK/result.json"
 echo "$RESULT" | jq -r '
   def f: if . == null then "-" else (. * 100 | round / 100 | tostring) end;
   .results as $r
-  | "| shape | load | ceph rbd | shoal nbd | nbdkit memory | shoal/ceph | shoal/nbdkit | ceph p99 us | shoal p99 us |",
-    "|---|---|---|---|---|---|---|---|---|",
+  | "| shape | load | ceph rbd | shoal nbd | nbdkit memory | shoal/ceph | shoal/nbdkit | ceph p99 us | shoal p99 us | ceph qemu-nbd | shoal/qemu-nbd | qemu-nbd p99 us |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ( $r | to_entries[] | select(.key != "nbdkit_memory") | .key as $s | .value as $v
       | ["randwrite_4k_qd16", "randread_4k_qd16", "write_512k_qd4", "read_512k_qd4"][] as $l
       | (if ($l | startswith("rand")) then "iops" else "bw_mbps" end) as $m
-      | "| \($s) | \($l) | \($v.ceph_rbd[$l][$m]) | \($v.shoal[$l][$m]) | \($r.nbdkit_memory[$l][$m]) | \(($v.shoal[$l][$m] / $v.ceph_rbd[$l][$m]) | f) | \(($v.shoal[$l][$m] / $r.nbdkit_memory[$l][$m]) | f) | \($v.ceph_rbd[$l].p99_us) | \($v.shoal[$l].p99_us) |" ),
+      | "| \($s) | \($l) | \($v.ceph_rbd[$l][$m]) | \($v.shoal[$l][$m]) | \($r.nbdkit_memory[$l][$m]) | \(($v.shoal[$l][$m] / $v.ceph_rbd[$l][$m]) | f) | \(($v.shoal[$l][$m] / $r.nbdkit_memory[$l][$m]) | f) | \($v.ceph_rbd[$l].p99_us) | \($v.shoal[$l].p99_us) | \($v.ceph_rbd.qemu_nbd[$l][$m] // "-") | \(if $v.ceph_rbd.qemu_nbd[$l][$m] then ($v.shoal[$l][$m] / $v.ceph_rbd.qemu_nbd[$l][$m]) | f else "-" end) | \($v.ceph_rbd.qemu_nbd[$l].p99_us // "-") |" ),
     "",
     "| shape | rbd bench (ops/s) | rbd (ceph) | shoal rbd | shoal/ceph |",
     "|---|---|---|---|---|",
