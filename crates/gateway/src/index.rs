@@ -249,6 +249,13 @@ pub(crate) async fn complete_at(
     extra: &(dyn Fn(bool) -> Vec<ObjOp> + Sync),
 ) -> Result<Completed, GatewayError> {
     let ekey = entry_key(key);
+    // Only an entry that names a head (a unique tag) may be trusted from before the head
+    // operation. "No entry" is not unique: it can turn into an entry and back (a write's
+    // completion, then a delete's) while this completion is in flight, and the guard, which
+    // sees the same "no entry", would then let it install a head state that is no longer the
+    // head's — the race test found exactly that. Such completions read again, which narrows
+    // that window to one round trip but does not close it (see the note in decision 0014).
+    known = known.filter(|k| k.view.entry_raw.is_some() && k.view.state_raw.is_none());
     for _ in 0..COMPLETE_ATTEMPTS {
         let (view, head) = match known.take() {
             Some(k) => (k.view, k.head),
