@@ -112,6 +112,11 @@ bench_tool() {  # cmd spec kind
   echo "$out"
 }
 
+add_field() {  # file key json: adds {key: json} to the JSON object in file
+  jq -c --arg k "$2" --argjson v "$3" '. + {($k): $v}' "$1" >"$1.new"
+  mv "$1.new" "$1"
+}
+
 ceph_shape() {  # shape n size
   DIR=$WORK/ceph-$1
   if [ "$1" = mem1 ]; then CEPH_OBJECTSTORE=memstore; else CEPH_OBJECTSTORE=bluestore; fi
@@ -133,12 +138,10 @@ ceph_shape() {  # shape n size
   wait_port "$port"
   qemu_nbd=$(loads "--ioengine=nbd --uri=nbd://127.0.0.1:$port")
   kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
-  jq -c --argjson q "$qemu_nbd" '. + {qemu_nbd: $q}' "$WORK/ceph-$1.json" >"$WORK/ceph-$1.json.new"
-  mv "$WORK/ceph-$1.json.new" "$WORK/ceph-$1.json"
+  add_field "$WORK/ceph-$1.json" qemu_nbd "$qemu_nbd"
   log "ceph $1: rbd bench"
   benches=$(bench_tool "rbd --conf $CONF" bench/img text)
-  jq -c --argjson b "$benches" '. + {rbd_bench: $b}' "$WORK/ceph-$1.json" >"$WORK/ceph-$1.json.new"
-  mv "$WORK/ceph-$1.json.new" "$WORK/ceph-$1.json"
+  add_field "$WORK/ceph-$1.json" rbd_bench "$benches"
   ceph_teardown
 }
 
@@ -160,8 +163,7 @@ shoal_shape() {  # shape n
   kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
   log "shoal $1: shoal rbd bench"
   benches=$(bench_tool "$SHOAL_BIN --conf $DIR/shoal.toml rbd" data/img json)
-  jq -c --argjson b "$benches" '. + {rbd_bench: $b}' "$WORK/shoal-$1.json" >"$WORK/shoal-$1.json.new"
-  mv "$WORK/shoal-$1.json.new" "$WORK/shoal-$1.json"
+  add_field "$WORK/shoal-$1.json" rbd_bench "$benches"
   x "$SHOAL_BIN" down --dir "$DIR" >/dev/null 2>&1 || true
   stop_pids_in "$DIR"; rm -rf "$DIR"
 }

@@ -358,17 +358,13 @@ impl Drop for Gateway {
     }
 }
 
-/// A gateway as `spawn_gateway` starts it, with `env` set; returns its endpoint.
-fn spawn_gateway_env(dir: &Path, env: &[(&str, &str)]) -> (Gateway, String) {
-    let (child, listen) = spawn_gateway_full(dir, None, &[], env);
-    (child, format!("http://{listen}"))
-}
-
 /// A gateway as `spawn_gateway` starts it, with `extra` arguments; returns its address.
 fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (Gateway, String) {
     spawn_gateway_full(dir, crash, extra, &[])
 }
 
+/// A gateway as `spawn_gateway` starts it, with `extra` arguments and `env` set; returns its
+/// address.
 fn spawn_gateway_full(dir: &Path, crash: Option<&str>, extra: &[&str], env: &[(&str, &str)]) -> (Gateway, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
@@ -692,8 +688,10 @@ fn racing_writes_and_deletes_through_two_gateways_leave_every_entry_at_its_head(
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _down, keys) = up_without_gateway(tmp.path());
     // Writes pause up to 20 ms between their steps, so that their steps interleave.
-    let (_a, first) = spawn_gateway_env(&dir, &[(shoal_gateway::crashpoint::JITTER_ENV, "20")]);
-    let (_b, second) = spawn_gateway_env(&dir, &[(shoal_gateway::crashpoint::JITTER_ENV, "20")]);
+    let jitter = [(shoal_gateway::crashpoint::JITTER_ENV, "20")];
+    let (_a, first) = spawn_gateway_full(&dir, None, &[], &jitter);
+    let (_b, second) = spawn_gateway_full(&dir, None, &[], &jitter);
+    let (first, second) = (format!("http://{first}"), format!("http://{second}"));
     let env = [
         ("S3_ENDPOINT", first.as_str()),
         ("S3_ENDPOINT2", second.as_str()),
