@@ -372,7 +372,8 @@ fn spawn_gateway_full(dir: &Path, crash: Option<&str>, extra: &[&str], env: &[(&
     let log = std::fs::File::create(dir.join(format!("gw-{port}.log"))).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
     cmd.args(["gateway", "run", "--conf", &conf, "--name", "client.gateway", "--listen", &listen])
-        .args(["--gc-delay-s", "1", "--pool-size", "1"])
+        .args(["--pool-size", "1"])
+        .args(if extra.contains(&"--gc-delay-s") { &[][..] } else { &["--gc-delay-s", "1"][..] })
         .args(if extra.contains(&"--lease-s") { &[][..] } else { &["--lease-s", "2"][..] })
         .args(extra)
         .stdin(std::process::Stdio::null())
@@ -699,6 +700,52 @@ fn racing_writes_and_deletes_through_two_gateways_leave_every_entry_at_its_head(
         ("S3_SECRET_KEY", &keys.1),
     ];
     run_boto3_script(&python, "boto3_races.py", &env, "boto3 race checks passed");
+}
+
+#[test]
+fn a_completion_that_outlives_a_later_write_and_delete_of_its_key_does_not_list_it_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    let keys = (keys.0.as_str(), keys.1.as_str());
+    // One interleaving, forced: gateway A's write of KEY pauses before its completion's swap;
+    // inside that pause gateway B writes KEY and deletes it, both completed. The key had no
+    // entry when A looked, and has none again when A swaps: "no entry" came back, and a guard
+    // that only compares the entry would let A list a key whose head is gone. Twice: with
+    // tombstones kept past the pause (long lease and GC delay: the collector passes once a
+    // minute), and with the collector removing the delete's tombstone inside the pause.
+    let cases: [(&str, &[&str]); 2] =
+        [("kept", &["--lease-s", "3600", "--gc-delay-s", "3600"]), ("collected", &["--lease-s", "2"])];
+    for (case, extra) in cases {
+        let key = format!("{case}/k");
+        let pause = format!("{}:{key}:3000", shoal_gateway::crashpoint::COMPLETE_SWAP);
+        let (_a, a) = spawn_gateway_full(&dir, None, extra, &[(shoal_gateway::crashpoint::PAUSE_ENV, &pause)]);
+        let (_b, b) = spawn_gateway_full(&dir, None, extra, &[]);
+        let logs = [&a, &b].map(|l| dir.join(format!("gw-{}.log", l.rsplit(':').next().unwrap())));
+        let (a, b) = (format!("http://{a}"), format!("http://{b}"));
+        let bucket = format!("/aba-{case}");
+        assert_eq!(s3_request(&b, keys, "PUT", &bucket, "", b"").0, 200);
+        let path = format!("{bucket}/{key}");
+        let slow = {
+            let (a, path) = (a.clone(), path.clone());
+            let keys = (keys.0.to_string(), keys.1.to_string());
+            std::thread::spawn(move || s3_request(&a, (&keys.0, &keys.1), "PUT", &path, "", b"first").0)
+        };
+        // A has written its head and waits before its swap (the pause is 3 s).
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        assert_eq!(s3_request(&b, keys, "PUT", &path, "", b"second").0, 200);
+        assert_eq!(s3_request(&b, keys, "DELETE", &path, "", b"").0, 204);
+        assert_eq!(slow.join().unwrap(), 200, "{case}: a superseded write is still acknowledged");
+        assert_eq!(s3_request(&b, keys, "HEAD", &path, "", b"").0, 404, "{case}: the delete came last");
+        let (status, _, listing) = s3_request(&b, keys, "GET", &bucket, "list-type=2", b"");
+        assert_eq!(status, 200);
+        let listing = String::from_utf8_lossy(&listing);
+        assert!(!listing.contains("<Key>"), "{case}: a deleted key is listed: {listing}");
+        // The case is what it says: the delete's tombstone was removed inside the pause, or not.
+        let removed = logs.iter().any(|l| {
+            std::fs::read_to_string(l).unwrap().split("tombstones_removed: ").skip(1).any(|rest| !rest.starts_with('0'))
+        });
+        assert_eq!(removed, case == "collected", "{case}: tombstones removed by a collector: {removed}");
+    }
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::index::{self, Completed, Completion};
 use crate::layout::{
     self, BucketRecord, DATA_POOL, DEAD_XATTR, ENTRY_PREFIX, GC_PREFIX, GcRecord, INDEX_POOL, KEY_STATE_PREFIX,
     LABEL_XATTR, LIVE_VALUE, LIVE_XATTR, META_POOL, PART_PREFIX, PENDING_PREFIX, PartitionLabel, PendingKind,
-    PendingRecord, UPLOAD_PREFIX, VERSION_PREFIX,
+    PendingRecord, TOMB_PREFIX, TOMBS_XATTR, Tombstone, UPLOAD_PREFIX, VERSION_PREFIX,
 };
 use crate::objects::TAILS_IN_FLIGHT;
 use crate::partition::{self, Part, PartitionState};
@@ -25,6 +25,8 @@ use crate::{merge, multipart, rados, reshard, versions};
 const PARTITIONS_PER_PAGE: u32 = 256;
 /// Records (pending and GC) handled per partition per pass; the rest wait for the next pass.
 const RECORDS_PER_PASS: u32 = 256;
+/// Tombstones read per partition per pass (those old enough are removed in one request).
+const TOMBS_PER_PASS: u32 = 256;
 /// Tail removals in flight at once, per GC record.
 const REMOVALS_IN_FLIGHT: usize = 8;
 
@@ -57,6 +59,10 @@ pub struct PassStats {
     /// GC records whose tails were deleted.
     pub collected: u64,
     pub tails_removed: u64,
+    /// Tombstones removed (each request that removes some also renews the partition's
+    /// tombstone generation), and generations given to partitions made without one.
+    pub tombstones_removed: u64,
+    pub generations_set: u64,
     /// Orphan heads removed from deleted buckets.
     pub heads_removed: u64,
     /// Bucket deletions finished, and partitions retired (a crashed create) or removed.
@@ -119,6 +125,9 @@ struct PartitionView {
     /// Entries or version records: what a bucket deletion must not leave in a dead partition.
     has_entries: bool,
     records: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The first tombstones, and the partition's tombstone generation.
+    tombs: Vec<(Vec<u8>, Vec<u8>)>,
+    tombs_generation: Option<Vec<u8>>,
 }
 
 async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, GatewayError> {
@@ -130,6 +139,8 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
         ObjOp::OmapList { after: None, max: 1 },
         ObjOp::OmapList { after: Some(layout::records_cursor()), max: RECORDS_PER_PASS },
         ObjOp::OmapList { after: Some(layout::versions_cursor()), max: 1 },
+        ObjOp::OmapList { after: Some(layout::tombs_cursor()), max: TOMBS_PER_PASS },
+        ObjOp::GetXattr { name: TOMBS_XATTR.into() },
     ]);
     let r = match client.op(INDEX_POOL, part, ops, Vec::new()).await {
         Ok(r) => r,
@@ -159,7 +170,16 @@ async fn view(client: &Client, part: &str) -> Result<Option<PartitionView>, Gate
     // Version records (delete markers among them) keep a bucket as entries do.
     let has_versions = matches!(out.next(), Some(OpOutput::OmapList(first)) if first.first().is_some_and(|(k, _)| k.first() == Some(&layout::VERSION_PREFIX)));
     let has_entries = has_entries || has_versions;
-    Ok(Some(PartitionView { state, live, label, dead_ns, has_entries, records }))
+    let mut tombs = match out.next() {
+        Some(OpOutput::OmapList(tombs)) => tombs,
+        other => return Err(GatewayError::Internal(format!("omap list answered {other:?}"))),
+    };
+    tombs.retain(|(k, _)| k.first() == Some(&TOMB_PREFIX));
+    let tombs_generation = match out.next() {
+        Some(OpOutput::Xattr(v)) => v,
+        other => return Err(GatewayError::Internal(format!("xattr get answered {other:?}"))),
+    };
+    Ok(Some(PartitionView { state, live, label, dead_ns, has_entries, records, tombs, tombs_generation }))
 }
 
 /// The bucket record the label names, if it is still this partition's bucket.
@@ -260,6 +280,8 @@ async fn partition(
         gc_delay_ns: settings.gc_delay.as_nanos() as u64,
     };
     let mut waiting = 0usize;
+    // Whether the records read reached past the last pending, GC, upload and part record.
+    let mut seen_all = (v.records.len() as u32) < RECORDS_PER_PASS;
     for (key, value) in &v.records {
         match key.first() {
             Some(&PENDING_PREFIX) => {
@@ -353,15 +375,21 @@ async fn partition(
                 }
                 break;
             }
-            // Versions and key states come after uploads and parts (a partition with none of
-            // those reaches them here): the collector has nothing to do with them, and a dead
-            // partition holding versions was left alone above.
-            Some(&VERSION_PREFIX | &KEY_STATE_PREFIX) => break,
+            // Versions, key states and tombstones come after uploads and parts (a partition with
+            // none of those reaches them here): versions and key states are not the collector's,
+            // a dead partition holding versions was left alone above, and tombstones are below.
+            Some(&VERSION_PREFIX | &KEY_STATE_PREFIX | &TOMB_PREFIX) => {
+                seen_all = true;
+                break;
+            }
             _ => {
                 tracing::warn!(partition = part, "unknown index record skipped");
                 waiting += 1;
             }
         }
+    }
+    if v.live {
+        tend_tombstones(client, settings, &v, &pinned, now, stats).await?;
     }
     let label_age_ns = v.label.as_ref().map(|l| now.saturating_sub(l.created_ns)).unwrap_or(u64::MAX);
     if v.live {
@@ -381,7 +409,7 @@ async fn partition(
         return Ok(());
     }
     // Dead, its bucket deleted: the partition goes once no record is left in it.
-    if waiting == 0 && (v.records.len() as u32) < RECORDS_PER_PASS {
+    if waiting == 0 && seen_all {
         let ops = vec![ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: None }, ObjOp::Remove];
         match client.op(INDEX_POOL, part, ops, Vec::new()).await {
             Ok(_) => stats.partitions_removed += 1,
@@ -389,6 +417,60 @@ async fn partition(
             Err(e) => return Err(e.into()),
         }
     }
+    Ok(())
+}
+
+/// Removes the partition's tombstones that have lived a pass, renewing its tombstone generation
+/// in the same request (and gives a generation to a partition made without one).
+///
+/// Why this is safe at any age: a completion compares against a key's tombstone, or, when it
+/// saw nothing at all for the key, against the generation. Removing a tombstone turns "this
+/// tombstone" into "nothing", which the first comparison notices; and the "nothing" it leaves is
+/// not the "nothing" of any earlier view, because the generation those views hold is replaced
+/// in the same request. Waiting a pass only keeps that from happening more than once a pass: a
+/// completion that saw nothing in this partition meanwhile reads its key again (decision 0014).
+async fn tend_tombstones(
+    client: &Client,
+    settings: &CollectorSettings,
+    v: &PartitionView,
+    pinned: &Part<'_>,
+    now: u64,
+    stats: &mut PassStats,
+) -> Result<(), GatewayError> {
+    let min_age_ns = settings.period.as_nanos() as u64;
+    let mut old = Vec::new();
+    for (key, value) in &v.tombs {
+        let tomb: Tombstone = layout::decode(value, "tombstone")?;
+        let in_range = match (&v.state.bounds, std::str::from_utf8(&key[1..])) {
+            (Some(b), Ok(k)) => b.contains(k),
+            (None, _) => true,
+            (Some(_), Err(_)) => {
+                return Err(GatewayError::Corrupt(format!("a tombstone key of {} bytes is not UTF-8", key.len() - 1)));
+            }
+        };
+        // A tombstone of a key a split moved is a copy the split removes.
+        if in_range && now.saturating_sub(tomb.made_ns) >= min_age_ns {
+            old.push(key.clone());
+        }
+    }
+    if old.is_empty() && v.tombs_generation.is_some() {
+        return Ok(());
+    }
+    let removed = old.len() as u64;
+    // Live partitions only: a dead one takes no new writes, so its tombstones protect nothing
+    // that changes, and it goes whole once its records are done.
+    let mut ops = vec![ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: Some(LIVE_VALUE.to_vec()) }];
+    if !old.is_empty() {
+        ops.push(ObjOp::OmapRemove { keys: old });
+    }
+    ops.push(ObjOp::SetXattr { name: TOMBS_XATTR.into(), value: layout::fresh_tombs_generation()? });
+    match pinned.write(client, ops).await {
+        // Its bucket is being deleted, or a split moved its range: the next pass sees that.
+        Err(e) if e.is_conflict() => return Ok(()),
+        other => other?,
+    }
+    stats.tombstones_removed += removed;
+    stats.generations_set += u64::from(v.tombs_generation.is_none());
     Ok(())
 }
 

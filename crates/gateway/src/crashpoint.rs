@@ -5,6 +5,10 @@
 //! Jitter for the race tests: with `SHOAL_GATEWAY_JITTER_MS=N`, a write pauses for a random 0..N
 //! ms between its steps (after its prepare, after its head), so that racing writes of one key
 //! interleave their steps in every order instead of almost always finishing one at a time.
+//!
+//! Pauses for the tests of one interleaving: with `SHOAL_GATEWAY_PAUSE=POINT:KEY:MS`, a gateway
+//! sleeps MS milliseconds each time a write of KEY reaches POINT, so that a test can run other
+//! requests (through another gateway) inside that window, every time, not by chance.
 
 use std::sync::OnceLock;
 
@@ -13,6 +17,16 @@ pub const ENV: &str = "SHOAL_GATEWAY_CRASH";
 
 /// The environment variable setting the most a write pauses between its steps, in ms.
 pub const JITTER_ENV: &str = "SHOAL_GATEWAY_JITTER_MS";
+
+/// The environment variable naming a pause point, its key and its length.
+pub const PAUSE_ENV: &str = "SHOAL_GATEWAY_PAUSE";
+
+/// The most a pause point may sleep: a test's window, never a hang.
+const MAX_PAUSE_MS: u64 = 30_000;
+
+/// In an index completion, once it knows the key's entry and head (read, or observed by the
+/// writer), before its first guarded swap.
+pub const COMPLETE_SWAP: &str = "complete-swap";
 
 /// The most jitter a test may ask for: a pause longer than this would be a stall, not a race.
 const MAX_JITTER_MS: u64 = 1000;
@@ -52,6 +66,25 @@ pub fn reached(point: &str, key: &str) {
     {
         eprintln!("{ENV}: crashing at {point} of {key:?}");
         std::process::abort();
+    }
+}
+
+/// Sleeps for the configured time if the configured pause point is `point` for `key`.
+pub async fn pause(point: &str, key: &str) {
+    static SPEC: OnceLock<Option<(String, String, u64)>> = OnceLock::new();
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var(PAUSE_ENV).ok()?;
+        let (p, rest) = v.split_once(':')?;
+        // The key may hold colons; the length is after the last one.
+        let (k, ms) = rest.rsplit_once(':')?;
+        Some((p.to_string(), k.to_string(), ms.parse::<u64>().ok()?.min(MAX_PAUSE_MS)))
+    });
+    if let Some((p, k, ms)) = spec
+        && p == point
+        && k == key
+    {
+        tracing::info!(point, key, ms, "pausing at a test's pause point");
+        tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
     }
 }
 

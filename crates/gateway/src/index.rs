@@ -39,6 +39,7 @@ pub async fn create_partitions(client: &Client, bucket: &BucketRecord) -> Result
             ObjOp::SetXattr { name: LABEL_XATTR.into(), value: label.clone() },
             ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() },
             ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&bucket.bounds_at(at)) },
+            ObjOp::SetXattr { name: layout::TOMBS_XATTR.into(), value: layout::fresh_tombs_generation()? },
         ];
         rados::write_ops(client, INDEX_POOL, &partition_object(bucket.id, p.id), ops).await?;
     }
@@ -249,14 +250,10 @@ pub(crate) async fn complete_at(
     extra: &(dyn Fn(bool) -> Vec<ObjOp> + Sync),
 ) -> Result<Completed, GatewayError> {
     let ekey = entry_key(key);
-    // Only an entry that names a head (a unique tag) may be trusted from before the head
-    // operation. "No entry" is not unique: it can turn into an entry and back (a write's
-    // completion, then a delete's) while this completion is in flight, and the guard, which
-    // sees the same "no entry", would then let it install a head state that is no longer the
-    // head's — the race test found exactly that. Such completions read again, which narrows
-    // that window to one round trip but does not close it (see the note in decision 0014).
-    known = known.filter(|k| k.view.entry_raw.is_some() && k.view.state_raw.is_none());
-    for _ in 0..COMPLETE_ATTEMPTS {
+    // A key with version records completes through a plan that reads those records, which must
+    // not be read after the head operation: such completions read everything again.
+    known = known.filter(|k| k.view.state_raw.is_none());
+    for attempt in 0..COMPLETE_ATTEMPTS {
         let (view, head) = match known.take() {
             Some(k) => (k.view, k.head),
             None => {
@@ -265,10 +262,15 @@ pub(crate) async fn complete_at(
                 // swapped the entry in between, and the guarded write (which only checks the
                 // entry) would then regress the entry to that older head.
                 let view = versions::read_view(client, how.part, key).await?;
+                crate::crashpoint::jitter().await;
                 let head = objects::head_meta(client, how.bucket_id, key).await?;
+                crate::crashpoint::jitter().await;
                 (view, head)
             }
         };
+        if attempt == 0 {
+            crate::crashpoint::pause(crate::crashpoint::COMPLETE_SWAP, key).await;
+        }
         let head_tag = head.as_ref().map(|m| m.tag);
         let live_value = how.live.then(|| LIVE_VALUE.to_vec());
         let mut ops = vec![ObjOp::AssertXattr { name: LIVE_XATTR.into(), value: live_value }];
@@ -289,13 +291,13 @@ pub(crate) async fn complete_at(
                 }
             }
         } else {
-            ops.push(ObjOp::AssertOmap { key: ekey.clone(), value: view.entry_raw.clone() });
-            ops.push(ObjOp::AssertOmap { key: layout::key_state_key(key), value: None });
+            ops.extend(view.guards(key));
             match head.as_ref().map(IndexEntry::of) {
                 Some(e) => ops.push(ObjOp::OmapSet { entries: vec![(ekey.clone(), layout::encode(&e))] }),
                 None if view.entry_raw.is_some() => ops.push(ObjOp::OmapRemove { keys: vec![ekey.clone()] }),
                 None => {}
             }
+            ops.extend(view.tomb_ops(key, head.is_some())?);
             if let Some(o) = &view.entry
                 && Some(o.tag) != head_tag
                 && o.tag != tag

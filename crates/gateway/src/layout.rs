@@ -149,6 +149,18 @@ pub enum ReshardState {
 /// The xattr of both index partitions of a merge in progress ([`Merge`]).
 pub const MERGE_XATTR: &str = "merge";
 
+/// An index partition's tombstone generation: a random token, set when the partition is made
+/// and replaced in every request that removes tombstones ([`TOMB_PREFIX`]) or brings keys in from
+/// another partition (a merge's commit). A completion whose view of its key was "nothing at all"
+/// (no entry, no key state, no tombstone) asserts it, so that "nothing" coming back after a
+/// tombstone's removal is seen as a change (decision 0014).
+pub const TOMBS_XATTR: &str = "tombs";
+
+/// A fresh value for [`TOMBS_XATTR`].
+pub fn fresh_tombs_generation() -> Result<Vec<u8>, GatewayError> {
+    Ok(random_tag()?.to_le_bytes()[..8].to_vec())
+}
+
 /// A merge of two neighbouring index partitions in progress (decision 0014): partition `from`
 /// (the right one) is absorbed by partition `into` (the left one), which ends up with both
 /// ranges. The same record is kept on both; the one on `into` decides the merge (commit and
@@ -212,6 +224,37 @@ pub const PART_PREFIX: u8 = 0x05;
 pub const VERSION_PREFIX: u8 = 0x06;
 /// Per key with versions: the newest version's and the null version's slots ([`KeyState`]).
 pub const KEY_STATE_PREFIX: u8 = 0x07;
+/// Per key whose entry and key state went (a delete's completion): a [`Tombstone`], so that the
+/// key's "no entry" is never the same twice while a completion may still compare against it.
+/// A later entry or key state removes it; so does the collector, once it is old (decision 0014).
+pub const TOMB_PREFIX: u8 = 0x08;
+
+pub fn tomb_key(key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + key.len());
+    k.push(TOMB_PREFIX);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// The exclusive omap cursor after which tombstones start: above every key state, since UTF-8
+/// keys never contain 0xFF.
+pub fn tombs_cursor() -> Vec<u8> {
+    vec![KEY_STATE_PREFIX, 0xFF]
+}
+
+/// What a tombstone holds: a random tag (what makes it unique) and when it was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    pub tag: u128,
+    pub made_ns: u64,
+}
+
+impl Tombstone {
+    /// A new tombstone, made now.
+    pub fn fresh() -> Result<Tombstone, GatewayError> {
+        Ok(Tombstone { tag: random_tag()?, made_ns: now_ns() })
+    }
+}
 
 /// The omap key of `key`'s version at `slot`: the key, a zero byte, then the slot, so that a
 /// key's versions are contiguous and newest first. Parsed from the end (the slot has a fixed

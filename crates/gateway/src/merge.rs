@@ -204,6 +204,10 @@ pub async fn merge(client: &Client, bucket: &BucketRecord, at: usize) -> Result<
         assert_live(),
         assert_bounds(&rec.into_was),
         ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&rec.merged()) },
+        // A new generation: a completion that read a key in `from` and is sent here once the
+        // merge is published must not find its generation here (`from`'s tombstones removed
+        // before the copy would otherwise bring its view of nothing back).
+        ObjOp::SetXattr { name: layout::TOMBS_XATTR.into(), value: layout::fresh_tombs_generation()? },
         set_merge(&committed),
     ];
     if !rados::guarded_ops(client, INDEX_POOL, &into, commit).await? {

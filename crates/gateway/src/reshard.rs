@@ -37,7 +37,7 @@ use crate::error::GatewayError;
 use crate::layout::{
     self, BOUNDS_XATTR, BucketRecord, ENTRY_PREFIX, GC_PREFIX, INDEX_POOL, KEY_STATE_PREFIX, LABEL_XATTR, LIVE_VALUE,
     LIVE_XATTR, MERGE_XATTR, PENDING_PREFIX, Partition, PartitionBounds, PartitionLabel, PendingRecord, RESHARD_XATTR,
-    Reshard, ReshardState, UPLOAD_PREFIX, VERSION_PREFIX, partition_object,
+    Reshard, ReshardState, TOMB_PREFIX, UPLOAD_PREFIX, VERSION_PREFIX, partition_object,
 };
 use crate::partition::PartitionState;
 use crate::rados;
@@ -253,6 +253,9 @@ pub async fn split(client: &Client, bucket: &BucketRecord, at: usize, cut: &str)
         ObjOp::SetXattr { name: LABEL_XATTR.into(), value: layout::encode(&label) },
         ObjOp::SetXattr { name: LIVE_XATTR.into(), value: LIVE_VALUE.to_vec() },
         ObjOp::SetXattr { name: BOUNDS_XATTR.into(), value: layout::encode(&upper) },
+        // A generation of its own: a completion that read the key in the partition being split
+        // and is sent here once the split is published must not find its generation here.
+        ObjOp::SetXattr { name: layout::TOMBS_XATTR.into(), value: layout::fresh_tombs_generation()? },
     ];
     if let Err(e) = rados::write_ops(client, INDEX_POOL, &new, create).await {
         give_up(client, bucket.id, old_id, &rec).await?;
@@ -495,9 +498,9 @@ pub(crate) fn in_range(k: &[u8], lo: &[u8], hi: Option<&[u8]>) -> bool {
     k >= lo && hi.is_none_or(|h| k < h)
 }
 
-/// Every record range of keys in `upper` in partition `object`: entries, key states, versions,
-/// uploads, the parts of those uploads, and the pending records about such keys; with `gc`,
-/// its GC records too (a merge moves them: the partition they are in goes away).
+/// Every record range of keys in `upper` in partition `object`: entries, key states, tombstones,
+/// versions, uploads, the parts of those uploads, and the pending records about such keys; with
+/// `gc`, its GC records too (a merge moves them: the partition they are in goes away).
 async fn record_ranges(
     client: &Client,
     object: &str,
@@ -505,7 +508,7 @@ async fn record_ranges(
     gc: bool,
 ) -> Result<Vec<RecordRange>, GatewayError> {
     let mut ranges = Vec::new();
-    for prefix in [ENTRY_PREFIX, KEY_STATE_PREFIX, VERSION_PREFIX, UPLOAD_PREFIX] {
+    for prefix in [ENTRY_PREFIX, KEY_STATE_PREFIX, TOMB_PREFIX, VERSION_PREFIX, UPLOAD_PREFIX] {
         let (lo, hi) = prefix_range(prefix, upper);
         ranges.push(RecordRange { lo, hi, pending: false, add_only: false });
     }

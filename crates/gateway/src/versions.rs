@@ -4,13 +4,13 @@
 //! request, like every other index change (decision 0014).
 
 use shoal_client::Client;
-use shoal_proto::osd::ObjOp;
+use shoal_proto::osd::{ObjOp, OpOutput};
 
 use crate::error::GatewayError;
 use crate::index::{self, Completed, Completion};
 use crate::layout::{
-    self, BucketRecord, ENTRY_PREFIX, GcRecord, IndexEntry, KeyState, LIVE_VALUE, LIVE_XATTR, Slot, VERSION_PREFIX,
-    Versioning, entry_key, key_state_key, version_key, version_key_prefix,
+    self, BucketRecord, ENTRY_PREFIX, GcRecord, IndexEntry, KeyState, LIVE_VALUE, LIVE_XATTR, Slot, TOMBS_XATTR,
+    Tombstone, VERSION_PREFIX, Versioning, entry_key, key_state_key, tomb_key, version_key, version_key_prefix,
 };
 use crate::objects::WriteCondition;
 use crate::partition::{Part, RangeReader};
@@ -63,17 +63,69 @@ pub(crate) struct KeyView {
     pub entry: Option<IndexEntry>,
     pub state_raw: Option<Vec<u8>>,
     pub state: Option<KeyState>,
+    /// The key's tombstone: its entry and key state went since it last had either.
+    pub tomb_raw: Option<Vec<u8>>,
+    /// The partition's tombstone generation ([`layout::TOMBS_XATTR`]) at the same instant.
+    pub tombs_generation: Option<Vec<u8>>,
 }
 
-/// Reads `key`'s entry and key state in one request.
+impl KeyView {
+    /// Nothing is recorded for the key: no entry, no key state, no tombstone. The one view of a
+    /// key that can come back after it changed (a tombstone's removal brings it back), which is
+    /// why a change planned on it also asserts the partition's tombstone generation.
+    pub(crate) fn is_nothing(&self) -> bool {
+        self.entry_raw.is_none() && self.state_raw.is_none() && self.tomb_raw.is_none()
+    }
+
+    /// The guards of a change planned on this view: the key's entry, key state and tombstone are
+    /// still what was read, and, for a view of nothing, so is the partition's tombstone
+    /// generation. Every other view holds a random tag (an entry's, a key state's newest slot, a
+    /// tombstone's) and so never recurs once it changed: a guard that holds means nothing
+    /// changed in between, which is what the completion argument of decision 0014 needs.
+    pub(crate) fn guards(&self, key: &str) -> Vec<ObjOp> {
+        let mut ops = vec![
+            ObjOp::AssertOmap { key: entry_key(key), value: self.entry_raw.clone() },
+            ObjOp::AssertOmap { key: key_state_key(key), value: self.state_raw.clone() },
+            ObjOp::AssertOmap { key: tomb_key(key), value: self.tomb_raw.clone() },
+        ];
+        if self.is_nothing() {
+            ops.push(ObjOp::AssertXattr { name: TOMBS_XATTR.into(), value: self.tombs_generation.clone() });
+        }
+        ops
+    }
+
+    /// The operations that keep the key's tombstone true after a change planned on this view
+    /// that leaves the key with an entry or key state (`left_something`) or with neither: a key
+    /// that had one and has none now gets a new tombstone; a key that gets one again loses its
+    /// tombstone.
+    pub(crate) fn tomb_ops(&self, key: &str, left_something: bool) -> Result<Vec<ObjOp>, GatewayError> {
+        let had_something = self.entry_raw.is_some() || self.state_raw.is_some();
+        Ok(if left_something && self.tomb_raw.is_some() {
+            vec![ObjOp::OmapRemove { keys: vec![tomb_key(key)] }]
+        } else if !left_something && had_something {
+            vec![ObjOp::OmapSet { entries: vec![(tomb_key(key), layout::encode(&Tombstone::fresh()?))] }]
+        } else {
+            Vec::new()
+        })
+    }
+}
+
+/// Reads `key`'s entry, key state and tombstone, and its partition's tombstone generation, in
+/// one request.
 pub(crate) async fn read_view(client: &Client, part: &Part<'_>, key: &str) -> Result<KeyView, GatewayError> {
-    let found = part.omap_get_many(client, vec![entry_key(key), key_state_key(key)]).await?;
-    let mut it = found.into_iter();
-    let entry_raw = it.next().flatten();
-    let state_raw = it.next().flatten();
+    let keys = vec![entry_key(key), key_state_key(key), tomb_key(key)];
+    let ops = vec![ObjOp::OmapGet { keys: keys.clone() }, ObjOp::GetXattr { name: TOMBS_XATTR.into() }];
+    let Some(outputs) = part.read(client, ops).await? else { return Ok(KeyView::default()) };
+    let mut out = outputs.into_iter();
+    let mut found = crate::rados::omap_values(&keys, out.next())?.into_iter();
+    let tombs_generation = match out.next() {
+        Some(OpOutput::Xattr(v)) => v,
+        other => return Err(GatewayError::Internal(format!("xattr get answered {other:?}"))),
+    };
+    let (entry_raw, state_raw, tomb_raw) = (found.next().flatten(), found.next().flatten(), found.next().flatten());
     let entry = entry_raw.as_deref().map(|b| layout::decode(b, "index entry")).transpose()?;
     let state = state_raw.as_deref().map(|b| layout::decode(b, "key state")).transpose()?;
-    Ok(KeyView { entry_raw, entry, state_raw, state })
+    Ok(KeyView { entry_raw, entry, state_raw, state, tomb_raw, tombs_generation })
 }
 
 /// The version record of `key` at `slot`.
@@ -152,10 +204,7 @@ pub(crate) async fn plan(
     change: Change,
     condition: &WriteCondition,
 ) -> Result<Result<Plan, Applied>, GatewayError> {
-    let mut ops = vec![
-        ObjOp::AssertOmap { key: entry_key(key), value: view.entry_raw.clone() },
-        ObjOp::AssertOmap { key: key_state_key(key), value: view.state_raw.clone() },
-    ];
+    let mut ops = view.guards(key);
     let mut gc = Vec::new();
     let mut outcome = Outcome::default();
     let mut newest = view.state.map(|s| s.newest);
@@ -293,6 +342,7 @@ pub(crate) async fn plan(
         None if view.entry_raw.is_some() => ops.push(ObjOp::OmapRemove { keys: vec![entry_key(key)] }),
         None => {}
     }
+    ops.extend(view.tomb_ops(key, current.is_some() || newest.is_some())?);
     Ok(Ok(Plan { ops, gc, outcome }))
 }
 
@@ -827,5 +877,113 @@ mod tests {
         assert_eq!(e.head_name(1, "k"), layout::head_object(1, "k"));
         e.null = false;
         assert_eq!(e.head_name(1, "k"), layout::version_object(1, 3));
+    }
+
+    /// One key of one partition as the OSD holds it: its omap (entry, key state, tombstone) and
+    /// the partition's tombstone generation, with the operations a change sends applied to it.
+    #[derive(Clone, Default, PartialEq, Debug)]
+    struct ModelKey {
+        omap: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+        generation: Option<Vec<u8>>,
+    }
+
+    impl ModelKey {
+        fn view(&self, key: &str) -> KeyView {
+            let entry_raw = self.omap.get(&entry_key(key)).cloned();
+            KeyView {
+                entry: entry_raw.as_deref().map(|b| layout::decode(b, "entry").unwrap()),
+                entry_raw,
+                state_raw: self.omap.get(&key_state_key(key)).cloned(),
+                state: None,
+                tomb_raw: self.omap.get(&tomb_key(key)).cloned(),
+                tombs_generation: self.generation.clone(),
+            }
+        }
+
+        /// Applies `ops` all or nothing, as the OSD does; false when a guard failed.
+        fn apply(&mut self, ops: &[ObjOp]) -> bool {
+            let mut next = self.clone();
+            for op in ops {
+                match op {
+                    ObjOp::AssertOmap { key, value } if next.omap.get(key) != value.as_ref() => return false,
+                    ObjOp::AssertXattr { value, .. } if next.generation != *value => return false,
+                    ObjOp::AssertOmap { .. } | ObjOp::AssertXattr { .. } => {}
+                    ObjOp::OmapSet { entries } => next.omap.extend(entries.iter().cloned()),
+                    ObjOp::OmapRemove { keys } => keys.iter().for_each(|k| drop(next.omap.remove(k))),
+                    ObjOp::SetXattr { value, .. } => next.generation = Some(value.clone()),
+                    other => panic!("the model does not apply {other:?}"),
+                }
+            }
+            *self = next;
+            true
+        }
+    }
+
+    #[test]
+    fn a_guard_holds_only_if_nothing_changed_since_its_view_under_any_sequence_of_changes() {
+        // Writes and deletes of one key, completed, and collector passes that remove its
+        // tombstone, in random orders. Every view ever taken is kept; after each step, a guard
+        // built from a view must hold exactly when the key has been unchanged since that view
+        // (no change back to what it was: that is what let a stale completion through).
+        let key = "k";
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..200 {
+            let mut k = ModelKey { generation: Some(layout::fresh_tombs_generation().unwrap()), ..Default::default() };
+            // Every view taken, with the step it was taken at (before that step's change).
+            let mut views: Vec<(KeyView, usize)> = Vec::new();
+            // The last steps that changed the key's records, and that changed anything.
+            let (mut last_key_change, mut last_change) = (0usize, 0usize);
+            for step in 1..40 {
+                let view = k.view(key);
+                views.push((view.clone(), step));
+                let mut ops = view.guards(key);
+                match next() % 3 {
+                    0 => {
+                        let e = entry(u128::from(next() as u32));
+                        ops.push(ObjOp::OmapSet { entries: vec![(entry_key(key), layout::encode(&e))] });
+                        ops.extend(view.tomb_ops(key, true).unwrap());
+                    }
+                    1 => {
+                        if view.entry_raw.is_some() {
+                            ops.push(ObjOp::OmapRemove { keys: vec![entry_key(key)] });
+                        }
+                        ops.extend(view.tomb_ops(key, false).unwrap());
+                    }
+                    _ => {
+                        // The collector: every tombstone goes, the generation is renewed.
+                        ops = vec![
+                            ObjOp::OmapRemove { keys: vec![tomb_key(key)] },
+                            ObjOp::SetXattr {
+                                name: TOMBS_XATTR.into(),
+                                value: layout::fresh_tombs_generation().unwrap(),
+                            },
+                        ];
+                    }
+                }
+                let before = k.clone();
+                assert!(k.apply(&ops), "a change planned on the current view applies");
+                if k.omap != before.omap {
+                    last_key_change = step;
+                }
+                if k != before {
+                    last_change = step;
+                }
+                for (v, at) in &views {
+                    let holds = k.clone().apply(&v.guards(key));
+                    // Safety: a guard that holds means the key's records never changed since.
+                    assert!(!holds || *at > last_key_change, "a stale guard from step {at} held at step {step}");
+                    // And no needless refusals: a view of something holds while the records are
+                    // unchanged; a view of nothing while the generation is unchanged too.
+                    let unchanged = if v.is_nothing() { *at > last_change } else { *at > last_key_change };
+                    assert!(holds || !unchanged, "a current guard from step {at} was refused at step {step}");
+                }
+            }
+        }
     }
 }
