@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode, Stdio};
@@ -207,10 +207,10 @@ fn default_osd_size(backend: BackendKind, osds: u32) -> u64 {
 }
 
 fn free_port() -> Result<SocketAddr> {
-    // Bind, read the port the kernel chose, release it for the monitor to take. Another process
-    // could take it in between; the monitor then fails to start and `up` reports its log.
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?)
+    // Released for the daemon to take; chosen where outgoing connections never take ports. Another
+    // process binding it in between is still possible: the daemon then fails to start and `up`
+    // reports its log.
+    shoal_net::ports::unused_loopback_port().context("finding a free loopback port")
 }
 
 /// Whether process `pid` is running. A zombie (exited, not yet reaped: daemons outlive the

@@ -31,7 +31,7 @@ impl Server {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    shoal_net::ports::unused_loopback_port().unwrap().port()
 }
 
 /// Starts `shoal nbd serve` with `where_args` (`--listen ...` or `--socket ...`) and `args`,

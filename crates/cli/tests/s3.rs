@@ -366,7 +366,7 @@ fn spawn_gateway_with(dir: &Path, crash: Option<&str>, extra: &[&str]) -> (Gatew
 /// A gateway as `spawn_gateway` starts it, with `extra` arguments and `env` set; returns its
 /// address.
 fn spawn_gateway_full(dir: &Path, crash: Option<&str>, extra: &[&str], env: &[(&str, &str)]) -> (Gateway, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = shoal_net::ports::unused_loopback_port().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let conf = dir.join("shoal.toml").display().to_string();
     let log = std::fs::File::create(dir.join(format!("gw-{port}.log"))).unwrap();

@@ -19,6 +19,7 @@ mod auth;
 mod client;
 mod error;
 mod keyring;
+pub mod ports;
 mod server;
 pub mod tls;
 mod wire;
