@@ -955,7 +955,18 @@ fn a_merge_interrupted_at_any_step_is_finished_or_given_up_and_loses_no_key() {
             assert!(body == key.as_bytes() || body == b"x", "{point} {key}");
         }
         let after = settled_partitions(&dir, &bucket, point);
-        assert_eq!(after, before - fewer, "{point}: partitions before the merge {before}, after {after}");
+        if fewer == 0 {
+            assert_eq!(after, before, "{point}: partitions before the merge {before}, after {after}");
+        } else {
+            // Merges run as background tasks, several at once: another one may have committed
+            // in the instant between this one's commit and the crash, and is then published
+            // too (CI saw 19 partitions become 17). Every committed merge is finished; none may
+            // be lost, and no key either (the listings above and below).
+            assert!(
+                after <= before - fewer,
+                "{point}: partitions before the merge {before}, after {after} (at least {fewer} fewer)"
+            );
+        }
         assert_eq!(settle(list_keys(&ep, keys, &bucket)), expected, "{point}: the listing once the merge is settled");
         let _ = gw.kill();
         let _ = gw.wait();
