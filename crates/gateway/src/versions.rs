@@ -79,9 +79,10 @@ impl KeyView {
 
     /// The guards of a change planned on this view: the key's entry, key state and tombstone are
     /// still what was read, and, for a view of nothing, so is the partition's tombstone
-    /// generation. Every other view holds a random tag (an entry's, a key state's newest slot, a
-    /// tombstone's) and so never recurs once it changed: a guard that holds means nothing
-    /// changed in between, which is what the completion argument of decision 0014 needs.
+    /// generation. Every other view holds something that is never made twice (an entry's random
+    /// tag, a key state's newest slot and change count, a tombstone's random tag) and so never
+    /// recurs once it changed: a guard that holds means nothing changed in between, which is what
+    /// the completion argument of decision 0014 needs.
     pub(crate) fn guards(&self, key: &str) -> Vec<ObjOp> {
         let mut ops = vec![
             ObjOp::AssertOmap { key: entry_key(key), value: self.entry_raw.clone() },
