@@ -21,16 +21,11 @@ pub fn unused_loopback_port() -> std::io::Result<SocketAddr> {
         .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
     if ephemeral_lo > FLOOR_PORT {
-        let span = u64::from(ephemeral_lo - FLOOR_PORT);
-        let mut seed = [0u8; 8];
-        getrandom::fill(&mut seed).map_err(std::io::Error::other)?;
-        let mut x = u64::from_le_bytes(seed) | 1;
+        let span = ephemeral_lo - FLOOR_PORT;
         for _ in 0..ATTEMPTS {
-            // xorshift: enough to spread candidates; nothing depends on their quality.
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let port = FLOOR_PORT + (x % span) as u16;
+            let mut b = [0u8; 2];
+            getrandom::fill(&mut b).map_err(std::io::Error::other)?;
+            let port = FLOOR_PORT + u16::from_le_bytes(b) % span;
             if let Ok(l) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
                 return l.local_addr();
             }
