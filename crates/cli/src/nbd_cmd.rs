@@ -55,6 +55,13 @@ pub struct ServeArgs {
     /// it) before giving up (default: one lease and a second).
     #[arg(long)]
     lock_wait_s: Option<u64>,
+    /// Threads serving connections. One (the default) runs every connection on the thread that
+    /// accepts them: a request's steps (reading it, its cluster operations, writing its reply)
+    /// wake each other several times, and on one thread a wake is a function call instead of a
+    /// futex wake and a context switch on another core. More threads pay off only when several
+    /// busy connections (multi-conn clients, several exports) have cores of their own.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
 }
 
 pub fn run(cmd: &NbdCommand) -> Result<ExitCode> {
@@ -198,6 +205,19 @@ async fn keep_locks(client: shoal_client::Client, held: Vec<Arc<HeldLock>>, leas
     }
 }
 
+/// The runtime of `nbd serve --threads N`: one thread runs everything (a current-thread runtime,
+/// no worker threads to hand tasks to); more start a multi-thread runtime of that many workers.
+fn serve_runtime(threads: u16) -> Result<tokio::runtime::Runtime> {
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(usize::from(threads));
+        b
+    };
+    builder.enable_all().build().context("starting tokio")
+}
+
 /// Where a server accepts clients.
 enum Listener {
     Tcp(tokio::net::TcpListener),
@@ -207,7 +227,7 @@ enum Listener {
 fn serve(args: &ServeArgs) -> Result<ExitCode> {
     crate::daemons::init_logging();
     let cluster = args.conf.cluster()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let rt = serve_runtime(args.threads)?;
     // A bad identity stops the start before anything is opened or locked.
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {

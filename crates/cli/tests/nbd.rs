@@ -402,8 +402,10 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
     let _ = in_flight.wait();
 
     // A new server takes over once the dead one's lease lapses, and every acknowledged write is
-    // there; the write cut short is whole or partly there, never anything else.
-    let (_again, port) = serve(&dir, &[&["data/vol"][..], &lease].concat());
+    // there; the write cut short is whole or partly there, never anything else. This server runs
+    // on a multi-thread runtime (the first ran on one thread, the default), so the file system
+    // below and the verify also cover connections served across threads.
+    let (_again, port) = serve(&dir, &[&["data/vol", "--threads", "2"][..], &lease].concat());
     let uri = format!("nbd://127.0.0.1:{port}/data/vol");
     for i in 0..8u64 {
         tool("qemu-io", &["-f", "raw", "-c", &format!("read -P {} {}M 1M", 0x40 + i, i * 4), &uri]);
