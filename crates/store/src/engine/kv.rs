@@ -1,4 +1,5 @@
-//! The metadata key-value store behind the engine: fjall on disk, a `BTreeMap` in RAM.
+//! The metadata key-value store behind the engine: fjall on disk, ordered maps in RAM
+//! (`memkv.rs`).
 //!
 //! The engine needs very little from a KV store: point reads, ordered range scans over a
 //! consistent snapshot, and atomic multi-keyspace batches that are either synced to stable
@@ -9,11 +10,12 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::{RwLock, RwLockReadGuard};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
 use crate::error::Result;
+
+pub use super::memkv::{MemKv, MemSnapshot};
 
 /// The keyspaces (column families) of the engine's metadata. See `layout.rs` for their keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -204,94 +206,6 @@ impl Kv for FjallKv {
 
     fn sync(&self) -> Result<()> {
         self.db.persist(PersistMode::SyncData)?;
-        Ok(())
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// In-memory
-
-type Maps = Vec<BTreeMap<Vec<u8>, Vec<u8>>>;
-
-/// In-memory metadata for the `mem` backend. Commits are atomic under one lock; "sync" is a
-/// no-op because nothing outlives the process.
-pub struct MemKv {
-    maps: RwLock<Maps>,
-}
-
-impl Default for MemKv {
-    fn default() -> Self {
-        Self { maps: RwLock::new(vec![BTreeMap::new(); ALL_KEYSPACES.len()]) }
-    }
-}
-
-impl MemKv {
-    fn read(&self) -> RwLockReadGuard<'_, Maps> {
-        // A panic while holding the lock cannot leave a map half-updated (commit builds nothing
-        // in place before it can fail), so a poisoned lock is still consistent.
-        self.maps.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-fn mem_get(maps: &Maps, ks: Ks, key: &[u8]) -> Option<Vec<u8>> {
-    maps[ks as usize].get(key).cloned()
-}
-
-fn mem_scan(maps: &Maps, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
-    let range = maps[ks as usize].range::<[u8], _>((Bound::Included(lo), upper(hi)));
-    for (k, v) in range {
-        if !visit(k, v) {
-            break;
-        }
-    }
-}
-
-impl KvRead for MemKv {
-    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(mem_get(&self.read(), ks, key))
-    }
-    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        mem_scan(&self.read(), ks, lo, hi, visit);
-        Ok(())
-    }
-}
-
-/// A view of a [`MemKv`]: holds its read lock, so commits wait until it is dropped.
-pub struct MemSnapshot<'a>(RwLockReadGuard<'a, Maps>);
-
-impl KvRead for MemSnapshot<'_> {
-    fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(mem_get(&self.0, ks, key))
-    }
-    fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        mem_scan(&self.0, ks, lo, hi, visit);
-        Ok(())
-    }
-}
-
-impl Kv for MemKv {
-    type Snapshot<'a> = MemSnapshot<'a>;
-
-    fn snapshot(&self) -> MemSnapshot<'_> {
-        MemSnapshot(self.read())
-    }
-
-    fn commit(&self, batch: Batch, _sync: bool) -> Result<()> {
-        let mut maps = self.maps.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for ((ks, key), value) in batch.ops {
-            match value {
-                Some(v) => {
-                    maps[ks as usize].insert(key, v);
-                }
-                None => {
-                    maps[ks as usize].remove(&key);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn sync(&self) -> Result<()> {
         Ok(())
     }
 }

@@ -20,6 +20,7 @@ pub mod device;
 mod fsck;
 pub mod kv;
 pub mod layout;
+mod memkv;
 mod read;
 mod txn;
 pub mod wal;
