@@ -6,7 +6,8 @@
 # Loads (fio, time-based, S seconds each, default 10): 4 KiB random write and read at iodepth
 # 16, 512 KiB sequential write and read at iodepth 4, over a 1 GiB image written whole first.
 # Then `rbd bench` and `shoal rbd bench` (4 KiB random at 16 threads, 512 KiB sequential at 4).
-# Shoal: `shoal nbd serve` over the image, fio's nbd engine. Ceph: the same shape (mem1 = one
+# Shoal: `shoal nbd serve` over the image, fio's nbd engine, on loopback TCP and then on a unix
+# socket (the same loads again, prefill included). Ceph: the same shape (mem1 = one
 # memstore OSD and a size-1 pool; block3 = three bluestore-on-file OSDs and a size-3 pool), fio's
 # rbd engine (librbd; rbd-nbd cannot map here: no nbd module), and the same image served over NBD
 # by qemu-nbd through librbd (Ceph over the same NBD hop as Shoal's). nbdkit memory: this
@@ -159,8 +160,18 @@ shoal_shape() {  # shape n
   wait_port "$port"
   loads "--ioengine=nbd --uri=nbd://127.0.0.1:$port/data/img" \
     | jq -c --arg c "$(git -C "$REPO" rev-parse HEAD)" '. + {commit: $c}' >"$WORK/shoal-$1.json"
-  # SIGTERM: the server releases the image's lock, which a write bench needs.
+  # SIGTERM: the server releases the image's lock, which the next server and a write bench need.
   kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
+  # The same server on a unix socket: what a client on the same host (QEMU, nbdfuse) can use,
+  # without loopback TCP's stack in the way.
+  log "shoal $1: nbd serve on a unix socket"
+  local sock=$WORK/nbd-$1.sock unix
+  "$SHOAL_BIN" --conf "$DIR/shoal.toml" nbd serve data/img --socket "$sock" >"$WORK/logs/nbd-unix-$1.log" 2>&1 &
+  NBD_PID=$!
+  for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
+  unix=$(loads "--ioengine=nbd --uri=nbd+unix:///data/img?socket=$sock")
+  kill "$NBD_PID"; wait "$NBD_PID" 2>/dev/null || true; NBD_PID=""
+  add_field "$WORK/shoal-$1.json" unix_socket "$unix"
   log "shoal $1: shoal rbd bench"
   benches=$(bench_tool "$SHOAL_BIN --conf $DIR/shoal.toml rbd" data/img json)
   add_field "$WORK/shoal-$1.json" rbd_bench "$benches"
@@ -208,12 +219,12 @@ echo "$RESULT" >"$WORK/result.json"
 echo "$RESULT" | jq -r '
   def f: if . == null then "-" else (. * 100 | round / 100 | tostring) end;
   .results as $r
-  | "| shape | load | ceph rbd | shoal nbd | nbdkit memory | shoal/ceph | shoal/nbdkit | ceph p99 us | shoal p99 us | ceph qemu-nbd | shoal/qemu-nbd | qemu-nbd p99 us |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+  | "| shape | load | ceph rbd | shoal nbd | nbdkit memory | shoal/ceph | shoal/nbdkit | ceph p99 us | shoal p99 us | ceph qemu-nbd | shoal/qemu-nbd | qemu-nbd p99 us | shoal unix socket | unix/ceph | unix p99 us |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ( $r | to_entries[] | select(.key != "nbdkit_memory") | .key as $s | .value as $v
       | ["randwrite_4k_qd16", "randread_4k_qd16", "write_512k_qd4", "read_512k_qd4"][] as $l
       | (if ($l | startswith("rand")) then "iops" else "bw_mbps" end) as $m
-      | "| \($s) | \($l) | \($v.ceph_rbd[$l][$m]) | \($v.shoal[$l][$m]) | \($r.nbdkit_memory[$l][$m]) | \(($v.shoal[$l][$m] / $v.ceph_rbd[$l][$m]) | f) | \(($v.shoal[$l][$m] / $r.nbdkit_memory[$l][$m]) | f) | \($v.ceph_rbd[$l].p99_us) | \($v.shoal[$l].p99_us) | \($v.ceph_rbd.qemu_nbd[$l][$m] // "-") | \(if $v.ceph_rbd.qemu_nbd[$l][$m] then ($v.shoal[$l][$m] / $v.ceph_rbd.qemu_nbd[$l][$m]) | f else "-" end) | \($v.ceph_rbd.qemu_nbd[$l].p99_us // "-") |" ),
+      | "| \($s) | \($l) | \($v.ceph_rbd[$l][$m]) | \($v.shoal[$l][$m]) | \($r.nbdkit_memory[$l][$m]) | \(($v.shoal[$l][$m] / $v.ceph_rbd[$l][$m]) | f) | \(($v.shoal[$l][$m] / $r.nbdkit_memory[$l][$m]) | f) | \($v.ceph_rbd[$l].p99_us) | \($v.shoal[$l].p99_us) | \($v.ceph_rbd.qemu_nbd[$l][$m] // "-") | \(if $v.ceph_rbd.qemu_nbd[$l][$m] then ($v.shoal[$l][$m] / $v.ceph_rbd.qemu_nbd[$l][$m]) | f else "-" end) | \($v.ceph_rbd.qemu_nbd[$l].p99_us // "-") | \($v.shoal.unix_socket[$l][$m] // "-") | \(if $v.shoal.unix_socket[$l][$m] then ($v.shoal.unix_socket[$l][$m] / $v.ceph_rbd[$l][$m]) | f else "-" end) | \($v.shoal.unix_socket[$l].p99_us // "-") |" ),
     "",
     "| shape | rbd bench (ops/s) | rbd (ceph) | shoal rbd | shoal/ceph |",
     "|---|---|---|---|---|",
