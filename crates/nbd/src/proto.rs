@@ -149,14 +149,21 @@ pub fn simple_reply(cookie: u64, error: u32, data: &[u8]) -> Vec<u8> {
 /// Appends one structured reply chunk to `out`.
 pub fn chunk(out: &mut Vec<u8>, cookie: u64, flags: u16, kind: u16, payload: &[&[u8]]) {
     let len: usize = payload.iter().map(|p| p.len()).sum();
+    chunk_header(out, cookie, flags, kind, len);
+    for p in payload {
+        out.extend_from_slice(p);
+    }
+}
+
+/// Appends the header of a structured reply chunk whose payload, `payload_bytes` long, the caller
+/// sends right after it.
+pub fn chunk_header(out: &mut Vec<u8>, cookie: u64, flags: u16, kind: u16, payload_bytes: usize) {
+    assert!(payload_bytes <= u32::MAX as usize, "a chunk payload of {payload_bytes} bytes");
     out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
     out.extend_from_slice(&flags.to_be_bytes());
     out.extend_from_slice(&kind.to_be_bytes());
     out.extend_from_slice(&cookie.to_be_bytes());
-    out.extend_from_slice(&(len as u32).to_be_bytes());
-    for p in payload {
-        out.extend_from_slice(p);
-    }
+    out.extend_from_slice(&(payload_bytes as u32).to_be_bytes());
 }
 
 /// A structured error chunk (the final one) with a human-readable message.

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::handshake::Session;
@@ -32,10 +32,67 @@ pub enum TransmissionError {
     Protocol(String),
 }
 
+/// A reply's bytes: `head`, then `data` (a read's payload, sent as the device returned it rather
+/// than copied behind the header).
+struct Reply {
+    head: Vec<u8>,
+    data: Vec<u8>,
+}
+
 /// A reply ready to send, with the permits it holds until it is written.
 struct Outgoing {
-    bytes: Vec<u8>,
+    reply: Reply,
     _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
+
+/// Payloads at least this long are written from where they are instead of through the
+/// connection's buffer (smaller ones are cheaper to copy than to send on their own).
+const DIRECT_PAYLOAD_BYTES: usize = 64 << 10;
+
+/// Writes replies in the order they come, batching those that are ready together into one
+/// system call where it can: small replies are copied into `buf`; a large payload is written
+/// from its own buffer, together with what `buf` holds, by one vectored write.
+struct ReplyWriter<W> {
+    w: W,
+    buf: Vec<u8>,
+}
+
+impl<W: AsyncWrite + Unpin> ReplyWriter<W> {
+    async fn push(&mut self, reply: &Reply) -> std::io::Result<()> {
+        self.buf.extend_from_slice(&reply.head);
+        if reply.data.len() < DIRECT_PAYLOAD_BYTES {
+            self.buf.extend_from_slice(&reply.data);
+            if self.buf.len() >= IO_BUFFER_BYTES {
+                self.flush().await?;
+            }
+            return Ok(());
+        }
+        write_all_two(&mut self.w, &self.buf, &reply.data).await?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        self.w.write_all(&self.buf).await?;
+        self.buf.clear();
+        self.w.flush().await
+    }
+}
+
+/// Writes all of `a` then all of `b`, with vectored writes (one system call when the socket takes
+/// both).
+async fn write_all_two<W: AsyncWrite + Unpin>(w: &mut W, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+    let (mut a, mut b) = (a, b);
+    while !a.is_empty() {
+        let n = w.write_vectored(&[std::io::IoSlice::new(a), std::io::IoSlice::new(b)]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_a = n.min(a.len());
+        a = &a[from_a..];
+        b = &b[n - from_a..];
+    }
+    w.write_all(b).await
 }
 
 /// Serves requests until the client disconnects (DISC or end of stream) or `stop` turns true.
@@ -59,12 +116,12 @@ where
         // Replies that are ready together go out in one system call: under many small requests
         // a write per reply is most of the server's cost. A reply waits in the buffer only
         // while others are being appended; the buffer is flushed whenever the queue is empty.
-        let mut w = BufWriter::with_capacity(IO_BUFFER_BYTES, w);
+        let mut w = ReplyWriter { w, buf: Vec::with_capacity(IO_BUFFER_BYTES) };
         while let Some(out) = rx.recv().await {
-            w.write_all(&out.bytes).await?;
+            w.push(&out.reply).await?;
             drop(out);
             while let Ok(more) = rx.try_recv() {
-                w.write_all(&more.bytes).await?;
+                w.push(&more.reply).await?;
             }
             w.flush().await?;
         }
@@ -116,7 +173,7 @@ where
         let (device, session, tx) = (device.clone(), session.clone(), tx.clone());
         tokio::spawn(async move {
             let reply = serve(&*device, &session, req, data).await;
-            let _ = tx.send(Outgoing { bytes: reply, _permits: (count_permit, byte_permit) }).await;
+            let _ = tx.send(Outgoing { reply, _permits: (count_permit, byte_permit) }).await;
         });
     };
     // Answer everything in flight, then let the writer drain and finish.
@@ -149,31 +206,33 @@ fn fail(errno: u32, message: impl Into<String>) -> DeviceError {
 }
 
 /// Runs one request; returns its whole reply.
-async fn serve<D: BlockDevice>(device: &D, session: &Session, req: Request, data: Vec<u8>) -> Vec<u8> {
+async fn serve<D: BlockDevice>(device: &D, session: &Session, req: Request, data: Vec<u8>) -> Reply {
+    let only = |head: Vec<u8>| Reply { head, data: Vec::new() };
     match execute(device, session, &req, data).await {
         Ok(Answer::Data(bytes)) if session.structured => {
-            let mut out = Vec::with_capacity(32 + bytes.len());
-            chunk(&mut out, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, &[&req.offset.to_be_bytes(), &bytes]);
-            out
+            let mut head = Vec::with_capacity(28);
+            chunk_header(&mut head, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 8 + bytes.len());
+            head.extend_from_slice(&req.offset.to_be_bytes());
+            Reply { head, data: bytes }
         }
-        Ok(Answer::Data(bytes)) => simple_reply(req.cookie, 0, &bytes),
+        Ok(Answer::Data(bytes)) => Reply { head: simple_reply(req.cookie, 0, &[]), data: bytes },
         Ok(Answer::Status(payload)) => {
             let mut out = Vec::new();
             chunk(&mut out, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, &[&payload]);
-            out
+            only(out)
         }
         Ok(Answer::Done) if session.structured => {
             let mut out = Vec::with_capacity(20);
             chunk(&mut out, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, &[]);
-            out
+            only(out)
         }
-        Ok(Answer::Done) => simple_reply(req.cookie, 0, &[]),
+        Ok(Answer::Done) => only(simple_reply(req.cookie, 0, &[])),
         Err(e) => {
             tracing::debug!(cookie = req.cookie, kind = req.kind, error = %e, "NBD request failed");
             if session.structured {
-                error_chunk(req.cookie, e.errno, &e.message)
+                only(error_chunk(req.cookie, e.errno, &e.message))
             } else {
-                simple_reply(req.cookie, e.errno, &[])
+                only(simple_reply(req.cookie, e.errno, &[]))
             }
         }
     }
@@ -275,5 +334,77 @@ async fn execute<D: BlockDevice>(
             Ok(Answer::Status(payload))
         }
         other => Err(fail(EINVAL, format!("unknown command {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A socket that takes at most `step` bytes per write (vectored or not), as a full socket
+    /// buffer does, and records everything it took.
+    struct Trickle {
+        took: Vec<u8>,
+        step: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.step);
+            self.took.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.step - n);
+                self.took.extend_from_slice(&b[..take]);
+                n += take;
+                if n == self.step {
+                    break;
+                }
+            }
+            Poll::Ready(Ok(n))
+        }
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Replies small and large, written through sockets that take any number of bytes at a
+    /// time, arrive whole and in order: each reply's head, then its payload.
+    #[tokio::test]
+    async fn replies_arrive_whole_and_in_order_however_the_socket_takes_them() {
+        let sizes = [0usize, 4096, DIRECT_PAYLOAD_BYTES, 3 * DIRECT_PAYLOAD_BYTES + 5, 100, IO_BUFFER_BYTES + 1];
+        let replies: Vec<Reply> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Reply {
+                head: vec![0xA0 + i as u8; 16 + i],
+                data: (0..n).map(|b| (b % 251) as u8).collect(),
+            })
+            .collect();
+        let expected: Vec<u8> = replies.iter().flat_map(|r| r.head.iter().chain(&r.data).copied()).collect();
+        for step in [1usize, 7, 4096, 1 << 20] {
+            let mut w = ReplyWriter { w: Trickle { took: Vec::new(), step }, buf: Vec::new() };
+            for r in &replies {
+                w.push(r).await.unwrap();
+            }
+            w.flush().await.unwrap();
+            assert!(w.buf.is_empty(), "a flush left bytes in the buffer");
+            assert!(w.w.took == expected, "socket taking {step} bytes at a time: the bytes differ");
+        }
     }
 }
