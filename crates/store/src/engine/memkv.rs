@@ -124,7 +124,9 @@ impl SplitMap {
         };
         match hi {
             Some((hi_o, _)) if hi_o < lo_o => {}
-            // One object's keys (its extents, xattrs or omap): found by hash.
+            // Bounds inside one object (a read's or a write's extents, point-like omap ranges):
+            // found by hash. A scan of all of an object's keys ends at `prefix_end` of its
+            // prefix, a different outer part, and takes the ordered path below.
             Some((hi_o, _)) if hi_o == lo_o => {
                 if let Some(inner) = self.index.get(lo_o) {
                     each(lo_o, inner);
