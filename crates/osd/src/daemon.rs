@@ -1,10 +1,12 @@
 //! The OSD daemon: the I/O around [`OsdCore`].
 //!
 //! Threads: a tokio runtime serves connections (the messenger), follows the map and talks to
-//! peers; one worker thread owns the core and the store. Connection handlers decode frames into
+//! peers; one worker owns the core and the store. Connection handlers decode frames into
 //! [`Event`]s and queue them to the worker (a bounded queue, so a flood of requests pushes back
 //! on the sockets). The worker takes every event that is queued, handles them, syncs the store
 //! once if any resulting action waits for durability (group commit), then performs the actions.
+//! The worker is a thread of its own when the store's calls block on a device, and a task of the
+//! runtime when they never block (the `mem` store; decision 0024).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -34,6 +36,9 @@ const WORKER_BATCH_EVENTS: usize = 256;
 /// reply until the last one of a batch is stored only stalls the client's pipeline (measured:
 /// 4 MiB writes with 16 in flight ran at half speed with count-only batches).
 const WORKER_BATCH_BYTES: usize = 4 << 20;
+/// How long a worker run inline keeps the runtime thread at most before it lets the tasks it
+/// woke run (see the end of `worker_loop`).
+const INLINE_YIELD_AFTER: Duration = Duration::from_millis(1);
 /// Replicated writes queued per peer OSD.
 const PEER_QUEUE_OPS: usize = 1024;
 
@@ -161,18 +166,27 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     // server and the tasks feeding it are gone, or it would never end.
     let peers = Peers::new(tx.downgrade(), cfg.cluster.clone());
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+    let mode = WorkerMode::for_backend(cfg.backend);
     let worker = {
         let monc = monc.clone();
         // The worker gets the connections but no sender of its own queue, so that the queue
         // closes (and the worker ends) once the server and the feeding tasks are gone.
         let ended = WorkerEnded(Some(ended_tx));
-        std::thread::Builder::new()
-            .name(format!("{}-worker", cfg.id))
-            .spawn(move || {
-                let _ended = ended;
-                worker_loop(core, rx, conns, peers, monc, runtime);
-            })
-            .context("starting the worker thread")?
+        let work = async move {
+            let _ended = ended;
+            worker_loop(core, rx, conns, peers, monc, runtime, mode).await;
+        };
+        match mode {
+            WorkerMode::Thread => {
+                let runtime = tokio::runtime::Handle::current();
+                let thread = std::thread::Builder::new()
+                    .name(format!("{}-worker", cfg.id))
+                    .spawn(move || runtime.block_on(work))
+                    .context("starting the worker thread")?;
+                Worker::Thread(thread)
+            }
+            WorkerMode::Inline => Worker::Task(tokio::spawn(work)),
+        }
     };
 
     // Follow the map, and accept the clients its auth table lists (besides the keyring file).
@@ -230,7 +244,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     // First, so that the down mark below is not answered with a boot.
     reboot.abort();
     if worker_died {
-        tracing::error!(osd = %cfg.id, "the worker thread ended unexpectedly: stopping the OSD");
+        tracing::error!(osd = %cfg.id, "the worker ended unexpectedly: stopping the OSD");
     }
     tracing::info!(osd = %cfg.id, "stopping: marking down, draining, unmounting");
     // Tell the monitors first, so clients stop sending here while we close.
@@ -242,16 +256,48 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     drop(shared);
     drop(tx);
     // The worker ends when every sender is gone; it then syncs and drops its store handle.
-    let joined = tokio::task::spawn_blocking(move || worker.join()).await;
-    if worker_died || !matches!(joined, Ok(Ok(()))) {
-        bail!("the OSD worker thread failed");
+    let joined_ok = match worker {
+        Worker::Thread(thread) => matches!(tokio::task::spawn_blocking(move || thread.join()).await, Ok(Ok(()))),
+        Worker::Task(task) => task.await.is_ok(),
+    };
+    if worker_died || !joined_ok {
+        bail!("the OSD worker failed");
     }
     store.flush().context("flushing the store at shutdown")?;
     tracing::info!(osd = %cfg.id, "stopped");
     Ok(())
 }
 
-/// Held by the worker thread; dropped when it ends, by return or by panic, which tells the
+/// Where the worker loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerMode {
+    /// On a thread of its own: for stores whose calls block on a device (`block`, `posix`), so
+    /// that a sync or a read never stalls the sockets.
+    Thread,
+    /// As a task of the network runtime: for the `mem` store, whose calls never block. An event
+    /// then reaches the worker, and its reply the connection's writer, by waking a task on the
+    /// same runtime (tokio runs a task woken by another next, on the same thread) instead of
+    /// waking another thread: two cross-CPU wake-ups less per operation (measured: OSD CPU per
+    /// 4 KiB read -37%, per write -15%).
+    Inline,
+}
+
+impl WorkerMode {
+    fn for_backend(backend: BackendKind) -> WorkerMode {
+        match backend {
+            BackendKind::Mem => WorkerMode::Inline,
+            BackendKind::Block | BackendKind::Posix => WorkerMode::Thread,
+        }
+    }
+}
+
+/// The running worker.
+enum Worker {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+/// Held by the worker; dropped when it ends, by return or by panic, which tells the
 /// daemon.
 struct WorkerEnded(Option<tokio::sync::oneshot::Sender<()>>);
 
@@ -333,13 +379,14 @@ async fn connect_monitors(cluster: &ClusterConfig) -> Result<MonClient> {
     }
 }
 
-fn worker_loop(
+async fn worker_loop(
     mut core: OsdCore,
     mut rx: mpsc::Receiver<Event>,
     conns: Conns,
     peers: Peers,
     monc: MonClient,
     runtime: tokio::runtime::Handle,
+    mode: WorkerMode,
 ) {
     let mut actions = Vec::new();
     // Client I/O goes before recovery work (`lanes`): the worker takes in what has arrived, within
@@ -349,12 +396,16 @@ fn worker_loop(
     let mut pacer = Pacer::default();
     let mut closed = false;
     let mut batch = Vec::new();
+    let mut busy_since = Instant::now();
     loop {
         if lanes.is_empty() {
-            match rx.blocking_recv() {
+            match rx.recv().await {
                 Some(ev) => lanes.push(ev),
                 None => break,
             }
+            // Most likely the receive waited (the queue was empty after the last batch), which
+            // let every woken task run.
+            busy_since = Instant::now();
         }
         while lanes.has_room() {
             match rx.try_recv() {
@@ -370,8 +421,7 @@ fn worker_loop(
             assert!(!background_ok, "the lanes chose no event while holding some and allowed to");
             // Only paced recovery work is waiting: until its turn, or until something arrives.
             let wait = pacer.wait(Instant::now());
-            // The timer is made inside the runtime's context (it needs its time driver).
-            match runtime.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
+            match tokio::time::timeout(wait, rx.recv()).await {
                 Ok(Some(ev)) => lanes.push(ev),
                 Ok(None) => closed = true,
                 Err(_elapsed) => {}
@@ -448,6 +498,16 @@ fn worker_loop(
                     });
                 }
             }
+        }
+        // Run inline, the worker shares its runtime thread with the tasks it wakes, and tokio runs
+        // the task woken last (typically a connection's writer with a reply) only once the
+        // running task yields, which the worker does by itself only when it runs out of work. So
+        // under a steady load it yields at least every `INLINE_YIELD_AFTER`, which bounds how
+        // long a reply can be held back. (Yielding after every batch cost 13% of 4 KiB writes:
+        // each yield is a poll of the I/O driver.)
+        if mode == WorkerMode::Inline && busy_since.elapsed() >= INLINE_YIELD_AFTER {
+            tokio::task::yield_now().await;
+            busy_since = Instant::now();
         }
     }
 }
