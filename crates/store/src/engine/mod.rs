@@ -144,6 +144,9 @@ pub struct Engine<K: Kv, D: Device> {
     _lock: Option<std::fs::File>,
     /// Set by [`Engine::simulate_crash`]: drop without a checkpoint.
     crashed: std::sync::atomic::AtomicBool,
+    /// Nothing of this store outlives the process ([`MemEngine::new_mem`]): no crash can be
+    /// recovered from, so commits skip the commit log (see `commit_once`).
+    volatile: bool,
 }
 
 fn now_ns() -> i64 {
@@ -312,6 +315,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             reuse: RwLock::new(()),
             _lock: lock_file,
             crashed: std::sync::atomic::AtomicBool::new(false),
+            volatile: false,
         })
     }
 
@@ -396,7 +400,15 @@ impl<K: Kv, D: Device> Engine<K, D> {
         // whole blocks.
         let pending_blocks: u64 = pending_csums.iter().map(|p| p.len_bytes / BLOCK_BYTES).sum();
         let growth = pending_blocks * 5 + pending_csums.len() as u64 * 16;
-        let estimate = wal::record_bytes(&batch, &written, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        // A volatile store has nothing to recover after a crash, so the log would only cost: its
+        // transactions take the path of those too big for it, whose flush and synchronous KV
+        // commit cost nothing in RAM (measured: 12% of a RAM OSD's CPU per 4 KiB write went to
+        // encoding and copying log records).
+        let estimate = if self.volatile {
+            u64::MAX
+        } else {
+            wal::record_bytes(&batch, &written, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+        };
         let use_log = estimate <= w.log.max_record_bytes();
         // Checkpoint when the log is full, and when recovery would otherwise have to verify
         // more than CHECKPOINT_DATA_BYTES of data.
@@ -762,9 +774,14 @@ pub type BlockEngine = Engine<kv::FjallKv, device::FileDevice>;
 pub type MemEngine = Engine<kv::MemKv, device::MemDevice>;
 
 impl MemEngine {
-    /// A new, empty RAM store with `size_bytes` of capacity.
+    /// A new, empty RAM store with `size_bytes` of capacity. Volatile: nothing of it outlives
+    /// the process, so its commits write no commit log; a commit is complete (and visible to
+    /// every later read) when it returns, and "durable" means no more than that.
     pub fn new_mem(size_bytes: u64) -> Result<Self> {
-        Self::format(BackendKind::Mem, kv::MemKv::default(), device::MemDevice::new(size_bytes), None)
+        let mut engine =
+            Self::format(BackendKind::Mem, kv::MemKv::default(), device::MemDevice::new(size_bytes), None)?;
+        engine.volatile = true;
+        Ok(engine)
     }
 }
 
