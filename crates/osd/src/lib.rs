@@ -11,9 +11,9 @@
 //!   snapshot, trimming), kept beside each head object in its PG.
 //! - [`scrub`]: scrub maps of objects and their comparison across a PG's members.
 //! - [`daemon`]: the I/O around the core: messenger server, worker (a thread, or a task for
-//!   the `mem` store), monitor client, replication connections; [`lanes`] and [`pacing`] decide when the worker takes client I/O
-//!   and recovery work (client I/O first, and recovery held to a share of the time while
-//!   clients are busy).
+//!   the `mem` store), monitor client, replication connections; [`lanes`] and [`pacing`]
+//!   decide when the worker takes client I/O and recovery work (client I/O first, and recovery
+//!   held to a share of the time while clients are busy).
 
 pub mod copy;
 pub mod core;
