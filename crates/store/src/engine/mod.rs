@@ -405,11 +405,11 @@ impl<K: Kv, D: Device> Engine<K, D> {
         // commit cost nothing in RAM (measured: 12% of a RAM OSD's CPU per 4 KiB write went to
         // encoding and copying log records).
         let estimate = if self.volatile {
-            u64::MAX
+            0 // never read: the log is not used
         } else {
             wal::record_bytes(&batch, &written, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
         };
-        let use_log = estimate <= w.log.max_record_bytes();
+        let use_log = !self.volatile && estimate <= w.log.max_record_bytes();
         // Checkpoint when the log is full, and when recovery would otherwise have to verify
         // more than CHECKPOINT_DATA_BYTES of data.
         if use_log && (!w.log.fits(estimate) || w.data_since_checkpoint > CHECKPOINT_DATA_BYTES) {
