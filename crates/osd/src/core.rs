@@ -5,9 +5,12 @@
 //! returns (sending frames, reporting stats); the deterministic simulation feeds it the same
 //! events from a seeded event queue. Store calls are made directly (they are synchronous and,
 //! on the `mem` backend, deterministic); durability is batched: writes are committed with
-//! [`Durability::Batch`] and every action marked `after_sync` must be held back until the
-//! driver has called [`ObjectStore::sync`] — one sync covers every write handled in the same
-//! batch of events (group commit).
+//! [`Durability::Batch`] (client and replicated writes with [`Durability::Deferred`]) and every
+//! action marked `after_sync` must be held back until the driver has called
+//! [`ObjectStore::sync`] — one sync covers every write handled in the same batch of events
+//! (group commit). A batch that needs no sync ends with [`ObjectStore::settle`], before its
+//! actions are carried out, so that nothing leaves the OSD before its writes are in the
+//! operating system's hands.
 //!
 //! Writes: the primary validates the request against its map (it must be the PG's primary),
 //! resolves it ([`crate::exec::resolve_writes`]), commits it locally, forwards it to every
@@ -750,7 +753,9 @@ impl OsdCore {
         let mut txn = build_transaction(&*self.store, coll, &entry.object, resolved, data, create)?;
         let log = self.log_mut(pg)?;
         log.record(&mut txn, pg, entry);
-        self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+        // Deferred: on a disk-backed store the batch's writes then reach the device together at
+        // the sync (or settle) that ends the driver's batch, before any reply leaves.
+        self.store.commit(txn, Durability::Deferred).map_err(|e| store_error(&e))?;
         if let Some(log) = self.logs.get_mut(&pg) {
             log.applied(entry);
         }

@@ -442,9 +442,15 @@ async fn worker_loop(
         }
         let needs_sync = actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
         let mut sync_error = None;
-        if needs_sync && let Err(e) = core.store().sync() {
-            tracing::error!(error = %e, "store sync failed: failing this batch's writes");
-            sync_error = Some(RemoteError::new(ErrorCode::Io, format!("store sync failed: {e}")));
+        if needs_sync {
+            if let Err(e) = core.store().sync() {
+                tracing::error!(error = %e, "store sync failed: failing this batch's writes");
+                sync_error = Some(RemoteError::new(ErrorCode::Io, format!("store sync failed: {e}")));
+            }
+        } else if let Err(e) = core.store().settle() {
+            // Only writes are staged and each has an `after_sync` reply, so this batch has no
+            // reply to fail; the store refuses writes from now on.
+            tracing::error!(error = %e, "store failed writing staged transactions");
         }
         let share_pct = core.map().setting(shoal_map::config::RECOVERY_BUSY_SHARE_PCT).clamp(1, 100);
         pacer.record(Instant::now(), started.elapsed(), client, background, share_pct);

@@ -60,7 +60,7 @@ fn main() {
         value.extend_from_slice(obj.as_bytes());
         txn.omap_set(&log_coll, "log", vec![(key(version).to_vec(), value)]);
         log.push_back(version);
-        store.commit(txn, Durability::Batch).expect("commit");
+        store.commit(txn, Durability::Deferred).expect("commit");
         n += 1;
         if n.is_multiple_of(16) {
             store.sync().expect("sync");

@@ -71,6 +71,14 @@ pub enum Durability {
     /// process (it is in the operating system's buffers); it reaches stable storage with the next
     /// `Sync` commit or [`ObjectStore::sync`], whichever comes first.
     Batch,
+    /// Visible to readers of this store when the commit returns, but possibly only in memory:
+    /// the `block` engine stages such transactions and writes them as a group (one device
+    /// submission, one KV batch) at the next [`ObjectStore::sync`] (then durable, as `Sync`),
+    /// [`ObjectStore::settle`] (then as `Batch`), commit of another kind, or when the group is
+    /// full. A crash of the process before then loses them — in commit order, never one without
+    /// every later one — and never anything committed before them. Other backends treat it as
+    /// `Batch`. For callers that acknowledge nothing before their next `sync` (an OSD).
+    Deferred,
 }
 
 /// One mutation inside a [`Transaction`].
@@ -290,6 +298,13 @@ pub trait ObjectStore: Send + Sync {
 
     /// Makes every transaction committed so far durable, as if it had been committed `Sync`.
     fn sync(&self) -> Result<()>;
+
+    /// Makes every transaction committed so far at least as durable as [`Durability::Batch`]
+    /// promises (writes out [`Durability::Deferred`] ones, without a device flush). A no-op
+    /// for backends that stage nothing.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Like [`ObjectStore::sync`], and also moves data still held in a log to its final place
     /// (the engine's deferred writes), so that nothing is left to replay at the next mount.

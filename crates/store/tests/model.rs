@@ -155,17 +155,20 @@ fn summary(ops: &[Op]) -> String {
 
 #[derive(Clone)]
 enum Step {
-    Txn(Vec<Op>, bool),
+    Txn(Vec<Op>, Durability),
     Remount,
     Sync,
+    /// Writes out staged (`Deferred`) transactions without a flush.
+    Settle,
 }
 
 impl std::fmt::Debug for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Step::Txn(ops, sync) => write!(f, "Txn[{}]{}", summary(ops), if *sync { " sync" } else { "" }),
+            Step::Txn(ops, durability) => write!(f, "Txn[{}] {durability:?}", summary(ops)),
             Step::Remount => write!(f, "Remount"),
             Step::Sync => write!(f, "Sync"),
+            Step::Settle => write!(f, "Settle"),
         }
     }
 }
@@ -215,11 +218,16 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
+fn durability_strategy() -> impl Strategy<Value = Durability> {
+    prop_oneof![Just(Durability::Sync), Just(Durability::Batch), Just(Durability::Deferred)]
+}
+
 fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
-        12 => (prop::collection::vec(op_strategy(), 1..4), any::<bool>()).prop_map(|(ops, sync)| Step::Txn(ops, sync)),
+        12 => (prop::collection::vec(op_strategy(), 1..4), durability_strategy()).prop_map(|(ops, d)| Step::Txn(ops, d)),
         1 => Just(Step::Remount),
         1 => Just(Step::Sync),
+        1 => Just(Step::Settle),
     ]
 }
 
@@ -233,11 +241,10 @@ fn run(mut store: Store, steps: &[Step], reopen: &dyn Fn(Store) -> Store) {
     model.insert("c1".into(), BTreeMap::new());
     for step in steps {
         match step {
-            Step::Txn(ops, sync) => {
+            Step::Txn(ops, durability) => {
                 let mut next = model.clone();
                 let expect_ok = ops.iter().all(|op| model_apply(&mut next, op).is_ok());
-                let durability = if *sync { Durability::Sync } else { Durability::Batch };
-                let got = store.commit(Transaction { ops: ops.clone() }, durability);
+                let got = store.commit(Transaction { ops: ops.clone() }, *durability);
                 assert_eq!(got.is_ok(), expect_ok, "commit of {} returned {got:?}", summary(ops));
                 if expect_ok {
                     model = next;
@@ -245,6 +252,7 @@ fn run(mut store: Store, steps: &[Step], reopen: &dyn Fn(Store) -> Store) {
             }
             Step::Remount => store = reopen(store),
             Step::Sync => store.sync().unwrap(),
+            Step::Settle => store.settle().unwrap(),
         }
         check_equal(store.as_ref(), &model);
     }

@@ -22,10 +22,11 @@ pub mod kv;
 pub mod layout;
 mod memkv;
 mod read;
+mod staged;
 mod txn;
 pub mod wal;
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use shoal_util::{AlignedBuf, BufPool};
 
@@ -34,6 +35,7 @@ use self::device::{BLOCK_BYTES, Device};
 use self::kv::{Batch, Ks, Kv, KvRead};
 use self::layout::{LABEL_BYTES, Onode, Superblock};
 use self::read::{ExtentMap, read_blocks};
+use self::staged::{Overlaid, STAGE_TXN_MAX_BYTES, Staged};
 use self::txn::Plan;
 use self::wal::{APPLIED_SEQ_KEY, Log};
 use crate::api::{BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Transaction, Usage};
@@ -147,6 +149,11 @@ pub struct Engine<K: Kv, D: Device> {
     /// Nothing of this store outlives the process ([`MemEngine::new_mem`]): no crash can be
     /// recovered from, so commits skip the commit log (see `commit_once`).
     volatile: bool,
+    /// `Deferred` transactions not written yet (see `staged.rs`). Only the writer changes it,
+    /// holding `writer`; readers take it shared, before their KV snapshot (so that they see a
+    /// staged change either above the snapshot or in it). Lock order: `writer`, then `reuse` or
+    /// `staged`, never both of the last two.
+    staged: RwLock<Staged>,
 }
 
 fn now_ns() -> i64 {
@@ -167,6 +174,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic in the writer leaves nothing half-done in memory that the next commit relies on
     // (plans are built aside and applied only when complete), so the state stays usable.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn dev_err(what: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
@@ -316,15 +331,55 @@ impl<K: Kv, D: Device> Engine<K, D> {
             _lock: lock_file,
             crashed: std::sync::atomic::AtomicBool::new(false),
             volatile: false,
+            staged: RwLock::new(Staged::default()),
         })
     }
 
-    /// Flushes the device: every log record and data block written so far becomes durable.
+    /// Flushes the device: every log record and data block written so far becomes durable
+    /// (staged transactions are written first).
     fn flush_device(&self, w: &mut Writer) -> Result<()> {
+        if !read_lock(&self.staged).is_empty() {
+            return self.drain_staged(w, true);
+        }
         if w.dirty {
             self.dev.sync().map_err(dev_err("flushing the device"))?;
             w.dirty = false;
             self.flushed(w);
+        }
+        Ok(())
+    }
+
+    /// Writes the staged group (see `staged.rs`): its data and log records in one device
+    /// submission (with `flush`, followed by a device flush), then, once all of it is on the
+    /// device, its merged metadata batch to the KV store. On return the group is as durable as
+    /// `Batch` transactions are (as `Sync` ones with `flush`). A device error leaves the group
+    /// staged (readers keep seeing it); a KV error loses it from memory, as it loses any
+    /// commit's batch; either way the caller fails the engine.
+    fn drain_staged(&self, w: &mut Writer, flush: bool) -> Result<()> {
+        {
+            let staged = read_lock(&self.staged);
+            if staged.is_empty() {
+                return Ok(());
+            }
+            let writes = staged.writes();
+            self.dev.write_all(&writes, flush).map_err(dev_err("writing deferred transactions"))?;
+        }
+        // Readers wait while the batch moves from the group to the KV store, so that they see
+        // it in one place or the other.
+        let mut staged = write_lock(&self.staged);
+        let (batch, data) = staged.take();
+        self.kv.commit(batch, false)?;
+        drop(staged);
+        for buf in data {
+            if let txn::DirectData::Owned(buf) = buf {
+                self.pool.give(buf);
+            }
+        }
+        if flush {
+            w.dirty = false;
+            self.flushed(w);
+        } else {
+            w.dirty = true;
         }
         Ok(())
     }
@@ -380,16 +435,26 @@ impl<K: Kv, D: Device> Engine<K, D> {
     }
 
     fn commit_once(&self, w: &mut Writer, txn: &Transaction, durability: Durability) -> Result<()> {
-        let mut plan = Plan::new(&self.kv, &self.dev, &self.pool, &mut w.alloc, now_ns());
-        for (i, op) in txn.ops.iter().enumerate() {
-            let last_for_object = !txn.ops[i + 1..].iter().any(|later| same_object(op, later));
-            if let Err(e) = plan.apply(op, last_for_object) {
-                plan.abandon();
-                return Err(e);
-            }
+        let deferred = durability == Durability::Deferred;
+        if !deferred {
+            // Staged transactions reach the KV store before this one does.
+            self.drain_staged(w, false)?;
         }
-        let txn::Planned { mut batch, frees, direct, pending_csums, objects_delta, collections_delta } =
-            plan.into_batch();
+        let planned = {
+            let staged = read_lock(&self.staged);
+            let view = Overlaid::new(&self.kv, staged.batch());
+            let staged_block = |phys| staged.block(phys);
+            let mut plan = Plan::new(&view, &self.dev, &staged_block, &self.pool, &mut w.alloc, now_ns());
+            for (i, op) in txn.ops.iter().enumerate() {
+                let last_for_object = !txn.ops[i + 1..].iter().any(|later| same_object(op, later));
+                if let Err(e) = plan.apply(op, last_for_object) {
+                    plan.abandon();
+                    return Err(e);
+                }
+            }
+            plan.into_batch()
+        };
+        let txn::Planned { mut batch, frees, direct, pending_csums, objects_delta, collections_delta } = planned;
         let seq = w.seq + 1;
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
         let written: Vec<(u64, u64)> = direct.iter().map(|(phys, buf)| (*phys, buf.len() as u64)).collect();
@@ -410,6 +475,12 @@ impl<K: Kv, D: Device> Engine<K, D> {
             wal::record_bytes(&batch, &written, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
         };
         let use_log = !self.volatile && estimate <= w.log.max_record_bytes();
+        // Small transactions with nothing to compute while their data travels are staged; the
+        // others are written now, after the group.
+        let stage = deferred && use_log && pending_csums.is_empty() && written_bytes <= STAGE_TXN_MAX_BYTES;
+        if !stage || !read_lock(&self.staged).has_room(written_bytes) {
+            self.drain_staged(w, false)?;
+        }
         // Checkpoint when the log is full, and when recovery would otherwise have to verify
         // more than CHECKPOINT_DATA_BYTES of data.
         if use_log && (!w.log.fits(estimate) || w.data_since_checkpoint > CHECKPOINT_DATA_BYTES) {
@@ -417,6 +488,18 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
         let claim = w.flushed_seq;
         w.data_since_checkpoint += written_bytes;
+        if stage {
+            let record = wal::encode_record(seq, &batch, &written, claim);
+            if record.len() as u64 > estimate {
+                let why = std::io::Error::other("log record outgrew its reservation");
+                return Err(StoreError::io("staging a transaction", why));
+            }
+            let at = w.log.reserve(record.len() as u64);
+            write_lock(&self.staged).push(batch, direct, (at, record));
+            self.committed(w, seq, objects_delta, collections_delta, frees);
+            w.last_claim = claim;
+            return Ok(());
+        }
         let writes: Vec<(u64, &[u8])> = direct.iter().map(|(phys, buf)| (*phys, &buf[..])).collect();
         let fill_csums = |batch: &mut Batch| {
             for p in &pending_csums {
@@ -460,11 +543,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             // Recovery must never expect this transaction's record: start a new lap.
             w.log.reset();
         }
-        w.seq = seq;
-        w.objects = apply_delta(w.objects, objects_delta, "objects");
-        w.collections = apply_delta(w.collections, collections_delta, "collections");
-        w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
-        w.pending_free.extend(frees.into_iter().map(|(off, len)| (seq, off, len)));
+        self.committed(w, seq, objects_delta, collections_delta, frees);
         if use_log {
             w.last_claim = claim;
         }
@@ -479,6 +558,15 @@ impl<K: Kv, D: Device> Engine<K, D> {
             self.flushed(w);
         }
         Ok(())
+    }
+
+    /// The writer's bookkeeping for committed transaction `seq`.
+    fn committed(&self, w: &mut Writer, seq: u64, objects_delta: i64, collections_delta: i64, frees: Vec<(u64, u64)>) {
+        w.seq = seq;
+        w.objects = apply_delta(w.objects, objects_delta, "objects");
+        w.collections = apply_delta(w.collections, collections_delta, "collections");
+        w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
+        w.pending_free.extend(frees.into_iter().map(|(off, len)| (seq, off, len)));
     }
 
     /// Checkpoints: after this the KV store durably holds every committed transaction and the
@@ -537,7 +625,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
     /// object holds no data.
     #[doc(hidden)]
     pub fn inject_bit_rot(&self, coll: &str, obj: &str) -> Result<bool> {
-        let _writer = lock(&self.writer);
+        let mut writer = lock(&self.writer);
+        // The block to damage must be on the device, not staged.
+        self.drain_staged(&mut writer, false)?;
         let Some(phys) = self.first_block(coll, obj)? else { return Ok(false) };
         let mut buf = shoal_util::aligned::AlignedBuf::zeroed(BLOCK_BYTES as usize);
         let io = |e: std::io::Error| StoreError::Io { context: format!("damaging {coll}/{obj}"), source: e };
@@ -551,7 +641,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
     /// Where object `coll/obj`'s first data block is on the device; `None` if it holds no data.
     /// For the damage-injecting test hooks (the caller holds the writer lock).
     fn first_block(&self, coll: &str, obj: &str) -> Result<Option<u64>> {
+        let staged = read_lock(&self.staged);
         let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.batch());
         let onode = self.onode(&snap, coll, obj)?;
         if onode.size_bytes == 0 {
             return Ok(None);
@@ -626,13 +718,22 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         self.flush_device(&mut w).inspect_err(|e| w.failed = Some(e.to_string()))
     }
 
+    fn settle(&self) -> Result<()> {
+        let mut w = lock(&self.writer);
+        if let Some(why) = &w.failed {
+            return Err(StoreError::Failed(why.clone()));
+        }
+        self.drain_staged(&mut w, false).inspect_err(|e| w.failed = Some(e.to_string()))
+    }
+
     fn flush(&self) -> Result<()> {
         self.quiesce()
     }
 
     fn list_collections(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        self.kv.scan(Ks::Colls, &[], None, &mut |k, _| {
+        let staged = read_lock(&self.staged);
+        Overlaid::new(&self.kv, staged.batch()).scan(Ks::Colls, &[], None, &mut |k, _| {
             out.push(String::from_utf8_lossy(k).into_owned());
             true
         })?;
@@ -640,7 +741,8 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn collection_exists(&self, coll: &str) -> Result<bool> {
-        Ok(self.kv.get(Ks::Colls, coll.as_bytes())?.is_some())
+        let staged = read_lock(&self.staged);
+        Ok(Overlaid::new(&self.kv, staged.batch()).get(Ks::Colls, coll.as_bytes())?.is_some())
     }
 
     fn read(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -650,7 +752,9 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
 
     fn read_bytes(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<bytes::Bytes> {
         let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let staged = read_lock(&self.staged);
         let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.batch());
         let onode = self.onode(&snap, coll, obj)?;
         if offset > onode.size_bytes {
             return Err(StoreError::ReadPastEnd {
@@ -667,25 +771,30 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
-        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|_| None, &self.pool)?;
+        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|phys| staged.block(phys), &self.pool)?;
         let at = (offset - lo) as usize;
         // The reply is sent from the pool buffer itself, which returns to the pool once dropped.
         Ok(bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + (end - offset) as usize))
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
-        let onode = self.onode(&self.kv, coll, obj)?;
+        let staged = read_lock(&self.staged);
+        let onode = self.onode(&Overlaid::new(&self.kv, staged.batch()), coll, obj)?;
         Ok(ObjectStat { size_bytes: onode.size_bytes, mtime_ns: onode.mtime_ns })
     }
 
     fn get_xattr(&self, coll: &str, obj: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        let staged = read_lock(&self.staged);
         let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.batch());
         self.onode(&snap, coll, obj)?;
         snap.get(Ks::Xattrs, &layout::child_key(&layout::child_prefix(coll, obj), name.as_bytes()))
     }
 
     fn list_xattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let staged = read_lock(&self.staged);
         let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.batch());
         self.onode(&snap, coll, obj)?;
         let prefix = layout::child_prefix(coll, obj);
         let end = layout::prefix_end(&prefix);
@@ -698,13 +807,17 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn omap_get(&self, coll: &str, obj: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let staged = read_lock(&self.staged);
         let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.batch());
         self.onode(&snap, coll, obj)?;
         snap.get(Ks::Omap, &layout::child_key(&layout::child_prefix(coll, obj), key))
     }
 
     fn omap_list(&self, coll: &str, obj: &str, after: Option<&[u8]>, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let staged = read_lock(&self.staged);
         let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.batch());
         self.onode(&snap, coll, obj)?;
         let prefix = layout::child_prefix(coll, obj);
         let end = layout::prefix_end(&prefix);
@@ -725,7 +838,9 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn list_objects(&self, coll: &str, prefix: &str, after: Option<&str>, max: usize) -> Result<ListPage> {
+        let staged = read_lock(&self.staged);
         let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.batch());
         Self::require_collection(&snap, coll)?;
         let coll_prefix = layout::collection_prefix(coll);
         let key_prefix = layout::object_key(coll, prefix);
@@ -791,7 +906,9 @@ impl MemEngine {
     /// object holds no data.
     #[doc(hidden)]
     pub fn inject_read_error(&self, coll: &str, obj: &str) -> Result<bool> {
-        let _writer = lock(&self.writer);
+        let mut writer = lock(&self.writer);
+        // The block to damage must be on the device, not staged.
+        self.drain_staged(&mut writer, false)?;
         let Some(phys) = self.first_block(coll, obj)? else { return Ok(false) };
         self.dev.make_unreadable(phys);
         Ok(true)
@@ -1001,6 +1118,116 @@ mod recovery_tests {
         let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
         assert_eq!(engine.read_all("c", "a").unwrap(), vec![1; 10_000]);
         assert!(!engine.exists("c", "b").unwrap());
+        assert!(engine.fsck().unwrap().is_clean());
+    }
+
+    fn kv_batches(kv: &LossyKv) -> usize {
+        kv.history.lock().unwrap().0.len()
+    }
+
+    #[test]
+    fn deferred_transactions_are_seen_at_once_and_reach_the_kv_store_as_one_batch() {
+        let kv = LossyKv::default();
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let engine = fresh(&kv, &dev);
+        write(&engine, "synced", 8192, Durability::Sync);
+        let before = kv_batches(&kv);
+        for i in 0..5usize {
+            write(&engine, &format!("d{i}"), 4096 * (i + 1) + 100, Durability::Deferred);
+        }
+        // A partial overwrite of a staged object reads its staged edge block while planning.
+        let mut txn = Transaction::new();
+        txn.write("c", "d1", 4000, vec![7u8; 300]).set_xattr("c", "d1", "x", b"v".to_vec()).omap_set(
+            "c",
+            "d1",
+            vec![(b"k".to_vec(), b"w".to_vec())],
+        );
+        engine.commit(txn, Durability::Deferred).unwrap();
+        let mut want = vec![2u8 ^ 0x5a; 8292];
+        want[4000..4300].fill(7);
+        let check = |engine: &Engine<LossyKv, Arc<MemDevice>>| {
+            assert_eq!(engine.read_all("c", "d1").unwrap(), want);
+            assert_eq!(engine.read("c", "d3", 4096, 8192).unwrap(), vec![2u8 ^ 0x5a; 8192]);
+            assert_eq!(engine.stat("c", "d4").unwrap().size_bytes, 5 * 4096 + 100);
+            assert_eq!(engine.get_xattr("c", "d1", "x").unwrap(), Some(b"v".to_vec()));
+            assert_eq!(engine.omap_get("c", "d1", b"k").unwrap(), Some(b"w".to_vec()));
+            let names = engine.list_objects("c", "", None, 100).unwrap().objects;
+            assert_eq!(names, ["d0", "d1", "d2", "d3", "d4", "synced"]);
+            assert_eq!(engine.usage().unwrap().objects, 6);
+        };
+        check(&engine);
+        assert_eq!(kv_batches(&kv), before, "staged transactions are not in the KV store yet");
+        engine.settle().unwrap();
+        assert_eq!(kv_batches(&kv), before + 1, "the group reaches the KV store as one batch");
+        check(&engine);
+        // Settled, the group survives a crash of the process (the KV store keeps its batches).
+        engine.simulate_crash();
+        let engine = Engine::load(BackendKind::Mem, kv.clone(), Arc::clone(&dev), None).unwrap();
+        check(&engine);
+        // Synced, it also survives losing the KV store's unsynced batches (its log records).
+        write(&engine, "d5", 4096, Durability::Deferred);
+        engine.sync().unwrap();
+        engine.simulate_crash();
+        let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
+        check_all_but_listing(&engine, &want);
+        assert_eq!(engine.read_all("c", "d5").unwrap(), vec![2u8 ^ 0x5a; 4096]);
+        assert!(engine.fsck().unwrap().is_clean());
+    }
+
+    fn check_all_but_listing(engine: &Engine<LossyKv, Arc<MemDevice>>, d1: &[u8]) {
+        assert_eq!(engine.read_all("c", "d1").unwrap(), d1);
+        for i in [0usize, 2, 3, 4] {
+            assert_eq!(engine.read_all("c", &format!("d{i}")).unwrap(), vec![2u8 ^ 0x5a; 4096 * (i + 1) + 100]);
+        }
+    }
+
+    #[test]
+    fn a_crash_before_the_group_is_written_loses_it_and_nothing_before_it() {
+        let kv = LossyKv::default();
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let engine = fresh(&kv, &dev);
+        write(&engine, "kept", 8192, Durability::Sync);
+        write(&engine, "batch", 8192, Durability::Batch);
+        write(&engine, "lost1", 4096, Durability::Deferred);
+        write(&engine, "lost2", 4096, Durability::Deferred);
+        // An overwrite of a settled object, staged: the crash must leave the old bytes.
+        let mut txn = Transaction::new();
+        txn.write("c", "kept", 0, vec![9u8; 4096]).remove("c", "batch");
+        engine.commit(txn, Durability::Deferred).unwrap();
+        assert!(engine.exists("c", "lost2").unwrap() && !engine.exists("c", "batch").unwrap());
+        engine.simulate_crash();
+        let engine = Engine::load(BackendKind::Mem, kv.clone(), Arc::clone(&dev), None).unwrap();
+        assert_eq!(engine.read_all("c", "kept").unwrap(), vec![4u8 ^ 0x5a; 8192]);
+        assert_eq!(engine.read_all("c", "batch").unwrap(), vec![5u8 ^ 0x5a; 8192]);
+        assert!(!engine.exists("c", "lost1").unwrap() && !engine.exists("c", "lost2").unwrap());
+        let report = engine.fsck().unwrap();
+        assert!(report.is_clean(), "{:?}", report.errors);
+    }
+
+    #[test]
+    fn the_group_is_written_when_full_and_before_any_other_commit() {
+        let kv = LossyKv::default();
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let engine = fresh(&kv, &dev);
+        let before = kv_batches(&kv);
+        for i in 0..staged::STAGED_MAX_TXNS {
+            write(&engine, &format!("o{i}"), 4096, Durability::Deferred);
+        }
+        assert_eq!(kv_batches(&kv), before);
+        write(&engine, "one-more", 4096, Durability::Deferred);
+        assert_eq!(kv_batches(&kv), before + 1, "a full group is written before the next joins");
+        // A `Batch` commit goes to the KV store after the staged group, in order.
+        write(&engine, "batch", 4096, Durability::Batch);
+        assert_eq!(kv_batches(&kv), before + 3);
+        let applied = |b: &Batch| b.ops.get(&(Ks::Meta, APPLIED_SEQ_KEY.to_vec())).cloned().flatten();
+        let history = kv.history.lock().unwrap().0.clone();
+        let seqs: Vec<u64> =
+            history[before..].iter().map(|b| layout::decode_u64("seq", &applied(b).unwrap()).unwrap()).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "KV batches out of order: {seqs:?}");
+        // A large deferred transaction is not staged: it is written at once.
+        write(&engine, "large", 1 << 20, Durability::Deferred);
+        assert_eq!(kv_batches(&kv), before + 4);
+        assert_eq!(engine.list_objects("c", "", None, 1000).unwrap().objects.len(), staged::STAGED_MAX_TXNS + 3);
         assert!(engine.fsck().unwrap().is_clean());
     }
 

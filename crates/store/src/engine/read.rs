@@ -73,8 +73,8 @@ pub fn scan_extents<R: KvRead>(
 }
 
 /// Reads the block-aligned logical range `[lo, hi)` of an object. Holes read as zeros. Blocks
-/// not on the device yet (planned earlier in the same transaction) come from `pending`
-/// (device offset → block); all others from the device. Every block is verified against its checksum before any byte is returned.
+/// not on the device yet (planned earlier in the same transaction, or staged) come from
+/// `pending` (device offset → block); all others from the device. Every block is verified against its checksum before any byte is returned.
 pub fn read_blocks<D: Device>(
     dev: &D,
     (coll, obj): (&str, &str),

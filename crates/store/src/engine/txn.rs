@@ -69,9 +69,13 @@ pub struct Planned {
     pub direct: Vec<(u64, DirectData)>,
 }
 
+/// A block (by device offset) written by a transaction staged earlier, not on the device yet.
+pub type StagedBlock<'a> = dyn Fn(u64) -> Option<Arc<Vec<u8>>> + 'a;
+
 pub struct Plan<'a, R: KvRead, D: Device> {
     kv: &'a R,
     dev: &'a D,
+    staged: &'a StagedBlock<'a>,
     pool: &'a BufPool,
     alloc: &'a mut Allocator,
     now_ns: i64,
@@ -100,10 +104,18 @@ pub struct Plan<'a, R: KvRead, D: Device> {
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
-    pub fn new(kv: &'a R, dev: &'a D, pool: &'a BufPool, alloc: &'a mut Allocator, now_ns: i64) -> Self {
+    pub fn new(
+        kv: &'a R,
+        dev: &'a D,
+        staged: &'a StagedBlock<'a>,
+        pool: &'a BufPool,
+        alloc: &'a mut Allocator,
+        now_ns: i64,
+    ) -> Self {
         Self {
             kv,
             dev,
+            staged,
             pool,
             alloc,
             now_ns,
@@ -316,7 +328,8 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                         return Some(Arc::new(buf[from..from + BLOCK_BYTES as usize].to_vec()));
                     }
                 }
-                None
+                // So is data of transactions staged before this one.
+                (self.staged)(phys)
             },
             self.pool,
         )
