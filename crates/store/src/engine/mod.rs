@@ -349,6 +349,12 @@ impl<K: Kv, D: Device> Engine<K, D> {
         Ok(())
     }
 
+    /// The staged group, for a reader (to be taken before its KV snapshot); `None` for a
+    /// volatile store, which never stages anything (and whose reads then skip the lock).
+    fn staged_view(&self) -> Option<RwLockReadGuard<'_, Staged>> {
+        (!self.volatile).then(|| read_lock(&self.staged))
+    }
+
     /// Writes the staged group (see `staged.rs`): its data and log records in one device
     /// submission (with `flush`, followed by a device flush), then, once all of it is on the
     /// device, its merged metadata batch to the KV store. On return the group is as durable as
@@ -442,7 +448,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
         let planned = {
             let staged = read_lock(&self.staged);
-            let view = Overlaid::new(&self.kv, staged.batch());
+            let view = Overlaid::new(&self.kv, Some(staged.batch()));
             let staged_block = |phys| staged.block(phys);
             let mut plan = Plan::new(&view, &self.dev, &staged_block, &self.pool, &mut w.alloc, now_ns());
             for (i, op) in txn.ops.iter().enumerate() {
@@ -641,9 +647,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
     /// Where object `coll/obj`'s first data block is on the device; `None` if it holds no data.
     /// For the damage-injecting test hooks (the caller holds the writer lock).
     fn first_block(&self, coll: &str, obj: &str) -> Result<Option<u64>> {
-        let staged = read_lock(&self.staged);
+        let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.batch());
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
         let onode = self.onode(&snap, coll, obj)?;
         if onode.size_bytes == 0 {
             return Ok(None);
@@ -719,6 +725,11 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn settle(&self) -> Result<()> {
+        // Every transaction committed before this call is staged by now, if at all (an OSD calls
+        // this after every batch of events, most of which staged nothing).
+        if self.staged_view().is_none_or(|s| s.is_empty()) {
+            return Ok(());
+        }
         let mut w = lock(&self.writer);
         if let Some(why) = &w.failed {
             return Err(StoreError::Failed(why.clone()));
@@ -732,8 +743,8 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
 
     fn list_collections(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        let staged = read_lock(&self.staged);
-        Overlaid::new(&self.kv, staged.batch()).scan(Ks::Colls, &[], None, &mut |k, _| {
+        let staged = self.staged_view();
+        Overlaid::new(&self.kv, staged.as_deref().map(Staged::batch)).scan(Ks::Colls, &[], None, &mut |k, _| {
             out.push(String::from_utf8_lossy(k).into_owned());
             true
         })?;
@@ -741,8 +752,8 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn collection_exists(&self, coll: &str) -> Result<bool> {
-        let staged = read_lock(&self.staged);
-        Ok(Overlaid::new(&self.kv, staged.batch()).get(Ks::Colls, coll.as_bytes())?.is_some())
+        let staged = self.staged_view();
+        Ok(Overlaid::new(&self.kv, staged.as_deref().map(Staged::batch)).get(Ks::Colls, coll.as_bytes())?.is_some())
     }
 
     fn read(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -752,9 +763,9 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
 
     fn read_bytes(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<bytes::Bytes> {
         let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let staged = read_lock(&self.staged);
+        let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.batch());
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
         let onode = self.onode(&snap, coll, obj)?;
         if offset > onode.size_bytes {
             return Err(StoreError::ReadPastEnd {
@@ -771,30 +782,38 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
-        let buf = read_blocks(&self.dev, (coll, obj), &extents, lo, hi, &|phys| staged.block(phys), &self.pool)?;
+        let buf = read_blocks(
+            &self.dev,
+            (coll, obj),
+            &extents,
+            lo,
+            hi,
+            &|phys| staged.as_ref().and_then(|s| s.block(phys)),
+            &self.pool,
+        )?;
         let at = (offset - lo) as usize;
         // The reply is sent from the pool buffer itself, which returns to the pool once dropped.
         Ok(bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + (end - offset) as usize))
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
-        let staged = read_lock(&self.staged);
-        let onode = self.onode(&Overlaid::new(&self.kv, staged.batch()), coll, obj)?;
+        let staged = self.staged_view();
+        let onode = self.onode(&Overlaid::new(&self.kv, staged.as_deref().map(Staged::batch)), coll, obj)?;
         Ok(ObjectStat { size_bytes: onode.size_bytes, mtime_ns: onode.mtime_ns })
     }
 
     fn get_xattr(&self, coll: &str, obj: &str, name: &str) -> Result<Option<Vec<u8>>> {
-        let staged = read_lock(&self.staged);
+        let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.batch());
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
         self.onode(&snap, coll, obj)?;
         snap.get(Ks::Xattrs, &layout::child_key(&layout::child_prefix(coll, obj), name.as_bytes()))
     }
 
     fn list_xattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let staged = read_lock(&self.staged);
+        let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.batch());
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
         self.onode(&snap, coll, obj)?;
         let prefix = layout::child_prefix(coll, obj);
         let end = layout::prefix_end(&prefix);
@@ -807,17 +826,17 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn omap_get(&self, coll: &str, obj: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let staged = read_lock(&self.staged);
+        let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.batch());
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
         self.onode(&snap, coll, obj)?;
         snap.get(Ks::Omap, &layout::child_key(&layout::child_prefix(coll, obj), key))
     }
 
     fn omap_list(&self, coll: &str, obj: &str, after: Option<&[u8]>, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let staged = read_lock(&self.staged);
+        let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.batch());
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
         self.onode(&snap, coll, obj)?;
         let prefix = layout::child_prefix(coll, obj);
         let end = layout::prefix_end(&prefix);
@@ -838,9 +857,9 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn list_objects(&self, coll: &str, prefix: &str, after: Option<&str>, max: usize) -> Result<ListPage> {
-        let staged = read_lock(&self.staged);
+        let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.batch());
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
         Self::require_collection(&snap, coll)?;
         let coll_prefix = layout::collection_prefix(coll);
         let key_prefix = layout::object_key(coll, prefix);

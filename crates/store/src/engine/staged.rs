@@ -122,9 +122,13 @@ pub struct Overlaid<'a, R: KvRead> {
     above: &'a Batch,
 }
 
+/// What an absent group looks like.
+static NOTHING_STAGED: Batch = Batch { ops: std::collections::BTreeMap::new() };
+
 impl<'a, R: KvRead> Overlaid<'a, R> {
-    pub fn new(inner: &'a R, above: &'a Batch) -> Self {
-        Self { inner, above }
+    /// `inner` with `above` over it (nothing over it when `None`).
+    pub fn new(inner: &'a R, above: Option<&'a Batch>) -> Self {
+        Self { inner, above: above.unwrap_or(&NOTHING_STAGED) }
     }
 }
 
@@ -246,7 +250,7 @@ mod tests {
                 }
             }
             merged.commit(staged.clone(), false).unwrap();
-            let view = Overlaid::new(&base, &staged);
+            let view = Overlaid::new(&base, Some(&staged));
             for ks in 0..3u8 {
                 let hi_key = hi.map(|h| vec![h]);
                 proptest::prop_assert_eq!(
