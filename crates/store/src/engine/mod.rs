@@ -448,7 +448,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
         let planned = {
             let staged = read_lock(&self.staged);
-            let view = Overlaid::new(&self.kv, Some(staged.batch()));
+            let view = Overlaid::new(&self.kv, Some(staged.changes()));
             let staged_block = |phys| staged.block(phys);
             let mut plan = Plan::new(&view, &self.dev, &staged_block, &self.pool, &mut w.alloc, now_ns());
             for (i, op) in txn.ops.iter().enumerate() {
@@ -649,7 +649,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
     fn first_block(&self, coll: &str, obj: &str) -> Result<Option<u64>> {
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
         let onode = self.onode(&snap, coll, obj)?;
         if onode.size_bytes == 0 {
             return Ok(None);
@@ -744,7 +744,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn list_collections(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
         let staged = self.staged_view();
-        Overlaid::new(&self.kv, staged.as_deref().map(Staged::batch)).scan(Ks::Colls, &[], None, &mut |k, _| {
+        Overlaid::new(&self.kv, staged.as_deref().map(Staged::changes)).scan(Ks::Colls, &[], None, &mut |k, _| {
             out.push(String::from_utf8_lossy(k).into_owned());
             true
         })?;
@@ -753,7 +753,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
 
     fn collection_exists(&self, coll: &str) -> Result<bool> {
         let staged = self.staged_view();
-        Ok(Overlaid::new(&self.kv, staged.as_deref().map(Staged::batch)).get(Ks::Colls, coll.as_bytes())?.is_some())
+        Ok(Overlaid::new(&self.kv, staged.as_deref().map(Staged::changes)).get(Ks::Colls, coll.as_bytes())?.is_some())
     }
 
     fn read(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -765,7 +765,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
         let onode = self.onode(&snap, coll, obj)?;
         if offset > onode.size_bytes {
             return Err(StoreError::ReadPastEnd {
@@ -798,14 +798,14 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
         let staged = self.staged_view();
-        let onode = self.onode(&Overlaid::new(&self.kv, staged.as_deref().map(Staged::batch)), coll, obj)?;
+        let onode = self.onode(&Overlaid::new(&self.kv, staged.as_deref().map(Staged::changes)), coll, obj)?;
         Ok(ObjectStat { size_bytes: onode.size_bytes, mtime_ns: onode.mtime_ns })
     }
 
     fn get_xattr(&self, coll: &str, obj: &str, name: &str) -> Result<Option<Vec<u8>>> {
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
         self.onode(&snap, coll, obj)?;
         snap.get(Ks::Xattrs, &layout::child_key(&layout::child_prefix(coll, obj), name.as_bytes()))
     }
@@ -813,7 +813,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn list_xattrs(&self, coll: &str, obj: &str) -> Result<Vec<(String, Vec<u8>)>> {
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
         self.onode(&snap, coll, obj)?;
         let prefix = layout::child_prefix(coll, obj);
         let end = layout::prefix_end(&prefix);
@@ -828,7 +828,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn omap_get(&self, coll: &str, obj: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
         self.onode(&snap, coll, obj)?;
         snap.get(Ks::Omap, &layout::child_key(&layout::child_prefix(coll, obj), key))
     }
@@ -836,7 +836,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn omap_list(&self, coll: &str, obj: &str, after: Option<&[u8]>, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
         self.onode(&snap, coll, obj)?;
         let prefix = layout::child_prefix(coll, obj);
         let end = layout::prefix_end(&prefix);
@@ -859,7 +859,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn list_objects(&self, coll: &str, prefix: &str, after: Option<&str>, max: usize) -> Result<ListPage> {
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::batch));
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
         Self::require_collection(&snap, coll)?;
         let coll_prefix = layout::collection_prefix(coll);
         let key_prefix = layout::object_key(coll, prefix);

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use shoal_util::AlignedBuf;
 
 use super::device::BLOCK_BYTES;
-use super::kv::{Batch, Ks, KvRead};
+use super::kv::{ALL_KEYSPACES, Batch, Ks, KvRead};
 use super::txn::DirectData;
 use crate::error::Result;
 
@@ -42,13 +42,17 @@ pub const STAGED_MAX_BYTES: u64 = 8 << 20;
 /// while their data is already on its way to the device.
 pub const STAGE_TXN_MAX_BYTES: u64 = 256 << 10;
 
+/// Metadata changes by keyspace (indexed by `Ks as usize`, as a plan's overlay), so that
+/// lookups borrow the caller's key; `None` is a deletion.
+pub type Changes = [BTreeMap<Vec<u8>, Option<Vec<u8>>>; ALL_KEYSPACES.len()];
+
 /// The staged group.
 #[derive(Default)]
 pub struct Staged {
     /// Metadata of every staged transaction merged in commit order (a later change to a key
     /// replaces an earlier one), ending with the last one's `applied_seq`: what the KV store gets
     /// when the group is written, and what readers see above it until then.
-    batch: Batch,
+    changes: Changes,
     /// Data bound for newly allocated blocks, by device offset. Staged regions never overlap: a
     /// block freed by a staged transaction becomes reusable only after a flush, which writes the
     /// group first.
@@ -72,7 +76,9 @@ impl Staged {
     /// Adds a committed transaction: its metadata batch, its new data and its log record.
     pub fn push(&mut self, batch: Batch, direct: Vec<(u64, DirectData)>, record: (u64, AlignedBuf)) {
         debug_assert!(self.has_room(direct.iter().map(|(_, d)| d.len() as u64).sum()), "staged past the bounds");
-        self.batch.ops.extend(batch.ops);
+        for ((ks, key), value) in batch.ops {
+            self.changes[ks as usize].insert(key, value);
+        }
         for (phys, data) in direct {
             debug_assert!(
                 self.data
@@ -88,8 +94,8 @@ impl Staged {
     }
 
     /// The metadata readers see above the KV store.
-    pub fn batch(&self) -> &Batch {
-        &self.batch
+    pub fn changes(&self) -> &Changes {
+        &self.changes
     }
 
     /// A copy of the staged block at device offset `phys`, if one is staged there.
@@ -108,7 +114,10 @@ impl Staged {
 
     /// Empties the group, returning its merged metadata batch and its data buffers (for reuse).
     pub fn take(&mut self) -> (Batch, std::collections::btree_map::IntoValues<u64, DirectData>) {
-        let batch = std::mem::take(&mut self.batch);
+        let mut batch = Batch::default();
+        for (ks, changes) in ALL_KEYSPACES.into_iter().zip(std::mem::take(&mut self.changes)) {
+            batch.ops.extend(changes.into_iter().map(|(key, value)| ((ks, key), value)));
+        }
         let data = std::mem::take(&mut self.data);
         self.records.clear();
         self.data_bytes = 0;
@@ -119,25 +128,24 @@ impl Staged {
 /// A KV view with staged metadata above it: what a reader or a new transaction's plan sees.
 pub struct Overlaid<'a, R: KvRead> {
     inner: &'a R,
-    above: &'a Batch,
+    above: Option<&'a Changes>,
 }
-
-/// What an absent group looks like.
-static NOTHING_STAGED: Batch = Batch { ops: std::collections::BTreeMap::new() };
 
 impl<'a, R: KvRead> Overlaid<'a, R> {
     /// `inner` with `above` over it (nothing over it when `None`).
-    pub fn new(inner: &'a R, above: Option<&'a Batch>) -> Self {
-        Self { inner, above: above.unwrap_or(&NOTHING_STAGED) }
+    pub fn new(inner: &'a R, above: Option<&'a Changes>) -> Self {
+        Self { inner, above }
+    }
+
+    /// The changes above keyspace `ks`, if any.
+    fn above(&self, ks: Ks) -> Option<&'a BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+        self.above.map(|a| &a[ks as usize]).filter(|m| !m.is_empty())
     }
 }
 
 impl<R: KvRead> KvRead for Overlaid<'_, R> {
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if self.above.is_empty() {
-            return self.inner.get(ks, key);
-        }
-        match self.above.ops.get(&(ks, key.to_vec())) {
+        match self.above(ks).and_then(|m| m.get(key)) {
             Some(v) => Ok(v.clone()),
             None => self.inner.get(ks, key),
         }
@@ -146,22 +154,15 @@ impl<R: KvRead> KvRead for Overlaid<'_, R> {
     /// Merges the two ordered streams: an entry above replaces (or, when `None`, hides) the
     /// entry below with the same key.
     fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        if self.above.is_empty() {
-            return self.inner.scan(ks, lo, hi, visit);
-        }
+        let Some(above) = self.above(ks) else { return self.inner.scan(ks, lo, hi, visit) };
         if hi.is_some_and(|h| h <= lo) {
             return Ok(()); // empty (and `range` refuses an inverted range)
         }
-        // With no upper key the range runs to the end of keyspace `ks` in the batch (whose keys
-        // are ordered by keyspace first).
-        let upper = match hi {
-            Some(h) => Bound::Excluded((ks, h.to_vec())),
-            None => next_keyspace(ks).map_or(Bound::Unbounded, |next| Bound::Excluded((next, Vec::new()))),
-        };
-        let mut above = self.above.ops.range((Bound::Included((ks, lo.to_vec())), upper)).peekable();
+        let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut above = above.range::<[u8], _>((Bound::Included(lo), upper)).peekable();
         let mut stopped = false;
         self.inner.scan(ks, lo, hi, &mut |k, v| {
-            while let Some(((_, ak), av)) = above.peek() {
+            while let Some((ak, av)) = above.peek() {
                 if ak.as_slice() > k {
                     break;
                 }
@@ -184,7 +185,7 @@ impl<R: KvRead> KvRead for Overlaid<'_, R> {
             true
         })?;
         if !stopped {
-            for ((_, ak), av) in above {
+            for (ak, av) in above {
                 if let Some(av) = av
                     && !visit(ak, av)
                 {
@@ -194,13 +195,6 @@ impl<R: KvRead> KvRead for Overlaid<'_, R> {
         }
         Ok(())
     }
-}
-
-/// The keyspace ordered right after `ks`, if any.
-fn next_keyspace(ks: Ks) -> Option<Ks> {
-    let all = super::kv::ALL_KEYSPACES;
-    let i = all.iter().position(|k| *k == ks)?;
-    all.get(i + 1).copied()
 }
 
 #[cfg(test)]
@@ -242,15 +236,17 @@ mod tests {
                 b.put(ks_of(*ks), vec![*k], vec![*v]);
             }
             merged.commit(b, false).unwrap();
-            let mut staged = Batch::default();
+            let mut staged = Staged::default();
+            let mut b = Batch::default();
             for (ks, k, v) in &above {
                 match v {
-                    Some(v) => staged.put(ks_of(*ks), vec![*k], vec![*v]),
-                    None => staged.delete(ks_of(*ks), vec![*k]),
+                    Some(v) => b.put(ks_of(*ks), vec![*k], vec![*v]),
+                    None => b.delete(ks_of(*ks), vec![*k]),
                 }
             }
-            merged.commit(staged.clone(), false).unwrap();
-            let view = Overlaid::new(&base, Some(&staged));
+            merged.commit(b.clone(), false).unwrap();
+            staged.push(b, Vec::new(), (0, AlignedBuf::zeroed(4096)));
+            let view = Overlaid::new(&base, Some(staged.changes()));
             for ks in 0..3u8 {
                 let hi_key = hi.map(|h| vec![h]);
                 proptest::prop_assert_eq!(
