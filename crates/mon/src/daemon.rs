@@ -511,7 +511,7 @@ struct MonHandler {
 }
 
 fn decode<M: DeserializeOwned>(frame: &Frame) -> Result<M, String> {
-    shoal_proto::decode::<M>(frame.payload.clone()).map(|(m, _)| m).map_err(|e| e.to_string())
+    shoal_proto::decode_bytes::<M>(frame.clone().into_bytes()).map(|(m, _)| m).map_err(|e| e.to_string())
 }
 
 fn raft_reply<T: Serialize, E: std::fmt::Display>(request_id: u64, msg_type: u16, r: Result<T, E>) -> Frame {

@@ -19,7 +19,8 @@ use shoal_proto::{Frame, HEADER_BYTES};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::wire::{
-    HANDSHAKE_MAX_PAYLOAD, MSG_AUTH, MSG_AUTH_OK, MSG_CHALLENGE, MSG_ERROR, error_reason, read_frame, write_frame,
+    HANDSHAKE_MAX_PAYLOAD, MSG_AUTH, MSG_AUTH_OK, MSG_CHALLENGE, MSG_ERROR, Payloads, error_reason, read_frame,
+    write_frame,
 };
 use crate::{Key, Keyring, NetError};
 
@@ -51,7 +52,7 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     key: &Key,
 ) -> Result<String, NetError> {
     let mut header = [0u8; HEADER_BYTES];
-    let first = read_frame(s, &mut header, HANDSHAKE_MAX_PAYLOAD).await?.ok_or(NetError::Closed)?;
+    let first = read_frame(s, &mut header, HANDSHAKE_MAX_PAYLOAD, Payloads::Plain).await?.ok_or(NetError::Closed)?;
     if first.msg_type == MSG_ERROR {
         return Err(NetError::AuthRefused { reason: error_reason(&first) });
     }
@@ -73,7 +74,7 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     payload.extend_from_slice(entity.as_bytes());
     write_frame(s, &Frame::new(MSG_AUTH, 0, payload)).await?;
 
-    let answer = read_frame(s, &mut header, HANDSHAKE_MAX_PAYLOAD).await?.ok_or(NetError::Closed)?;
+    let answer = read_frame(s, &mut header, HANDSHAKE_MAX_PAYLOAD, Payloads::Plain).await?.ok_or(NetError::Closed)?;
     match answer.msg_type {
         MSG_ERROR => Err(NetError::AuthRefused { reason: error_reason(&answer) }),
         MSG_AUTH_OK => {
@@ -100,7 +101,7 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
     write_frame(s, &Frame::new(MSG_CHALLENGE, 0, payload)).await?;
 
     let mut header = [0u8; HEADER_BYTES];
-    let auth = match read_frame(s, &mut header, HANDSHAKE_MAX_PAYLOAD).await {
+    let auth = match read_frame(s, &mut header, HANDSHAKE_MAX_PAYLOAD, Payloads::Plain).await {
         Ok(Some(f)) => f,
         Ok(None) => return Err(NetError::Closed),
         Err(NetError::Frame(e)) => {

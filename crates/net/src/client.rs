@@ -16,8 +16,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::wire::{
-    FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, READ_BUFFER, check_outgoing, error_frame, error_reason,
-    read_frame, writer_task,
+    FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, Payloads, READ_BUFFER, check_outgoing, error_frame,
+    error_reason, read_frame, writer_task,
 };
 use crate::{Key, NetError, auth};
 
@@ -304,7 +304,7 @@ async fn reader_task(rd: OwnedReadHalf, shared: Arc<Shared>, tx: mpsc::WeakSende
         let frame = tokio::select! {
             biased;
             () = shared.link.reader_stopped() => break None,
-            r = read_frame(&mut rd, &mut header, MAX_PAYLOAD_BYTES) => r,
+            r = read_frame(&mut rd, &mut header, MAX_PAYLOAD_BYTES, Payloads::Plain) => r,
         };
         let frame = match frame {
             Ok(Some(f)) => f,

@@ -12,8 +12,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::wire::{
-    FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, READ_BUFFER, check_outgoing, error_frame, read_frame,
-    writer_task,
+    FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, Payloads, READ_BUFFER, check_outgoing, error_frame,
+    read_frame, writer_task,
 };
 use crate::{Keyring, NetError, auth};
 
@@ -237,7 +237,7 @@ async fn connection<H: Handler>(
             biased;
             () = link.reader_stopped() => break None,
             _ = stop.wait_for(|s| *s) => break None,
-            r = read_frame(&mut rd, &mut header, MAX_PAYLOAD_BYTES) => r,
+            r = read_frame(&mut rd, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned) => r,
         };
         let frame = match frame {
             Ok(Some(f)) => f,

@@ -105,6 +105,22 @@ impl Link {
     }
 }
 
+/// Payloads at least this large are read into block-aligned memory when the reader asks for it.
+pub(crate) const ALIGNED_PAYLOAD_MIN_BYTES: usize = 64 << 10;
+/// The alignment of such payloads: a storage block, what direct I/O requires of memory.
+pub(crate) const PAYLOAD_ALIGN_BYTES: usize = 4096;
+
+/// How a reader lays out the payloads it receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Payloads {
+    /// Every payload in the frame's `payload` vector.
+    Plain,
+    /// Payloads of at least [`ALIGNED_PAYLOAD_MIN_BYTES`] in the frame's `data`, starting on a
+    /// [`PAYLOAD_ALIGN_BYTES`] boundary; smaller ones as with `Plain`. A server uses this: the
+    /// bulk data of a write leads its payload, so a store can write it with direct I/O as it is.
+    Aligned,
+}
+
 /// Reads one frame: the header into `header`, then the payload straight into a buffer of its own.
 /// Returns `Ok(None)` when the peer closed the connection cleanly between two frames.
 ///
@@ -116,6 +132,7 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     header: &mut [u8; HEADER_BYTES],
     max_payload: u32,
+    payloads: Payloads,
 ) -> Result<Option<Frame>, NetError> {
     // A clean end of stream is only possible before the first byte of a frame.
     let first = r.read(&mut header[..MAGIC.len()]).await?;
@@ -131,17 +148,37 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     r.read_exact(&mut header[MAGIC.len()..]).await?;
     let h = decode_header(header, max_payload)?;
     let len = h.len as usize;
+    if payloads == Payloads::Aligned && len >= ALIGNED_PAYLOAD_MIN_BYTES {
+        // Room for the payload at the first aligned address of the allocation: the bytes before
+        // it are padding, and the frame keeps the allocation through a slice that skips them.
+        let mut buf: Vec<u8> = Vec::with_capacity(len + PAYLOAD_ALIGN_BYTES - 1);
+        let pad = buf.as_ptr().align_offset(PAYLOAD_ALIGN_BYTES);
+        assert!(pad < PAYLOAD_ALIGN_BYTES, "no aligned address in an allocation of the alignment's size");
+        buf.resize(pad, 0);
+        read_payload(r, &mut buf, pad + len).await?;
+        h.check_payload(&buf[pad..])?;
+        let data = bytes::Bytes::from(buf).slice(pad..);
+        debug_assert_eq!(data.as_ptr() as usize % PAYLOAD_ALIGN_BYTES, 0);
+        return Ok(Some(Frame::with_data(h.msg_type, h.request_id, data, Vec::new())));
+    }
     let mut payload = Vec::with_capacity(len);
-    while payload.len() < len {
-        let want = (len - payload.len()) as u64;
+    read_payload(r, &mut payload, len).await?;
+    h.check_payload(&payload)?;
+    Ok(Some(Frame::new(h.msg_type, h.request_id, payload)))
+}
+
+/// Reads from `r` until `buf` holds `end` bytes, into its spare capacity (no zeroing first).
+async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: usize) -> Result<(), NetError> {
+    debug_assert!(buf.capacity() >= end, "the payload buffer is allocated before it is read");
+    while buf.len() < end {
+        let want = (end - buf.len()) as u64;
         // `take` keeps the read inside this frame; `read_buf` fills the spare capacity directly.
-        let n = (&mut *r).take(want).read_buf(&mut payload).await?;
+        let n = (&mut *r).take(want).read_buf(buf).await?;
         if n == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
     }
-    h.check_payload(&payload)?;
-    Ok(Some(Frame::new(h.msg_type, h.request_id, payload)))
+    Ok(())
 }
 
 /// Writes one frame directly (used during the handshake, before the writer task exists).
@@ -236,4 +273,51 @@ pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
     }
     link.close();
     let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(frames: &[Frame]) -> Vec<u8> {
+        frames.iter().flat_map(Frame::encode).collect()
+    }
+
+    #[tokio::test]
+    async fn an_aligned_reader_puts_large_payloads_on_a_block_boundary_and_small_ones_in_place() {
+        let large: Vec<u8> = (0..ALIGNED_PAYLOAD_MIN_BYTES + 12_345).map(|i| (i * 7 % 251) as u8).collect();
+        let small = b"a small payload".to_vec();
+        let bytes = wire(&[Frame::new(16, 1, large.clone()), Frame::new(17, 2, small.clone())]);
+        let mut r = &bytes[..];
+        let mut header = [0u8; HEADER_BYTES];
+        let first = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
+        assert_eq!((first.msg_type, first.request_id), (16, 1));
+        assert!(first.payload.is_empty());
+        assert_eq!(first.data.as_ptr().addr() % PAYLOAD_ALIGN_BYTES, 0);
+        assert_eq!(first.into_bytes(), large);
+        let second = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
+        assert!(second.data.is_empty());
+        assert_eq!(second.payload, small);
+        assert!(read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().is_none());
+
+        // A plain reader keeps every payload in the vector.
+        let mut r = &bytes[..];
+        let plain = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Plain).await.unwrap().unwrap();
+        assert!(plain.data.is_empty());
+        assert_eq!(plain.payload, large);
+    }
+
+    #[tokio::test]
+    async fn an_aligned_reader_refuses_a_corrupt_or_cut_large_payload() {
+        let mut bytes = wire(&[Frame::new(16, 9, vec![5u8; ALIGNED_PAYLOAD_MIN_BYTES])]);
+        let mut header = [0u8; HEADER_BYTES];
+        let cut = bytes.len() - 1;
+        let mut r = &bytes[..cut];
+        let err = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap_err();
+        assert!(matches!(err, NetError::Io(_)), "{err:?}");
+        bytes[HEADER_BYTES + 100] ^= 1;
+        let mut r = &bytes[..];
+        let err = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap_err();
+        assert!(matches!(err, NetError::Frame(FrameError::PayloadChecksum { request_id: 9 })), "{err:?}");
+    }
 }

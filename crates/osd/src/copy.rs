@@ -156,7 +156,7 @@ pub fn apply_copy(
     store: &dyn ObjectStore,
     coll: &str,
     copy: &ObjectCopy,
-    data: Vec<u8>,
+    data: bytes::Bytes,
 ) -> Result<(), RemoteError> {
     if data.len() as u64 != copy.size_bytes {
         return Err(RemoteError::new(
@@ -174,7 +174,7 @@ fn replace_object(
     store: &dyn ObjectStore,
     coll: &str,
     copy: &ObjectCopy,
-    data: Vec<u8>,
+    data: bytes::Bytes,
 ) -> Result<(), RemoteError> {
     // The collection may be created by this same transaction (the PG is new here).
     let present = match store.exists(coll, &copy.name) {
@@ -211,7 +211,7 @@ pub fn apply_part(
     coll: &str,
     copy: &ObjectCopy,
     part: shoal_proto::osd::PushPart,
-    data: Vec<u8>,
+    data: bytes::Bytes,
 ) -> Result<(), RemoteError> {
     let invalid = |why: String| Err(RemoteError::new(ErrorCode::Invalid, why));
     let end = part.offset + data.len() as u64;
@@ -240,8 +240,8 @@ pub fn apply_part(
     Ok(())
 }
 
-/// Splits a message's bulk data into the data of each copy, in order.
-pub fn split_data(copies: &[ObjectCopy], mut data: Vec<u8>) -> Result<Vec<Vec<u8>>, RemoteError> {
+/// Splits a message's bulk data into the data of each copy, in order (slices of it, no copies).
+pub fn split_data(copies: &[ObjectCopy], data: bytes::Bytes) -> Result<Vec<bytes::Bytes>, RemoteError> {
     let want: u64 = copies.iter().map(|c| c.size_bytes).sum();
     if want != data.len() as u64 {
         return Err(RemoteError::new(
@@ -249,12 +249,15 @@ pub fn split_data(copies: &[ObjectCopy], mut data: Vec<u8>) -> Result<Vec<Vec<u8
             format!("copies name {want} bytes of data but {} were sent", data.len()),
         ));
     }
-    let mut out = Vec::with_capacity(copies.len());
-    for c in copies.iter().rev() {
-        let at = data.len() - c.size_bytes as usize;
-        out.push(data.split_off(at));
-    }
-    out.reverse();
+    let mut at = 0;
+    let out = copies
+        .iter()
+        .map(|c| {
+            let piece = data.slice(at..at + c.size_bytes as usize);
+            at += c.size_bytes as usize;
+            piece
+        })
+        .collect();
     Ok(out)
 }
 

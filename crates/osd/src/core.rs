@@ -67,9 +67,9 @@ pub const MAX_PENDING_WRITES: usize = 4096;
 #[derive(Debug)]
 pub enum Event {
     /// A client's request (frame type `OsdOp`).
-    ClientOp { from: Token, request_id: u64, op: OsdOp, data: Vec<u8> },
+    ClientOp { from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes },
     /// A primary's replicated write.
-    RepOp { from: Token, request_id: u64, op: RepOp, data: Vec<u8> },
+    RepOp { from: Token, request_id: u64, op: RepOp, data: bytes::Bytes },
     /// A replica's answer to a [`RepOp`] we sent (or the driver's report that sending failed).
     RepReply { from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError> },
     /// A listing request.
@@ -85,7 +85,7 @@ pub enum Event {
     /// A request from a peer OSD about a PG (peering, recovery, strays, scrub: message types
     /// 40..=49),
     /// decoded by the core.
-    PeerMsg { from: Token, request_id: u64, msg_type: u16, payload: Vec<u8> },
+    PeerMsg { from: Token, request_id: u64, msg_type: u16, payload: bytes::Bytes },
     /// The answer to an [`Action::Peer`] (or the driver's report that it could not be delivered).
     PeerReply { from: OsdId, call: PeerCall, result: Result<Frame, RemoteError> },
     /// The monitors answered an [`Action::MonCommand`]; `epoch`: the map epoch the change is in
@@ -516,7 +516,7 @@ impl OsdCore {
         }
     }
 
-    fn client_op(&mut self, from: Token, request_id: u64, op: OsdOp, data: Vec<u8>, out: &mut Vec<Action>) {
+    fn client_op(&mut self, from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
         let fail = |e: RemoteError| Action::Reply {
             to: from,
@@ -634,7 +634,6 @@ impl OsdCore {
             _ => vec![false; replicas.len()],
         };
         // The replicas' sends and the local commit share one buffer (no copies).
-        let data = bytes::Bytes::from(data);
         let copies: Vec<bytes::Bytes> =
             log_only.iter().map(|only| if *only { bytes::Bytes::new() } else { data.clone() }).collect();
         let data_len = data.len() as u64;
@@ -765,7 +764,7 @@ impl OsdCore {
         Ok(())
     }
 
-    fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: Vec<u8>, out: &mut Vec<Action>) {
+    fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: bytes::Bytes, out: &mut Vec<Action>) {
         let pg = PgId { pool: op.pool, seed: op.pg };
         let coll = pg_collection(pg);
         let result = self.apply_rep_op(pg, &coll, &op, data);
@@ -782,7 +781,7 @@ impl OsdCore {
     /// missed a write refuses the next, and its primary peers again); a second delivery of the same
     /// write is acknowledged without applying it. A log-only write (this OSD is being backfilled
     /// and has not been sent the object yet) records the entry without touching the object.
-    fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: Vec<u8>) -> Result<(), RemoteError> {
+    fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: bytes::Bytes) -> Result<(), RemoteError> {
         if pg.pool < self.map.next_pool_id && !self.map.pools.contains_key(&pg.pool) {
             return Err(RemoteError::new(ErrorCode::NotFound, format!("pool id {} has been deleted", pg.pool)));
         }
@@ -831,7 +830,7 @@ impl OsdCore {
             return self.commit(pg, coll, &[], bytes::Bytes::new(), &entry);
         }
         check_precondition(&*self.store, coll, &op.object, op.precondition)?;
-        self.commit(pg, coll, &op.ops, bytes::Bytes::from(data), &entry)
+        self.commit(pg, coll, &op.ops, data, &entry)
     }
 
     fn rep_reply(&mut self, from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError>, out: &mut Vec<Action>) {

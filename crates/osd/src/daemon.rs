@@ -19,7 +19,7 @@ use shoal_client::{ClusterConfig, MonClient};
 use shoal_map::{Command, OsdId, Weight};
 use shoal_net::{Connection, Handler, Keyring, ServerConfig, ServerConn, error_frame};
 use shoal_proto::osd::{OsdOp, PgList, PgQuery, RepOp, RepOpReply};
-use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, encode};
+use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, decode_bytes, encode};
 use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
 use tokio::sync::mpsc;
 
@@ -97,24 +97,28 @@ impl Handler for OsdHandler {
             conns.entry(token).or_insert_with(|| conn.clone());
         }
         let request_id = frame.request_id;
-        let event = match frame.msg_type {
+        let msg_type = frame.msg_type;
+        // The payload whole, as it was read: a large one in block-aligned memory, which the bulk
+        // data of a write keeps all the way to the store (see `shoal_net::Payloads`).
+        let payload = frame.into_bytes();
+        let event = match msg_type {
             OsdOp::TYPE => {
-                decode::<OsdOp>(frame.payload).map(|(op, data)| Event::ClientOp { from: token, request_id, op, data })
+                decode_bytes::<OsdOp>(payload).map(|(op, data)| Event::ClientOp { from: token, request_id, op, data })
             }
             RepOp::TYPE => {
-                decode::<RepOp>(frame.payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data })
+                decode_bytes::<RepOp>(payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data })
             }
             PgList::TYPE => {
-                decode::<PgList>(frame.payload).map(|(req, _)| Event::PgList { from: token, request_id, req })
+                decode_bytes::<PgList>(payload).map(|(req, _)| Event::PgList { from: token, request_id, req })
             }
             PgQuery::TYPE => {
-                decode::<PgQuery>(frame.payload).map(|(req, _)| Event::PgQuery { from: token, request_id, req })
+                decode_bytes::<PgQuery>(payload).map(|(req, _)| Event::PgQuery { from: token, request_id, req })
             }
-            shoal_proto::osd::PgCommand::TYPE => decode::<shoal_proto::osd::PgCommand>(frame.payload)
+            shoal_proto::osd::PgCommand::TYPE => decode_bytes::<shoal_proto::osd::PgCommand>(payload)
                 .map(|(req, _)| Event::PgCommand { from: token, request_id, req }),
             // Peering, recovery and scrub: the core decodes them.
             40..=49 if conn.peer_entity().starts_with("osd.") => {
-                Ok(Event::PeerMsg { from: token, request_id, msg_type: frame.msg_type, payload: frame.payload })
+                Ok(Event::PeerMsg { from: token, request_id, msg_type, payload })
             }
             other => {
                 let _ =

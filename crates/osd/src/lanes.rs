@@ -265,7 +265,7 @@ mod tests {
             object: object.to_string(),
             ops: vec![ObjOp::Stat],
         };
-        Event::ClientOp { from: 0, request_id: tid, op, data: Vec::new() }
+        Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new() }
     }
 
     fn client(pg: u32, tid: u64) -> Event {
@@ -273,7 +273,7 @@ mod tests {
     }
 
     fn push_msg(p: &PgPush) -> Event {
-        Event::PeerMsg { from: 0, request_id: 0, msg_type: PgPush::TYPE, payload: encode(p, vec![7; 100]) }
+        Event::PeerMsg { from: 0, request_id: 0, msg_type: PgPush::TYPE, payload: encode(p, vec![7; 100]).into() }
     }
 
     /// A backfill chunk covering every name of the PG.
@@ -342,11 +342,17 @@ mod tests {
         let objects = Scope::Objects(vec!["a".into(), "b".into()]);
         assert_eq!(lane(&recovery_push(9, &["a", "b"])), Lane::Background(pg(9), objects));
         let pull = PgPull { epoch: 3, pool: 1, pg: 5, object: "x".into() };
-        let pull = Event::PeerMsg { from: 0, request_id: 0, msg_type: PgPull::TYPE, payload: encode(&pull, vec![]) };
+        let pull =
+            Event::PeerMsg { from: 0, request_id: 0, msg_type: PgPull::TYPE, payload: encode(&pull, vec![]).into() };
         assert_eq!(lane(&pull), Lane::Background(pg(5), Scope::Objects(vec!["x".into()])));
         assert_eq!(lane(&client(9, 1)), Lane::Foreground(Some(pg(9))));
         assert_eq!(lane(&push_reply(4)), Lane::Background(pg(4), Scope::Nothing));
-        let bad = Event::PeerMsg { from: 0, request_id: 0, msg_type: PgPush::TYPE, payload: vec![1, 2, 3] };
+        let bad = Event::PeerMsg {
+            from: 0,
+            request_id: 0,
+            msg_type: PgPush::TYPE,
+            payload: bytes::Bytes::from_static(&[1, 2, 3]),
+        };
         assert_eq!(lane(&bad), Lane::Barrier);
         assert_eq!(lane(&Event::Tick { now_ms: 1 }), Lane::Timer);
         assert_eq!(lane(&Event::MonCommandDone { epoch: None }), Lane::Barrier);

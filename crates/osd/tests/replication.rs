@@ -147,8 +147,8 @@ impl Net {
                     return;
                 }
                 let rid = self.rid(from, osd.0, Call::Rep(op.reqid));
-                let (op, data): (RepOp, Vec<u8>) =
-                    decode(shoal_proto::frame_with_data(rid, &op, data).into_payload()).unwrap();
+                let (op, data): (RepOp, bytes::Bytes) =
+                    shoal_proto::decode_bytes(shoal_proto::frame_with_data(rid, &op, data).into_bytes()).unwrap();
                 queue.push_back((osd.0, Event::RepOp { from: u64::from(from), request_id: rid, op, data }));
             }
             Action::Peer { msg_type, .. }
@@ -158,7 +158,10 @@ impl Net {
             }
             Action::Peer { osd, msg_type, payload, call } => {
                 let rid = self.rid(from, osd.0, Call::Peer(call));
-                queue.push_back((osd.0, Event::PeerMsg { from: u64::from(from), request_id: rid, msg_type, payload }));
+                queue.push_back((
+                    osd.0,
+                    Event::PeerMsg { from: u64::from(from), request_id: rid, msg_type, payload: payload.into() },
+                ));
             }
             Action::MonCommand(cmd) => {
                 let epoch = self.map.execute(&cmd).unwrap().map(|i| i.epoch);
@@ -199,7 +202,7 @@ impl Net {
         let primary = self.acting()[0].0;
         let request_id = self.next_rid;
         self.next_rid += 1;
-        let event = Event::ClientOp { from: CLIENT, request_id, op, data: data.to_vec() };
+        let event = Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()) };
         self.run(VecDeque::from([(primary, event)]));
         self.replies.remove(&request_id).expect("the client got an answer")
     }
@@ -368,7 +371,7 @@ fn replicas_apply_a_replicated_write_once_and_refuse_gaps_and_replaced_primaries
     let op = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 50, op, data: b"def".to_vec() },
+        Event::ClientOp { from: CLIENT, request_id: 50, op, data: bytes::Bytes::from(b"def".to_vec()) },
     )]));
     net.capture = false;
     let (to, rep, data) = net.captured.pop().expect("a replicated write");
@@ -377,7 +380,7 @@ fn replicas_apply_a_replicated_write_once_and_refuse_gaps_and_replaced_primaries
         net.cores
             .get_mut(&to)
             .unwrap()
-            .handle(Event::RepOp { from: 99, request_id: 1, op, data: data.to_vec() }, &mut out);
+            .handle(Event::RepOp { from: 99, request_id: 1, op, data: bytes::Bytes::from(data.to_vec()) }, &mut out);
         let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
         decode::<RepOpReply>(frame.clone().into_payload()).unwrap().0.result
     };
@@ -489,7 +492,7 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
         log_only: false,
     };
     let mut out = Vec::new();
-    restarted.handle(Event::RepOp { from: 1, request_id: 1, op, data: b"z".to_vec() }, &mut out);
+    restarted.handle(Event::RepOp { from: 1, request_id: 1, op, data: bytes::Bytes::from(b"z".to_vec()) }, &mut out);
     let [Action::Reply { frame, .. }] = &out[..] else { panic!("{out:?}") };
     let err = decode::<RepOpReply>(frame.clone().into_payload()).unwrap().0.result.expect_err("deleted pool");
     assert_eq!(err.code, ErrorCode::NotFound, "{err}");
@@ -506,7 +509,7 @@ fn a_write_lost_on_its_way_to_a_replica_is_recovered_when_the_primary_restarts()
     let op = client_op(&net.map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 60, op, data: b"new".to_vec() },
+        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()) },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(net.content(acting[0]).as_deref(), Some(&b"new"[..]));
@@ -573,7 +576,12 @@ fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
             object: name.clone(),
             ops: vec![ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 }],
         };
-        let event = Event::ClientOp { from: CLIENT, request_id: 500 + i as u64, op, data: vec![i as u8; OBJECT_BYTES] };
+        let event = Event::ClientOp {
+            from: CLIENT,
+            request_id: 500 + i as u64,
+            op,
+            data: bytes::Bytes::from(vec![i as u8; OBJECT_BYTES]),
+        };
         net.run(VecDeque::from([(primary.0, event)]));
     }
     net.drop_rep_to.clear();
@@ -625,7 +633,7 @@ fn read_at(net: &mut Net, tid: u64, snap: Option<u64>) -> Result<Vec<u8>, ErrorC
     let op = client_op(&net.map, tid, ops);
     let primary = net.acting()[0].0;
     let request_id = 10_000 + tid;
-    net.run(VecDeque::from([(primary, Event::ClientOp { from: CLIENT, request_id, op, data: Vec::new() })]));
+    net.run(VecDeque::from([(primary, Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::new() })]));
     let frame_reply = net.replies.remove(&request_id).expect("an answer");
     frame_reply.result.map(|_| net.last_read.take().unwrap_or_default()).map_err(|e| e.code)
 }
@@ -708,7 +716,10 @@ fn objects_with_the_longest_names_are_removed_as_before_but_take_no_snapshots() 
             ops,
         };
         let request_id = 20_000 + tid;
-        net.run(VecDeque::from([(primary, Event::ClientOp { from: CLIENT, request_id, op, data: data.to_vec() })]));
+        net.run(VecDeque::from([(
+            primary,
+            Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()) },
+        )]));
         net.replies.remove(&request_id).expect("an answer").result
     };
     send(&mut net, 1, vec![ObjOp::WriteFull { len_bytes: 1 }], b"x").expect("write");
@@ -728,7 +739,7 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     let op = client_op(&net.map, 2, vec![ctx(1, &[1]), put(3)]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 60, op, data: b"new".to_vec() },
+        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()) },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(pg_objects(&net, acting[1]).len(), 1, "the replica missed the clone");
@@ -738,7 +749,10 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     // A trim the replica misses: recovery removes its stale clone.
     net.drop_rep_to = vec![acting[1].0];
     let op = client_op(&net.map, 3, vec![ctx(1, &[]), ObjOp::SnapTrim]);
-    net.run(VecDeque::from([(acting[0].0, Event::ClientOp { from: CLIENT, request_id: 61, op, data: Vec::new() })]));
+    net.run(VecDeque::from([(
+        acting[0].0,
+        Event::ClientOp { from: CLIENT, request_id: 61, op, data: bytes::Bytes::new() },
+    )]));
     net.drop_rep_to.clear();
     assert_eq!(pg_objects(&net, acting[0]).len(), 1);
     net.restart(acting[0]);

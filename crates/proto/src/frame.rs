@@ -36,16 +36,19 @@ pub const MAGIC: &[u8; 4] = b"SHF1";
 /// Its payload on the wire is `data` followed by `payload`. A sender with bulk bytes it already
 /// holds in shared memory (a store read, a client's write buffer) puts them in `data`, so the
 /// frame refers to them instead of copying them; the writer sends both parts with one vectored
-/// write. A frame read from a socket always has its whole payload in `payload` and `data` empty.
-/// Code that reads a frame it may have built itself (an in-process delivery, a test) takes the
-/// payload with [`Frame::into_payload`].
+/// write. A frame read from a socket has its whole payload in one of the two: in `payload`, or,
+/// when a server read a large payload into block-aligned memory (so that a store writing it with
+/// direct I/O needs no copy), in `data` with `payload` empty. Code reading a received frame takes
+/// the payload whole with [`Frame::into_bytes`] (never a copy for a received frame) or
+/// [`Frame::into_payload`] (a copy when the payload is in `data`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub msg_type: u16,
     pub request_id: u64,
-    /// Leading bulk bytes of the payload, sent by reference. Empty in received frames.
+    /// Leading bulk bytes of the payload, sent by reference; in a received frame, the whole
+    /// payload when it was read into aligned memory, else empty.
     pub data: Bytes,
-    /// The payload after `data` (all of it in received frames).
+    /// The payload after `data` (in a received frame, all of it unless `data` holds it).
     pub payload: Vec<u8>,
 }
 
@@ -82,17 +85,34 @@ impl Frame {
         self.data.len() + self.payload.len()
     }
 
-    /// The whole payload as one buffer, as a receiver sees it. Free for a received frame (its
-    /// `data` is empty); a frame built with [`Frame::with_data`] is joined by one copy.
+    /// The whole payload as one buffer. Free when `data` is empty; a payload held in `data` is
+    /// copied out (see [`Frame::into_bytes`], which never copies a received frame).
     #[must_use]
     pub fn into_payload(self) -> Vec<u8> {
         if self.data.is_empty() {
             return self.payload;
         }
+        if self.payload.is_empty() {
+            return Vec::from(self.data);
+        }
         let mut whole = Vec::with_capacity(self.payload_len());
         whole.extend_from_slice(&self.data);
         whole.extend_from_slice(&self.payload);
         whole
+    }
+
+    /// The whole payload as shared bytes, without a copy when either part is empty (every
+    /// received frame); a frame with both parts is joined by one copy. Aligned received data stays
+    /// where it was read, so its alignment is kept.
+    #[must_use]
+    pub fn into_bytes(self) -> Bytes {
+        if self.payload.is_empty() {
+            return self.data;
+        }
+        if self.data.is_empty() {
+            return Bytes::from(self.payload);
+        }
+        Bytes::from(self.into_payload())
     }
 
     /// The frame's 28-byte header (checksum over `data` then `payload`).
@@ -314,8 +334,14 @@ mod tests {
             prop_assert_eq!(split.encode(), joined.encode());
             let mut d = FrameDecoder::default();
             d.push(&split.encode());
-            prop_assert_eq!(d.next_frame().unwrap(), Some(joined));
-            prop_assert_eq!(split.into_payload(), payload);
+            prop_assert_eq!(d.next_frame().unwrap(), Some(joined.clone()));
+            prop_assert_eq!(&split.clone().into_bytes()[..], &payload[..]);
+            prop_assert_eq!(split.into_payload(), payload.clone());
+            // A received frame whose payload was read into `data` gives the same bytes either way.
+            let received = Frame::with_data(t, id, Bytes::from(payload.clone()), Vec::new());
+            prop_assert_eq!(received.header(), joined.header());
+            prop_assert_eq!(&received.clone().into_bytes()[..], &payload[..]);
+            prop_assert_eq!(received.into_payload(), payload);
         }
     }
 

@@ -15,4 +15,6 @@ pub mod osd;
 
 pub use error::{ErrorCode, RemoteError};
 pub use frame::{Frame, FrameDecoder, FrameError, HEADER_BYTES, MAX_PAYLOAD_BYTES};
-pub use msg::{Message, MsgError, decode, decode_frame, encode, frame, frame_with_data, peek};
+pub use msg::{
+    Message, MsgError, decode, decode_bytes, decode_frame, decode_frame_bytes, encode, frame, frame_with_data, peek,
+};

@@ -68,9 +68,9 @@ pub fn encode<M: Serialize>(msg: &M, mut data: Vec<u8>) -> Vec<u8> {
     data
 }
 
-/// Decodes a payload made by [`encode`]: the header and the bulk data (the payload truncated to
-/// the data, so no copy).
-pub fn decode<M: DeserializeOwned>(mut payload: Vec<u8>) -> Result<(M, Vec<u8>), MsgError> {
+/// Splits a payload made by [`encode`] into the bulk data's length and the encoded header, after
+/// checking its version and header length.
+fn split(payload: &[u8]) -> Result<(usize, &[u8]), MsgError> {
     let n = payload.len();
     if n < 5 {
         return Err(MsgError::Truncated(n));
@@ -86,29 +86,31 @@ pub fn decode<M: DeserializeOwned>(mut payload: Vec<u8>) -> Result<(M, Vec<u8>),
         return Err(MsgError::BadHeaderLength(header_len));
     }
     let data_len = n - 5 - header_len;
-    let header = postcard::from_bytes(&payload[data_len..n - 5]).map_err(|e| MsgError::Decode(e.to_string()))?;
+    Ok((data_len, &payload[data_len..n - 5]))
+}
+
+/// Decodes a payload made by [`encode`]: the header and the bulk data (the payload truncated to
+/// the data, so no copy).
+pub fn decode<M: DeserializeOwned>(mut payload: Vec<u8>) -> Result<(M, Vec<u8>), MsgError> {
+    let (data_len, header) = split(&payload)?;
+    let header = postcard::from_bytes(header).map_err(|e| MsgError::Decode(e.to_string()))?;
     payload.truncate(data_len);
     Ok((header, payload))
+}
+
+/// [`decode`] of shared bytes: the bulk data is a slice of `payload`, so it keeps the payload's
+/// memory (and its alignment: the data starts where the payload starts).
+pub fn decode_bytes<M: DeserializeOwned>(payload: bytes::Bytes) -> Result<(M, bytes::Bytes), MsgError> {
+    let (data_len, header) = split(&payload)?;
+    let header = postcard::from_bytes(header).map_err(|e| MsgError::Decode(e.to_string()))?;
+    Ok((header, payload.slice(..data_len)))
 }
 
 /// Decodes only the leading fields of a payload's header, as type `P` (whose fields must be the
 /// message's first fields, in order), without touching the rest or the bulk data: for routing a
 /// message before it is handled. `P` may borrow strings and bytes from `payload`.
 pub fn peek<'a, P: Deserialize<'a>>(payload: &'a [u8]) -> Result<P, MsgError> {
-    let n = payload.len();
-    if n < 5 {
-        return Err(MsgError::Truncated(n));
-    }
-    if payload[n - 1] != MSG_VERSION {
-        return Err(MsgError::Version { got: payload[n - 1] });
-    }
-    let mut len_bytes = [0u8; 4];
-    len_bytes.copy_from_slice(&payload[n - 5..n - 1]);
-    let header_len = u32::from_le_bytes(len_bytes) as usize;
-    if header_len > MAX_HEADER_BYTES || header_len > n - 5 {
-        return Err(MsgError::BadHeaderLength(header_len));
-    }
-    let header = &payload[n - 5 - header_len..n - 5];
+    let (_, header) = split(payload)?;
     postcard::take_from_bytes(header).map(|(p, _)| p).map_err(|e| MsgError::Decode(e.to_string()))
 }
 
@@ -118,6 +120,15 @@ pub fn decode_frame<M: Message>(frame: crate::Frame) -> Result<(M, Vec<u8>), Msg
         return Err(MsgError::UnexpectedType { got: frame.msg_type, want: M::TYPE });
     }
     decode(frame.into_payload())
+}
+
+/// [`decode_bytes`] after checking that the frame carries message type `M::TYPE`: the bulk data
+/// is never copied, whichever part of the frame holds it.
+pub fn decode_frame_bytes<M: Message>(frame: crate::Frame) -> Result<(M, bytes::Bytes), MsgError> {
+    if frame.msg_type != M::TYPE {
+        return Err(MsgError::UnexpectedType { got: frame.msg_type, want: M::TYPE });
+    }
+    decode_bytes(frame.into_bytes())
 }
 
 /// A frame carrying `msg` and `data`.
@@ -158,5 +169,20 @@ mod tests {
         assert!(exact.capacity() <= data.len() + HEADER_ROOM_BYTES + 64, "capacity {}", exact.capacity());
         let (back, bytes): (Header, Vec<u8>) = decode(exact).unwrap();
         assert_eq!((back, bytes), (header, data));
+    }
+
+    #[test]
+    fn decoding_shared_bytes_returns_the_data_where_it_lies() {
+        let header = Header { object: "obj".into(), offset: 4096 };
+        let payload = bytes::Bytes::from(encode(&header, vec![3u8; 10_000]));
+        let (back, data): (Header, bytes::Bytes) = decode_bytes(payload.clone()).unwrap();
+        assert_eq!(back, header);
+        assert_eq!(data.as_ptr(), payload.as_ptr(), "the data is a slice of the payload, not a copy");
+        assert_eq!(data, vec![3u8; 10_000]);
+        // Both decoders refuse the same malformed payloads.
+        assert_eq!(decode_bytes::<Header>(bytes::Bytes::from_static(&[1, 2])).unwrap_err(), MsgError::Truncated(2));
+        let mut bad = encode(&header, Vec::new());
+        *bad.last_mut().unwrap() = 99;
+        assert_eq!(decode_bytes::<Header>(bad.into()).unwrap_err(), MsgError::Version { got: 99 });
     }
 }

@@ -1113,11 +1113,15 @@ impl Simulation {
         let from_token = from.token();
         let event = match frame.msg_type {
             OsdOp::TYPE => match decode::<OsdOp>(frame.payload) {
-                Ok((op, data)) => Event::ClientOp { from: from_token, request_id: frame.request_id, op, data },
+                Ok((op, data)) => {
+                    Event::ClientOp { from: from_token, request_id: frame.request_id, op, data: data.into() }
+                }
                 Err(e) => return self.outcome.violations.push(format!("bad OsdOp: {e}")),
             },
             RepOp::TYPE => match decode::<RepOp>(frame.payload) {
-                Ok((op, data)) => Event::RepOp { from: from_token, request_id: frame.request_id, op, data },
+                Ok((op, data)) => {
+                    Event::RepOp { from: from_token, request_id: frame.request_id, op, data: data.into() }
+                }
                 Err(e) => return self.outcome.violations.push(format!("bad RepOp: {e}")),
             },
             RepOpReply::TYPE => {
@@ -1132,7 +1136,7 @@ impl Simulation {
                 from: from_token,
                 request_id: frame.request_id,
                 msg_type: frame.msg_type,
-                payload: frame.payload,
+                payload: frame.payload.into(),
             },
             41 | 43 | 45 | 48 | 50 => {
                 let Some((_, callee, call)) = self.peer_calls.remove(&frame.request_id) else { return };

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgActivation, PgId};
 use shoal_proto::osd::{PeerInfo, PeerQuery, PeerState, PgActivate, PgLogEntry};
-use shoal_proto::{ErrorCode, Message, RemoteError, decode, encode};
+use shoal_proto::{ErrorCode, Message, RemoteError, decode_bytes, encode, peek};
 use shoal_store::Transaction;
 
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
@@ -749,7 +749,7 @@ impl OsdCore {
         from: u64,
         request_id: u64,
         msg_type: u16,
-        payload: Vec<u8>,
+        payload: bytes::Bytes,
         out: &mut Vec<Action>,
     ) {
         let epoch = self.map.epoch;
@@ -760,29 +760,31 @@ impl OsdCore {
         };
         let bad = |e: shoal_proto::MsgError| RemoteError::new(ErrorCode::Invalid, format!("malformed message: {e}"));
         match msg_type {
-            PeerQuery::TYPE => match decode::<PeerQuery>(payload) {
+            PeerQuery::TYPE => match decode_bytes::<PeerQuery>(payload) {
                 Ok((q, _)) => self.on_peer_query(from, request_id, q, out),
                 Err(e) => out.push(ack(Err(bad(e)))),
             },
             PgActivate::TYPE => {
-                let r = decode::<PgActivate>(payload).map_err(bad).and_then(|(a, _)| self.on_activate(a));
+                let r = decode_bytes::<PgActivate>(payload).map_err(bad).and_then(|(a, _)| self.on_activate(a));
                 out.push(ack(r));
             }
-            shoal_proto::osd::PgPull::TYPE => match decode::<shoal_proto::osd::PgPull>(payload) {
+            shoal_proto::osd::PgPull::TYPE => match decode_bytes::<shoal_proto::osd::PgPull>(payload) {
                 Ok((p, _)) => self.on_pull(from, request_id, p, out),
                 Err(e) => out.push(ack(Err(bad(e)))),
             },
             shoal_proto::osd::PgPush::TYPE => {
-                let r = decode::<shoal_proto::osd::PgPush>(payload).map_err(bad).and_then(|(p, d)| self.on_push(p, d));
+                let r = decode_bytes::<shoal_proto::osd::PgPush>(payload)
+                    .map_err(bad)
+                    .and_then(|(p, d)| self.on_push(p, d));
                 out.push(ack(r));
             }
-            shoal_proto::osd::PgStray::TYPE => match decode::<shoal_proto::osd::PgStray>(payload) {
+            shoal_proto::osd::PgStray::TYPE => match decode_bytes::<shoal_proto::osd::PgStray>(payload) {
                 Ok((s, _)) => self.on_stray_question(from, request_id, s, out),
                 Err(e) => out.push(ack(Err(bad(e)))),
             },
             // Handled at once, whatever the sender's epoch: its place on the ordered link, behind
             // the replicated writes sent before it, is what makes the answer comparable.
-            shoal_proto::osd::PgScrub::TYPE => match decode::<shoal_proto::osd::PgScrub>(payload) {
+            shoal_proto::osd::PgScrub::TYPE => match decode_bytes::<shoal_proto::osd::PgScrub>(payload) {
                 Ok((s, _)) => self.on_scrub(from, request_id, s, out),
                 Err(e) => out.push(ack(Err(bad(e)))),
             },
@@ -793,7 +795,7 @@ impl OsdCore {
     /// The epoch a peer message must wait for before it is handled (its sender's map).
     pub(super) fn peer_msg_epoch(msg_type: u16, payload: &[u8]) -> u64 {
         fn epoch_of<M: Message>(payload: &[u8], f: impl Fn(&M) -> u64) -> u64 {
-            decode::<M>(payload.to_vec()).map(|(m, _)| f(&m)).unwrap_or(0)
+            peek::<M>(payload).map(|m| f(&m)).unwrap_or(0)
         }
         match msg_type {
             PeerQuery::TYPE => epoch_of::<PeerQuery>(payload, |m| m.epoch),

@@ -443,7 +443,7 @@ impl OsdCore {
                 return;
             }
         };
-        if let Err(e) = self.install_copies(pg, copies, data, None) {
+        if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None) {
             tracing::error!(%pg, object, error = %e, "storing a pulled object failed");
             return;
         }
@@ -521,7 +521,7 @@ impl OsdCore {
         &mut self,
         pg: PgId,
         copies: Vec<ObjectCopy>,
-        data: Vec<u8>,
+        data: bytes::Bytes,
         backfill: Option<BackfillRange>,
     ) -> Result<(), RemoteError> {
         let datas = split_data(&copies, data)?;
@@ -598,7 +598,7 @@ impl OsdCore {
     }
 
     /// A push from the primary: refused unless this OSD is an activated replica of the PG.
-    pub(super) fn on_push(&mut self, push: PgPush, data: Vec<u8>) -> Result<(), RemoteError> {
+    pub(super) fn on_push(&mut self, push: PgPush, data: bytes::Bytes) -> Result<(), RemoteError> {
         let pg = PgId { pool: push.pool, seed: push.pg };
         match self.pgs.get(&pg) {
             Some(PgState { role: Role::Replica { activated_at: Some(_) }, .. }) => {}
@@ -639,7 +639,7 @@ impl OsdCore {
         &mut self,
         pg: PgId,
         copies: Vec<ObjectCopy>,
-        data: Vec<u8>,
+        data: bytes::Bytes,
         backfill: Option<BackfillRange>,
         part: PushPart,
     ) -> Result<(), RemoteError> {

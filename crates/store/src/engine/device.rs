@@ -158,6 +158,12 @@ impl Device for FileDevice {
         for (offset, buf) in first {
             check_aligned(*offset, buf.len());
             assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+            // Direct I/O from memory off a block boundary fails (EINVAL) after the plan was made.
+            assert!(
+                !self.direct || buf.as_ptr().addr().is_multiple_of(BLOCK_BYTES as usize),
+                "direct write of {} bytes from memory that is not block-aligned",
+                buf.len()
+            );
         }
         let pieces: Vec<(u64, &[u8])> = first
             .iter()

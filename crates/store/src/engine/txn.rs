@@ -507,12 +507,18 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 let mut onode = found.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
                 self.bound_extents(onode.size_bytes);
                 let aligned = offset % BLOCK_BYTES == 0 && (data.len() as u64).is_multiple_of(BLOCK_BYTES);
-                // Whole blocks go to the device as they are, from an aligned buffer, or from any
-                // buffer when the device does not need aligned memory (no direct I/O).
+                // Whole blocks go to the device as they are, from an aligned buffer, from shared
+                // bytes that happen to start on a block boundary (a large payload the messenger
+                // read into aligned memory), or from any buffer when the device does not need
+                // aligned memory (no direct I/O).
                 let as_they_are = match data {
                     _ if !aligned || data.is_empty() => None,
                     crate::api::Data::Aligned(buf) => Some(DirectData::Shared(Arc::clone(buf), 0..buf.len())),
-                    crate::api::Data::Shared(bytes) if !self.dev.direct_io() => Some(DirectData::Bytes(bytes.clone())),
+                    crate::api::Data::Shared(bytes)
+                        if !self.dev.direct_io() || bytes.as_ptr().addr().is_multiple_of(BLOCK_BYTES as usize) =>
+                    {
+                        Some(DirectData::Bytes(bytes.clone()))
+                    }
                     crate::api::Data::Shared(_) => None,
                 };
                 if let Some(window) = as_they_are {
