@@ -1,16 +1,29 @@
 //! Checksums: crc32c (Castagnoli), the polynomial Ceph uses, hardware-accelerated where the CPU
 //! allows.
+//!
+//! The implementation is `crc-fast`, which folds with carry-less multiplication (VPCLMULQDQ on
+//! AVX-512 machines) instead of issuing the `crc32` instruction eight bytes at a time: on this
+//! project's test machine it checksums a 512 KiB buffer 3.6x and a 4 KiB block 1.5x faster than
+//! the `crc32c` crate did (decision 0026). The values are the same CRC-32C (iSCSI) either way, so
+//! checksums already on disk or on the wire are unaffected.
+
+use crc_fast::{CrcAlgorithm, Digest};
 
 /// Returns the crc32c of `data`.
 #[must_use]
 pub fn crc32c(data: &[u8]) -> u32 {
-    crc32c::crc32c(data)
+    crc_fast::crc32_iscsi(data)
 }
 
 /// Continues a crc32c: `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`.
 #[must_use]
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc, data)
+    // The running state of this reflected CRC is the finished value with its final inversion
+    // undone.
+    let mut digest = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    digest.update(data);
+    // A CRC-32 digest's value fits in 32 bits.
+    digest.finalize() as u32
 }
 
 /// Returns one crc32c per `block_bytes`-sized block of `data`, in order.
@@ -33,6 +46,17 @@ mod tests {
         // The standard check value of CRC-32C.
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c_append(crc32c(b"1234"), b"56789"), 0xE306_9283);
+    }
+
+    #[test]
+    fn append_matches_the_whole_at_every_split() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let whole = crc32c(&data);
+        for at in [0, 1, 15, 16, 17, 255, 256, 4096, 4999, 5000] {
+            assert_eq!(crc32c_append(crc32c(&data[..at]), &data[at..]), whole, "split at {at}");
+        }
+        assert_eq!(crc32c(&[]), 0);
+        assert_eq!(crc32c_append(whole, &[]), whole);
     }
 
     #[test]
