@@ -228,15 +228,18 @@ impl Connection {
     /// is returned and `then` is not called.
     ///
     /// The request's payload is `data` (shared, sent without a copy; may be empty) followed by
-    /// `payload`.
+    /// `payload`; `data_crc` is `data`'s crc32c when the caller knows it (see
+    /// [`Frame::with_checked_data`]).
     pub async fn start_call_then(
         &self,
         msg_type: u16,
         data: Bytes,
+        data_crc: Option<u32>,
         payload: Vec<u8>,
         then: impl FnOnce(Result<Frame, NetError>) + Send + 'static,
     ) -> Result<(), NetError> {
-        self.queue_call(Frame::with_data(msg_type, 0, data, payload), ReplyTo::Then(Box::new(then))).await
+        let frame = Frame::with_checked_data(msg_type, 0, data, data_crc, payload);
+        self.queue_call(frame, ReplyTo::Then(Box::new(then))).await
     }
 
     /// Queues `frame` (its request id is assigned here) as a call answered to `reply`.

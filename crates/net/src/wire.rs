@@ -156,10 +156,15 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         assert!(pad < PAYLOAD_ALIGN_BYTES, "no aligned address in an allocation of the alignment's size");
         buf.resize(pad, 0);
         read_payload(r, &mut buf, pad + len).await?;
-        h.check_payload(&buf[pad..])?;
+        // The bulk data's own checksum comes with the check (the payload is read once): a
+        // primary forwarding it to replicas then does not read it again for their frames.
+        let bulk = shoal_proto::msg::bulk_len(&buf[pad..]).unwrap_or(0);
+        let bulk_crc = h.check_split(&buf[pad..], bulk)?;
         let data = bytes::Bytes::from(buf).slice(pad..);
         debug_assert_eq!(data.as_ptr() as usize % PAYLOAD_ALIGN_BYTES, 0);
-        return Ok(Some(Frame::with_data(h.msg_type, h.request_id, data, Vec::new())));
+        let mut frame = Frame::with_data(h.msg_type, h.request_id, data, Vec::new());
+        frame.prefix_crc = Some((bulk, bulk_crc));
+        return Ok(Some(frame));
     }
     let mut payload = Vec::with_capacity(len);
     read_payload(r, &mut payload, len).await?;
@@ -294,6 +299,8 @@ mod tests {
         assert_eq!((first.msg_type, first.request_id), (16, 1));
         assert!(first.payload.is_empty());
         assert_eq!(first.data.as_ptr().addr() % PAYLOAD_ALIGN_BYTES, 0);
+        // Not a message payload: its known prefix is empty.
+        assert_eq!(first.prefix_crc, Some((0, 0)));
         assert_eq!(first.into_bytes(), large);
         let second = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
         assert!(second.data.is_empty());
@@ -305,6 +312,33 @@ mod tests {
         let plain = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Plain).await.unwrap().unwrap();
         assert!(plain.data.is_empty());
         assert_eq!(plain.payload, large);
+    }
+
+    #[tokio::test]
+    async fn an_aligned_reader_knows_the_bulk_datas_checksum_and_a_forwarder_reuses_it() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Header {
+            name: String,
+        }
+        impl shoal_proto::Message for Header {
+            const TYPE: u16 = 30;
+        }
+        let bulk: Vec<u8> = (0..200_000u32).map(|i| (i % 247) as u8).collect();
+        let sent = shoal_proto::frame(5, &Header { name: "obj".into() }, bulk.clone());
+        let bytes = wire(&[sent.clone()]);
+        let mut r = &bytes[..];
+        let mut header = [0u8; HEADER_BYTES];
+        let got = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
+        let crc = shoal_util::crc32c(&bulk);
+        assert_eq!(got.prefix_crc, Some((bulk.len(), crc)));
+        assert!(got.clone().into_bytes() == sent.into_payload(), "the payload arrives whole");
+        let (msg, data): (Header, _) = shoal_proto::decode_bytes(got.into_bytes()).unwrap();
+        assert_eq!(msg.name, "obj");
+        // Forwarded with the known checksum: the same header as computing it from the bytes.
+        let tail = shoal_proto::encode(&Header { name: "replica".into() }, Vec::new());
+        let fast = Frame::with_checked_data(31, 6, data.clone(), Some(crc), tail.clone());
+        let slow = Frame::with_data(31, 6, data, tail);
+        assert_eq!(fast.header(), slow.header());
     }
 
     #[tokio::test]

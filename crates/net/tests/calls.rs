@@ -228,7 +228,7 @@ async fn replies_handed_to_a_function_arrive_once_each_and_a_close_fails_the_res
         // one payload, the two halves in order.
         let mut tail = payload(100, i);
         let data = bytes::Bytes::from(tail.drain(..(i as usize * 7) % 100).collect::<Vec<u8>>());
-        conn.start_call_then(msg_type, data, tail, move |r| {
+        conn.start_call_then(msg_type, data, None, tail, move |r| {
             tx.send((i, r.map(|f| f.payload))).unwrap();
         })
         .await

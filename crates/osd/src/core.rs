@@ -67,7 +67,7 @@ pub const MAX_PENDING_WRITES: usize = 4096;
 #[derive(Debug)]
 pub enum Event {
     /// A client's request (frame type `OsdOp`).
-    ClientOp { from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes },
+    ClientOp { from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes, data_crc: Option<u32> },
     /// A primary's replicated write.
     RepOp { from: Token, request_id: u64, op: RepOp, data: bytes::Bytes },
     /// A replica's answer to a [`RepOp`] we sent (or the driver's report that sending failed).
@@ -150,7 +150,7 @@ pub enum Action {
     /// Send a replicated write to `osd` (at once: the replica's commit overlaps the primary's
     /// sync; the client is answered only after both), and feed its reply, or the failure to
     /// deliver it, back as [`Event::RepReply`].
-    Replicate { osd: OsdId, op: RepOp, data: bytes::Bytes },
+    Replicate { osd: OsdId, op: RepOp, data: bytes::Bytes, data_crc: Option<u32> },
     /// Send a peering or recovery request to `osd`, on the same ordered link as its replicated
     /// writes, and feed the answer back as [`Event::PeerReply`] with `call`.
     Peer { osd: OsdId, msg_type: u16, payload: Vec<u8>, call: PeerCall },
@@ -312,12 +312,12 @@ impl OsdCore {
     /// Handles one event, appending the actions it causes to `out`.
     pub fn handle(&mut self, event: Event, out: &mut Vec<Action>) {
         match event {
-            Event::ClientOp { from, request_id, op, data } => {
+            Event::ClientOp { from, request_id, op, data, data_crc } => {
                 self.client_ops_since_tick += 1;
                 if op.epoch > self.map.epoch {
-                    self.wait_for_map(Event::ClientOp { from, request_id, op, data }, out);
+                    self.wait_for_map(Event::ClientOp { from, request_id, op, data, data_crc }, out);
                 } else {
-                    self.client_op(from, request_id, op, data, out);
+                    self.client_op(from, request_id, op, data, data_crc, out);
                 }
             }
             Event::RepOp { from, request_id, op, data } => {
@@ -516,7 +516,15 @@ impl OsdCore {
         }
     }
 
-    fn client_op(&mut self, from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes, out: &mut Vec<Action>) {
+    fn client_op(
+        &mut self,
+        from: Token,
+        request_id: u64,
+        op: OsdOp,
+        data: bytes::Bytes,
+        data_crc: Option<u32>,
+        out: &mut Vec<Action>,
+    ) {
         let epoch = self.map.epoch;
         let fail = |e: RemoteError| Action::Reply {
             to: from,
@@ -534,9 +542,9 @@ impl OsdCore {
             Err(e) => return out.push(fail(e)),
         };
         // Served only by an active PG, and only on objects present where the operation needs them.
-        let event = Event::ClientOp { from, request_id, op, data };
+        let event = Event::ClientOp { from, request_id, op, data, data_crc };
         let Ok(event) = self.pg_gate(pg, event, out) else { return };
-        let Event::ClientOp { op, data, .. } = event else { return };
+        let Event::ClientOp { op, data, data_crc, .. } = event else { return };
         if self.pending.contains_key(&op.reqid) && !read_only {
             // A resend of a write still in flight: answer the new connection when it completes.
             if let Some(p) = self.pending.get_mut(&op.reqid) {
@@ -548,7 +556,7 @@ impl OsdCore {
         let need = if read_only { Need::Primary } else { Need::All };
         if !self.object_ready(pg, &op.object, need, out) {
             let object = op.object.clone();
-            return self.block_on(pg, &object, Event::ClientOp { from, request_id, op, data });
+            return self.block_on(pg, &object, Event::ClientOp { from, request_id, op, data, data_crc });
         }
         let coll = pg_collection(pg);
         if read_only {
@@ -559,7 +567,7 @@ impl OsdCore {
                 && acting.len() > 1
                 && !self.mutations.no_repair_on_access
             {
-                let event = Event::ClientOp { from, request_id, op, data };
+                let event = Event::ClientOp { from, request_id, op, data, data_crc };
                 return self.repair_then_retry(pg, event, e, out);
             }
             let (result, bytes) = match result {
@@ -619,7 +627,12 @@ impl OsdCore {
             match resolve_writes(&*self.store, &coll, &op.object, &op.ops, data.len(), max_object_bytes) {
                 Ok(r) => r,
                 Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
-                    return self.repair_then_retry(pg, Event::ClientOp { from, request_id, op, data }, &e, out);
+                    return self.repair_then_retry(
+                        pg,
+                        Event::ClientOp { from, request_id, op, data, data_crc },
+                        &e,
+                        out,
+                    );
                 }
                 Err(e) => return out.push(fail(e)),
             };
@@ -674,7 +687,9 @@ impl OsdCore {
                 prev: last_update,
                 log_only: only,
             };
-            out.push(Action::Replicate { osd: *osd, op: rep, data: copy });
+            // A copy with data carries the checksum the data arrived with, when known.
+            let crc = if copy.is_empty() { None } else { data_crc };
+            out.push(Action::Replicate { osd: *osd, op: rep, data: copy, data_crc: crc });
         }
         let pending = PendingWrite {
             pg,

@@ -98,13 +98,16 @@ impl Handler for OsdHandler {
         }
         let request_id = frame.request_id;
         let msg_type = frame.msg_type;
+        let prefix_crc = frame.prefix_crc;
         // The payload whole, as it was read: a large one in block-aligned memory, which the bulk
         // data of a write keeps all the way to the store (see `shoal_net::Payloads`).
         let payload = frame.into_bytes();
         let event = match msg_type {
-            OsdOp::TYPE => {
-                decode_bytes::<OsdOp>(payload).map(|(op, data)| Event::ClientOp { from: token, request_id, op, data })
-            }
+            OsdOp::TYPE => decode_bytes::<OsdOp>(payload).map(|(op, data)| {
+                // The checksum the reader computed over exactly these bytes, if it did.
+                let data_crc = prefix_crc.filter(|(n, _)| *n == data.len()).map(|(_, crc)| crc);
+                Event::ClientOp { from: token, request_id, op, data, data_crc }
+            }),
             RepOp::TYPE => {
                 decode_bytes::<RepOp>(payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data })
             }
@@ -474,8 +477,8 @@ async fn worker_loop(
                         });
                     }
                 }
-                Action::Replicate { osd, op, data } => {
-                    peers.send(&runtime, osd, PeerSend::Rep(op, data), core.map());
+                Action::Replicate { osd, op, data, data_crc } => {
+                    peers.send(&runtime, osd, PeerSend::Rep(op, data, data_crc), core.map());
                 }
                 Action::Peer { osd, msg_type, payload, call } => {
                     peers.send(&runtime, osd, PeerSend::Call(msg_type, payload, call), core.map());
@@ -524,7 +527,8 @@ async fn worker_loop(
 
 /// What goes to a peer: a replicated write, or a peering/recovery request with what it is for.
 enum PeerSend {
-    Rep(RepOp, bytes::Bytes),
+    /// A replicated write, its data, and the data's crc32c when known.
+    Rep(RepOp, bytes::Bytes, Option<u32>),
     Call(u16, Vec<u8>, PeerCall),
 }
 
@@ -572,7 +576,7 @@ impl Peers {
 /// The event that tells the core a message to `osd` failed.
 fn failure_event(osd: OsdId, msg: &PeerSend, err: RemoteError) -> Event {
     match msg {
-        PeerSend::Rep(op, _) => Event::RepReply { from: osd, reqid: op.reqid, result: Err(err) },
+        PeerSend::Rep(op, ..) => Event::RepReply { from: osd, reqid: op.reqid, result: Err(err) },
         PeerSend::Call(_, _, call) => Event::PeerReply { from: osd, call: call.clone(), result: Err(err) },
     }
 }
@@ -640,7 +644,7 @@ async fn peer_sender(
         // Queue the frame now (in order) and wait for the reply in a separate task, so messages to
         // this peer are pipelined but never reordered.
         let (msg_type, payload, call) = match msg {
-            PeerSend::Rep(op, data) => {
+            PeerSend::Rep(op, data, data_crc) => {
                 let reqid = op.reqid;
                 // The reply goes straight from the connection's reader to the worker: replicated
                 // writes are the most frequent peer messages, and a task per reply was a spawn
@@ -656,7 +660,7 @@ async fn peer_sender(
                     };
                     feed_now(&to_worker, Event::RepReply { from: osd, reqid, result });
                 };
-                match c.start_call_then(RepOp::TYPE, data, encode(&op, Vec::new()), then).await {
+                match c.start_call_then(RepOp::TYPE, data, data_crc, encode(&op, Vec::new()), then).await {
                     Ok(()) => {}
                     Err(e) => {
                         let err = RemoteError::new(ErrorCode::Timeout, format!("{osd}: {e}"));

@@ -265,7 +265,7 @@ mod tests {
             object: object.to_string(),
             ops: vec![ObjOp::Stat],
         };
-        Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new() }
+        Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new(), data_crc: None }
     }
 
     fn client(pg: u32, tid: u64) -> Event {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use shoal_map::{ClusterMap, Command, OsdId, Weight};
 use shoal_osd::{Action, Event, OsdCore, PeerCall};
 use shoal_proto::osd::{ObjOp, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
-use shoal_proto::{ErrorCode, Frame, decode};
+use shoal_proto::{ErrorCode, Frame, Message, decode, encode};
 use shoal_store::ObjectStore;
 use shoal_store::engine::MemEngine;
 
@@ -138,7 +138,10 @@ impl Net {
                 self.replies.insert(request_id, reply);
             }
             Action::Reply { frame, .. } => self.answer(frame, queue),
-            Action::Replicate { osd, op, data } => {
+            Action::Replicate { osd, op, data, data_crc } => {
+                // A checksum the primary passes on must be its data's: the frame's debug check
+                // below (`with_checked_data`) holds it to that.
+                assert!(data_crc.is_none() || !data.is_empty(), "a checksum for a log-only copy");
                 if self.drop_rep_to.contains(&osd.0) {
                     return;
                 }
@@ -147,8 +150,9 @@ impl Net {
                     return;
                 }
                 let rid = self.rid(from, osd.0, Call::Rep(op.reqid));
-                let (op, data): (RepOp, bytes::Bytes) =
-                    shoal_proto::decode_bytes(shoal_proto::frame_with_data(rid, &op, data).into_bytes()).unwrap();
+                let frame = Frame::with_checked_data(RepOp::TYPE, rid, data, data_crc, encode(&op, Vec::new()));
+                let _ = frame.header();
+                let (op, data): (RepOp, bytes::Bytes) = shoal_proto::decode_bytes(frame.into_bytes()).unwrap();
                 queue.push_back((osd.0, Event::RepOp { from: u64::from(from), request_id: rid, op, data }));
             }
             Action::Peer { msg_type, .. }
@@ -202,7 +206,9 @@ impl Net {
         let primary = self.acting()[0].0;
         let request_id = self.next_rid;
         self.next_rid += 1;
-        let event = Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()) };
+        // As a primary's reader gives it: the data with the checksum computed on receipt.
+        let data_crc = (!data.is_empty()).then(|| shoal_util::crc32c(data));
+        let event = Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()), data_crc };
         self.run(VecDeque::from([(primary, event)]));
         self.replies.remove(&request_id).expect("the client got an answer")
     }
@@ -371,7 +377,7 @@ fn replicas_apply_a_replicated_write_once_and_refuse_gaps_and_replaced_primaries
     let op = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 50, op, data: bytes::Bytes::from(b"def".to_vec()) },
+        Event::ClientOp { from: CLIENT, request_id: 50, op, data: bytes::Bytes::from(b"def".to_vec()), data_crc: None },
     )]));
     net.capture = false;
     let (to, rep, data) = net.captured.pop().expect("a replicated write");
@@ -509,7 +515,7 @@ fn a_write_lost_on_its_way_to_a_replica_is_recovered_when_the_primary_restarts()
     let op = client_op(&net.map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()) },
+        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()), data_crc: None },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(net.content(acting[0]).as_deref(), Some(&b"new"[..]));
@@ -581,6 +587,7 @@ fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
             request_id: 500 + i as u64,
             op,
             data: bytes::Bytes::from(vec![i as u8; OBJECT_BYTES]),
+            data_crc: None,
         };
         net.run(VecDeque::from([(primary.0, event)]));
     }
@@ -633,7 +640,10 @@ fn read_at(net: &mut Net, tid: u64, snap: Option<u64>) -> Result<Vec<u8>, ErrorC
     let op = client_op(&net.map, tid, ops);
     let primary = net.acting()[0].0;
     let request_id = 10_000 + tid;
-    net.run(VecDeque::from([(primary, Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::new() })]));
+    net.run(VecDeque::from([(
+        primary,
+        Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::new(), data_crc: None },
+    )]));
     let frame_reply = net.replies.remove(&request_id).expect("an answer");
     frame_reply.result.map(|_| net.last_read.take().unwrap_or_default()).map_err(|e| e.code)
 }
@@ -718,7 +728,7 @@ fn objects_with_the_longest_names_are_removed_as_before_but_take_no_snapshots() 
         let request_id = 20_000 + tid;
         net.run(VecDeque::from([(
             primary,
-            Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()) },
+            Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()), data_crc: None },
         )]));
         net.replies.remove(&request_id).expect("an answer").result
     };
@@ -739,7 +749,7 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     let op = client_op(&net.map, 2, vec![ctx(1, &[1]), put(3)]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()) },
+        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()), data_crc: None },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(pg_objects(&net, acting[1]).len(), 1, "the replica missed the clone");
@@ -751,7 +761,7 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     let op = client_op(&net.map, 3, vec![ctx(1, &[]), ObjOp::SnapTrim]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 61, op, data: bytes::Bytes::new() },
+        Event::ClientOp { from: CLIENT, request_id: 61, op, data: bytes::Bytes::new(), data_crc: None },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(pg_objects(&net, acting[0]).len(), 1);

@@ -41,10 +41,15 @@ pub const MAGIC: &[u8; 4] = b"SHF1";
 /// direct I/O needs no copy), in `data` with `payload` empty. Code reading a received frame takes
 /// the payload whole with [`Frame::into_bytes`] (never a copy for a received frame) or
 /// [`Frame::into_payload`] (a copy when the payload is in `data`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Frame {
     pub msg_type: u16,
     pub request_id: u64,
+    /// The crc32c of the payload's first `n` bytes, `(n, crc)`, when it is already known: a
+    /// receiver that verified a payload records its bulk data's checksum here, and a frame that
+    /// forwards those bytes passes it on, so that its header checksums only the bytes after
+    /// them. `n` never exceeds `data.len()`; a wrong value makes the peer refuse the frame.
+    pub prefix_crc: Option<(usize, u32)>,
     /// Leading bulk bytes of the payload, sent by reference; in a received frame, the whole
     /// payload when it was read into aligned memory, else empty.
     pub data: Bytes,
@@ -67,16 +72,46 @@ pub enum FrameError {
     PayloadChecksum { request_id: u64 },
 }
 
+/// Frames are equal when they carry the same message: a known checksum is a cache, not content.
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        (self.msg_type, self.request_id, &self.data, &self.payload)
+            == (other.msg_type, other.request_id, &other.data, &other.payload)
+    }
+}
+impl Eq for Frame {}
+
 impl Frame {
     #[must_use]
     pub fn new(msg_type: u16, request_id: u64, payload: Vec<u8>) -> Self {
-        Self { msg_type, request_id, data: Bytes::new(), payload }
+        Self { msg_type, request_id, prefix_crc: None, data: Bytes::new(), payload }
     }
 
     /// A frame whose payload is `data` (sent by reference, never copied) followed by `payload`.
     #[must_use]
     pub fn with_data(msg_type: u16, request_id: u64, data: Bytes, payload: Vec<u8>) -> Self {
-        Self { msg_type, request_id, data, payload }
+        Self { msg_type, request_id, prefix_crc: None, data, payload }
+    }
+
+    /// [`Frame::with_data`] for `data` whose crc32c is already known (`data_crc`, for example
+    /// from [`Frame::prefix_crc`] of the frame it arrived in): the header then reads only
+    /// `payload`.
+    ///
+    /// # Panics
+    /// In debug builds, panics if `data_crc` is not the crc32c of `data`.
+    #[must_use]
+    pub fn with_checked_data(
+        msg_type: u16,
+        request_id: u64,
+        data: Bytes,
+        data_crc: Option<u32>,
+        payload: Vec<u8>,
+    ) -> Self {
+        debug_assert!(
+            data_crc.is_none_or(|c| crc32c(&data) == c),
+            "a known data checksum that does not match its data"
+        );
+        Self { msg_type, request_id, prefix_crc: data_crc.map(|c| (data.len(), c)), data, payload }
     }
 
     /// Payload bytes on the wire: `data` and `payload` together.
@@ -121,7 +156,13 @@ impl Frame {
     /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
     #[must_use]
     pub fn header(&self) -> [u8; HEADER_BYTES] {
-        header_of(self.msg_type, self.request_id, &[&self.data, &self.payload])
+        match self.prefix_crc {
+            Some((n, crc)) if n <= self.data.len() => {
+                debug_assert_eq!(crc32c(&self.data[..n]), crc, "a known prefix checksum that does not match");
+                header_with(self.msg_type, self.request_id, crc, &[&self.data[n..], &self.payload], self.payload_len())
+            }
+            _ => header_of(self.msg_type, self.request_id, &[&self.data, &self.payload]),
+        }
     }
 
     /// The frame's bytes: its header followed by the payload.
@@ -154,8 +195,14 @@ pub fn encode_header(msg_type: u16, request_id: u64, payload: &[u8]) -> [u8; HEA
 /// The header of a frame whose payload is the concatenation of `parts`.
 fn header_of(msg_type: u16, request_id: u64, parts: &[&[u8]]) -> [u8; HEADER_BYTES] {
     let total: usize = parts.iter().map(|p| p.len()).sum();
+    header_with(msg_type, request_id, 0, parts, total)
+}
+
+/// The header of a frame of `total` payload bytes whose leading bytes have the crc32c `prefix`
+/// (0 for none) and are followed by `rest`.
+fn header_with(msg_type: u16, request_id: u64, prefix: u32, rest: &[&[u8]], total: usize) -> [u8; HEADER_BYTES] {
     let len = u32::try_from(total).unwrap_or_else(|_| panic!("frame payload over 4 GiB"));
-    let crc = parts.iter().fold(0, |crc, part| crc32c_append(crc, part));
+    let crc = rest.iter().fold(prefix, |crc, part| crc32c_append(crc, part));
     let mut h = [0u8; HEADER_BYTES];
     h[..4].copy_from_slice(MAGIC);
     h[4..6].copy_from_slice(&msg_type.to_le_bytes());
@@ -184,10 +231,21 @@ pub struct FrameHeader {
 impl FrameHeader {
     /// Checks a received payload against the header's length and checksum.
     pub fn check_payload(&self, payload: &[u8]) -> Result<(), FrameError> {
-        if payload.len() != self.len as usize || crc32c(payload) != self.payload_crc {
+        self.check_split(payload, 0).map(|_| ())
+    }
+
+    /// [`FrameHeader::check_payload`], checksumming the first `at` bytes on their own on the
+    /// way: returns their crc32c, which a receiver keeps as the frame's
+    /// [`Frame::prefix_crc`]. The payload is read once either way.
+    pub fn check_split(&self, payload: &[u8], at: usize) -> Result<u32, FrameError> {
+        if payload.len() != self.len as usize || at > payload.len() {
             return Err(FrameError::PayloadChecksum { request_id: self.request_id });
         }
-        Ok(())
+        let prefix = crc32c(&payload[..at]);
+        if crc32c_append(prefix, &payload[at..]) != self.payload_crc {
+            return Err(FrameError::PayloadChecksum { request_id: self.request_id });
+        }
+        Ok(prefix)
     }
 }
 

@@ -89,6 +89,13 @@ fn split(payload: &[u8]) -> Result<(usize, &[u8]), MsgError> {
     Ok((data_len, &payload[data_len..n - 5]))
 }
 
+/// The length of the bulk data at the front of a payload made by [`encode`], or `None` when the
+/// payload is not one (a receiver asks before it knows the message type; decoding reports why).
+#[must_use]
+pub fn bulk_len(payload: &[u8]) -> Option<usize> {
+    split(payload).ok().map(|(data_len, _)| data_len)
+}
+
 /// Decodes a payload made by [`encode`]: the header and the bulk data (the payload truncated to
 /// the data, so no copy).
 pub fn decode<M: DeserializeOwned>(mut payload: Vec<u8>) -> Result<(M, Vec<u8>), MsgError> {

@@ -807,7 +807,7 @@ impl Simulation {
             match action {
                 // Mem stores are durable as soon as they are committed: nothing to sync.
                 Action::Reply { to, frame, .. } => self.send(Node::Osd(osd), Node::from_token(to), frame),
-                Action::Replicate { osd: peer, op, data } => {
+                Action::Replicate { osd: peer, op, data, .. } => {
                     if self.crashed.contains_key(&peer.0) {
                         // Connection refused.
                         self.fail_replication(osd, peer.0, op.reqid);
@@ -1113,9 +1113,13 @@ impl Simulation {
         let from_token = from.token();
         let event = match frame.msg_type {
             OsdOp::TYPE => match decode::<OsdOp>(frame.payload) {
-                Ok((op, data)) => {
-                    Event::ClientOp { from: from_token, request_id: frame.request_id, op, data: data.into() }
-                }
+                Ok((op, data)) => Event::ClientOp {
+                    from: from_token,
+                    request_id: frame.request_id,
+                    op,
+                    data: data.into(),
+                    data_crc: None,
+                },
                 Err(e) => return self.outcome.violations.push(format!("bad OsdOp: {e}")),
             },
             RepOp::TYPE => match decode::<RepOp>(frame.payload) {
