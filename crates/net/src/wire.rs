@@ -325,7 +325,7 @@ mod tests {
         }
         let bulk: Vec<u8> = (0..200_000u32).map(|i| (i % 247) as u8).collect();
         let sent = shoal_proto::frame(5, &Header { name: "obj".into() }, bulk.clone());
-        let bytes = wire(&[sent.clone()]);
+        let bytes = wire(std::slice::from_ref(&sent));
         let mut r = &bytes[..];
         let mut header = [0u8; HEADER_BYTES];
         let got = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
