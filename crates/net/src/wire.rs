@@ -155,11 +155,19 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         let pad = buf.as_ptr().align_offset(PAYLOAD_ALIGN_BYTES);
         assert!(pad < PAYLOAD_ALIGN_BYTES, "no aligned address in an allocation of the alignment's size");
         buf.resize(pad, 0);
-        read_payload(r, &mut buf, pad + len).await?;
-        // The bulk data's own checksum comes with the check (the payload is read once): a
-        // primary forwarding it to replicas then does not read it again for their frames.
-        let bulk = shoal_proto::msg::bulk_len(&buf[pad..]).unwrap_or(0);
-        let bulk_crc = h.check_split(&buf[pad..], bulk)?;
+        let crc = read_payload(r, &mut buf, pad + len).await?;
+        h.check_crc(len, crc)?;
+        // The bulk data's own checksum, kept so that a primary forwarding the data to replicas
+        // does not read it again for their frames: the whole payload's checksum with the
+        // message's header taken back off its end, or (for an unusually long header) computed.
+        let payload = &buf[pad..];
+        let bulk = shoal_proto::msg::bulk_len(payload).unwrap_or(0);
+        let tail = &payload[bulk..];
+        let bulk_crc = if tail.len() <= UNAPPEND_MAX_BYTES {
+            shoal_util::crc32c_unappend(crc, tail)
+        } else {
+            shoal_util::crc32c(&payload[..bulk])
+        };
         let data = bytes::Bytes::from(buf).slice(pad..);
         debug_assert_eq!(data.as_ptr() as usize % PAYLOAD_ALIGN_BYTES, 0);
         let mut frame = Frame::with_data(h.msg_type, h.request_id, data, Vec::new());
@@ -167,23 +175,33 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         return Ok(Some(frame));
     }
     let mut payload = Vec::with_capacity(len);
-    read_payload(r, &mut payload, len).await?;
-    h.check_payload(&payload)?;
+    let crc = read_payload(r, &mut payload, len).await?;
+    h.check_crc(len, crc)?;
     Ok(Some(Frame::new(h.msg_type, h.request_id, payload)))
 }
 
+/// Longest message header whose checksum is taken back off a payload's (about a nanosecond per
+/// bit); a longer one has its bulk data checksummed again instead.
+const UNAPPEND_MAX_BYTES: usize = 4096;
+
 /// Reads from `r` until `buf` holds `end` bytes, into its spare capacity (no zeroing first).
-async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: usize) -> Result<(), NetError> {
+/// Returns the crc32c of the bytes it appended, computed piece by piece as they arrive, while
+/// each piece is still in the cache the kernel's copy left it in: a checksum pass over a payload
+/// read whole first would fetch a multi-megabyte payload from memory again.
+async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: usize) -> Result<u32, NetError> {
     debug_assert!(buf.capacity() >= end, "the payload buffer is allocated before it is read");
+    let mut crc = 0;
     while buf.len() < end {
         let want = (end - buf.len()) as u64;
+        let from = buf.len();
         // `take` keeps the read inside this frame; `read_buf` fills the spare capacity directly.
         let n = (&mut *r).take(want).read_buf(buf).await?;
         if n == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
+        crc = shoal_util::crc32c_append(crc, &buf[from..from + n]);
     }
-    Ok(())
+    Ok(crc)
 }
 
 /// Writes one frame directly (used during the handshake, before the writer task exists).
@@ -339,6 +357,35 @@ mod tests {
         let fast = Frame::with_checked_data(31, 6, data.clone(), Some(crc), tail.clone());
         let slow = Frame::with_data(31, 6, data, tail);
         assert_eq!(fast.header(), slow.header());
+    }
+
+    #[tokio::test]
+    async fn payloads_arriving_in_small_pieces_are_checked_and_split_alike() {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Header {
+            name: String,
+        }
+        // A header too long to take back off the checksum goes the other way; both must agree.
+        let bulk: Vec<u8> = (0..150_000u32).map(|i| (i % 241) as u8).collect();
+        let short = framed(9, &Header { name: "o".into() }, &bulk);
+        let long = framed(10, &Header { name: "n".repeat(UNAPPEND_MAX_BYTES + 10) }, &bulk);
+        let bytes = wire(&[short, long, Frame::new(16, 11, vec![1; 5000])]);
+        // The reader gets at most 1000 bytes per read.
+        let (mut tx, mut rx) = tokio::io::duplex(1000);
+        let writer = tokio::spawn(async move { tx.write_all(&bytes).await });
+        let mut header = [0u8; HEADER_BYTES];
+        let crc = shoal_util::crc32c(&bulk);
+        for _ in 0..2 {
+            let f = read_frame(&mut rx, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
+            assert_eq!(f.prefix_crc, Some((bulk.len(), crc)), "frame {}", f.request_id);
+        }
+        let small = read_frame(&mut rx, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
+        assert_eq!(small.payload, vec![1; 5000]);
+        writer.await.unwrap().unwrap();
+    }
+
+    fn framed<M: serde::Serialize>(request_id: u64, msg: &M, bulk: &[u8]) -> Frame {
+        Frame::new(30, request_id, shoal_proto::encode(msg, bulk.to_vec()))
     }
 
     #[tokio::test]

@@ -231,21 +231,16 @@ pub struct FrameHeader {
 impl FrameHeader {
     /// Checks a received payload against the header's length and checksum.
     pub fn check_payload(&self, payload: &[u8]) -> Result<(), FrameError> {
-        self.check_split(payload, 0).map(|_| ())
+        self.check_crc(payload.len(), crc32c(payload))
     }
 
-    /// [`FrameHeader::check_payload`], checksumming the first `at` bytes on their own on the
-    /// way: returns their crc32c, which a receiver keeps as the frame's
-    /// [`Frame::prefix_crc`]. The payload is read once either way.
-    pub fn check_split(&self, payload: &[u8], at: usize) -> Result<u32, FrameError> {
-        if payload.len() != self.len as usize || at > payload.len() {
+    /// Checks a received payload of `len_bytes` by its crc32c `crc`, computed by a reader that
+    /// checksummed the bytes as they arrived.
+    pub fn check_crc(&self, len_bytes: usize, crc: u32) -> Result<(), FrameError> {
+        if len_bytes != self.len as usize || crc != self.payload_crc {
             return Err(FrameError::PayloadChecksum { request_id: self.request_id });
         }
-        let prefix = crc32c(&payload[..at]);
-        if crc32c_append(prefix, &payload[at..]) != self.payload_crc {
-            return Err(FrameError::PayloadChecksum { request_id: self.request_id });
-        }
-        Ok(prefix)
+        Ok(())
     }
 }
 
