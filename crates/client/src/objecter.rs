@@ -96,11 +96,24 @@ impl Client {
         ops: Vec<ObjOp>,
         data: Bytes,
     ) -> Result<OpResult, ClientError> {
+        self.op_parts(pool, object, ops, vec![data]).await
+    }
+
+    /// [`Client::op_bytes`] with the data in several `parts` (in order): a body that arrived
+    /// in pieces is sent as those pieces, never gathered into one buffer.
+    pub async fn op_parts(
+        &self,
+        pool: &str,
+        object: &str,
+        ops: Vec<ObjOp>,
+        parts: Vec<Bytes>,
+    ) -> Result<OpResult, ClientError> {
         validate_object_name(object)?;
         let pool = self.pool(pool)?;
         let data_len: u64 = ops.iter().map(ObjOp::data_len).sum();
-        if data_len != data.len() as u64 {
-            return Err(ClientError::BadReply(format!("operations name {data_len} bytes, {} given", data.len())));
+        let given: usize = parts.iter().map(Bytes::len).sum();
+        if data_len != given as u64 {
+            return Err(ClientError::BadReply(format!("operations name {data_len} bytes, {given} given")));
         }
         for op in &ops {
             let end = match op {
@@ -134,7 +147,7 @@ impl Client {
                     };
                     // Each attempt sends the shared data by reference (it stays here for a
                     // resend) followed by the encoded header.
-                    match self.send(&map, primary, OsdOp::TYPE, data.clone(), encode(&msg, Vec::new())).await {
+                    match self.send(&map, primary, OsdOp::TYPE, parts.clone(), encode(&msg, Vec::new())).await {
                         Ok(frame) => {
                             let (reply, bytes): (OsdOpReply, Vec<u8>) = decode_frame(frame)?;
                             match reply.result {
@@ -179,11 +192,11 @@ impl Client {
         map: &ClusterMap,
         osd: OsdId,
         msg_type: u16,
-        data: Bytes,
+        parts: Vec<Bytes>,
         payload: Vec<u8>,
     ) -> Result<shoal_net::Frame, ClientError> {
         let conn = self.osd_connection(map, osd).await?;
-        Ok(conn.call_with_data(msg_type, data, payload).await?)
+        Ok(conn.call_with_parts(msg_type, parts, payload).await?)
     }
 
     async fn osd_connection(&self, map: &ClusterMap, osd: OsdId) -> Result<Connection, ClientError> {
@@ -226,7 +239,7 @@ impl Client {
                 cursor: cursor.after.clone(),
                 max: max - names.len() as u32,
             };
-            let frame = self.send(&map, primary, PgList::TYPE, Bytes::new(), encode(&msg, Vec::new())).await?;
+            let frame = self.send(&map, primary, PgList::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok((page, next)) => {
@@ -252,7 +265,7 @@ impl Client {
     pub async fn pg_query(&self, osd: shoal_map::OsdId, pg: shoal_map::PgId) -> Result<PgInfo, ClientError> {
         let map = self.mon.map();
         let msg = PgQuery { epoch: map.epoch, pool: pg.pool, pg: pg.seed };
-        let frame = self.send(&map, osd, PgQuery::TYPE, Bytes::new(), encode(&msg, Vec::new())).await?;
+        let frame = self.send(&map, osd, PgQuery::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
         let (reply, _): (PgQueryReply, _) = decode_frame(frame)?;
         reply.result.map_err(ClientError::Remote)
     }
@@ -276,7 +289,7 @@ impl Client {
                 return Err(ClientError::NoActing { pool: pg.pool.to_string(), pg: pg.to_string() });
             };
             let msg = PgCommand { epoch: map.epoch, pool: pg.pool, pg: pg.seed, cmd: cmd.clone() };
-            let frame = self.send(&map, primary, PgCommand::TYPE, Bytes::new(), encode(&msg, Vec::new())).await?;
+            let frame = self.send(&map, primary, PgCommand::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
             let (reply, _): (PgCommandReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok(out) => return Ok(out),

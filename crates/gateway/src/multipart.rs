@@ -387,7 +387,7 @@ pub async fn complete(
         .await?;
     let due = layout::now_ns() + w.gc_delay_ns;
     if versioned {
-        objects::commit_version_head(client, bucket.id, &meta, &Bytes::new()).await?;
+        objects::commit_version_head(client, bucket.id, &meta, &[]).await?;
         crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
         let extra = drop_parts(upload, &parts, &used, due);
         return match objects::record_version(client, &w, &meta, condition, extra).await? {
@@ -398,7 +398,7 @@ pub async fn complete(
             }
         };
     }
-    if !objects::commit_head(client, &w, &meta, &Bytes::new(), condition).await? {
+    if !objects::commit_head(client, &w, &meta, &[], condition).await? {
         unclaim().await?;
         return Err(objects::refused(client, bucket, key, condition).await);
     }

@@ -188,11 +188,56 @@ impl From<GatewayError> for WriteError {
     }
 }
 
+/// Pieces smaller than this are gathered (copied) into a buffer of their own before they join a
+/// chunk; larger ones join it as they are. Every part of a chunk but its last is therefore at
+/// least this long, which bounds a chunk to `CHUNK_BYTES / GATHER_BELOW_BYTES` parts however
+/// finely a client splits its body.
+const GATHER_BELOW_BYTES: usize = 16 << 10;
+
+/// A chunk of a body held by reference: the pieces it arrived in, in order, never copied into
+/// one buffer (the messenger sends them as they are), except that small pieces are gathered.
+#[derive(Default)]
+pub(crate) struct Pieces {
+    parts: Vec<Bytes>,
+    small: BytesMut,
+    len_bytes: usize,
+}
+
+impl Pieces {
+    fn len(&self) -> usize {
+        self.len_bytes
+    }
+
+    fn push(&mut self, piece: Bytes) {
+        self.len_bytes += piece.len();
+        if piece.len() < GATHER_BELOW_BYTES {
+            self.small.extend_from_slice(&piece);
+            if self.small.len() >= GATHER_BELOW_BYTES {
+                self.parts.push(self.small.split().freeze());
+            }
+        } else {
+            if !self.small.is_empty() {
+                self.parts.push(self.small.split().freeze());
+            }
+            self.parts.push(piece);
+        }
+    }
+
+    /// The chunk's parts in order.
+    fn finish(mut self) -> Vec<Bytes> {
+        if !self.small.is_empty() {
+            self.parts.push(self.small.split().freeze());
+        }
+        debug_assert_eq!(self.parts.iter().map(Bytes::len).sum::<usize>(), self.len_bytes);
+        self.parts
+    }
+}
+
 /// A body streamed into chunks: chunk 0 kept in memory (an object's head) or written like the
 /// others (a part), every other chunk written as `t.BUCKET.TAG.N` as soon as it fills.
 pub(crate) struct Streamed {
-    /// Chunk 0 when it was kept (else empty).
-    pub first: Bytes,
+    /// Chunk 0 when it was kept (else empty), in the pieces it arrived in.
+    pub first: Vec<Bytes>,
     pub size_bytes: u64,
     /// Chunks written as objects (an object's tails, or all of a part's chunks).
     pub written: u32,
@@ -256,12 +301,11 @@ where
     debug_assert!(shape.read_ahead_bytes <= COPY_READ_AHEAD_BYTES, "a producer holds at most two chunks");
     let permit = budget.reserve(need + shape.read_ahead_bytes).await;
     let chunk = layout::CHUNK_BYTES as usize;
-    let buffer_bytes = if small { size_hint.unwrap_or(0) as usize } else { chunk };
-    let mut head = BytesMut::with_capacity(if keep_first { buffer_bytes } else { 0 });
+    let mut head = Pieces::default();
     let mut size: u64 = 0;
     let mut next_chunk: u32 = u32::from(keep_first);
     // The chunk being filled (after the head's, when it is kept).
-    let mut current: Option<BytesMut> = None;
+    let mut current: Option<Pieces> = None;
     // Chunk writes run as tasks so that they proceed while the body keeps arriving.
     let mut in_flight = TailWrites::default();
     let result: Result<(), WriteError> = async {
@@ -280,25 +324,25 @@ where
             while !piece.is_empty() {
                 if keep_first && head.len() < chunk {
                     let room = (chunk - head.len()).min(piece.len());
-                    head.extend_from_slice(&piece.split_to(room));
+                    head.push(piece.split_to(room));
                     continue;
                 }
-                let buf = current.get_or_insert_with(|| BytesMut::with_capacity(buffer_bytes));
+                let buf = current.get_or_insert_with(Pieces::default);
                 let room = (chunk - buf.len()).min(piece.len());
-                buf.extend_from_slice(&piece.split_to(room));
+                buf.push(piece.split_to(room));
                 if buf.len() == chunk
                     && let Some(full) = current.take()
                 {
                     while in_flight.len() >= TAILS_IN_FLIGHT {
                         in_flight.next().await?;
                     }
-                    in_flight.push(client, w.bucket.id, w.tag, next_chunk, full.freeze());
+                    in_flight.push(client, w.bucket.id, w.tag, next_chunk, full.finish());
                     next_chunk += 1;
                 }
             }
         }
         if let Some(buf) = current.take() {
-            in_flight.push(client, w.bucket.id, w.tag, next_chunk, buf.freeze());
+            in_flight.push(client, w.bucket.id, w.tag, next_chunk, buf.finish());
             next_chunk += 1;
         }
         while !in_flight.is_empty() {
@@ -323,7 +367,7 @@ where
     let md5_hex = crate::text::hex(&md5.finish().await);
     match check.finish(&md5_hex) {
         Ok(checksums) => {
-            Ok(Streamed { first: head.freeze(), size_bytes: size, written, md5_hex, checksums, _permit: permit })
+            Ok(Streamed { first: head.finish(), size_bytes: size, written, md5_hex, checksums, _permit: permit })
         }
         Err(e) => {
             w.abandon(client, keep_first, written).await?;
@@ -454,17 +498,22 @@ pub(crate) async fn commit_version_head(
     client: &Client,
     bucket_id: u64,
     meta: &ObjectMeta,
-    first: &Bytes,
+    first: &[Bytes],
 ) -> Result<(), GatewayError> {
     let ops = vec![
         ObjOp::Create { exclusive: true },
-        ObjOp::WriteFull { len_bytes: first.len() as u64 },
+        ObjOp::WriteFull { len_bytes: parts_len(first) },
         ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(meta) },
         ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() },
     ];
     crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
-    client.op_bytes(DATA_POOL, &layout::version_object(bucket_id, meta.tag), ops, first.clone()).await?;
+    client.op_parts(DATA_POOL, &layout::version_object(bucket_id, meta.tag), ops, first.to_vec()).await?;
     Ok(())
+}
+
+/// Bytes in `parts` together.
+fn parts_len(parts: &[Bytes]) -> u64 {
+    parts.iter().map(|p| p.len() as u64).sum()
 }
 
 /// Why a write's condition failed, for `PreconditionFailed`.
@@ -514,7 +563,7 @@ pub(crate) async fn commit_head(
     client: &Client,
     w: &PendingWrite<'_>,
     meta: &ObjectMeta,
-    first: &Bytes,
+    first: &[Bytes],
     condition: &WriteCondition,
 ) -> Result<bool, GatewayError> {
     if !matches!(condition, WriteCondition::Exists | WriteCondition::NotETag(_)) {
@@ -548,7 +597,7 @@ async fn commit_head_once(
     client: &Client,
     w: &PendingWrite<'_>,
     meta: &ObjectMeta,
-    first: &Bytes,
+    first: &[Bytes],
     condition: &WriteCondition,
 ) -> Result<bool, GatewayError> {
     let mut ops = Vec::with_capacity(5);
@@ -565,12 +614,12 @@ async fn commit_head_once(
             return Err(GatewayError::Internal("a head write cannot be guarded by a write's tag".into()));
         }
     }
-    ops.push(ObjOp::WriteFull { len_bytes: first.len() as u64 });
+    ops.push(ObjOp::WriteFull { len_bytes: parts_len(first) });
     ops.push(ObjOp::SetXattr { name: META_XATTR.into(), value: layout::encode(meta) });
     ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
     let name = layout::head_object(w.bucket.id, &meta.key);
     crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
-    match client.op_bytes(DATA_POOL, &name, ops, first.clone()).await {
+    match client.op_parts(DATA_POOL, &name, ops, first.to_vec()).await {
         Ok(_) => Ok(true),
         Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
         // The head may or may not have been written (a timeout): the pending record stays for
@@ -594,12 +643,12 @@ impl TailWrites {
         self.tasks.is_empty()
     }
 
-    fn push(&mut self, client: &Client, bucket_id: u64, tag: u128, n: u32, data: Bytes) {
+    fn push(&mut self, client: &Client, bucket_id: u64, tag: u128, n: u32, data: Vec<Bytes>) {
         let client = client.clone();
         self.tasks.push_back(tokio::spawn(async move {
             let name = layout::tail_object(bucket_id, tag, n);
-            let ops = vec![ObjOp::WriteFull { len_bytes: data.len() as u64 }];
-            client.op_bytes(DATA_POOL, &name, ops, data).await?;
+            let ops = vec![ObjOp::WriteFull { len_bytes: parts_len(&data) }];
+            client.op_parts(DATA_POOL, &name, ops, data).await?;
             Ok(())
         }));
     }
@@ -821,5 +870,33 @@ mod tests {
         drop(held);
         waiter.await.unwrap();
         assert_eq!(budget.in_use_bytes(), 0);
+    }
+
+    #[test]
+    fn a_chunk_keeps_large_pieces_by_reference_and_gathers_small_ones() {
+        let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let body = Bytes::from(body);
+        // Large pieces, then a run of tiny ones (as a client splitting its body finely would send).
+        let mut pieces = Pieces::default();
+        let cuts = [0, 100_000, 200_000, 200_010, 200_020];
+        for w in cuts.windows(2) {
+            pieces.push(body.slice(w[0]..w[1]));
+        }
+        let mut at = 200_020;
+        while at < body.len() {
+            let end = (at + 7).min(body.len());
+            pieces.push(body.slice(at..end));
+            at = end;
+        }
+        assert_eq!(pieces.len(), body.len());
+        let parts = pieces.finish();
+        // The large pieces are the body's own memory, not copies.
+        assert_eq!(parts[0].as_ptr(), body.as_ptr());
+        assert_eq!(parts[1].as_ptr(), body[100_000..].as_ptr());
+        // Every part but the last is at least the gathering size: a bounded count.
+        assert!(parts[..parts.len() - 1].iter().all(|p| p.len() >= GATHER_BELOW_BYTES));
+        assert!(parts.len() <= 2 + (body.len() - 200_000) / GATHER_BELOW_BYTES + 1, "{} parts", parts.len());
+        let joined: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(joined, body);
     }
 }

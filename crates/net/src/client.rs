@@ -203,8 +203,18 @@ impl Connection {
     /// written to the socket from where it is, never copied into the frame, so a caller that
     /// keeps it for a resend pays no copy per attempt.
     pub async fn call_with_data(&self, msg_type: u16, data: Bytes, payload: Vec<u8>) -> Result<Frame, NetError> {
+        self.call_frame(Frame::with_data(msg_type, 0, data, payload)).await
+    }
+
+    /// [`Connection::call_with_data`] with bulk data in several `parts`, sent in order, each
+    /// from where it is (nothing is gathered into one buffer).
+    pub async fn call_with_parts(&self, msg_type: u16, parts: Vec<Bytes>, payload: Vec<u8>) -> Result<Frame, NetError> {
+        self.call_frame(Frame::with_data_parts(msg_type, 0, parts, payload)).await
+    }
+
+    async fn call_frame(&self, frame: Frame) -> Result<Frame, NetError> {
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.queue_call(Frame::with_data(msg_type, 0, data, payload), ReplyTo::Wait(reply_tx)).await?;
+        self.queue_call(frame, ReplyTo::Wait(reply_tx)).await?;
         PendingReply { rx: reply_rx }.await
     }
 

@@ -37,6 +37,8 @@ pub const PUSH_QUEUE_FRAMES: usize = 256;
 
 /// The largest payload accepted during the handshake, before the peer is known.
 pub(crate) const HANDSHAKE_MAX_PAYLOAD: u32 = 4096;
+/// Slices one vectored write may carry on Linux (`IOV_MAX`).
+const IOV_MAX: usize = 1024;
 /// Frames a writer gathers into one vectored write at most.
 const BATCH_FRAMES: usize = 64;
 /// Bytes a writer gathers into one vectored write before it stops adding frames; a single
@@ -67,8 +69,10 @@ pub(crate) fn check_outgoing(frame: &Frame) -> Result<(), NetError> {
 /// The text of an error frame. A reason that is not UTF-8 is shown lossily rather than refused:
 /// it only ever ends up in an error message.
 pub(crate) fn error_reason(frame: &Frame) -> String {
-    let mut reason = String::from_utf8_lossy(&frame.data).into_owned();
-    reason.push_str(&String::from_utf8_lossy(&frame.payload));
+    let mut reason = String::new();
+    for part in frame.parts() {
+        reason.push_str(&String::from_utf8_lossy(part));
+    }
     reason
 }
 
@@ -207,8 +211,8 @@ async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: u
 /// Writes one frame directly (used during the handshake, before the writer task exists).
 pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, frame: &Frame) -> Result<(), NetError> {
     let header = frame.header();
-    write_all_vectored(w, &mut [IoSlice::new(&header), IoSlice::new(&frame.data), IoSlice::new(&frame.payload)])
-        .await?;
+    let mut slices: Vec<IoSlice<'_>> = std::iter::once(&header[..]).chain(frame.parts()).map(IoSlice::new).collect();
+    write_all_vectored(w, &mut slices).await?;
     w.flush().await?;
     Ok(())
 }
@@ -219,7 +223,9 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut bufs: &mut [Io
         bufs = &mut bufs[1..];
     }
     while !bufs.is_empty() {
-        let n = w.write_vectored(bufs).await?;
+        // The kernel takes at most IOV_MAX slices per call (more fail the whole write).
+        let at_once = bufs.len().min(IOV_MAX);
+        let n = w.write_vectored(&bufs[..at_once]).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
@@ -273,22 +279,16 @@ pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
             }
             continue;
         }
-        let mut slices = [IoSlice::new(&[]); 3 * BATCH_FRAMES];
-        let mut n = 0;
         for (f, h) in batch.iter().zip(headers.iter_mut()) {
             *h = f.header();
         }
+        // Most frames have a header and one or two parts; bulk data in pieces has more.
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(3 * batch.len());
         for (f, h) in batch.iter().zip(headers.iter()) {
-            slices[n] = IoSlice::new(h);
-            n += 1;
-            for part in [&f.data[..], &f.payload[..]] {
-                if !part.is_empty() {
-                    slices[n] = IoSlice::new(part);
-                    n += 1;
-                }
-            }
+            slices.push(IoSlice::new(h));
+            slices.extend(f.parts().filter(|part| !part.is_empty()).map(IoSlice::new));
         }
-        let written = write_all_vectored(&mut w, &mut slices[..n]).await;
+        let written = write_all_vectored(&mut w, &mut slices).await;
         batch.clear();
         if written.is_err() {
             break;

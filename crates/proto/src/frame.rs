@@ -53,7 +53,11 @@ pub struct Frame {
     /// Leading bulk bytes of the payload, sent by reference; in a received frame, the whole
     /// payload when it was read into aligned memory, else empty.
     pub data: Bytes,
-    /// The payload after `data` (in a received frame, all of it unless `data` holds it).
+    /// Further bulk bytes sent by reference after `data`, in order: bulk data that exists in
+    /// pieces (a request body as it arrived) goes out without being gathered into one buffer.
+    /// Empty in received frames.
+    pub data_more: Vec<Bytes>,
+    /// The payload after the bulk parts (in a received frame, all of it unless `data` holds it).
     pub payload: Vec<u8>,
 }
 
@@ -75,8 +79,8 @@ pub enum FrameError {
 /// Frames are equal when they carry the same message: a known checksum is a cache, not content.
 impl PartialEq for Frame {
     fn eq(&self, other: &Self) -> bool {
-        (self.msg_type, self.request_id, &self.data, &self.payload)
-            == (other.msg_type, other.request_id, &other.data, &other.payload)
+        (self.msg_type, self.request_id, &self.data, &self.data_more, &self.payload)
+            == (other.msg_type, other.request_id, &other.data, &other.data_more, &other.payload)
     }
 }
 impl Eq for Frame {}
@@ -84,13 +88,22 @@ impl Eq for Frame {}
 impl Frame {
     #[must_use]
     pub fn new(msg_type: u16, request_id: u64, payload: Vec<u8>) -> Self {
-        Self { msg_type, request_id, prefix_crc: None, data: Bytes::new(), payload }
+        Self { msg_type, request_id, prefix_crc: None, data: Bytes::new(), data_more: Vec::new(), payload }
     }
 
     /// A frame whose payload is `data` (sent by reference, never copied) followed by `payload`.
     #[must_use]
     pub fn with_data(msg_type: u16, request_id: u64, data: Bytes, payload: Vec<u8>) -> Self {
-        Self { msg_type, request_id, prefix_crc: None, data, payload }
+        Self { msg_type, request_id, prefix_crc: None, data, data_more: Vec::new(), payload }
+    }
+
+    /// A frame whose payload is the bulk `parts` in order (each sent by reference, never copied
+    /// or gathered) followed by `payload`.
+    #[must_use]
+    pub fn with_data_parts(msg_type: u16, request_id: u64, parts: Vec<Bytes>, payload: Vec<u8>) -> Self {
+        let mut parts = parts.into_iter();
+        let data = parts.next().unwrap_or_default();
+        Self { msg_type, request_id, prefix_crc: None, data, data_more: parts.collect(), payload }
     }
 
     /// [`Frame::with_data`] for `data` whose crc32c is already known (`data_crc`, for example
@@ -111,28 +124,45 @@ impl Frame {
             data_crc.is_none_or(|c| crc32c(&data) == c),
             "a known data checksum that does not match its data"
         );
-        Self { msg_type, request_id, prefix_crc: data_crc.map(|c| (data.len(), c)), data, payload }
+        Self {
+            msg_type,
+            request_id,
+            prefix_crc: data_crc.map(|c| (data.len(), c)),
+            data,
+            data_more: Vec::new(),
+            payload,
+        }
     }
 
-    /// Payload bytes on the wire: `data` and `payload` together.
+    /// Payload bytes on the wire: the bulk parts and `payload` together.
     #[must_use]
     pub fn payload_len(&self) -> usize {
-        self.data.len() + self.payload.len()
+        self.data.len() + self.data_more.iter().map(Bytes::len).sum::<usize>() + self.payload.len()
+    }
+
+    /// The payload's parts in order, as they go on the wire (empty ones included).
+    pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(&self.data[..])
+            .chain(self.data_more.iter().map(|b| &b[..]))
+            .chain(std::iter::once(&self.payload[..]))
     }
 
     /// The whole payload as one buffer. Free when `data` is empty; a payload held in `data` is
     /// copied out (see [`Frame::into_bytes`], which never copies a received frame).
     #[must_use]
     pub fn into_payload(self) -> Vec<u8> {
-        if self.data.is_empty() {
-            return self.payload;
-        }
-        if self.payload.is_empty() {
-            return Vec::from(self.data);
+        if self.data_more.is_empty() {
+            if self.data.is_empty() {
+                return self.payload;
+            }
+            if self.payload.is_empty() {
+                return Vec::from(self.data);
+            }
         }
         let mut whole = Vec::with_capacity(self.payload_len());
-        whole.extend_from_slice(&self.data);
-        whole.extend_from_slice(&self.payload);
+        for part in self.parts() {
+            whole.extend_from_slice(part);
+        }
         whole
     }
 
@@ -141,11 +171,13 @@ impl Frame {
     /// where it was read, so its alignment is kept.
     #[must_use]
     pub fn into_bytes(self) -> Bytes {
-        if self.payload.is_empty() {
-            return self.data;
-        }
-        if self.data.is_empty() {
-            return Bytes::from(self.payload);
+        if self.data_more.is_empty() {
+            if self.payload.is_empty() {
+                return self.data;
+            }
+            if self.data.is_empty() {
+                return Bytes::from(self.payload);
+            }
         }
         Bytes::from(self.into_payload())
     }
@@ -159,9 +191,11 @@ impl Frame {
         match self.prefix_crc {
             Some((n, crc)) if n <= self.data.len() => {
                 debug_assert_eq!(crc32c(&self.data[..n]), crc, "a known prefix checksum that does not match");
-                header_with(self.msg_type, self.request_id, crc, &[&self.data[n..], &self.payload], self.payload_len())
+                let rest = self.parts().skip(1);
+                let rest = std::iter::once(&self.data[n..]).chain(rest);
+                header_with(self.msg_type, self.request_id, crc, rest, self.payload_len())
             }
-            _ => header_of(self.msg_type, self.request_id, &[&self.data, &self.payload]),
+            _ => header_with(self.msg_type, self.request_id, 0, self.parts(), self.payload_len()),
         }
     }
 
@@ -173,8 +207,9 @@ impl Frame {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_BYTES + self.payload_len());
         out.extend_from_slice(&self.header());
-        out.extend_from_slice(&self.data);
-        out.extend_from_slice(&self.payload);
+        for part in self.parts() {
+            out.extend_from_slice(part);
+        }
         out
     }
 }
@@ -195,14 +230,20 @@ pub fn encode_header(msg_type: u16, request_id: u64, payload: &[u8]) -> [u8; HEA
 /// The header of a frame whose payload is the concatenation of `parts`.
 fn header_of(msg_type: u16, request_id: u64, parts: &[&[u8]]) -> [u8; HEADER_BYTES] {
     let total: usize = parts.iter().map(|p| p.len()).sum();
-    header_with(msg_type, request_id, 0, parts, total)
+    header_with(msg_type, request_id, 0, parts.iter().copied(), total)
 }
 
 /// The header of a frame of `total` payload bytes whose leading bytes have the crc32c `prefix`
 /// (0 for none) and are followed by `rest`.
-fn header_with(msg_type: u16, request_id: u64, prefix: u32, rest: &[&[u8]], total: usize) -> [u8; HEADER_BYTES] {
+fn header_with<'a>(
+    msg_type: u16,
+    request_id: u64,
+    prefix: u32,
+    rest: impl Iterator<Item = &'a [u8]>,
+    total: usize,
+) -> [u8; HEADER_BYTES] {
     let len = u32::try_from(total).unwrap_or_else(|_| panic!("frame payload over 4 GiB"));
-    let crc = rest.iter().fold(prefix, |crc, part| crc32c_append(crc, part));
+    let crc = rest.fold(prefix, crc32c_append);
     let mut h = [0u8; HEADER_BYTES];
     h[..4].copy_from_slice(MAGIC);
     h[4..6].copy_from_slice(&msg_type.to_le_bytes());
@@ -390,6 +431,18 @@ mod tests {
             prop_assert_eq!(d.next_frame().unwrap(), Some(joined.clone()));
             prop_assert_eq!(&split.clone().into_bytes()[..], &payload[..]);
             prop_assert_eq!(split.into_payload(), payload.clone());
+            // Bulk data in several parts: the same bytes on the wire again.
+            let third = at / 2;
+            let parts = vec![
+                Bytes::copy_from_slice(&payload[..third]),
+                Bytes::copy_from_slice(&payload[third..at]),
+                Bytes::new(),
+            ];
+            let pieces = Frame::with_data_parts(t, id, parts, payload[at..].to_vec());
+            prop_assert_eq!(pieces.payload_len(), payload.len());
+            prop_assert_eq!(pieces.header(), joined.header());
+            prop_assert_eq!(pieces.encode(), joined.encode());
+            prop_assert_eq!(&pieces.clone().into_bytes()[..], &payload[..]);
             // A received frame whose payload was read into `data` gives the same bytes either way.
             let received = Frame::with_data(t, id, Bytes::from(payload.clone()), Vec::new());
             prop_assert_eq!(received.header(), joined.header());
