@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A/B measurements of Shoal builds on this machine: the same load on a fresh cluster per run,
+# builds alternated round by round, with the CPU each process spent per operation (from
+# /proc/PID/stat), so that a change is judged by its cost per operation as well as by a
+# throughput that swings with the machine's noise.
+#
+#   bench/ab.sh [--rounds N] nbd mem1|block3 RW BS QD BIN...   fio's nbd engine through `nbd serve`
+#   bench/ab.sh [--rounds N] s3 mem1|block3 SIZE CONC LOAD BIN...   `shoal s3 bench` on the gateway
+#   bench/ab.sh [--rounds N] rbd mem1|block3 BIN...             `shoal rbd bench`, 4 KiB random writes
+#
+# RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, ...); LOAD is put or get (a get run first
+# writes the objects it reads). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
+# `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
+# later build does not replace it). Prints one line per run; CPU is in microseconds per
+# operation, summed over the processes named.
+set -euo pipefail
+
+ROUNDS=2
+if [[ ${1:-} == --rounds ]]; then
+  ROUNDS=$2
+  shift 2
+fi
+MODE=${1:?usage: bench/ab.sh [--rounds N] nbd|s3|rbd SHAPE ... BIN...}
+SHAPE=${2:?missing shape (mem1 or block3)}
+shift 2
+case $SHAPE in
+  mem1) UP=(--osds 1 --osd-size 8G) ;;
+  block3) UP=(--osds 3 --backend block --osd-size 4G) ;;
+  *) echo "bench/ab.sh: unknown shape $SHAPE (mem1 or block3)" >&2; exit 2 ;;
+esac
+
+DIR=$(mktemp -d /tmp/shoal-ab.XXXXXX)
+PORT=10810
+BIN=""
+cleanup() {
+  pkill -f "nbd serve data/img --listen 127.0.0.1:$PORT" 2>/dev/null || true
+  if [[ -n $BIN && -f $DIR/c/shoal.toml ]]; then "$BIN" down --dir "$DIR/c" >/dev/null 2>&1 || true; fi
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+# Sum of user and system CPU ticks of the processes given.
+ticks() {
+  local sum=0 pid
+  for pid in "$@"; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
+  echo "$sum"
+}
+# Microseconds per operation from a tick count (USER_HZ is 100 here).
+per_op_us() { python3 -c "print(f'{$1 * 1e6 / $(getconf CLK_TCK) / $2:.1f}')"; }
+
+# Starts a fresh cluster of the shape with build $BIN; $1: "gateway" to keep the gateway.
+up() {
+  rm -rf "$DIR/c"
+  local extra=(--no-gateway)
+  [[ ${1:-} == gateway ]] && extra=()
+  "$BIN" up "${UP[@]}" --dir "$DIR/c" "${extra[@]}" --json >"$DIR/up.json" 2>"$DIR/up.err" \
+    || { echo "bench/ab.sh: shoal up failed:" >&2; cat "$DIR/up.err" >&2; exit 1; }
+  OSDS=$(pgrep -f "^$BIN osd run" | tr '\n' ' ')
+}
+down() {
+  "$BIN" down --dir "$DIR/c" >/dev/null 2>&1 || true
+  rm -rf "$DIR/c"
+}
+
+run_nbd() {
+  local rw=$1 bs=$2 qd=$3
+  up
+  "$BIN" --conf "$DIR/c/shoal.toml" rbd create data/img --size 1G >/dev/null
+  "$BIN" --conf "$DIR/c/shoal.toml" nbd serve data/img --listen "127.0.0.1:$PORT" >"$DIR/nbd.log" 2>&1 &
+  local nbd=$!
+  sleep 1.5
+  local engine=(--ioengine=nbd "--uri=nbd://127.0.0.1:$PORT/data/img")
+  fio --name=prefill "${engine[@]}" --rw=write --bs=4M --iodepth=4 --size=1G >/dev/null 2>&1
+  local o0 n0 o1 n1
+  o0=$(ticks $OSDS); n0=$(ticks $nbd)
+  fio --name=load "${engine[@]}" --rw="$rw" --bs="$bs" --iodepth="$qd" --size=1G --time_based --runtime=8 \
+    --output-format=json --output="$DIR/fio.json" >/dev/null 2>&1
+  o1=$(ticks $OSDS); n1=$(ticks $nbd)
+  kill "$nbd"; wait "$nbd" 2>/dev/null || true
+  local ops fio_us
+  ops=$(jq '.jobs[0].write.total_ios + .jobs[0].read.total_ios' "$DIR/fio.json")
+  fio_us=$(jq --argjson ops "$ops" '(.jobs[0].usr_cpu + .jobs[0].sys_cpu) / 100 * 8e6 / $ops | . * 10 | round / 10' "$DIR/fio.json")
+  jq -r --arg b "$BIN" --arg o "$(per_op_us $((o1 - o0)) "$ops")" --arg n "$(per_op_us $((n1 - n0)) "$ops")" \
+    --arg f "$fio_us" '.jobs[0] as $j | (if $j.write.total_ios > 0 then $j.write else $j.read end) as $d
+      | "\($b) \($j."job options".rw // "") ops_per_s=\($d.iops | round) mb_per_s=\($d.bw_bytes / 1e6 | . * 10 | round / 10) p50_us=\($d.clat_ns.percentile["50.000000"] / 1000 | round) p99_us=\($d.clat_ns.percentile["99.000000"] / 1000 | round) osd_cpu_us=\($o) nbd_cpu_us=\($n) fio_cpu_us=\($f)"' \
+    "$DIR/fio.json"
+  down
+}
+
+run_s3() {
+  local size=$1 conc=$2 load=$3
+  up gateway
+  local ep ak sk gw
+  ep=$(jq -r .gateway.endpoint "$DIR/up.json"); ak=$(jq -r .gateway.access_key "$DIR/up.json")
+  sk=$(jq -r .gateway.secret_key "$DIR/up.json"); gw=$(pgrep -f "^$BIN gateway run")
+  local s3=(s3 bench --endpoint "$ep" --access-key "$ak" --secret-key "$sk" --size "$size" --concurrency "$conc")
+  if [[ $load == get ]]; then "$BIN" "${s3[@]}" --seconds 4 put >/dev/null 2>&1; fi
+  local o0 g0 o1 g1
+  o0=$(ticks $OSDS); g0=$(ticks $gw)
+  "$BIN" "${s3[@]}" --seconds 6 --json "$load" >"$DIR/s3.json" 2>/dev/null
+  o1=$(ticks $OSDS); g1=$(ticks $gw)
+  local ops
+  ops=$(jq '.ops' "$DIR/s3.json")
+  jq -r --arg b "$BIN" --arg o "$(per_op_us $((o1 - o0)) "$ops")" --arg g "$(per_op_us $((g1 - g0)) "$ops")" \
+    '"\($b) ops_per_s=\(.ops_per_s | round) mb_per_s=\(.mb_per_s | . * 10 | round / 10) p99_ms=\(.p99_ms) osd_cpu_us=\($o) gateway_cpu_us=\($g)"' \
+    "$DIR/s3.json"
+  down
+}
+
+run_rbd() {
+  up
+  local conf=(--conf "$DIR/c/shoal.toml")
+  "$BIN" "${conf[@]}" rbd create data/img --size 1G >/dev/null
+  local bench=(rbd bench data/img --io-type write --io-size 4K --io-threads 16 --io-total 64M --io-pattern rand --json)
+  "$BIN" "${conf[@]}" "${bench[@]}" >/dev/null 2>&1 # warm-up: the image's objects exist afterwards
+  local o0 o1
+  o0=$(ticks $OSDS)
+  "$BIN" "${conf[@]}" "${bench[@]}" >"$DIR/rbd.json" 2>/dev/null
+  o1=$(ticks $OSDS)
+  jq -r --arg b "$BIN" --arg o "$(per_op_us $((o1 - o0)) "$(jq .ops "$DIR/rbd.json")")" \
+    '"\($b) ops_per_s=\(.ops_per_s | round) osd_cpu_us=\($o)"' "$DIR/rbd.json"
+  down
+}
+
+case $MODE in
+  nbd) ARGS=("$1" "$2" "$3"); shift 3 ;;
+  s3) ARGS=("$1" "$2" "$3"); shift 3 ;;
+  rbd) ARGS=() ;;
+  *) echo "bench/ab.sh: unknown mode $MODE (nbd, s3 or rbd)" >&2; exit 2 ;;
+esac
+(($# > 0)) || { echo "bench/ab.sh: name at least one build" >&2; exit 2; }
+for bin in "$@"; do
+  [[ -x $bin ]] || { echo "bench/ab.sh: $bin is not an executable" >&2; exit 2; }
+done
+for ((round = 1; round <= ROUNDS; round++)); do
+  for BIN in "$@"; do
+    "run_$MODE" "${ARGS[@]}"
+  done
+done
