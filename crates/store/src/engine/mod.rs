@@ -1024,6 +1024,15 @@ mod recovery_tests {
         }
     }
 
+    /// A KV store that can lose its unsynced batches, a 64 MiB RAM device, and a new engine over
+    /// them with collection `c`.
+    fn fresh_store() -> (LossyKv, Arc<MemDevice>, Engine<LossyKv, Arc<MemDevice>>) {
+        let kv = LossyKv::default();
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let engine = fresh(&kv, &dev);
+        (kv, dev, engine)
+    }
+
     /// A new engine over `kv` and `dev` with collection `c`.
     fn fresh(kv: &LossyKv, dev: &Arc<MemDevice>) -> Engine<LossyKv, Arc<MemDevice>> {
         let engine = Engine::format(BackendKind::Mem, kv.clone(), Arc::clone(dev), None).unwrap();
@@ -1041,9 +1050,7 @@ mod recovery_tests {
 
     #[test]
     fn synced_transactions_survive_losing_the_kv_journal() {
-        let kv = LossyKv::default();
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = fresh(&kv, &dev);
+        let (kv, dev, engine) = fresh_store();
         for (i, len) in [1usize, 4096, 70_000, 2 << 20].iter().enumerate() {
             write(&engine, &format!("o{i}"), *len, Durability::Sync);
         }
@@ -1061,9 +1068,7 @@ mod recovery_tests {
 
     #[test]
     fn a_record_whose_data_never_arrived_is_not_applied() {
-        let kv = LossyKv::default();
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = fresh(&kv, &dev);
+        let (kv, dev, engine) = fresh_store();
         write(&engine, "kept", 8192, Durability::Sync);
         write(&engine, "torn", 8192, Durability::Batch);
         write(&engine, "later", 8192, Durability::Batch);
@@ -1146,9 +1151,7 @@ mod recovery_tests {
 
     #[test]
     fn deferred_transactions_are_seen_at_once_and_reach_the_kv_store_as_one_batch() {
-        let kv = LossyKv::default();
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = fresh(&kv, &dev);
+        let (kv, dev, engine) = fresh_store();
         write(&engine, "synced", 8192, Durability::Sync);
         let before = kv_batches(&kv);
         for i in 0..5usize {
@@ -1202,9 +1205,7 @@ mod recovery_tests {
 
     #[test]
     fn a_crash_before_the_group_is_written_loses_it_and_nothing_before_it() {
-        let kv = LossyKv::default();
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = fresh(&kv, &dev);
+        let (kv, dev, engine) = fresh_store();
         write(&engine, "kept", 8192, Durability::Sync);
         write(&engine, "batch", 8192, Durability::Batch);
         write(&engine, "lost1", 4096, Durability::Deferred);
@@ -1225,9 +1226,7 @@ mod recovery_tests {
 
     #[test]
     fn the_group_is_written_when_full_and_before_any_other_commit() {
-        let kv = LossyKv::default();
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = fresh(&kv, &dev);
+        let (kv, _dev, engine) = fresh_store();
         let before = kv_batches(&kv);
         for i in 0..staged::STAGED_MAX_TXNS {
             write(&engine, &format!("o{i}"), 4096, Durability::Deferred);
