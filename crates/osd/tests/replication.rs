@@ -139,9 +139,10 @@ impl Net {
             }
             Action::Reply { frame, .. } => self.answer(frame, queue),
             Action::Replicate { osd, op, data, data_crc } => {
-                // A checksum the primary passes on must be its data's: the frame's debug check
-                // below (`with_checked_data`) holds it to that.
+                // A checksum the primary passes on must be its data's (the replica's frame
+                // header starts from it).
                 assert!(data_crc.is_none() || !data.is_empty(), "a checksum for a log-only copy");
+                assert!(data_crc.is_none_or(|c| shoal_util::crc32c(&data) == c), "a wrong forwarded checksum");
                 if self.drop_rep_to.contains(&osd.0) {
                     return;
                 }
@@ -151,7 +152,6 @@ impl Net {
                 }
                 let rid = self.rid(from, osd.0, Call::Rep(op.reqid));
                 let frame = Frame::with_checked_data(RepOp::TYPE, rid, data, data_crc, encode(&op, Vec::new()));
-                let _ = frame.header();
                 let (op, data): (RepOp, bytes::Bytes) = shoal_proto::decode_bytes(frame.into_bytes()).unwrap();
                 queue.push_back((osd.0, Event::RepOp { from: u64::from(from), request_id: rid, op, data }));
             }

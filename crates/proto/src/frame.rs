@@ -110,8 +110,8 @@ impl Frame {
     /// from [`Frame::prefix_crc`] of the frame it arrived in): the header then reads only
     /// `payload`.
     ///
-    /// # Panics
-    /// In debug builds, panics if `data_crc` is not the crc32c of `data`.
+    /// In debug builds [`Frame::header`] checks `data_crc` against `data` (a wrong one would make
+    /// the peer refuse the frame).
     #[must_use]
     pub fn with_checked_data(
         msg_type: u16,
@@ -120,10 +120,6 @@ impl Frame {
         data_crc: Option<u32>,
         payload: Vec<u8>,
     ) -> Self {
-        debug_assert!(
-            data_crc.is_none_or(|c| crc32c(&data) == c),
-            "a known data checksum that does not match its data"
-        );
         Self {
             msg_type,
             request_id,
@@ -224,13 +220,7 @@ impl Frame {
 /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
 #[must_use]
 pub fn encode_header(msg_type: u16, request_id: u64, payload: &[u8]) -> [u8; HEADER_BYTES] {
-    header_of(msg_type, request_id, &[payload])
-}
-
-/// The header of a frame whose payload is the concatenation of `parts`.
-fn header_of(msg_type: u16, request_id: u64, parts: &[&[u8]]) -> [u8; HEADER_BYTES] {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    header_with(msg_type, request_id, 0, parts.iter().copied(), total)
+    header_with(msg_type, request_id, 0, std::iter::once(payload), payload.len())
 }
 
 /// The header of a frame of `total` payload bytes whose leading bytes have the crc32c `prefix`
@@ -259,7 +249,8 @@ fn header_with<'a>(
 /// A frame header that passed every check that can be made without the payload.
 ///
 /// Readers that read the header and then the payload straight into its own buffer use
-/// [`decode_header`], allocate `len` bytes, read them, and call [`FrameHeader::check_payload`].
+/// [`decode_header`], allocate `len` bytes, read them, and call [`FrameHeader::check_payload`]
+/// (or [`FrameHeader::check_crc`] with a checksum they kept while reading).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
     pub msg_type: u16,
