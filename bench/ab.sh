@@ -11,8 +11,10 @@
 # RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, ...); LOAD is put or get (a get run first
 # writes the objects it reads). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
 # `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
-# later build does not replace it). Prints one line per run; CPU is in microseconds per
-# operation, summed over the processes named.
+# later build does not replace it). A BIN written VAR=VALUE@PATH runs PATH with VAR set in the
+# environment of everything it starts (e.g. SHOAL_LOCAL_SOCKETS=0@/tmp/shoal-x: the same build
+# with local sockets off). Prints one line per run; CPU is in microseconds per operation, summed
+# over the processes named.
 set -euo pipefail
 
 ROUNDS=2
@@ -129,11 +131,17 @@ case $MODE in
   *) echo "bench/ab.sh: unknown mode $MODE (nbd, s3 or rbd)" >&2; exit 2 ;;
 esac
 (($# > 0)) || { echo "bench/ab.sh: name at least one build" >&2; exit 2; }
-for bin in "$@"; do
-  [[ -x $bin ]] || { echo "bench/ab.sh: $bin is not an executable" >&2; exit 2; }
+for spec in "$@"; do
+  [[ -x ${spec#*@} ]] || { echo "bench/ab.sh: ${spec#*@} is not an executable" >&2; exit 2; }
 done
 for ((round = 1; round <= ROUNDS; round++)); do
-  for BIN in "$@"; do
-    "run_$MODE" "${ARGS[@]}"
+  for spec in "$@"; do
+    BIN=${spec#*@}
+    if [[ $spec == *@* ]]; then
+      # In a subshell, so the variable does not leak into the next build's run.
+      (export "${spec%%@*}"; echo -n "${spec%%@*} "; "run_$MODE" "${ARGS[@]}")
+    else
+      "run_$MODE" "${ARGS[@]}"
+    fi
   done
 done

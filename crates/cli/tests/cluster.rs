@@ -1,8 +1,9 @@
 //! A real cluster of processes on loopback: `shoal up` with three OSDs in three hosts of the
 //! map, a size-3 pool, 1,000 objects of mixed sizes written and read back byte-exact, and every
 //! OSD's store checked offline after `shoal down`: each object has exactly its three replicas,
-//! on the OSDs placement names. Plus: a wrong key is refused, malformed frames do not crash
-//! daemons, bad pool commands get clear errors, and the CLI's object commands work.
+//! on the OSDs placement names. Plus: a wrong key is refused, malformed frames (over TCP and the
+//! OSDs' local sockets) do not crash daemons, bad pool commands get clear errors, and the CLI's
+//! object commands work.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -121,6 +122,19 @@ fn three_replicas_across_three_hosts() {
         let mut huge = b"SHF1".to_vec();
         huge.extend_from_slice(&[0xff; 60]);
         let _ = s.write_all(&huge);
+    }
+    // Each OSD also accepts on its local socket (decision 0027), and this client and the OSDs'
+    // replication reached it there: /proc/net/unix lists the listener and every connection it
+    // accepted under the socket's name. The same garbage on it closes only that connection.
+    use std::os::linux::net::SocketAddrExt;
+    let unix_sockets = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+    for (&osd, _) in map.osds.iter() {
+        let name = shoal_client::local::osd_socket_name(&map.fsid, osd).expect("socket name");
+        let entries = unix_sockets.lines().filter(|l| l.ends_with(&format!(" @{name}"))).count();
+        assert!(entries >= 2, "{osd}: {entries} sockets named @{name}, expected the listener and connections");
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name");
+        let mut s = std::os::unix::net::UnixStream::connect_addr(&addr).expect("connect local");
+        let _ = s.write_all(b"\0\0\0\0not a frame at all, over the local socket");
     }
     let still = rt.block_on(client.op("data", "obj-7", vec![ObjOp::Stat], vec![])).expect("cluster still serves");
     assert_eq!(still.outputs.len(), 1);

@@ -74,6 +74,9 @@ pub struct ClusterConfig {
     pub op_timeout_ms: u64,
     /// Bound on requests in flight per connection.
     pub max_in_flight: usize,
+    /// Whether OSDs on this host are reached over their local sockets ([`crate::local`]);
+    /// on unless `SHOAL_LOCAL_SOCKETS=0`.
+    pub local_sockets: bool,
 }
 
 impl ClusterConfig {
@@ -93,10 +96,13 @@ impl ClusterConfig {
             key: Key(key.0),
             op_timeout_ms: 30_000,
             max_in_flight: 256,
+            local_sockets: crate::local::local_sockets_enabled(),
         })
     }
 
-    pub(crate) fn net(&self) -> shoal_net::ClientConfig {
+    /// The messenger's settings for this entity.
+    #[must_use]
+    pub fn net(&self) -> shoal_net::ClientConfig {
         shoal_net::ClientConfig {
             entity: self.entity.clone(),
             key: Key(self.key.0),

@@ -12,6 +12,7 @@
 pub mod blocking;
 pub mod config;
 pub mod error;
+pub mod local;
 pub mod monc;
 pub mod objecter;
 

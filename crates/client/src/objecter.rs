@@ -16,6 +16,7 @@ use tokio::sync::Mutex;
 
 use crate::config::ClusterConfig;
 use crate::error::ClientError;
+use crate::local::{connect_osd, osd_socket_name};
 use crate::monc::MonClient;
 
 /// Longest object name, in bytes (the local store's limit).
@@ -209,7 +210,9 @@ impl Client {
         {
             return Ok(conn.clone());
         }
-        let conn = Connection::connect(addr, &self.mon.config().net()).await?;
+        let cfg = self.mon.config();
+        let local = if cfg.local_sockets { osd_socket_name(&map.fsid, osd) } else { None };
+        let conn = connect_osd(osd, addr, local.as_deref(), &cfg.net()).await?;
         conns.insert(osd, (info.up_from, conn.clone()));
         Ok(conn)
     }

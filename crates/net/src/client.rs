@@ -9,12 +9,12 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use shoal_proto::{Frame, HEADER_BYTES, MAX_PAYLOAD_BYTES};
-use tokio::io::BufReader;
+use tokio::io::{AsyncRead, BufReader};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
+use crate::stream::{PeerAddr, Split, connect_local};
 use crate::wire::{
     FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, Payloads, READ_BUFFER, check_outgoing, error_frame,
     error_reason, read_frame, writer_task,
@@ -102,7 +102,7 @@ struct Inner {
     slots: Arc<Semaphore>,
     next_id: AtomicU64,
     pushes: Mutex<Option<mpsc::Receiver<Frame>>>,
-    peer_addr: SocketAddr,
+    peer_addr: PeerAddr,
     server_entity: String,
     reader: AbortHandle,
 }
@@ -142,16 +142,38 @@ impl Connection {
     ///
     /// Must be called inside a Tokio runtime: the connection runs a reader and a writer task.
     pub async fn connect(addr: SocketAddr, cfg: &ClientConfig) -> Result<Connection, NetError> {
+        let setup = async {
+            let stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            Ok(stream)
+        };
+        Self::establish(setup, PeerAddr::Tcp(addr), cfg).await
+    }
+
+    /// Like [`Connection::connect`], over the local socket `name` (a server on this host, in
+    /// this network namespace, that bound it with [`crate::bind_local`]). Fails at once with
+    /// [`NetError::Io`] when nothing listens under that name, so a caller can fall back to TCP.
+    /// The handshake is the same: the server proves it knows this client's key, and
+    /// [`Connection::server_entity`] says who it is.
+    pub async fn connect_local(name: &str, cfg: &ClientConfig) -> Result<Connection, NetError> {
+        Self::establish(connect_local(name), PeerAddr::Local(name.to_owned()), cfg).await
+    }
+
+    /// Opens the stream `open` yields, runs the handshake on it and starts the connection's
+    /// tasks, all within `cfg.connect_timeout_ms`.
+    async fn establish<S: Split>(
+        open: impl Future<Output = Result<S, NetError>>,
+        peer_addr: PeerAddr,
+        cfg: &ClientConfig,
+    ) -> Result<Connection, NetError> {
         let timeout = Duration::from_millis(cfg.connect_timeout_ms);
         let setup = async {
-            let mut stream = TcpStream::connect(addr).await?;
-            stream.set_nodelay(true)?;
+            let mut stream = open.await?;
             let server_entity = auth::client(&mut stream, &cfg.entity, &cfg.key).await?;
             Ok::<_, NetError>((stream, server_entity))
         };
         let (stream, server_entity) = tokio::time::timeout(timeout, setup).await.map_err(|_| NetError::Timeout)??;
-        let peer_addr = stream.peer_addr()?;
-        let (rd, wr) = stream.into_split();
+        let (rd, wr) = stream.split();
 
         let max_in_flight = cfg.max_in_flight.max(1);
         // Every queued frame is a call holding a slot (plus, rarely, one error frame from the
@@ -296,9 +318,10 @@ impl Connection {
         self.inner.shared.link.is_closed()
     }
 
+    /// The server's address: the one connected to, TCP or local.
     #[must_use]
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.inner.peer_addr
+    pub fn peer_addr(&self) -> &PeerAddr {
+        &self.inner.peer_addr
     }
 
     /// The entity name the server authenticated as (it proved it knows this client's key).
@@ -310,7 +333,12 @@ impl Connection {
 
 /// Reads frames and hands each to its waiting call or to the push queue. Anything the protocol
 /// does not allow closes the connection, after telling the server why when possible.
-async fn reader_task(rd: OwnedReadHalf, shared: Arc<Shared>, tx: mpsc::WeakSender<Frame>, pushes: mpsc::Sender<Frame>) {
+async fn reader_task<R: AsyncRead + Unpin>(
+    rd: R,
+    shared: Arc<Shared>,
+    tx: mpsc::WeakSender<Frame>,
+    pushes: mpsc::Sender<Frame>,
+) {
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let mut header = [0u8; HEADER_BYTES];
     let violation = loop {

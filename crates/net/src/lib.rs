@@ -21,6 +21,7 @@ mod error;
 mod keyring;
 pub mod ports;
 mod server;
+mod stream;
 pub mod tls;
 mod wire;
 
@@ -29,6 +30,7 @@ pub use error::NetError;
 pub use keyring::{Key, Keyring};
 pub use server::{Handler, ServerConfig, ServerConn, TrySendError, serve};
 pub use shoal_proto::{Frame, FrameError};
+pub use stream::{Listeners, MAX_LOCAL_NAME_BYTES, PeerAddr, bind_local};
 pub use wire::{
     FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, MSG_AUTH, MSG_AUTH_OK, MSG_CHALLENGE, MSG_ERROR, MSG_KEEPALIVE,
     PUSH_QUEUE_FRAMES, error_frame,

@@ -1,16 +1,16 @@
 //! The server end: accepting, authenticating and serving connections.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use shoal_proto::{Frame, HEADER_BYTES, MAX_PAYLOAD_BYTES};
 use tokio::io::BufReader;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::stream::{Listeners, PeerAddr, Split};
 use crate::wire::{
     FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, Payloads, READ_BUFFER, check_outgoing, error_frame,
     read_frame, writer_task,
@@ -67,7 +67,7 @@ pub trait Handler: Send + Sync + 'static {
 struct ConnInner {
     id: u64,
     peer_entity: String,
-    peer_addr: SocketAddr,
+    peer_addr: PeerAddr,
     tx: mpsc::Sender<Frame>,
     link: Arc<Link>,
 }
@@ -102,9 +102,10 @@ impl ServerConn {
         &self.inner.peer_entity
     }
 
+    /// The client's TCP address, or the local socket it came in on.
     #[must_use]
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.inner.peer_addr
+    pub fn peer_addr(&self) -> &PeerAddr {
+        &self.inner.peer_addr
     }
 
     /// Queues a frame for the client: a reply (request id = the request's) or a push (request
@@ -146,7 +147,8 @@ impl ServerConn {
     }
 }
 
-/// Accepts connections on `listener` until `shutdown` resolves, each connection in its own task.
+/// Accepts connections on `listeners` (a TCP listener, and a local socket if given) until
+/// `shutdown` resolves, each connection in its own task.
 ///
 /// Each connection first completes the handshake (bounded by [`crate::HANDSHAKE_TIMEOUT`]);
 /// refused clients get an error frame naming the problem. A connection that sends a malformed
@@ -157,7 +159,7 @@ impl ServerConn {
 /// current `on_frame` finish, flushes its queued replies and closes; `serve` returns when all
 /// have. It fails only if the listener itself stops working.
 pub async fn serve<H: Handler>(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     cfg: ServerConfig,
     handler: Arc<H>,
     shutdown: impl Future<Output = ()> + Send,
@@ -167,6 +169,11 @@ pub async fn serve<H: Handler>(
     let mut conns = JoinSet::new();
     let mut next_id: u64 = 1;
     let mut shutdown = std::pin::pin!(shutdown);
+    let Listeners { tcp: listener, local } = listeners.into();
+    let (local, local_name) = match local {
+        Some((l, name)) => (Some(l), name),
+        None => (None, String::new()),
+    };
     let result = loop {
         tokio::select! {
             biased;
@@ -177,7 +184,9 @@ pub async fn serve<H: Handler>(
                 Ok((stream, peer)) => {
                     let id = next_id;
                     next_id += 1;
-                    conns.spawn(connection(stream, peer, id, cfg.clone(), handler.clone(), stop_rx.clone()));
+                    // Failing to set the option only costs latency: not a reason to refuse.
+                    let _ = stream.set_nodelay(true);
+                    conns.spawn(connection(stream, PeerAddr::Tcp(peer), id, cfg.clone(), handler.clone(), stop_rx.clone()));
                 }
                 Err(e) if accept_error_is_transient(&e) => {
                     // Out of descriptors or memory: retrying at once would spin, so back off
@@ -186,9 +195,22 @@ pub async fn serve<H: Handler>(
                 }
                 Err(e) => break Err(NetError::Io(e)),
             },
+            accepted = accept_local(local.as_ref()) => match accepted {
+                Ok(stream) => {
+                    let id = next_id;
+                    next_id += 1;
+                    let peer = PeerAddr::Local(local_name.clone());
+                    conns.spawn(connection(stream, peer, id, cfg.clone(), handler.clone(), stop_rx.clone()));
+                }
+                Err(e) if accept_error_is_transient(&e) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => break Err(NetError::Io(e)),
+            },
         }
     };
     drop(listener);
+    drop(local);
     let _ = stop_tx.send(true);
     while conns.join_next().await.is_some() {}
     result
@@ -204,16 +226,25 @@ fn accept_error_is_transient(e: &std::io::Error) -> bool {
     !matches!(e.raw_os_error(), Some(code) if cfg!(target_os = "linux") && LISTENER_BROKEN.contains(&code))
 }
 
-async fn connection<H: Handler>(
-    mut stream: TcpStream,
-    peer_addr: SocketAddr,
+/// The next connection on the local socket; never, without one.
+async fn accept_local(local: Option<&UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+    match local {
+        Some(l) => l.accept().await.map(|(stream, _)| {
+            crate::stream::widen_send_buffer(&stream);
+            stream
+        }),
+        None => std::future::pending().await,
+    }
+}
+
+async fn connection<H: Handler, S: Split>(
+    mut stream: S,
+    peer_addr: PeerAddr,
     id: u64,
     cfg: Arc<ServerConfig>,
     handler: Arc<H>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // Failing to set the option only costs latency, so it is not a reason to refuse the client.
-    let _ = stream.set_nodelay(true);
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, auth::server(&mut stream, &cfg.keyring, &cfg.entity));
     let peer_entity = tokio::select! {
         r = handshake => match r {
@@ -224,7 +255,7 @@ async fn connection<H: Handler>(
         _ = stop.wait_for(|s| *s) => return,
     };
 
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = stream.split();
     let (tx, rx) = mpsc::channel(cfg.max_queued_replies.max(1));
     let link = Arc::new(Link::new());
     let writer = tokio::spawn(writer_task(wr, rx, link.clone()));

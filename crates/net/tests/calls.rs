@@ -19,7 +19,7 @@ async fn pipelined_calls_of_every_size_get_their_own_replies_out_of_order() {
     cfg.max_in_flight = 16;
     let conn = Connection::connect(server.addr, &cfg).await.unwrap();
     assert_eq!(conn.server_entity(), SERVER);
-    assert_eq!(conn.peer_addr(), server.addr);
+    assert_eq!(conn.peer_addr(), &shoal_net::PeerAddr::Tcp(server.addr));
 
     let mut sizes =
         vec![0usize, 1, 2, 27, 28, 29, 4095, 4096, 4097, 65535, 65536, 65537, 1 << 20, (4 << 20) - 1, 4 << 20];

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use shoal_client::local::{connect_osd, osd_socket_name};
 use shoal_client::{ClusterConfig, MonClient};
 use shoal_map::{Command, OsdId, Weight};
-use shoal_net::{Connection, Handler, Keyring, ServerConfig, ServerConn, error_frame};
+use shoal_net::{Connection, Handler, Keyring, Listeners, ServerConfig, ServerConn, error_frame};
 use shoal_proto::osd::{OsdOp, PgList, PgQuery, RepOp, RepOpReply};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, decode_bytes, encode};
 use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
@@ -230,8 +231,9 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     let server_cfg =
         ServerConfig { keyring: cfg.keyring.clone(), entity: cfg.id.to_string(), max_queued_replies: 1024 };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let listeners = with_local_socket(Listeners::tcp(listener), &monc.map().fsid, cfg.id);
     let server =
-        tokio::spawn(shoal_net::serve(listener, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
+        tokio::spawn(shoal_net::serve(listeners, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
             let _ = stop_rx.await;
         }));
     let epoch =
@@ -602,6 +604,25 @@ fn feed_now(events: &mpsc::WeakSender<Event>, event: Event) {
     }
 }
 
+/// Adds the OSD's local socket to `listeners`, so that clients and peers on this host skip
+/// loopback TCP (decision 0027); without it (turned off, or the name is taken) the OSD serves
+/// over TCP alone, which every client falls back to.
+fn with_local_socket(listeners: Listeners, fsid: &str, id: OsdId) -> Listeners {
+    if !shoal_client::local::local_sockets_enabled() {
+        return listeners;
+    }
+    let Some(name) = shoal_client::local::osd_socket_name(fsid, id) else {
+        return listeners;
+    };
+    match shoal_net::bind_local(&name) {
+        Ok(local) => listeners.with_local(local, &name),
+        Err(e) => {
+            tracing::warn!(osd = %id, name, error = %e, "no local socket: serving over TCP only");
+            listeners
+        }
+    }
+}
+
 async fn peer_sender(
     osd: OsdId,
     mut rx: mpsc::Receiver<PeerWrite>,
@@ -630,7 +651,8 @@ async fn peer_sender(
         };
         let reuse = conn.as_ref().is_some_and(|(a, c)| *a == addr && !c.is_closed());
         if !reuse {
-            match Connection::connect(addr, &net).await {
+            let local = if cluster.local_sockets { osd_socket_name(&cluster.fsid, osd) } else { None };
+            match connect_osd(osd, addr, local.as_deref(), &net).await {
                 Ok(c) => conn = Some((addr, c)),
                 Err(e) => {
                     conn = None;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use shoal_net::{ClientConfig, Frame, Handler, Key, Keyring, ServerConfig, ServerConn, serve};
+use shoal_net::{ClientConfig, Frame, Handler, Key, Keyring, Listeners, ServerConfig, ServerConn, bind_local, serve};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -27,6 +27,8 @@ pub const FAIL: u16 = 20;
 pub const ACK: u16 = 21;
 /// Pushes one frame, then closes the connection from the server's side.
 pub const PUSH_THEN_CLOSE: u16 = 22;
+/// Replies with the client's address as the server sees it, as text.
+pub const WHO: u16 = 23;
 
 impl Handler for Echo {
     async fn on_frame(&self, conn: &ServerConn, frame: Frame) {
@@ -55,6 +57,10 @@ impl Handler for Echo {
             FAIL => {
                 let _ = conn.send(shoal_net::error_frame(frame.request_id, "no such object")).await;
             }
+            WHO => {
+                let who = conn.peer_addr().to_string().into_bytes();
+                let _ = conn.send(Frame::new(WHO, frame.request_id, who)).await;
+            }
             PUSH_THEN_CLOSE => {
                 let _ = conn.send(Frame::new(100, 0, vec![7])).await;
                 conn.close();
@@ -73,6 +79,8 @@ pub const SERVER: &str = "osd.0";
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The local socket's name, when the server has one.
+    pub local: Option<String>,
     pub client_key: Key,
     pub handler: Arc<Echo>,
     stop: Option<oneshot::Sender<()>>,
@@ -81,6 +89,17 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start() -> TestServer {
+        Self::start_on(None).await
+    }
+
+    /// A server that also accepts on a local socket with a name unique to this call.
+    pub async fn start_with_local() -> TestServer {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!("shoal-net-test/{}/{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
+        Self::start_on(Some(name)).await
+    }
+
+    async fn start_on(local: Option<String>) -> TestServer {
         let client_key = Key::generate();
         let mut ring = Keyring::new();
         ring.insert(CLIENT, client_key.clone());
@@ -89,10 +108,14 @@ impl TestServer {
         let handler = Arc::new(Echo { closed: AtomicUsize::new(0) });
         let (stop, stopped) = oneshot::channel::<()>();
         let cfg = ServerConfig::new(Arc::new(ring), SERVER);
-        let task = tokio::spawn(serve(listener, cfg, handler.clone(), async move {
+        let mut listeners = Listeners::tcp(listener);
+        if let Some(name) = &local {
+            listeners = listeners.with_local(bind_local(name).unwrap(), name);
+        }
+        let task = tokio::spawn(serve(listeners, cfg, handler.clone(), async move {
             let _ = stopped.await;
         }));
-        TestServer { addr, client_key, handler, stop: Some(stop), task: Some(task) }
+        TestServer { addr, local, client_key, handler, stop: Some(stop), task: Some(task) }
     }
 
     pub fn client_config(&self) -> ClientConfig {
