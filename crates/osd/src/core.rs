@@ -570,14 +570,16 @@ impl OsdCore {
                 let event = Event::ClientOp { from, request_id, op, data, data_crc };
                 return self.repair_then_retry(pg, event, e, out);
             }
-            let (result, bytes) = match result {
-                Ok((outputs, bytes)) => (Ok(outputs), bytes),
-                Err(e) => (Err(e), bytes::Bytes::new()),
+            let (result, read) = match result {
+                Ok((outputs, read)) => (Ok(outputs), read),
+                Err(e) => (Err(e), crate::exec::ReadData::default()),
             };
             self.counters.read_ops += 1;
-            self.counters.read_bytes += bytes.len() as u64;
-            // The read bytes go out from the store's buffer, by reference.
-            let frame = shoal_proto::frame_with_data(request_id, &OsdOpReply { epoch, result }, bytes);
+            self.counters.read_bytes += read.bytes.len() as u64;
+            // The read bytes go out from the store's buffer, by reference, and with the checksum
+            // the store joined from the blocks it verified, so nothing reads them again here.
+            let frame =
+                shoal_proto::frame_with_checked_data(request_id, &OsdOpReply { epoch, result }, read.bytes, read.crc);
             return out.push(Action::Reply { to: from, frame, after_sync: false });
         }
         // A resend of a write applied before (by this primary or one before it; peering made the

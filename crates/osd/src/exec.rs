@@ -448,12 +448,20 @@ fn copy_object(
 
 /// Runs read operations; returns one output per operation and the concatenated read bytes
 /// (a request with one read returns the store's own buffer, not a copy of it).
+/// The bytes a read request returns, with their crc32c when the store knew it without reading
+/// them again (the reply frame's checksum then starts from it).
+#[derive(Debug, Default)]
+pub struct ReadData {
+    pub bytes: bytes::Bytes,
+    pub crc: Option<u32>,
+}
+
 pub fn execute_reads(
     store: &dyn ObjectStore,
     coll: &str,
     obj: &str,
     ops: &[ObjOp],
-) -> Result<(Vec<OpOutput>, bytes::Bytes), RemoteError> {
+) -> Result<(Vec<OpOutput>, ReadData), RemoteError> {
     let not_found = |e: StoreError| match e {
         StoreError::NoSuchCollection(_) => {
             RemoteError::new(ErrorCode::NotFound, format!("object {obj} does not exist"))
@@ -493,7 +501,7 @@ pub fn execute_reads(
     };
     let mut outputs = Vec::with_capacity(rest.len());
     // Bytes of the reads so far: the first read's buffer as it is; later reads join a copy.
-    let mut data = bytes::Bytes::new();
+    let mut data = ReadData::default();
     for op in rest {
         if let ObjOp::ListSnaps = op {
             outputs.push(list_snaps(store, coll, obj)?);
@@ -505,14 +513,15 @@ pub fn execute_reads(
                 let start = (*offset).min(stat.size_bytes);
                 let len = (*len_bytes).min(stat.size_bytes - start);
                 if len > 0 {
-                    let bytes = store.read_bytes(coll, obj, start, len).map_err(|e| store_error(&e))?;
-                    if data.is_empty() {
-                        data = bytes;
+                    let (bytes, crc) = store.read_bytes_crc(coll, obj, start, len).map_err(|e| store_error(&e))?;
+                    if data.bytes.is_empty() {
+                        data = ReadData { bytes, crc };
                     } else {
-                        let mut joined = Vec::with_capacity(data.len() + bytes.len());
-                        joined.extend_from_slice(&data);
+                        let mut joined = Vec::with_capacity(data.bytes.len() + bytes.len());
+                        joined.extend_from_slice(&data.bytes);
                         joined.extend_from_slice(&bytes);
-                        data = bytes::Bytes::from(joined);
+                        // Rare (several reads in one request): the frame checksums the copy.
+                        data = ReadData { bytes: bytes::Bytes::from(joined), crc: None };
                     }
                 }
                 OpOutput::Read { len_bytes: len }

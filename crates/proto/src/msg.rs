@@ -152,6 +152,19 @@ pub fn frame_with_data<M: Message>(request_id: u64, msg: &M, data: bytes::Bytes)
     crate::Frame::with_data(M::TYPE, request_id, data, encode(msg, Vec::new()))
 }
 
+/// [`frame_with_data`] for `data` whose crc32c is already known (`data_crc`): the header then
+/// checksums only the message after it. A wrong `data_crc` makes the receiver refuse the frame
+/// (and fails a debug assertion before it is sent).
+#[must_use]
+pub fn frame_with_checked_data<M: Message>(
+    request_id: u64,
+    msg: &M,
+    data: bytes::Bytes,
+    data_crc: Option<u32>,
+) -> crate::Frame {
+    crate::Frame::with_checked_data(M::TYPE, request_id, data, data_crc, encode(msg, Vec::new()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

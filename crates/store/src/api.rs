@@ -367,6 +367,14 @@ pub trait ObjectStore: Send + Sync {
         self.read(coll, obj, offset, len).map(bytes::Bytes::from)
     }
 
+    /// [`ObjectStore::read_bytes`], with the crc32c of the returned bytes when the backend knows
+    /// it without another pass over them (the engine joins the checksums of the blocks it
+    /// verified); `None` otherwise. A caller that sends the bytes on passes it to the frame, whose
+    /// checksum then need not read the data again.
+    fn read_bytes_crc(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<(bytes::Bytes, Option<u32>)> {
+        self.read_bytes(coll, obj, offset, len).map(|b| (b, None))
+    }
+
     /// Reads a whole object.
     fn read_all(&self, coll: &str, obj: &str) -> Result<Vec<u8>> {
         let size = self.stat(coll, obj)?.size_bytes;

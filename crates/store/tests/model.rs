@@ -129,6 +129,18 @@ fn check_equal(store: &dyn ObjectStore, m: &Model) {
                 assert!(shared[..] == o.data[5..], "shared partial read of {coll}/{name} differs");
                 assert!(again[..] == o.data[..], "shared whole read of {coll}/{name} differs");
             }
+            // The checksum a read reports, when it reports one, is that of exactly the bytes it
+            // returned: whole, from inside a block, across block boundaries and to the end.
+            let len = o.data.len() as u64;
+            for (offset, want) in [(0, len), (5, 4096), (4095, 4098), (len / 3, len), (len.saturating_sub(1), 7)] {
+                let offset = offset.min(len);
+                let (bytes, crc) = store.read_bytes_crc(coll, name, offset, want).unwrap();
+                let end = (offset + want).min(len) as usize;
+                assert!(bytes[..] == o.data[offset as usize..end], "read of {coll}/{name} at {offset} differs");
+                if let Some(crc) = crc {
+                    assert_eq!(crc, shoal_util::crc32c(&bytes), "checksum of {coll}/{name} at {offset}+{want}");
+                }
+            }
             let xattrs: BTreeMap<String, Vec<u8>> = store.list_xattrs(coll, name).unwrap().into_iter().collect();
             assert_eq!(xattrs, o.xattrs, "xattrs of {coll}/{name}");
             let omap: BTreeMap<Vec<u8>, Vec<u8>> =

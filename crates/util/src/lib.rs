@@ -8,5 +8,5 @@ pub mod pattern;
 pub mod pool;
 
 pub use aligned::AlignedBuf;
-pub use checksum::{crc32c, crc32c_append, crc32c_blocks, crc32c_unappend};
+pub use checksum::{Crc32cShift, crc32c, crc32c_append, crc32c_blocks, crc32c_unappend};
 pub use pool::{BufPool, Lent};

@@ -34,7 +34,7 @@ use self::alloc::Allocator;
 use self::device::{BLOCK_BYTES, Device};
 use self::kv::{Batch, Ks, Kv, KvRead};
 use self::layout::{LABEL_BYTES, Onode, Superblock};
-use self::read::{ExtentMap, read_blocks};
+use self::read::{ExtentMap, range_crc, read_blocks};
 use self::staged::{Overlaid, STAGE_TXN_MAX_BYTES, Staged};
 use self::txn::Plan;
 use self::wal::{APPLIED_SEQ_KEY, Log};
@@ -762,6 +762,10 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn read_bytes(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<bytes::Bytes> {
+        self.read_bytes_crc(coll, obj, offset, len).map(|(bytes, _)| bytes)
+    }
+
+    fn read_bytes_crc(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<(bytes::Bytes, Option<u32>)> {
         let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
@@ -777,23 +781,26 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         }
         let end = onode.size_bytes.min(offset.saturating_add(len));
         if end == offset {
-            return Ok(bytes::Bytes::new());
+            return Ok((bytes::Bytes::new(), Some(0)));
         }
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
+        let mut block_crcs = Vec::with_capacity(((hi - lo) / BLOCK_BYTES) as usize);
         let buf = read_blocks(
             &self.dev,
             (coll, obj),
             &extents,
-            lo,
-            hi,
+            (lo, hi),
             &|phys| staged.as_ref().and_then(|s| s.block(phys)),
             &self.pool,
+            Some(&mut block_crcs),
         )?;
         let at = (offset - lo) as usize;
+        let len = (end - offset) as usize;
+        let crc = range_crc(&buf, &block_crcs, at, len);
         // The reply is sent from the pool buffer itself, which returns to the pool once dropped.
-        Ok(bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + (end - offset) as usize))
+        Ok((bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + len), Some(crc)))
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
@@ -1046,6 +1053,49 @@ mod recovery_tests {
         let mut txn = Transaction::new();
         txn.write("c", obj, 0, vec![obj.len() as u8 ^ 0x5a; len]);
         engine.commit(txn, durability).unwrap();
+    }
+
+    #[test]
+    fn a_ram_read_verified_in_parts_fails_on_exactly_the_damaged_block_and_checksums_what_it_returns() {
+        let (_kv, dev, engine) = fresh_store();
+        // 2 MiB + 100 bytes: many of the RAM device's read parts, each block marked with its index.
+        let len = (2 << 20) + 100;
+        let mut data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        for (i, block) in data.chunks_mut(4096).enumerate() {
+            block[..8].copy_from_slice(&(0x5eed_0000_0000_0000u64 | i as u64).to_le_bytes());
+        }
+        let mut txn = Transaction::new();
+        txn.write("c", "big", 0, data.clone());
+        engine.commit(txn, Durability::Sync).unwrap();
+        // Every range's checksum is that of the bytes returned, across parts and partial blocks.
+        for (offset, want) in [(0u64, len as u64), (1, 70_000), (65_536 - 3, 65_536 + 6), (len as u64 - 5, 100)] {
+            let (bytes, crc) = engine.read_bytes_crc("c", "big", offset, want).unwrap();
+            assert!(bytes[..] == data[offset as usize..(offset + want).min(len as u64) as usize]);
+            assert_eq!(crc, Some(shoal_util::crc32c(&bytes)), "range {offset}+{want}");
+        }
+        // Damage block 300 behind the engine's back (it is in the fifth 64 KiB part).
+        let marker = (0x5eed_0000_0000_0000u64 | 300).to_le_bytes();
+        let mut phys = None;
+        let mut block = vec![0u8; 4096];
+        for at in (0..dev.size_bytes()).step_by(4096) {
+            dev.read_at(&mut block, at).unwrap();
+            if block[..8] == marker {
+                phys = Some(at);
+                break;
+            }
+        }
+        let phys = phys.expect("block 300 is on the device");
+        block[100] ^= 0x01;
+        dev.write_at(&block, phys).unwrap();
+        match engine.read_all("c", "big") {
+            Err(StoreError::Checksum { offset, device_offset, .. }) => {
+                assert_eq!((offset, device_offset), (300 * 4096, phys));
+            }
+            other => panic!("a damaged block must fail the read, got {:?}", other.map(|d| d.len())),
+        }
+        // Reads that do not touch it still work, from either side.
+        assert!(engine.read("c", "big", 0, 300 * 4096).unwrap() == data[..300 * 4096]);
+        assert!(engine.read("c", "big", 301 * 4096, len as u64).unwrap() == data[301 * 4096..]);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! The read path: turning an object's extent records into verified bytes.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use shoal_util::{AlignedBuf, BufPool, crc32c};
+use shoal_util::{AlignedBuf, BufPool, Crc32cShift, crc32c, crc32c_append};
 
 use super::device::{BLOCK_BYTES, Device};
 use super::kv::{Ks, KvRead};
@@ -72,21 +72,29 @@ pub fn scan_extents<R: KvRead>(
     Ok(Some(ExtentScan { map, from, upper }))
 }
 
+/// The crc32c of a block of zeros: what a hole reads as.
+fn zero_block_crc() -> u32 {
+    static CRC: OnceLock<u32> = OnceLock::new();
+    *CRC.get_or_init(|| crc32c(&[0u8; BLOCK_BYTES as usize]))
+}
+
 /// Reads the block-aligned logical range `[lo, hi)` of an object. Holes read as zeros. Blocks
 /// not on the device yet (planned earlier in the same transaction, or staged) come from
-/// `pending` (device offset → block); all others from the device. Every block is verified against its checksum before any byte is returned.
+/// `pending` (device offset → block); all others from the device. Every block is verified
+/// against its checksum before any byte is returned. With `block_crcs`, it is filled with the
+/// crc32c of every block of the range in order (the verified ones, and a zero block's for
+/// holes), so that a caller can checksum the bytes it returns without reading them again.
 pub fn read_blocks<D: Device>(
     dev: &D,
     (coll, obj): (&str, &str),
     extents: &ExtentMap,
-    lo: u64,
-    hi: u64,
+    (lo, hi): (u64, u64),
     pending: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
     pool: &BufPool,
+    mut block_crcs: Option<&mut Vec<u32>>,
 ) -> Result<AlignedBuf> {
     assert!(lo.is_multiple_of(BLOCK_BYTES) && hi.is_multiple_of(BLOCK_BYTES) && lo <= hi, "unaligned read {lo}..{hi}");
     let mut out = pool.take((hi - lo) as usize);
-    let block = BLOCK_BYTES as usize;
     // Pieces of the range that come from the device: (logical start, device offset, length).
     let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
     for (&off, e) in extents {
@@ -108,34 +116,84 @@ pub fn read_blocks<D: Device>(
         covered = a + len;
     }
     out[(covered - lo) as usize..].fill(0);
+    if let Some(crcs) = block_crcs.as_deref_mut() {
+        crcs.clear();
+        crcs.resize(((hi - lo) / BLOCK_BYTES) as usize, zero_block_crc());
+    }
+    // Each piece is read in parts of the device's preferred size (a RAM device's copies), each
+    // part verified right after it is read, while it is in cache.
+    let part_bytes =
+        dev.read_piece_bytes().map_or(u64::MAX, |n| (n as u64).max(BLOCK_BYTES) / BLOCK_BYTES * BLOCK_BYTES);
     for &(a, phys, len) in &pieces {
-        let dst = &mut out[(a - lo) as usize..(a - lo + len) as usize];
-        let n_blocks = dst.len() / block;
-        let staged: Vec<Option<Arc<Vec<u8>>>> = (0..n_blocks).map(|i| pending(phys + (i * block) as u64)).collect();
-        if staged.iter().any(Option::is_none) {
-            dev.read_at(dst, phys).map_err(|source| StoreError::Unreadable {
-                coll: coll.to_string(),
-                obj: obj.to_string(),
-                device_offset: phys,
-                source,
-            })?;
-        }
-        for (i, data) in staged.iter().enumerate() {
-            if let Some(data) = data {
-                dst[i * block..(i + 1) * block].copy_from_slice(data);
-            }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(part_bytes);
+            let (a, phys) = (a + done, phys + done);
+            read_part(dev, (coll, obj), &mut out[(a - lo) as usize..(a - lo + n) as usize], phys, pending)?;
+            verify(
+                (coll, obj),
+                extents,
+                (a, a + n),
+                &out[(a - lo) as usize..(a - lo + n) as usize],
+                block_crcs.as_deref_mut().map(|c| &mut c[((a - lo) / BLOCK_BYTES) as usize..]),
+            )?;
+            done += n;
         }
     }
-    // Verify every block against its extent's checksum before returning anything.
-    for (&off, e) in extents {
-        let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
+    Ok(out)
+}
+
+/// Fills `dst` with the blocks at device offset `phys`: from `pending` where it has them (data
+/// not on the device yet), else from the device.
+fn read_part<D: Device>(
+    dev: &D,
+    (coll, obj): (&str, &str),
+    dst: &mut [u8],
+    phys: u64,
+    pending: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
+) -> Result<()> {
+    let block = BLOCK_BYTES as usize;
+    let staged: Vec<Option<Arc<Vec<u8>>>> =
+        (0..dst.len() / block).map(|i| pending(phys + (i * block) as u64)).collect();
+    if staged.iter().any(Option::is_none) {
+        dev.read_at(dst, phys).map_err(|source| StoreError::Unreadable {
+            coll: coll.to_string(),
+            obj: obj.to_string(),
+            device_offset: phys,
+            source,
+        })?;
+    }
+    for (i, data) in staged.iter().enumerate() {
+        if let Some(data) = data {
+            dst[i * block..(i + 1) * block].copy_from_slice(data);
+        }
+    }
+    Ok(())
+}
+
+/// Verifies the blocks of the logical range `[x, y)`, read into `data`, against the checksums
+/// of the extents that cover them; with `crcs`, records each block's crc32c (index 0 is the
+/// block at `x`).
+fn verify(
+    (coll, obj): (&str, &str),
+    extents: &ExtentMap,
+    (x, y): (u64, u64),
+    data: &[u8],
+    mut crcs: Option<&mut [u32]>,
+) -> Result<()> {
+    let block = BLOCK_BYTES as usize;
+    // The extent that starts at or before `x` (it may cover it), then those starting inside.
+    let covering = extents.range(..=x).next_back().into_iter().chain(extents.range(x + 1..y));
+    for (&off, e) in covering {
+        let (a, b) = (x.max(off), y.min(off + e.len_bytes));
         if a >= b {
             continue;
         }
         let first_block = ((a - off) / BLOCK_BYTES) as usize;
-        let region = &out[(a - lo) as usize..(b - lo) as usize];
+        let region = &data[(a - x) as usize..(b - x) as usize];
         for (i, chunk) in region.chunks_exact(block).enumerate() {
-            if e.csums.get(first_block + i).copied() != Some(crc32c(chunk)) {
+            let crc = crc32c(chunk);
+            if e.csums.get(first_block + i).copied() != Some(crc) {
                 return Err(StoreError::Checksum {
                     coll: coll.to_string(),
                     obj: obj.to_string(),
@@ -143,7 +201,34 @@ pub fn read_blocks<D: Device>(
                     device_offset: e.phys + (a - off) + (i * block) as u64,
                 });
             }
+            if let Some(crcs) = crcs.as_deref_mut() {
+                crcs[((a - x) / BLOCK_BYTES) as usize + i] = crc;
+            }
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The crc32c of `buf[at..at + len]`, where `buf` holds whole blocks whose crc32cs are
+/// `block_crcs` (from [`read_blocks`]): whole blocks inside the range are joined from their
+/// checksums, and only the partial first and last blocks are read again.
+pub fn range_crc(buf: &[u8], block_crcs: &[u32], at: usize, len: usize) -> u32 {
+    static SHIFT: OnceLock<Crc32cShift> = OnceLock::new();
+    let shift = SHIFT.get_or_init(|| Crc32cShift::new(BLOCK_BYTES as usize));
+    let block = BLOCK_BYTES as usize;
+    assert!(at + len <= buf.len() && buf.len() == block_crcs.len() * block, "range outside the read blocks");
+    let end = at + len;
+    let mut crc = 0;
+    let mut pos = at;
+    while pos < end {
+        let i = pos / block;
+        let block_end = ((i + 1) * block).min(end);
+        crc = if pos == i * block && block_end == (i + 1) * block {
+            shift.concat(crc, block_crcs[i])
+        } else {
+            crc32c_append(crc, &buf[pos..block_end])
+        };
+        pos = block_end;
+    }
+    crc
 }

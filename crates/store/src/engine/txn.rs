@@ -318,8 +318,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             self.dev,
             (coll, obj),
             &extents,
-            lo,
-            hi,
+            (lo, hi),
             &|phys| {
                 // Data planned earlier in this transaction is not on the device yet.
                 for (at, buf) in &self.direct {
@@ -332,6 +331,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 (self.staged)(phys)
             },
             self.pool,
+            None,
         )
     }
 
