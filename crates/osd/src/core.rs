@@ -139,7 +139,38 @@ impl Event {
             _ => 0,
         }
     }
+
+    /// Bytes of object data handling the event moves: what it carries, plus what a client's
+    /// reads will return. The worker bounds a batch by this, because the replies of a batch go
+    /// out only once the whole batch is handled: bounded by carried data alone, a batch of 64
+    /// reads of 4 MiB held 256 MiB of replies and answered the first read only after the last
+    /// (a 4 MiB read's p99 at 64 in flight was 4x its mean). A read's length is counted up to
+    /// [`READ_COST_MAX_BYTES`]; a read of a whole object of unknown size (`u64::MAX`, which
+    /// clients send for small metadata objects, large data being read in ranges) as
+    /// [`READ_COST_UNKNOWN_BYTES`].
+    pub fn batch_bytes(&self) -> usize {
+        let reads = match self {
+            Event::ClientOp { op, .. } => op
+                .ops
+                .iter()
+                .map(|o| match o {
+                    shoal_proto::osd::ObjOp::Read { len_bytes: u64::MAX, .. } => READ_COST_UNKNOWN_BYTES,
+                    shoal_proto::osd::ObjOp::Read { len_bytes, .. } => {
+                        usize::try_from(*len_bytes).unwrap_or(usize::MAX).min(READ_COST_MAX_BYTES)
+                    }
+                    _ => 0,
+                })
+                .fold(0usize, usize::saturating_add),
+            _ => 0,
+        };
+        self.data_len().saturating_add(reads)
+    }
 }
+
+/// The most bytes one read counts for in [`Event::batch_bytes`].
+pub const READ_COST_MAX_BYTES: usize = 4 << 20;
+/// What a read of a whole object of unknown size counts for in [`Event::batch_bytes`].
+pub const READ_COST_UNKNOWN_BYTES: usize = 64 << 10;
 
 /// Something the driver must do.
 #[derive(Debug)]

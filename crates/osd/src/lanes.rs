@@ -168,7 +168,8 @@ impl Lanes {
         })
     }
 
-    /// The next batch, at most `max_events` events and about `max_bytes` of data: the foreground
+    /// The next batch, at most `max_events` events and about `max_bytes` of data moved
+    /// ([`Event::batch_bytes`]: carried, and to be read for clients): the foreground
     /// events that may go first, if there are any; else the first background event of a PG whose
     /// client I/O waits for it (so a write waits for its own PG's chunk, not for every chunk
     /// queued before it); else a tick, alone, if one comes before any barrier; else the barriers
@@ -210,7 +211,7 @@ impl Lanes {
                 }
                 Lane::Foreground(_) => {
                     if let Some(event) = self.take(i) {
-                        bytes += event.data_len();
+                        bytes += event.batch_bytes();
                         batch.push(event);
                     }
                 }
@@ -236,7 +237,7 @@ impl Lanes {
                     && self.pending.front().is_some_and(|(l, _)| *l == Lane::Barrier)
                 {
                     if let Some(event) = self.take(0) {
-                        bytes += event.data_len();
+                        bytes += event.batch_bytes();
                         batch.push(event);
                     }
                 }
@@ -332,6 +333,43 @@ mod tests {
         let mut batch = Vec::new();
         lanes.next_batch(256, 4 << 20, background_ok, &mut batch);
         tids(&batch)
+    }
+
+    fn read(tid: u64, len_bytes: u64) -> Event {
+        let mut e = client(1, tid);
+        if let Event::ClientOp { op, .. } = &mut e {
+            op.ops = vec![ObjOp::Read { offset: 0, len_bytes }];
+        }
+        e
+    }
+
+    #[test]
+    fn a_batch_holds_about_its_byte_bound_of_reads_too() {
+        // Sixteen 4 MiB reads go one or two per batch (the bound is reached by the first, as
+        // with carried data), not all at once: their replies leave only when the batch is done.
+        let mut lanes = Lanes::default();
+        for tid in 0..16 {
+            lanes.push(read(tid, 4 << 20));
+        }
+        let got = batches(&mut lanes);
+        assert_eq!(got.len(), 16, "{got:?}");
+        assert!(got.iter().flatten().cloned().eq((0..16).map(|t| format!("c{t}"))), "order kept: {got:?}");
+        // Small reads, stats and whole-object reads of unknown size batch together (up to the
+        // event bound and the bound of 64 unknown-size reads' 64 KiB).
+        let mut lanes = Lanes::default();
+        for tid in 0..100 {
+            lanes.push(match tid % 3 {
+                0 => read(tid, 4096),
+                1 => client(1, tid),
+                _ => read(tid, u64::MAX),
+            });
+        }
+        assert_eq!(batches(&mut lanes).iter().map(Vec::len).collect::<Vec<_>>(), vec![100]);
+        // A read longer than the bound counts as the bound: a batch still takes one.
+        let mut lanes = Lanes::default();
+        lanes.push(read(1, 1 << 40));
+        lanes.push(client(1, 2));
+        assert_eq!(batches(&mut lanes), vec![vec!["c1".to_string()], vec!["c2".to_string()]]);
     }
 
     #[test]
