@@ -446,8 +446,6 @@ fn copy_object(
     Ok(())
 }
 
-/// Runs read operations; returns one output per operation and the concatenated read bytes
-/// (a request with one read returns the store's own buffer, not a copy of it).
 /// The bytes a read request returns, with their crc32c when the store knew it without reading
 /// them again (the reply frame's checksum then starts from it).
 #[derive(Debug, Default)]
@@ -456,6 +454,8 @@ pub struct ReadData {
     pub crc: Option<u32>,
 }
 
+/// Runs read operations; returns one output per operation and the concatenated read bytes
+/// (a request with one read returns the store's own buffer, not a copy of it).
 pub fn execute_reads(
     store: &dyn ObjectStore,
     coll: &str,
