@@ -100,6 +100,15 @@ impl ClusterConfig {
         })
     }
 
+    /// The local socket of `osd` in this cluster, or `None` when this process does not use
+    /// local sockets ([`crate::local`]). The one place that decides, for OSDs binding their
+    /// socket and for everyone connecting to one. (A conf file naming another cluster's fsid
+    /// finds no such socket, and its connections go over TCP.)
+    #[must_use]
+    pub fn local_osd_socket(&self, osd: shoal_map::OsdId) -> Option<String> {
+        if self.local_sockets { crate::local::osd_socket_name(&self.fsid, osd) } else { None }
+    }
+
     /// The messenger's settings for this entity.
     #[must_use]
     pub fn net(&self) -> shoal_net::ClientConfig {

@@ -16,7 +16,7 @@ use tokio::sync::Mutex;
 
 use crate::config::ClusterConfig;
 use crate::error::ClientError;
-use crate::local::{connect_osd, osd_socket_name};
+use crate::local::connect_osd;
 use crate::monc::MonClient;
 
 /// Longest object name, in bytes (the local store's limit).
@@ -211,8 +211,7 @@ impl Client {
             return Ok(conn.clone());
         }
         let cfg = self.mon.config();
-        let local = if cfg.local_sockets { osd_socket_name(&map.fsid, osd) } else { None };
-        let conn = connect_osd(osd, addr, local.as_deref(), &cfg.net()).await?;
+        let conn = connect_osd(osd, addr, cfg.local_osd_socket(osd).as_deref(), &cfg.net()).await?;
         conns.insert(osd, (info.up_from, conn.clone()));
         Ok(conn)
     }

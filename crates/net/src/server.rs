@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use shoal_proto::{Frame, HEADER_BYTES, MAX_PAYLOAD_BYTES};
 use tokio::io::BufReader;
-use tokio::net::UnixListener;
+use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -170,43 +170,35 @@ pub async fn serve<H: Handler>(
     let mut next_id: u64 = 1;
     let mut shutdown = std::pin::pin!(shutdown);
     let Listeners { tcp: listener, local } = listeners.into();
-    let (local, local_name) = match local {
-        Some((l, name)) => (Some(l), name),
-        None => (None, String::new()),
-    };
     let result = loop {
-        tokio::select! {
+        let accepted = tokio::select! {
             biased;
             () = &mut shutdown => break Ok(()),
             // Reap finished connection tasks so the set does not grow with the server's age.
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let id = next_id;
-                    next_id += 1;
-                    // Failing to set the option only costs latency: not a reason to refuse.
-                    let _ = stream.set_nodelay(true);
-                    conns.spawn(connection(stream, PeerAddr::Tcp(peer), id, cfg.clone(), handler.clone(), stop_rx.clone()));
-                }
-                Err(e) if accept_error_is_transient(&e) => {
-                    // Out of descriptors or memory: retrying at once would spin, so back off
-                    // briefly; existing connections closing will make room.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => break Err(NetError::Io(e)),
-            },
-            accepted = accept_local(local.as_ref()) => match accepted {
-                Ok(stream) => {
-                    let id = next_id;
-                    next_id += 1;
-                    let peer = PeerAddr::Local(local_name.clone());
-                    conns.spawn(connection(stream, peer, id, cfg.clone(), handler.clone(), stop_rx.clone()));
-                }
-                Err(e) if accept_error_is_transient(&e) => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => break Err(NetError::Io(e)),
-            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            accepted = listener.accept() => accepted.map(|(stream, peer)| {
+                // Failing to set the option only costs latency: not a reason to refuse.
+                let _ = stream.set_nodelay(true);
+                Accepted::Tcp(stream, PeerAddr::Tcp(peer))
+            }),
+            accepted = accept_local(local.as_ref()) => accepted.map(|(stream, peer)| Accepted::Local(stream, peer)),
+        };
+        match accepted {
+            Ok(accepted) => {
+                let id = next_id;
+                next_id += 1;
+                let (cfg, handler, stop) = (cfg.clone(), handler.clone(), stop_rx.clone());
+                match accepted {
+                    Accepted::Tcp(stream, peer) => conns.spawn(connection(stream, peer, id, cfg, handler, stop)),
+                    Accepted::Local(stream, peer) => conns.spawn(connection(stream, peer, id, cfg, handler, stop)),
+                };
+            }
+            Err(e) if accept_error_is_transient(&e) => {
+                // Out of descriptors or memory: retrying at once would spin, so back off
+                // briefly; existing connections closing will make room.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => break Err(NetError::Io(e)),
         }
     };
     drop(listener);
@@ -226,12 +218,19 @@ fn accept_error_is_transient(e: &std::io::Error) -> bool {
     !matches!(e.raw_os_error(), Some(code) if cfg!(target_os = "linux") && LISTENER_BROKEN.contains(&code))
 }
 
-/// The next connection on the local socket; never, without one.
-async fn accept_local(local: Option<&UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+/// A connection just accepted, on either listener.
+enum Accepted {
+    Tcp(TcpStream, PeerAddr),
+    Local(UnixStream, PeerAddr),
+}
+
+/// The next connection on the local socket, named by the socket it came in on; never, without
+/// one.
+async fn accept_local(local: Option<&(UnixListener, String)>) -> std::io::Result<(UnixStream, PeerAddr)> {
     match local {
-        Some(l) => l.accept().await.map(|(stream, _)| {
+        Some((listener, name)) => listener.accept().await.map(|(stream, _)| {
             crate::stream::widen_send_buffer(&stream);
-            stream
+            (stream, PeerAddr::Local(name.clone()))
         }),
         None => std::future::pending().await,
     }

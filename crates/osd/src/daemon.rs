@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use shoal_client::local::{connect_osd, osd_socket_name};
+use shoal_client::local::connect_osd;
 use shoal_client::{ClusterConfig, MonClient};
 use shoal_map::{Command, OsdId, Weight};
 use shoal_net::{Connection, Handler, Keyring, Listeners, ServerConfig, ServerConn, error_frame};
@@ -231,7 +231,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     let server_cfg =
         ServerConfig { keyring: cfg.keyring.clone(), entity: cfg.id.to_string(), max_queued_replies: 1024 };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let listeners = with_local_socket(Listeners::tcp(listener), &monc.map().fsid, cfg.id);
+    let listeners = with_local_socket(Listeners::tcp(listener), cfg.cluster.local_osd_socket(cfg.id), cfg.id);
     let server =
         tokio::spawn(shoal_net::serve(listeners, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
             let _ = stop_rx.await;
@@ -607,11 +607,8 @@ fn feed_now(events: &mpsc::WeakSender<Event>, event: Event) {
 /// Adds the OSD's local socket to `listeners`, so that clients and peers on this host skip
 /// loopback TCP (decision 0027); without it (turned off, or the name is taken) the OSD serves
 /// over TCP alone, which every client falls back to.
-fn with_local_socket(listeners: Listeners, fsid: &str, id: OsdId) -> Listeners {
-    if !shoal_client::local::local_sockets_enabled() {
-        return listeners;
-    }
-    let Some(name) = shoal_client::local::osd_socket_name(fsid, id) else {
+fn with_local_socket(listeners: Listeners, name: Option<String>, id: OsdId) -> Listeners {
+    let Some(name) = name else {
         return listeners;
     };
     match shoal_net::bind_local(&name) {
@@ -651,8 +648,7 @@ async fn peer_sender(
         };
         let reuse = conn.as_ref().is_some_and(|(a, c)| *a == addr && !c.is_closed());
         if !reuse {
-            let local = if cluster.local_sockets { osd_socket_name(&cluster.fsid, osd) } else { None };
-            match connect_osd(osd, addr, local.as_deref(), &net).await {
+            match connect_osd(osd, addr, cluster.local_osd_socket(osd).as_deref(), &net).await {
                 Ok(c) => conn = Some((addr, c)),
                 Err(e) => {
                     conn = None;
