@@ -345,8 +345,8 @@ mod tests {
 
     #[test]
     fn a_batch_holds_about_its_byte_bound_of_reads_too() {
-        // Sixteen 4 MiB reads go one or two per batch (the bound is reached by the first, as
-        // with carried data), not all at once: their replies leave only when the batch is done.
+        // Sixteen 4 MiB reads go one per batch (the first reaches the bound, as a 4 MiB write's
+        // data does), not all at once: a batch's replies leave only when the batch is done.
         let mut lanes = Lanes::default();
         for tid in 0..16 {
             lanes.push(read(tid, 4 << 20));
@@ -354,8 +354,8 @@ mod tests {
         let got = batches(&mut lanes);
         assert_eq!(got.len(), 16, "{got:?}");
         assert!(got.iter().flatten().cloned().eq((0..16).map(|t| format!("c{t}"))), "order kept: {got:?}");
-        // Small reads, stats and whole-object reads of unknown size batch together (up to the
-        // event bound and the bound of 64 unknown-size reads' 64 KiB).
+        // Small reads, stats and whole-object reads of unknown size batch together: 33 reads of
+        // unknown size at 64 KiB and 34 of 4 KiB stay under the 4 MiB bound.
         let mut lanes = Lanes::default();
         for tid in 0..100 {
             lanes.push(match tid % 3 {
