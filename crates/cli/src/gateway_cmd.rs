@@ -78,25 +78,19 @@ pub fn run(cmd: &GatewayCommand) -> Result<ExitCode> {
     }
 }
 
-/// One malloc arena for the gateway's threads. With glibc's default (up to eight per core) each
-/// runtime thread that frees 4 MiB chunks keeps its own free heap (up to the trim threshold set in
-/// `main`), so a gateway under 64 concurrent 4 MiB PUTs held 308-367 MiB of RSS for a 186 MiB
-/// heap peak (heaptrack), over its 256 MiB limit; with one arena 193-198 MiB, at the same
-/// throughput (docs/BENCHMARKS.md). Its threads mostly wait on sockets, so the one arena's
-/// lock is not contended.
-fn one_malloc_arena() {
-    // SAFETY: mallopt only adjusts allocator parameters; it is called before the runtime starts
-    // any thread.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
 fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
-    one_malloc_arena();
+    // One arena for all the gateway's threads: with one per thread, each runtime thread that
+    // frees 4 MiB chunks keeps its own freed extents, and under 64 concurrent 4 MiB PUTs the
+    // gateway held more than its 256 MiB limit (glibc's arenas did: 308-367 MiB of RSS for a
+    // 186 MiB heap peak; docs/BENCHMARKS.md).
+    crate::alloc::use_first_arena();
     crate::daemons::init_logging();
     let cluster = args.conf.cluster()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(crate::alloc::use_first_arena)
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
     rt.block_on(async {
         let client = shoal_client::Client::connect(cluster).await.context("connecting to the cluster")?;
         let osds = client.mon().map().osds.len() as u32;

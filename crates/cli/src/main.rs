@@ -2,6 +2,7 @@
 //! own module and calls into the library crates.
 
 mod admin;
+mod alloc;
 mod bench_cmd;
 mod conf;
 mod config_cmd;
@@ -111,25 +112,7 @@ enum MonCli {
     Run(daemons::MonArgs),
 }
 
-/// Keeps large buffers in the heap instead of a fresh `mmap` per allocation.
-///
-/// Object data travels in buffers of up to 64 MiB. By default glibc serves each one with its own
-/// `mmap` and returns it with `munmap` when freed, so every 4 MiB message costs 1,024 page faults
-/// and the kernel zeroing 4 MiB (measured: over half of an OSD's CPU time under `shoal bench -b
-/// 4M`). Serving them from the heap and trimming only above 128 MiB of free heap lets freed
-/// buffers be reused; the cost is up to that much free memory kept after a burst.
-fn tune_allocator() {
-    const MMAP_THRESHOLD_BYTES: i32 = 32 << 20; // glibc's maximum for this setting
-    const TRIM_THRESHOLD_BYTES: i32 = 128 << 20;
-    // SAFETY: mallopt only adjusts allocator parameters; it is called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
-    }
-}
-
 fn main() -> ExitCode {
-    tune_allocator();
     let cli = Cli::parse();
     conf::set_identity(conf::Identity { conf: cli.conf.clone(), entity: cli.entity.clone() });
     let result = match cli.command {

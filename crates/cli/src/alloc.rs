@@ -1,0 +1,53 @@
+//! The binary's memory allocator: jemalloc, configured for buffers that come and go by the
+//! megabyte (decision 0029).
+//!
+//! Every daemon is this one binary, so the choice holds for OSDs, monitors, gateways and NBD
+//! servers alike. glibc's malloc served them before, with two costs measured on this project's
+//! loads: a gateway's threads shared one arena (more arenas kept freed 4 MiB buffers per thread
+//! and went past the gateway's memory limit), and that arena's lock was a tenth of a gateway's
+//! CPU under small PUTs (futex waits and wakes); and large buffers had to be kept out of `mmap`
+//! by hand (`M_MMAP_THRESHOLD`), or every 4 MiB message cost the kernel 1,024 page faults and
+//! zeroing. jemalloc serves small sizes from per-thread caches without a lock, keeps freed large
+//! extents for reuse and returns them to the kernel after a delay, from a background thread.
+
+use tikv_jemallocator::Jemalloc;
+
+#[global_allocator]
+static GLOBAL: Jemalloc = Jemalloc;
+
+/// jemalloc's settings, read once when it starts (before `main`):
+/// - `background_thread`: freed memory is returned to the kernel by jemalloc's own thread, not
+///   in the middle of a request;
+/// - `dirty_decay_ms:2000`: freed pages stay for reuse for about two seconds (a burst of 4 MiB
+///   buffers reuses them without page faults; an idle process shrinks back soon after);
+/// - `muzzy_decay_ms:0`: pages past that delay go back to the kernel at once (`MADV_DONTNEED`),
+///   so the resident size a monitor reports is the memory the process holds.
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:2000,muzzy_decay_ms:0\0";
+
+/// Serves the calling thread's allocations from arena 0 from now on.
+///
+/// jemalloc spreads threads over several arenas (four per core), and each arena keeps its own
+/// freed extents until they decay: a gateway whose runtime threads each freed 4 MiB chunks would
+/// hold several arenas' worth of them, as glibc's arenas did (see `gateway_cmd`). Small
+/// allocations come from the thread's cache either way, so sharing one arena costs a lock only
+/// for large ones. Logs and carries on if jemalloc refuses (the process then uses more memory,
+/// never less safely).
+pub fn use_first_arena() {
+    let mut arena: libc::c_uint = 0;
+    // SAFETY: "thread.arena" takes an unsigned int by pointer; the name is NUL-terminated and
+    // nothing is read back (null old pointer and length).
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"thread.arena".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&raw mut arena).cast(),
+            std::mem::size_of::<libc::c_uint>(),
+        )
+    };
+    if rc != 0 {
+        tracing::warn!(errno = rc, "jemalloc refused to bind this thread to arena 0");
+    }
+}
