@@ -78,6 +78,10 @@ pub fn run(cmd: &GatewayCommand) -> Result<ExitCode> {
     }
 }
 
+/// How long the gateway's freed pages stay for reuse before going back to the kernel (see
+/// [`crate::alloc::set_first_arena_decay_ms`]): short, because its RSS has a limit.
+const GATEWAY_DIRTY_DECAY_MS: isize = 500;
+
 fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
     // One arena for all the gateway's threads: with one per thread, each runtime thread that
     // frees 4 MiB chunks keeps its own freed extents, and under 64 concurrent 4 MiB PUTs the
@@ -85,6 +89,7 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
     // 186 MiB heap peak; docs/BENCHMARKS.md).
     crate::alloc::use_first_arena();
     crate::daemons::init_logging();
+    crate::alloc::set_first_arena_decay_ms(GATEWAY_DIRTY_DECAY_MS);
     let cluster = args.conf.cluster()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(crate::alloc::use_first_arena)
