@@ -96,7 +96,7 @@ pub fn scrub_object(
         let mut offset = 0u64;
         while offset < stat.size_bytes {
             let len = READ_PIECE_BYTES.min(stat.size_bytes - offset);
-            match store.read(coll, name, offset, len) {
+            match store.read_media(coll, name, offset, len) {
                 Ok(bytes) if bytes.len() as u64 == len => crc = crc32c_append(crc, &bytes),
                 Ok(bytes) => {
                     let context = format!("short read of {name}: {} of {len} bytes at {offset}", bytes.len());

@@ -375,6 +375,13 @@ pub trait ObjectStore: Send + Sync {
         self.read_bytes(coll, obj, offset, len).map(|b| (b, None))
     }
 
+    /// [`ObjectStore::read`] from the medium itself, never from a cache of recently read data:
+    /// for deep scrub, whose job is to find what the device has damaged since it was written.
+    /// The same as `read` for backends without such a cache.
+    fn read_media(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read(coll, obj, offset, len)
+    }
+
     /// Reads a whole object.
     fn read_all(&self, coll: &str, obj: &str) -> Result<Vec<u8>> {
         let size = self.stat(coll, obj)?.size_bytes;

@@ -134,3 +134,72 @@ fn flipped_data_byte_fails_reads_of_that_object_only_and_fsck_names_it() {
     let report = store.fsck().unwrap();
     assert!(report.is_clean(), "{:?}", report.errors);
 }
+
+/// A `block` store keeps recently read small blocks in memory (the device's cache): a read of a
+/// cached block is served from there, so damage to the medium under it is invisible to `read`
+/// until the block leaves the cache, while `read_media` (deep scrub's read) always reads the
+/// medium and names the damage. Overwrites and deletes never let a cached read return old bytes.
+#[test]
+fn cached_blocks_follow_every_write_and_deep_reads_see_the_medium() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let opts = MkfsOptions { backend: BackendKind::Block, size_bytes: 64 << 20, device: None, force: false };
+    let store = shoal_store::mkfs(&dir, &opts).unwrap();
+    let mut txn = Transaction::new();
+    txn.create_collection(COLL);
+    store.commit(txn, Durability::Sync).unwrap();
+    let write = |name: &str, off: u64, data: &[u8]| {
+        let mut txn = Transaction::new();
+        txn.write(COLL, name, off, data.to_vec());
+        store.commit(txn, Durability::Sync).unwrap();
+    };
+
+    // Overwrites, partial and whole, each read twice (the second read is served from the cache),
+    // beside a churning object rewritten whole every round and read whole in cached pieces: 40
+    // rounds of 2 MiB on a 64 MiB device make the allocator hand out freed blocks again, whose
+    // cached bytes are old.
+    let mut model = content(10, 16 << 10);
+    write("o", 0, &model);
+    for round in 0..40u64 {
+        for _ in 0..2 {
+            assert_eq!(store.read(COLL, "o", 0, model.len() as u64).unwrap(), model, "round {round}");
+            assert_eq!(store.read(COLL, "o", 4096, 4096).unwrap(), model[4096..8192], "round {round}");
+        }
+        let churn = content(1000 + round, 2 << 20);
+        write("churn", 0, &churn);
+        for at in (0..2u64 << 20).step_by(64 << 10) {
+            let got = store.read(COLL, "churn", at, 64 << 10).unwrap();
+            assert_eq!(got, churn[at as usize..at as usize + (64 << 10)], "round {round}, churn at {at}");
+        }
+        let at = (round as usize * 1_531) % (model.len() - 3000);
+        let piece = content(100 + round, 3000);
+        model[at..at + 3000].copy_from_slice(&piece);
+        write("o", at as u64, &piece);
+    }
+    // A delete, then a new object of the same name whose blocks may reuse the old ones.
+    let mut txn = Transaction::new();
+    txn.remove(COLL, "o");
+    store.commit(txn, Durability::Sync).unwrap();
+    let fresh = content(11, 16 << 10);
+    write("o", 0, &fresh);
+    assert_eq!(store.read(COLL, "o", 0, fresh.len() as u64).unwrap(), fresh);
+
+    // Damage on the medium under a cached block: reads keep the good bytes, deep reads do not.
+    let victim = content(12, 8 << 10);
+    write("v", 0, &victim);
+    assert_eq!(store.read(COLL, "v", 0, victim.len() as u64).unwrap(), victim, "fills the cache");
+    store.flush().unwrap();
+    let block_file = dir.join("block");
+    let at = locate(&std::fs::read(&block_file).unwrap(), &victim, 5000);
+    flip(&block_file, at, 0x10);
+    assert_eq!(store.read(COLL, "v", 0, victim.len() as u64).unwrap(), victim, "a cached read");
+    match store.read_media(COLL, "v", 0, victim.len() as u64) {
+        Err(StoreError::Checksum { obj, offset, .. }) => {
+            assert_eq!((obj.as_str(), offset), ("v", 4096), "the damaged block is named");
+        }
+        other => panic!("a deep read of damaged data returned {other:?}"),
+    }
+    // Once the object is written again, the medium holds good bytes once more.
+    write("v", 0, &victim);
+    assert_eq!(store.read_media(COLL, "v", 0, victim.len() as u64).unwrap(), victim);
+}

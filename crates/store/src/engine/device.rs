@@ -15,6 +15,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use io_uring::{IoUring, opcode, squeue, types};
 use shoal_util::AlignedBuf;
 
+use super::cache::BlockCache;
+
 /// Produces the last buffer of [`Device::write_then`] (or nothing), while the first ones are
 /// being written.
 pub type TailFn<'a> = dyn FnMut() -> io::Result<Option<(u64, AlignedBuf)>> + 'a;
@@ -26,8 +28,14 @@ pub const BLOCK_BYTES: u64 = 4096;
 pub trait Device: Send + Sync + 'static {
     /// Capacity in bytes.
     fn size_bytes(&self) -> u64;
-    /// Fills `buf` from `offset`.
+    /// Fills `buf` from `offset` (from a cache of recently read blocks, where the device has
+    /// one).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Fills `buf` from `offset` on the medium itself, never from a cache: for deep scrub, fsck
+    /// and checks of recovered data, which are there to look at what the device holds.
+    fn read_uncached(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_at(buf, offset)
+    }
     /// Writes `buf` at `offset`. Not durable until [`Device::sync`] returns.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Puts every completed write on stable storage.
@@ -83,6 +91,28 @@ pub struct FileDevice {
     /// Submission ring for concurrent writes; `None` where io_uring is unavailable, in which
     /// case writes are issued one after another.
     ring: Option<Mutex<IoUring>>,
+    /// Recently read small blocks; every write and discard invalidates its range first.
+    cache: Option<BlockCache>,
+}
+
+/// Bytes of recently read small blocks a disk device keeps in memory by default (see
+/// [`super::cache`]). The environment variable `SHOAL_BLOCK_CACHE_BYTES` sets it per process
+/// (`0`: no cache).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+/// The cache size a device opened by this process gets: [`DEFAULT_CACHE_BYTES`] or the
+/// environment's `SHOAL_BLOCK_CACHE_BYTES`; an unreadable value is refused with its name.
+fn cache_bytes_from_env() -> io::Result<u64> {
+    match std::env::var("SHOAL_BLOCK_CACHE_BYTES") {
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_CACHE_BYTES),
+        Ok(v) => v.trim().parse::<u64>().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("SHOAL_BLOCK_CACHE_BYTES={v:?} is not a number of bytes"),
+            )
+        }),
+        Err(e) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("SHOAL_BLOCK_CACHE_BYTES: {e}"))),
+    }
 }
 
 /// Entries in the submission ring: the most write requests in flight at once.
@@ -122,7 +152,23 @@ impl FileDevice {
         } else {
             IoUring::new(RING_ENTRIES).ok().map(Mutex::new)
         };
-        Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring })
+        let cache = match cache_bytes_from_env()? {
+            0 => None,
+            n => Some(BlockCache::new(n)),
+        };
+        Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring, cache })
+    }
+
+    /// Forgets cached blocks of `[offset, offset + len)` before they are written.
+    fn invalidate(&self, offset: u64, len: usize) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate(offset, len as u64);
+        }
+    }
+
+    /// Blocks in the cache of recently read blocks (0 without one).
+    pub fn cached_blocks(&self) -> usize {
+        self.cache.as_ref().map_or(0, BlockCache::cached_blocks)
     }
 }
 
@@ -144,11 +190,27 @@ impl Device for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "read past the device end");
+        let Some(cache) = &self.cache else {
+            return self.file.read_exact_at(buf, offset);
+        };
+        match cache.read(buf, offset) {
+            Ok(()) => Ok(()),
+            Err(ticket) => {
+                self.file.read_exact_at(buf, offset)?;
+                cache.fill(ticket, buf, offset);
+                Ok(())
+            }
+        }
+    }
+    fn read_uncached(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        check_aligned(offset, buf.len());
+        assert!(offset + buf.len() as u64 <= self.size_bytes, "read past the device end");
         self.file.read_exact_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+        self.invalidate(offset, buf.len());
         self.file.write_all_at(buf, offset)
     }
     fn sync(&self) -> io::Result<()> {
@@ -171,6 +233,7 @@ impl Device for FileDevice {
                 "direct write of {} bytes from memory that is not block-aligned",
                 buf.len()
             );
+            self.invalidate(*offset, buf.len());
         }
         let pieces: Vec<(u64, &[u8])> = first
             .iter()
@@ -188,6 +251,7 @@ impl Device for FileDevice {
             if let Some((offset, buf)) = last()? {
                 check_aligned(offset, buf.len());
                 assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+                self.invalidate(offset, buf.len());
                 self.file.write_all_at(&buf, offset)?;
             }
             return if flush { self.file.sync_data() } else { Ok(()) };
@@ -219,6 +283,7 @@ impl Device for FileDevice {
             Ok(Some((offset, buf))) => {
                 check_aligned(*offset, buf.len());
                 assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
+                self.invalidate(*offset, buf.len());
                 match u32::try_from(buf.len()) {
                     Ok(len) => {
                         push(
@@ -282,9 +347,13 @@ impl Device for FileDevice {
         // covers them all.
         if flush { self.file.sync_data() } else { Ok(()) }
     }
-    fn discard(&self, _offset: u64, _len: u64) {
+    fn discard(&self, offset: u64, len: u64) {
         // Punching holes in a file would turn its extents back into unwritten ones and make the
-        // next write to them pay for a metadata update, so discard is a no-op for now.
+        // next write to them pay for a metadata update, so discard leaves the file as it is; the
+        // range holds nothing of value any more, so the cache forgets it.
+        if let Some(cache) = &self.cache {
+            cache.invalidate(offset, len);
+        }
     }
     fn direct_io(&self) -> bool {
         self.direct
@@ -571,6 +640,37 @@ impl Device for MemDevice {
 /// checksum tables and the rest of the working set.
 const MEM_READ_PIECE_BYTES: usize = 64 << 10;
 
+/// What reading an object's blocks needs of a device: its reads, and the size of the parts to
+/// read and verify one after another.
+pub trait BlockSource {
+    /// Fills `buf` from `offset` (see [`Device::read_at`]).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// See [`Device::read_piece_bytes`].
+    fn read_piece_bytes(&self) -> Option<usize>;
+}
+
+impl<D: Device> BlockSource for D {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        Device::read_at(self, buf, offset)
+    }
+    fn read_piece_bytes(&self) -> Option<usize> {
+        Device::read_piece_bytes(self)
+    }
+}
+
+/// A device whose reads all go to the medium ([`Device::read_uncached`]): what deep scrub reads
+/// an object through.
+pub struct Uncached<'a, D>(pub &'a D);
+
+impl<D: Device> BlockSource for Uncached<'_, D> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_uncached(buf, offset)
+    }
+    fn read_piece_bytes(&self) -> Option<usize> {
+        self.0.read_piece_bytes()
+    }
+}
+
 /// A shared device is a device: lets tests keep a device across engine instances.
 impl<D: Device> Device for std::sync::Arc<D> {
     fn size_bytes(&self) -> u64 {
@@ -578,6 +678,9 @@ impl<D: Device> Device for std::sync::Arc<D> {
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         (**self).read_at(buf, offset)
+    }
+    fn read_uncached(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_uncached(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         (**self).write_at(buf, offset)

@@ -95,7 +95,7 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
             while done < e.len_bytes {
                 let n = (e.len_bytes - done).min(FSCK_READ_BYTES);
                 let mut buf = shoal_util::AlignedBuf::zeroed(n as usize);
-                if let Err(err) = dev.read_at(&mut buf, e.phys + done) {
+                if let Err(err) = dev.read_uncached(&mut buf, e.phys + done) {
                     report.errors.push(format!("{name}: read error at device offset {}: {err}", e.phys + done));
                     break;
                 }

@@ -16,6 +16,7 @@
 //! and the old ones are freed once the transaction that freed them is durable.
 
 pub mod alloc;
+mod cache;
 pub mod device;
 mod fsck;
 pub mod kv;
@@ -351,6 +352,53 @@ impl<K: Kv, D: Device> Engine<K, D> {
 
     /// The staged group, for a reader (to be taken before its KV snapshot); `None` for a
     /// volatile store, which never stages anything (and whose reads then skip the lock).
+    /// Reads `[offset, offset + len)` of an object through `dev` (the engine's device, or a
+    /// view of it that reads around its cache), with the crc32c of the bytes returned.
+    fn read_from<R: device::BlockSource>(
+        &self,
+        dev: &R,
+        coll: &str,
+        obj: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<(bytes::Bytes, Option<u32>)> {
+        let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let staged = self.staged_view();
+        let snap = self.kv.snapshot();
+        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
+        let onode = self.onode(&snap, coll, obj)?;
+        if offset > onode.size_bytes {
+            return Err(StoreError::ReadPastEnd {
+                coll: coll.to_string(),
+                obj: obj.to_string(),
+                offset,
+                size_bytes: onode.size_bytes,
+            });
+        }
+        let end = onode.size_bytes.min(offset.saturating_add(len));
+        if end == offset {
+            return Ok((bytes::Bytes::new(), Some(0)));
+        }
+        let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
+        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
+        let mut block_crcs = Vec::with_capacity(((hi - lo) / BLOCK_BYTES) as usize);
+        let buf = read_blocks(
+            dev,
+            (coll, obj),
+            &extents,
+            (lo, hi),
+            &|phys| staged.as_ref().and_then(|s| s.block(phys)),
+            &self.pool,
+            Some(&mut block_crcs),
+        )?;
+        let at = (offset - lo) as usize;
+        let len = (end - offset) as usize;
+        let crc = range_crc(&buf, &block_crcs, at, len);
+        // The reply is sent from the pool buffer itself, which returns to the pool once dropped.
+        Ok((bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + len), Some(crc)))
+    }
+
     fn staged_view(&self) -> Option<RwLockReadGuard<'_, Staged>> {
         (!self.volatile).then(|| read_lock(&self.staged))
     }
@@ -637,7 +685,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let Some(phys) = self.first_block(coll, obj)? else { return Ok(false) };
         let mut buf = shoal_util::aligned::AlignedBuf::zeroed(BLOCK_BYTES as usize);
         let io = |e: std::io::Error| StoreError::Io { context: format!("damaging {coll}/{obj}"), source: e };
-        self.dev.read_at(&mut buf, phys).map_err(io)?;
+        self.dev.read_uncached(&mut buf, phys).map_err(io)?;
         buf[0] ^= 0x01;
         self.dev.write_at(&buf, phys).map_err(io)?;
         self.dev.sync().map_err(io)?;
@@ -766,41 +814,11 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn read_bytes_crc(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<(bytes::Bytes, Option<u32>)> {
-        let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let staged = self.staged_view();
-        let snap = self.kv.snapshot();
-        let snap = Overlaid::new(&snap, staged.as_deref().map(Staged::changes));
-        let onode = self.onode(&snap, coll, obj)?;
-        if offset > onode.size_bytes {
-            return Err(StoreError::ReadPastEnd {
-                coll: coll.to_string(),
-                obj: obj.to_string(),
-                offset,
-                size_bytes: onode.size_bytes,
-            });
-        }
-        let end = onode.size_bytes.min(offset.saturating_add(len));
-        if end == offset {
-            return Ok((bytes::Bytes::new(), Some(0)));
-        }
-        let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
-        let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
-        let mut block_crcs = Vec::with_capacity(((hi - lo) / BLOCK_BYTES) as usize);
-        let buf = read_blocks(
-            &self.dev,
-            (coll, obj),
-            &extents,
-            (lo, hi),
-            &|phys| staged.as_ref().and_then(|s| s.block(phys)),
-            &self.pool,
-            Some(&mut block_crcs),
-        )?;
-        let at = (offset - lo) as usize;
-        let len = (end - offset) as usize;
-        let crc = range_crc(&buf, &block_crcs, at, len);
-        // The reply is sent from the pool buffer itself, which returns to the pool once dropped.
-        Ok((bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + len), Some(crc)))
+        self.read_from(&self.dev, coll, obj, offset, len)
+    }
+
+    fn read_media(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read_from(&device::Uncached(&self.dev), coll, obj, offset, len).map(|(b, _)| b.to_vec())
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {

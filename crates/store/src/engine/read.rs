@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use shoal_util::{AlignedBuf, BufPool, Crc32cShift, crc32c, crc32c_append};
 
-use super::device::{BLOCK_BYTES, Device};
+use super::device::{BLOCK_BYTES, BlockSource};
 use super::kv::{Ks, KvRead};
 use super::layout::{self, Extent, MAX_EXTENT_BYTES};
 use crate::error::{Result, StoreError};
@@ -84,7 +84,7 @@ fn zero_block_crc() -> u32 {
 /// against its checksum before any byte is returned. With `block_crcs`, it is filled with the
 /// crc32c of every block of the range in order (the verified ones, and a zero block's for
 /// holes), so that a caller can checksum the bytes it returns without reading them again.
-pub fn read_blocks<D: Device>(
+pub fn read_blocks<D: BlockSource>(
     dev: &D,
     (coll, obj): (&str, &str),
     extents: &ExtentMap,
@@ -145,7 +145,7 @@ pub fn read_blocks<D: Device>(
 
 /// Fills `dst` with the blocks at device offset `phys`: from `pending` where it has them (data
 /// not on the device yet), else from the device.
-fn read_part<D: Device>(
+fn read_part<D: BlockSource>(
     dev: &D,
     (coll, obj): (&str, &str),
     dst: &mut [u8],

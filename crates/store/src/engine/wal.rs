@@ -209,7 +209,8 @@ impl Log {
         let mut pos = 0u64;
         let mut block = AlignedBuf::zeroed(BLOCK_BYTES as usize);
         while pos + BLOCK_BYTES <= self.len_bytes {
-            dev.read_at(&mut block, self.offset + pos).map_err(|e| StoreError::io("reading the commit log", e))?;
+            dev.read_uncached(&mut block, self.offset + pos)
+                .map_err(|e| StoreError::io("reading the commit log", e))?;
             let Some((seq, payload_len, payload_crc)) = parse_header(&block) else { break };
             let total = (HEADER_BYTES + payload_len).div_ceil(BLOCK_BYTES as usize) as u64 * BLOCK_BYTES;
             if pos + total > self.len_bytes || seq > expected {
@@ -222,7 +223,7 @@ impl Log {
                 continue;
             }
             let mut rec = AlignedBuf::zeroed(total as usize);
-            dev.read_at(&mut rec, self.offset + pos).map_err(|e| StoreError::io("reading the commit log", e))?;
+            dev.read_uncached(&mut rec, self.offset + pos).map_err(|e| StoreError::io("reading the commit log", e))?;
             let body = &rec[HEADER_BYTES..HEADER_BYTES + payload_len];
             if crc32c(body) != payload_crc {
                 break; // torn: this transaction was never acknowledged as durable

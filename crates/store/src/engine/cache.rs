@@ -1,0 +1,283 @@
+//! A bounded cache of a disk device's recently read small blocks, keyed by device offset.
+//!
+//! A `block` store reads with direct I/O, so without this every small read is a device request:
+//! on a virtual disk a VM exit to submit it and an interrupt and a context switch to finish it,
+//! 80 µs of an OSD's CPU per 4 KiB S3 GET (docs/BENCHMARKS.md). BlueStore keeps a buffer cache
+//! for the same reason. This one sits in the device ([`super::device::FileDevice`]) because the
+//! engine never overwrites a block in place while it is allocated (copy-on-write), and every write
+//! to the device passes through that type: invalidating a range before it is written keeps the
+//! cache exactly coherent with the medium without knowing anything of objects.
+//!
+//! Only reads of at most [`CACHED_IO_BYTES`] fill it (large reads stream and would only push
+//! small hot blocks out); writes never fill it, they invalidate. Eviction is FIFO with a second
+//! chance for blocks read since they entered. Deep scrub, fsck and recovery checks read around it
+//! ([`super::device::Device::read_uncached`]): they exist to look at the medium.
+//!
+//! Freed blocks are discarded ([`super::device::Device::discard`]), which invalidates them too:
+//! a block is forgotten when the engine frees it and again when it is next written, so either
+//! alone keeps a reused block from being served with its old bytes (the store's corruption
+//! tests check that with both removed they are).
+//!
+//! A read that missed fills the cache after its device read only if no write or discard of an
+//! overlapping range began in between (the read may hold the old bytes); the last
+//! [`RECENT_INVALIDATIONS`] invalidations are remembered to decide that, and a read older than
+//! all of them does not fill.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+use super::device::BLOCK_BYTES;
+
+/// Reads of at most this many bytes are served from and fill the cache.
+pub const CACHED_IO_BYTES: usize = 64 << 10;
+
+/// Invalidations remembered for deciding whether a missed read may fill.
+const RECENT_INVALIDATIONS: usize = 256;
+
+/// The cache of one device: at most `capacity_blocks` blocks of [`BLOCK_BYTES`].
+pub struct BlockCache {
+    capacity_blocks: usize,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Cached blocks by block number (device offset / BLOCK_BYTES).
+    blocks: BTreeMap<u64, Cached>,
+    /// Block numbers in the order they entered; may name blocks since invalidated (skipped when
+    /// popped) and is compacted when it grows past twice the capacity.
+    order: VecDeque<u64>,
+    /// Invalidations so far.
+    epoch: u64,
+    /// The latest invalidations: (epoch after it, first block, end block).
+    recent: VecDeque<(u64, u64, u64)>,
+}
+
+struct Cached {
+    data: Box<[u8]>,
+    /// Read since it entered or since its last second chance.
+    referenced: bool,
+}
+
+/// What a read that missed must hand back to [`BlockCache::fill`]: the epoch it began at.
+#[derive(Clone, Copy, Debug)]
+pub struct FillTicket(u64);
+
+impl BlockCache {
+    /// A cache of at most `capacity_bytes` (rounded down to whole blocks; at least one block).
+    pub fn new(capacity_bytes: u64) -> BlockCache {
+        let capacity_blocks = usize::try_from(capacity_bytes / BLOCK_BYTES).unwrap_or(usize::MAX).max(1);
+        BlockCache {
+            capacity_blocks,
+            state: Mutex::new(State {
+                blocks: BTreeMap::new(),
+                order: VecDeque::new(),
+                epoch: 0,
+                recent: VecDeque::with_capacity(RECENT_INVALIDATIONS),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is consistent between statements that can panic, so a poisoned lock's data
+        // is still usable.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fills `buf` (whole blocks at block-aligned `offset`) if every block is cached: returns
+    /// `Ok(())`; otherwise returns the ticket to fill with once the caller has read the device.
+    pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<(), FillTicket> {
+        let (first, n) = blocks_of(offset, buf.len());
+        let mut st = self.lock();
+        if buf.len() > CACHED_IO_BYTES || (first..first + n).any(|b| !st.blocks.contains_key(&b)) {
+            return Err(FillTicket(st.epoch));
+        }
+        let block = BLOCK_BYTES as usize;
+        for (i, dst) in buf.chunks_exact_mut(block).enumerate() {
+            let cached = st.blocks.get_mut(&(first + i as u64)).expect("checked present above, under the same lock");
+            dst.copy_from_slice(&cached.data);
+            cached.referenced = true;
+        }
+        Ok(())
+    }
+
+    /// Caches `buf`, just read from the device at `offset`, unless a write or discard that
+    /// overlaps it began after `ticket` was taken (or too long ago to tell).
+    pub fn fill(&self, ticket: FillTicket, buf: &[u8], offset: u64) {
+        if buf.len() > CACHED_IO_BYTES {
+            return;
+        }
+        let (first, n) = blocks_of(offset, buf.len());
+        let end = first + n;
+        let mut st = self.lock();
+        if st.epoch != ticket.0 {
+            let oldest_known = st.recent.front().map_or(u64::MAX, |&(epoch, _, _)| epoch);
+            let lost = oldest_known > ticket.0 + 1;
+            let overlapped = st.recent.iter().any(|&(epoch, lo, hi)| epoch > ticket.0 && lo < end && first < hi);
+            if lost || overlapped {
+                return;
+            }
+        }
+        let block = BLOCK_BYTES as usize;
+        for (i, src) in buf.chunks_exact(block).enumerate() {
+            let b = first + i as u64;
+            if st.blocks.insert(b, Cached { data: src.into(), referenced: false }).is_none() {
+                st.order.push_back(b);
+            }
+        }
+        self.evict(&mut st);
+    }
+
+    /// Forgets every cached block in `[offset, offset + len)`: called before the range is
+    /// written or discarded.
+    pub fn invalidate(&self, offset: u64, len: u64) {
+        let first = offset / BLOCK_BYTES;
+        let end = (offset + len).div_ceil(BLOCK_BYTES);
+        let mut st = self.lock();
+        st.epoch += 1;
+        if st.recent.len() == RECENT_INVALIDATIONS {
+            st.recent.pop_front();
+        }
+        let epoch = st.epoch;
+        st.recent.push_back((epoch, first, end));
+        if st.blocks.range(first..end).next().is_none() {
+            return;
+        }
+        let gone: Vec<u64> = st.blocks.range(first..end).map(|(&b, _)| b).collect();
+        for b in gone {
+            st.blocks.remove(&b);
+        }
+    }
+
+    /// Blocks cached now.
+    pub fn cached_blocks(&self) -> usize {
+        self.lock().blocks.len()
+    }
+
+    /// Evicts down to the capacity: the oldest block not read since it entered (or since its
+    /// last second chance) goes first.
+    fn evict(&self, st: &mut State) {
+        // Each block popped is dropped, skipped (already gone) or given its one second chance,
+        // so two passes over the queue always bring the count down.
+        let mut budget = 2 * st.order.len() + 1;
+        while st.blocks.len() > self.capacity_blocks && budget > 0 {
+            budget -= 1;
+            let Some(b) = st.order.pop_front() else { break };
+            match st.blocks.get_mut(&b) {
+                Some(c) if c.referenced => {
+                    c.referenced = false;
+                    st.order.push_back(b);
+                }
+                Some(_) => {
+                    st.blocks.remove(&b);
+                }
+                None => {}
+            }
+        }
+        if st.order.len() > 2 * self.capacity_blocks {
+            let State { blocks, order, .. } = st;
+            order.retain(|b| blocks.contains_key(b));
+        }
+        debug_assert!(st.blocks.len() <= self.capacity_blocks, "the cache holds more than its capacity");
+    }
+}
+
+/// The first block number and the number of blocks of a block-aligned I/O.
+fn blocks_of(offset: u64, len: usize) -> (u64, u64) {
+    debug_assert!(offset.is_multiple_of(BLOCK_BYTES) && (len as u64).is_multiple_of(BLOCK_BYTES));
+    (offset / BLOCK_BYTES, len as u64 / BLOCK_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const B: usize = BLOCK_BYTES as usize;
+
+    fn block(v: u8) -> Vec<u8> {
+        vec![v; B]
+    }
+
+    #[test]
+    fn a_read_is_served_only_when_every_block_is_cached() {
+        let c = BlockCache::new(16 * BLOCK_BYTES);
+        let mut buf = vec![0u8; 2 * B];
+        let t = c.read(&mut buf, 0).expect_err("empty cache");
+        c.fill(t, &block(1), 0);
+        assert!(c.read(&mut buf, 0).is_err(), "block 1 is missing");
+        let t = c.read(&mut buf, 0).expect_err("still missing");
+        c.fill(t, &[block(1), block(2)].concat(), 0);
+        c.read(&mut buf, 0).expect("both cached");
+        assert_eq!(buf, [block(1), block(2)].concat());
+    }
+
+    #[test]
+    fn a_write_between_a_miss_and_its_fill_keeps_the_old_bytes_out() {
+        let c = BlockCache::new(16 * BLOCK_BYTES);
+        let mut buf = vec![0u8; B];
+        let t = c.read(&mut buf, 4 * BLOCK_BYTES).expect_err("empty");
+        // The device read returns old bytes; a write of the block begins before the fill.
+        c.invalidate(4 * BLOCK_BYTES, BLOCK_BYTES);
+        c.fill(t, &block(9), 4 * BLOCK_BYTES);
+        assert!(c.read(&mut buf, 4 * BLOCK_BYTES).is_err(), "stale bytes were cached");
+        // A write elsewhere does not stop the fill.
+        let t = c.read(&mut buf, 4 * BLOCK_BYTES).expect_err("empty");
+        c.invalidate(100 * BLOCK_BYTES, 8 * BLOCK_BYTES);
+        c.fill(t, &block(7), 4 * BLOCK_BYTES);
+        c.read(&mut buf, 4 * BLOCK_BYTES).expect("filled");
+        assert_eq!(buf, block(7));
+    }
+
+    #[test]
+    fn a_fill_older_than_every_remembered_invalidation_is_dropped() {
+        let c = BlockCache::new(16 * BLOCK_BYTES);
+        let mut buf = vec![0u8; B];
+        let t = c.read(&mut buf, 0).expect_err("empty");
+        for i in 0..=RECENT_INVALIDATIONS as u64 {
+            c.invalidate((1000 + i) * BLOCK_BYTES, BLOCK_BYTES);
+        }
+        c.fill(t, &block(3), 0);
+        assert!(c.read(&mut buf, 0).is_err(), "cannot tell whether block 0 was written");
+    }
+
+    #[test]
+    fn invalidation_removes_exactly_the_range() {
+        let c = BlockCache::new(64 * BLOCK_BYTES);
+        for b in 0..10u64 {
+            let t = c.read(&mut vec![0u8; B], b * BLOCK_BYTES).expect_err("empty");
+            c.fill(t, &block(b as u8), b * BLOCK_BYTES);
+        }
+        c.invalidate(3 * BLOCK_BYTES, 4 * BLOCK_BYTES);
+        let mut buf = vec![0u8; B];
+        for b in 0..10u64 {
+            let hit = c.read(&mut buf, b * BLOCK_BYTES).is_ok();
+            assert_eq!(hit, !(3..7).contains(&b), "block {b}");
+        }
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_capacity_and_keeps_blocks_that_are_read() {
+        let c = BlockCache::new(8 * BLOCK_BYTES);
+        let mut buf = vec![0u8; B];
+        let t = c.read(&mut buf, 0).expect_err("empty");
+        c.fill(t, &block(0), 0);
+        for b in 1..100u64 {
+            // Block 0 is read before every new fill: its second chances keep it.
+            c.read(&mut buf, 0).expect("block 0 stays");
+            let t = c.read(&mut buf, b * BLOCK_BYTES).expect_err("new block");
+            c.fill(t, &block(b as u8), b * BLOCK_BYTES);
+            assert!(c.cached_blocks() <= 8);
+        }
+        assert_eq!(buf, block(0));
+        assert!(c.read(&mut buf, 50 * BLOCK_BYTES).is_err(), "old unread blocks were evicted");
+    }
+
+    #[test]
+    fn large_reads_neither_hit_nor_fill() {
+        let c = BlockCache::new(1024 * BLOCK_BYTES);
+        let big = CACHED_IO_BYTES + B;
+        let mut buf = vec![0u8; big];
+        let t = c.read(&mut buf, 0).expect_err("empty");
+        c.fill(t, &vec![5u8; big], 0);
+        assert_eq!(c.cached_blocks(), 0);
+    }
+}
