@@ -165,6 +165,11 @@ pub struct S3BenchArgs {
     /// put, get, list, mixed (half get, half put) or delete (the bucket's keys, listed first,
     /// in key order: workers share the listing round-robin).
     workload: String,
+    /// `get`, `mixed`: read the objects an earlier run with the same bucket, size and
+    /// concurrency wrote, instead of writing them first (so that a measurement of the run holds
+    /// only reads; a missing object counts as an error).
+    #[arg(long)]
+    no_prefill: bool,
     #[arg(long)]
     json: bool,
 }
@@ -189,6 +194,7 @@ fn s3_bench(args: &S3BenchArgs) -> Result<ExitCode> {
         concurrency: args.concurrency,
         seconds: args.seconds,
         workload,
+        prefill: !args.no_prefill,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let json_out = args.json;

@@ -113,9 +113,10 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     env.push(("LIFECYCLE_DAY_S", LIFECYCLE_DAY_S));
     run_boto3_script(&python, "boto3_lifecycle.py", &env, "boto3 lifecycle checks passed");
 
-    // The load generator against the same gateway: every request signed and answered.
-    for workload in ["put", "get", "mixed", "list"] {
-        let args = [
+    // The load generator against the same gateway: every request signed and answered. The
+    // `--no-prefill` get reads the objects the get before it wrote.
+    for workload in ["put", "get", "mixed", "list", "get --no-prefill"] {
+        let mut args = vec![
             "s3",
             "bench",
             "--endpoint",
@@ -128,9 +129,9 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
             "1",
             "--concurrency",
             "2",
-            workload,
             "--json",
         ];
+        args.extend(workload.split(' '));
         let report: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &args))).unwrap();
         assert!(report["ops"].as_u64().unwrap() > 0, "{workload}: {report}");
         assert_eq!(report["errors"], 0, "{workload}: {report}");
@@ -141,6 +142,24 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     }
     let bad = ["s3", "bench", "--endpoint", "127.0.0.1:1", "--access-key", "a", "--secret-key", "b", "put"];
     common::fails_with(&shoal(&dir, &bad), "must start with http://");
+    // Reads of objects no run wrote are errors that name the key.
+    let unfilled = [
+        "s3",
+        "bench",
+        "--endpoint",
+        gw["endpoint"].as_str().unwrap(),
+        "--access-key",
+        gw["access_key"].as_str().unwrap(),
+        "--secret-key",
+        gw["secret_key"].as_str().unwrap(),
+        "--seconds",
+        "1",
+        "--bucket",
+        "never-filled",
+        "--no-prefill",
+        "get",
+    ];
+    common::fails_with(&shoal(&dir, &unfilled), "NoSuchKey");
     answered_before_its_body_a_request_ends_its_connection(gw["endpoint"].as_str().unwrap());
 }
 

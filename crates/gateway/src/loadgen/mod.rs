@@ -38,6 +38,10 @@ pub struct BenchSpec {
     pub concurrency: usize,
     pub seconds: u64,
     pub workload: Workload,
+    /// `get` and `mixed` first write the objects they read (`pre/W/N`, [`PREFILL_PER_WORKER`]
+    /// per worker). Without it they read those a previous run with the same bucket, size and
+    /// concurrency left: a caller measuring CPU per operation excludes the writes that way.
+    pub prefill: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,7 +64,7 @@ pub struct BenchReport {
 
 /// Most latency samples one worker keeps (a longer run keeps the first ones).
 const MAX_SAMPLES_PER_WORKER: usize = 10_000_000;
-/// Objects each worker writes before a `get` or `mixed` run, to read back.
+/// Objects each worker writes before a `get` or `mixed` run (unless told not to), to read back.
 const PREFILL_PER_WORKER: usize = 4;
 /// Largest response body read (a GET of the largest object size accepted).
 const MAX_BODY_BYTES: usize = 256 << 20;
@@ -145,7 +149,7 @@ pub async fn run(spec: BenchSpec, progress: impl Fn(u64, u64)) -> Result<BenchRe
         ));
     }
     let payload: Arc<Vec<u8>> = Arc::new((0..spec.size_bytes).map(|i| (i * 31 % 251) as u8).collect());
-    if matches!(spec.workload, Workload::Get | Workload::Mixed) {
+    if spec.prefill && matches!(spec.workload, Workload::Get | Workload::Mixed) {
         for w in 0..spec.concurrency {
             for n in 0..PREFILL_PER_WORKER {
                 let r = target.call(&mut conn, "PUT", &format!("{bucket_path}/pre/{w}/{n}"), "", &payload).await;
