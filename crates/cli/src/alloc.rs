@@ -34,20 +34,8 @@ pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:2000
 /// MiB with half a second, at the same CPU per byte; with no delay at all every reused 4 MiB
 /// buffer was faulted in again and the gateway spent 45% more CPU (docs/BENCHMARKS.md).
 pub fn set_first_arena_decay_ms(decay_ms: isize) {
-    let mut value: libc::ssize_t = decay_ms;
-    // SAFETY: "arena.0.dirty_decay_ms" takes a ssize_t by pointer; nothing is read back.
-    let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"arena.0.dirty_decay_ms".as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            (&raw mut value).cast(),
-            std::mem::size_of::<libc::ssize_t>(),
-        )
-    };
-    if rc != 0 {
-        tracing::warn!(errno = rc, decay_ms, "jemalloc refused arena 0's decay setting");
-    }
+    let decay_ms: libc::ssize_t = decay_ms;
+    set(c"arena.0.dirty_decay_ms", decay_ms);
 }
 
 /// Serves the calling thread's allocations from arena 0 from now on.
@@ -56,22 +44,29 @@ pub fn set_first_arena_decay_ms(decay_ms: isize) {
 /// freed extents until they decay: a gateway whose runtime threads each freed 4 MiB chunks would
 /// hold several arenas' worth of them, as glibc's arenas did (see `gateway_cmd`). Small
 /// allocations come from the thread's cache either way, so sharing one arena costs a lock only
-/// for large ones. Logs and carries on if jemalloc refuses (the process then uses more memory,
-/// never less safely).
+/// for large ones.
 pub fn use_first_arena() {
-    let mut arena: libc::c_uint = 0;
-    // SAFETY: "thread.arena" takes an unsigned int by pointer; the name is NUL-terminated and
-    // nothing is read back (null old pointer and length).
+    let arena: libc::c_uint = 0;
+    set(c"thread.arena", arena);
+}
+
+/// Writes jemalloc setting `name`, whose C type is `T`. Logs and carries on if jemalloc refuses:
+/// the process then uses more memory, never less safely.
+fn set<T: Copy>(name: &std::ffi::CStr, value: T) {
+    let mut value = value;
+    // SAFETY: `name` is NUL-terminated, `value` is the setting's C type (the callers above pass
+    // the type jemalloc documents for it) and lives across the call; nothing is read back (null
+    // old pointer and length).
     let rc = unsafe {
         tikv_jemalloc_sys::mallctl(
-            c"thread.arena".as_ptr(),
+            name.as_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
-            (&raw mut arena).cast(),
-            std::mem::size_of::<libc::c_uint>(),
+            (&raw mut value).cast(),
+            std::mem::size_of::<T>(),
         )
     };
     if rc != 0 {
-        tracing::warn!(errno = rc, "jemalloc refused to bind this thread to arena 0");
+        tracing::warn!(errno = rc, setting = ?name, "jemalloc refused a setting");
     }
 }

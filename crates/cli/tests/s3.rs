@@ -115,7 +115,7 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
 
     // The load generator against the same gateway: every request signed and answered. The
     // `--no-prefill` get reads the objects the get before it wrote.
-    for workload in ["put", "get", "mixed", "list", "get --no-prefill"] {
+    let bench = |more: &[&'static str]| {
         let mut args = vec![
             "s3",
             "bench",
@@ -127,12 +127,14 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
             gw["secret_key"].as_str().unwrap(),
             "--seconds",
             "1",
-            "--concurrency",
-            "2",
-            "--json",
         ];
+        args.extend_from_slice(more);
+        shoal(&dir, &args)
+    };
+    for workload in ["put", "get", "mixed", "list", "get --no-prefill"] {
+        let mut args = vec!["--concurrency", "2", "--json"];
         args.extend(workload.split(' '));
-        let report: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &args))).unwrap();
+        let report: serde_json::Value = serde_json::from_str(&ok(&bench(&args))).unwrap();
         assert!(report["ops"].as_u64().unwrap() > 0, "{workload}: {report}");
         assert_eq!(report["errors"], 0, "{workload}: {report}");
         assert!(report["p99_ms"].as_f64().unwrap() >= report["p50_ms"].as_f64().unwrap(), "{report}");
@@ -143,23 +145,7 @@ fn boto3_at_its_defaults_works_against_the_gateway_of_shoal_up() {
     let bad = ["s3", "bench", "--endpoint", "127.0.0.1:1", "--access-key", "a", "--secret-key", "b", "put"];
     common::fails_with(&shoal(&dir, &bad), "must start with http://");
     // Reads of objects no run wrote are errors that name the key.
-    let unfilled = [
-        "s3",
-        "bench",
-        "--endpoint",
-        gw["endpoint"].as_str().unwrap(),
-        "--access-key",
-        gw["access_key"].as_str().unwrap(),
-        "--secret-key",
-        gw["secret_key"].as_str().unwrap(),
-        "--seconds",
-        "1",
-        "--bucket",
-        "never-filled",
-        "--no-prefill",
-        "get",
-    ];
-    common::fails_with(&shoal(&dir, &unfilled), "NoSuchKey");
+    common::fails_with(&bench(&["--bucket", "never-filled", "--no-prefill", "get"]), "NoSuchKey");
     answered_before_its_body_a_request_ends_its_connection(gw["endpoint"].as_str().unwrap());
 }
 

@@ -240,7 +240,6 @@ pub struct StreamMd5 {
     pending: Option<oneshot::Receiver<[u32; 4]>>,
     /// Whole blocks taken in and not handed off yet, in order.
     backlog: Vec<Bytes>,
-    backlog_bytes: usize,
     /// Bytes after the last whole block (fewer than a block).
     carry: Vec<u8>,
     len_bytes: u64,
@@ -267,7 +266,6 @@ impl StreamMd5 {
             state: kernel::INIT,
             pending: None,
             backlog: Vec::new(),
-            backlog_bytes: 0,
             carry: Vec::with_capacity(BLOCK_BYTES),
             len_bytes: 0,
         }
@@ -297,10 +295,10 @@ impl StreamMd5 {
             return;
         };
         if self.poll_pending() {
-            if self.backlog_bytes >= HAND_OFF_MIN_BYTES {
+            if self.backlog_bytes() >= HAND_OFF_MIN_BYTES {
                 self.hand_off(lanes).await;
             }
-        } else if self.backlog_bytes >= BACKLOG_MAX_BYTES {
+        } else if self.backlog_bytes() >= BACKLOG_MAX_BYTES {
             self.settle().await;
             self.hand_off(lanes).await;
         }
@@ -310,7 +308,7 @@ impl StreamMd5 {
     pub async fn finish(mut self) -> [u8; 16] {
         self.settle().await;
         if let Some(lanes) = self.lanes
-            && self.backlog_bytes >= HAND_OFF_MIN_BYTES
+            && self.backlog_bytes() >= HAND_OFF_MIN_BYTES
         {
             self.hand_off(lanes).await;
             self.settle().await;
@@ -322,9 +320,14 @@ impl StreamMd5 {
     fn push_blocks(&mut self, blocks: Bytes) {
         debug_assert!(blocks.len().is_multiple_of(BLOCK_BYTES), "the backlog holds whole blocks");
         if !blocks.is_empty() {
-            self.backlog_bytes += blocks.len();
             self.backlog.push(blocks);
         }
+    }
+
+    /// Bytes in the backlog (summed each time: it is handed off by 1 MiB, a few hundred segments at
+    /// most, one body piece and one bridge each).
+    fn backlog_bytes(&self) -> usize {
+        self.backlog.iter().map(Bytes::len).sum()
     }
 
     /// Hashes the backlog here (the state must be current: nothing pending).
@@ -333,7 +336,6 @@ impl StreamMd5 {
         for segment in self.backlog.drain(..) {
             kernel::compress(&mut self.state, &segment);
         }
-        self.backlog_bytes = 0;
     }
 
     /// Whether nothing is pending any more (taking the answer if it has come).
@@ -359,10 +361,7 @@ impl StreamMd5 {
         let segments = std::mem::take(&mut self.backlog);
         let handed = Piece { state: self.state, segments, done };
         match lanes.tx.send(handed).await {
-            Ok(()) => {
-                self.pending = Some(answer);
-                self.backlog_bytes = 0;
-            }
+            Ok(()) => self.pending = Some(answer),
             // The thread is gone (it never ends while a sender lives): hash here.
             Err(mpsc::error::SendError(p)) => {
                 self.backlog = p.segments;

@@ -149,7 +149,8 @@ impl BlockCache {
     }
 
     /// Blocks cached now.
-    pub fn cached_blocks(&self) -> usize {
+    #[cfg(test)]
+    fn cached_blocks(&self) -> usize {
         self.lock().blocks.len()
     }
 

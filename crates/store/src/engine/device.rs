@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use io_uring::{IoUring, opcode, squeue, types};
 use shoal_util::AlignedBuf;
 
-use super::cache::BlockCache;
+use super::cache::{BlockCache, CACHED_IO_BYTES};
 
 /// Produces the last buffer of [`Device::write_then`] (or nothing), while the first ones are
 /// being written.
@@ -159,16 +159,11 @@ impl FileDevice {
         Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring, cache })
     }
 
-    /// Forgets cached blocks of `[offset, offset + len)` before they are written.
-    fn invalidate(&self, offset: u64, len: usize) {
+    /// Forgets cached blocks of `[offset, offset + len)` before they are written or discarded.
+    fn invalidate(&self, offset: u64, len: u64) {
         if let Some(cache) = &self.cache {
-            cache.invalidate(offset, len as u64);
+            cache.invalidate(offset, len);
         }
-    }
-
-    /// Blocks in the cache of recently read blocks (0 without one).
-    pub fn cached_blocks(&self) -> usize {
-        self.cache.as_ref().map_or(0, BlockCache::cached_blocks)
     }
 }
 
@@ -188,15 +183,16 @@ impl Device for FileDevice {
         self.size_bytes
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        // Large reads stream past the cache without taking its lock.
+        let Some(cache) = self.cache.as_ref().filter(|_| buf.len() <= CACHED_IO_BYTES) else {
+            return self.read_uncached(buf, offset);
+        };
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "read past the device end");
-        let Some(cache) = &self.cache else {
-            return self.file.read_exact_at(buf, offset);
-        };
         match cache.read(buf, offset) {
             Ok(()) => Ok(()),
             Err(ticket) => {
-                self.file.read_exact_at(buf, offset)?;
+                self.read_uncached(buf, offset)?;
                 cache.fill(ticket, buf, offset);
                 Ok(())
             }
@@ -210,7 +206,7 @@ impl Device for FileDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
-        self.invalidate(offset, buf.len());
+        self.invalidate(offset, buf.len() as u64);
         self.file.write_all_at(buf, offset)
     }
     fn sync(&self) -> io::Result<()> {
@@ -233,7 +229,7 @@ impl Device for FileDevice {
                 "direct write of {} bytes from memory that is not block-aligned",
                 buf.len()
             );
-            self.invalidate(*offset, buf.len());
+            self.invalidate(*offset, buf.len() as u64);
         }
         let pieces: Vec<(u64, &[u8])> = first
             .iter()
@@ -251,7 +247,7 @@ impl Device for FileDevice {
             if let Some((offset, buf)) = last()? {
                 check_aligned(offset, buf.len());
                 assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
-                self.invalidate(offset, buf.len());
+                self.invalidate(offset, buf.len() as u64);
                 self.file.write_all_at(&buf, offset)?;
             }
             return if flush { self.file.sync_data() } else { Ok(()) };
@@ -283,7 +279,7 @@ impl Device for FileDevice {
             Ok(Some((offset, buf))) => {
                 check_aligned(*offset, buf.len());
                 assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
-                self.invalidate(*offset, buf.len());
+                self.invalidate(*offset, buf.len() as u64);
                 match u32::try_from(buf.len()) {
                     Ok(len) => {
                         push(
@@ -351,9 +347,7 @@ impl Device for FileDevice {
         // Punching holes in a file would turn its extents back into unwritten ones and make the
         // next write to them pay for a metadata update, so discard leaves the file as it is; the
         // range holds nothing of value any more, so the cache forgets it.
-        if let Some(cache) = &self.cache {
-            cache.invalidate(offset, len);
-        }
+        self.invalidate(offset, len);
     }
     fn direct_io(&self) -> bool {
         self.direct

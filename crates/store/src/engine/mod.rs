@@ -350,8 +350,6 @@ impl<K: Kv, D: Device> Engine<K, D> {
         Ok(())
     }
 
-    /// The staged group, for a reader (to be taken before its KV snapshot); `None` for a
-    /// volatile store, which never stages anything (and whose reads then skip the lock).
     /// Reads `[offset, offset + len)` of an object through `dev` (the engine's device, or a
     /// view of it that reads around its cache), with the crc32c of the bytes returned.
     fn read_from<R: device::BlockSource>(
@@ -399,6 +397,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
         Ok((bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + len), Some(crc)))
     }
 
+    /// The staged group, for a reader (to be taken before its KV snapshot); `None` for a
+    /// volatile store, which never stages anything (and whose reads then skip the lock).
     fn staged_view(&self) -> Option<RwLockReadGuard<'_, Staged>> {
         (!self.volatile).then(|| read_lock(&self.staged))
     }
