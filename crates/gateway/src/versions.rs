@@ -97,16 +97,20 @@ impl KeyView {
 
     /// The operations that keep the key's tombstone true after a change planned on this view
     /// that leaves the key with an entry or key state (`left_something`) or with neither: a key
-    /// that had one and has none now gets a new tombstone; a key that gets one again loses its
-    /// tombstone.
+    /// that gets one loses its tombstone; a key left with neither gets a **new** tombstone, even
+    /// if it had none before the change or already had a tombstone.
+    ///
+    /// The new tombstone is what makes a change to "no head" visible to every guard: "no head" is
+    /// the one head state that recurs, so a completion that installs it over a view already
+    /// showing no entry would otherwise leave the view as it was, and a completion holding that
+    /// view from *before* the head was last removed (a writer's view read beside its prepare)
+    /// would pass its guard and list a head that is gone (decision 0014, "a completion always
+    /// changes the view").
     pub(crate) fn tomb_ops(&self, key: &str, left_something: bool) -> Result<Vec<ObjOp>, GatewayError> {
-        let had_something = self.entry_raw.is_some() || self.state_raw.is_some();
-        Ok(if left_something && self.tomb_raw.is_some() {
-            vec![ObjOp::OmapRemove { keys: vec![tomb_key(key)] }]
-        } else if !left_something && had_something {
-            vec![ObjOp::OmapSet { entries: vec![(tomb_key(key), layout::encode(&Tombstone::fresh()?))] }]
+        Ok(if left_something {
+            if self.tomb_raw.is_some() { vec![ObjOp::OmapRemove { keys: vec![tomb_key(key)] }] } else { Vec::new() }
         } else {
-            Vec::new()
+            vec![ObjOp::OmapSet { entries: vec![(tomb_key(key), layout::encode(&Tombstone::fresh()?))] }]
         })
     }
 }
@@ -968,7 +972,12 @@ mod tests {
                     }
                 }
                 let before = k.clone();
+                let completion = !matches!(ops.last(), Some(ObjOp::SetXattr { .. }));
                 assert!(k.apply(&ops), "a change planned on the current view applies");
+                // Every completion changes what its guards check, even one that leaves the key
+                // as absent as it found it: otherwise a view taken before the head it reflects
+                // (a writer's, read beside its prepare) would still pass after it.
+                assert!(!completion || k.omap != before.omap, "a completion at step {step} left the key's records as they were");
                 if k.omap != before.omap {
                     last_key_change = step;
                 }
