@@ -13,7 +13,7 @@
 # `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
 # later build does not replace it). A BIN written VAR=VALUE@PATH runs PATH with VAR set in the
 # environment of everything it starts (e.g. SHOAL_LOCAL_SOCKETS=0@/tmp/shoal-x: the same build
-# with local sockets off). Prints one line per run; CPU is in microseconds per operation, summed
+# with local sockets off; several assignments are separated by spaces, the whole spec quoted). Prints one line per run; CPU is in microseconds per operation, summed
 # over the processes named.
 set -euo pipefail
 
@@ -146,7 +146,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     BIN=${spec#*@}
     if [[ $spec == *@* ]]; then
       # In a subshell, so the variable does not leak into the next build's run.
-      (export "${spec%%@*}"; echo -n "${spec%%@*} "; "run_$MODE" "${ARGS[@]}")
+      (for v in ${spec%%@*}; do export "$v"; done; echo -n "${spec%%@*} "; "run_$MODE" "${ARGS[@]}")
     else
       "run_$MODE" "${ARGS[@]}"
     fi

@@ -75,6 +75,22 @@ pub(crate) fn init_logging() {
     let _ = tracing_subscriber::registry().with(filter).with(fmt).try_init();
 }
 
+/// The runtime of a server taking `--threads N`: one thread runs everything (a current-thread
+/// runtime: a task woken by another is polled on the same thread, a function call rather than a
+/// futex wake and a context switch on another core); more start a multi-thread runtime of that
+/// many workers. `on_thread_start` runs on every thread the runtime starts (workers and blocking
+/// threads), not on the caller's.
+pub(crate) fn serving_runtime(threads: u16, on_thread_start: fn()) -> Result<tokio::runtime::Runtime> {
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(usize::from(threads));
+        b
+    };
+    builder.on_thread_start(on_thread_start).enable_all().build().context("starting tokio")
+}
+
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().context("starting tokio")
 }

@@ -70,6 +70,12 @@ pub struct GatewayArgs {
     /// test (the `x-amz-expiration` header still counts real days).
     #[arg(long, env = "SHOAL_LIFECYCLE_DAY_S", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
     lifecycle_day_s: u64,
+    /// Threads serving requests (default: one per core). One runs every request on one thread:
+    /// a small request's steps (its HTTP parts, its cluster operations, its reply) wake each
+    /// other several times, and on one thread a wake is a function call rather than a futex wake
+    /// and a context switch on another core.
+    #[arg(long, env = "SHOAL_GATEWAY_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
 }
 
 pub fn run(cmd: &GatewayCommand) -> Result<ExitCode> {
@@ -91,11 +97,9 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
     crate::daemons::init_logging();
     crate::alloc::set_first_arena_decay_ms(GATEWAY_DIRTY_DECAY_MS);
     let cluster = args.conf.cluster()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .on_thread_start(crate::alloc::use_first_arena)
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = args.threads.unwrap_or_else(|| u16::try_from(cores).unwrap_or(u16::MAX));
+    let rt = crate::daemons::serving_runtime(threads, crate::alloc::use_first_arena)?;
     rt.block_on(async {
         let client = shoal_client::Client::connect(cluster).await.context("connecting to the cluster")?;
         let osds = client.mon().map().osds.len() as u32;

@@ -205,19 +205,6 @@ async fn keep_locks(client: shoal_client::Client, held: Vec<Arc<HeldLock>>, leas
     }
 }
 
-/// The runtime of `nbd serve --threads N`: one thread runs everything (a current-thread runtime,
-/// no worker threads to hand tasks to); more start a multi-thread runtime of that many workers.
-fn serve_runtime(threads: u16) -> Result<tokio::runtime::Runtime> {
-    let mut builder = if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(usize::from(threads));
-        b
-    };
-    builder.enable_all().build().context("starting tokio")
-}
-
 /// Where a server accepts clients.
 enum Listener {
     Tcp(tokio::net::TcpListener),
@@ -227,7 +214,7 @@ enum Listener {
 fn serve(args: &ServeArgs) -> Result<ExitCode> {
     crate::daemons::init_logging();
     let cluster = args.conf.cluster()?;
-    let rt = serve_runtime(args.threads)?;
+    let rt = crate::daemons::serving_runtime(args.threads, || {})?;
     // A bad identity stops the start before anything is opened or locked.
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
