@@ -977,7 +977,10 @@ mod tests {
                 // Every completion changes what its guards check, even one that leaves the key
                 // as absent as it found it: otherwise a view taken before the head it reflects
                 // (a writer's, read beside its prepare) would still pass after it.
-                assert!(!completion || k.omap != before.omap, "a completion at step {step} left the key's records as they were");
+                assert!(
+                    !completion || k.omap != before.omap,
+                    "a completion at step {step} left the key's records as they were"
+                );
                 if k.omap != before.omap {
                     last_key_change = step;
                 }
