@@ -118,16 +118,23 @@ pub async fn prepare_with(
     kind: PendingKind,
     more: Vec<ObjOp>,
 ) -> Result<(), GatewayError> {
+    partition(bucket, key).write(client, prepare_ops(key, tag, kind, more)).await
+}
+
+/// The operations of a prepare: the partition is live, `more`, and the pending record set.
+fn prepare_ops(key: &str, tag: u128, kind: PendingKind, more: Vec<ObjOp>) -> Vec<ObjOp> {
     let record = PendingRecord { key: key.to_string(), started_ns: layout::now_ns(), kind };
     let mut ops = vec![live_guard()];
     ops.extend(more);
     ops.push(ObjOp::OmapSet { entries: vec![(layout::pending_key(tag), layout::encode(&record))] });
-    partition(bucket, key).write(client, ops).await
+    ops
 }
 
-/// [`prepare`], and `key`'s index view read at the same time (two requests in flight at once):
-/// a writer that writes its head after this returns knows the view *before* its head, which lets
-/// its completion skip reading both again (see [`Known`]).
+/// [`prepare`], and `key`'s index view read in the same request, just before the pending record
+/// is set: a writer that writes its head after this returns knows the view *before* its head,
+/// which lets its completion skip reading both again (see [`Known`]). One request instead of two
+/// (decision 0014). A resend answered from the PG log carries no reads; the view is then read in
+/// a request of its own, still before the head.
 pub(crate) async fn prepare_reading(
     client: &Client,
     bucket: &BucketRecord,
@@ -136,10 +143,19 @@ pub(crate) async fn prepare_reading(
     kind: PendingKind,
 ) -> Result<versions::KeyView, GatewayError> {
     let part = partition(bucket, key);
-    let (prepared, view) =
-        tokio::join!(prepare(client, bucket, key, tag, kind), versions::read_view(client, &part, key));
-    prepared?;
-    view
+    let reads = versions::view_ops(key);
+    let count = reads.len();
+    let mut ops = prepare_ops(key, tag, kind, Vec::new());
+    ops.extend(reads);
+    let mut outputs = match part.write_answered(client, ops).await {
+        Err(e) if e.is_conflict() => return Err(GatewayError::NoSuchBucket(bucket.name.clone())),
+        other => other?,
+    };
+    let view_outputs = outputs.split_off(outputs.len() - count);
+    if view_outputs.iter().any(|o| matches!(o, OpOutput::Done)) {
+        return versions::read_view(client, &part, key).await;
+    }
+    versions::view_from_outputs(key, view_outputs)
 }
 
 /// Drops the pending record of a write that never wrote its head (refused before it: a failed
@@ -205,7 +221,7 @@ pub(crate) async fn complete(
 }
 
 /// What a writer observed that a completion would otherwise read: `key`'s index view, read
-/// **before** the writer's head write (or removal) was sent — concurrently with its prepare, say
+/// **before** the writer's head write (or removal) was sent — in its prepare's request, say
 /// — and the state that head operation left (`None`: no head). A completion may swap the entry on
 /// these as if it had read them itself, because the order the proof needs holds: the view was
 /// read before the head was observed (the head operation is itself that observation), and the

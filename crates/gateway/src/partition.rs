@@ -109,13 +109,26 @@ impl<'a> Part<'a> {
     /// Runs write operations `ops` on the key's partition, guarded by its bounds. A refusal by
     /// another guard is returned as the cluster's conflict, as for an unrouted request.
     pub(crate) async fn write(&self, client: &Client, ops: Vec<ObjOp>) -> Result<(), GatewayError> {
+        self.write_answered(client, ops).await.map(drop)
+    }
+
+    /// [`Part::write`], returning the outputs of `ops` (see [`rados::write_ops_answered`]): reads
+    /// among them see the partition that took the writes, just before it took them.
+    pub(crate) async fn write_answered(&self, client: &Client, ops: Vec<ObjOp>) -> Result<Vec<OpOutput>, GatewayError> {
+        // The outputs of `ops`, after those of the guard put before them (write_ops_answered
+        // checked that there is one output per operation sent).
+        let count = ops.len();
+        let answered = move |mut outputs: Vec<OpOutput>| {
+            let first = outputs.len() - count;
+            outputs.split_off(first)
+        };
         if let Part::Pinned { object, bounds } = self {
             let mut guarded = Vec::with_capacity(ops.len() + 1);
             if let Some(b) = bounds {
                 guarded.push(ObjOp::AssertXattr { name: BOUNDS_XATTR.into(), value: Some(b.clone()) });
             }
             guarded.extend(ops);
-            return rados::write_ops(client, INDEX_POOL, object, guarded).await;
+            return rados::write_ops_answered(client, INDEX_POOL, object, guarded).await.map(answered);
         }
         let mut waits = 0u64;
         for _ in 0..FOLLOW_ATTEMPTS {
@@ -123,8 +136,8 @@ impl<'a> Part<'a> {
             let mut guarded = Vec::with_capacity(ops.len() + 1);
             guarded.push(ObjOp::AssertXattr { name: BOUNDS_XATTR.into(), value: Some(layout::encode(&route.bounds)) });
             guarded.extend(ops.iter().cloned());
-            let err = match rados::write_ops(client, INDEX_POOL, &route.object, guarded).await {
-                Ok(()) => return Ok(()),
+            let err = match rados::write_ops_answered(client, INDEX_POOL, &route.object, guarded).await {
+                Ok(outputs) => return Ok(answered(outputs)),
                 Err(e) if e.is_conflict() || e.is_not_found() => e,
                 Err(e) => return Err(e),
             };

@@ -94,8 +94,25 @@ pub async fn remove(client: &Client, pool: &str, object: &str) -> Result<(), Gat
 
 /// Runs write operations (no data) on `object`.
 pub async fn write_ops(client: &Client, pool: &str, object: &str, ops: Vec<ObjOp>) -> Result<(), GatewayError> {
-    client.op(pool, object, ops, Vec::new()).await?;
+    write_ops_answered(client, pool, object, ops).await?;
     Ok(())
+}
+
+/// [`write_ops`], returning one output per operation: what the reads among them (xattrs and omap
+/// values, [`ObjOp::reads_beside_writes`]) saw just before the writes, `Done` for each write — and
+/// for each read too when the request was a resend answered from the PG log (read again then).
+pub async fn write_ops_answered(
+    client: &Client,
+    pool: &str,
+    object: &str,
+    ops: Vec<ObjOp>,
+) -> Result<Vec<OpOutput>, GatewayError> {
+    let count = ops.len();
+    let outputs = client.op(pool, object, ops, Vec::new()).await?.outputs;
+    if outputs.len() != count {
+        return Err(GatewayError::Internal(format!("{count} operations answered with {} outputs", outputs.len())));
+    }
+    Ok(outputs)
 }
 
 /// Runs guarded write operations on `object`: true if they were applied, false if a guard

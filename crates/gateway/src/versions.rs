@@ -118,9 +118,19 @@ impl KeyView {
 /// Reads `key`'s entry, key state and tombstone, and its partition's tombstone generation, in
 /// one request.
 pub(crate) async fn read_view(client: &Client, part: &Part<'_>, key: &str) -> Result<KeyView, GatewayError> {
+    let Some(outputs) = part.read(client, view_ops(key)).await? else { return Ok(KeyView::default()) };
+    view_from_outputs(key, outputs)
+}
+
+/// The reads of `key`'s view, for [`view_from_outputs`]; they may also ride in a write request.
+pub(crate) fn view_ops(key: &str) -> Vec<ObjOp> {
     let keys = vec![entry_key(key), key_state_key(key), tomb_key(key)];
-    let ops = vec![ObjOp::OmapGet { keys: keys.clone() }, ObjOp::GetXattr { name: TOMBS_XATTR.into() }];
-    let Some(outputs) = part.read(client, ops).await? else { return Ok(KeyView::default()) };
+    vec![ObjOp::OmapGet { keys }, ObjOp::GetXattr { name: TOMBS_XATTR.into() }]
+}
+
+/// `key`'s view from the outputs of [`view_ops`].
+pub(crate) fn view_from_outputs(key: &str, outputs: Vec<OpOutput>) -> Result<KeyView, GatewayError> {
+    let keys = [entry_key(key), key_state_key(key), tomb_key(key)];
     let mut out = outputs.into_iter();
     let mut found = crate::rados::omap_values(&keys, out.next())?.into_iter();
     let tombs_generation = match out.next() {

@@ -38,7 +38,8 @@ use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
 use shoal_store::{Durability, ObjectStore, StoreError};
 
 use crate::exec::{
-    build_transaction, check_precondition, execute_reads, is_read_only, pg_collection, resolve_writes, store_error,
+    build_transaction, check_precondition, execute_reads, is_read_only, pg_collection, reads_before_writes,
+    resolve_writes, store_error,
 };
 use crate::pglog::{LogEntry, PgLog};
 use crate::pgmeta::PgMeta;
@@ -656,8 +657,32 @@ impl OsdCore {
         if self.pending.len() >= MAX_PENDING_WRITES {
             return out.push(fail(RemoteError::new(ErrorCode::Other, "OSD busy: too many writes in flight")));
         }
+        // The reads a write request carries see the object before its writes (exec.rs says why
+        // that needs no wait); the writes are resolved without them.
+        let has_reads = op.ops.iter().any(|o| !o.is_write());
+        let read_outputs = if has_reads {
+            match reads_before_writes(&*self.store, &coll, &op.object, &op.ops) {
+                Ok(outputs) => Some(outputs),
+                Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
+                    return self.repair_then_retry(
+                        pg,
+                        Event::ClientOp { from, request_id, op, data, data_crc },
+                        &e,
+                        out,
+                    );
+                }
+                Err(e) => return out.push(fail(e)),
+            }
+        } else {
+            None
+        };
+        let writes: std::borrow::Cow<'_, [shoal_proto::osd::ObjOp]> = if has_reads {
+            std::borrow::Cow::Owned(op.ops.iter().filter(|o| o.is_write()).cloned().collect())
+        } else {
+            std::borrow::Cow::Borrowed(&op.ops)
+        };
         let (resolved, precondition) =
-            match resolve_writes(&*self.store, &coll, &op.object, &op.ops, data.len(), max_object_bytes) {
+            match resolve_writes(&*self.store, &coll, &op.object, &writes, data.len(), max_object_bytes) {
                 Ok(r) => r,
                 Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
                     return self.repair_then_retry(
@@ -701,7 +726,8 @@ impl OsdCore {
         }
         self.counters.write_ops += 1;
         self.counters.write_bytes += data_len;
-        let outputs = vec![shoal_proto::osd::OpOutput::Done; op.ops.len()];
+        let outputs = read_outputs.unwrap_or_else(|| vec![shoal_proto::osd::OpOutput::Done; op.ops.len()]);
+        debug_assert_eq!(outputs.len(), op.ops.len(), "one output per operation");
         if replicas.is_empty() {
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
             return out.push(Action::Reply { to: from, frame, after_sync: true });

@@ -34,17 +34,62 @@ fn invalid(msg: impl Into<String>) -> RemoteError {
     RemoteError::new(ErrorCode::Invalid, msg)
 }
 
-/// Whether a request only reads. A request must either only read or only write (mixed requests
-/// are refused), so that reads never observe a half-replicated write.
+/// Whether a request only reads. A write request may also read the object's xattrs and omap
+/// values ([`ObjOp::reads_beside_writes`]): those reads see the object just before the request's
+/// writes, at the request's place in the object's order (see [`reads_before_writes`]). Any other
+/// read in a write request makes it invalid.
 pub fn is_read_only(ops: &[ObjOp]) -> Result<bool, RemoteError> {
-    let writes = ops.iter().filter(|o| o.is_write()).count();
-    if writes != 0 && writes != ops.len() {
-        return Err(invalid("a request must contain only reads or only writes"));
-    }
     if ops.is_empty() {
         return Err(invalid("a request needs at least one operation"));
     }
+    let writes = ops.iter().filter(|o| o.is_write()).count();
+    if writes != 0
+        && let Some(read) = ops.iter().find(|o| !o.is_write() && !o.reads_beside_writes())
+    {
+        return Err(invalid(format!("a write request may read only xattrs and omap values, not {read:?}")));
+    }
     Ok(writes == 0)
+}
+
+/// The outputs of a write request (one per operation, in order): for each read the request
+/// carries, what it reads of the object just before the request's writes; `Done` for each write.
+/// An object that does not exist yet has no xattrs and no omap values.
+///
+/// Sound without waiting for earlier writes of the object to replicate: the reply goes out only
+/// once this request's writes are committed on every member, and they are ordered after those
+/// earlier writes, so what the reads saw is committed by then too (or the request fails with them).
+pub fn reads_before_writes(
+    store: &dyn ObjectStore,
+    coll: &str,
+    obj: &str,
+    ops: &[ObjOp],
+) -> Result<Vec<OpOutput>, RemoteError> {
+    let absent = |e: &StoreError| matches!(e, StoreError::NoSuchCollection(_) | StoreError::NoSuchObject { .. });
+    let mut outputs = Vec::with_capacity(ops.len());
+    for op in ops {
+        outputs.push(match op {
+            ObjOp::GetXattr { name } => OpOutput::Xattr(match store.get_xattr(coll, obj, name) {
+                Ok(v) => v,
+                Err(e) if absent(&e) => None,
+                Err(e) => return Err(store_error(&e)),
+            }),
+            ObjOp::OmapGet { keys } => {
+                let mut found = Vec::with_capacity(keys.len());
+                for key in keys {
+                    let value = match store.omap_get(coll, obj, key) {
+                        Ok(v) => v,
+                        Err(e) if absent(&e) => None,
+                        Err(e) => return Err(store_error(&e)),
+                    };
+                    found.push((key.clone(), value));
+                }
+                OpOutput::Omap(found)
+            }
+            op if op.is_write() => OpOutput::Done,
+            op => return Err(invalid(format!("a write request may read only xattrs and omap values, not {op:?}"))),
+        });
+    }
+    Ok(outputs)
 }
 
 /// Resolves write operations against the object's current state on the primary: appends get

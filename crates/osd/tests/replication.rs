@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use shoal_map::{ClusterMap, Command, OsdId, Weight};
 use shoal_osd::{Action, Event, OsdCore, PeerCall};
-use shoal_proto::osd::{ObjOp, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
+use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
 use shoal_proto::{ErrorCode, Frame, Message, decode, encode};
 use shoal_store::ObjectStore;
 use shoal_store::engine::MemEngine;
@@ -300,6 +300,61 @@ fn guarded_writes_apply_only_when_their_guards_hold_on_every_member() {
         assert_eq!(net.content(osd).as_deref(), Some(&b"two"[..]), "{osd}");
         assert_eq!(store.get_xattr(&coll, "obj", "tag").unwrap().as_deref(), Some(&b"b"[..]), "{osd}");
         assert_eq!(store.omap_get(&coll, "obj", b"k").unwrap().as_deref(), Some(&b"2"[..]), "{osd}");
+    }
+}
+
+#[test]
+fn reads_in_a_write_request_see_the_object_just_before_its_writes() {
+    let mut net = Net::new();
+    let get = || {
+        vec![ObjOp::GetXattr { name: "tag".into() }, ObjOp::OmapGet { keys: vec![b"k".to_vec(), b"other".to_vec()] }]
+    };
+    let set = |t: &[u8]| {
+        vec![
+            ObjOp::SetXattr { name: "tag".into(), value: t.to_vec() },
+            ObjOp::OmapSet { entries: vec![(b"k".to_vec(), t.to_vec())] },
+        ]
+    };
+    let request = |net: &mut Net, tid: u64, t: &[u8]| {
+        let mut ops = get();
+        ops.extend(set(t));
+        net.request(tid, ops, b"").result
+    };
+    // On an absent object the reads find nothing; the writes create it.
+    let first = request(&mut net, 1, b"a").expect("reads beside writes on an absent object");
+    assert_eq!(
+        first,
+        vec![
+            OpOutput::Xattr(None),
+            OpOutput::Omap(vec![(b"k".to_vec(), None), (b"other".to_vec(), None)]),
+            OpOutput::Done,
+            OpOutput::Done,
+        ]
+    );
+    // The next request reads what the first wrote (on every member: the reply waited for all).
+    let second = request(&mut net, 2, b"b").expect("reads beside writes");
+    assert_eq!(second[0], OpOutput::Xattr(Some(b"a".to_vec())));
+    assert_eq!(second[1], OpOutput::Omap(vec![(b"k".to_vec(), Some(b"a".to_vec())), (b"other".to_vec(), None)]));
+    // A resend of an applied request is answered from the PG log, which keeps no outputs: every
+    // operation answers Done, reads too (callers then read again), and nothing applies twice.
+    let resent = request(&mut net, 2, b"b").expect("a resend");
+    assert_eq!(resent, vec![OpOutput::Done; 4]);
+    let third = request(&mut net, 3, b"c").expect("reads beside writes");
+    assert_eq!(third[0], OpOutput::Xattr(Some(b"b".to_vec())), "the resend did not apply again");
+    // Reads of data, stat or listings cannot ride in a write request, and a refused request
+    // changes nothing.
+    for read in [ObjOp::Read { offset: 0, len_bytes: 4 }, ObjOp::Stat, ObjOp::OmapList { after: None, max: 5 }] {
+        let mut ops = vec![read.clone()];
+        ops.extend(set(b"x"));
+        let err = net.request(10, ops, b"").result.expect_err("a data read in a write request");
+        assert_eq!(err.code, ErrorCode::Invalid, "{read:?}: {err}");
+        assert!(err.message.contains("may read only xattrs and omap values"), "{err}");
+    }
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, "obj").unwrap().pg);
+    for osd in net.acting() {
+        let store = net.core(osd).store();
+        assert_eq!(store.get_xattr(&coll, "obj", "tag").unwrap().as_deref(), Some(&b"c"[..]), "{osd}");
     }
 }
 

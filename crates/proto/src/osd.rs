@@ -201,6 +201,15 @@ impl ObjOp {
         )
     }
 
+    /// Whether the operation may ride in a write request: a read of the object's metadata whose
+    /// output the write's reply carries (what the object held just before the request's writes).
+    /// A resend of a write that was already applied is answered from the PG log, which keeps no
+    /// outputs: its reads then answer [`OpOutput::Done`], and the caller must read again.
+    #[must_use]
+    pub fn reads_beside_writes(&self) -> bool {
+        matches!(self, ObjOp::GetXattr { .. } | ObjOp::OmapGet { .. })
+    }
+
     /// Whether clients may not send the operation: it is made by a primary for its replicas.
     #[must_use]
     pub fn is_internal(&self) -> bool {
