@@ -115,21 +115,55 @@ pub fn error_body(code: &str, message: &str, request_id: &str) -> String {
     )
 }
 
-/// `body` (an XML error document) with `<RequestId>` added before `</Error>` if it has none;
-/// `None` when there is nothing to change.
-pub fn with_request_id(body: &Bytes, request_id: &str) -> Option<Bytes> {
+/// `body` (an XML error document) completed with what S3's error documents carry and it lacks: a
+/// `<Message>` after `<Code>` (the code in words, when whoever refused gave none), the
+/// `<Resource>` the request addressed, and the `<RequestId>`, before `</Error>`. `None` when
+/// there is nothing to change (or `body` is not an error document).
+pub fn completed_error(body: &Bytes, request_id: &str, resource: &str) -> Option<Bytes> {
     let text = std::str::from_utf8(body).ok()?;
-    if text.contains("<RequestId>") {
+    let end = text.rfind("</Error>")?;
+    let message = if text.contains("<Message>") {
+        None
+    } else {
+        let code_end = text.find("</Code>")? + "</Code>".len();
+        let code = text[..code_end - "</Code>".len()].rsplit("<Code>").next()?;
+        Some((code_end, code_in_words(code)))
+    };
+    let resource = (!text.contains("<Resource>")).then_some(resource);
+    let request_id = (!text.contains("<RequestId>")).then_some(request_id);
+    if message.is_none() && resource.is_none() && request_id.is_none() {
         return None;
     }
-    let at = text.rfind("</Error>")?;
-    let mut out = String::with_capacity(text.len() + request_id.len() + 24);
-    out.push_str(&text[..at]);
-    out.push_str("<RequestId>");
-    out.push_str(&xml_escape(request_id));
-    out.push_str("</RequestId>");
-    out.push_str(&text[at..]);
+    let mut out = String::with_capacity(text.len() + 160);
+    let mut from = 0;
+    if let Some((at, words)) = &message {
+        out.push_str(&text[..*at]);
+        out.push_str("<Message>");
+        out.push_str(&xml_escape(words));
+        out.push_str("</Message>");
+        from = *at;
+    }
+    out.push_str(&text[from..end]);
+    for (name, value) in [("Resource", resource), ("RequestId", request_id)] {
+        if let Some(v) = value {
+            out.push_str(&format!("<{name}>{}</{name}>", xml_escape(v)));
+        }
+    }
+    out.push_str(&text[end..]);
     Some(Bytes::from(out))
+}
+
+/// An error code as lower-case words (`InvalidBucketName` → "invalid bucket name"): the message
+/// of a refusal that came without one.
+fn code_in_words(code: &str) -> String {
+    let mut words = String::with_capacity(code.len() + 8);
+    for (i, c) in code.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            words.push(' ');
+        }
+        words.push(c.to_ascii_lowercase());
+    }
+    words
 }
 
 /// Whether a request is GetObjectAttributes (`GET ...?attributes`).
@@ -218,14 +252,25 @@ mod tests {
     }
 
     #[test]
-    fn error_bodies_get_the_request_id_once() {
+    fn error_bodies_get_message_resource_and_request_id_once() {
         let body = Bytes::from_static(b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code></Error>");
-        let got = with_request_id(&body, "ABC").unwrap();
+        let got = completed_error(&body, "ABC", "/b/k&1").unwrap();
         assert_eq!(
-            &got[..],
-            &b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><RequestId>ABC</RequestId></Error>"[..]
+            std::str::from_utf8(&got).unwrap(),
+            "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code><Message>no such key</Message>\
+             <Resource>/b/k&amp;1</Resource><RequestId>ABC</RequestId></Error>"
         );
-        assert_eq!(with_request_id(&got, "ABC"), None, "a body with an id is left alone");
-        assert_eq!(with_request_id(&Bytes::from_static(b"not xml"), "ABC"), None);
+        assert_eq!(completed_error(&got, "ABC", "/b/k&1"), None, "a complete body is left alone");
+        // A message given is kept; only what is missing is added.
+        let body = Bytes::from_static(
+            b"<Error><Code>AccessDenied</Code><Message>no</Message><RequestId>X</RequestId></Error>",
+        );
+        let got = completed_error(&body, "ABC", "/b").unwrap();
+        assert_eq!(
+            std::str::from_utf8(&got).unwrap(),
+            "<Error><Code>AccessDenied</Code><Message>no</Message><RequestId>X</RequestId><Resource>/b</Resource></Error>"
+        );
+        assert_eq!(completed_error(&Bytes::from_static(b"not xml"), "ABC", "/b"), None);
+        assert_eq!(code_in_words("InvalidBucketName"), "invalid bucket name");
     }
 }

@@ -241,6 +241,9 @@ impl Connection {
                     return Ok(resp);
                 }
                 let cors = CorsAsk::of(req.method(), req.uri(), req.headers(), &domains);
+                // What an error names as its resource: the path as the client sent it (the URI
+                // is kept by reference, read only for an error).
+                let uri = req.uri().clone();
                 let attributes = precheck::is_get_attributes(req.method(), req.uri().query());
                 let now_s = crate::layout::unix_now_s();
                 let checked = precheck::sigv2_date(req.headers(), now_s)
@@ -281,10 +284,10 @@ impl Connection {
                 }
                 if resp.status().as_u16() >= 400
                     && let Some(body) = resp.body().bytes()
-                    && let Some(with_id) = precheck::with_request_id(&body, &id)
+                    && let Some(completed) = precheck::completed_error(&body, &id, uri.path())
                 {
                     resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
-                    *resp.body_mut() = s3s::Body::from(with_id);
+                    *resp.body_mut() = s3s::Body::from(completed);
                 }
                 if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
                     resp.headers_mut().insert("x-amz-request-id", v);

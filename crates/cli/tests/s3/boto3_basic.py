@@ -38,6 +38,16 @@ print("boto3", boto3.__version__, "botocore", botocore.__version__)
 s3.create_bucket(Bucket="alpha")
 s3.create_bucket(Bucket="alpha")  # in us-east-1 an owner's re-creation succeeds and changes nothing
 fails("InvalidBucketName", s3.create_bucket, Bucket="Bad_Name")
+# Every error document names its Code, Message, Resource and RequestId, refusals made before an
+# operation ran (this one: the bucket name) included.
+try:
+    s3.create_bucket(Bucket="Bad_Name")
+except botocore.exceptions.ClientError as e:
+    err = e.response["Error"]
+    assert err.get("Message") and err.get("Resource") == "/Bad_Name", err
+    assert e.response["ResponseMetadata"].get("RequestId"), e.response
+else:
+    raise AssertionError("an invalid bucket name was accepted")
 fails(
     "InvalidLocationConstraint",
     s3.create_bucket,
