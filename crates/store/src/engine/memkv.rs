@@ -9,13 +9,11 @@
 //! the tree's nodes (up to 24 bytes), so that a lookup or a scan of one object touches the nodes
 //! and nothing else. (Splitting alone, with suffixes still on the heap, measured no gain: the cost
 //! was reaching the keys, not the bytes compared.) Both levels together order keys exactly as the
-//! flat map would (see [`split`]), so scans see the same sequence. The onodes, one key per
-//! object, are kept in a [`HashedMap`] for the same reason: point lookups by hash, order only for
-//! scans.
+//! flat map would (see [`split`]), so scans see the same sequence.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{RwLock, RwLockReadGuard};
 
 use smallvec::SmallVec;
 
@@ -149,63 +147,11 @@ impl SplitMap {
     }
 }
 
-/// An ordered map of byte strings whose point reads, and writes of keys it holds, go by hash:
-/// one key per object (the onodes), looked up by every operation on the object, in a keyspace
-/// that grows with the objects stored. In one ordered tree each lookup compared the key with
-/// ~20 others sharing their collection's prefix, each reached through a pointer; a profile of a
-/// RAM OSD under small S3 writes put a tenth of its CPU there. The ordered set serves scans and
-/// is touched only when a key comes or goes. Each key is stored once, shared by both (an `Arc`:
-/// ~40 bytes per key more than a tree alone). Invariant: `order` holds exactly the keys of
-/// `values`.
-#[derive(Default, Clone, Debug)]
-pub struct HashedMap {
-    values: HashMap<Arc<[u8]>, Vec<u8>>,
-    order: BTreeSet<Arc<[u8]>>,
-}
-
-impl HashedMap {
-    #[must_use]
-    pub fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
-        self.values.get(key)
-    }
-
-    pub fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        if let Some(v) = self.values.get_mut(key.as_slice()) {
-            *v = value;
-            return;
-        }
-        let key: Arc<[u8]> = key.into();
-        self.order.insert(key.clone());
-        self.values.insert(key, value);
-    }
-
-    pub fn remove(&mut self, key: &[u8]) {
-        if self.values.remove(key).is_some() {
-            self.order.remove(key);
-        }
-    }
-
-    /// Visits the entries with `lo <= key < hi` (`None`: no upper bound) in key order until
-    /// `visit` returns `false`.
-    pub fn scan(&self, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
-        for k in self.order.range::<[u8], _>((Bound::Included(lo), Bound::Unbounded)) {
-            if hi.is_some_and(|h| &**k >= h) {
-                break;
-            }
-            let Some(v) = self.values.get(k) else { unreachable!("a key in the order but not the values") };
-            if !visit(k, v) {
-                break;
-            }
-        }
-    }
-}
-
-/// One keyspace's map: flat where keys are few, hashed where there is one key per object, split
-/// where many keys share an object's prefix.
+/// One keyspace's map: flat where keys are short or one per object, split where many keys share
+/// an object's prefix.
 #[derive(Clone, Debug)]
 enum Map {
     Flat(BTreeMap<Vec<u8>, Vec<u8>>),
-    Hashed(HashedMap),
     Split(SplitMap),
 }
 
@@ -213,15 +159,13 @@ impl Map {
     fn for_keyspace(ks: Ks) -> Self {
         match ks {
             Ks::Extents | Ks::Xattrs | Ks::Omap => Map::Split(SplitMap::default()),
-            Ks::Onodes => Map::Hashed(HashedMap::default()),
-            Ks::Meta | Ks::Colls | Ks::Free => Map::Flat(BTreeMap::new()),
+            Ks::Meta | Ks::Colls | Ks::Onodes | Ks::Free => Map::Flat(BTreeMap::new()),
         }
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         match self {
             Map::Flat(m) => m.get(key).cloned(),
-            Map::Hashed(m) => m.get(key).cloned(),
             Map::Split(m) => m.get(key).cloned(),
         }
     }
@@ -236,7 +180,6 @@ impl Map {
                     }
                 }
             }
-            Map::Hashed(m) => m.scan(lo, hi, visit),
             Map::Split(m) => m.scan(lo, hi, visit),
         }
     }
@@ -249,8 +192,6 @@ impl Map {
             (Map::Flat(m), None) => {
                 m.remove(&key);
             }
-            (Map::Hashed(m), Some(v)) => m.insert(key, v),
-            (Map::Hashed(m), None) => m.remove(&key),
             (Map::Split(m), Some(v)) => m.insert(key, v),
             (Map::Split(m), None) => m.remove(&key),
         }
@@ -353,30 +294,23 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-        /// The split map and the hashed map answer every get and every scan (with any bounds,
-        /// stopped after any number of entries) exactly as one flat ordered map given the same
-        /// changes.
+        /// The split map answers every get and every scan (with any bounds, stopped after any
+        /// number of entries) exactly as one flat ordered map given the same changes.
         #[test]
-        fn split_and_hashed_maps_behave_as_one_flat_ordered_map(steps in proptest::collection::vec(step(), 1..80)) {
+        fn a_split_map_behaves_as_one_flat_ordered_map(steps in proptest::collection::vec(step(), 1..80)) {
             let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-            let mut split = SplitMap::default();
-            let mut hashed = HashedMap::default();
+            let mut map = SplitMap::default();
             for s in steps {
                 match s {
                     Step::Put(k, v) => {
                         model.insert(k.clone(), vec![v]);
-                        split.insert(k.clone(), vec![v]);
-                        hashed.insert(k, vec![v]);
+                        map.insert(k, vec![v]);
                     }
                     Step::Remove(k) => {
                         model.remove(&k);
-                        split.remove(&k);
-                        hashed.remove(&k);
+                        map.remove(&k);
                     }
-                    Step::Get(k) => {
-                        prop_assert_eq!(split.get(&k), model.get(&k));
-                        prop_assert_eq!(hashed.get(&k), model.get(&k));
-                    }
+                    Step::Get(k) => prop_assert_eq!(map.get(&k), model.get(&k)),
                     Step::Scan(lo, hi, n) => {
                         let expected: Vec<(Vec<u8>, Vec<u8>)> = model
                             .iter()
@@ -384,25 +318,18 @@ mod tests {
                             .take(n)
                             .map(|(k, v)| (k.clone(), v.clone()))
                             .collect();
-                        let scanned = |scan: &dyn Fn(&mut dyn FnMut(&[u8], &[u8]) -> bool)| {
-                            let mut got = Vec::new();
-                            if n > 0 {
-                                scan(&mut |k, v| {
-                                    got.push((k.to_vec(), v.to_vec()));
-                                    got.len() < n
-                                });
-                            }
-                            got
-                        };
-                        prop_assert_eq!(&scanned(&|visit| split.scan(&lo, hi.as_deref(), visit)), &expected);
-                        prop_assert_eq!(&scanned(&|visit| hashed.scan(&lo, hi.as_deref(), visit)), &expected);
+                        let mut got = Vec::new();
+                        if n > 0 {
+                            map.scan(&lo, hi.as_deref(), &mut |k, v| {
+                                got.push((k.to_vec(), v.to_vec()));
+                                got.len() < n
+                            });
+                        }
+                        prop_assert_eq!(got, expected);
                     }
                 }
-                prop_assert!(split.index.values().all(|inner| !inner.is_empty()), "an empty inner map was kept");
-                prop_assert!(split.index.len() == split.order.len() && split.order.iter().all(|o| split.index.contains_key(o)));
-                prop_assert!(
-                    hashed.values.len() == hashed.order.len() && hashed.order.iter().all(|o| hashed.values.contains_key(o))
-                );
+                prop_assert!(map.index.values().all(|inner| !inner.is_empty()), "an empty inner map was kept");
+                prop_assert!(map.index.len() == map.order.len() && map.order.iter().all(|o| map.index.contains_key(o)));
             }
         }
     }
