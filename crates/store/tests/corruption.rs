@@ -165,11 +165,23 @@ fn cached_blocks_follow_every_write_and_deep_reads_see_the_medium() {
             assert_eq!(store.read(COLL, "o", 0, model.len() as u64).unwrap(), model, "round {round}");
             assert_eq!(store.read(COLL, "o", 4096, 4096).unwrap(), model[4096..8192], "round {round}");
         }
-        let churn = content(1000 + round, 2 << 20);
+        let mut churn = content(1000 + round, 2 << 20);
         write("churn", 0, &churn);
         for at in (0..2u64 << 20).step_by(64 << 10) {
             let got = store.read(COLL, "churn", at, 64 << 10).unwrap();
             assert_eq!(got, churn[at as usize..at as usize + (64 << 10)], "round {round}, churn at {at}");
+        }
+        // Whole, twice: a large read, cached whole the first time. Then a piece rewritten in
+        // its middle, and whole twice again.
+        for pass in 0..2 {
+            assert_eq!(store.read(COLL, "churn", 0, churn.len() as u64).unwrap(), churn, "round {round}, pass {pass}");
+        }
+        let piece = content(2000 + round, 20 << 10);
+        churn[(1 << 20)..(1 << 20) + piece.len()].copy_from_slice(&piece);
+        write("churn", 1 << 20, &piece);
+        for pass in 0..2 {
+            let got = store.read(COLL, "churn", 0, churn.len() as u64).unwrap();
+            assert_eq!(got, churn, "round {round}, pass {pass} after a piece was rewritten");
         }
         let at = (round as usize * 1_531) % (model.len() - 3000);
         let piece = content(100 + round, 3000);

@@ -8,10 +8,16 @@
 //! to the device passes through that type: invalidating a range before it is written keeps the
 //! cache exactly coherent with the medium without knowing anything of objects.
 //!
-//! Only reads of at most [`CACHED_IO_BYTES`] fill it (large reads stream and would only push
-//! small hot blocks out); writes never fill it, they invalidate. Eviction is FIFO with a second
-//! chance for blocks read since they entered. Deep scrub, fsck and recovery checks read around it
-//! ([`super::device::Device::read_uncached`]): they exist to look at the medium.
+//! Small reads (at most [`CACHED_IO_BYTES`]) are cached block by block. Large reads (up to
+//! [`LARGE_IO_BYTES`], an S3 object's 4 MiB chunk) are cached whole, as one buffer per read, in a
+//! budget of their own, so that a stream of large reads never pushes small hot blocks out, and a
+//! hit costs one lookup and one copy rather than one per block. A large read hits only a cached
+//! read of exactly its range (a chunk is read the same way every time). BlueStore caches what it
+//! reads too; without this, repeated large reads of a hot object went to a disk that this VM caps
+//! near 1.5 GB/s (docs/BENCHMARKS.md). Writes never fill either part, they invalidate. Eviction
+//! is FIFO with a second chance for entries read since they entered. Deep scrub, fsck and
+//! recovery checks read around it ([`super::device::Device::read_uncached`]): they exist to look
+//! at the medium.
 //!
 //! Freed blocks are discarded ([`super::device::Device::discard`]), which invalidates them too:
 //! a block is forgotten when the engine frees it and again when it is next written, so either
@@ -28,15 +34,21 @@ use std::sync::Mutex;
 
 use super::device::BLOCK_BYTES;
 
-/// Reads of at most this many bytes are served from and fill the cache.
+/// Reads of at most this many bytes are served from and fill the cache block by block.
 pub const CACHED_IO_BYTES: usize = 64 << 10;
+
+/// Reads larger than [`CACHED_IO_BYTES`] and at most this many bytes are cached whole, in the
+/// large-read budget.
+pub const LARGE_IO_BYTES: usize = 4 << 20;
 
 /// Invalidations remembered for deciding whether a missed read may fill.
 const RECENT_INVALIDATIONS: usize = 256;
 
-/// The cache of one device: at most `capacity_blocks` blocks of [`BLOCK_BYTES`].
+/// The cache of one device: at most `capacity_blocks` blocks of [`BLOCK_BYTES`] from small
+/// reads, and at most `large_capacity_bytes` of whole large reads.
 pub struct BlockCache {
     capacity_blocks: usize,
+    large_capacity_bytes: usize,
     state: Mutex<State>,
 }
 
@@ -50,6 +62,12 @@ struct State {
     epoch: u64,
     /// The latest invalidations: (epoch after it, first block, end block).
     recent: VecDeque<(u64, u64, u64)>,
+    /// Whole large reads by first block number.
+    large: BTreeMap<u64, Cached>,
+    /// Their first block numbers in the order they entered (like `order`).
+    large_order: VecDeque<u64>,
+    /// Bytes of all `large` buffers.
+    large_bytes: usize,
 }
 
 struct Cached {
@@ -63,17 +81,32 @@ struct Cached {
 pub struct FillTicket(u64);
 
 impl BlockCache {
-    /// A cache of at most `capacity_bytes` (rounded down to whole blocks; at least one block).
-    pub fn new(capacity_bytes: u64) -> BlockCache {
-        let capacity_blocks = usize::try_from(capacity_bytes / BLOCK_BYTES).unwrap_or(usize::MAX).max(1);
+    /// A cache of at most `capacity_bytes` of small reads' blocks (rounded down to whole blocks)
+    /// and `large_capacity_bytes` of large reads; 0 leaves that kind of read uncached.
+    pub fn new(capacity_bytes: u64, large_capacity_bytes: u64) -> BlockCache {
+        let capacity_blocks = usize::try_from(capacity_bytes / BLOCK_BYTES).unwrap_or(usize::MAX);
         BlockCache {
             capacity_blocks,
+            large_capacity_bytes: usize::try_from(large_capacity_bytes).unwrap_or(usize::MAX),
             state: Mutex::new(State {
                 blocks: BTreeMap::new(),
                 order: VecDeque::new(),
                 epoch: 0,
                 recent: VecDeque::with_capacity(RECENT_INVALIDATIONS),
+                large: BTreeMap::new(),
+                large_order: VecDeque::new(),
+                large_bytes: 0,
             }),
+        }
+    }
+
+    /// Whether a read of `len_bytes` goes through the cache at all.
+    #[must_use]
+    pub fn serves(&self, len_bytes: usize) -> bool {
+        if len_bytes <= CACHED_IO_BYTES {
+            self.capacity_blocks > 0
+        } else {
+            len_bytes <= LARGE_IO_BYTES && self.large_capacity_bytes > 0
         }
     }
 
@@ -88,7 +121,17 @@ impl BlockCache {
     pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<(), FillTicket> {
         let (first, n) = blocks_of(offset, buf.len());
         let mut st = self.lock();
-        if buf.len() > CACHED_IO_BYTES || (first..first + n).any(|b| !st.blocks.contains_key(&b)) {
+        if buf.len() > CACHED_IO_BYTES {
+            return match st.large.get_mut(&first) {
+                Some(cached) if cached.data.len() == buf.len() => {
+                    buf.copy_from_slice(&cached.data);
+                    cached.referenced = true;
+                    Ok(())
+                }
+                _ => Err(FillTicket(st.epoch)),
+            };
+        }
+        if (first..first + n).any(|b| !st.blocks.contains_key(&b)) {
             return Err(FillTicket(st.epoch));
         }
         let block = BLOCK_BYTES as usize;
@@ -103,7 +146,7 @@ impl BlockCache {
     /// Caches `buf`, just read from the device at `offset`, unless a write or discard that
     /// overlaps it began after `ticket` was taken (or too long ago to tell).
     pub fn fill(&self, ticket: FillTicket, buf: &[u8], offset: u64) {
-        if buf.len() > CACHED_IO_BYTES {
+        if !self.serves(buf.len()) {
             return;
         }
         let (first, n) = blocks_of(offset, buf.len());
@@ -116,6 +159,19 @@ impl BlockCache {
             if lost || overlapped {
                 return;
             }
+        }
+        if buf.len() > CACHED_IO_BYTES {
+            // A read of another length at the same place replaces the one cached there; a read
+            // overlapping another at a different place is cached beside it (invalidation finds
+            // both).
+            let entry = Cached { data: buf.into(), referenced: false };
+            st.large_bytes += buf.len();
+            match st.large.insert(first, entry) {
+                Some(old) => st.large_bytes -= old.data.len(),
+                None => st.large_order.push_back(first),
+            }
+            self.evict_large(&mut st);
+            return;
         }
         let block = BLOCK_BYTES as usize;
         for (i, src) in buf.chunks_exact(block).enumerate() {
@@ -139,6 +195,20 @@ impl BlockCache {
         }
         let epoch = st.epoch;
         st.recent.push_back((epoch, first, end));
+        // Large reads that overlap the range: they start before its end and, being at most
+        // LARGE_IO_BYTES long, after its first block less that many.
+        let reach = (LARGE_IO_BYTES as u64) / BLOCK_BYTES;
+        let large_gone: Vec<u64> = st
+            .large
+            .range(first.saturating_sub(reach)..end)
+            .filter(|(b, c)| **b + (c.data.len() as u64) / BLOCK_BYTES > first)
+            .map(|(&b, _)| b)
+            .collect();
+        for b in large_gone {
+            if let Some(c) = st.large.remove(&b) {
+                st.large_bytes -= c.data.len();
+            }
+        }
         if st.blocks.range(first..end).next().is_none() {
             return;
         }
@@ -180,6 +250,35 @@ impl BlockCache {
         }
         debug_assert!(st.blocks.len() <= self.capacity_blocks, "the cache holds more than its capacity");
     }
+
+    /// Evicts large reads down to their budget, the same way as [`BlockCache::evict`].
+    fn evict_large(&self, st: &mut State) {
+        let mut budget = 2 * st.large_order.len() + 1;
+        while st.large_bytes > self.large_capacity_bytes && budget > 0 {
+            budget -= 1;
+            let Some(b) = st.large_order.pop_front() else { break };
+            match st.large.get_mut(&b) {
+                Some(c) if c.referenced => {
+                    c.referenced = false;
+                    st.large_order.push_back(b);
+                }
+                Some(_) => {
+                    if let Some(c) = st.large.remove(&b) {
+                        st.large_bytes -= c.data.len();
+                    }
+                }
+                None => {}
+            }
+        }
+        // Entries are at most LARGE_IO_BYTES each, so the order holds few; still compacted like
+        // the blocks' when invalidations left it mostly stale.
+        if st.large_order.len() > 2 * st.large.len() + 16 {
+            let State { large, large_order, .. } = st;
+            large_order.retain(|b| large.contains_key(b));
+        }
+        debug_assert!(st.large_bytes <= self.large_capacity_bytes, "large reads exceed their budget");
+        debug_assert_eq!(st.large_bytes, st.large.values().map(|c| c.data.len()).sum::<usize>());
+    }
 }
 
 /// The first block number and the number of blocks of a block-aligned I/O.
@@ -200,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_read_is_served_only_when_every_block_is_cached() {
-        let c = BlockCache::new(16 * BLOCK_BYTES);
+        let c = BlockCache::new(16 * BLOCK_BYTES, 0);
         let mut buf = vec![0u8; 2 * B];
         let t = c.read(&mut buf, 0).expect_err("empty cache");
         c.fill(t, &block(1), 0);
@@ -213,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_write_between_a_miss_and_its_fill_keeps_the_old_bytes_out() {
-        let c = BlockCache::new(16 * BLOCK_BYTES);
+        let c = BlockCache::new(16 * BLOCK_BYTES, 0);
         let mut buf = vec![0u8; B];
         let t = c.read(&mut buf, 4 * BLOCK_BYTES).expect_err("empty");
         // The device read returns old bytes; a write of the block begins before the fill.
@@ -230,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_fill_older_than_every_remembered_invalidation_is_dropped() {
-        let c = BlockCache::new(16 * BLOCK_BYTES);
+        let c = BlockCache::new(16 * BLOCK_BYTES, 0);
         let mut buf = vec![0u8; B];
         let t = c.read(&mut buf, 0).expect_err("empty");
         for i in 0..=RECENT_INVALIDATIONS as u64 {
@@ -242,7 +341,7 @@ mod tests {
 
     #[test]
     fn invalidation_removes_exactly_the_range() {
-        let c = BlockCache::new(64 * BLOCK_BYTES);
+        let c = BlockCache::new(64 * BLOCK_BYTES, 0);
         for b in 0..10u64 {
             let t = c.read(&mut vec![0u8; B], b * BLOCK_BYTES).expect_err("empty");
             c.fill(t, &block(b as u8), b * BLOCK_BYTES);
@@ -257,7 +356,7 @@ mod tests {
 
     #[test]
     fn the_cache_stays_within_its_capacity_and_keeps_blocks_that_are_read() {
-        let c = BlockCache::new(8 * BLOCK_BYTES);
+        let c = BlockCache::new(8 * BLOCK_BYTES, 0);
         let mut buf = vec![0u8; B];
         let t = c.read(&mut buf, 0).expect_err("empty");
         c.fill(t, &block(0), 0);
@@ -273,12 +372,65 @@ mod tests {
     }
 
     #[test]
-    fn large_reads_neither_hit_nor_fill() {
-        let c = BlockCache::new(1024 * BLOCK_BYTES);
+    fn large_reads_neither_hit_nor_fill_without_their_budget() {
+        let c = BlockCache::new(1024 * BLOCK_BYTES, 0);
         let big = CACHED_IO_BYTES + B;
+        assert!(!c.serves(big));
         let mut buf = vec![0u8; big];
         let t = c.read(&mut buf, 0).expect_err("empty");
         c.fill(t, &vec![5u8; big], 0);
         assert_eq!(c.cached_blocks(), 0);
+        assert!(c.read(&mut buf, 0).is_err());
+    }
+
+    #[test]
+    fn large_reads_are_cached_whole_apart_from_small_blocks_and_forgotten_on_any_overlap() {
+        let big = 4 * CACHED_IO_BYTES;
+        let blocks = (big / B) as u64;
+        let c = BlockCache::new(16 * BLOCK_BYTES, (3 * big) as u64);
+        assert!(c.serves(big) && c.serves(LARGE_IO_BYTES) && !c.serves(LARGE_IO_BYTES + B));
+        let at = |i: u64| i * blocks * BLOCK_BYTES;
+        let mut buf = vec![0u8; big];
+        for i in 0..3u64 {
+            let t = c.read(&mut buf, at(i)).expect_err("empty");
+            c.fill(t, &vec![i as u8 + 1; big], at(i));
+        }
+        assert_eq!(c.cached_blocks(), 0, "large reads do not enter the small blocks' part");
+        c.read(&mut buf, at(1)).expect("cached whole");
+        assert_eq!(buf, vec![2u8; big]);
+        // Only the exact range hits: a shorter read at the same place, or one inside, misses.
+        assert!(c.read(&mut vec![0u8; big - B], at(1)).is_err());
+        assert!(c.read(&mut vec![0u8; big], at(1) + BLOCK_BYTES).is_err());
+        // A one-block write at the last block of read 0 forgets read 0 only; one in the
+        // middle of read 2 forgets read 2.
+        c.invalidate(at(1) - BLOCK_BYTES, BLOCK_BYTES);
+        c.invalidate(at(2) + 7 * BLOCK_BYTES, BLOCK_BYTES);
+        assert!(c.read(&mut buf, at(0)).is_err(), "overlapped at its end");
+        assert!(c.read(&mut buf, at(2)).is_err(), "overlapped in its middle");
+        c.read(&mut buf, at(1)).expect("untouched");
+        // A write between a large miss and its fill keeps the old bytes out.
+        let t = c.read(&mut buf, at(5)).expect_err("empty");
+        c.invalidate(at(5) + BLOCK_BYTES, BLOCK_BYTES);
+        c.fill(t, &vec![9u8; big], at(5));
+        assert!(c.read(&mut buf, at(5)).is_err(), "stale bytes were cached");
+    }
+
+    #[test]
+    fn large_reads_stay_within_their_budget_and_keep_those_read_again() {
+        let big = 2 * CACHED_IO_BYTES;
+        let blocks = (big / B) as u64;
+        let c = BlockCache::new(16 * BLOCK_BYTES, (4 * big) as u64);
+        let mut buf = vec![0u8; big];
+        let t = c.read(&mut buf, 0).expect_err("empty");
+        c.fill(t, &vec![1u8; big], 0);
+        for i in 1..50u64 {
+            c.read(&mut buf, 0).expect("read 0 stays: it is read before every new fill");
+            let off = i * blocks * BLOCK_BYTES;
+            let t = c.read(&mut buf, off).expect_err("new");
+            c.fill(t, &vec![i as u8; big], off);
+            assert!(c.lock().large_bytes <= 4 * big);
+        }
+        assert!(c.read(&mut buf, 10 * blocks * BLOCK_BYTES).is_err(), "old unread reads were evicted");
+        c.read(&mut buf, 49 * blocks * BLOCK_BYTES).expect("the newest stays");
     }
 }

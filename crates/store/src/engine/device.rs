@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use io_uring::{IoUring, opcode, squeue, types};
 use shoal_util::AlignedBuf;
 
-use super::cache::{BlockCache, CACHED_IO_BYTES};
+use super::cache::BlockCache;
 
 /// Produces the last buffer of [`Device::write_then`] (or nothing), while the first ones are
 /// being written.
@@ -91,27 +91,29 @@ pub struct FileDevice {
     /// Submission ring for concurrent writes; `None` where io_uring is unavailable, in which
     /// case writes are issued one after another.
     ring: Option<Mutex<IoUring>>,
-    /// Recently read small blocks; every write and discard invalidates its range first.
+    /// Recently read blocks and large reads; every write and discard invalidates its range first.
     cache: Option<BlockCache>,
 }
 
 /// Bytes of recently read small blocks a disk device keeps in memory by default (see
 /// [`super::cache`]). The environment variable `SHOAL_BLOCK_CACHE_BYTES` sets it per process
-/// (`0`: no cache).
+/// (`0`: small reads are not cached).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
 
-/// The cache size a device opened by this process gets: [`DEFAULT_CACHE_BYTES`] or the
-/// environment's `SHOAL_BLOCK_CACHE_BYTES`; an unreadable value is refused with its name.
-fn cache_bytes_from_env() -> io::Result<u64> {
-    match std::env::var("SHOAL_BLOCK_CACHE_BYTES") {
-        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_CACHE_BYTES),
-        Ok(v) => v.trim().parse::<u64>().map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("SHOAL_BLOCK_CACHE_BYTES={v:?} is not a number of bytes"),
-            )
-        }),
-        Err(e) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("SHOAL_BLOCK_CACHE_BYTES: {e}"))),
+/// Bytes of recent large reads (whole, up to 4 MiB each) a disk device keeps in memory by default;
+/// `SHOAL_BLOCK_CACHE_LARGE_BYTES` sets it per process (`0`: large reads are not cached).
+pub const DEFAULT_LARGE_CACHE_BYTES: u64 = 256 << 20;
+
+/// The cache size `var` gives a device opened by this process, `default` when it is not set; an
+/// unreadable value is refused with its name.
+fn cache_bytes_from_env(var: &str, default: u64) -> io::Result<u64> {
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => Ok(default),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{var}={v:?} is not a number of bytes"))),
+        Err(e) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{var}: {e}"))),
     }
 }
 
@@ -152,9 +154,12 @@ impl FileDevice {
         } else {
             IoUring::new(RING_ENTRIES).ok().map(Mutex::new)
         };
-        let cache = match cache_bytes_from_env()? {
-            0 => None,
-            n => Some(BlockCache::new(n)),
+        let cache = match (
+            cache_bytes_from_env("SHOAL_BLOCK_CACHE_BYTES", DEFAULT_CACHE_BYTES)?,
+            cache_bytes_from_env("SHOAL_BLOCK_CACHE_LARGE_BYTES", DEFAULT_LARGE_CACHE_BYTES)?,
+        ) {
+            (0, 0) => None,
+            (small, large) => Some(BlockCache::new(small, large)),
         };
         Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring, cache })
     }
@@ -183,8 +188,8 @@ impl Device for FileDevice {
         self.size_bytes
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        // Large reads stream past the cache without taking its lock.
-        let Some(cache) = self.cache.as_ref().filter(|_| buf.len() <= CACHED_IO_BYTES) else {
+        // Reads the cache does not keep go past it without taking its lock.
+        let Some(cache) = self.cache.as_ref().filter(|c| c.serves(buf.len())) else {
             return self.read_uncached(buf, offset);
         };
         check_aligned(offset, buf.len());
