@@ -52,6 +52,14 @@ pub struct OsdArgs {
     /// CRUSH-style weight (1.0 = one TiB by convention).
     #[arg(long, default_value_t = 1.0)]
     weight: f64,
+    /// Memory a disk store (`block`) keeps of recently read small blocks, in bytes or as a size
+    /// such as 64M (0: none).
+    #[arg(long, env = "SHOAL_BLOCK_CACHE_BYTES", default_value_t = shoal_store::engine::device::DEFAULT_CACHE_BYTES, value_parser = crate::conf::parse_size_arg)]
+    block_cache: u64,
+    /// Memory a disk store keeps of recent large reads (up to 4 MiB each, kept whole), in bytes
+    /// or as a size such as 256M (0: none).
+    #[arg(long, env = "SHOAL_BLOCK_CACHE_LARGE_BYTES", default_value_t = shoal_store::engine::device::DEFAULT_LARGE_CACHE_BYTES, value_parser = crate::conf::parse_size_arg)]
+    block_cache_large: u64,
 }
 
 /// Daemons log to stderr, which `shoal up` points at `DIR/NAME.log`: one line per event, with
@@ -151,6 +159,7 @@ pub fn run_osd(args: &OsdArgs) -> Result<ExitCode> {
         cluster,
         keyring,
         stats_interval_ms: 1000,
+        block_cache: shoal_store::CacheSizes { small_bytes: args.block_cache, large_bytes: args.block_cache_large },
     };
     runtime(2)?.block_on(shoal_osd::run(cfg, stop_signal()))?;
     Ok(ExitCode::SUCCESS)

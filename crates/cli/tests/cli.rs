@@ -187,6 +187,22 @@ fn mount_errors_name_the_problem() {
     // mkfs --size 1M is refused and says why.
     fails_with(&shoal(&["store", "mkfs", "--size", "1M", p(&tmp.path().join("tiny"))]), &["too small"]);
     fails_with(&shoal(&["store", "mkfs", "--size", "12X", p(&tmp.path().join("bad"))]), &["12X"]);
+
+    // Block cache sizes that cannot be read are refused with their names, and a size with a unit
+    // is taken.
+    let cached = tmp.path().join("cached");
+    mkfs(&cached, "block", "64M");
+    let with_env = |var: &str, value: &str| {
+        shoal_cmd(&["store", "ls", p(&cached)]).env(var, value).stdin(Stdio::null()).output().expect("running shoal")
+    };
+    fails_with(&with_env("SHOAL_BLOCK_CACHE_LARGE_BYTES", "lots"), &["SHOAL_BLOCK_CACHE_LARGE_BYTES", "lots"]);
+    fails_with(&with_env("SHOAL_BLOCK_CACHE_BYTES", "-1"), &["SHOAL_BLOCK_CACHE_BYTES"]);
+    ok(&with_env("SHOAL_BLOCK_CACHE_LARGE_BYTES", "128M"));
+    // A usage error: clap's exit status 2, before anything starts.
+    let out = shoal(&["osd", "run", "--id", "0", "--block-cache", "lots"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--block-cache") && err.contains("lots"), "{err}");
 }
 
 #[test]

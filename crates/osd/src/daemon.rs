@@ -61,6 +61,8 @@ pub struct OsdConfig {
     /// Keys of the entities allowed to connect (clients and peers).
     pub keyring: Arc<Keyring>,
     pub stats_interval_ms: u64,
+    /// How much a disk store's device caches (decision 0030); unused for `mem`.
+    pub block_cache: shoal_store::CacheSizes,
 }
 
 fn open_store(cfg: &OsdConfig) -> Result<Arc<dyn ObjectStore>> {
@@ -68,13 +70,16 @@ fn open_store(cfg: &OsdConfig) -> Result<Arc<dyn ObjectStore>> {
         let store = shoal_store::engine::MemEngine::new_mem(cfg.size_bytes).context("creating the mem store")?;
         return Ok(Arc::new(store));
     }
-    let store = if cfg.store_dir.join("SHOAL_STORE").exists() {
-        shoal_store::open(&cfg.store_dir)
-    } else {
+    if !cfg.store_dir.join("SHOAL_STORE").exists() {
+        // Made, then mounted below like an existing store (with this OSD's cache sizes).
         let opts = MkfsOptions { backend: cfg.backend, size_bytes: cfg.size_bytes, device: None, force: false };
-        shoal_store::mkfs(&cfg.store_dir, &opts)
+        drop(
+            shoal_store::mkfs(&cfg.store_dir, &opts)
+                .with_context(|| format!("creating the store at {}", cfg.store_dir.display()))?,
+        );
     }
-    .with_context(|| format!("opening the store at {}", cfg.store_dir.display()))?;
+    let store = shoal_store::open_with(&cfg.store_dir, cfg.block_cache)
+        .with_context(|| format!("opening the store at {}", cfg.store_dir.display()))?;
     Ok(Arc::from(store))
 }
 

@@ -16,5 +16,6 @@ pub mod open;
 pub mod posix;
 
 pub use api::{BackendKind, Data, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Op, Transaction, Usage};
+pub use engine::device::CacheSizes;
 pub use error::{Result, StoreError};
-pub use open::{MkfsOptions, Store, mkfs, open, parse_size};
+pub use open::{MkfsOptions, Store, mkfs, open, open_with, parse_size};

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{BackendKind, ObjectStore};
-use crate::engine::device::{Device, FileDevice};
+use crate::engine::device::{CacheSizes, Device, FileDevice};
 use crate::engine::kv::FjallKv;
 use crate::engine::{BlockEngine, MIN_DEVICE_BYTES};
 use crate::error::{Result, StoreError};
@@ -246,8 +246,15 @@ fn create_data_file(path: &Path, size_bytes: u64) -> Result<()> {
 }
 
 /// Mounts the store in directory `dir`, exclusively: a second mount, in this process or any
-/// other, fails with `Busy` until this one is dropped.
+/// other, fails with `Busy` until this one is dropped. A disk device caches as
+/// [`CacheSizes::from_env`] says.
 pub fn open(dir: &Path) -> Result<Store> {
+    let cache = CacheSizes::from_env().map_err(io_err("reading the block cache's sizes".to_string()))?;
+    open_with(dir, cache)
+}
+
+/// [`open`], a disk device caching as `cache` says.
+pub fn open_with(dir: &Path, cache: CacheSizes) -> Result<Store> {
     check_dir(dir)?;
     let d = read_descriptor(dir)?;
     let lock = take_lock(dir)?;
@@ -255,7 +262,8 @@ pub fn open(dir: &Path) -> Result<Store> {
     match backend {
         BackendKind::Block => {
             let block = dir.join("block");
-            let mut device = FileDevice::open(&block).map_err(io_err(format!("opening {}", block.display())))?;
+            let mut device =
+                FileDevice::open_with(&block, cache).map_err(io_err(format!("opening {}", block.display())))?;
             device.limit(d.size_bytes);
             let kv = FjallKv::open(&dir.join("meta"))?;
             Ok(Box::new(BlockEngine::load(BackendKind::Block, kv, device, Some(lock))?))

@@ -96,23 +96,46 @@ pub struct FileDevice {
 }
 
 /// Bytes of recently read small blocks a disk device keeps in memory by default (see
-/// [`super::cache`]). The environment variable `SHOAL_BLOCK_CACHE_BYTES` sets it per process
-/// (`0`: small reads are not cached).
+/// [`super::cache`]).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
 
-/// Bytes of recent large reads (whole, up to 4 MiB each) a disk device keeps in memory by default;
-/// `SHOAL_BLOCK_CACHE_LARGE_BYTES` sets it per process (`0`: large reads are not cached).
+/// Bytes of recent large reads (whole, up to 4 MiB each) a disk device keeps in memory by default.
 pub const DEFAULT_LARGE_CACHE_BYTES: u64 = 256 << 20;
 
-/// The cache size `var` gives a device opened by this process, `default` when it is not set; an
-/// unreadable value is refused with its name.
+/// How much a disk device caches (decision 0030): small reads' blocks and whole large reads, each
+/// in its own budget; 0 leaves that kind of read uncached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSizes {
+    pub small_bytes: u64,
+    pub large_bytes: u64,
+}
+
+impl Default for CacheSizes {
+    fn default() -> Self {
+        CacheSizes { small_bytes: DEFAULT_CACHE_BYTES, large_bytes: DEFAULT_LARGE_CACHE_BYTES }
+    }
+}
+
+impl CacheSizes {
+    /// The defaults, or what the environment's `SHOAL_BLOCK_CACHE_BYTES` and
+    /// `SHOAL_BLOCK_CACHE_LARGE_BYTES` say (a number of bytes, or a size such as `64M`); an
+    /// unreadable value is refused with its name.
+    pub fn from_env() -> io::Result<CacheSizes> {
+        let d = CacheSizes::default();
+        Ok(CacheSizes {
+            small_bytes: cache_bytes_from_env("SHOAL_BLOCK_CACHE_BYTES", d.small_bytes)?,
+            large_bytes: cache_bytes_from_env("SHOAL_BLOCK_CACHE_LARGE_BYTES", d.large_bytes)?,
+        })
+    }
+}
+
+/// The cache size `var` gives, `default` when it is not set.
 fn cache_bytes_from_env(var: &str, default: u64) -> io::Result<u64> {
     match std::env::var(var) {
         Err(std::env::VarError::NotPresent) => Ok(default),
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{var}={v:?} is not a number of bytes"))),
+        Ok(v) => crate::open::parse_size(v.trim()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{var}={v:?} is not a number of bytes or a size"))
+        }),
         Err(e) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{var}: {e}"))),
     }
 }
@@ -127,9 +150,14 @@ const RING_ENTRIES: u32 = 256;
 pub const RING_CHUNK_BYTES: usize = 512 << 10;
 
 impl FileDevice {
-    /// Opens `path` for direct I/O. A block device is opened exclusively (`O_EXCL`), so that a
-    /// device mounted or in use elsewhere is refused by the kernel.
+    /// Opens `path` for direct I/O with the cache sizes of [`CacheSizes::from_env`].
     pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, CacheSizes::from_env()?)
+    }
+
+    /// Opens `path` for direct I/O, caching as `cache` says. A block device is opened exclusively
+    /// (`O_EXCL`), so that a device mounted or in use elsewhere is refused by the kernel.
+    pub fn open_with(path: &Path, cache: CacheSizes) -> io::Result<Self> {
         let meta = std::fs::metadata(path)?;
         let is_blockdev = meta.file_type().is_block_device();
         let mut flags = libc_o_direct();
@@ -154,12 +182,9 @@ impl FileDevice {
         } else {
             IoUring::new(RING_ENTRIES).ok().map(Mutex::new)
         };
-        let cache = match (
-            cache_bytes_from_env("SHOAL_BLOCK_CACHE_BYTES", DEFAULT_CACHE_BYTES)?,
-            cache_bytes_from_env("SHOAL_BLOCK_CACHE_LARGE_BYTES", DEFAULT_LARGE_CACHE_BYTES)?,
-        ) {
-            (0, 0) => None,
-            (small, large) => Some(BlockCache::new(small, large)),
+        let cache = match cache {
+            CacheSizes { small_bytes: 0, large_bytes: 0 } => None,
+            c => Some(BlockCache::new(c.small_bytes, c.large_bytes)),
         };
         Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring, cache })
     }
