@@ -660,40 +660,24 @@ impl OsdCore {
         // The reads a write request carries see the object before its writes (exec.rs says why
         // that needs no wait); the writes are resolved without them.
         let has_reads = op.ops.iter().any(|o| !o.is_write());
-        let read_outputs = if has_reads {
-            match reads_before_writes(&*self.store, &coll, &op.object, &op.ops) {
-                Ok(outputs) => Some(outputs),
-                Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
-                    return self.repair_then_retry(
-                        pg,
-                        Event::ClientOp { from, request_id, op, data, data_crc },
-                        &e,
-                        out,
-                    );
-                }
-                Err(e) => return out.push(fail(e)),
-            }
-        } else {
-            None
-        };
-        let writes: std::borrow::Cow<'_, [shoal_proto::osd::ObjOp]> = if has_reads {
-            std::borrow::Cow::Owned(op.ops.iter().filter(|o| o.is_write()).cloned().collect())
-        } else {
-            std::borrow::Cow::Borrowed(&op.ops)
-        };
-        let (resolved, precondition) =
-            match resolve_writes(&*self.store, &coll, &op.object, &writes, data.len(), max_object_bytes) {
-                Ok(r) => r,
-                Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
-                    return self.repair_then_retry(
-                        pg,
-                        Event::ClientOp { from, request_id, op, data, data_crc },
-                        &e,
-                        out,
-                    );
-                }
-                Err(e) => return out.push(fail(e)),
+        let prepared = (|| {
+            let read_outputs =
+                has_reads.then(|| reads_before_writes(&*self.store, &coll, &op.object, &op.ops)).transpose()?;
+            let writes: std::borrow::Cow<'_, [shoal_proto::osd::ObjOp]> = if has_reads {
+                std::borrow::Cow::Owned(op.ops.iter().filter(|o| o.is_write()).cloned().collect())
+            } else {
+                std::borrow::Cow::Borrowed(&op.ops)
             };
+            let resolved = resolve_writes(&*self.store, &coll, &op.object, &writes, data.len(), max_object_bytes)?;
+            Ok::<_, RemoteError>((read_outputs, resolved))
+        })();
+        let (read_outputs, (resolved, precondition)) = match prepared {
+            Ok(r) => r,
+            Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
+                return self.repair_then_retry(pg, Event::ClientOp { from, request_id, op, data, data_crc }, &e, out);
+            }
+            Err(e) => return out.push(fail(e)),
+        };
         let replicas: Vec<OsdId> = acting[1..].to_vec();
         // Backfill targets that have not been sent this object yet get the log entry only.
         let keep_stale_parts = self.mutations.keep_stale_parts;

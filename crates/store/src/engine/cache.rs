@@ -44,36 +44,88 @@ pub const LARGE_IO_BYTES: usize = 4 << 20;
 /// Invalidations remembered for deciding whether a missed read may fill.
 const RECENT_INVALIDATIONS: usize = 256;
 
-/// The cache of one device: at most `capacity_blocks` blocks of [`BLOCK_BYTES`] from small
-/// reads, and at most `large_capacity_bytes` of whole large reads.
+/// The cache of one device: small reads' blocks and whole large reads, each part within its own
+/// byte budget.
 pub struct BlockCache {
-    capacity_blocks: usize,
+    /// The budgets, outside the lock: a read the cache does not serve never takes it.
+    small_capacity_bytes: usize,
     large_capacity_bytes: usize,
     state: Mutex<State>,
 }
 
 struct State {
-    /// Cached blocks by block number (device offset / BLOCK_BYTES).
-    blocks: BTreeMap<u64, Cached>,
-    /// Block numbers in the order they entered; may name blocks since invalidated (skipped when
-    /// popped) and is compacted when it grows past twice the capacity.
-    order: VecDeque<u64>,
+    /// Cached blocks of small reads by block number (device offset / BLOCK_BYTES).
+    small: Fifo,
+    /// Whole large reads by first block number.
+    large: Fifo,
     /// Invalidations so far.
     epoch: u64,
     /// The latest invalidations: (epoch after it, first block, end block).
     recent: VecDeque<(u64, u64, u64)>,
-    /// Whole large reads by first block number.
-    large: BTreeMap<u64, Cached>,
-    /// Their first block numbers in the order they entered (like `order`).
-    large_order: VecDeque<u64>,
-    /// Bytes of all `large` buffers.
-    large_bytes: usize,
 }
 
 struct Cached {
     data: Box<[u8]>,
     /// Read since it entered or since its last second chance.
     referenced: bool,
+}
+
+/// Buffers by first block number, evicted first in, first out with a second chance for those
+/// read since they entered. Invariants: `bytes` is the sum of the buffers' lengths, and at most
+/// the budget after every insertion; `order` names every entry (and maybe entries since removed,
+/// skipped when popped).
+#[derive(Default)]
+struct Fifo {
+    entries: BTreeMap<u64, Cached>,
+    order: VecDeque<u64>,
+    bytes: usize,
+}
+
+impl Fifo {
+    /// Caches `data` at block `at` (replacing what was there), then evicts down to
+    /// `capacity_bytes`.
+    fn insert(&mut self, at: u64, data: &[u8], capacity_bytes: usize) {
+        self.bytes += data.len();
+        match self.entries.insert(at, Cached { data: data.into(), referenced: false }) {
+            Some(old) => self.bytes -= old.data.len(),
+            None => self.order.push_back(at),
+        }
+        self.evict(capacity_bytes);
+    }
+
+    fn remove(&mut self, at: u64) {
+        if let Some(c) = self.entries.remove(&at) {
+            self.bytes -= c.data.len();
+        }
+    }
+
+    /// Evicts down to `capacity_bytes`: the oldest entry not read since it entered (or since its
+    /// last second chance) goes first.
+    fn evict(&mut self, capacity_bytes: usize) {
+        // Each entry popped is dropped, skipped (already gone) or given its one second chance,
+        // so two passes over the queue always bring the bytes down.
+        let mut passes = 2 * self.order.len() + 1;
+        while self.bytes > capacity_bytes && passes > 0 {
+            passes -= 1;
+            let Some(at) = self.order.pop_front() else { break };
+            match self.entries.get_mut(&at) {
+                Some(c) if c.referenced => {
+                    c.referenced = false;
+                    self.order.push_back(at);
+                }
+                Some(_) => self.remove(at),
+                None => {}
+            }
+        }
+        // Invalidations leave stale names behind: compacted once they are most of the queue.
+        if self.order.len() > 2 * self.entries.len() + 16 {
+            let Fifo { entries, order, .. } = self;
+            order.retain(|at| entries.contains_key(at));
+        }
+        // (That `bytes` is the buffers' sum is checked by the tests: summing here would make every
+        // insertion cost the whole part in debug builds.)
+        debug_assert!(self.bytes <= capacity_bytes, "the cache holds more than its budget");
+    }
 }
 
 /// What a read that missed must hand back to [`BlockCache::fill`]: the epoch it began at.
@@ -84,19 +136,13 @@ impl BlockCache {
     /// A cache of at most `capacity_bytes` of small reads' blocks (rounded down to whole blocks)
     /// and `large_capacity_bytes` of large reads; 0 leaves that kind of read uncached.
     pub fn new(capacity_bytes: u64, large_capacity_bytes: u64) -> BlockCache {
-        let capacity_blocks = usize::try_from(capacity_bytes / BLOCK_BYTES).unwrap_or(usize::MAX);
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let recent = VecDeque::with_capacity(RECENT_INVALIDATIONS);
         BlockCache {
-            capacity_blocks,
-            large_capacity_bytes: usize::try_from(large_capacity_bytes).unwrap_or(usize::MAX),
-            state: Mutex::new(State {
-                blocks: BTreeMap::new(),
-                order: VecDeque::new(),
-                epoch: 0,
-                recent: VecDeque::with_capacity(RECENT_INVALIDATIONS),
-                large: BTreeMap::new(),
-                large_order: VecDeque::new(),
-                large_bytes: 0,
-            }),
+            // Whole blocks only (a partial one could never be filled).
+            small_capacity_bytes: bytes(capacity_bytes / BLOCK_BYTES * BLOCK_BYTES),
+            large_capacity_bytes: bytes(large_capacity_bytes),
+            state: Mutex::new(State { small: Fifo::default(), large: Fifo::default(), epoch: 0, recent }),
         }
     }
 
@@ -104,7 +150,7 @@ impl BlockCache {
     #[must_use]
     pub fn serves(&self, len_bytes: usize) -> bool {
         if len_bytes <= CACHED_IO_BYTES {
-            self.capacity_blocks > 0
+            self.small_capacity_bytes > 0
         } else {
             len_bytes <= LARGE_IO_BYTES && self.large_capacity_bytes > 0
         }
@@ -122,7 +168,7 @@ impl BlockCache {
         let (first, n) = blocks_of(offset, buf.len());
         let mut st = self.lock();
         if buf.len() > CACHED_IO_BYTES {
-            return match st.large.get_mut(&first) {
+            return match st.large.entries.get_mut(&first) {
                 Some(cached) if cached.data.len() == buf.len() => {
                     buf.copy_from_slice(&cached.data);
                     cached.referenced = true;
@@ -131,12 +177,13 @@ impl BlockCache {
                 _ => Err(FillTicket(st.epoch)),
             };
         }
-        if (first..first + n).any(|b| !st.blocks.contains_key(&b)) {
+        if (first..first + n).any(|b| !st.small.entries.contains_key(&b)) {
             return Err(FillTicket(st.epoch));
         }
         let block = BLOCK_BYTES as usize;
         for (i, dst) in buf.chunks_exact_mut(block).enumerate() {
-            let cached = st.blocks.get_mut(&(first + i as u64)).expect("checked present above, under the same lock");
+            let cached =
+                st.small.entries.get_mut(&(first + i as u64)).expect("checked present above, under the same lock");
             dst.copy_from_slice(&cached.data);
             cached.referenced = true;
         }
@@ -164,23 +211,12 @@ impl BlockCache {
             // A read of another length at the same place replaces the one cached there; a read
             // overlapping another at a different place is cached beside it (invalidation finds
             // both).
-            let entry = Cached { data: buf.into(), referenced: false };
-            st.large_bytes += buf.len();
-            match st.large.insert(first, entry) {
-                Some(old) => st.large_bytes -= old.data.len(),
-                None => st.large_order.push_back(first),
-            }
-            self.evict_large(&mut st);
+            st.large.insert(first, buf, self.large_capacity_bytes);
             return;
         }
-        let block = BLOCK_BYTES as usize;
-        for (i, src) in buf.chunks_exact(block).enumerate() {
-            let b = first + i as u64;
-            if st.blocks.insert(b, Cached { data: src.into(), referenced: false }).is_none() {
-                st.order.push_back(b);
-            }
+        for (i, src) in buf.chunks_exact(BLOCK_BYTES as usize).enumerate() {
+            st.small.insert(first + i as u64, src, self.small_capacity_bytes);
         }
-        self.evict(&mut st);
     }
 
     /// Forgets every cached block in `[offset, offset + len)`: called before the range is
@@ -200,84 +236,24 @@ impl BlockCache {
         let reach = (LARGE_IO_BYTES as u64) / BLOCK_BYTES;
         let large_gone: Vec<u64> = st
             .large
+            .entries
             .range(first.saturating_sub(reach)..end)
             .filter(|(b, c)| **b + (c.data.len() as u64) / BLOCK_BYTES > first)
             .map(|(&b, _)| b)
             .collect();
+        let small_gone: Vec<u64> = st.small.entries.range(first..end).map(|(&b, _)| b).collect();
         for b in large_gone {
-            if let Some(c) = st.large.remove(&b) {
-                st.large_bytes -= c.data.len();
-            }
+            st.large.remove(b);
         }
-        if st.blocks.range(first..end).next().is_none() {
-            return;
-        }
-        let gone: Vec<u64> = st.blocks.range(first..end).map(|(&b, _)| b).collect();
-        for b in gone {
-            st.blocks.remove(&b);
+        for b in small_gone {
+            st.small.remove(b);
         }
     }
 
     /// Blocks cached now.
     #[cfg(test)]
     fn cached_blocks(&self) -> usize {
-        self.lock().blocks.len()
-    }
-
-    /// Evicts down to the capacity: the oldest block not read since it entered (or since its
-    /// last second chance) goes first.
-    fn evict(&self, st: &mut State) {
-        // Each block popped is dropped, skipped (already gone) or given its one second chance,
-        // so two passes over the queue always bring the count down.
-        let mut budget = 2 * st.order.len() + 1;
-        while st.blocks.len() > self.capacity_blocks && budget > 0 {
-            budget -= 1;
-            let Some(b) = st.order.pop_front() else { break };
-            match st.blocks.get_mut(&b) {
-                Some(c) if c.referenced => {
-                    c.referenced = false;
-                    st.order.push_back(b);
-                }
-                Some(_) => {
-                    st.blocks.remove(&b);
-                }
-                None => {}
-            }
-        }
-        if st.order.len() > 2 * self.capacity_blocks {
-            let State { blocks, order, .. } = st;
-            order.retain(|b| blocks.contains_key(b));
-        }
-        debug_assert!(st.blocks.len() <= self.capacity_blocks, "the cache holds more than its capacity");
-    }
-
-    /// Evicts large reads down to their budget, the same way as [`BlockCache::evict`].
-    fn evict_large(&self, st: &mut State) {
-        let mut budget = 2 * st.large_order.len() + 1;
-        while st.large_bytes > self.large_capacity_bytes && budget > 0 {
-            budget -= 1;
-            let Some(b) = st.large_order.pop_front() else { break };
-            match st.large.get_mut(&b) {
-                Some(c) if c.referenced => {
-                    c.referenced = false;
-                    st.large_order.push_back(b);
-                }
-                Some(_) => {
-                    if let Some(c) = st.large.remove(&b) {
-                        st.large_bytes -= c.data.len();
-                    }
-                }
-                None => {}
-            }
-        }
-        // Entries are at most LARGE_IO_BYTES each, so the order holds few; still compacted like
-        // the blocks' when invalidations left it mostly stale.
-        if st.large_order.len() > 2 * st.large.len() + 16 {
-            let State { large, large_order, .. } = st;
-            large_order.retain(|b| large.contains_key(b));
-        }
-        debug_assert!(st.large_bytes <= self.large_capacity_bytes, "large reads exceed their budget");
-        debug_assert_eq!(st.large_bytes, st.large.values().map(|c| c.data.len()).sum::<usize>());
+        self.lock().small.entries.len()
     }
 }
 
@@ -366,6 +342,8 @@ mod tests {
             let t = c.read(&mut buf, b * BLOCK_BYTES).expect_err("new block");
             c.fill(t, &block(b as u8), b * BLOCK_BYTES);
             assert!(c.cached_blocks() <= 8);
+            let st = c.lock();
+            assert_eq!(st.small.bytes, st.small.entries.len() * B, "the small part's bytes are its blocks'");
         }
         assert_eq!(buf, block(0));
         assert!(c.read(&mut buf, 50 * BLOCK_BYTES).is_err(), "old unread blocks were evicted");
@@ -428,7 +406,9 @@ mod tests {
             let off = i * blocks * BLOCK_BYTES;
             let t = c.read(&mut buf, off).expect_err("new");
             c.fill(t, &vec![i as u8; big], off);
-            assert!(c.lock().large_bytes <= 4 * big);
+            let st = c.lock();
+            assert!(st.large.bytes <= 4 * big);
+            assert_eq!(st.large.bytes, st.large.entries.values().map(|e| e.data.len()).sum::<usize>());
         }
         assert!(c.read(&mut buf, 10 * blocks * BLOCK_BYTES).is_err(), "old unread reads were evicted");
         c.read(&mut buf, 49 * blocks * BLOCK_BYTES).expect("the newest stays");
