@@ -58,6 +58,18 @@ fn all_operations_on_a_replicated_pool() {
         assert_eq!(data, b"abyz");
         assert!(matches!(out[2], OpOutput::Stat { size_bytes: 10, .. }), "{out:?}");
         op(&client, "o", vec![ObjOp::Truncate { size_bytes: 5 }], vec![]).await.expect("truncate");
+        // A request with an expiry: applied while it lasts; once it has passed, never sent, and
+        // the object stays as it was.
+        let soon = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let parts = vec![bytes::Bytes::from_static(b"e")];
+        let append = || vec![ObjOp::Append { len_bytes: 1 }];
+        client.op_parts_before("rep", "expiring", append(), parts.clone(), Some(soon)).await.expect("within expiry");
+        let past = std::time::Instant::now();
+        let e = client.op_parts_before("rep", "expiring", append(), parts, Some(past)).await.unwrap_err();
+        assert!(matches!(e, ClientError::Expired), "{e}");
+        let (_, data) =
+            op(&client, "expiring", vec![ObjOp::Read { offset: 0, len_bytes: 10 }], vec![]).await.expect("read");
+        assert_eq!(data, b"e", "the expired append was not applied");
         let (_, data) =
             op(&client, "o", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]).await.expect("read");
         assert_eq!(data, b"\0\0\0\0a");
@@ -143,6 +155,7 @@ fn all_operations_on_a_replicated_pool() {
             pg: loc.pg.seed,
             object: "dedup".into(),
             ops: vec![ObjOp::Append { len_bytes: 4 }],
+            expires_in_ms: None,
         };
         for _ in 0..3 {
             // A new connection each time, as after a reconnect.

@@ -42,6 +42,7 @@ fn route(client: &Client, object: &str) -> (SocketAddr, OsdOp) {
         pg: loc.pg.seed,
         object: object.into(),
         ops: vec![],
+        expires_in_ms: None,
     };
     (primary, op)
 }

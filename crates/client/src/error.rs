@@ -25,6 +25,10 @@ pub enum ClientError {
     NoActing { pool: String, pg: String },
     #[error("operation timed out after {0} ms")]
     Timeout(u64),
+    /// A request given an expiry was not answered before it: it was not applied and never
+    /// will be, or was applied before the expiry and its answer was lost.
+    #[error("the request expired before the cluster answered it: it never takes effect after its expiry")]
+    Expired,
     #[error("malformed reply: {0}")]
     BadReply(String),
 }

@@ -109,6 +109,24 @@ impl Client {
         ops: Vec<ObjOp>,
         parts: Vec<Bytes>,
     ) -> Result<OpResult, ClientError> {
+        self.op_parts_before(pool, object, ops, parts, None).await
+    }
+
+    /// [`Client::op_parts`] that must take effect before `expiry`, or never: every attempt tells
+    /// the OSD how long it may still hold the request (its `expires_in_ms`), none is sent once
+    /// `expiry` has passed, and the OSD refuses one it held past it. So after `expiry` the
+    /// request either has been applied or never will be, whatever the cluster does (a caller
+    /// that hands the decision to someone else after a deadline needs exactly that). The OSD
+    /// judges at its tick's resolution, so a caller whose deadline is hard passes an `expiry`
+    /// that much earlier.
+    pub async fn op_parts_before(
+        &self,
+        pool: &str,
+        object: &str,
+        ops: Vec<ObjOp>,
+        parts: Vec<Bytes>,
+        expiry: Option<std::time::Instant>,
+    ) -> Result<OpResult, ClientError> {
         validate_object_name(object)?;
         let pool = self.pool(pool)?;
         let data_len: u64 = ops.iter().map(ObjOp::data_len).sum();
@@ -130,8 +148,17 @@ impl Client {
         let reqid = ReqId { client: self.client_id, tid: self.next_tid.fetch_add(1, Ordering::Relaxed) };
         let timeout_ms = self.mon.config().op_timeout_ms;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        let expiry = expiry.map(tokio::time::Instant::from_std);
         let mut last_error: Option<shoal_proto::RemoteError> = None;
         loop {
+            // What is left of the request's life goes with every attempt; none is sent without.
+            let expires_in_ms = match expiry {
+                None => None,
+                Some(e) => match e.checked_duration_since(tokio::time::Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left.as_millis() as u64),
+                    _ => return Err(ClientError::Expired),
+                },
+            };
             let map = self.mon.map();
             let pool_now = map.pool_by_name(&pool.name).map_err(|_| ClientError::UnknownPool(pool.name.clone()))?;
             let loc = map.locate(pool_now.id, object).map_err(|e| ClientError::BadReply(e.to_string()))?;
@@ -145,6 +172,7 @@ impl Client {
                         pg: loc.pg.seed,
                         object: object.to_string(),
                         ops: ops.clone(),
+                        expires_in_ms,
                     };
                     // Each attempt sends the shared data by reference (it stays here for a
                     // resend) followed by the encoded header.

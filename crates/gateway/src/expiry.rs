@@ -39,14 +39,16 @@ pub struct LifecycleSettings {
     pub gc_delay: Duration,
     /// How often a bucket's rules are applied.
     pub period: Duration,
+    /// The collectors' lease (the removals the rules make are writes under it).
+    pub lease: Duration,
 }
 
 impl LifecycleSettings {
     /// Applies each bucket's rules about 24 times per lifecycle day (hourly for real days).
-    pub fn new(day: Duration, gc_delay: Duration) -> LifecycleSettings {
+    pub fn new(day: Duration, gc_delay: Duration, lease: Duration) -> LifecycleSettings {
         assert!(!day.is_zero(), "a lifecycle day has a length");
         let period = (day / 24).clamp(Duration::from_secs(1), Duration::from_secs(3600));
-        LifecycleSettings { day, gc_delay, period }
+        LifecycleSettings { day, gc_delay, period, lease }
     }
 
     fn day_ns(&self) -> u64 {
@@ -289,7 +291,8 @@ async fn expire_current(
     }
     let owner = (bucket.owner_id.as_str(), bucket.owner_display.as_str());
     let guard = WriteCondition::Tag(entry.tag);
-    let done = versions::delete(client, bucket, key, None, &guard, owner, settings.gc_delay_ns()).await?;
+    let done =
+        versions::delete(client, bucket, key, None, &guard, owner, settings.lease, settings.gc_delay_ns()).await?;
     if !done.refused {
         stats.expired += 1;
     }
@@ -326,7 +329,17 @@ async fn expire_version(
     };
     let owner = (bucket.owner_id.as_str(), bucket.owner_display.as_str());
     let id = VersionId::Slot(*slot);
-    versions::delete(client, bucket, key, Some(&id), &WriteCondition::None, owner, settings.gc_delay_ns()).await?;
+    versions::delete(
+        client,
+        bucket,
+        key,
+        Some(&id),
+        &WriteCondition::None,
+        owner,
+        settings.lease,
+        settings.gc_delay_ns(),
+    )
+    .await?;
     match action {
         VersionAction::Noncurrent { .. } => stats.noncurrent_removed += 1,
         VersionAction::LoneMarker { .. } => stats.markers_removed += 1,

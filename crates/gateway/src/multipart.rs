@@ -189,6 +189,7 @@ where
         kind: PendingKind::Part { upload, part: number },
         lease: settings.lease,
         gc_delay_ns: settings.gc_delay_ns,
+        prepared_at: std::time::Instant::now(),
     };
     let guard = ObjOp::AssertOmap { key: upload_key.clone(), value: Some(raw.clone()) };
     match index::prepare_with(client, bucket, key, tag, w.kind.clone(), vec![guard.clone()]).await {
@@ -337,9 +338,13 @@ pub async fn complete(
     } else {
         PendingKind::Complete { upload: Box::new(rec.clone()) }
     };
+    let prepared_at = std::time::Instant::now();
     claim(client, bucket, key, upload, &raw, tag, kind.clone()).await?;
     let part_obj = index::partition(bucket, key);
-    let w = PendingWrite { bucket, key, tag, kind, lease: settings.lease, gc_delay_ns: settings.gc_delay_ns };
+    let w =
+        PendingWrite { bucket, key, tag, kind, lease: settings.lease, gc_delay_ns: settings.gc_delay_ns, prepared_at };
+    // The manifest and the head take effect before this or never (see `PendingWrite::expiry`).
+    let expiry = w.expiry(prepared_at);
     // Gives the upload back, as it was, when the completion does not commit (a version object
     // it wrote goes to GC with its manifest).
     let unclaim = || {
@@ -383,11 +388,12 @@ pub async fn complete(
         lock: rec.lock,
     };
     let used: Vec<u128> = manifest.parts.iter().map(|p| p.tag).collect();
-    rados::write_record(client, DATA_POOL, &layout::manifest_object(bucket.id, tag), layout::encode(&manifest), false)
+    let manifest_object = layout::manifest_object(bucket.id, tag);
+    rados::write_record_before(client, DATA_POOL, &manifest_object, layout::encode(&manifest), false, Some(expiry))
         .await?;
     let due = layout::now_ns() + w.gc_delay_ns;
     if versioned {
-        objects::commit_version_head(client, bucket.id, &meta, &[]).await?;
+        objects::commit_version_head(client, bucket.id, &meta, &[], expiry).await?;
         crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
         let extra = drop_parts(upload, &parts, &used, due);
         return match objects::record_version(client, &w, &meta, condition, extra).await? {
@@ -398,7 +404,7 @@ pub async fn complete(
             }
         };
     }
-    if !objects::commit_head(client, &w, &meta, &[], condition).await? {
+    if !objects::commit_head(client, &w, &meta, &[], condition, expiry).await? {
         unclaim().await?;
         return Err(objects::refused(client, bucket, key, condition).await);
     }

@@ -2,6 +2,7 @@
 //! written last as the commit (decision 0014); reads stream chunk by chunk.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
@@ -243,6 +244,9 @@ pub(crate) struct Streamed {
     pub written: u32,
     pub md5_hex: String,
     pub checksums: Checksums,
+    /// The write's expiry as the body ended (see [`PendingWrite::expiry`]): its commit takes
+    /// effect before it or never.
+    pub expiry: Instant,
     /// The memory reserved for the request, held (until dropped) while the caller commits.
     pub _permit: OwnedSemaphorePermit,
 }
@@ -255,9 +259,23 @@ pub(crate) struct PendingWrite<'a> {
     pub kind: layout::PendingKind,
     pub lease: std::time::Duration,
     pub gc_delay_ns: u64,
+    /// Taken just before the pending record was written: the record's time is no earlier.
+    pub prepared_at: Instant,
 }
 
 impl PendingWrite<'_> {
+    /// The instant after which nothing of this write may take effect in the cluster, given that
+    /// its pending record was last written no earlier than `recorded_at`: half a lease later.
+    /// The collector decides a write from its head a whole lease after its record's time, so
+    /// every request that writes the write's data or commits it carries this as its expiry
+    /// ([`Client::op_parts_before`]): one held back by the cluster (a PG peering, a recovery)
+    /// and executed after the collector decided would publish a head whose tails are being
+    /// collected, or leave a tail no GC record covers. The other half lease is the margin for
+    /// the gateways' clocks and the OSDs' tick.
+    pub fn expiry(&self, recorded_at: Instant) -> Instant {
+        recorded_at + self.lease / 2
+    }
+
     /// What GC deletes if the write is abandoned after `written` chunks.
     fn garbage(&self, keep_first: bool, written: u32) -> Option<layout::GcRecord> {
         (written > 0).then_some(layout::GcRecord::Chunks {
@@ -290,7 +308,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let mut refreshed = std::time::Instant::now();
+    let mut refreshed = w.prepared_at;
     let mut md5 = crate::md5lanes::StreamMd5::new();
     // The request's whole memory need is reserved at once: a request that held part and waited
     // for more could deadlock with others doing the same.
@@ -312,8 +330,9 @@ where
         while let Some(piece) = body.next().await {
             let mut piece = piece.map_err(|e| WriteError::Body(e.to_string()))?;
             if refreshed.elapsed() > w.lease / 4 {
+                let at = Instant::now();
                 index::prepare(client, w.bucket, w.key, w.tag, w.kind.clone()).await?;
-                refreshed = std::time::Instant::now();
+                refreshed = at;
             }
             md5.update(&piece).await;
             check.update(&piece);
@@ -336,19 +355,19 @@ where
                     while in_flight.len() >= TAILS_IN_FLIGHT {
                         in_flight.next().await?;
                     }
-                    in_flight.push(client, w.bucket.id, w.tag, next_chunk, full.finish());
+                    in_flight.push(client, w.bucket.id, w.tag, next_chunk, full.finish(), w.expiry(refreshed));
                     next_chunk += 1;
                 }
             }
         }
         if let Some(buf) = current.take() {
-            in_flight.push(client, w.bucket.id, w.tag, next_chunk, buf.finish());
+            in_flight.push(client, w.bucket.id, w.tag, next_chunk, buf.finish(), w.expiry(refreshed));
             next_chunk += 1;
         }
         while !in_flight.is_empty() {
             in_flight.next().await?;
         }
-        if refreshed.elapsed() > w.lease / 2 {
+        if Instant::now() >= w.expiry(refreshed) {
             // The collector may already have decided this write and queued its chunks for
             // deletion: committing now could publish data that is about to go.
             return Err(WriteError::Body("the body took longer than half the collector's lease to arrive".into()));
@@ -367,7 +386,16 @@ where
     let md5_hex = crate::text::hex(&md5.finish().await);
     match check.finish(&md5_hex) {
         Ok(checksums) => {
-            Ok(Streamed { first: head.finish(), size_bytes: size, written, md5_hex, checksums, _permit: permit })
+            let expiry = w.expiry(refreshed);
+            Ok(Streamed {
+                first: head.finish(),
+                size_bytes: size,
+                written,
+                md5_hex,
+                checksums,
+                expiry,
+                _permit: permit,
+            })
         }
         Err(e) => {
             w.abandon(client, keep_first, written).await?;
@@ -408,7 +436,8 @@ where
     }
     let tag = layout::random_tag()?;
     let kind = if versioned { layout::PendingKind::Version } else { layout::PendingKind::Write };
-    let w = PendingWrite { bucket, key, tag, kind, lease: args.lease, gc_delay_ns: args.gc_delay_ns };
+    let prepared_at = Instant::now();
+    let w = PendingWrite { bucket, key, tag, kind, lease: args.lease, gc_delay_ns: args.gc_delay_ns, prepared_at };
     // The index view is read beside the prepare, before the head is written, so the completion
     // need not read the entry and the head again (index::Known). A versioned write's completion
     // decides against the versions as they are then, and reads them itself.
@@ -439,7 +468,7 @@ where
         lock: args.lock,
     };
     if versioned {
-        commit_version_head(client, bucket.id, &meta, &streamed.first).await?;
+        commit_version_head(client, bucket.id, &meta, &streamed.first, streamed.expiry).await?;
         drop(streamed);
         crate::crashpoint::reached(crate::crashpoint::AFTER_HEAD, key);
         let Some(slot) = record_version(client, &w, &meta, &args.condition, Vec::new()).await? else {
@@ -450,7 +479,7 @@ where
         };
         return Ok(Written { meta, version_id: Some(slot.text()) });
     }
-    if !commit_head(client, &w, &meta, &streamed.first, &args.condition).await? {
+    if !commit_head(client, &w, &meta, &streamed.first, &args.condition, streamed.expiry).await? {
         w.abandon(client, true, streamed.written).await?;
         return Err(refused(client, bucket, key, &args.condition).await.into());
     }
@@ -493,12 +522,14 @@ pub(crate) async fn record_version(
     }
 }
 
-/// Writes the version object of `meta` (data `first`): created, never overwritten.
+/// Writes the version object of `meta` (data `first`): created, never overwritten; before
+/// `expiry` (the write's, [`PendingWrite::expiry`]) or never.
 pub(crate) async fn commit_version_head(
     client: &Client,
     bucket_id: u64,
     meta: &ObjectMeta,
     first: &[Bytes],
+    expiry: Instant,
 ) -> Result<(), GatewayError> {
     let ops = vec![
         ObjOp::Create { exclusive: true },
@@ -507,7 +538,8 @@ pub(crate) async fn commit_version_head(
         ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() },
     ];
     crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
-    client.op_parts(DATA_POOL, &layout::version_object(bucket_id, meta.tag), ops, first.to_vec()).await?;
+    let name = layout::version_object(bucket_id, meta.tag);
+    client.op_parts_before(DATA_POOL, &name, ops, first.to_vec(), Some(expiry)).await?;
     Ok(())
 }
 
@@ -557,7 +589,8 @@ pub(crate) async fn refused(
 /// How often `If-Match: *` re-reads the ETag it guards on when the object changed in between.
 const EXISTS_ATTEMPTS: usize = 8;
 
-/// Writes the head of `meta` (data `first`) guarded by `condition`: the commit. Returns false,
+/// Writes the head of `meta` (data `first`) guarded by `condition`: the commit, which takes
+/// effect before `expiry` (the write's, [`PendingWrite::expiry`]) or never. Returns false,
 /// having written nothing, when the condition does not hold.
 pub(crate) async fn commit_head(
     client: &Client,
@@ -565,9 +598,10 @@ pub(crate) async fn commit_head(
     meta: &ObjectMeta,
     first: &[Bytes],
     condition: &WriteCondition,
+    expiry: Instant,
 ) -> Result<bool, GatewayError> {
     if !matches!(condition, WriteCondition::Exists | WriteCondition::NotETag(_)) {
-        return commit_head_once(client, w, meta, first, condition).await;
+        return commit_head_once(client, w, meta, first, condition, expiry).await;
     }
     // "Any object" and "not this ETag" have no guard of their own: the head is written guarded
     // on the state it has now (its ETag, or no head), read again if another write changed it in
@@ -586,7 +620,7 @@ pub(crate) async fn commit_head(
             (_, Some(e)) => WriteCondition::ETag(e),
             (_, None) => WriteCondition::Absent,
         };
-        if commit_head_once(client, w, meta, first, &guard).await? {
+        if commit_head_once(client, w, meta, first, &guard, expiry).await? {
             return Ok(true);
         }
     }
@@ -599,6 +633,7 @@ async fn commit_head_once(
     meta: &ObjectMeta,
     first: &[Bytes],
     condition: &WriteCondition,
+    expiry: Instant,
 ) -> Result<bool, GatewayError> {
     let mut ops = Vec::with_capacity(5);
     match condition {
@@ -619,11 +654,12 @@ async fn commit_head_once(
     ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
     let name = layout::head_object(w.bucket.id, &meta.key);
     crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
-    match client.op_parts(DATA_POOL, &name, ops, first.to_vec()).await {
+    match client.op_parts_before(DATA_POOL, &name, ops, first.to_vec(), Some(expiry)).await {
         Ok(_) => Ok(true),
         Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
-        // The head may or may not have been written (a timeout): the pending record stays for
-        // the collector, which decides from the head after the lease.
+        // The head may or may not have been written (a timeout, or its expiry passed): the
+        // pending record stays for the collector, which decides from the head after the lease,
+        // when the head can no longer change.
         Err(e) => Err(e.into()),
     }
 }
@@ -643,12 +679,15 @@ impl TailWrites {
         self.tasks.is_empty()
     }
 
-    fn push(&mut self, client: &Client, bucket_id: u64, tag: u128, n: u32, data: Vec<Bytes>) {
+    /// Writes chunk `n` of write `tag`, which takes effect before `expiry` (the write's) or
+    /// never: a GC record for the write's chunks, made after the expiry, finds every chunk
+    /// that will ever exist.
+    fn push(&mut self, client: &Client, bucket_id: u64, tag: u128, n: u32, data: Vec<Bytes>, expiry: Instant) {
         let client = client.clone();
         self.tasks.push_back(tokio::spawn(async move {
             let name = layout::tail_object(bucket_id, tag, n);
             let ops = vec![ObjOp::WriteFull { len_bytes: parts_len(&data) }];
-            client.op_parts(DATA_POOL, &name, ops, data).await?;
+            client.op_parts_before(DATA_POOL, &name, ops, data, Some(expiry)).await?;
             Ok(())
         }));
     }
@@ -673,12 +712,14 @@ impl TailWrites {
 /// Removes `key`'s object (a missing one is not an error): prepare, remove the head, complete.
 /// With `condition` [`WriteCondition::Tag`], only the head that write made is removed (another
 /// is left alone); other conditions are not deletes' and are refused. Returns whether a head
-/// was removed.
+/// was removed. The removal takes effect within half of `lease` or never (as a write's commit:
+/// [`PendingWrite::expiry`]).
 pub async fn delete(
     client: &Client,
     bucket: &BucketRecord,
     key: &str,
     condition: &WriteCondition,
+    lease: std::time::Duration,
     gc_delay_ns: u64,
 ) -> Result<bool, GatewayError> {
     let head = layout::head_object(bucket.id, key);
@@ -698,6 +739,7 @@ pub async fn delete(
         other => return Err(GatewayError::Internal(format!("a delete cannot be guarded by {other:?}"))),
     };
     let tag = layout::random_tag()?;
+    let expiry = Instant::now() + lease / 2;
     let before = index::prepare_reading(client, bucket, key, tag, layout::PendingKind::Write).await?;
     crate::crashpoint::jitter().await;
     let mut ops = Vec::with_capacity(2);
@@ -707,7 +749,7 @@ pub async fn delete(
     ops.push(ObjOp::Remove);
     // What the removal saw of the head: none after it, or (a failed guard) some other head,
     // which the completion reads itself.
-    let (removed, known) = match client.op(DATA_POOL, &head, ops, Vec::new()).await {
+    let (removed, known) = match client.op_parts_before(DATA_POOL, &head, ops, Vec::new(), Some(expiry)).await {
         Ok(_) => (true, Some(index::Known { view: before, head: None })),
         Err(e) if e.is_not_found() => (false, Some(index::Known { view: before, head: None })),
         Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => (false, None),

@@ -44,13 +44,26 @@ pub async fn write_record(
     data: Vec<u8>,
     exclusive: bool,
 ) -> Result<(), GatewayError> {
+    write_record_before(client, pool, object, data, exclusive, None).await
+}
+
+/// [`write_record`] that takes effect before `expiry` or never
+/// ([`Client::op_parts_before`]).
+pub async fn write_record_before(
+    client: &Client,
+    pool: &str,
+    object: &str,
+    data: Vec<u8>,
+    exclusive: bool,
+    expiry: Option<std::time::Instant>,
+) -> Result<(), GatewayError> {
     let mut ops = Vec::with_capacity(2);
     if exclusive {
         ops.push(ObjOp::Create { exclusive: true });
     }
     ops.push(ObjOp::WriteFull { len_bytes: data.len() as u64 });
     ops.push(ObjOp::SetXattr { name: DIGEST_XATTR.into(), value: digest(&data) });
-    client.op(pool, object, ops, data).await?;
+    client.op_parts_before(pool, object, ops, vec![bytes::Bytes::from(data)], expiry).await?;
     Ok(())
 }
 

@@ -168,6 +168,7 @@ impl Gateway {
             parsed.as_ref(),
             &crate::objects::WriteCondition::None,
             (&owner.id, &owner.display_name),
+            self.settings.lease,
             self.gc_delay_ns(),
         )
         .await?;

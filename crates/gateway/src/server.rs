@@ -132,7 +132,7 @@ impl Server {
         if cfg.lifecycle_day.is_zero() {
             return Err(GatewayError::InvalidArgument("a lifecycle day cannot last 0 seconds".into()));
         }
-        let lifecycle = LifecycleSettings::new(cfg.lifecycle_day, cfg.gc_delay);
+        let lifecycle = LifecycleSettings::new(cfg.lifecycle_day, cfg.gc_delay, cfg.lease);
         let gateway = Gateway::new(
             client.clone(),
             MemoryBudget::new(cfg.inflight_bytes.saturating_sub(PROCESS_RESERVE_BYTES)),

@@ -465,6 +465,7 @@ pub struct Deleted {
 /// [`WriteCondition::None`] or [`WriteCondition::Tag`]); with one, removes that version.
 /// Removing a version that is not there succeeds. On return the change is in the index (the
 /// data goes to GC).
+#[allow(clippy::too_many_arguments)]
 pub async fn delete(
     client: &Client,
     bucket: &BucketRecord,
@@ -472,6 +473,7 @@ pub async fn delete(
     version_id: Option<&VersionId>,
     condition: &WriteCondition,
     owner: (&str, &str),
+    lease: std::time::Duration,
     gc_delay_ns: u64,
 ) -> Result<Deleted, GatewayError> {
     /// A suspended delete and a null version's removal may race writes of the null version;
@@ -496,7 +498,7 @@ pub async fn delete(
     };
     let dead = || GatewayError::NoSuchBucket(bucket.name.clone());
     let unguarded = WriteCondition::None;
-    let head_delete = |c| crate::objects::delete(client, bucket, key, c, gc_delay_ns);
+    let head_delete = |c| crate::objects::delete(client, bucket, key, c, lease, gc_delay_ns);
     let refused = Deleted { refused: true, ..Deleted::default() };
     // The condition the index change is guarded by: a versioned delete's own.
     let mut guard = if version_id.is_none() { condition } else { &unguarded };

@@ -67,8 +67,9 @@ pub const MAX_PENDING_WRITES: usize = 4096;
 /// Something that happened to the OSD.
 #[derive(Debug)]
 pub enum Event {
-    /// A client's request (frame type `OsdOp`).
-    ClientOp { from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes, data_crc: Option<u32> },
+    /// A client's request (frame type `OsdOp`). `arrived_ms` is when it arrived, on the clock
+    /// of the ticks ([`Event::Tick`]): the request's expiry is counted from it.
+    ClientOp { from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes, data_crc: Option<u32>, arrived_ms: u64 },
     /// A primary's replicated write.
     RepOp { from: Token, request_id: u64, op: RepOp, data: bytes::Bytes },
     /// A replica's answer to a [`RepOp`] we sent (or the driver's report that sending failed).
@@ -276,8 +277,8 @@ pub struct OsdCore {
     mutations: Mutations,
     /// Scrub state of the PGs this OSD leads.
     scrubs: BTreeMap<PgId, scrub::PgScrubState>,
-    /// The tick clock at the last tick (scrub schedules).
-    scrub_now_ms: u64,
+    /// The tick clock at the last tick (scrub schedules, request expiry).
+    now_ms: u64,
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -316,7 +317,7 @@ impl OsdCore {
             purge: VecDeque::new(),
             client_ops_since_tick: 0,
             scrubs: BTreeMap::new(),
-            scrub_now_ms: 0,
+            now_ms: 0,
         };
         // Pools deleted while this OSD was down (or before a purge finished) are purged now.
         core.queue_orphans();
@@ -344,12 +345,13 @@ impl OsdCore {
     /// Handles one event, appending the actions it causes to `out`.
     pub fn handle(&mut self, event: Event, out: &mut Vec<Action>) {
         match event {
-            Event::ClientOp { from, request_id, op, data, data_crc } => {
+            event @ Event::ClientOp { .. } => {
                 self.client_ops_since_tick += 1;
-                if op.epoch > self.map.epoch {
-                    self.wait_for_map(Event::ClientOp { from, request_id, op, data, data_crc }, out);
+                let newer_map = matches!(&event, Event::ClientOp { op, .. } if op.epoch > self.map.epoch);
+                if newer_map {
+                    self.wait_for_map(event, out);
                 } else {
-                    self.client_op(from, request_id, op, data, data_crc, out);
+                    self.client_op(event, out);
                 }
             }
             Event::RepOp { from, request_id, op, data } => {
@@ -396,6 +398,10 @@ impl OsdCore {
                 }
             }
             Event::Tick { now_ms } => {
+                // The tick clock never runs backwards here (a driver restarted with an older
+                // clock would otherwise make waiting requests look younger).
+                self.now_ms = self.now_ms.max(now_ms);
+                let now_ms = self.now_ms;
                 if !self.intervals_known {
                     self.update_intervals(out);
                 }
@@ -405,7 +411,7 @@ impl OsdCore {
                 for pg in self.active_pgs() {
                     self.recover(pg, out);
                 }
-                self.scrub_tick(now_ms, out);
+                self.scrub_tick(out);
                 self.ask_strays(out);
                 self.flush_mon(out);
                 out.push(Action::Stats(self.stats(now_ms)));
@@ -548,15 +554,30 @@ impl OsdCore {
         }
     }
 
-    fn client_op(
-        &mut self,
-        from: Token,
-        request_id: u64,
-        op: OsdOp,
-        data: bytes::Bytes,
-        data_crc: Option<u32>,
-        out: &mut Vec<Action>,
-    ) {
+    /// Why `op`, which arrived at `arrived_ms`, may no longer be executed: it was held past
+    /// its expiry (see [`OsdOp::expires_in_ms`]). Judged on the tick clock, so up to one tick
+    /// late, never early.
+    fn expired(&self, op: &OsdOp, arrived_ms: u64) -> Option<RemoteError> {
+        let limit_ms = op.expires_in_ms?;
+        let held_ms = self.now_ms.saturating_sub(arrived_ms);
+        (held_ms > limit_ms).then(|| {
+            tracing::warn!(object = %op.object, held_ms, limit_ms, "refusing a request held past its expiry");
+            RemoteError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "request {} on {:?} waited {held_ms} ms on this OSD, past its expiry of {limit_ms} ms: not applied",
+                    op.reqid.tid, op.object
+                ),
+            )
+        })
+    }
+
+    /// Serves a client's request (an [`Event::ClientOp`]; any other event is ignored).
+    fn client_op(&mut self, event: Event, out: &mut Vec<Action>) {
+        let Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms } = event else {
+            debug_assert!(false, "client_op takes client requests only");
+            return;
+        };
         let epoch = self.map.epoch;
         let fail = |e: RemoteError| Action::Reply {
             to: from,
@@ -574,9 +595,9 @@ impl OsdCore {
             Err(e) => return out.push(fail(e)),
         };
         // Served only by an active PG, and only on objects present where the operation needs them.
-        let event = Event::ClientOp { from, request_id, op, data, data_crc };
+        let event = Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms };
         let Ok(event) = self.pg_gate(pg, event, out) else { return };
-        let Event::ClientOp { op, data, data_crc, .. } = event else { return };
+        let Event::ClientOp { op, data, data_crc, arrived_ms, .. } = event else { return };
         if self.pending.contains_key(&op.reqid) && !read_only {
             // A resend of a write still in flight: answer the new connection when it completes.
             if let Some(p) = self.pending.get_mut(&op.reqid) {
@@ -588,10 +609,13 @@ impl OsdCore {
         let need = if read_only { Need::Primary } else { Need::All };
         if !self.object_ready(pg, &op.object, need, out) {
             let object = op.object.clone();
-            return self.block_on(pg, &object, Event::ClientOp { from, request_id, op, data, data_crc });
+            return self.block_on(pg, &object, Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms });
         }
         let coll = pg_collection(pg);
         if read_only {
+            if let Some(e) = self.expired(&op, arrived_ms) {
+                return out.push(fail(e));
+            }
             let result = execute_reads(&*self.store, &coll, &op.object, &op.ops);
             // (A PG of one member has no other copy: the error goes to the reader.)
             if let Err(e) = &result
@@ -599,7 +623,7 @@ impl OsdCore {
                 && acting.len() > 1
                 && !self.mutations.no_repair_on_access
             {
-                let event = Event::ClientOp { from, request_id, op, data, data_crc };
+                let event = Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms };
                 return self.repair_then_retry(pg, event, e, out);
             }
             let (result, read) = match result {
@@ -628,6 +652,10 @@ impl OsdCore {
             },
             Err(e) => return out.push(fail(e)),
         };
+        // Not applied before: past its expiry it never will be (the caller has given up on it).
+        if let Some(e) = self.expired(&op, arrived_ms) {
+            return out.push(fail(e));
+        }
         if last_update.epoch > epoch {
             return out.push(fail(RemoteError::new(
                 ErrorCode::WrongPrimary,
@@ -674,7 +702,12 @@ impl OsdCore {
         let (read_outputs, (resolved, precondition)) = match prepared {
             Ok(r) => r,
             Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
-                return self.repair_then_retry(pg, Event::ClientOp { from, request_id, op, data, data_crc }, &e, out);
+                return self.repair_then_retry(
+                    pg,
+                    Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms },
+                    &e,
+                    out,
+                );
             }
             Err(e) => return out.push(fail(e)),
         };

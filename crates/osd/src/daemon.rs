@@ -89,6 +89,8 @@ type Conns = Arc<Mutex<HashMap<Token, ServerConn>>>;
 struct Shared {
     events: mpsc::Sender<Event>,
     conns: Conns,
+    /// The origin of the tick clock: requests are stamped on it as they arrive.
+    started: Instant,
 }
 
 struct OsdHandler {
@@ -112,7 +114,8 @@ impl Handler for OsdHandler {
             OsdOp::TYPE => decode_bytes::<OsdOp>(payload).map(|(op, data)| {
                 // The checksum the reader computed over exactly these bytes, if it did.
                 let data_crc = prefix_crc.filter(|(n, _)| *n == data.len()).map(|(_, crc)| crc);
-                Event::ClientOp { from: token, request_id, op, data, data_crc }
+                let arrived_ms = self.shared.started.elapsed().as_millis() as u64;
+                Event::ClientOp { from: token, request_id, op, data, data_crc, arrived_ms }
             }),
             RepOp::TYPE => {
                 decode_bytes::<RepOp>(payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data })
@@ -172,7 +175,8 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
 
     let (tx, rx) = mpsc::channel(WORKER_QUEUE_EVENTS);
     let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
-    let shared = Arc::new(Shared { events: tx.clone(), conns: conns.clone() });
+    let started = Instant::now();
+    let shared = Arc::new(Shared { events: tx.clone(), conns: conns.clone(), started });
     let core = OsdCore::new(cfg.id, store.clone(), monc.map()).context("loading the store's collections")?;
     let runtime = tokio::runtime::Handle::current();
     // Peers hold a weak sender: the worker (which owns them) must see its queue close once the
@@ -221,7 +225,6 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     // Report statistics (also the OSD's heartbeat to the monitors).
     let tick_tx = tx.clone();
     let interval_ms = cfg.stats_interval_ms.max(100);
-    let started = Instant::now();
     let ticker = tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_millis(interval_ms));
         loop {

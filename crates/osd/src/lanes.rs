@@ -265,8 +265,9 @@ mod tests {
             pg,
             object: object.to_string(),
             ops: vec![ObjOp::Stat],
+            expires_in_ms: None,
         };
-        Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new(), data_crc: None }
+        Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms: 0 }
     }
 
     fn client(pg: u32, tid: u64) -> Event {

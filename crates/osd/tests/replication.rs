@@ -208,7 +208,14 @@ impl Net {
         self.next_rid += 1;
         // As a primary's reader gives it: the data with the checksum computed on receipt.
         let data_crc = (!data.is_empty()).then(|| shoal_util::crc32c(data));
-        let event = Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()), data_crc };
+        let event = Event::ClientOp {
+            from: CLIENT,
+            request_id,
+            op,
+            data: bytes::Bytes::from(data.to_vec()),
+            data_crc,
+            arrived_ms: 0,
+        };
         self.run(VecDeque::from([(primary, event)]));
         self.replies.remove(&request_id).expect("the client got an answer")
     }
@@ -228,7 +235,15 @@ impl Net {
 fn client_op(map: &ClusterMap, tid: u64, ops: Vec<ObjOp>) -> OsdOp {
     let pool = map.pool_by_name("p").unwrap().id;
     let pg = map.locate(pool, "obj").unwrap().pg.seed;
-    OsdOp { reqid: ReqId { client: 7, tid }, epoch: map.epoch, pool, pg, object: "obj".into(), ops }
+    OsdOp {
+        reqid: ReqId { client: 7, tid },
+        epoch: map.epoch,
+        pool,
+        pg,
+        object: "obj".into(),
+        ops,
+        expires_in_ms: None,
+    }
 }
 
 #[test]
@@ -432,7 +447,14 @@ fn replicas_apply_a_replicated_write_once_and_refuse_gaps_and_replaced_primaries
     let op = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 50, op, data: bytes::Bytes::from(b"def".to_vec()), data_crc: None },
+        Event::ClientOp {
+            from: CLIENT,
+            request_id: 50,
+            op,
+            data: bytes::Bytes::from(b"def".to_vec()),
+            data_crc: None,
+            arrived_ms: 0,
+        },
     )]));
     net.capture = false;
     let (to, rep, data) = net.captured.pop().expect("a replicated write");
@@ -570,7 +592,14 @@ fn a_write_lost_on_its_way_to_a_replica_is_recovered_when_the_primary_restarts()
     let op = client_op(&net.map, 2, vec![ObjOp::WriteFull { len_bytes: 3 }]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()), data_crc: None },
+        Event::ClientOp {
+            from: CLIENT,
+            request_id: 60,
+            op,
+            data: bytes::Bytes::from(b"new".to_vec()),
+            data_crc: None,
+            arrived_ms: 0,
+        },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(net.content(acting[0]).as_deref(), Some(&b"new"[..]));
@@ -636,6 +665,7 @@ fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
             pg: net.map.locate(pool, name).unwrap().pg.seed,
             object: name.clone(),
             ops: vec![ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 }],
+            expires_in_ms: None,
         };
         let event = Event::ClientOp {
             from: CLIENT,
@@ -643,6 +673,7 @@ fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
             op,
             data: bytes::Bytes::from(vec![i as u8; OBJECT_BYTES]),
             data_crc: None,
+            arrived_ms: 0,
         };
         net.run(VecDeque::from([(primary.0, event)]));
     }
@@ -697,7 +728,7 @@ fn read_at(net: &mut Net, tid: u64, snap: Option<u64>) -> Result<Vec<u8>, ErrorC
     let request_id = 10_000 + tid;
     net.run(VecDeque::from([(
         primary,
-        Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::new(), data_crc: None },
+        Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms: 0 },
     )]));
     let frame_reply = net.replies.remove(&request_id).expect("an answer");
     frame_reply.result.map(|_| net.last_read.take().unwrap_or_default()).map_err(|e| e.code)
@@ -779,11 +810,19 @@ fn objects_with_the_longest_names_are_removed_as_before_but_take_no_snapshots() 
             pg: loc.pg.seed,
             object: long.clone(),
             ops,
+            expires_in_ms: None,
         };
         let request_id = 20_000 + tid;
         net.run(VecDeque::from([(
             primary,
-            Event::ClientOp { from: CLIENT, request_id, op, data: bytes::Bytes::from(data.to_vec()), data_crc: None },
+            Event::ClientOp {
+                from: CLIENT,
+                request_id,
+                op,
+                data: bytes::Bytes::from(data.to_vec()),
+                data_crc: None,
+                arrived_ms: 0,
+            },
         )]));
         net.replies.remove(&request_id).expect("an answer").result
     };
@@ -804,7 +843,14 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     let op = client_op(&net.map, 2, vec![ctx(1, &[1]), put(3)]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 60, op, data: bytes::Bytes::from(b"new".to_vec()), data_crc: None },
+        Event::ClientOp {
+            from: CLIENT,
+            request_id: 60,
+            op,
+            data: bytes::Bytes::from(b"new".to_vec()),
+            data_crc: None,
+            arrived_ms: 0,
+        },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(pg_objects(&net, acting[1]).len(), 1, "the replica missed the clone");
@@ -816,10 +862,72 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     let op = client_op(&net.map, 3, vec![ctx(1, &[]), ObjOp::SnapTrim]);
     net.run(VecDeque::from([(
         acting[0].0,
-        Event::ClientOp { from: CLIENT, request_id: 61, op, data: bytes::Bytes::new(), data_crc: None },
+        Event::ClientOp { from: CLIENT, request_id: 61, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms: 0 },
     )]));
     net.drop_rep_to.clear();
     assert_eq!(pg_objects(&net, acting[0]).len(), 1);
     net.restart(acting[0]);
     assert_eq!(pg_objects(&net, acting[0]), pg_objects(&net, acting[1]), "the trimmed clone is gone everywhere");
+}
+
+/// A request held on the OSD (here: waiting for the map its client already has) is executed
+/// when its turn comes only if it has not outlived its expiry; past it, it is refused and
+/// changes nothing, so its sender knows it can never take effect later. A write applied
+/// before its expiry is still answered as applied when resent after it.
+#[test]
+fn a_request_held_past_its_expiry_is_refused_and_changes_nothing() {
+    let mut net = Net::new();
+    net.append(1, b"abc").result.expect("first append");
+    let primary = net.acting()[0].0;
+    let tick = |net: &mut Net, now_ms: u64| net.run(VecDeque::from([(primary, Event::Tick { now_ms })]));
+    // Sends client 7's append `tid`, stamped as arriving at `arrived_ms` with an expiry, from a
+    // client whose map is one epoch ahead of the OSD's: the OSD holds it until that map comes.
+    let held_append = |net: &mut Net, tid: u64, arrived_ms: u64| -> u64 {
+        let mut op = client_op(&net.map, tid, vec![ObjOp::Append { len_bytes: 3 }]);
+        op.epoch += 1;
+        op.expires_in_ms = Some(5_000);
+        let request_id = net.next_rid;
+        net.next_rid += 1;
+        let data = bytes::Bytes::from_static(b"xyz");
+        let event = Event::ClientOp { from: CLIENT, request_id, op, data, data_crc: None, arrived_ms };
+        net.run(VecDeque::from([(primary, event)]));
+        assert!(!net.replies.contains_key(&request_id), "held until the newer map");
+        request_id
+    };
+    let next_epoch = |net: &mut Net, name: &str| {
+        let cmd = Command::CreatePool { name: name.into(), size: 1, min_size: None, pg_num: 1, max_object_bytes: None };
+        net.change(cmd);
+    };
+
+    // Held 4 s of its 5: applied when the map comes.
+    tick(&mut net, 1_000);
+    let within = held_append(&mut net, 2, 1_000);
+    tick(&mut net, 5_000);
+    next_epoch(&mut net, "q1");
+    net.replies.remove(&within).expect("answered").result.expect("applied within its expiry");
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcxyz"[..]), "{osd}");
+    }
+
+    // Held 7 s of its 5: refused, and no member has it.
+    let late = held_append(&mut net, 3, 5_000);
+    tick(&mut net, 12_000);
+    next_epoch(&mut net, "q2");
+    let err = net.replies.remove(&late).expect("answered").result.expect_err("held past its expiry");
+    assert_eq!(err.code, ErrorCode::Timeout, "{err}");
+    assert!(err.message.contains("expiry"), "the error says why: {err}");
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcxyz"[..]), "{osd}: nothing of the late append");
+    }
+
+    // The write that was applied, resent long after its expiry: answered from the PG log.
+    let mut again = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+    again.expires_in_ms = Some(1);
+    let request_id = net.next_rid;
+    net.next_rid += 1;
+    let data = bytes::Bytes::from_static(b"xyz");
+    let event = Event::ClientOp { from: CLIENT, request_id, op: again, data, data_crc: None, arrived_ms: 0 };
+    net.run(VecDeque::from([(primary, event)]));
+    net.replies.remove(&request_id).expect("answered").result.expect("applied before: answered as applied");
+    assert_eq!(net.content(net.acting()[0]).as_deref(), Some(&b"abcxyz"[..]), "never applied twice");
 }

@@ -284,6 +284,14 @@ pub struct OsdOp {
     pub pg: u32,
     pub object: String,
     pub ops: Vec<ObjOp>,
+    /// The longest the OSD may hold the request before executing it, counted from its arrival
+    /// (`None`: no limit). A request that waited longer — queued while its PG peered, held
+    /// behind an object's recovery or a newer map — is refused with `Timeout` and changes
+    /// nothing, so a caller that gave up on it knows it can never take effect later. Measured on
+    /// the OSD's own clock at its tick's resolution (up to one tick late); a caller with a hard
+    /// deadline subtracts that margin. A write already applied (a resend answered from the PG
+    /// log) is answered as applied, whatever its age.
+    pub expires_in_ms: Option<u64>,
 }
 impl Message for OsdOp {
     const TYPE: u16 = 32;

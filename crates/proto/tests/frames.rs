@@ -83,6 +83,7 @@ mod messages {
             pg: 5,
             object: object.into(),
             ops: vec![ObjOp::WriteFull { len_bytes: 3 }, ObjOp::Stat],
+            expires_in_ms: Some(1_800_000),
         }
     }
 

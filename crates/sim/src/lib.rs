@@ -1119,6 +1119,7 @@ impl Simulation {
                     op,
                     data: data.into(),
                     data_crc: None,
+                    arrived_ms: self.now_us / 1000,
                 },
                 Err(e) => return self.outcome.violations.push(format!("bad OsdOp: {e}")),
             },
@@ -1204,7 +1205,15 @@ impl Simulation {
         }
         let at = self.now_us + self.cfg.client_timeout_us;
         self.schedule(at, Delivery::ClientTimeout { client: c, tid, attempt });
-        let msg = OsdOp { reqid: op.reqid, epoch: map.epoch, pool: pool.id, pg: loc.pg.seed, object: name, ops };
+        let msg = OsdOp {
+            reqid: op.reqid,
+            epoch: map.epoch,
+            pool: pool.id,
+            pg: loc.pg.seed,
+            object: name,
+            ops,
+            expires_in_ms: None,
+        };
         self.send(Node::Client(c), Node::Osd(primary.0), Frame::new(OsdOp::TYPE, tid, encode(&msg, data)));
     }
 

@@ -127,7 +127,7 @@ impl OsdCore {
     fn scrub_state(&mut self, pg: PgId) -> &mut PgScrubState {
         let light_ms = self.map.setting(shoal_map::config::SCRUB_INTERVAL_SECS).saturating_mul(1000);
         let deep_ms = self.map.setting(shoal_map::config::DEEP_SCRUB_INTERVAL_SECS).saturating_mul(1000);
-        let now_ms = self.scrub_now_ms;
+        let now_ms = self.now_ms;
         self.scrubs.entry(pg).or_insert_with(|| PgScrubState {
             next_light_ms: now_ms + spread(pg, light_ms),
             next_deep_ms: now_ms + spread(pg, deep_ms),
@@ -185,7 +185,8 @@ impl OsdCore {
 
     /// Ticks: stops scrubs whose PG changed, asks again for chunks that waited too long, starts
     /// requested and due scrubs within the OSD's bound, and sends the next chunks.
-    pub(super) fn scrub_tick(&mut self, now_ms: u64, out: &mut Vec<Action>) {
+    pub(super) fn scrub_tick(&mut self, out: &mut Vec<Action>) {
+        let now_ms = self.now_ms;
         let light_ms = self.map.setting(shoal_map::config::SCRUB_INTERVAL_SECS).saturating_mul(1000);
         let deep_ms = self.map.setting(shoal_map::config::DEEP_SCRUB_INTERVAL_SECS).saturating_mul(1000);
         // What scrub knows of a PG lasts while this OSD leads it, across re-peering.
@@ -193,7 +194,6 @@ impl OsdCore {
             self.pgs.iter().filter(|(_, s)| matches!(&s.role, Role::Primary(_))).map(|(pg, _)| *pg).collect();
         self.scrubs.retain(|pg, _| leads.contains(pg));
         let led = self.active_pgs();
-        self.scrub_now_ms = now_ms;
         for pg in &led {
             self.scrub_state(*pg);
         }
@@ -459,7 +459,7 @@ impl OsdCore {
             repaired = summary.repaired,
             "scrub finished"
         );
-        let now = self.scrub_now_ms;
+        let now = self.now_ms;
         let light_ms = self.map.setting(shoal_map::config::SCRUB_INTERVAL_SECS).saturating_mul(1000);
         let deep_ms = self.map.setting(shoal_map::config::DEEP_SCRUB_INTERVAL_SECS).saturating_mul(1000);
         st.next_light_ms = now + light_ms;
