@@ -47,6 +47,13 @@ pub struct ServeArgs {
     /// failing with EIO.
     #[arg(long, default_value_t = 600)]
     io_wait_s: u64,
+    /// Read-ahead for sequential readers, per export: once a client reads in order, the units
+    /// after its reads (4 MiB, an object of the default layout) are fetched in the background
+    /// from several OSDs at once, up to this many bytes held (e.g. 16M; 0: off). Only on
+    /// exports nobody else can change: snapshots, and writable images while this server holds
+    /// their lock.
+    #[arg(long, default_value = "16M", value_parser = crate::conf::parse_size_arg)]
+    readahead: u64,
     /// Lease of the exclusive lock a writable export holds on its image: renewed every third of
     /// it; a server that stops renewing loses the lock after it.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
@@ -84,7 +91,7 @@ impl BlockDevice for ImageDevice {
     fn read_only(&self) -> bool {
         self.0.is_read_only()
     }
-    async fn read(&self, offset: u64, len_bytes: u32) -> Result<Vec<u8>, DeviceError> {
+    async fn read(&self, offset: u64, len_bytes: u32) -> Result<bytes::Bytes, DeviceError> {
         self.0.read(offset, u64::from(len_bytes)).await.map_err(device_error)
     }
     async fn write(&self, offset: u64, data: Vec<u8>) -> Result<(), DeviceError> {
@@ -248,7 +255,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 // first write. (One taken after the lock waits for this server's acknowledgement.)
                 image.refresh_snaps().await.with_context(|| format!("reading {spec}'s snapshots"))?;
                 let fenced = Arc::new(AtomicBool::new(false));
-                image = image.with_fence(fenced.clone());
+                image = image.with_fence(fenced.clone()).with_readahead(args.readahead);
                 held.push(Arc::new(HeldLock {
                     pool: pool.to_string(),
                     name: name.to_string(),
@@ -256,6 +263,9 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                     fenced,
                     image: image.clone(),
                 }));
+            }
+            if snap_name.is_some() {
+                image = image.with_readahead(args.readahead);
             }
             let description = format!("shoal image {spec} ({} bytes)", image.size_bytes());
             exports.push(Export { name: spec.clone(), description, device: Arc::new(ImageDevice(image)) });

@@ -48,7 +48,9 @@ pub struct Extent {
 pub trait BlockDevice: Send + Sync + 'static {
     fn size_bytes(&self) -> u64;
     fn read_only(&self) -> bool;
-    fn read(&self, offset: u64, len_bytes: u32) -> impl Future<Output = Result<Vec<u8>, DeviceError>> + Send;
+    /// The bytes of `len_bytes` at `offset` (exactly that many), shared rather than copied
+    /// where the device holds them already.
+    fn read(&self, offset: u64, len_bytes: u32) -> impl Future<Output = Result<bytes::Bytes, DeviceError>> + Send;
     fn write(&self, offset: u64, data: Vec<u8>) -> impl Future<Output = Result<(), DeviceError>> + Send;
     /// Makes the range read as zeros (discard and write-zeroes), without writing zeros where
     /// the device can avoid it.

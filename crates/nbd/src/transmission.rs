@@ -36,7 +36,7 @@ pub enum TransmissionError {
 /// than copied behind the header).
 struct Reply {
     head: Vec<u8>,
-    data: Vec<u8>,
+    data: bytes::Bytes,
 }
 
 /// A reply ready to send, with the permits it holds until it is written.
@@ -207,7 +207,7 @@ fn fail(errno: u32, message: impl Into<String>) -> DeviceError {
 
 /// Runs one request; returns its whole reply.
 async fn serve<D: BlockDevice>(device: &D, session: &Session, req: Request, data: Vec<u8>) -> Reply {
-    let only = |head: Vec<u8>| Reply { head, data: Vec::new() };
+    let only = |head: Vec<u8>| Reply { head, data: bytes::Bytes::new() };
     match execute(device, session, &req, data).await {
         Ok(Answer::Data(bytes)) if session.structured => {
             let mut head = Vec::with_capacity(28);
@@ -240,7 +240,7 @@ async fn serve<D: BlockDevice>(device: &D, session: &Session, req: Request, data
 
 enum Answer {
     Done,
-    Data(Vec<u8>),
+    Data(bytes::Bytes),
     Status(Vec<u8>),
 }
 

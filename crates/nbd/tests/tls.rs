@@ -23,9 +23,9 @@ impl BlockDevice for Ram {
     fn read_only(&self) -> bool {
         false
     }
-    async fn read(&self, offset: u64, len_bytes: u32) -> Result<Vec<u8>, DeviceError> {
+    async fn read(&self, offset: u64, len_bytes: u32) -> Result<bytes::Bytes, DeviceError> {
         let d = self.0.lock().unwrap();
-        Ok(d[offset as usize..offset as usize + len_bytes as usize].to_vec())
+        Ok(bytes::Bytes::copy_from_slice(&d[offset as usize..offset as usize + len_bytes as usize]))
     }
     async fn write(&self, offset: u64, data: Vec<u8>) -> Result<(), DeviceError> {
         self.0.lock().unwrap()[offset as usize..offset as usize + data.len()].copy_from_slice(&data);

@@ -22,6 +22,7 @@ use tokio::sync::RwLock;
 
 use crate::error::RbdError;
 use crate::header::{self, ImageInfo, data_object};
+use crate::readahead::Readahead;
 use crate::striping::Extent;
 
 /// Cluster operations one image call keeps in flight.
@@ -61,6 +62,9 @@ pub struct Image {
     /// Held shared by every write and zero while it runs, exclusively by a flush: a flush thus
     /// returns only after every write that started before it has completed.
     writes: Arc<RwLock<()>>,
+    /// Read-ahead for sequential readers, where this handle may keep it
+    /// ([`Image::with_readahead`]).
+    readahead: Option<Arc<Readahead>>,
 }
 
 fn transient(e: &ClientError) -> bool {
@@ -125,6 +129,7 @@ impl Image {
             copied_up: Arc::default(),
             fenced: None,
             writes: Arc::new(RwLock::new(())),
+            readahead: None,
         })
     }
 
@@ -175,6 +180,19 @@ impl Image {
     /// it).
     pub fn with_fence(mut self, fenced: Arc<std::sync::atomic::AtomicBool>) -> Image {
         self.fenced = Some(fenced);
+        self
+    }
+
+    /// Reads ahead for sequential readers, holding at most `window_bytes` (0: never; see
+    /// [`crate::readahead`]). Kept only where nobody else can change what this handle reads:
+    /// a snapshot, or a writable handle fenced by the image's lock ([`Image::with_fence`]
+    /// first), and dropped the moment the fence is set. Other handles ignore it: another
+    /// writer could change the image under what they fetched.
+    pub fn with_readahead(mut self, window_bytes: u64) -> Image {
+        let sole_reader = self.at_snap.is_some() || (!self.read_only && self.fenced.is_some());
+        self.readahead = (sole_reader && window_bytes > 0).then(|| {
+            Arc::new(Readahead::new(self.info.size_bytes, self.info.spec.layout.object_size_bytes, window_bytes))
+        });
         self
     }
 
@@ -233,9 +251,64 @@ impl Image {
         }
     }
 
-    /// Reads `len_bytes` at `offset`; ranges no object backs read as zeros.
-    pub async fn read(&self, offset: u64, len_bytes: u64) -> Result<Vec<u8>, RbdError> {
+    /// Reads `len_bytes` at `offset`; ranges no object backs read as zeros. A sequential
+    /// reader's reads may be served from what was read ahead (see [`crate::readahead`]).
+    pub async fn read(&self, offset: u64, len_bytes: u64) -> Result<Bytes, RbdError> {
         self.check_range(offset, len_bytes)?;
+        if let Some(ra) = &self.readahead {
+            if self.fenced.as_ref().is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire)) {
+                ra.clear();
+            } else if let Some(bytes) = self.read_ahead(ra, offset, len_bytes).await {
+                return Ok(bytes);
+            }
+        }
+        self.read_direct(offset, len_bytes).await
+    }
+
+    /// [`Image::read`] as a boxed future of a named type: a clone reads through its parent with
+    /// it, which breaks the recursion of the futures' types (and keeps them `Send`).
+    fn read_boxed(&self, offset: u64, len_bytes: u64) -> futures::future::BoxFuture<'_, Result<Bytes, RbdError>> {
+        Box::pin(self.read(offset, len_bytes))
+    }
+
+    /// Plans `offset..+len_bytes` with the read-ahead state: starts the fetches it asks for and
+    /// returns the read's bytes if a unit read ahead holds them.
+    async fn read_ahead(&self, ra: &Arc<Readahead>, offset: u64, len_bytes: u64) -> Option<Bytes> {
+        use futures::FutureExt;
+        let plan = ra.plan(offset, len_bytes);
+        for index in plan.fetch {
+            let (start, len) = ra.unit_range(index);
+            let (image, ra2) = (self.clone(), ra.clone());
+            // A task of its own, so that the fetch proceeds while no reader polls it.
+            let task = tokio::spawn(async move {
+                match image.read_direct(start, len).await {
+                    Ok(bytes) => Some(bytes),
+                    Err(e) => {
+                        tracing::debug!(start, len, error = %e, "a read-ahead failed; readers go to the cluster");
+                        ra2.failed(index);
+                        None
+                    }
+                }
+            });
+            ra.started(index, task.map(|r| r.ok().flatten()).boxed().shared());
+        }
+        let (fetch, at) = plan.serve?;
+        let bytes = fetch.await?;
+        let end = at + len_bytes as usize;
+        let served = (end <= bytes.len()).then(|| bytes.slice(at..end));
+        if served.is_some() {
+            ra.served();
+        }
+        served
+    }
+
+    /// What read-ahead did for this handle (and its clones), if it reads ahead.
+    pub fn readahead_counts(&self) -> Option<crate::readahead::Counts> {
+        self.readahead.as_ref().map(|ra| ra.counts())
+    }
+
+    /// Reads `len_bytes` at `offset` from the cluster.
+    async fn read_direct(&self, offset: u64, len_bytes: u64) -> Result<Bytes, RbdError> {
         let extents = self.info.spec.layout.extents(offset, len_bytes);
         // A read inside one object that holds every byte of it is that object's reply as it
         // is; otherwise the pieces are copied into a zeroed buffer (holes read as zeros).
@@ -266,12 +339,12 @@ impl Image {
         if let Some((parent, overlap)) = &self.parent {
             for x in through.into_iter().filter(|x| x.image_offset < *overlap) {
                 let len = x.len_bytes.min(overlap - x.image_offset);
-                let bytes = Box::pin(parent.read(x.image_offset, len)).await?;
+                let bytes = parent.read_boxed(x.image_offset, len).await?;
                 let at = (x.image_offset - offset) as usize;
                 out[at..at + bytes.len()].copy_from_slice(&bytes);
             }
         }
-        Ok(out)
+        Ok(Bytes::from(out))
     }
 
     /// Makes sure a clone's object `object_no` exists in the child before it is changed: the
@@ -286,11 +359,11 @@ impl Image {
         let start = object_no * object_bytes;
         if start < *overlap {
             let len = object_bytes.min(overlap - start);
-            let mut bytes = Box::pin(parent.read(start, len)).await?;
+            let mut bytes = parent.read_boxed(start, len).await?;
             let used = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
             bytes.truncate(used);
             let ops = vec![ObjOp::Create { exclusive: true }, ObjOp::Write { offset: 0, len_bytes: used as u64 }];
-            match self.op(object_no, ops, Bytes::from(bytes)).await {
+            match self.op(object_no, ops, bytes).await {
                 Ok(_) => {}
                 // Already in the child (written or copied up before).
                 Err(RbdError::Client(e)) if e.code() == Some(ErrorCode::Exists) => {}
@@ -327,6 +400,7 @@ impl Image {
         self.check_writable()?;
         self.check_range(offset, data.len() as u64)?;
         let _running = self.writes.read().await;
+        let _unread = self.readahead.as_ref().map(|ra| ra.write_begins(offset, data.len() as u64));
         let extents = self.info.spec.layout.extents(offset, data.len() as u64);
         self.copy_up_extents(&extents).await?;
         self.each(extents, |x| {
@@ -345,6 +419,7 @@ impl Image {
         self.check_writable()?;
         self.check_range(offset, len_bytes)?;
         let _running = self.writes.read().await;
+        let _unread = self.readahead.as_ref().map(|ra| ra.write_begins(offset, len_bytes));
         let object_bytes = self.info.spec.layout.object_size_bytes;
         let extents = self.info.spec.layout.extents(offset, len_bytes);
         let overlap = self.parent.as_ref().map_or(0, |p| p.1);

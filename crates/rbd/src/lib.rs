@@ -19,6 +19,7 @@ pub mod header;
 pub mod image;
 pub mod lock;
 pub mod manage;
+pub mod readahead;
 pub mod snap;
 pub mod striping;
 pub mod transfer;
