@@ -52,7 +52,7 @@ pub struct ServeArgs {
     /// from several OSDs at once, up to this many bytes held (e.g. 16M; 0: off). Only on
     /// exports nobody else can change: snapshots, and writable images while this server holds
     /// their lock.
-    #[arg(long, default_value = "16M", value_parser = crate::conf::parse_size_arg)]
+    #[arg(long, env = "SHOAL_NBD_READAHEAD", default_value = "16M", value_parser = crate::conf::parse_size_arg)]
     readahead: u64,
     /// Lease of the exclusive lock a writable export holds on its image: renewed every third of
     /// it; a server that stops renewing loses the lock after it.
