@@ -328,7 +328,9 @@ fn images_are_created_and_served_over_nbd_to_real_clients() {
     assert!(Raw(s).closed(), "an option claiming 1 GiB of data must end its connection");
     // The server outlives all of that.
     tool("nbdinfo", &[&uri]);
-    drop(server);
+    // Stopped with SIGTERM, the server releases its lock: the shrink below is refused while one
+    // is held.
+    server.stop();
     fails_with(&shoal(&dir, &["nbd", "serve", "data/nope", "--listen", "127.0.0.1:0"]), "\"nope\" does not exist");
 
     // Resize: a reconnecting client sees the new size; shrinking needs --allow-shrink and
@@ -378,6 +380,10 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
     let locks = json(&ok(&shoal(&dir, &["rbd", "lock", "ls", "data/vol", "--json"])));
     assert_eq!(locks["locks"][0]["stale"], false, "{locks}");
     assert!(locks["locks"][0]["description"].as_str().unwrap().contains(&port.to_string()), "{locks}");
+    // A shrink would be a second writer (it zeroes the cut-off end): refused while the lock is
+    // held. A grow only raises the size, which the server sees when it reopens the image.
+    fails_with(&shoal(&dir, &["rbd", "resize", "data/vol", "--size", "64M", "--allow-shrink"]), "is locked by");
+    ok(&shoal(&dir, &["rbd", "resize", "data/vol", "--size", "128M"]));
 
     // fio's nbd engine: concurrent random writes, verified.
     let fio_out = tmp.path().join("fio.json");

@@ -16,7 +16,9 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 /// objects: a shrink removed them before it lowered the size). Shrinking needs `allow_shrink`
 /// and first makes everything past the new end read as zeros (objects removed or truncated),
 /// then lowers the size, so a crash in between leaves the old size with zeros at its end,
-/// never old data inside a later grow.
+/// never old data inside a later grow. A shrink is refused while a live server holds the
+/// image's lock: its zeroing would be a second writer beside the lock holder, which keeps its old
+/// size (and may hold what it read ahead) until it reopens the image. A grow only raises the size.
 pub async fn resize(
     client: &Client,
     pool: &str,
@@ -33,6 +35,7 @@ pub async fn resize(
                 info.size_bytes
             )));
         }
+        crate::lock::check_unlocked(client, pool, name).await?;
         if info.parent.as_ref().is_some_and(|p| p.overlap_bytes > to_bytes) {
             // A clone stops reading through past the new end first: a later grow must read zeros.
             crate::snap::clip_overlap(client, pool, &info, to_bytes).await?;
