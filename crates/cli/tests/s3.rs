@@ -762,6 +762,37 @@ fn a_completion_that_outlives_a_later_write_and_delete_of_its_key_does_not_list_
 }
 
 #[test]
+fn a_head_commit_held_past_its_writes_expiry_never_takes_effect() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway(tmp.path());
+    let keys = (keys.0.as_str(), keys.1.as_str());
+    // A lease of 4 s: a write's requests expire 2 s after its pending record (decision 0032).
+    // The gateway pauses 3 s between the tails and the head of KEY, as if the cluster held the
+    // head's request that long: the head must then never be written (the collector, a lease
+    // later, decides the write from the head and must find it final).
+    let key = "late/k";
+    let pause = format!("{}:{key}:3000", shoal_gateway::crashpoint::AFTER_TAILS);
+    let (_gw, ep) =
+        spawn_gateway_full(&dir, None, &["--lease-s", "4"], &[(shoal_gateway::crashpoint::PAUSE_ENV, &pause)]);
+    let ep = format!("http://{ep}");
+    assert_eq!(s3_request(&ep, keys, "PUT", "/expiry", "", b"").0, 200);
+    let path = format!("/expiry/{key}");
+    for body in [&b"small"[..], &pattern(6 << 20, 3)] {
+        let (status, _, answer) = s3_request(&ep, keys, "PUT", &path, "", body);
+        let answer = String::from_utf8_lossy(&answer);
+        assert_eq!(status, 503, "a commit past its expiry is refused as a retryable failure: {answer}");
+        assert!(answer.contains("ServiceUnavailable"), "{answer}");
+        assert_eq!(s3_request(&ep, keys, "HEAD", &path, "", b"").0, 404, "the late head was written");
+    }
+    // Other keys are written as usual, and once the collector has decided the two writes (a
+    // lease after them) only they are listed.
+    assert_eq!(s3_request(&ep, keys, "PUT", "/expiry/other", "", b"x").0, 200);
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    assert_eq!(list_keys(&ep, keys, "expiry"), vec!["other".to_string()]);
+    assert_eq!(s3_request(&ep, keys, "HEAD", &path, "", b"").0, 404);
+}
+
+#[test]
 fn a_bucket_deletion_that_died_midway_is_decided_for_the_whole_bucket() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _down, keys) = up_without_gateway(tmp.path());

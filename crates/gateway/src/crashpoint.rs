@@ -31,7 +31,8 @@ pub const COMPLETE_SWAP: &str = "complete-swap";
 /// The most jitter a test may ask for: a pause longer than this would be a stall, not a race.
 const MAX_JITTER_MS: u64 = 1000;
 
-/// After the tails are written, before the head (the commit).
+/// After the tails are written, before the head (the commit); also a pause point, standing in
+/// for a head request the cluster holds back.
 pub const AFTER_TAILS: &str = "after-tails";
 /// After the head is written, before the index completion.
 pub const AFTER_HEAD: &str = "after-head";

@@ -104,7 +104,9 @@ impl From<GatewayError> for s3s::S3Error {
                 Some(ErrorCode::TooLarge) => C::EntityTooLarge,
                 Some(ErrorCode::Conflict) => C::ConditionalRequestConflict,
                 Some(ErrorCode::Timeout | ErrorCode::Degraded | ErrorCode::NoQuorum) => C::ServiceUnavailable,
-                None if matches!(c, ClientError::Timeout(_)) => C::ServiceUnavailable,
+                // The cluster did not answer in time, or not before the request's expiry: nothing
+                // was changed that a retry would not see, so clients are told to retry.
+                None if matches!(c, ClientError::Timeout(_) | ClientError::Expired) => C::ServiceUnavailable,
                 _ => C::InternalError,
             },
             GatewayError::UserExists(_)

@@ -654,6 +654,8 @@ async fn commit_head_once(
     ops.push(ObjOp::SetXattr { name: ETAG_XATTR.into(), value: meta.etag.as_bytes().to_vec() });
     let name = layout::head_object(w.bucket.id, &meta.key);
     crate::crashpoint::reached(crate::crashpoint::AFTER_TAILS, &meta.key);
+    // A test's stand-in for a head request the cluster holds back (decision 0032).
+    crate::crashpoint::pause(crate::crashpoint::AFTER_TAILS, &meta.key).await;
     match client.op_parts_before(DATA_POOL, &name, ops, first.to_vec(), Some(expiry)).await {
         Ok(_) => Ok(true),
         Err(e) if e.code() == Some(shoal_proto::ErrorCode::Conflict) => Ok(false),
