@@ -290,7 +290,7 @@ impl Image {
                     }
                 }
             });
-            ra.started(index, task.map(|r| r.ok().flatten()).boxed().shared());
+            ra.started(index, task.map(|r| r.ok().flatten()).boxed().shared(), plan.writes_begun);
         }
         let (fetch, at) = plan.serve?;
         let bytes = fetch.await?;

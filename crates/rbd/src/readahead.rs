@@ -9,9 +9,10 @@
 //! reads from them without copying (slices of the fetched buffer).
 //!
 //! Coherence: a unit is served only if no write overlapping it began after its fetch was sent
-//! (a write or zero removes the units it overlaps when it begins), and a fetch is sent only
-//! while no write is running (so every write acknowledged before it is in what it reads). A
-//! read concurrent with a write may see either, as NBD allows. The image keeps read-ahead only
+//! (a write or zero removes the units it overlaps when it begins, and a fetch is kept only if no
+//! write at all began between its plan and its record), and a fetch is planned only while no
+//! write is running (so every write acknowledged before it is in what it reads). A read
+//! concurrent with a write may see either, as NBD allows. The image keeps read-ahead only
 //! where nobody else can change what it reads: a snapshot, or a writable image whose exclusive
 //! lock this handle holds (and not once the lock is lost; see [`crate::Image::with_readahead`]).
 //!
@@ -43,8 +44,10 @@ pub(crate) struct Plan {
     /// it.
     pub serve: Option<(Fetch, usize)>,
     /// Units (their indexes) to fetch now: the caller starts them and hands them back through
-    /// [`Readahead::started`].
+    /// [`Readahead::started`], with `writes_begun`.
     pub fetch: Vec<u64>,
+    /// Writes begun when the plan was made: a fetch is kept only if no write began since.
+    pub writes_begun: u64,
 }
 
 pub(crate) struct Readahead {
@@ -64,6 +67,8 @@ struct State {
     units: BTreeMap<u64, Fetch>,
     /// Writes and zeros running now: no fetch starts while one runs.
     writes_running: u64,
+    /// Writes and zeros begun so far (a fetch planned before one began is not kept).
+    writes_begun: u64,
     counts: Counts,
 }
 
@@ -141,14 +146,15 @@ impl Readahead {
             }
         }
         debug_assert!(s.units.len() + fetch.len() <= self.max_units.max(1) + 1);
-        Plan { serve, fetch }
+        Plan { serve, fetch, writes_begun: s.writes_begun }
     }
 
-    /// Records the fetch of unit `index` that [`Readahead::plan`] asked for, unless a write
-    /// began since (then the fetch's bytes may predate it and are not kept).
-    pub fn started(&self, index: u64, fetch: Fetch) {
+    /// Records the fetch of unit `index` that a plan made with `writes_begun` asked for, unless
+    /// a write began since (the fetch, sent after the plan, may have reached the cluster before
+    /// that write's operations and hold the bytes it replaced).
+    pub fn started(&self, index: u64, fetch: Fetch, writes_begun: u64) {
         let mut s = self.lock();
-        if s.writes_running == 0 && s.units.len() < self.max_units {
+        if s.writes_begun == writes_begun && s.writes_running == 0 && s.units.len() < self.max_units {
             s.units.insert(index, fetch);
             s.counts.units_fetched += 1;
         }
@@ -173,6 +179,7 @@ impl Readahead {
     pub fn write_begins(&self, offset: u64, len_bytes: u64) -> WriteGuard<'_> {
         let mut s = self.lock();
         s.writes_running += 1;
+        s.writes_begun += 1;
         if len_bytes > 0 {
             let first = offset / self.unit_bytes;
             let last = (offset + len_bytes - 1) / self.unit_bytes;
@@ -231,14 +238,15 @@ mod tests {
         assert!(plans[..STREAM_READS as usize - 1].iter().all(|p| p.fetch.is_empty()), "not a stream yet");
         // The fourth read ends at 2 MiB inside unit 0: units 1 and 2 (the window) are fetched.
         assert_eq!(plans.last().map(|p| p.fetch.clone()), Some(vec![1, 2]));
+        let begun = plans.last().map_or(0, |p| p.writes_begun);
         for i in [1, 2] {
-            ra.started(i, ready(Some(Bytes::from(vec![i as u8; (4 * MIB) as usize]))));
+            ra.started(i, ready(Some(Bytes::from(vec![i as u8; (4 * MIB) as usize]))), begun);
         }
         // Entering unit 1: served from it, at the offset within it.
         let p = ra.plan(4 * MIB + (512 << 10), 512 << 10);
         let (fetch, at) = p.serve.expect("served from the unit");
         assert_eq!(at, 512 << 10);
-        let bytes = futures::executor::block_on(fetch).expect("fetched");
+        let bytes = fetch.now_or_never().flatten().expect("fetched");
         assert_eq!(bytes[0], 1, "unit 1's bytes");
     }
 
@@ -259,7 +267,7 @@ mod tests {
         for i in 0..256u64 {
             let p = ra.plan(i * MIB, MIB);
             for u in p.fetch {
-                ra.started(u, ready(Some(Bytes::from_static(b"x"))));
+                ra.started(u, ready(Some(Bytes::from_static(b"x"))), p.writes_begun);
             }
             held_max = held_max.max(ra.held().len());
             // Past the first unit, what is held is the stream's unit and those ahead of it.
@@ -274,8 +282,9 @@ mod tests {
         let plans = stream(&ra, 0, STREAM_READS as u64, MIB);
         let fetched = plans.last().map(|p| p.fetch.clone()).unwrap_or_default();
         assert_eq!(fetched, vec![1, 2, 3, 4]);
+        let begun = plans.last().map_or(0, |p| p.writes_begun);
         for u in &fetched {
-            ra.started(*u, ready(Some(Bytes::from_static(b"old"))));
+            ra.started(*u, ready(Some(Bytes::from_static(b"old"))), begun);
         }
         {
             let _w = ra.write_begins(5 * MIB, 4 * MIB);
@@ -284,11 +293,18 @@ mod tests {
             // asked for before it began is not kept.
             let p = ra.plan(4 * MIB, MIB);
             assert!(p.fetch.is_empty());
-            ra.started(7, ready(Some(Bytes::from_static(b"stale?"))));
+            ra.started(7, ready(Some(Bytes::from_static(b"stale?"))), begun);
             assert!(!ra.held().contains(&7));
         }
+        // A fetch planned before the write, recorded once the write has ended: not kept either
+        // (it may have been read before the write's bytes landed).
+        ra.started(8, ready(Some(Bytes::from_static(b"stale?"))), begun);
+        assert!(!ra.held().contains(&8), "a fetch planned before a write began was kept");
         // Ended: fetching resumes.
         let p = ra.plan(5 * MIB, MIB);
         assert!(!p.fetch.is_empty(), "fetches resume once no write runs");
+        let unit = p.fetch[0];
+        ra.started(unit, ready(Some(Bytes::from_static(b"new"))), p.writes_begun);
+        assert!(ra.held().contains(&unit));
     }
 }
