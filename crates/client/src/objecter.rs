@@ -117,8 +117,8 @@ impl Client {
     /// `expiry` has passed, and the OSD refuses one it held past it. So after `expiry` the
     /// request either has been applied or never will be, whatever the cluster does (a caller
     /// that hands the decision to someone else after a deadline needs exactly that). The OSD
-    /// judges at its tick's resolution, so a caller whose deadline is hard passes an `expiry`
-    /// that much earlier.
+    /// judges as of each batch of its work, so a caller whose deadline is hard keeps a margin of
+    /// that much (milliseconds) before it.
     pub async fn op_parts_before(
         &self,
         pool: &str,

@@ -554,9 +554,17 @@ impl OsdCore {
         }
     }
 
+    /// Moves the clock requests' expiries are judged on to `now_ms` (the ticks' clock), if that
+    /// is later: the driver calls it before each batch of events, so an expiry is judged as of
+    /// the batch that executes the request, not as of the last tick.
+    pub fn advance_clock(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
     /// Why `op`, which arrived at `arrived_ms`, may no longer be executed: it was held past
-    /// its expiry (see [`OsdOp::expires_in_ms`]). Judged on the tick clock, so up to one tick
-    /// late, never early.
+    /// its expiry (see [`OsdOp::expires_in_ms`]). Judged on the clock as the driver last
+    /// advanced it (before each batch, and at each tick), so late by at most the batch's own
+    /// time, never early.
     fn expired(&self, op: &OsdOp, arrived_ms: u64) -> Option<RemoteError> {
         let limit_ms = op.expires_in_ms?;
         let held_ms = self.now_ms.saturating_sub(arrived_ms);

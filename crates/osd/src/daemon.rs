@@ -191,7 +191,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         let ended = WorkerEnded(Some(ended_tx));
         let work = async move {
             let _ended = ended;
-            worker_loop(core, rx, conns, peers, monc, runtime, mode).await;
+            worker_loop(core, rx, conns, peers, monc, runtime, mode, started).await;
         };
         match mode {
             WorkerMode::Thread => {
@@ -396,6 +396,7 @@ async fn connect_monitors(cluster: &ClusterConfig) -> Result<MonClient> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn worker_loop(
     mut core: OsdCore,
     mut rx: mpsc::Receiver<Event>,
@@ -404,6 +405,7 @@ async fn worker_loop(
     monc: MonClient,
     runtime: tokio::runtime::Handle,
     mode: WorkerMode,
+    clock: Instant,
 ) {
     let mut actions = Vec::new();
     // Client I/O goes before recovery work (`lanes`): the worker takes in what has arrived, within
@@ -454,6 +456,9 @@ async fn worker_loop(
                 Lane::Timer | Lane::Barrier => {}
             }
         }
+        // The clock requests' expiries are judged on, as of this batch (a tick may be queued
+        // behind the batch's requests when the worker is behind).
+        core.advance_clock(clock.elapsed().as_millis() as u64);
         for ev in batch.drain(..) {
             core.handle(ev, &mut actions);
         }

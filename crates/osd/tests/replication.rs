@@ -920,6 +920,14 @@ fn a_request_held_past_its_expiry_is_refused_and_changes_nothing() {
         assert_eq!(net.content(osd).as_deref(), Some(&b"abcxyz"[..]), "{osd}: nothing of the late append");
     }
 
+    // Judged as of the batch that executes it, not the last tick: a worker that is behind may
+    // have ticks queued behind its requests, and advances the clock before each batch.
+    let behind = held_append(&mut net, 4, 12_000);
+    net.cores.get_mut(&primary).expect("primary").advance_clock(20_000);
+    next_epoch(&mut net, "q3");
+    let err = net.replies.remove(&behind).expect("answered").result.expect_err("held past its expiry, no tick");
+    assert_eq!(err.code, ErrorCode::Timeout, "{err}");
+
     // The write that was applied, resent long after its expiry: answered from the PG log.
     let mut again = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
     again.expires_in_ms = Some(1);

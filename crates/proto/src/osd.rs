@@ -288,9 +288,10 @@ pub struct OsdOp {
     /// (`None`: no limit). A request that waited longer — queued while its PG peered, held
     /// behind an object's recovery or a newer map — is refused with `Timeout` and changes
     /// nothing, so a caller that gave up on it knows it can never take effect later. Measured on
-    /// the OSD's own clock at its tick's resolution (up to one tick late); a caller with a hard
-    /// deadline subtracts that margin. A write already applied (a resend answered from the PG
-    /// log) is answered as applied, whatever its age.
+    /// the OSD's own clock as of the batch of work that would execute it (late by at most that
+    /// batch's time, never early); a caller with a hard deadline keeps a margin for that. A write
+    /// already applied (a resend answered from the PG log) is answered as applied, whatever its
+    /// age.
     pub expires_in_ms: Option<u64>,
 }
 impl Message for OsdOp {

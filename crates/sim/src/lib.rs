@@ -801,6 +801,8 @@ impl Simulation {
         let Some(core) = self.osds.get_mut(&osd) else { return };
         {
             let _span = tracing::info_span!("osd", id = osd, t_us = self.now_us).entered();
+            // As the daemon's worker does before each batch: expiries are judged as of now.
+            core.advance_clock(self.now_us / 1000);
             core.handle(event, &mut actions);
         }
         for action in actions {
