@@ -60,6 +60,9 @@ pub type Token = u64;
 
 /// Requests held while waiting for a newer map before they are refused.
 pub const MAX_WAITING_FOR_MAP: usize = 1024;
+/// Client reads a primary runs beside its worker at once ([`OsdCore::set_read_offload`]); beyond
+/// it a read runs on the worker, as without offloading.
+pub const MAX_READS_IN_FLIGHT: usize = 64;
 /// Writes in flight to replicas at once; beyond it a write is refused with `Timeout`-free
 /// backpressure (`Other`, "busy"), which clients retry.
 pub const MAX_PENDING_WRITES: usize = 4096;
@@ -93,6 +96,8 @@ pub enum Event {
     /// The monitors answered an [`Action::MonCommand`]; `epoch`: the map epoch the change is in
     /// (the driver may feed this only once its map reached it).
     MonCommandDone { epoch: Option<u64> },
+    /// A read the driver ran beside the worker ([`Action::Read`]) has finished.
+    ReadDone { id: u64, result: Result<(Vec<shoal_proto::osd::OpOutput>, crate::exec::ReadData), RemoteError> },
 }
 
 /// What a call to a peer was for, so its answer reaches the step that waits for it.
@@ -191,6 +196,28 @@ pub enum Action {
     MonCommand(Command),
     /// Report statistics to the monitors.
     Stats(OsdStats),
+    /// Run a client's read on the store beside the worker ([`crate::exec::execute_reads`] with
+    /// these arguments) and feed its outcome back as [`Event::ReadDone`]. Only while reads are
+    /// offloaded ([`OsdCore::set_read_offload`]).
+    Read(ReadJob),
+}
+
+/// A client read run beside the worker (see [`Action::Read`]).
+#[derive(Debug, Clone)]
+pub struct ReadJob {
+    pub id: u64,
+    pub coll: String,
+    pub object: String,
+    pub ops: Vec<shoal_proto::osd::ObjOp>,
+}
+
+/// A read running beside the worker: what its answer needs.
+struct ReadInFlight {
+    pg: PgId,
+    from: Token,
+    request_id: u64,
+    op: OsdOp,
+    arrived_ms: u64,
 }
 
 struct PendingWrite {
@@ -279,6 +306,14 @@ pub struct OsdCore {
     scrubs: BTreeMap<PgId, scrub::PgScrubState>,
     /// The tick clock at the last tick (scrub schedules, request expiry).
     now_ms: u64,
+    /// Whether client reads run beside the worker ([`OsdCore::set_read_offload`]).
+    read_offload: bool,
+    next_read_id: u64,
+    /// Reads running beside the worker, by id.
+    reads: HashMap<u64, ReadInFlight>,
+    /// How many of them read each object: a write of the object waits until none does (it
+    /// must not change what a read before it in the object's order returns).
+    reads_of: HashMap<(PgId, String), u32>,
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -318,10 +353,23 @@ impl OsdCore {
             client_ops_since_tick: 0,
             scrubs: BTreeMap::new(),
             now_ms: 0,
+            read_offload: false,
+            next_read_id: 0,
+            reads: HashMap::new(),
+            reads_of: HashMap::new(),
         };
         // Pools deleted while this OSD was down (or before a purge finished) are purged now.
         core.queue_orphans();
         Ok(core)
+    }
+
+    /// Runs client reads beside the worker: the core asks the driver to run them
+    /// ([`Action::Read`]) and answers when it reports back ([`Event::ReadDone`]). For stores
+    /// whose reads wait on a device (`block`): one slow read then holds no other request of the
+    /// OSD. Order on an object is kept: a write (and everything after it) waits until the reads
+    /// of its object that came before it have finished.
+    pub fn set_read_offload(&mut self, on: bool) {
+        self.read_offload = on;
     }
 
     /// Switches safety mechanisms off (simulation mutation tests only; see [`Mutations`]).
@@ -424,6 +472,7 @@ impl OsdCore {
                 }
             }
             Event::PeerReply { from, call, result } => self.on_peer_reply(from, call, result, out),
+            Event::ReadDone { id, result } => self.read_done(id, result, out),
             Event::MonCommandDone { epoch } => {
                 if epoch.is_some_and(|e| e > self.map.epoch) {
                     self.wait_for_map(Event::MonCommandDone { epoch }, out);
@@ -580,6 +629,82 @@ impl OsdCore {
         })
     }
 
+    /// Whether a client request on `object` must wait behind others of it: something already
+    /// waits for the object (order), or it writes and reads of the object run beside the worker
+    /// (a read that came first must not see it).
+    fn must_wait_for_object(&self, pg: PgId, object: &str, read_only: bool) -> bool {
+        let queued =
+            matches!(self.pgs.get(&pg), Some(PgState { role: Role::Primary(p), .. }) if p.blocked.contains_key(object));
+        queued || (!read_only && !self.reads_of.is_empty() && self.reads_of.contains_key(&(pg, object.to_string())))
+    }
+
+    /// Answers a client's read with `result` (run on the worker or beside it). A copy found
+    /// damaged is repaired from a member first when the PG has one, and the read runs again.
+    fn answer_read(
+        &mut self,
+        read: ReadInFlight,
+        acting_len: usize,
+        result: Result<(Vec<shoal_proto::osd::OpOutput>, crate::exec::ReadData), RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let ReadInFlight { pg, from, request_id, op, arrived_ms } = read;
+        // (A PG of one member has no other copy: the error goes to the reader.)
+        if let Err(e) = &result
+            && e.code == ErrorCode::Corrupt
+            && acting_len > 1
+            && !self.mutations.no_repair_on_access
+        {
+            let event = Event::ClientOp { from, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms };
+            return self.repair_then_retry(pg, event, e, out);
+        }
+        let (result, read) = match result {
+            Ok((outputs, read)) => (Ok(outputs), read),
+            Err(e) => (Err(e), crate::exec::ReadData::default()),
+        };
+        self.counters.read_ops += 1;
+        self.counters.read_bytes += read.bytes.len() as u64;
+        // The read bytes go out from the store's buffer, by reference, and with the checksum
+        // the store joined from the blocks it verified, so nothing reads them again here.
+        let reply = OsdOpReply { epoch: self.map.epoch, result };
+        let frame = shoal_proto::frame_with_checked_data(request_id, &reply, read.bytes, read.crc);
+        out.push(Action::Reply { to: from, frame, after_sync: false });
+    }
+
+    /// A read run beside the worker finished: its answer, then what waited for its object.
+    fn read_done(
+        &mut self,
+        id: u64,
+        result: Result<(Vec<shoal_proto::osd::OpOutput>, crate::exec::ReadData), RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(read) = self.reads.remove(&id) else {
+            debug_assert!(false, "the driver reported read {id}, which is not running");
+            return;
+        };
+        let (pg, object) = (read.pg, read.op.object.clone());
+        let key = (pg, object);
+        let drained = match self.reads_of.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                self.reads_of.remove(&key);
+                true
+            }
+        };
+        // Repairs run only where this OSD still leads the PG; elsewhere the error goes to the
+        // reader, who retries at the PG's primary.
+        let acting_len = match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) => p.acting.len(),
+            _ => 1,
+        };
+        self.answer_read(read, acting_len, result, out);
+        if drained {
+            self.unblock(pg, &key.1, out);
+        }
+    }
+
     /// Serves a client's request (an [`Event::ClientOp`]; any other event is ignored).
     fn client_op(&mut self, event: Event, out: &mut Vec<Action>) {
         let Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms } = event else {
@@ -615,7 +740,9 @@ impl OsdCore {
             return;
         }
         let need = if read_only { Need::Primary } else { Need::All };
-        if !self.object_ready(pg, &op.object, need, out) {
+        // In the object's order: behind what already waits for the object, and a write behind
+        // the reads of it still running beside the worker.
+        if !self.object_ready(pg, &op.object, need, out) || self.must_wait_for_object(pg, &op.object, read_only) {
             let object = op.object.clone();
             return self.block_on(pg, &object, Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms });
         }
@@ -624,27 +751,17 @@ impl OsdCore {
             if let Some(e) = self.expired(&op, arrived_ms) {
                 return out.push(fail(e));
             }
-            let result = execute_reads(&*self.store, &coll, &op.object, &op.ops);
-            // (A PG of one member has no other copy: the error goes to the reader.)
-            if let Err(e) = &result
-                && e.code == ErrorCode::Corrupt
-                && acting.len() > 1
-                && !self.mutations.no_repair_on_access
-            {
-                let event = Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms };
-                return self.repair_then_retry(pg, event, e, out);
+            let read = ReadInFlight { pg, from, request_id, op, arrived_ms };
+            if self.read_offload && self.reads.len() < MAX_READS_IN_FLIGHT {
+                let id = self.next_read_id;
+                self.next_read_id += 1;
+                let job = ReadJob { id, coll, object: read.op.object.clone(), ops: read.op.ops.clone() };
+                *self.reads_of.entry((pg, read.op.object.clone())).or_insert(0) += 1;
+                self.reads.insert(id, read);
+                return out.push(Action::Read(job));
             }
-            let (result, read) = match result {
-                Ok((outputs, read)) => (Ok(outputs), read),
-                Err(e) => (Err(e), crate::exec::ReadData::default()),
-            };
-            self.counters.read_ops += 1;
-            self.counters.read_bytes += read.bytes.len() as u64;
-            // The read bytes go out from the store's buffer, by reference, and with the checksum
-            // the store joined from the blocks it verified, so nothing reads them again here.
-            let frame =
-                shoal_proto::frame_with_checked_data(request_id, &OsdOpReply { epoch, result }, read.bytes, read.crc);
-            return out.push(Action::Reply { to: from, frame, after_sync: false });
+            let result = execute_reads(&*self.store, &coll, &read.op.object, &read.op.ops);
+            return self.answer_read(read, acting.len(), result, out);
         }
         // A resend of a write applied before (by this primary or one before it; peering made the
         // log the same on every acting member, and the object is on all of them): answered from

@@ -24,7 +24,7 @@ use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, decode_bytes, 
 use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
 use tokio::sync::mpsc;
 
-use crate::core::{Action, Event, OsdCore, PeerCall, Token};
+use crate::core::{Action, Event, OsdCore, PeerCall, ReadJob, Token};
 use crate::lanes::{Lane, Lanes};
 use crate::pacing::Pacer;
 
@@ -177,13 +177,22 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
     let started = Instant::now();
     let shared = Arc::new(Shared { events: tx.clone(), conns: conns.clone(), started });
-    let core = OsdCore::new(cfg.id, store.clone(), monc.map()).context("loading the store's collections")?;
+    let mut core = OsdCore::new(cfg.id, store.clone(), monc.map()).context("loading the store's collections")?;
     let runtime = tokio::runtime::Handle::current();
     // Peers hold a weak sender: the worker (which owns them) must see its queue close once the
     // server and the tasks feeding it are gone, or it would never end.
     let peers = Peers::new(tx.downgrade(), cfg.cluster.clone());
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
     let mode = WorkerMode::for_backend(cfg.backend);
+    // A store whose reads wait on a device reads beside the worker, so that one slow read holds
+    // no other request of the OSD (a RAM store's reads are quicker than the hand-off).
+    let reads = match mode {
+        WorkerMode::Thread => {
+            core.set_read_offload(true);
+            Some(ReadPool::start(store.clone(), tx.downgrade(), READ_THREADS, &cfg.id.to_string())?)
+        }
+        WorkerMode::Inline => None,
+    };
     let worker = {
         let monc = monc.clone();
         // The worker gets the connections but no sender of its own queue, so that the queue
@@ -191,7 +200,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         let ended = WorkerEnded(Some(ended_tx));
         let work = async move {
             let _ended = ended;
-            worker_loop(core, rx, conns, peers, monc, runtime, mode, started).await;
+            worker_loop(core, rx, conns, peers, monc, runtime, mode, started, reads).await;
         };
         match mode {
             WorkerMode::Thread => {
@@ -283,6 +292,57 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     store.flush().context("flushing the store at shutdown")?;
     tracing::info!(osd = %cfg.id, "stopped");
     Ok(())
+}
+
+/// Threads per `block` OSD that run client reads beside its worker.
+const READ_THREADS: usize = 4;
+
+/// Threads that run client reads beside the worker ([`Action::Read`]) and feed their outcomes
+/// back as [`Event::ReadDone`]. The queue of jobs is unbounded here because the core bounds the
+/// reads it offloads ([`crate::core::MAX_READS_IN_FLIGHT`]); a bounded one could deadlock (the worker waiting
+/// to hand a job to threads waiting to hand it an outcome).
+struct ReadPool {
+    jobs: std::sync::mpsc::Sender<ReadJob>,
+}
+
+impl ReadPool {
+    fn start(
+        store: Arc<dyn ObjectStore>,
+        events: mpsc::WeakSender<Event>,
+        threads: usize,
+        osd: &str,
+    ) -> Result<ReadPool> {
+        let (jobs, queue) = std::sync::mpsc::channel::<ReadJob>();
+        let queue = Arc::new(Mutex::new(queue));
+        for i in 0..threads {
+            let (queue, store, events) = (queue.clone(), store.clone(), events.clone());
+            std::thread::Builder::new()
+                .name(format!("{osd}-read{i}"))
+                .spawn(move || {
+                    loop {
+                        // Ends when the worker (the only sender) is gone.
+                        let job = match queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).recv() {
+                            Ok(job) => job,
+                            Err(_) => return,
+                        };
+                        let result = crate::exec::execute_reads(&*store, &job.coll, &job.object, &job.ops);
+                        // A weak sender: these threads never keep the worker's queue open.
+                        let Some(events) = events.upgrade() else { return };
+                        if events.blocking_send(Event::ReadDone { id: job.id, result }).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .context("starting a read thread")?;
+        }
+        Ok(ReadPool { jobs })
+    }
+
+    fn submit(&self, job: ReadJob) {
+        // Fails only once every thread has ended, which happens only when the worker's queue
+        // is closed: the OSD is stopping and the read's answer would go nowhere.
+        let _ = self.jobs.send(job);
+    }
 }
 
 /// Where the worker loop runs.
@@ -406,6 +466,7 @@ async fn worker_loop(
     runtime: tokio::runtime::Handle,
     mode: WorkerMode,
     clock: Instant,
+    reads: Option<ReadPool>,
 ) {
     let mut actions = Vec::new();
     // Client I/O goes before recovery work (`lanes`): the worker takes in what has arrived, within
@@ -525,6 +586,11 @@ async fn worker_loop(
                         let _ = monc.report_stats(&stats).await;
                     });
                 }
+                Action::Read(job) => match &reads {
+                    Some(pool) => pool.submit(job),
+                    // The core offloads reads only when told to, which only this mode does.
+                    None => unreachable!("a read offloaded by an OSD that reads on its worker"),
+                },
             }
         }
         // Run inline, the worker shares its runtime thread with the tasks it wakes, and tokio runs

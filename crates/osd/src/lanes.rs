@@ -91,6 +91,8 @@ pub fn lane(event: &Event) -> Lane {
         Event::ClientOp { op, .. } => Lane::Foreground(Some(PgId { pool: op.pool, seed: op.pg })),
         Event::RepOp { op, .. } => Lane::Foreground(Some(PgId { pool: op.pool, seed: op.pg })),
         Event::RepReply { .. } => Lane::Foreground(None),
+        // An answer, like a replica's: it changes no object (the read ran already).
+        Event::ReadDone { .. } => Lane::Foreground(None),
         Event::Tick { .. } => Lane::Timer,
         // A payload that does not decode is handled (and refused) in order.
         Event::PeerMsg { msg_type, payload, .. } if *msg_type == PgPush::TYPE => {

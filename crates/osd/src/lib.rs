@@ -27,5 +27,5 @@ pub mod pgmeta;
 pub mod scrub;
 pub mod snaps;
 
-pub use core::{Action, Event, Mutations, OsdCore, PeerCall, Token};
+pub use core::{Action, Event, Mutations, OsdCore, PeerCall, ReadJob, Token};
 pub use daemon::{OsdConfig, run};

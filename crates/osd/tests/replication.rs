@@ -51,6 +51,10 @@ struct Net {
     hold_pushes: bool,
     /// The bulk data of the last answer to the client (its reads).
     last_read: Option<Vec<u8>>,
+    /// Reads the OSDs asked to run beside their workers, not run yet.
+    held_reads: VecDeque<(u32, shoal_osd::ReadJob)>,
+    /// The bulk data of every answer to the client, by request.
+    data_of: BTreeMap<u64, Vec<u8>>,
 }
 
 impl Net {
@@ -74,6 +78,8 @@ impl Net {
             held_pushes: VecDeque::new(),
             hold_pushes: false,
             last_read: None,
+            held_reads: VecDeque::new(),
+            data_of: BTreeMap::new(),
         };
         net.broadcast();
         net
@@ -133,7 +139,8 @@ impl Net {
         match action {
             Action::Reply { to: CLIENT, frame, .. } => {
                 let request_id = frame.request_id;
-                let (reply, data): (OsdOpReply, _) = decode(frame.into_payload()).unwrap();
+                let (reply, data): (OsdOpReply, Vec<u8>) = decode(frame.into_payload()).unwrap();
+                self.data_of.insert(request_id, data.clone());
                 self.last_read = Some(data);
                 self.replies.insert(request_id, reply);
             }
@@ -178,6 +185,18 @@ impl Net {
                 queue.push_back((from, Event::MonCommandDone { epoch }));
             }
             Action::Stats(_) => {}
+            // Reads run beside the worker: held until the test lets them run.
+            Action::Read(job) => self.held_reads.push_back((from, job)),
+        }
+    }
+
+    /// Runs the reads held so far (not those they cause), oldest first, on their OSDs' stores
+    /// now, and delivers what they cause.
+    fn run_reads(&mut self) {
+        let reads: Vec<_> = self.held_reads.drain(..).collect();
+        for (osd, job) in reads {
+            let result = shoal_osd::exec::execute_reads(&**self.cores[&osd].store(), &job.coll, &job.object, &job.ops);
+            self.run(VecDeque::from([(osd, Event::ReadDone { id: job.id, result })]));
         }
     }
 
@@ -938,4 +957,72 @@ fn a_request_held_past_its_expiry_is_refused_and_changes_nothing() {
     net.run(VecDeque::from([(primary, event)]));
     net.replies.remove(&request_id).expect("answered").result.expect("applied before: answered as applied");
     assert_eq!(net.content(net.acting()[0]).as_deref(), Some(&b"abcxyz"[..]), "never applied twice");
+}
+
+/// With reads beside the worker (a `block` OSD), a write of an object waits for the reads of it
+/// that came first — they must not see it — and what came after the write waits behind it;
+/// requests on other objects go on meanwhile.
+#[test]
+fn a_write_waits_for_the_reads_before_it_that_run_beside_the_worker() {
+    let mut net = Net::new();
+    net.append(1, b"abc").result.expect("first append");
+    let primary = net.acting()[0].0;
+    net.cores.get_mut(&primary).expect("primary").set_read_offload(true);
+    let send = |net: &mut Net, tid: u64, ops: Vec<ObjOp>, data: &[u8]| -> u64 {
+        let op = client_op(&net.map, tid, ops);
+        let request_id = net.next_rid;
+        net.next_rid += 1;
+        let data = bytes::Bytes::from(data.to_vec());
+        net.run(VecDeque::from([(
+            primary,
+            Event::ClientOp { from: CLIENT, request_id, op, data, data_crc: None, arrived_ms: 0 },
+        )]));
+        request_id
+    };
+    let read = || vec![ObjOp::Read { offset: 0, len_bytes: 100 }];
+    // A read, then an append, then another read of the same object, all sent at once.
+    let first = send(&mut net, 2, read(), b"");
+    let append = send(&mut net, 3, vec![ObjOp::Append { len_bytes: 3 }], b"def");
+    let second = send(&mut net, 4, read(), b"");
+    assert!(net.replies.is_empty(), "the first read runs beside the worker; the rest wait behind it");
+    assert_eq!(net.content(net.acting()[0]).as_deref(), Some(&b"abc"[..]), "the append waited");
+    // Meanwhile a write of another object is not held.
+    let other = client_op(&net.map, 5, vec![ObjOp::WriteFull { len_bytes: 1 }]);
+    let other = shoal_proto::osd::OsdOp {
+        object: "other".into(),
+        pg: net.map.locate(other.pool, "other").unwrap().pg.seed,
+        ..other
+    };
+    let request_id = net.next_rid;
+    net.next_rid += 1;
+    let event = Event::ClientOp {
+        from: CLIENT,
+        request_id,
+        op: other,
+        data: bytes::Bytes::from_static(b"x"),
+        data_crc: None,
+        arrived_ms: 0,
+    };
+    net.run(VecDeque::from([(
+        net.map.locate(net.map.pool_by_name("p").unwrap().id, "other").unwrap().osds[0].0,
+        event,
+    )]));
+    net.replies.remove(&request_id).expect("answered").result.expect("another object's write went on");
+    // The first read runs: it sees the object before the append; then the append applies, and
+    // the second read (beside the worker in turn) sees it.
+    net.run_reads();
+    net.replies.remove(&first).expect("the first read answered").result.expect("read");
+    assert_eq!(
+        net.data_of.get(&first).map(Vec::as_slice),
+        Some(&b"abc"[..]),
+        "the read that came first saw the append"
+    );
+    net.replies.remove(&append).expect("the append answered").result.expect("append");
+    net.run_reads();
+    net.replies.remove(&second).expect("the second read answered").result.expect("read");
+    assert_eq!(
+        net.data_of.get(&second).map(Vec::as_slice),
+        Some(&b"abcdef"[..]),
+        "the read that came after missed the append"
+    );
 }

@@ -95,6 +95,9 @@ pub struct SimConfig {
     /// The cluster's `osd_backfill_chunk_bytes` (`None`: the default). Below the objects' size
     /// (512 bytes, or a few appends) backfill sends them in parts.
     pub backfill_chunk_bytes: Option<u64>,
+    /// OSDs run client reads beside their workers, as `block` OSDs do (the read runs, and is
+    /// answered, a delivery later).
+    pub read_offload: bool,
 }
 
 /// Something the nemesis does to the cluster.
@@ -163,6 +166,7 @@ impl Default for SimConfig {
             tick_us: 5_000,
             mutations: shoal_osd::Mutations::default(),
             backfill_chunk_bytes: None,
+            read_offload: false,
         }
     }
 }
@@ -392,6 +396,8 @@ enum Delivery {
     Tick,
     /// The monitors answer an OSD's command.
     MonDone { osd: u32, epoch: Option<u64> },
+    /// An OSD's read beside its worker runs (and is answered), if that OSD has not crashed since.
+    Read { osd: u32, incarnation: u64, job: shoal_osd::ReadJob },
 }
 
 struct Client {
@@ -441,6 +447,8 @@ pub struct Simulation {
     peer_calls: HashMap<u64, (u32, u32, shoal_osd::PeerCall)>,
     /// Stores of crashed OSDs, until they restart.
     crashed: BTreeMap<u32, Arc<dyn ObjectStore>>,
+    /// Crashes per OSD so far: a read beside a worker that crashed is never answered.
+    incarnations: BTreeMap<u32, u64>,
     /// Every OSD's store as the engine it is (to damage it behind the OSD's back).
     engines: BTreeMap<u32, Arc<MemEngine>>,
     /// Object copies damaged by `BitRotWhenClean`.
@@ -508,6 +516,7 @@ impl Simulation {
             let store: Arc<dyn ObjectStore> = engine;
             let mut core = OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core");
             core.set_mutations(cfg.mutations);
+            core.set_read_offload(cfg.read_offload);
             osds.insert(i, core);
         }
         let mut clients = Vec::new();
@@ -557,6 +566,7 @@ impl Simulation {
             rep_requests: BTreeMap::new(),
             peer_calls: HashMap::new(),
             crashed: BTreeMap::new(),
+            incarnations: BTreeMap::new(),
             engines,
             rotted: 0,
             isolated: std::collections::BTreeSet::new(),
@@ -746,6 +756,15 @@ impl Simulation {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Tick);
                 }
             }
+            Delivery::Read { osd, incarnation, job } => {
+                if self.incarnations.get(&osd).copied().unwrap_or(0) != incarnation {
+                    return;
+                }
+                let Some(core) = self.osds.get(&osd) else { return };
+                let result = shoal_osd::exec::execute_reads(&**core.store(), &job.coll, &job.object, &job.ops);
+                self.trace(&[format!("read done {osd} {}", job.id).as_bytes()]);
+                self.osd_event(osd, Event::ReadDone { id: job.id, result });
+            }
             Delivery::MonDone { osd, epoch } => {
                 self.trace(&[format!("mon done {osd} {epoch:?}").as_bytes()]);
                 self.osd_event(osd, Event::MonCommandDone { epoch });
@@ -852,6 +871,13 @@ impl Simulation {
                     self.schedule(self.now_us + delay, Delivery::MonDone { osd, epoch });
                 }
                 Action::Stats(_) => {}
+                Action::Read(job) => {
+                    // The read runs when it is delivered, not now: writes to other objects
+                    // may be applied in between, as on a real OSD's read threads.
+                    let incarnation = self.incarnations.get(&osd).copied().unwrap_or(0);
+                    let at = self.now_us + self.cfg.min_delay_us.max(1);
+                    self.schedule(at, Delivery::Read { osd, incarnation, job });
+                }
             }
         }
     }
@@ -876,6 +902,7 @@ impl Simulation {
         if let Some(core) = self.osds.remove(&osd.0) {
             self.crashed.insert(osd.0, core.store().clone());
         }
+        *self.incarnations.entry(osd.0).or_insert(0) += 1;
         let lost: Vec<u64> =
             self.rep_requests.iter().filter(|(_, (_, _, replica))| *replica == osd.0).map(|(r, _)| *r).collect();
         for rid in lost {
@@ -898,6 +925,7 @@ impl Simulation {
         match OsdCore::new(osd, store, map.clone()) {
             Ok(mut core) => {
                 core.set_mutations(self.cfg.mutations);
+                core.set_read_offload(self.cfg.read_offload);
                 self.osds.insert(osd.0, core);
                 self.osd_event(osd.0, Event::Map(map));
             }

@@ -123,6 +123,19 @@ fn nemesis_seeds_with_backfill_in_parts_keep_every_acknowledged_write() {
     assert!(total(&outs, |o| o.verified_reads) > NEMESIS_PARTS_SEEDS);
 }
 
+/// Nemesis seeds with reads beside the workers in CI.
+const NEMESIS_READ_OFFLOAD_SEEDS: u64 = 200;
+
+#[test]
+fn nemesis_seeds_with_reads_beside_the_workers_keep_every_acknowledged_write() {
+    // The same checks with every OSD running client reads beside its worker, as `block` OSDs
+    // do: a read runs a delivery after the worker handed it off, writes of its object wait for
+    // it, and crashes lose the reads in flight.
+    let outs =
+        run_seeds(1..=NEMESIS_READ_OFFLOAD_SEEDS, |seed| SimConfig { read_offload: true, ..SimConfig::nemesis(seed) });
+    assert!(total(&outs, |o| o.verified_reads) > NEMESIS_READ_OFFLOAD_SEEDS);
+}
+
 /// Seeds of the damaged-copy-and-replaced-disk scenario in CI.
 const ROT_AND_REPLACE_SEEDS: u64 = 200;
 

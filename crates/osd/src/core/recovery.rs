@@ -145,7 +145,7 @@ impl OsdCore {
     }
 
     /// Runs the operations that waited for `object`.
-    fn unblock(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
+    pub(super) fn unblock(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
         let events = match self.pgs.get_mut(&pg) {
             Some(PgState { role: Role::Primary(p), .. }) => p.blocked.remove(object).unwrap_or_default(),
             _ => Vec::new(),
