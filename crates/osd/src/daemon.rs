@@ -325,7 +325,13 @@ impl ReadPool {
                             Ok(job) => job,
                             Err(_) => return,
                         };
-                        let result = crate::exec::execute_reads(&*store, &job.coll, &job.object, &job.ops);
+                        // A read that panics must still be answered: its object's writes wait
+                        // for it (decision 0034), and would otherwise wait forever.
+                        let run = || crate::exec::execute_reads(&*store, &job.coll, &job.object, &job.ops);
+                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+                            tracing::error!(object = %job.object, "a read panicked; answering it as failed");
+                            Err(RemoteError::new(ErrorCode::Io, format!("reading {:?} failed on this OSD", job.object)))
+                        });
                         // A weak sender: these threads never keep the worker's queue open.
                         let Some(events) = events.upgrade() else { return };
                         if events.blocking_send(Event::ReadDone { id: job.id, result }).is_err() {
