@@ -251,6 +251,12 @@ pub(crate) struct Streamed {
     pub _permit: OwnedSemaphorePermit,
 }
 
+/// The expiry of a write whose pending record was last written no earlier than `recorded_at`,
+/// under the collectors' `lease` (see [`PendingWrite::expiry`]).
+pub(crate) fn write_expiry(recorded_at: Instant, lease: std::time::Duration) -> Instant {
+    recorded_at + lease / 2
+}
+
 /// The pending write a body belongs to.
 pub(crate) struct PendingWrite<'a> {
     pub bucket: &'a BucketRecord,
@@ -273,7 +279,7 @@ impl PendingWrite<'_> {
     /// collected, or leave a tail no GC record covers. The other half lease is the margin for
     /// the gateways' clocks and the OSDs' tick.
     pub fn expiry(&self, recorded_at: Instant) -> Instant {
-        recorded_at + self.lease / 2
+        write_expiry(recorded_at, self.lease)
     }
 
     /// What GC deletes if the write is abandoned after `written` chunks.
@@ -741,7 +747,7 @@ pub async fn delete(
         other => return Err(GatewayError::Internal(format!("a delete cannot be guarded by {other:?}"))),
     };
     let tag = layout::random_tag()?;
-    let expiry = Instant::now() + lease / 2;
+    let expiry = write_expiry(Instant::now(), lease);
     let before = index::prepare_reading(client, bucket, key, tag, layout::PendingKind::Write).await?;
     crate::crashpoint::jitter().await;
     let mut ops = Vec::with_capacity(2);

@@ -223,20 +223,27 @@ impl Net {
     fn request(&mut self, tid: u64, ops: Vec<ObjOp>, data: &[u8]) -> OsdOpReply {
         let op = client_op(&self.map, tid, ops);
         let primary = self.acting()[0].0;
+        let request_id = self.submit(primary, op, data, 0);
+        self.replies.remove(&request_id).expect("the client got an answer")
+    }
+
+    /// Delivers client request `op` with `data`, arriving at `arrived_ms`, to `osd` and
+    /// everything it causes; returns its request id (its answer, if any, is in `replies`).
+    fn submit(&mut self, osd: u32, op: OsdOp, data: &[u8], arrived_ms: u64) -> u64 {
         let request_id = self.next_rid;
         self.next_rid += 1;
         // As a primary's reader gives it: the data with the checksum computed on receipt.
         let data_crc = (!data.is_empty()).then(|| shoal_util::crc32c(data));
-        let event = Event::ClientOp {
-            from: CLIENT,
-            request_id,
-            op,
-            data: bytes::Bytes::from(data.to_vec()),
-            data_crc,
-            arrived_ms: 0,
-        };
-        self.run(VecDeque::from([(primary, event)]));
-        self.replies.remove(&request_id).expect("the client got an answer")
+        let data = bytes::Bytes::from(data.to_vec());
+        let event = Event::ClientOp { from: CLIENT, request_id, op, data, data_crc, arrived_ms };
+        self.run(VecDeque::from([(osd, event)]));
+        request_id
+    }
+
+    /// The bytes request `request_id` read, once answered with success.
+    fn read_answer(&mut self, request_id: u64) -> Vec<u8> {
+        self.replies.remove(&request_id).expect("answered").result.expect("read");
+        self.data_of.remove(&request_id).expect("the answer's data")
     }
 
     fn append(&mut self, tid: u64, bytes: &[u8]) -> OsdOpReply {
@@ -905,11 +912,7 @@ fn a_request_held_past_its_expiry_is_refused_and_changes_nothing() {
         let mut op = client_op(&net.map, tid, vec![ObjOp::Append { len_bytes: 3 }]);
         op.epoch += 1;
         op.expires_in_ms = Some(5_000);
-        let request_id = net.next_rid;
-        net.next_rid += 1;
-        let data = bytes::Bytes::from_static(b"xyz");
-        let event = Event::ClientOp { from: CLIENT, request_id, op, data, data_crc: None, arrived_ms };
-        net.run(VecDeque::from([(primary, event)]));
+        let request_id = net.submit(primary, op, b"xyz", arrived_ms);
         assert!(!net.replies.contains_key(&request_id), "held until the newer map");
         request_id
     };
@@ -950,11 +953,7 @@ fn a_request_held_past_its_expiry_is_refused_and_changes_nothing() {
     // The write that was applied, resent long after its expiry: answered from the PG log.
     let mut again = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
     again.expires_in_ms = Some(1);
-    let request_id = net.next_rid;
-    net.next_rid += 1;
-    let data = bytes::Bytes::from_static(b"xyz");
-    let event = Event::ClientOp { from: CLIENT, request_id, op: again, data, data_crc: None, arrived_ms: 0 };
-    net.run(VecDeque::from([(primary, event)]));
+    let request_id = net.submit(primary, again, b"xyz", 0);
     net.replies.remove(&request_id).expect("answered").result.expect("applied before: answered as applied");
     assert_eq!(net.content(net.acting()[0]).as_deref(), Some(&b"abcxyz"[..]), "never applied twice");
 }
@@ -968,16 +967,9 @@ fn a_write_waits_for_the_reads_before_it_that_run_beside_the_worker() {
     net.append(1, b"abc").result.expect("first append");
     let primary = net.acting()[0].0;
     net.cores.get_mut(&primary).expect("primary").set_read_offload(true);
-    let send = |net: &mut Net, tid: u64, ops: Vec<ObjOp>, data: &[u8]| -> u64 {
+    let send = |net: &mut Net, tid: u64, ops: Vec<ObjOp>, data: &[u8]| {
         let op = client_op(&net.map, tid, ops);
-        let request_id = net.next_rid;
-        net.next_rid += 1;
-        let data = bytes::Bytes::from(data.to_vec());
-        net.run(VecDeque::from([(
-            primary,
-            Event::ClientOp { from: CLIENT, request_id, op, data, data_crc: None, arrived_ms: 0 },
-        )]));
-        request_id
+        net.submit(primary, op, data, 0)
     };
     let read = || vec![ObjOp::Read { offset: 0, len_bytes: 100 }];
     // A read, then an append, then another read of the same object, all sent at once.
@@ -988,41 +980,15 @@ fn a_write_waits_for_the_reads_before_it_that_run_beside_the_worker() {
     assert_eq!(net.content(net.acting()[0]).as_deref(), Some(&b"abc"[..]), "the append waited");
     // Meanwhile a write of another object is not held.
     let other = client_op(&net.map, 5, vec![ObjOp::WriteFull { len_bytes: 1 }]);
-    let other = shoal_proto::osd::OsdOp {
-        object: "other".into(),
-        pg: net.map.locate(other.pool, "other").unwrap().pg.seed,
-        ..other
-    };
-    let request_id = net.next_rid;
-    net.next_rid += 1;
-    let event = Event::ClientOp {
-        from: CLIENT,
-        request_id,
-        op: other,
-        data: bytes::Bytes::from_static(b"x"),
-        data_crc: None,
-        arrived_ms: 0,
-    };
-    net.run(VecDeque::from([(
-        net.map.locate(net.map.pool_by_name("p").unwrap().id, "other").unwrap().osds[0].0,
-        event,
-    )]));
+    let loc = net.map.locate(other.pool, "other").unwrap();
+    let other = shoal_proto::osd::OsdOp { object: "other".into(), pg: loc.pg.seed, ..other };
+    let request_id = net.submit(loc.osds[0].0, other, b"x", 0);
     net.replies.remove(&request_id).expect("answered").result.expect("another object's write went on");
     // The first read runs: it sees the object before the append; then the append applies, and
     // the second read (beside the worker in turn) sees it.
     net.run_reads();
-    net.replies.remove(&first).expect("the first read answered").result.expect("read");
-    assert_eq!(
-        net.data_of.get(&first).map(Vec::as_slice),
-        Some(&b"abc"[..]),
-        "the read that came first saw the append"
-    );
+    assert_eq!(net.read_answer(first), b"abc", "the read that came first saw the append");
     net.replies.remove(&append).expect("the append answered").result.expect("append");
     net.run_reads();
-    net.replies.remove(&second).expect("the second read answered").result.expect("read");
-    assert_eq!(
-        net.data_of.get(&second).map(Vec::as_slice),
-        Some(&b"abcdef"[..]),
-        "the read that came after missed the append"
-    );
+    assert_eq!(net.read_answer(second), b"abcdef", "the read that came after missed the append");
 }

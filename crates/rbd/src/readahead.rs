@@ -145,7 +145,7 @@ impl Readahead {
                 fetch.push(index);
             }
         }
-        debug_assert!(s.units.len() + fetch.len() <= self.max_units.max(1) + 1);
+        debug_assert!(s.units.len() + fetch.len() <= self.max_units, "the window holds more than its units");
         Plan { serve, fetch, writes_begun: s.writes_begun }
     }
 
