@@ -218,10 +218,14 @@ struct ReadInFlight {
     request_id: u64,
     op: OsdOp,
     arrived_ms: u64,
+    /// The term of the primary role that handed the read off ([`Primary::term`]): a read that
+    /// finishes under another term is not answered from what it read (see `read_done`).
+    term: u64,
 }
 
 struct PendingWrite {
     pg: PgId,
+    object: String,
     client: Token,
     request_id: u64,
     epoch_sent: u64,
@@ -314,6 +318,12 @@ pub struct OsdCore {
     /// How many of them read each object: a write of the object waits until none does (it
     /// must not change what a read before it in the object's order returns).
     reads_of: HashMap<(PgId, String), u32>,
+    /// How many writes of each object this primary applied and its replicas have not all
+    /// acknowledged yet: a read of the object waits until none is left, so that no reader sees
+    /// a write that may still be lost (decision 0035).
+    writes_of: HashMap<(PgId, String), u32>,
+    /// The last primary term handed out ([`Primary::term`]).
+    last_term: u64,
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -357,6 +367,8 @@ impl OsdCore {
             next_read_id: 0,
             reads: HashMap::new(),
             reads_of: HashMap::new(),
+            writes_of: HashMap::new(),
+            last_term: 0,
         };
         // Pools deleted while this OSD was down (or before a purge finished) are purged now.
         core.queue_orphans();
@@ -630,12 +642,14 @@ impl OsdCore {
     }
 
     /// Whether a client request on `object` must wait behind others of it: something already
-    /// waits for the object (order), or it writes and reads of the object run beside the worker
-    /// (a read that came first must not see it).
+    /// waits for the object (order); it writes and reads of the object run beside the worker (a
+    /// read that came first must not see it); or it reads and writes of the object are not yet
+    /// acknowledged by every replica (it must not see what may still be lost: decision 0035).
     fn must_wait_for_object(&self, pg: PgId, object: &str, read_only: bool) -> bool {
         let queued =
             matches!(self.pgs.get(&pg), Some(PgState { role: Role::Primary(p), .. }) if p.blocked.contains_key(object));
-        queued || (!read_only && !self.reads_of.is_empty() && self.reads_of.contains_key(&(pg, object.to_string())))
+        let running = if read_only { &self.writes_of } else { &self.reads_of };
+        queued || (!running.is_empty() && running.contains_key(&(pg, object.to_string())))
     }
 
     /// Answers a client's read with `result` (run on the worker or beside it). A copy found
@@ -647,7 +661,7 @@ impl OsdCore {
         result: Result<(Vec<shoal_proto::osd::OpOutput>, crate::exec::ReadData), RemoteError>,
         out: &mut Vec<Action>,
     ) {
-        let ReadInFlight { pg, from, request_id, op, arrived_ms } = read;
+        let ReadInFlight { pg, from, request_id, op, arrived_ms, .. } = read;
         // (A PG of one member has no other copy: the error goes to the reader.)
         if let Err(e) = &result
             && e.code == ErrorCode::Corrupt
@@ -693,13 +707,24 @@ impl OsdCore {
                 true
             }
         };
-        // Repairs run only where this OSD still leads the PG; elsewhere the error goes to the
-        // reader, who retries at the PG's primary.
-        let acting_len = match self.pgs.get(&pg) {
-            Some(PgState { role: Role::Primary(p), .. }) => p.acting.len(),
-            _ => 1,
+        // Answered from what it read only under the primary term that handed it off: after
+        // that, this OSD may have applied writes as a replica of another primary (not yet
+        // acknowledged, so not to be seen) or re-peered. The request goes back through the front
+        // door instead: served again if this OSD still leads the PG, else refused with the
+        // primary to ask.
+        let term = match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) if p.phase == Phase::Active => Some(p.term),
+            _ => None,
         };
-        self.answer_read(read, acting_len, result, out);
+        if term != Some(read.term) {
+            tracing::debug!(%pg, object = %key.1, "a read finished after its PG changed primary term: handled again");
+            let ReadInFlight { from, request_id, op, arrived_ms, .. } = read;
+            self.handle(Event::ClientOp { from, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms }, out);
+        } else {
+            // Repairs run only where this OSD still leads the PG.
+            let acting_len = self.primary(pg).map_or(1, |p| p.acting.len());
+            self.answer_read(read, acting_len, result, out);
+        }
         if drained {
             self.unblock(pg, &key.1, out);
         }
@@ -751,7 +776,8 @@ impl OsdCore {
             if let Some(e) = self.expired(&op, arrived_ms) {
                 return out.push(fail(e));
             }
-            let read = ReadInFlight { pg, from, request_id, op, arrived_ms };
+            let term = self.primary(pg).map_or(0, |p| p.term);
+            let read = ReadInFlight { pg, from, request_id, op, arrived_ms, term };
             if self.read_offload && self.reads.len() < MAX_READS_IN_FLIGHT {
                 let id = self.next_read_id;
                 self.next_read_id += 1;
@@ -892,8 +918,10 @@ impl OsdCore {
             let crc = if copy.is_empty() { None } else { data_crc };
             out.push(Action::Replicate { osd: *osd, op: rep, data: copy, data_crc: crc });
         }
+        *self.writes_of.entry((pg, op.object.clone())).or_insert(0) += 1;
         let pending = PendingWrite {
             pg,
+            object: op.object.clone(),
             client: from,
             request_id,
             epoch_sent: epoch,
@@ -1084,6 +1112,18 @@ impl OsdCore {
         };
         let frame = reply_frame(p.request_id, &OsdOpReply { epoch, result }, Vec::new());
         out.push(Action::Reply { to: p.client, frame, after_sync: true });
+        // The reads of the object that waited for its writes run once none is left. (After a
+        // failed write the PG is peering again: they wait for it to become active, where peering
+        // decided what the object holds.)
+        let key = (p.pg, p.object);
+        match self.writes_of.get_mut(&key) {
+            Some(n) if *n > 1 => *n -= 1,
+            Some(_) => {
+                self.writes_of.remove(&key);
+                self.unblock(key.0, &key.1, out);
+            }
+            None => debug_assert!(false, "a pending write of {} was not counted", key.1),
+        }
     }
 
     fn pg_list(&mut self, from: Token, request_id: u64, req: PgList, out: &mut Vec<Action>) {

@@ -190,6 +190,20 @@ impl Net {
         }
     }
 
+    /// Delivers the replicated writes captured so far (oldest first) and everything they cause
+    /// (replicated writes among that are captured if `capture` is still set).
+    fn deliver_captured(&mut self, from: u32) {
+        let captured: Vec<_> = self.captured.drain(..).collect();
+        let capture = std::mem::replace(&mut self.capture, false);
+        let mut queue = VecDeque::new();
+        for (osd, op, data) in captured {
+            let action = Action::Replicate { osd: OsdId(osd), op, data: bytes::Bytes::from(data), data_crc: None };
+            self.route(from, action, &mut queue);
+        }
+        self.capture = capture;
+        self.run(queue);
+    }
+
     /// Runs the reads held so far (not those they cause), oldest first, on their OSDs' stores
     /// now, and delivers what they cause.
     fn run_reads(&mut self) {
@@ -991,4 +1005,76 @@ fn a_write_waits_for_the_reads_before_it_that_run_beside_the_worker() {
     net.replies.remove(&append).expect("the append answered").result.expect("append");
     net.run_reads();
     assert_eq!(net.read_answer(second), b"abcdef", "the read that came after missed the append");
+}
+
+/// A read never sees a write its replicas have not all acknowledged (decision 0035): such a
+/// write may still be lost with its primary, and then a later read would find the object older
+/// than an earlier one did. The read waits for the write, behind which anything later of the
+/// object waits too; reads of other objects do not.
+#[test]
+fn a_read_waits_for_the_writes_of_its_object_that_replicas_have_not_acknowledged() {
+    let mut net = Net::new();
+    net.append(1, b"abc").result.expect("first append");
+    let primary = net.acting()[0].0;
+    let send = |net: &mut Net, tid: u64, ops: Vec<ObjOp>, data: &[u8]| {
+        let op = client_op(&net.map, tid, ops);
+        net.submit(primary, op, data, 0)
+    };
+    let read = || vec![ObjOp::Read { offset: 0, len_bytes: 100 }];
+    // The append is applied on the primary; its copy to the replica is held.
+    net.capture = true;
+    let append = send(&mut net, 2, vec![ObjOp::Append { len_bytes: 3 }], b"def");
+    assert_eq!(net.content(net.acting()[0]).as_deref(), Some(&b"abcdef"[..]), "applied on the primary");
+    assert!(!net.replies.contains_key(&append), "not acknowledged: the replica has not answered");
+    // A read of the object, then another append: both wait (the read for the first append, the
+    // append behind the read).
+    let reader = send(&mut net, 3, read(), b"");
+    let later = send(&mut net, 4, vec![ObjOp::Append { len_bytes: 3 }], b"ghi");
+    assert!(net.replies.is_empty(), "the read saw an unacknowledged write");
+    assert_eq!(net.captured.len(), 1, "the append behind the read was not held");
+    // Another object is served meanwhile.
+    let other = client_op(&net.map, 5, vec![ObjOp::WriteFull { len_bytes: 1 }]);
+    let loc = net.map.locate(other.pool, "other").unwrap();
+    let other = shoal_proto::osd::OsdOp { object: "other".into(), pg: loc.pg.seed, ..other };
+    net.capture = false;
+    let other_id = net.submit(loc.osds[0].0, other, b"x", 0);
+    net.replies.remove(&other_id).expect("answered").result.expect("another object's write went on");
+    // The replica acknowledges: the append is answered, then the read sees it, then the later
+    // append applies.
+    net.capture = true;
+    net.deliver_captured(primary);
+    net.replies.remove(&append).expect("the append answered").result.expect("append");
+    assert_eq!(net.read_answer(reader), b"abcdef", "the read after the acknowledged append");
+    assert_eq!(net.captured.len(), 1, "the later append went out after the read");
+    net.capture = false;
+    net.deliver_captured(primary);
+    net.replies.remove(&later).expect("the later append answered").result.expect("append");
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcdefghi"[..]), "{osd}");
+    }
+}
+
+/// A read handed off beside the worker that finishes after its PG changed primary is not
+/// answered from what it read (this OSD may since hold writes of another primary that are not
+/// acknowledged): it is handled again, here refused with the PG's new primary to ask.
+#[test]
+fn a_read_beside_the_worker_that_outlives_its_primary_term_is_handled_again() {
+    let mut net = Net::new();
+    net.append(1, b"abc").result.expect("first append");
+    let acting = net.acting();
+    let primary = acting[0].0;
+    net.cores.get_mut(&primary).expect("primary").set_read_offload(true);
+    let op = client_op(&net.map, 2, vec![ObjOp::Read { offset: 0, len_bytes: 100 }]);
+    let reader = net.submit(primary, op, b"", 0);
+    assert!(net.replies.is_empty(), "the read runs beside the worker");
+    // The primary is marked out before the read finishes: the other OSD leads the PG.
+    net.change(Command::OsdOut { id: acting[0] });
+    assert_eq!(net.acting(), vec![acting[1]]);
+    net.run_reads();
+    let err = net.replies.remove(&reader).expect("answered").result.expect_err("not answered from the old term");
+    assert_eq!(err.code, ErrorCode::WrongPrimary, "{err}");
+    // At the new primary the same read is served.
+    let op = client_op(&net.map, 3, vec![ObjOp::Read { offset: 0, len_bytes: 100 }]);
+    let again = net.submit(acting[1].0, op, b"", 0);
+    assert_eq!(net.read_answer(again), b"abc");
 }

@@ -108,6 +108,10 @@ pub(crate) struct Primary {
     pub phase: Phase,
     /// Counts peering attempts; answers to an older attempt are ignored.
     pub attempt: u64,
+    /// Unique on this OSD for every peering attempt of every PG (`attempt` restarts with a new
+    /// interval): a read handed off under one term and finishing under another may have read
+    /// what a later role applied, so it is not answered from what it read.
+    pub term: u64,
     pub acting: Vec<OsdId>,
     pub record: Option<PgActivation>,
     pub answers: BTreeMap<OsdId, PeerState>,
@@ -166,6 +170,7 @@ impl Primary {
         Primary {
             phase: Phase::Querying,
             attempt,
+            term: 0,
             acting,
             record,
             answers: BTreeMap::new(),
@@ -307,12 +312,15 @@ impl OsdCore {
         let map = self.map.clone();
         let acting: Vec<OsdId> = map.pg_osds(pg).unwrap_or_default();
         let record = map.pg_active.get(&pg).cloned();
+        self.last_term += 1;
+        let term = self.last_term;
         let Some(state) = self.pgs.get_mut(&pg) else { return };
         let Role::Primary(p) = &mut state.role else { return };
         let attempt = p.attempt + 1;
         let queued = std::mem::take(&mut p.queued);
         let blocked = std::mem::take(&mut p.blocked);
         let mut fresh = Primary::new(acting.clone(), record.clone(), attempt);
+        fresh.term = term;
         fresh.queued = queued;
         for (_, evs) in blocked {
             fresh.queued.extend(evs);
