@@ -719,7 +719,10 @@ impl OsdCore {
         if term != Some(read.term) {
             tracing::debug!(%pg, object = %key.1, "a read finished after its PG changed primary term: handled again");
             let ReadInFlight { from, request_id, op, arrived_ms, .. } = read;
-            self.handle(Event::ClientOp { from, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms }, out);
+            self.handle(
+                Event::ClientOp { from, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms },
+                out,
+            );
         } else {
             // Repairs run only where this OSD still leads the PG.
             let acting_len = self.primary(pg).map_or(1, |p| p.acting.len());

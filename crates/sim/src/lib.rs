@@ -98,6 +98,12 @@ pub struct SimConfig {
     /// OSDs run client reads beside their workers, as `block` OSDs do (the read runs, and is
     /// answered, a delivery later).
     pub read_offload: bool,
+    /// Clients that only read the writers' objects, while their owners write them, as many reads
+    /// each as a writer writes. What they read is checked against the order of the writes: no
+    /// value that no write wrote, none older than the last write acknowledged before the read
+    /// was sent, none newer than the write in flight, and never older than what a read that
+    /// finished before this one began returned (a write seen must not be lost later).
+    pub observers: u32,
 }
 
 /// Something the nemesis does to the cluster.
@@ -167,6 +173,7 @@ impl Default for SimConfig {
             mutations: shoal_osd::Mutations::default(),
             backfill_chunk_bytes: None,
             read_offload: false,
+            observers: 0,
         }
     }
 }
@@ -402,19 +409,25 @@ enum Delivery {
 
 struct Client {
     map: Arc<ClusterMap>,
-    /// Operations not yet sent, in order: (object index, is_write, value seed).
-    queue: VecDeque<(u32, bool, u64)>,
+    /// Operations not yet sent, in order: (object, is_write, value seed).
+    queue: VecDeque<(ObjectRef, bool, u64)>,
     /// Per object: the operation in flight (request id → what it is).
     in_flight: HashMap<u64, InFlight>,
-    busy_objects: BTreeMap<u32, u64>,
+    busy_objects: BTreeMap<ObjectRef, u64>,
     /// Requests waiting for a newer map before resending.
     parked: Vec<(u64, u64)>,
     next_tid: u64,
 }
 
+/// An object of the model: (owning client, object index).
+type ObjectRef = (u32, u32);
+
 #[derive(Debug, Clone)]
 struct InFlight {
-    object: u32,
+    object: ObjectRef,
+    /// When it was first sent, and how many writes of the object had been acknowledged then.
+    issued_us: u64,
+    acked_before: usize,
     /// Sends so far; a timeout for an older attempt is stale.
     attempt: u32,
     /// Map epoch the latest attempt was sent with.
@@ -439,7 +452,13 @@ pub struct Simulation {
     osds: BTreeMap<u32, OsdCore>,
     clients: Vec<Client>,
     /// Model: each object's content after its acknowledged writes.
-    model: BTreeMap<(u32, u32), Vec<u8>>,
+    model: BTreeMap<ObjectRef, Vec<u8>>,
+    /// Every object's writes (their value seeds) in the order its owner sends them, and how many
+    /// of them are acknowledged.
+    writes: BTreeMap<ObjectRef, Vec<u64>>,
+    acked: BTreeMap<ObjectRef, usize>,
+    /// Per object, the reads that finished: (when, how many of its writes they saw).
+    observed: BTreeMap<ObjectRef, Vec<(u64, usize)>>,
     /// Request ids of replicated writes a primary sent, so replies can be routed back.
     /// Replicated writes in flight: request id → (write, primary, replica).
     rep_requests: BTreeMap<u64, (ReqId, u32, u32)>,
@@ -478,7 +497,7 @@ fn piece(seed: u64) -> Vec<u8> {
     value(seed)[..APPEND_BYTES].to_vec()
 }
 
-fn object_name(client: u32, object: u32) -> String {
+fn object_name((client, object): ObjectRef) -> String {
     format!("c{client}-o{object}")
 }
 
@@ -520,24 +539,37 @@ impl Simulation {
             osds.insert(i, core);
         }
         let mut clients = Vec::new();
-        for _ in 0..cfg.clients {
+        let mut writes: BTreeMap<ObjectRef, Vec<u64>> = BTreeMap::new();
+        let new_client = |queue| Client {
+            map: shared.clone(),
+            queue,
+            in_flight: HashMap::new(),
+            busy_objects: BTreeMap::new(),
+            parked: Vec::new(),
+            next_tid: 1,
+        };
+        for c in 0..cfg.clients {
             let mut queue = VecDeque::new();
             for _ in 0..cfg.writes_per_client {
-                let object = rng.range(0, u64::from(cfg.objects_per_client.max(1)) - 1) as u32;
-                queue.push_back((object, true, rng.next_u64()));
+                let object = (c, rng.range(0, u64::from(cfg.objects_per_client.max(1)) - 1) as u32);
+                let seed = rng.next_u64();
+                queue.push_back((object, true, seed));
+                writes.entry(object).or_default().push(seed);
                 // Read back now and then: a read must see the latest acknowledged write.
                 if rng.range(0, 2) == 0 {
                     queue.push_back((object, false, 0));
                 }
             }
-            clients.push(Client {
-                map: shared.clone(),
-                queue,
-                in_flight: HashMap::new(),
-                busy_objects: BTreeMap::new(),
-                parked: Vec::new(),
-                next_tid: 1,
-            });
+            clients.push(new_client(queue));
+        }
+        for _ in 0..cfg.observers {
+            let mut queue = VecDeque::new();
+            for _ in 0..cfg.writes_per_client {
+                let owner = rng.range(0, u64::from(cfg.clients.max(1)) - 1) as u32;
+                let object = rng.range(0, u64::from(cfg.objects_per_client.max(1)) - 1) as u32;
+                queue.push_back(((owner, object), false, 0));
+            }
+            clients.push(new_client(queue));
         }
         let outcome = Outcome {
             trace_hash: 0,
@@ -563,6 +595,9 @@ impl Simulation {
             osds,
             clients,
             model: BTreeMap::new(),
+            writes,
+            acked: BTreeMap::new(),
+            observed: BTreeMap::new(),
             rep_requests: BTreeMap::new(),
             peer_calls: HashMap::new(),
             crashed: BTreeMap::new(),
@@ -577,14 +612,14 @@ impl Simulation {
         };
         // Every node subscribes to map updates (the reply is the map it already has).
         let nodes: Vec<Node> =
-            sim.osds.keys().map(|i| Node::Osd(*i)).chain((0..sim.cfg.clients).map(Node::Client)).collect();
+            sim.osds.keys().map(|i| Node::Osd(*i)).chain((0..sim.clients.len() as u32).map(Node::Client)).collect();
         for n in nodes {
             let epoch = sim.mon.map().epoch;
             let to = ReplyTo { conn: n.token(), request_id: 0 };
             let actions = sim.mon.handle(MonEvent::GetMap { to, have_epoch: epoch, subscribe: true });
             sim.mon_actions(actions);
         }
-        for c in 0..sim.cfg.clients {
+        for c in 0..sim.clients.len() as u32 {
             let at = sim.rng.range(0, 100);
             sim.schedule(at, Delivery::ClientTick(c));
         }
@@ -1062,9 +1097,9 @@ impl Simulation {
         // is tried and not only the final scrub.
         let mut writing = std::collections::BTreeSet::new();
         let mut used = std::collections::BTreeSet::new();
-        for (c, client) in self.clients.iter().enumerate() {
+        for client in &self.clients {
             for f in client.in_flight.values() {
-                let name = object_name(c as u32, f.object);
+                let name = object_name(f.object);
                 if f.write.is_some() {
                     writing.insert(name.clone());
                 }
@@ -1196,9 +1231,11 @@ impl Simulation {
             client.next_tid += 1;
             client.busy_objects.insert(object, tid);
             let reqid = ReqId { client: u64::from(c) + 1, tid };
-            client
-                .in_flight
-                .insert(tid, InFlight { object, attempt: 0, sent_epoch: 0, write: write.then_some(seed), reqid });
+            let acked_before = self.acked.get(&object).copied().unwrap_or(0);
+            let issued_us = self.now_us;
+            let write = write.then_some(seed);
+            let op = InFlight { object, issued_us, acked_before, attempt: 0, sent_epoch: 0, write, reqid };
+            client.in_flight.insert(tid, op);
             self.send_op(c, tid);
         }
         self.clients[c as usize].queue = rest;
@@ -1215,7 +1252,7 @@ impl Simulation {
         let client = &self.clients[c as usize];
         let Some(op) = client.in_flight.get(&tid).cloned() else { return };
         let map = client.map.clone();
-        let name = object_name(c, op.object);
+        let name = object_name(op.object);
         let Ok(pool) = map.pool_by_name(POOL) else { return };
         let Ok(loc) = map.locate(pool.id, &name) else { return };
         let Some(primary) = loc.osds.first() else {
@@ -1256,9 +1293,10 @@ impl Simulation {
         };
         match reply.result {
             Ok(outputs) => {
-                let key = (c, op.object);
+                let key = op.object;
                 match op.write {
                     Some(seed) => {
+                        *self.acked.entry(key).or_insert(0) += 1;
                         if self.cfg.appends {
                             self.model.entry(key).or_default().extend_from_slice(&piece(seed));
                         } else {
@@ -1267,7 +1305,7 @@ impl Simulation {
                         self.outcome.acked_writes += 1;
                         tracing::info!(
                             t_us = self.now_us,
-                            object = object_name(c, op.object),
+                            object = object_name(op.object),
                             reqid = ?op.reqid,
                             len = self.model.get(&key).map_or(0, Vec::len),
                             ?from,
@@ -1275,29 +1313,34 @@ impl Simulation {
                             "client: write acknowledged"
                         );
                     }
+                    None if key.0 != c => self.observe(&op, Some(&data)),
                     None => {
                         let expected = self.model.get(&key).cloned();
                         tracing::info!(
                             t_us = self.now_us,
-                            object = object_name(c, op.object),
+                            object = object_name(op.object),
                             len = data.len(),
                             ?from,
                             epoch = reply.epoch,
                             "client: read"
                         );
                         match expected {
-                            Some(v) if v == data => self.outcome.verified_reads += 1,
+                            Some(v) if v == data => {
+                                self.outcome.verified_reads += 1;
+                                let seen = self.acked.get(&key).copied().unwrap_or(0);
+                                self.observed.entry(key).or_default().push((self.now_us, seen));
+                            }
                             Some(v) => self.outcome.violations.push(format!(
                                 "read of {} at {} us returned {} bytes that are not its last acknowledged write ({} \
                                  bytes)",
-                                object_name(c, op.object),
+                                object_name(op.object),
                                 self.now_us,
                                 data.len(),
                                 v.len()
                             )),
                             None => self.outcome.violations.push(format!(
                                 "read of never-written {} succeeded ({outputs:?})",
-                                object_name(c, op.object)
+                                object_name(op.object)
                             )),
                         }
                     }
@@ -1322,20 +1365,72 @@ impl Simulation {
             Err(e) if matches!(e.code, ErrorCode::Timeout | ErrorCode::Degraded) => {
                 self.trace(&[format!("retry later c{c} t{tid}: {}", e.message).as_bytes()]);
             }
-            Err(e)
-                if e.code == ErrorCode::NotFound && op.write.is_none() && !self.model.contains_key(&(c, op.object)) =>
-            {
+            Err(e) if e.code == ErrorCode::NotFound && op.write.is_none() && op.object.0 != c => {
+                self.observe(&op, None);
+                self.finish(c, tid, op.object);
+            }
+            Err(e) if e.code == ErrorCode::NotFound && op.write.is_none() && !self.model.contains_key(&op.object) => {
                 self.outcome.verified_reads += 1;
                 self.finish(c, tid, op.object);
             }
             Err(e) => {
-                self.outcome.violations.push(format!("{} failed: {e}", object_name(c, op.object)));
+                self.outcome.violations.push(format!("{} failed: {e}", object_name(op.object)));
                 self.finish(c, tid, op.object);
             }
         }
     }
 
-    fn finish(&mut self, c: u32, tid: u64, object: u32) {
+    /// Checks what an observer's read of another client's object returned (`None`: the object
+    /// does not exist) against the order of that object's writes (see
+    /// [`SimConfig::observers`]), and records it.
+    fn observe(&mut self, op: &InFlight, data: Option<&[u8]>) {
+        let name = object_name(op.object);
+        let seeds = self.writes.get(&op.object).cloned().unwrap_or_default();
+        // How many of the object's writes the bytes reflect.
+        let seen = match data {
+            None => Some(0),
+            Some(bytes) if self.cfg.appends => {
+                let k = bytes.len() / APPEND_BYTES;
+                let whole: Vec<u8> = seeds.iter().take(k).flat_map(|s| piece(*s)).collect();
+                (bytes.len().is_multiple_of(APPEND_BYTES) && k <= seeds.len() && whole == bytes).then_some(k)
+            }
+            Some(bytes) => seeds.iter().position(|s| value(*s) == bytes).map(|i| i + 1),
+        };
+        let Some(seen) = seen else {
+            return self.outcome.violations.push(format!(
+                "a read of {name} at {} us returned {} bytes that no sequence of its writes wrote",
+                self.now_us,
+                data.map_or(0, <[u8]>::len)
+            ));
+        };
+        let acked_now = self.acked.get(&op.object).copied().unwrap_or(0);
+        if seen < op.acked_before {
+            self.outcome.violations.push(format!(
+                "a read of {name} sent at {} us saw {seen} of its writes, but {} were acknowledged before it was sent",
+                op.issued_us, op.acked_before
+            ));
+        }
+        if seen > acked_now + 1 {
+            self.outcome.violations.push(format!(
+                "a read of {name} at {} us saw {seen} of its writes, but only {acked_now} are acknowledged and one                  is in flight",
+                self.now_us
+            ));
+        }
+        let observed = self.observed.entry(op.object).or_default();
+        if let Some((at, before)) =
+            observed.iter().filter(|(at, _)| *at < op.issued_us).max_by_key(|(_, k)| *k).copied()
+            && seen < before
+        {
+            self.outcome.violations.push(format!(
+                "a read of {name} sent at {} us saw {seen} of its writes, but a read that finished at {at} us, before                  it was sent, had seen {before}: a write that was seen was lost",
+                op.issued_us
+            ));
+        }
+        observed.push((self.now_us, seen));
+        self.outcome.verified_reads += 1;
+    }
+
+    fn finish(&mut self, c: u32, tid: u64, object: ObjectRef) {
         let client = &mut self.clients[c as usize];
         client.in_flight.remove(&tid);
         client.busy_objects.remove(&object);
@@ -1377,8 +1472,8 @@ impl Simulation {
     fn check_replicas(&mut self) {
         let map = self.mon.map().clone();
         let Ok(pool) = map.pool_by_name(POOL).cloned() else { return };
-        for (&(c, o), want) in &self.model {
-            let name = object_name(c, o);
+        for (&object, want) in &self.model {
+            let name = object_name(object);
             let Ok(loc) = map.locate(pool.id, &name) else { continue };
             let coll = shoal_osd::exec::pg_collection(loc.pg);
             for (id, core) in &self.osds {

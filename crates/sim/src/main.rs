@@ -8,6 +8,8 @@
 //! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
+//! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
+//! shoal-sim --read-offload            # OSDs run client reads beside their workers
 //! ```
 
 use std::process::ExitCode;
@@ -29,6 +31,8 @@ struct Args {
     /// The flag that picked it (for the replay line).
     scenario_flag: &'static str,
     mutations: shoal_osd::Mutations,
+    observers: u32,
+    read_offload: bool,
 }
 
 /// Switches on the mutation called `name` (a field of [`shoal_osd::Mutations`]).
@@ -64,6 +68,8 @@ fn parse() -> Result<Args, String> {
         config: SimConfig::nemesis,
         scenario_flag: "",
         mutations: shoal_osd::Mutations::default(),
+        observers: 0,
+        read_offload: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -84,11 +90,15 @@ fn parse() -> Result<Args, String> {
             "--rot-and-replace" => {
                 (args.config, args.scenario_flag) = (SimConfig::rot_and_replace, " --rot-and-replace");
             }
+            "--observers" => {
+                args.observers = u32::try_from(num("--observers")?).map_err(|_| "--observers: too many")?;
+            }
+            "--read-offload" => args.read_offload = true,
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] \
-                     [--mutate NAME]... \
+                     [--observers N] [--read-offload] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
@@ -128,7 +138,12 @@ fn main() -> ExitCode {
                     if seed >= end {
                         break;
                     }
-                    let cfg = SimConfig { mutations: args.mutations, ..(args.config)(seed) };
+                    let cfg = SimConfig {
+                        mutations: args.mutations,
+                        observers: args.observers,
+                        read_offload: args.read_offload,
+                        ..(args.config)(seed)
+                    };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
                         for (at, f) in &cfg.faults {
@@ -165,8 +180,15 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64(),
         failed.len()
     );
+    let mut flags = args.scenario_flag.to_string();
+    if args.observers > 0 {
+        flags.push_str(&format!(" --observers {}", args.observers));
+    }
+    if args.read_offload {
+        flags.push_str(" --read-offload");
+    }
     for (seed, _) in &failed {
-        println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{} --verbose", args.scenario_flag);
+        println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{flags} --verbose");
     }
     if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -136,6 +136,24 @@ fn nemesis_seeds_with_reads_beside_the_workers_keep_every_acknowledged_write() {
     assert!(total(&outs, |o| o.verified_reads) > NEMESIS_READ_OFFLOAD_SEEDS);
 }
 
+/// Nemesis seeds with observers in CI.
+const NEMESIS_OBSERVER_SEEDS: u64 = 300;
+
+#[test]
+fn nemesis_seeds_with_observers_never_see_a_write_that_is_lost_later() {
+    // Two more clients read the writers' objects while they are written, through the same
+    // faults, half the seeds with reads beside the workers: a read sees no value older than the
+    // last write acknowledged before it was sent, and none older than what a read that finished
+    // before it began saw. A primary that let a read see a write its replicas had not
+    // acknowledged fails this when it crashes and the write is lost with it (decision 0035).
+    let outs = run_seeds(1..=NEMESIS_OBSERVER_SEEDS, |seed| SimConfig {
+        observers: 2,
+        read_offload: seed % 2 == 0,
+        ..SimConfig::nemesis(seed)
+    });
+    assert!(total(&outs, |o| o.verified_reads) > 2 * NEMESIS_OBSERVER_SEEDS);
+}
+
 /// Seeds of the damaged-copy-and-replaced-disk scenario in CI.
 const ROT_AND_REPLACE_SEEDS: u64 = 200;
 
