@@ -475,6 +475,8 @@ async fn worker_loop(
     reads: Option<ReadPool>,
 ) {
     let mut actions = Vec::new();
+    // What a batch does after its sync (the batch's actions but its replicated writes).
+    let mut after_sync = Vec::new();
     // Client I/O goes before recovery work (`lanes`): the worker takes in what has arrived, within
     // the lanes' bounds, and handles the batch they choose.
     let mut lanes = Lanes::default();
@@ -529,6 +531,21 @@ async fn worker_loop(
         for ev in batch.drain(..) {
             core.handle(ev, &mut actions);
         }
+        // Replicated writes go out before this batch's sync, so that the replicas write while
+        // the primary does (one disk write and flush on the write's path instead of two in a
+        // row). Safe because nothing is acknowledged before both: the client's answer waits for
+        // every replica's, which the worker handles in a later batch, after this sync. A primary
+        // that crashes before its sync comes back behind its replicas, which peering handles as
+        // any member that missed writes (decision 0036).
+        for action in actions.drain(..) {
+            match action {
+                Action::Replicate { osd, op, data, data_crc } => {
+                    peers.send(&runtime, osd, PeerSend::Rep(op, data, data_crc), core.map());
+                }
+                other => after_sync.push(other),
+            }
+        }
+        std::mem::swap(&mut actions, &mut after_sync);
         let needs_sync = actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
         let mut sync_error = None;
         if needs_sync {
@@ -559,9 +576,7 @@ async fn worker_loop(
                         });
                     }
                 }
-                Action::Replicate { osd, op, data, data_crc } => {
-                    peers.send(&runtime, osd, PeerSend::Rep(op, data, data_crc), core.map());
-                }
+                Action::Replicate { .. } => unreachable!("replicated writes are sent before the sync"),
                 Action::Peer { osd, msg_type, payload, call } => {
                     peers.send(&runtime, osd, PeerSend::Call(msg_type, payload, call), core.map());
                 }
