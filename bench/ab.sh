@@ -8,7 +8,7 @@
 #   bench/ab.sh [--rounds N] s3 mem1|block3 SIZE CONC LOAD BIN...   `shoal s3 bench` on the gateway
 #   bench/ab.sh [--rounds N] rbd mem1|block3 BIN...             `shoal rbd bench`, 4 KiB random writes
 #
-# RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, ...); LOAD is put or get (a get run first
+# RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, randrw 4k 16: both sides printed, ...); LOAD is put or get (a get run first
 # writes the objects it reads). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
 # `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
 # later build does not replace it). A BIN written VAR=VALUE@PATH runs PATH with VAR set in the
@@ -83,8 +83,11 @@ run_nbd() {
   ops=$(jq '.jobs[0].write.total_ios + .jobs[0].read.total_ios' "$DIR/fio.json")
   fio_us=$(jq --argjson ops "$ops" '(.jobs[0].usr_cpu + .jobs[0].sys_cpu) / 100 * 8e6 / $ops | . * 10 | round / 10' "$DIR/fio.json")
   jq -r --arg b "$BIN" --arg o "$(per_op_us $((o1 - o0)) "$ops")" --arg n "$(per_op_us $((n1 - n0)) "$ops")" \
-    --arg f "$fio_us" '.jobs[0] as $j | (if $j.write.total_ios > 0 then $j.write else $j.read end) as $d
-      | "\($b) \($j."job options".rw // "") ops_per_s=\($d.iops | round) mb_per_s=\($d.bw_bytes / 1e6 | . * 10 | round / 10) p50_us=\($d.clat_ns.percentile["50.000000"] / 1000 | round) p99_us=\($d.clat_ns.percentile["99.000000"] / 1000 | round) osd_cpu_us=\($o) nbd_cpu_us=\($n) fio_cpu_us=\($f)"' \
+    --arg f "$fio_us" '.jobs[0] as $j
+      | def side($d): "ops_per_s=\($d.iops | round) mb_per_s=\($d.bw_bytes / 1e6 | . * 10 | round / 10) p50_us=\($d.clat_ns.percentile["50.000000"] / 1000 | round) p99_us=\($d.clat_ns.percentile["99.000000"] / 1000 | round)";
+      (if $j.write.total_ios > 0 and $j.read.total_ios > 0 then "read: \(side($j.read)) write: \(side($j.write))"
+       elif $j.write.total_ios > 0 then side($j.write) else side($j.read) end) as $sides
+      | "\($b) \($j."job options".rw // "") \($sides) osd_cpu_us=\($o) nbd_cpu_us=\($n) fio_cpu_us=\($f)"' \
     "$DIR/fio.json"
   down
 }
