@@ -536,12 +536,19 @@ async fn worker_loop(
         // row). Safe because nothing is acknowledged before both: the client's answer waits for
         // every replica's, which the worker handles in a later batch, after this sync. A primary
         // that crashes before its sync comes back behind its replicas, which peering handles as
-        // any member that missed writes (decision 0036).
+        // any member that missed writes (decision 0036). Reads handed to the read threads start
+        // now too: their answers are sent from a later batch, after its sync, so no reader hears
+        // of anything that sync could still lose.
         for action in actions.drain(..) {
             match action {
                 Action::Replicate { osd, op, data, data_crc } => {
                     peers.send(&runtime, osd, PeerSend::Rep(op, data, data_crc), core.map());
                 }
+                Action::Read(job) => match &reads {
+                    Some(pool) => pool.submit(job),
+                    // The core offloads reads only when told to, which only this mode does.
+                    None => unreachable!("a read offloaded by an OSD that reads on its worker"),
+                },
                 other => after_sync.push(other),
             }
         }
@@ -607,11 +614,7 @@ async fn worker_loop(
                         let _ = monc.report_stats(&stats).await;
                     });
                 }
-                Action::Read(job) => match &reads {
-                    Some(pool) => pool.submit(job),
-                    // The core offloads reads only when told to, which only this mode does.
-                    None => unreachable!("a read offloaded by an OSD that reads on its worker"),
-                },
+                Action::Read(_) => unreachable!("reads are handed off before the sync"),
             }
         }
         // Run inline, the worker shares its runtime thread with the tasks it wakes, and tokio runs
