@@ -475,7 +475,8 @@ async fn worker_loop(
     reads: Option<ReadPool>,
 ) {
     let mut actions = Vec::new();
-    // What a batch does after its sync (the batch's actions but its replicated writes).
+    // What a batch does after its sync (its actions but the replicated writes and reads, which
+    // start before it).
     let mut after_sync = Vec::new();
     // Client I/O goes before recovery work (`lanes`): the worker takes in what has arrived, within
     // the lanes' bounds, and handles the batch they choose.
