@@ -14,12 +14,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Down, ok, shoal};
+use common::{Down, json, ok, shoal, wait_osd};
 use shoal_client::{Client, ClusterConfig};
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{ObjOp, OpOutput};
@@ -155,78 +155,18 @@ async fn writer(client: Arc<Client>, id: u32, stop: Arc<AtomicBool>) -> (BTreeMa
     (objects, failed)
 }
 
-/// Starts a daemon of the cluster in `dir` as `shoal up` does (its own process group, output
-/// appended to its log, its pid file rewritten).
-fn start(dir: &Path, name: &str, args: &[String]) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}.log")))
-        .expect("open daemon log");
-    let child = {
-        use std::os::unix::process::CommandExt;
-        Command::new(env!("CARGO_BIN_EXE_shoal"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("start daemon")
-    };
-    std::fs::write(dir.join(format!("{name}.pid")), format!("{}\n", child.id())).expect("pid file");
-    child
-}
-
 fn start_osd(dir: &Path, id: u32) -> Child {
-    let conf = dir.join("shoal.toml").display().to_string();
-    let args: Vec<String> = ["osd", "run", "--conf", &conf, "--id", &id.to_string(), "--host", &format!("host-{id}")]
-        .into_iter()
-        .map(String::from)
-        .chain(["--backend", "block", "--size", OSD_SIZE].map(String::from))
-        .collect();
-    start(dir, &format!("osd.{id}"), &args)
+    common::start_block_osd(dir, id, OSD_SIZE, &[])
 }
 
 fn start_mon(dir: &Path, rank: u32) -> Child {
     let conf = dir.join("shoal.toml").display().to_string();
     let args: Vec<String> = ["mon", "run", "--conf", &conf, "--rank", &rank.to_string()].map(String::from).to_vec();
-    start(dir, &format!("mon.{rank}"), &args)
+    common::start_daemon(dir, &format!("mon.{rank}"), &args, &[])
 }
 
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-}
-
-/// Waits until the map shows `osd` in the state `up`.
-fn wait_osd(client: &Client, osd: u32, up: bool, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while client.mon().map().osds[&OsdId(osd)].up != up {
-        assert!(Instant::now() < deadline, "osd.{osd} not marked {} in {timeout:?}", if up { "up" } else { "down" });
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Waits until every PG is active+clean with nothing degraded, misplaced, unfound or stray.
 fn wait_clean(dir: &Path, timeout: Duration) -> serde_json::Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let status = json(&ok(&shoal(dir, &["status", "--json"])));
-        let total = status["pgs"]["count"].as_u64().expect("pg count");
-        let clean = status["pgs"]["by_state"]["active+clean"].as_u64().unwrap_or(0);
-        let r = &status["recovery"];
-        if clean == total
-            && r["degraded_objects"] == 0
-            && r["misplaced_objects"] == 0
-            && r["unfound_objects"] == 0
-            && r["stray_pgs"] == 0
-            && status["osds"]["up"] == OSDS
-        {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the cluster did not become clean in {timeout:?}: {status}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    common::wait_clean(dir, OSDS, timeout)
 }
 
 /// The daemons the test started, so that it can kill and reap them.

@@ -297,6 +297,36 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
 /// Threads per `block` OSD that run client reads beside its worker.
 const READ_THREADS: usize = 4;
 
+/// The environment variable of the crash test of decision 0036: `before-sync:N` makes the OSD
+/// abort (no cleanup, as SIGKILL would stop it) on the Nth batch that sent replicated writes,
+/// after they left and before its own sync, so that its replicas hold writes it loses.
+pub const CRASH_ENV: &str = "SHOAL_OSD_CRASH";
+
+/// How long the crash point waits for the replicated writes to leave before aborting (they are
+/// sent by the network tasks, not by the worker).
+const CRASH_SEND_WAIT_MS: u64 = 300;
+
+/// Aborts the process at the configured batch (see [`CRASH_ENV`]); without the variable, one
+/// atomic load per batch that replicated.
+fn crash_point_before_sync() {
+    static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let at = AT.get_or_init(|| {
+        let spec = std::env::var(CRASH_ENV).ok()?;
+        let n = spec.strip_prefix("before-sync:").and_then(|n| n.parse().ok());
+        if n.is_none() {
+            tracing::error!(spec, "{CRASH_ENV} is not before-sync:N: ignored");
+        }
+        n
+    });
+    let Some(at) = *at else { return };
+    if SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == at {
+        std::thread::sleep(Duration::from_millis(CRASH_SEND_WAIT_MS));
+        eprintln!("{CRASH_ENV}: aborting before the sync of replicating batch {at}");
+        std::process::abort();
+    }
+}
+
 /// Threads that run client reads beside the worker ([`Action::Read`]) and feed their outcomes
 /// back as [`Event::ReadDone`]. The queue of jobs is unbounded here because the core bounds the
 /// reads it offloads ([`crate::core::MAX_READS_IN_FLIGHT`]); a bounded one could deadlock (the worker waiting
@@ -540,10 +570,12 @@ async fn worker_loop(
         // any member that missed writes (decision 0036). Reads handed to the read threads start
         // now too: their answers are sent from a later batch, after its sync, so no reader hears
         // of anything that sync could still lose.
+        let mut replicated = false;
         for action in actions.drain(..) {
             match action {
                 Action::Replicate { osd, op, data, data_crc } => {
                     peers.send(&runtime, osd, PeerSend::Rep(op, data, data_crc), core.map());
+                    replicated = true;
                 }
                 Action::Read(job) => match &reads {
                     Some(pool) => pool.submit(job),
@@ -554,6 +586,9 @@ async fn worker_loop(
             }
         }
         std::mem::swap(&mut actions, &mut after_sync);
+        if replicated {
+            crash_point_before_sync();
+        }
         let needs_sync = actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
         let mut sync_error = None;
         if needs_sync {

@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs `shoal ARGS` with `SHOAL_CONF` pointing into `dir`, empty stdin.
 pub fn shoal(dir: &Path, args: &[&str]) -> Output {
@@ -88,4 +89,75 @@ pub fn admin_client(dir: &Path) -> (tokio::runtime::Runtime, shoal_client::Clien
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
     let client = rt.block_on(shoal_client::Client::connect(cfg)).expect("connect");
     (rt, client)
+}
+
+/// Starts a daemon of the cluster in `dir` as `shoal up` does (its own process group, output
+/// appended to its log, its pid file rewritten), with `env` added to its environment.
+pub fn start_daemon(dir: &Path, name: &str, args: &[String], env: &[(&str, &str)]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .expect("open daemon log");
+    let child = {
+        use std::os::unix::process::CommandExt;
+        Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start daemon")
+    };
+    std::fs::write(dir.join(format!("{name}.pid")), format!("{}\n", child.id())).expect("pid file");
+    child
+}
+
+/// Starts OSD `id` of the cluster in `dir` on a `block` store of `size` (e.g. "256M").
+pub fn start_block_osd(dir: &Path, id: u32, size: &str, env: &[(&str, &str)]) -> Child {
+    let conf = dir.join("shoal.toml").display().to_string();
+    let args: Vec<String> = ["osd", "run", "--conf", &conf, "--id", &id.to_string(), "--host", &format!("host-{id}")]
+        .into_iter()
+        .map(String::from)
+        .chain(["--backend", "block", "--size", size].map(String::from))
+        .collect();
+    start_daemon(dir, &format!("osd.{id}"), &args, env)
+}
+
+pub fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// Waits until the map shows `osd` in the state `up`.
+pub fn wait_osd(client: &shoal_client::Client, osd: u32, up: bool, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while client.mon().map().osds[&shoal_map::OsdId(osd)].up != up {
+        assert!(Instant::now() < deadline, "osd.{osd} not marked {} in {timeout:?}", if up { "up" } else { "down" });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until every PG is active+clean with nothing degraded, misplaced, unfound or stray, and
+/// `osds` OSDs are up.
+pub fn wait_clean(dir: &Path, osds: u32, timeout: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = json(&ok(&shoal(dir, &["status", "--json"])));
+        let total = status["pgs"]["count"].as_u64().expect("pg count");
+        let clean = status["pgs"]["by_state"]["active+clean"].as_u64().unwrap_or(0);
+        let r = &status["recovery"];
+        if clean == total
+            && r["degraded_objects"] == 0
+            && r["misplaced_objects"] == 0
+            && r["unfound_objects"] == 0
+            && r["stray_pgs"] == 0
+            && status["osds"]["up"] == osds
+        {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the cluster did not become clean in {timeout:?}: {status}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
