@@ -48,7 +48,7 @@ mod peering;
 mod purge;
 mod recovery;
 mod scrub;
-pub use peering::{MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
+pub use peering::{MAX_BLOCKED_OPS_PER_PG, MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Role};
 pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
 pub use recovery::MAX_PART_RESTARTS;
@@ -772,7 +772,8 @@ impl OsdCore {
         // the reads of it still running beside the worker.
         if !self.object_ready(pg, &op.object, need, out) || self.must_wait_for_object(pg, &op.object, read_only) {
             let object = op.object.clone();
-            return self.block_on(pg, &object, Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms });
+            let event = Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms };
+            return self.block_on(pg, &object, event, out);
         }
         let coll = pg_collection(pg);
         if read_only {
@@ -956,7 +957,7 @@ impl OsdCore {
         if self.object_ready(pg, &object, Need::Primary, out) {
             return self.handle(event, out);
         }
-        self.block_on(pg, &object, event);
+        self.block_on(pg, &object, event, out);
     }
 
     /// PGs this OSD leads that are active.

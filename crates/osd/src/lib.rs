@@ -27,5 +27,5 @@ pub mod pgmeta;
 pub mod scrub;
 pub mod snaps;
 
-pub use core::{Action, Event, Mutations, OsdCore, PeerCall, ReadJob, Token};
+pub use core::{Action, Event, MAX_BLOCKED_OPS_PER_PG, Mutations, OsdCore, PeerCall, ReadJob, Token};
 pub use daemon::{OsdConfig, run};

@@ -1054,6 +1054,38 @@ fn a_read_waits_for_the_writes_of_its_object_that_replicas_have_not_acknowledged
     }
 }
 
+/// Operations waiting for their objects are bounded per PG: past the bound they are refused
+/// with `Timeout` (clients retry), and those that waited are all served once their object is.
+#[test]
+fn operations_waiting_for_their_objects_are_bounded_per_pg() {
+    let mut net = Net::new();
+    net.append(1, b"abc").result.expect("first append");
+    let primary = net.acting()[0].0;
+    net.capture = true;
+    let append = {
+        let op = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+        net.submit(primary, op, b"def", 0)
+    };
+    let bound = shoal_osd::MAX_BLOCKED_OPS_PER_PG as u64;
+    let reads: Vec<u64> = (0..=bound)
+        .map(|i| {
+            let op = client_op(&net.map, 10 + i, vec![ObjOp::Read { offset: 0, len_bytes: 100 }]);
+            net.submit(primary, op, b"", 0)
+        })
+        .collect();
+    let (waiting, over) = reads.split_at(reads.len() - 1);
+    let err = net.replies.remove(&over[0]).expect("refused at once").result.expect_err("past the bound");
+    assert_eq!(err.code, ErrorCode::Timeout, "{err}");
+    assert!(err.message.contains("waiting for their objects"), "{err}");
+    assert!(waiting.iter().all(|r| !net.replies.contains_key(r)), "the reads within the bound wait");
+    net.capture = false;
+    net.deliver_captured(primary);
+    net.replies.remove(&append).expect("answered").result.expect("append");
+    for r in waiting {
+        assert_eq!(net.read_answer(*r), b"abcdef");
+    }
+}
+
 /// A read handed off beside the worker that finishes after its PG changed primary is not
 /// answered from what it read (this OSD may since hold writes of another primary that are not
 /// acknowledged): it is handled again, here refused with the PG's new primary to ask.

@@ -35,6 +35,9 @@ use crate::pgmeta::PgMeta;
 pub const PEERING_RETRY_TICKS: u32 = 5;
 /// Client operations queued per PG while it peers; more are refused as busy.
 pub const MAX_QUEUED_OPS_PER_PG: usize = 1024;
+/// Client operations of one PG waiting for their objects (recovery, reads beside the worker,
+/// unacknowledged writes); more are refused with `Timeout`, which clients retry.
+pub const MAX_BLOCKED_OPS_PER_PG: usize = 1024;
 
 /// The members of an interval: the acting set in order, with each member's boot epoch (an OSD
 /// that restarted starts a new interval even if the acting set looks the same).
@@ -122,8 +125,10 @@ pub(crate) struct Primary {
     pub sources: BTreeMap<OsdId, BTreeSet<String>>,
     /// Client operations waiting for the PG to become active.
     pub queued: VecDeque<Event>,
-    /// Client operations waiting for one object to be recovered.
+    /// Client operations waiting for one object to be ready for them (recovered, its reads
+    /// beside the worker or its unacknowledged writes done), and how many in all.
     pub blocked: BTreeMap<String, Vec<Event>>,
+    pub blocked_ops: usize,
     /// Objects being recovered: the members whose acknowledgement is awaited (a pull waits on
     /// the source).
     pub recovering: BTreeMap<String, BTreeSet<OsdId>>,
@@ -179,6 +184,7 @@ impl Primary {
             sources: BTreeMap::new(),
             queued: VecDeque::new(),
             blocked: BTreeMap::new(),
+            blocked_ops: 0,
             recovering: BTreeMap::new(),
             backfilling: BTreeSet::new(),
             push_bytes: BTreeMap::new(),

@@ -20,11 +20,13 @@
 use std::collections::BTreeSet;
 
 use shoal_map::{OsdId, PgId};
-use shoal_proto::osd::{BackfillRange, ObjectCopy, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply, PushPart};
+use shoal_proto::osd::{
+    BackfillRange, ObjectCopy, OsdOpReply, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply, PushPart,
+};
 use shoal_proto::{ErrorCode, Message, RemoteError, encode};
 use shoal_store::{Durability, Transaction};
 
-use super::peering::{PartPush, PgState, Phase, Role};
+use super::peering::{MAX_BLOCKED_OPS_PER_PG, PartPush, PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::copy::{
     apply_copy, apply_part, list_range, read_copies, read_copy_sized, read_part, remove_stale_companions, split_data,
@@ -64,11 +66,23 @@ impl OsdCore {
         false
     }
 
-    /// Holds a client operation until `object` is recovered.
-    pub(super) fn block_on(&mut self, pg: PgId, object: &str, event: Event) {
-        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
-            p.blocked.entry(object.to_string()).or_default().push(event);
+    /// Holds a client operation until `object` is ready for it (recovered, its reads or
+    /// unacknowledged writes done). At most [`MAX_BLOCKED_OPS_PER_PG`] wait per PG; beyond that
+    /// the operation is refused with `Timeout`, which clients retry after a pause.
+    pub(super) fn block_on(&mut self, pg: PgId, object: &str, event: Event, out: &mut Vec<Action>) {
+        let epoch = self.map.epoch;
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        if p.blocked_ops >= MAX_BLOCKED_OPS_PER_PG {
+            if let Event::ClientOp { from, request_id, .. } = event {
+                let why = format!("PG {pg} has {} operations waiting for their objects: retry", p.blocked_ops);
+                let reply = OsdOpReply { epoch, result: Err(RemoteError::new(ErrorCode::Timeout, why)) };
+                let frame = reply_frame(request_id, &reply, Vec::new());
+                out.push(Action::Reply { to: from, frame, after_sync: false });
+            }
+            return;
         }
+        p.blocked_ops += 1;
+        p.blocked.entry(object.to_string()).or_default().push(event);
     }
 
     /// Starts recovering one object: a pull if the primary lacks it, else pushes to the replicas
@@ -147,7 +161,11 @@ impl OsdCore {
     /// Runs the operations that waited for `object`.
     pub(super) fn unblock(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
         let events = match self.pgs.get_mut(&pg) {
-            Some(PgState { role: Role::Primary(p), .. }) => p.blocked.remove(object).unwrap_or_default(),
+            Some(PgState { role: Role::Primary(p), .. }) => {
+                let events = p.blocked.remove(object).unwrap_or_default();
+                p.blocked_ops -= events.len();
+                events
+            }
             _ => Vec::new(),
         };
         for ev in events {
