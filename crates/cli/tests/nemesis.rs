@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Down, json, ok, shoal, wait_osd};
+use common::{Down, ok, shoal, wait_osd};
 use shoal_client::{Client, ClusterConfig};
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{ObjOp, OpOutput};
@@ -324,14 +324,7 @@ fn acknowledged_writes_survive_the_nemesis() {
     for (_, mut child) in std::mem::take(&mut daemons.children) {
         let _ = child.wait();
     }
-    let stores: Vec<_> = (0..OSDS)
-        .map(|osd| {
-            let store_dir = dir.join(format!("osd.{osd}"));
-            let fsck = json(&ok(&shoal(&dir, &["store", "fsck", &store_dir.display().to_string(), "--json"])));
-            assert_eq!(fsck["errors"].as_array().map(Vec::len), Some(0), "osd.{osd}: {fsck}");
-            shoal_store::open(&store_dir).expect("open store")
-        })
-        .collect();
+    let stores: Vec<_> = (0..OSDS).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
     for name in model.keys() {
         let loc = map.locate(pool, name).expect("locate");
         assert_eq!(loc.osds.len(), 3, "{name}: {loc:?}");

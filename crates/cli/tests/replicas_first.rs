@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Down, json, ok, shoal, start_block_osd, wait_clean, wait_osd};
+use common::{Down, ok, shoal, start_block_osd, wait_clean, wait_osd};
 use shoal_client::{Client, ClusterConfig};
 use shoal_map::OsdId;
 use shoal_proto::osd::ObjOp;
@@ -93,14 +93,7 @@ fn writes_a_primary_lost_before_its_sync_come_back_from_its_replicas() {
     drop(down);
     // `shoal down` stopped it; reaped here.
     let _ = restarted.wait();
-    let stores: Vec<_> = (0..3)
-        .map(|osd| {
-            let store_dir = dir.join(format!("osd.{osd}"));
-            let fsck = json(&ok(&shoal(&dir, &["store", "fsck", &store_dir.display().to_string(), "--json"])));
-            assert_eq!(fsck["errors"].as_array().map(Vec::len), Some(0), "osd.{osd}: {fsck}");
-            shoal_store::open(&store_dir).expect("open store")
-        })
-        .collect();
+    let stores: Vec<_> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
     for i in 0..OBJECTS {
         let name = format!("obj-{i}");
         let loc = map.locate(pool, &name).expect("locate");

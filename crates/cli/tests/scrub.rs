@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use common::{Down, fails_with, ok, shoal};
+use common::{Down, fails_with, json, ok, shoal};
 use shoal_proto::osd::ObjOp;
 
 const OBJECT_BYTES: usize = 64 << 10;
@@ -37,10 +37,6 @@ fn rot(block: &Path, i: u32) {
     b[0] ^= 0x5a;
     f.write_all_at(&b, at).expect("write byte");
     f.sync_all().expect("sync");
-}
-
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
 
 #[test]
@@ -131,10 +127,7 @@ fn damaged_copies_are_read_around_found_by_deep_scrub_and_repaired() {
     drop(client);
     drop(down);
     for osd in 0..3 {
-        let store_dir = dir.join(format!("osd.{osd}"));
-        let fsck = json(&ok(&shoal(&dir, &["store", "fsck", &store_dir.display().to_string(), "--json"])));
-        assert_eq!(fsck["errors"].as_array().map(Vec::len), Some(0), "osd.{osd}: {fsck}");
-        let store = shoal_store::open(&store_dir).expect("open store");
+        let store = common::fsck_and_open_store(&dir, osd);
         for i in 0..OBJECTS {
             let coll = shoal_osd::exec::pg_collection(locate(i).pg);
             let bytes = store.read_all(&coll, &format!("o{i}")).unwrap_or_else(|e| panic!("osd.{osd} o{i}: {e}"));

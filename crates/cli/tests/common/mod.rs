@@ -161,3 +161,12 @@ pub fn wait_clean(dir: &Path, osds: u32, timeout: Duration) -> serde_json::Value
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// Checks OSD `osd`'s store of the stopped cluster in `dir` with `shoal store fsck` (no error
+/// allowed) and opens it for the test to read.
+pub fn fsck_and_open_store(dir: &Path, osd: u32) -> shoal_store::Store {
+    let store_dir = dir.join(format!("osd.{osd}"));
+    let fsck = json(&ok(&shoal(dir, &["store", "fsck", &store_dir.display().to_string(), "--json"])));
+    assert_eq!(fsck["errors"].as_array().map(Vec::len), Some(0), "osd.{osd}: {fsck}");
+    shoal_store::open(&store_dir).expect("open store")
+}
