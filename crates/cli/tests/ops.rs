@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 mod common;
 
-use common::{Down, ok, shoal};
+use common::{Down, fails_with, ok, shoal};
 use shoal_client::{Client, ClientError, ClusterConfig};
 use shoal_net::{ClientConfig, Connection};
 use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, ReqId};
@@ -31,6 +31,10 @@ fn all_operations_on_a_replicated_pool() {
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--pg-num", "16", "--max-object-size", "1M"]));
     let pools = ok(&shoal(&dir, &["pool", "ls", "--json"]));
     assert!(pools.contains("\"rep\"") && pools.contains("\"data\""), "{pools}");
+    // OSDs do not split PGs: a new pg_num would hide the pool's objects, so it is refused.
+    fails_with(&shoal(&dir, &["pool", "set", "rep", "pg_num", "32"]), "splitting");
+    let pools = ok(&shoal(&dir, &["pool", "ls", "--json"]));
+    assert!(pools.contains("\"pg_num\":16"), "{pools}");
 
     let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");

@@ -65,7 +65,8 @@ pub struct Pool {
     pub size: u32,
     /// Fewest acting replicas with which the pool still accepts writes.
     pub min_size: u32,
-    /// Placement groups; growing it splits PGs (stable mod).
+    /// Placement groups, fixed at creation: objects map to them by a stable mod, and OSDs do
+    /// not split PGs yet.
     pub pg_num: u32,
     /// Largest object the pool accepts, in bytes.
     pub max_object_bytes: u64,

@@ -116,7 +116,8 @@ pub struct ActivationProposal {
 pub enum PoolSetting {
     Size(u32),
     MinSize(u32),
-    /// Only growth is supported: PGs split, they never merge.
+    /// Refused unless unchanged: OSDs do not split (or merge) PGs, so a new count would map
+    /// objects to PGs that do not hold them.
     PgNum(u32),
     MaxObjectBytes(u64),
 }
@@ -369,13 +370,17 @@ impl ClusterMap {
                     }
                     PoolSetting::MinSize(min) => pool.min_size = min,
                     PoolSetting::PgNum(pg_num) => {
-                        if pg_num < pool.pg_num {
+                        // Placement is a stable mod of pg_num: a new count moves objects to PGs
+                        // whose collections do not hold them, and they would read as absent (and
+                        // a write would fork them) until OSDs can split PGs.
+                        if pg_num != pool.pg_num {
                             return Err(MapError::InvalidPoolSetting(format!(
-                                "pg_num can only grow (PGs split, never merge): {} -> {pg_num}",
-                                pool.pg_num
+                                "pg_num of pool '{}' cannot change ({} -> {pg_num}): PG splitting and merging are \
+                                 not supported yet, and a new count would hide the pool's objects; create a new \
+                                 pool with the pg_num you need and copy the objects into it",
+                                pool.name, pool.pg_num
                             )));
                         }
-                        pool.pg_num = pg_num;
                     }
                     PoolSetting::MaxObjectBytes(max) => pool.max_object_bytes = max,
                 }

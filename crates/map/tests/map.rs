@@ -54,9 +54,11 @@ fn pool_commands_are_validated() {
     assert_eq!(map.execute(&rm), Err(MapError::UnknownPool("nope".into())));
     let shrink = Command::SetPool { name: "data".into(), setting: PoolSetting::PgNum(16) };
     assert!(matches!(map.execute(&shrink), Err(MapError::InvalidPoolSetting(_))));
+    // No splitting: a new count would map objects to PGs that do not hold them.
     let grow = Command::SetPool { name: "data".into(), setting: PoolSetting::PgNum(64) };
-    map.execute(&grow).unwrap();
-    assert_eq!(map.pool_by_name("data").unwrap().pg_num, 64);
+    let Err(MapError::InvalidPoolSetting(why)) = map.execute(&grow) else { panic!("pg_num growth accepted") };
+    assert!(why.contains("splitting"), "{why}");
+    assert_eq!(map.pool_by_name("data").unwrap().pg_num, 32);
     assert_eq!(map.pool_by_name("data").unwrap().min_size, 2);
     map.execute(&Command::RemovePool { name: "data".into() }).unwrap();
     assert!(map.pool_by_name("data").is_err());
