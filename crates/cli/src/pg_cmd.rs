@@ -85,8 +85,7 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
 
 /// Parses a PG id and checks that the PG exists in `map`.
 fn parse_pgid(map: &shoal_map::ClusterMap, s: &str) -> Result<PgId> {
-    let pg: PgId =
-        s.parse().map_err(|e: String| anyhow::anyhow!("bad PG id {s:?}: {e} (expected POOL.SEED, e.g. 1.1d)"))?;
+    let pg: PgId = s.parse().map_err(|e: String| anyhow::anyhow!("bad PG id: {e}"))?;
     let Some(pool) = map.pools.get(&pg.pool) else { bail!("PG {pg}: there is no pool with id {}", pg.pool) };
     if pg.seed >= pool.pg_num {
         bail!("PG {pg} does not exist: pool {} has {} PGs (0..{:x})", pool.name, pool.pg_num, pool.pg_num - 1);

@@ -28,6 +28,12 @@ pub fn read_copy(
     read_copy_sized(store, coll, name, size_bytes, data)
 }
 
+/// The copy of an object that does not exist: installing it removes the local object.
+#[must_use]
+pub fn absent_copy(name: &str) -> ObjectCopy {
+    ObjectCopy { name: name.to_string(), exists: false, size_bytes: 0, xattrs: Vec::new(), omap: Vec::new() }
+}
+
 /// [`read_copy`] for a caller that has just looked up the object's size (`None`: it does not
 /// exist), so that it is not looked up twice.
 pub fn read_copy_sized(
@@ -38,13 +44,7 @@ pub fn read_copy_sized(
     data: &mut Vec<u8>,
 ) -> Result<ObjectCopy, RemoteError> {
     let Some(size_bytes) = size_bytes else {
-        return Ok(ObjectCopy {
-            name: name.to_string(),
-            exists: false,
-            size_bytes: 0,
-            xattrs: Vec::new(),
-            omap: Vec::new(),
-        });
+        return Ok(absent_copy(name));
     };
     if size_bytes > 0 {
         let bytes = store.read(coll, name, 0, size_bytes).map_err(|e| store_error(&e))?;

@@ -1,7 +1,7 @@
 //! Peering's decisions as pure functions: which member's log is authoritative, and what each
 //! member lacks compared with it. No I/O, so every case is unit-tested directly.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use shoal_map::{OsdId, PgActivation};
 use shoal_proto::osd::{Eversion, PeerState, PgLogEntry};
@@ -9,9 +9,12 @@ use shoal_proto::osd::{Eversion, PeerState, PgLogEntry};
 /// What a member must do to hold the authoritative contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberPlan {
-    /// Its log shares history with the authoritative one: it lacks exactly these objects (the
-    /// version needed; `0'0`: whatever the authority holds, for objects of divergent entries).
-    Log { missing: BTreeMap<String, Eversion> },
+    /// Its log shares history with the authoritative one: it lacks exactly the objects of
+    /// `missing` (the version needed: the authority's newest entry for the object; `0'0`:
+    /// whatever the authority holds, for a divergent object the authoritative log no longer
+    /// names), and holds the objects of `remove` although the authoritative history never wrote
+    /// them (they are removed with the activation, needing no source).
+    Log { missing: BTreeMap<String, Eversion>, remove: BTreeSet<String> },
     /// Its log does not overlap the authoritative one (new, emptied, or away too long): every
     /// object is compared by a walk over both listings.
     Backfill,
@@ -25,6 +28,14 @@ pub enum MemberPlan {
 /// after it on the member are **divergent** — writes an old primary applied that were never
 /// acknowledged — and their objects are rolled back to the authority's state; entries after it
 /// on the authority are writes the member lacks.
+///
+/// An object the member lacks or must roll back is **absent** on the authority when the
+/// authoritative log reaches back to the PG's first write (it is empty, or its oldest entry has
+/// sequence 1: versions of one history number its writes 1, 2, 3, … and only trimming removes
+/// the oldest) and never names the object. Such an object goes to `remove`, not `missing`: a
+/// missing object needs a member to copy it from, and once the authority that rolled it back is
+/// gone, none may be left that "holds" an object nobody wrote (an authority that itself carries
+/// such a need, from an earlier rollback, would keep it unfound forever).
 #[must_use]
 pub fn plan_member(auth: &[PgLogEntry], member: &PeerState) -> MemberPlan {
     if member.backfill.is_some() {
@@ -44,13 +55,27 @@ pub fn plan_member(auth: &[PgLogEntry], member: &PeerState) -> MemberPlan {
         None if auth.is_empty() => (&member.log[..], &[][..]),
         None => return MemberPlan::Backfill,
     };
+    // The authority's newest entry per object (entries are oldest first).
+    let newest: HashMap<&str, Eversion> = auth.iter().map(|e| (e.object.as_str(), e.version)).collect();
     for e in member_after {
-        missing.entry(e.object.clone()).or_default();
+        let need = newest.get(e.object.as_str()).copied().unwrap_or_default();
+        missing.insert(e.object.clone(), need);
     }
     for e in auth_after {
         missing.insert(e.object.clone(), e.version);
     }
-    MemberPlan::Log { missing }
+    let whole_history = auth.first().is_none_or(|e| e.version.seq == 1);
+    let mut remove = BTreeSet::new();
+    if whole_history {
+        missing.retain(|object, _| {
+            let absent = !newest.contains_key(object.as_str());
+            if absent {
+                remove.insert(object.clone());
+            }
+            !absent
+        });
+    }
+    MemberPlan::Log { missing, remove }
 }
 
 /// Whether `state` may serve as the authority given the PG's last activation record: it holds
@@ -105,26 +130,54 @@ mod tests {
         Eversion { epoch, seq }
     }
 
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn a_member_behind_misses_the_newer_entries_objects() {
         let auth = vec![e(2, 1, 1, "a"), e(2, 2, 2, "b"), e(3, 3, 3, "a"), e(3, 4, 4, "c")];
         let plan = plan_member(&auth, &state(auth[..2].to_vec()));
         let want: BTreeMap<String, Eversion> = [("a".to_string(), v(3, 3)), ("c".to_string(), v(3, 4))].into();
-        assert_eq!(plan, MemberPlan::Log { missing: want });
-        assert_eq!(plan_member(&auth, &state(auth.clone())), MemberPlan::Log { missing: BTreeMap::new() });
+        assert_eq!(plan, MemberPlan::Log { missing: want, remove: BTreeSet::new() });
+        let same = plan_member(&auth, &state(auth.clone()));
+        assert_eq!(same, MemberPlan::Log { missing: BTreeMap::new(), remove: BTreeSet::new() });
     }
 
     #[test]
     fn divergent_entries_are_rolled_back() {
-        let auth = vec![e(2, 1, 1, "a"), e(4, 2, 9, "c")];
-        // The member applied a write of an old primary (3'2 on "b") that the authority never got.
-        let member = state(vec![e(2, 1, 1, "a"), e(3, 2, 7, "b")]);
-        let want: BTreeMap<String, Eversion> = [("b".to_string(), v(0, 0)), ("c".to_string(), v(4, 2))].into();
-        assert_eq!(plan_member(&auth, &member), MemberPlan::Log { missing: want });
+        // A trimmed authoritative log (it starts at 10): what it does not name may exist.
+        let auth = vec![e(2, 10, 1, "a"), e(4, 11, 9, "c"), e(4, 12, 10, "e")];
+        // The member applied writes of an old primary (3'11 on "b", 3'12 on "e") that the
+        // authority never got: "b" back to whatever the authority holds, "e" to its 4'12.
+        let member = state(vec![e(2, 10, 1, "a"), e(3, 11, 7, "b"), e(3, 12, 8, "e")]);
+        let want: BTreeMap<String, Eversion> =
+            [("b".to_string(), v(0, 0)), ("c".to_string(), v(4, 11)), ("e".to_string(), v(4, 12))].into();
+        assert_eq!(plan_member(&auth, &member), MemberPlan::Log { missing: want, remove: BTreeSet::new() });
         // Same version, other request: not common history.
-        let member = state(vec![e(2, 1, 1, "a"), e(4, 2, 8, "d")]);
-        let MemberPlan::Log { missing } = plan_member(&auth, &member) else { panic!("log plan") };
-        assert_eq!(missing.keys().cloned().collect::<Vec<_>>(), vec!["c".to_string(), "d".to_string()]);
+        let member = state(vec![e(2, 10, 1, "a"), e(4, 11, 8, "d")]);
+        let MemberPlan::Log { missing, .. } = plan_member(&auth, &member) else { panic!("log plan") };
+        assert_eq!(missing.keys().cloned().collect::<Vec<_>>(), vec!["c", "d", "e"]);
+    }
+
+    #[test]
+    fn objects_the_whole_authoritative_history_never_wrote_are_removed_not_missing() {
+        // The authoritative log reaches back to the PG's first write (sequence 1).
+        let auth = vec![e(2, 1, 1, "a"), e(4, 2, 9, "c")];
+        let member = state(vec![e(2, 1, 1, "a"), e(3, 2, 7, "b")]);
+        let want: BTreeMap<String, Eversion> = [("c".to_string(), v(4, 2))].into();
+        assert_eq!(plan_member(&auth, &member), MemberPlan::Log { missing: want, remove: names(&["b"]) });
+        // A need left by an earlier rollback ("z", whatever that authority held) is settled the
+        // same way, even when the member is up to date: nothing else could ever settle it.
+        let mut member = state(auth.clone());
+        member.missing = vec![("z".into(), v(0, 0)), ("c".into(), v(0, 0))];
+        let want: BTreeMap<String, Eversion> = [("c".to_string(), v(0, 0))].into();
+        assert_eq!(plan_member(&auth, &member), MemberPlan::Log { missing: want, remove: names(&["z"]) });
+        // The authority itself is planned like any member: its own stale need goes too.
+        let mut own = state(vec![e(28, 1, 3, "q")]);
+        own.missing = vec![("c2-o5".into(), v(0, 0))];
+        let plan = plan_member(&own.log.clone(), &own);
+        assert_eq!(plan, MemberPlan::Log { missing: BTreeMap::new(), remove: names(&["c2-o5"]) });
     }
 
     #[test]
@@ -132,8 +185,9 @@ mod tests {
         let auth = vec![e(5, 1, 1, "a")];
         assert_eq!(plan_member(&auth, &state(Vec::new())), MemberPlan::Backfill);
         assert_eq!(plan_member(&auth, &state(vec![e(2, 1, 3, "x")])), MemberPlan::Backfill);
-        let MemberPlan::Log { missing } = plan_member(&[], &state(vec![e(2, 1, 3, "x")])) else { panic!("log") };
-        assert_eq!(missing.get("x"), Some(&Eversion::default()));
+        // Never written on the authority: everything the member wrote is removed.
+        let plan = plan_member(&[], &state(vec![e(2, 1, 3, "x")]));
+        assert_eq!(plan, MemberPlan::Log { missing: BTreeMap::new(), remove: names(&["x"]) });
         let mut backfilling = state(auth.clone());
         backfilling.backfill = Some("k".into());
         assert_eq!(plan_member(&auth, &backfilling), MemberPlan::Backfill);
@@ -141,11 +195,11 @@ mod tests {
 
     #[test]
     fn persisted_missing_objects_stay_missing() {
-        let auth = vec![e(2, 1, 1, "a")];
+        let auth = vec![e(2, 5, 1, "a")];
         let mut member = state(auth.clone());
-        member.missing = vec![("z".into(), v(1, 9))];
-        let MemberPlan::Log { missing } = plan_member(&auth, &member) else { panic!("log") };
-        assert_eq!(missing.get("z"), Some(&v(1, 9)));
+        member.missing = vec![("z".into(), v(1, 4))];
+        let MemberPlan::Log { missing, remove } = plan_member(&auth, &member) else { panic!("log") };
+        assert_eq!((missing.get("z"), remove.len()), (Some(&v(1, 4)), 0));
     }
 
     #[test]

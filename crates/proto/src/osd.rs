@@ -481,6 +481,9 @@ pub struct PgActivate {
     pub interval: Vec<(u32, u64)>,
     pub log: Vec<PgLogEntry>,
     pub missing: Vec<(String, Eversion)>,
+    /// Objects this member holds that the authoritative history never wrote (divergent writes
+    /// rolled back to "absent"): removed, with their clones, in the activation's transaction.
+    pub remove: Vec<String>,
     pub backfill: bool,
 }
 impl Message for PgActivate {

@@ -154,6 +154,18 @@ fn nemesis_seeds_with_observers_never_see_a_write_that_is_lost_later() {
     assert!(total(&outs, |o| o.verified_reads) > 2 * NEMESIS_OBSERVER_SEEDS);
 }
 
+#[test]
+fn a_rolled_back_write_of_an_object_nobody_else_wrote_never_leaves_it_unfound() {
+    // Seed 3552: a write that was never acknowledged reached osd.1 only; osd.1 rolled it back
+    // when an authority with an empty log was chosen, recording the object as missing with
+    // "whatever the authority holds"; later osd.1 itself became the authority with that need
+    // still recorded, and no member held the object: its requests waited forever. A rollback to
+    // an object the authoritative history never wrote now removes it at activation.
+    let outs =
+        run_seeds(3552..=3552, |seed| SimConfig { observers: 2, read_offload: true, ..SimConfig::nemesis(seed) });
+    assert!(total(&outs, |o| o.verified_reads) > 0);
+}
+
 /// Seeds of the damaged-copy-and-replaced-disk scenario in CI.
 const ROT_AND_REPLACE_SEEDS: u64 = 200;
 

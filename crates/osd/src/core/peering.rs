@@ -479,19 +479,19 @@ impl OsdCore {
         p.sources = plans
             .iter()
             .filter_map(|(o, plan)| match plan {
-                MemberPlan::Log { missing } => Some((*o, missing.keys().cloned().collect())),
+                MemberPlan::Log { missing, remove } => Some((*o, missing.keys().chain(remove).cloned().collect())),
                 MemberPlan::Backfill => None,
             })
             .collect();
         let mut waiting = BTreeSet::new();
-        let mut own_missing = BTreeMap::new();
+        let (mut own_missing, mut own_remove) = (BTreeMap::new(), BTreeSet::new());
         for osd in p.acting.clone() {
-            let (missing, backfill) = match plans.get(&osd) {
-                Some(MemberPlan::Log { missing }) => (missing.clone(), false),
-                _ => (BTreeMap::new(), true),
+            let (missing, remove, backfill) = match plans.get(&osd) {
+                Some(MemberPlan::Log { missing, remove }) => (missing.clone(), remove.clone(), false),
+                _ => (BTreeMap::new(), BTreeSet::new(), true),
             };
             if osd == me {
-                own_missing = missing;
+                (own_missing, own_remove) = (missing, remove);
                 continue;
             }
             p.peers
@@ -508,6 +508,7 @@ impl OsdCore {
                 interval: interval_of(&self.map, pg).into_iter().map(|(o, up_from)| (o.0, up_from)).collect(),
                 log: auth_log.clone(),
                 missing: missing.into_iter().collect(),
+                remove: remove.into_iter().collect(),
                 backfill,
             };
             waiting.insert(osd);
@@ -529,7 +530,7 @@ impl OsdCore {
         let attempt = p.attempt;
         // The primary activates itself like any member.
         let own = PgMeta { les: epoch, backfill: None, missing: own_missing };
-        if let Err(e) = self.activate_local(pg, &auth_log, &own) {
+        if let Err(e) = self.activate_local(pg, &auth_log, &own, &own_remove) {
             tracing::error!(%pg, error = %e, "activating the primary's own copy failed; peering retried");
             return;
         }
@@ -538,18 +539,37 @@ impl OsdCore {
         }
     }
 
-    /// Replaces this OSD's log and peering record for `pg`, durably once the driver syncs (the
+    /// Replaces this OSD's log and peering record for `pg` and removes the objects of `remove`
+    /// (with their snapshot clones), in one transaction, durable once the driver syncs (the
     /// answer to the primary waits for that sync).
-    pub(super) fn activate_local(&mut self, pg: PgId, log: &[PgLogEntry], meta: &PgMeta) -> Result<(), RemoteError> {
+    pub(super) fn activate_local(
+        &mut self,
+        pg: PgId,
+        log: &[PgLogEntry],
+        meta: &PgMeta,
+        remove: &BTreeSet<String>,
+    ) -> Result<(), RemoteError> {
         tracing::debug!(
-            %pg, les = meta.les, backfill = ?meta.backfill, missing = meta.missing.len(),
+            %pg, les = meta.les, backfill = ?meta.backfill, missing = meta.missing.len(), remove = remove.len(),
             log_last = ?log.last().map(|e| e.version), "activating"
         );
+        // The caller's plan never both removes an object and waits for a copy of it.
+        assert!(remove.iter().all(|o| !meta.missing.contains_key(o)), "PG {pg}: an object both missing and removed");
         self.cancel_purge(pg);
         let coll = log_collection(pg);
         let mut txn = Transaction::new();
         if !self.collections.contains(&coll) {
             txn.create_collection(&coll);
+        }
+        let data_coll = crate::exec::pg_collection(pg);
+        if !remove.is_empty() && self.collections.contains(&data_coll) {
+            // Rolled back to "absent" exactly as a pulled copy of an absent object is installed.
+            let absent: Vec<_> = remove.iter().map(|o| crate::copy::absent_copy(o)).collect();
+            crate::copy::remove_stale_companions(&mut txn, &*self.store, &data_coll, &absent)?;
+            for copy in &absent {
+                crate::copy::apply_copy(&mut txn, &*self.store, &data_coll, copy, bytes::Bytes::new())?;
+            }
+            tracing::info!(%pg, objects = ?remove, "removing objects the PG's history never wrote (rolled back)");
         }
         // Only what differs from the log this member holds (loaded from the store if need be).
         self.log_mut(pg)?.write_replacement(&mut txn, pg, log);
@@ -751,7 +771,14 @@ impl OsdCore {
             backfill: a.backfill.then(String::new),
             missing: if a.backfill { BTreeMap::new() } else { a.missing.into_iter().collect() },
         };
-        self.activate_local(pg, &a.log, &meta)?;
+        let remove: BTreeSet<String> = if a.backfill { BTreeSet::new() } else { a.remove.into_iter().collect() };
+        if let Some(both) = remove.iter().find(|o| meta.missing.contains_key(*o)) {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!("activation of PG {pg} both removes {both} and names it missing"),
+            ));
+        }
+        self.activate_local(pg, &a.log, &meta, &remove)?;
         let interval = interval_of(&self.map, pg);
         self.pgs.insert(pg, PgState { interval, role: Role::Replica { activated_at: Some(a.activated_at) } });
         Ok(())

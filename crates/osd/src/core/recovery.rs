@@ -826,9 +826,10 @@ impl OsdCore {
         };
         let Some(p) = self.primary_at(pg, attempt) else { return };
         match crate::merge::plan_member(&own.log, &state) {
-            crate::merge::MemberPlan::Log { missing } => {
+            crate::merge::MemberPlan::Log { missing, remove } => {
                 tracing::info!(%pg, stray = %from, "stray shares the PG's history: a source for unfound objects");
-                p.sources.insert(from, missing.into_keys().collect());
+                // It holds the objects it would remove, but not as the PG's history wrote them.
+                p.sources.insert(from, missing.into_keys().chain(remove).collect());
             }
             crate::merge::MemberPlan::Backfill => return,
         }
