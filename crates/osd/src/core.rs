@@ -284,6 +284,8 @@ pub struct OsdCore {
     waiting_for_map: VecDeque<Event>,
     /// PG logs, loaded from the store the first time a PG is written here.
     logs: HashMap<PgId, PgLog>,
+    /// How long those logs are kept (the same on every OSD).
+    log_bounds: crate::pglog::LogBounds,
     /// PG peering records (les, backfill cursor, missing set), loaded on first use.
     metas: HashMap<PgId, PgMeta>,
     /// Every PG this OSD acts for or holds data of, with its peering state.
@@ -349,6 +351,7 @@ impl OsdCore {
             pending: HashMap::new(),
             waiting_for_map: VecDeque::new(),
             logs: HashMap::new(),
+            log_bounds: crate::pglog::LogBounds::default(),
             metas: HashMap::new(),
             pgs: BTreeMap::new(),
             pending_records: BTreeMap::new(),
@@ -382,6 +385,15 @@ impl OsdCore {
     /// of its object that came before it have finished.
     pub fn set_read_offload(&mut self, on: bool) {
         self.read_offload = on;
+    }
+
+    /// Keeps PG logs within `bounds` instead of the default (the simulation keeps a few entries,
+    /// so that peering meets trimmed logs). Every OSD of a cluster must use the same bounds; set
+    /// before the core handles its first event.
+    #[doc(hidden)]
+    pub fn set_log_bounds(&mut self, bounds: crate::pglog::LogBounds) {
+        assert!(self.logs.is_empty(), "log bounds set after logs were loaded");
+        self.log_bounds = bounds;
     }
 
     /// Switches safety mechanisms off (simulation mutation tests only; see [`Mutations`]).
@@ -981,7 +993,7 @@ impl OsdCore {
     /// PG `pg`'s log, read from the store on first use.
     fn log_mut(&mut self, pg: PgId) -> Result<&mut PgLog, RemoteError> {
         if !self.logs.contains_key(&pg) {
-            let log = PgLog::load(&*self.store, pg).map_err(|e| store_error(&e))?;
+            let log = PgLog::load(&*self.store, pg, self.log_bounds).map_err(|e| store_error(&e))?;
             self.logs.insert(pg, log);
         }
         self.logs.get_mut(&pg).ok_or_else(|| RemoteError::new(ErrorCode::Other, "PG log vanished"))

@@ -32,6 +32,42 @@ pub const LOG_ENTRIES: usize = 512;
 pub const TRIM_BATCH: usize = 64;
 /// Longest a log gets.
 pub const MAX_LOG_ENTRIES: usize = LOG_ENTRIES + TRIM_BATCH - 1;
+
+/// How long a PG log is kept: at least `keep` entries, `trim_batch` of them trimmed at once.
+/// Every OSD of a cluster must use the same bounds (members compare logs entry by entry). The
+/// default is [`LOG_ENTRIES`] and [`TRIM_BATCH`]; the simulation uses a few entries so that
+/// peering meets trimmed logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogBounds {
+    pub keep: usize,
+    pub trim_batch: usize,
+}
+
+impl Default for LogBounds {
+    fn default() -> Self {
+        LogBounds { keep: LOG_ENTRIES, trim_batch: TRIM_BATCH }
+    }
+}
+
+impl LogBounds {
+    /// Bounds of at least one entry kept and one trimmed at a time.
+    ///
+    /// # Panics
+    /// If either is 0, or if the longest log would exceed [`MAX_LOG_ENTRIES`] (stored logs are
+    /// read up to a bound derived from it).
+    #[must_use]
+    pub fn new(keep: usize, trim_batch: usize) -> LogBounds {
+        assert!(keep >= 1 && trim_batch >= 1, "a PG log keeps and trims at least one entry");
+        assert!(keep + trim_batch - 1 <= MAX_LOG_ENTRIES, "PG log bounds beyond {MAX_LOG_ENTRIES} entries");
+        LogBounds { keep, trim_batch }
+    }
+
+    /// Longest the log gets.
+    #[must_use]
+    pub fn max_entries(&self) -> usize {
+        self.keep + self.trim_batch - 1
+    }
+}
 /// The object holding a PG's log entries in its omap.
 pub const LOG_OBJECT: &str = "log";
 /// Fixed bytes of an entry's value before the object name.
@@ -101,19 +137,26 @@ pub struct PgLog {
     /// ones: a damaged store, or one written with a larger bound), so that a replacement may
     /// write only the differences.
     exact: bool,
+    bounds: LogBounds,
 }
 
 impl PgLog {
-    /// Reads PG `pg`'s log from the store (empty if it has none).
-    pub fn load(store: &dyn ObjectStore, pg: PgId) -> Result<PgLog, StoreError> {
-        let mut log = PgLog { has_collection: store.collection_exists(&log_collection(pg))?, ..PgLog::default() };
+    /// An empty log kept within `bounds`, for a PG this OSD has no log of yet.
+    #[must_use]
+    pub fn empty(bounds: LogBounds) -> PgLog {
+        PgLog { bounds, ..PgLog::default() }
+    }
+
+    /// Reads PG `pg`'s log from the store (empty if it has none), kept within `bounds`.
+    pub fn load(store: &dyn ObjectStore, pg: PgId, bounds: LogBounds) -> Result<PgLog, StoreError> {
+        let mut log = PgLog { has_collection: store.collection_exists(&log_collection(pg))?, ..PgLog::empty(bounds) };
         log.exact = true;
         let Some(entries) = scan(store, pg)? else { return Ok(log) };
         log.created = true;
         for e in entries {
             log.push(e.version, e.reqid, e.op_count);
         }
-        while log.entries.len() > MAX_LOG_ENTRIES {
+        while log.entries.len() > bounds.max_entries() {
             log.pop_oldest();
             log.exact = false;
         }
@@ -163,8 +206,8 @@ impl PgLog {
         if !self.created {
             txn.touch(&coll, LOG_OBJECT);
         }
-        if self.entries.len() >= MAX_LOG_ENTRIES {
-            let oldest = self.entries.iter().take(TRIM_BATCH).map(|(v, _)| v.to_key().to_vec()).collect();
+        if self.entries.len() >= self.bounds.max_entries() {
+            let oldest = self.entries.iter().take(self.bounds.trim_batch).map(|(v, _)| v.to_key().to_vec()).collect();
             txn.omap_remove(&coll, LOG_OBJECT, oldest);
         }
         txn.omap_set(&coll, LOG_OBJECT, vec![(entry.version.to_key().to_vec(), entry.encode_value())]);
@@ -174,8 +217,8 @@ impl PgLog {
     pub fn applied(&mut self, entry: &LogEntry) {
         self.has_collection = true;
         self.created = true;
-        if self.entries.len() >= MAX_LOG_ENTRIES {
-            for _ in 0..TRIM_BATCH {
+        if self.entries.len() >= self.bounds.max_entries() {
+            for _ in 0..self.bounds.trim_batch {
                 self.pop_oldest();
             }
         }
@@ -195,10 +238,10 @@ impl PgLog {
     /// primary that ordered them, and a PG has one primary per epoch.
     pub fn write_replacement(&self, txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd::PgLogEntry]) {
         if !self.exact || !self.created {
-            return write_whole(txn, pg, entries);
+            return write_whole(txn, pg, entries, self.bounds);
         }
         let coll = log_collection(pg);
-        let new = &entries[entries.len().saturating_sub(MAX_LOG_ENTRIES)..];
+        let new = &entries[entries.len().saturating_sub(self.bounds.max_entries())..];
         let keep: std::collections::HashSet<(Eversion, ReqId)> = new.iter().map(|e| (e.version, e.reqid)).collect();
         let held: std::collections::HashSet<(Eversion, ReqId)> = self.entries.iter().copied().collect();
         let remove: Vec<Vec<u8>> =
@@ -229,7 +272,7 @@ impl PgLog {
         self.has_collection = true;
         self.created = true;
         self.exact = true;
-        for e in &entries[entries.len().saturating_sub(MAX_LOG_ENTRIES)..] {
+        for e in &entries[entries.len().saturating_sub(self.bounds.max_entries())..] {
             self.push(e.version, e.reqid, e.op_count);
         }
     }
@@ -251,13 +294,13 @@ impl PgLog {
 }
 
 /// Adds to `txn` the replacement of PG `pg`'s whole log by `entries` (oldest first; at most the
-/// newest [`MAX_LOG_ENTRIES`] are kept): what a member does when peering activates it with the
+/// newest `bounds.max_entries()` are kept): what a member does when peering activates it with the
 /// authoritative log. The log collection must exist or be created earlier in `txn`; update the
 /// in-memory log with [`PgLog::replaced`] once the transaction committed.
-pub fn write_whole(txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd::PgLogEntry]) {
+pub fn write_whole(txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd::PgLogEntry], bounds: LogBounds) {
     let coll = log_collection(pg);
     txn.touch(&coll, LOG_OBJECT).omap_clear(&coll, LOG_OBJECT);
-    let skip = entries.len().saturating_sub(MAX_LOG_ENTRIES);
+    let skip = entries.len().saturating_sub(bounds.max_entries());
     let kv: Vec<(Vec<u8>, Vec<u8>)> = entries[skip..]
         .iter()
         .map(|e| {
@@ -333,11 +376,11 @@ mod tests {
             .collect();
         let mut txn = Transaction::new();
         txn.create_collection(&log_collection(pg));
-        write_whole(&mut txn, pg, &entries);
+        write_whole(&mut txn, pg, &entries, LogBounds::default());
         store.commit(txn, shoal_store::Durability::Sync).expect("commit");
-        let mut memory = PgLog::default();
+        let mut memory = PgLog::empty(LogBounds::default());
         memory.replaced(&entries);
-        let loaded = PgLog::load(&store, pg).expect("load");
+        let loaded = PgLog::load(&store, pg, LogBounds::default()).expect("load");
         assert_eq!(memory.len(), MAX_LOG_ENTRIES);
         assert_eq!((memory.len(), memory.last_update()), (loaded.len(), loaded.last_update()));
         let (oldest_kept, trimmed) = (ReqId { client: 9, tid: 11 }, ReqId { client: 9, tid: 10 });
@@ -361,9 +404,9 @@ mod tests {
         let held: Vec<PgLogEntry> = (1..=22).map(|i| entry(3, i, 9)).collect();
         let mut txn = Transaction::new();
         txn.create_collection(&log_collection(pg));
-        write_whole(&mut txn, pg, &held);
+        write_whole(&mut txn, pg, &held, LogBounds::default());
         store.commit(txn, shoal_store::Durability::Sync).expect("commit");
-        let log = PgLog::load(&store, pg).expect("load");
+        let log = PgLog::load(&store, pg, LogBounds::default()).expect("load");
 
         // The same log again: nothing but the touch.
         let mut txn = Transaction::new();
@@ -387,7 +430,7 @@ mod tests {
 
         // A log whose in-memory copy may not match the store is rewritten whole.
         let mut txn = Transaction::new();
-        PgLog::default().write_replacement(&mut txn, pg, &auth);
+        PgLog::empty(LogBounds::default()).write_replacement(&mut txn, pg, &auth);
         assert!(txn.ops.iter().any(|op| matches!(op, shoal_store::Op::OmapClear { .. })));
     }
 

@@ -545,7 +545,7 @@ fn the_pg_log_is_bounded_and_identical_on_every_member() {
     assert_eq!(on_primary.len(), MAX_LOG_ENTRIES + 1 - TRIM_BATCH, "a batch was trimmed");
     assert!(on_primary.len() >= LOG_ENTRIES);
     assert_eq!(on_primary, on_replica);
-    let reloaded = shoal_osd::pglog::PgLog::load(&**net.core(acting[0]).store(), pg).unwrap();
+    let reloaded = shoal_osd::pglog::PgLog::load(&**net.core(acting[0]).store(), pg, Default::default()).unwrap();
     assert_eq!(reloaded.len(), on_primary.len());
     assert_eq!(reloaded.last_update(), on_primary.last().unwrap().version);
     // A resend of a write still in the log is recognised.

@@ -104,6 +104,14 @@ pub struct SimConfig {
     /// was sent, none newer than the write in flight, and never older than what a read that
     /// finished before this one began returned (a write seen must not be lost later).
     pub observers: u32,
+    /// PG logs keep this many entries (and trim half as many at once) instead of the OSD's
+    /// default of hundreds, so that members meet logs trimmed past each other: activation from
+    /// a log that no longer reaches a member's, backfill, rollbacks against a trimmed history.
+    /// Use it without `appends`: the log is also what recognises a resent write (at most once
+    /// within the log's length), and a log this short forgets a write before its resend comes,
+    /// so an append would then be applied twice — as it would in a cluster whose PG took more
+    /// than the log's length of writes between a write and its resend.
+    pub log_keep: Option<usize>,
 }
 
 /// Something the nemesis does to the cluster.
@@ -174,6 +182,7 @@ impl Default for SimConfig {
             backfill_chunk_bytes: None,
             read_offload: false,
             observers: 0,
+            log_keep: None,
         }
     }
 }
@@ -352,6 +361,9 @@ pub struct Outcome {
     pub end_us: u64,
     /// Final map epoch.
     pub epoch: u64,
+    /// PG logs on the final acting sets that no longer reach their PG's first write (trimmed):
+    /// shows that a run with short logs peered through trimmed histories.
+    pub trimmed_logs: u64,
     /// Problems found (empty on success).
     pub violations: Vec<String>,
 }
@@ -536,6 +548,9 @@ impl Simulation {
             let mut core = OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core");
             core.set_mutations(cfg.mutations);
             core.set_read_offload(cfg.read_offload);
+            if let Some(keep) = cfg.log_keep {
+                core.set_log_bounds(shoal_osd::pglog::LogBounds::new(keep, (keep / 2).max(1)));
+            }
             osds.insert(i, core);
         }
         let mut clients = Vec::new();
@@ -580,6 +595,7 @@ impl Simulation {
             resends: 0,
             end_us: 0,
             epoch: 0,
+            trimmed_logs: 0,
             violations: Vec::new(),
         };
         let mut sim = Simulation {
@@ -961,6 +977,9 @@ impl Simulation {
             Ok(mut core) => {
                 core.set_mutations(self.cfg.mutations);
                 core.set_read_offload(self.cfg.read_offload);
+                if let Some(keep) = self.cfg.log_keep {
+                    core.set_log_bounds(shoal_osd::pglog::LogBounds::new(keep, (keep / 2).max(1)));
+                }
                 self.osds.insert(osd.0, core);
                 self.osd_event(osd.0, Event::Map(map));
             }
@@ -1486,6 +1505,15 @@ impl Simulation {
                         self.outcome.violations.push(format!("osd.{id} still holds {name} outside its acting set"))
                     }
                     Err(_) => {}
+                }
+            }
+        }
+        for pg in (0..pool.pg_num).map(|seed| shoal_map::PgId { pool: pool.id, seed }) {
+            for osd in map.pg_osds(pg).unwrap_or_default() {
+                let Some(core) = self.osds.get(&osd.0) else { continue };
+                let log = shoal_osd::pglog::read_entries(&**core.store(), pg).unwrap_or_default();
+                if log.first().is_some_and(|e| e.version.seq > 1) {
+                    self.outcome.trimmed_logs += 1;
                 }
             }
         }

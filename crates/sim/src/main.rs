@@ -9,6 +9,7 @@
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
 //! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
+//! shoal-sim --short-logs 4            # PG logs of 4 entries: peering meets trimmed logs
 //! shoal-sim --read-offload            # OSDs run client reads beside their workers
 //! ```
 
@@ -33,6 +34,7 @@ struct Args {
     mutations: shoal_osd::Mutations,
     observers: u32,
     read_offload: bool,
+    log_keep: Option<usize>,
 }
 
 /// Switches on the mutation called `name` (a field of [`shoal_osd::Mutations`]).
@@ -70,6 +72,7 @@ fn parse() -> Result<Args, String> {
         mutations: shoal_osd::Mutations::default(),
         observers: 0,
         read_offload: false,
+        log_keep: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -94,11 +97,18 @@ fn parse() -> Result<Args, String> {
                 args.observers = u32::try_from(num("--observers")?).map_err(|_| "--observers: too many")?;
             }
             "--read-offload" => args.read_offload = true,
+            "--short-logs" => {
+                let keep = num("--short-logs")?;
+                if !(1..=64).contains(&keep) {
+                    return Err(format!("--short-logs: keep 1 to 64 entries, got {keep}"));
+                }
+                args.log_keep = Some(keep as usize);
+            }
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] \
-                     [--observers N] [--read-offload] [--mutate NAME]... \
+                     [--observers N] [--read-offload] [--short-logs K] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
@@ -138,11 +148,16 @@ fn main() -> ExitCode {
                     if seed >= end {
                         break;
                     }
+                    let base = (args.config)(seed);
                     let cfg = SimConfig {
                         mutations: args.mutations,
                         observers: args.observers,
                         read_offload: args.read_offload,
-                        ..(args.config)(seed)
+                        log_keep: args.log_keep,
+                        // Short logs forget resent writes sooner than the resends come (see
+                        // `SimConfig::log_keep`): writes replace objects instead.
+                        appends: base.appends && args.log_keep.is_none(),
+                        ..base
                     };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
@@ -186,6 +201,9 @@ fn main() -> ExitCode {
     }
     if args.read_offload {
         flags.push_str(" --read-offload");
+    }
+    if let Some(keep) = args.log_keep {
+        flags.push_str(&format!(" --short-logs {keep}"));
     }
     for (seed, _) in &failed {
         println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{flags} --verbose");

@@ -576,7 +576,8 @@ impl OsdCore {
         meta.write_whole(&mut txn, pg);
         self.store.commit(txn, shoal_store::Durability::Batch).map_err(|e| crate::exec::store_error(&e))?;
         self.collections.insert(coll);
-        self.logs.entry(pg).or_default().replaced(log);
+        let bounds = self.log_bounds;
+        self.logs.entry(pg).or_insert_with(|| crate::pglog::PgLog::empty(bounds)).replaced(log);
         self.metas.insert(pg, meta.clone());
         Ok(())
     }
