@@ -78,6 +78,31 @@ pub fn plan_member(auth: &[PgLogEntry], member: &PeerState) -> MemberPlan {
     MemberPlan::Log { missing, remove }
 }
 
+/// The objects of `needs` (object → version needed, from the authoritative log) that `member`
+/// holds at exactly that version although its log shares no entry with the authority's (a
+/// member away while the PG's log was trimmed past it): those whose newest entry in the
+/// member's log *is* the needed version — a version names one write everywhere, and a log holds
+/// every later write after it — provided the member is not being backfilled and does not record
+/// the object missing. Needs of `0'0` (whatever the authority holds) name no version and are
+/// never matched.
+#[must_use]
+pub fn held_at_needed_version(member: &PeerState, needs: &BTreeMap<String, Eversion>) -> BTreeSet<String> {
+    if member.backfill.is_some() || needs.is_empty() {
+        return BTreeSet::new();
+    }
+    let newest: HashMap<&str, &PgLogEntry> = member.log.iter().map(|e| (e.object.as_str(), e)).collect();
+    let missing: BTreeSet<&str> = member.missing.iter().map(|(o, _)| o.as_str()).collect();
+    needs
+        .iter()
+        .filter(|(object, need)| {
+            **need != Eversion::default()
+                && !missing.contains(object.as_str())
+                && newest.get(object.as_str()).is_some_and(|e| e.version == **need)
+        })
+        .map(|(object, _)| object.clone())
+        .collect()
+}
+
 /// Whether `state` may serve as the authority given the PG's last activation record: it holds
 /// the PG whole (not backfilling), and when a record exists it is one of the record's members and
 /// took part in that activation (a member whose store was replaced has `les` 0).
@@ -200,6 +225,30 @@ mod tests {
         member.missing = vec![("z".into(), v(1, 4))];
         let MemberPlan::Log { missing, remove } = plan_member(&auth, &member) else { panic!("log") };
         assert_eq!((missing.get("z"), remove.len()), (Some(&v(1, 4)), 0));
+    }
+
+    #[test]
+    fn a_member_without_shared_entries_holds_what_its_newest_entry_for_it_wrote() {
+        // The member stopped at 3'7; the authority's log has since been trimmed past it.
+        let member = state(vec![e(3, 5, 5, "a"), e(3, 6, 6, "b"), e(3, 7, 7, "a")]);
+        let needs: BTreeMap<String, Eversion> = [
+            ("a".to_string(), v(3, 7)), // its newest write of "a": held
+            ("b".to_string(), v(3, 6)), // likewise
+            ("c".to_string(), v(3, 4)), // not in its log: unknown
+            ("z".to_string(), v(0, 0)), // no version named
+        ]
+        .into();
+        assert_eq!(held_at_needed_version(&member, &needs), names(&["a", "b"]));
+        // "a" needed at an older version than the member's newest write of it: not that version.
+        let older: BTreeMap<String, Eversion> = [("a".to_string(), v(3, 5))].into();
+        assert!(held_at_needed_version(&member, &older).is_empty());
+        // Recorded missing, or being backfilled: nothing is vouched for.
+        let mut lacking = member.clone();
+        lacking.missing = vec![("b".into(), v(0, 0))];
+        assert_eq!(held_at_needed_version(&lacking, &needs), names(&["a"]));
+        let mut backfilling = member;
+        backfilling.backfill = Some(String::new());
+        assert!(held_at_needed_version(&backfilling, &needs).is_empty());
     }
 
     #[test]

@@ -516,6 +516,10 @@ pub struct PgPull {
     pub pool: u32,
     pub pg: u32,
     pub object: String,
+    /// The primary knows, from the peer's log before it activated the peer for backfill, that
+    /// the peer holds the object at the version needed: the peer answers from its store although
+    /// its backfill has not reached the object (nothing changes an object the primary lacks).
+    pub vouched: bool,
 }
 impl Message for PgPull {
     const TYPE: u16 = 44;

@@ -1463,6 +1463,8 @@ impl Simulation {
     /// it, appended to the violations so that a failing seed explains itself.
     fn diagnose(&mut self) {
         let map = self.mon.map().clone();
+        let epochs: Vec<String> = self.osds.iter().map(|(id, core)| format!("osd.{id}@{}", core.map().epoch)).collect();
+        self.outcome.violations.push(format!("OSD maps: {}", epochs.join(" ")));
         self.outcome.violations.push(format!(
             "at {} us, epoch {}: crashed {:?}, isolated {:?}, cut from the monitors {:?}",
             self.now_us,

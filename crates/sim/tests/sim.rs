@@ -171,12 +171,12 @@ const SHORT_LOG_SEEDS: u64 = 200;
 
 #[test]
 fn nemesis_seeds_with_short_logs_peer_through_trimmed_histories() {
-    // Logs of 6 entries: members that missed a few writes no longer share an entry with the
+    // Logs of 3 entries: members that missed a few writes no longer share an entry with the
     // authority (backfill instead of log recovery), rollbacks meet trimmed histories, and
     // activations replace logs that were trimmed. Writes replace objects (no appends): a log this
     // short forgets a write before its resend comes (see `SimConfig::log_keep`).
     let outs = run_seeds(1..=SHORT_LOG_SEEDS, |seed| SimConfig {
-        log_keep: Some(6),
+        log_keep: Some(3),
         appends: false,
         observers: 1,
         read_offload: seed % 2 == 0,
@@ -185,6 +185,19 @@ fn nemesis_seeds_with_short_logs_peer_through_trimmed_histories() {
     assert!(total(&outs, |o| o.verified_reads) > SHORT_LOG_SEEDS);
     // Most members' logs end trimmed (about 15 of a run's 24 PG copies when this was written).
     assert!(total(&outs, |o| o.trimmed_logs) > 5 * SHORT_LOG_SEEDS, "{}", total(&outs, |o| o.trimmed_logs));
+}
+
+#[test]
+fn an_object_needed_at_a_version_only_a_member_past_the_log_holds_is_pulled_from_it() {
+    // The newest copy of an object is on one OSD only, and the PG's log was trimmed past that
+    // OSD's while it was away: seed 4059 (logs of 4) leaves it a stray, seed 143 (logs of 2) an
+    // acting member to be backfilled. Its log still shows the needed version as its own newest
+    // write of the object, so the primary pulls the object from it (before this, the object
+    // stayed unfound and its requests waited forever).
+    let short =
+        |keep: usize| move |seed| SimConfig { log_keep: Some(keep), appends: false, ..SimConfig::nemesis(seed) };
+    run_seeds(4059..=4059, short(4));
+    run_seeds(143..=143, short(2));
 }
 
 /// Seeds of the damaged-copy-and-replaced-disk scenario in CI.

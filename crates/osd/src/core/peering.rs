@@ -123,6 +123,10 @@ pub(crate) struct Primary {
     pub peers: BTreeMap<OsdId, PeerPlan>,
     /// Members that hold the PG's history (may serve pulls), with the objects they lack.
     pub sources: BTreeMap<OsdId, BTreeSet<String>>,
+    /// Strays whose logs no longer meet this one's, with the objects they are known to hold at
+    /// the version this primary needs (`merge::held_at_needed_version`): pulled from when no
+    /// source has them.
+    pub holders: BTreeMap<OsdId, BTreeSet<String>>,
     /// Client operations waiting for the PG to become active.
     pub queued: VecDeque<Event>,
     /// Client operations waiting for one object to be ready for them (recovered, its reads
@@ -182,6 +186,7 @@ impl Primary {
             waiting: BTreeSet::new(),
             peers: BTreeMap::new(),
             sources: BTreeMap::new(),
+            holders: BTreeMap::new(),
             queued: VecDeque::new(),
             blocked: BTreeMap::new(),
             blocked_ops: 0,
@@ -519,6 +524,16 @@ impl OsdCore {
                 call: PeerCall::Activate { pg, attempt: p.attempt },
             });
         }
+        // Members to be backfilled may still hold some of the primary's missing objects at the
+        // versions needed (their logs were trimmed past, not their stores): until the primary has
+        // them, backfill does not start, so their copies stay as they are.
+        p.holders = p
+            .answers
+            .iter()
+            .filter(|(o, _)| **o != me && matches!(plans.get(o), Some(MemberPlan::Backfill)))
+            .map(|(o, s)| (*o, crate::merge::held_at_needed_version(s, &own_missing)))
+            .filter(|(_, holds)| !holds.is_empty())
+            .collect();
         p.proposal = Some(ActivationProposal {
             pg,
             prior_epoch: p.record.as_ref().map_or(0, |r| r.epoch),

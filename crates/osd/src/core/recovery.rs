@@ -99,8 +99,10 @@ impl OsdCore {
         if own_missing {
             // Acting members first: a stray may be removing its copy.
             let candidates = || p.sources.iter().filter(|(o, lacks)| **o != me && up(o) && !lacks.contains(object));
-            let source =
-                candidates().find(|(o, _)| p.acting.contains(o)).or_else(|| candidates().next()).map(|(o, _)| *o);
+            let holder = || p.holders.iter().find(|(o, holds)| **o != me && up(o) && holds.contains(object));
+            let from_sources = candidates().find(|(o, _)| p.acting.contains(o)).or_else(|| candidates().next());
+            let vouched = from_sources.is_none();
+            let source = from_sources.or_else(holder).map(|(o, _)| *o);
             let Some(source) = source else {
                 if p.unfound.insert(object.to_string()) {
                     tracing::warn!(%pg, object, "object unfound: no member that is up holds it");
@@ -110,7 +112,7 @@ impl OsdCore {
             };
             p.unfound.remove(object);
             p.recovering.insert(object.to_string(), BTreeSet::from([source]));
-            let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string() };
+            let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched };
             out.push(Action::Peer {
                 osd: source,
                 msg_type: PgPull::TYPE,
@@ -455,6 +457,9 @@ impl OsdCore {
                 if let Some(lacks) = p.sources.get_mut(&from) {
                     lacks.insert(object.clone());
                 }
+                if let Some(holds) = p.holders.get_mut(&from) {
+                    holds.remove(&object);
+                }
                 let error = other.err().map_or_else(|| "a copy of another object".to_string(), |e| e.to_string());
                 tracing::info!(%pg, object, source = %from, %error, "pull failed; trying another source");
                 self.recover_object(pg, &object, out);
@@ -602,7 +607,8 @@ impl OsdCore {
         let result = match self.meta_mut(pg) {
             _ if !held => Err(RemoteError::new(ErrorCode::NotFound, format!("{} does not hold PG {pg}", self.id))),
             _ if unactivated => Err(not_there_yet(format!("{} is not an activated member of PG {pg}", self.id))),
-            Ok(meta) if !meta.has(&pull.object) => {
+            // A vouched pull overrides only the backfill cursor, never a recorded missing object.
+            Ok(meta) if !meta.has(&pull.object) && !vouched_past_cursor(meta, &pull) => {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }
             Ok(_) => read_copies(&*self.store, &pg_collection(pg), &pull.object, &mut data),
@@ -824,6 +830,7 @@ impl OsdCore {
             Ok(s) => s,
             Err(e) => return tracing::error!(%pg, error = %e, "cannot read own PG log to compare a stray's"),
         };
+        let needs = self.metas.get(&pg).map(|m| m.missing.clone()).unwrap_or_default();
         let Some(p) = self.primary_at(pg, attempt) else { return };
         match crate::merge::plan_member(&own.log, &state) {
             crate::merge::MemberPlan::Log { missing, remove } => {
@@ -831,7 +838,16 @@ impl OsdCore {
                 // It holds the objects it would remove, but not as the PG's history wrote them.
                 p.sources.insert(from, missing.into_keys().chain(remove).collect());
             }
-            crate::merge::MemberPlan::Backfill => return,
+            crate::merge::MemberPlan::Backfill => {
+                // Its log no longer meets this one (trimmed past it while it was away), yet it
+                // may still hold some missing objects at exactly the version needed.
+                let holds = crate::merge::held_at_needed_version(&state, &needs);
+                if holds.is_empty() {
+                    return;
+                }
+                tracing::info!(%pg, stray = %from, objects = ?holds, "stray holds missing objects at the versions needed");
+                p.holders.insert(from, holds);
+            }
         }
         let unfound: Vec<String> = std::mem::take(&mut p.unfound).into_iter().collect();
         for object in unfound {
@@ -844,6 +860,12 @@ impl OsdCore {
         let names = [pg_collection(pg), log_collection(pg)];
         self.purge.retain(|c| !names.contains(c));
     }
+}
+
+/// Whether `pull` is vouched for by the primary and only this member's backfill cursor (not a
+/// recorded missing object) stands in its way.
+fn vouched_past_cursor(meta: &PgMeta, pull: &PgPull) -> bool {
+    pull.vouched && meta.backfill.is_some() && !meta.missing.contains_key(&pull.object)
 }
 
 /// A backfill cursor past every object name (names are UTF-8 of at most 255 bytes, and U+10FFFF
