@@ -23,7 +23,8 @@ pub enum MemberPlan {
 /// Plans how `member` catches up with the authoritative log `auth`.
 ///
 /// The common point is the newest entry of the member's log that the authoritative log holds
-/// too (same version and request). Everything before it is shared history (a member applies a
+/// too (same version and request), or whose version is the authoritative log's tail (its newest
+/// trimmed entry: a version names one write everywhere). Everything before it is shared history (a member applies a
 /// primary's writes in order and refuses a gap, and an activation copies a log whole); entries
 /// after it on the member are **divergent** — writes an old primary applied that were never
 /// acknowledged — and their objects are rolled back to the authority's state; entries after it
@@ -37,12 +38,14 @@ pub enum MemberPlan {
 /// gone, none may be left that "holds" an object nobody wrote (an authority that itself carries
 /// such a need, from an earlier rollback, would keep it unfound forever).
 #[must_use]
-pub fn plan_member(auth: &[PgLogEntry], member: &PeerState) -> MemberPlan {
+pub fn plan_member(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -> MemberPlan {
     if member.backfill.is_some() {
         return MemberPlan::Backfill;
     }
     let by_version: HashMap<Eversion, &PgLogEntry> = auth.iter().map(|e| (e.version, e)).collect();
-    let common = member.log.iter().rposition(|e| by_version.get(&e.version).is_some_and(|a| a.reqid == e.reqid));
+    let at_tail = |e: &PgLogEntry| auth_tail != Eversion::default() && e.version == auth_tail;
+    let common =
+        member.log.iter().rposition(|e| by_version.get(&e.version).is_some_and(|a| a.reqid == e.reqid) || at_tail(e));
     let mut missing: BTreeMap<String, Eversion> = member.missing.iter().cloned().collect();
     let (member_after, auth_after): (&[PgLogEntry], &[PgLogEntry]) = match common {
         Some(i) => {
@@ -64,7 +67,8 @@ pub fn plan_member(auth: &[PgLogEntry], member: &PeerState) -> MemberPlan {
     for e in auth_after {
         missing.insert(e.object.clone(), e.version);
     }
-    let whole_history = auth.first().is_none_or(|e| e.version.seq == 1);
+    // (Logs written before tails were kept read a tail of 0'0: the sequence check stands alone.)
+    let whole_history = auth_tail == Eversion::default() && auth.first().is_none_or(|e| e.version.seq == 1);
     let mut remove = BTreeSet::new();
     if whole_history {
         missing.retain(|object, _| {
@@ -78,13 +82,14 @@ pub fn plan_member(auth: &[PgLogEntry], member: &PeerState) -> MemberPlan {
     MemberPlan::Log { missing, remove }
 }
 
-/// The objects of `needs` (object → version needed, from the authoritative log) that `member`
-/// holds at exactly that version although its log shares no entry with the authority's (a
-/// member away while the PG's log was trimmed past it): those whose newest entry in the
-/// member's log *is* the needed version — a version names one write everywhere, and a log holds
-/// every later write after it — provided the member is not being backfilled and does not record
-/// the object missing. Needs of `0'0` (whatever the authority holds) name no version and are
-/// never matched.
+/// The objects of `needs` (object → version needed, from the authoritative log: a write of that
+/// object) that `member` holds at exactly that version although its log shares no entry with the
+/// authority's (a member away while the PG's log was trimmed past it): those whose newest entry
+/// in the member's log *is* the needed version, or that its log does not name when its tail is
+/// the needed version — a version names one write everywhere, a log holds every write after its
+/// tail, and a member not being backfilled applied every write up to its tail but the objects it
+/// records missing. Needs of `0'0` (whatever the authority holds) name no version and are never
+/// matched.
 #[must_use]
 pub fn held_at_needed_version(member: &PeerState, needs: &BTreeMap<String, Eversion>) -> BTreeSet<String> {
     if member.backfill.is_some() || needs.is_empty() {
@@ -97,7 +102,7 @@ pub fn held_at_needed_version(member: &PeerState, needs: &BTreeMap<String, Evers
         .filter(|(object, need)| {
             **need != Eversion::default()
                 && !missing.contains(object.as_str())
-                && newest.get(object.as_str()).is_some_and(|e| e.version == **need)
+                && newest.get(object.as_str()).map_or(member.tail == **need, |e| e.version == **need)
         })
         .map(|(object, _)| object.clone())
         .collect()
@@ -149,7 +154,7 @@ mod tests {
         }
     }
     fn state(log: Vec<PgLogEntry>) -> PeerState {
-        PeerState { les: 10, backfill: None, log, missing: Vec::new() }
+        PeerState { les: 10, backfill: None, log, tail: Eversion::default(), missing: Vec::new() }
     }
     fn v(epoch: u64, seq: u64) -> Eversion {
         Eversion { epoch, seq }
@@ -162,10 +167,10 @@ mod tests {
     #[test]
     fn a_member_behind_misses_the_newer_entries_objects() {
         let auth = vec![e(2, 1, 1, "a"), e(2, 2, 2, "b"), e(3, 3, 3, "a"), e(3, 4, 4, "c")];
-        let plan = plan_member(&auth, &state(auth[..2].to_vec()));
+        let plan = plan_member(&auth, Eversion::default(), &state(auth[..2].to_vec()));
         let want: BTreeMap<String, Eversion> = [("a".to_string(), v(3, 3)), ("c".to_string(), v(3, 4))].into();
         assert_eq!(plan, MemberPlan::Log { missing: want, remove: BTreeSet::new() });
-        let same = plan_member(&auth, &state(auth.clone()));
+        let same = plan_member(&auth, Eversion::default(), &state(auth.clone()));
         assert_eq!(same, MemberPlan::Log { missing: BTreeMap::new(), remove: BTreeSet::new() });
     }
 
@@ -178,10 +183,15 @@ mod tests {
         let member = state(vec![e(2, 10, 1, "a"), e(3, 11, 7, "b"), e(3, 12, 8, "e")]);
         let want: BTreeMap<String, Eversion> =
             [("b".to_string(), v(0, 0)), ("c".to_string(), v(4, 11)), ("e".to_string(), v(4, 12))].into();
-        assert_eq!(plan_member(&auth, &member), MemberPlan::Log { missing: want, remove: BTreeSet::new() });
+        assert_eq!(
+            plan_member(&auth, Eversion::default(), &member),
+            MemberPlan::Log { missing: want, remove: BTreeSet::new() }
+        );
         // Same version, other request: not common history.
         let member = state(vec![e(2, 10, 1, "a"), e(4, 11, 8, "d")]);
-        let MemberPlan::Log { missing, .. } = plan_member(&auth, &member) else { panic!("log plan") };
+        let MemberPlan::Log { missing, .. } = plan_member(&auth, Eversion::default(), &member) else {
+            panic!("log plan")
+        };
         assert_eq!(missing.keys().cloned().collect::<Vec<_>>(), vec!["c", "d", "e"]);
     }
 
@@ -191,31 +201,54 @@ mod tests {
         let auth = vec![e(2, 1, 1, "a"), e(4, 2, 9, "c")];
         let member = state(vec![e(2, 1, 1, "a"), e(3, 2, 7, "b")]);
         let want: BTreeMap<String, Eversion> = [("c".to_string(), v(4, 2))].into();
-        assert_eq!(plan_member(&auth, &member), MemberPlan::Log { missing: want, remove: names(&["b"]) });
+        assert_eq!(
+            plan_member(&auth, Eversion::default(), &member),
+            MemberPlan::Log { missing: want, remove: names(&["b"]) }
+        );
         // A need left by an earlier rollback ("z", whatever that authority held) is settled the
         // same way, even when the member is up to date: nothing else could ever settle it.
         let mut member = state(auth.clone());
         member.missing = vec![("z".into(), v(0, 0)), ("c".into(), v(0, 0))];
         let want: BTreeMap<String, Eversion> = [("c".to_string(), v(0, 0))].into();
-        assert_eq!(plan_member(&auth, &member), MemberPlan::Log { missing: want, remove: names(&["z"]) });
+        assert_eq!(
+            plan_member(&auth, Eversion::default(), &member),
+            MemberPlan::Log { missing: want, remove: names(&["z"]) }
+        );
         // The authority itself is planned like any member: its own stale need goes too.
         let mut own = state(vec![e(28, 1, 3, "q")]);
         own.missing = vec![("c2-o5".into(), v(0, 0))];
-        let plan = plan_member(&own.log.clone(), &own);
+        let plan = plan_member(&own.log.clone(), Eversion::default(), &own);
         assert_eq!(plan, MemberPlan::Log { missing: BTreeMap::new(), remove: names(&["c2-o5"]) });
     }
 
     #[test]
     fn no_common_entry_means_backfill_unless_the_pg_was_never_written() {
         let auth = vec![e(5, 1, 1, "a")];
-        assert_eq!(plan_member(&auth, &state(Vec::new())), MemberPlan::Backfill);
-        assert_eq!(plan_member(&auth, &state(vec![e(2, 1, 3, "x")])), MemberPlan::Backfill);
+        assert_eq!(plan_member(&auth, Eversion::default(), &state(Vec::new())), MemberPlan::Backfill);
+        assert_eq!(plan_member(&auth, Eversion::default(), &state(vec![e(2, 1, 3, "x")])), MemberPlan::Backfill);
         // Never written on the authority: everything the member wrote is removed.
-        let plan = plan_member(&[], &state(vec![e(2, 1, 3, "x")]));
+        let plan = plan_member(&[], Eversion::default(), &state(vec![e(2, 1, 3, "x")]));
         assert_eq!(plan, MemberPlan::Log { missing: BTreeMap::new(), remove: names(&["x"]) });
         let mut backfilling = state(auth.clone());
         backfilling.backfill = Some("k".into());
-        assert_eq!(plan_member(&auth, &backfilling), MemberPlan::Backfill);
+        assert_eq!(plan_member(&auth, Eversion::default(), &backfilling), MemberPlan::Backfill);
+    }
+
+    #[test]
+    fn a_member_whose_newest_entry_is_the_authoritys_tail_catches_up_from_the_log() {
+        // The authority trimmed through 3'4; the member stopped exactly there.
+        let auth = vec![e(3, 5, 5, "a"), e(4, 6, 6, "b")];
+        let member = state(vec![e(3, 3, 3, "c"), e(3, 4, 4, "d")]);
+        let want: BTreeMap<String, Eversion> = [("a".to_string(), v(3, 5)), ("b".to_string(), v(4, 6))].into();
+        assert_eq!(plan_member(&auth, v(3, 4), &member), MemberPlan::Log { missing: want, remove: BTreeSet::new() });
+        // Without the tail (or with another one) nothing is shared: backfill.
+        assert_eq!(plan_member(&auth, Eversion::default(), &member), MemberPlan::Backfill);
+        assert_eq!(plan_member(&auth, v(2, 4), &member), MemberPlan::Backfill);
+        // Past the tail, its own later entries are divergent: rolled back, not "absent" (the
+        // trimmed history may have written them).
+        let member = state(vec![e(3, 4, 4, "d"), e(2, 5, 9, "x")]);
+        let MemberPlan::Log { missing, remove } = plan_member(&auth, v(3, 4), &member) else { panic!("log") };
+        assert_eq!((missing.get("x"), remove.len()), (Some(&v(0, 0)), 0));
     }
 
     #[test]
@@ -223,7 +256,9 @@ mod tests {
         let auth = vec![e(2, 5, 1, "a")];
         let mut member = state(auth.clone());
         member.missing = vec![("z".into(), v(1, 4))];
-        let MemberPlan::Log { missing, remove } = plan_member(&auth, &member) else { panic!("log") };
+        let MemberPlan::Log { missing, remove } = plan_member(&auth, Eversion::default(), &member) else {
+            panic!("log")
+        };
         assert_eq!((missing.get("z"), remove.len()), (Some(&v(1, 4)), 0));
     }
 
@@ -242,6 +277,13 @@ mod tests {
         // "a" needed at an older version than the member's newest write of it: not that version.
         let older: BTreeMap<String, Eversion> = [("a".to_string(), v(3, 5))].into();
         assert!(held_at_needed_version(&member, &older).is_empty());
+        // Its log's tail is the write "c" needs, and no later entry names "c": held. A need older
+        // than the tail may have been overwritten by a trimmed write: not held.
+        let mut trimmed = member.clone();
+        trimmed.tail = v(3, 4);
+        assert_eq!(held_at_needed_version(&trimmed, &needs), names(&["a", "b", "c"]));
+        let before_tail: BTreeMap<String, Eversion> = [("c".to_string(), v(3, 2))].into();
+        assert!(held_at_needed_version(&trimmed, &before_tail).is_empty());
         // Recorded missing, or being backfilled: nothing is vouched for.
         let mut lacking = member.clone();
         lacking.missing = vec![("b".into(), v(0, 0))];

@@ -70,6 +70,10 @@ impl LogBounds {
 }
 /// The object holding a PG's log entries in its omap.
 pub const LOG_OBJECT: &str = "log";
+/// The log object's xattr holding the log's *tail*: the version of the newest entry trimmed
+/// away (absent, read as `0'0`: nothing was ever trimmed, or the log was written before tails
+/// were kept).
+const TAIL_XATTR: &str = "tail";
 /// Fixed bytes of an entry's value before the object name.
 const ENTRY_FIXED_BYTES: usize = 20;
 
@@ -138,6 +142,8 @@ pub struct PgLog {
     /// write only the differences.
     exact: bool,
     bounds: LogBounds,
+    /// The stored log's tail (see [`read_tail`]).
+    tail: Eversion,
 }
 
 impl PgLog {
@@ -152,6 +158,7 @@ impl PgLog {
         let mut log = PgLog { has_collection: store.collection_exists(&log_collection(pg))?, ..PgLog::empty(bounds) };
         log.exact = true;
         let Some(entries) = scan(store, pg)? else { return Ok(log) };
+        log.tail = read_tail(store, pg)?;
         log.created = true;
         for e in entries {
             log.push(e.version, e.reqid, e.op_count);
@@ -207,7 +214,11 @@ impl PgLog {
             txn.touch(&coll, LOG_OBJECT);
         }
         if self.entries.len() >= self.bounds.max_entries() {
-            let oldest = self.entries.iter().take(self.bounds.trim_batch).map(|(v, _)| v.to_key().to_vec()).collect();
+            let oldest: Vec<Vec<u8>> =
+                self.entries.iter().take(self.bounds.trim_batch).map(|(v, _)| v.to_key().to_vec()).collect();
+            if let Some((newest_trimmed, _)) = self.entries.get(self.bounds.trim_batch - 1) {
+                txn.set_xattr(&coll, LOG_OBJECT, TAIL_XATTR, newest_trimmed.to_key().to_vec());
+            }
             txn.omap_remove(&coll, LOG_OBJECT, oldest);
         }
         txn.omap_set(&coll, LOG_OBJECT, vec![(entry.version.to_key().to_vec(), entry.encode_value())]);
@@ -218,6 +229,9 @@ impl PgLog {
         self.has_collection = true;
         self.created = true;
         if self.entries.len() >= self.bounds.max_entries() {
+            if let Some((newest_trimmed, _)) = self.entries.get(self.bounds.trim_batch - 1) {
+                self.tail = *newest_trimmed;
+            }
             for _ in 0..self.bounds.trim_batch {
                 self.pop_oldest();
             }
@@ -236,12 +250,22 @@ impl PgLog {
     ///
     /// Sound because a version names one entry everywhere: versions carry the epoch of the
     /// primary that ordered them, and a PG has one primary per epoch.
-    pub fn write_replacement(&self, txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd::PgLogEntry]) {
+    pub fn write_replacement(
+        &self,
+        txn: &mut Transaction,
+        pg: PgId,
+        entries: &[shoal_proto::osd::PgLogEntry],
+        tail: Eversion,
+    ) {
         if !self.exact || !self.created {
-            return write_whole(txn, pg, entries, self.bounds);
+            return write_whole(txn, pg, entries, tail, self.bounds);
         }
         let coll = log_collection(pg);
         let new = &entries[entries.len().saturating_sub(self.bounds.max_entries())..];
+        txn.touch(&coll, LOG_OBJECT);
+        if tail_of(entries, tail, self.bounds) != self.tail {
+            write_tail(txn, &coll, entries, tail, self.bounds);
+        }
         let keep: std::collections::HashSet<(Eversion, ReqId)> = new.iter().map(|e| (e.version, e.reqid)).collect();
         let held: std::collections::HashSet<(Eversion, ReqId)> = self.entries.iter().copied().collect();
         let remove: Vec<Vec<u8>> =
@@ -255,7 +279,6 @@ impl PgLog {
                 (e.version.to_key().to_vec(), entry.encode_value())
             })
             .collect();
-        txn.touch(&coll, LOG_OBJECT);
         if !remove.is_empty() {
             txn.omap_remove(&coll, LOG_OBJECT, remove);
         }
@@ -266,7 +289,8 @@ impl PgLog {
 
     /// Updates the in-memory log after the transaction built by [`write_whole`] or
     /// [`PgLog::write_replacement`] committed.
-    pub fn replaced(&mut self, entries: &[shoal_proto::osd::PgLogEntry]) {
+    pub fn replaced(&mut self, entries: &[shoal_proto::osd::PgLogEntry], tail: Eversion) {
+        self.tail = tail_of(entries, tail, self.bounds);
         self.entries.clear();
         self.by_reqid.clear();
         self.has_collection = true;
@@ -297,9 +321,16 @@ impl PgLog {
 /// newest `bounds.max_entries()` are kept): what a member does when peering activates it with the
 /// authoritative log. The log collection must exist or be created earlier in `txn`; update the
 /// in-memory log with [`PgLog::replaced`] once the transaction committed.
-pub fn write_whole(txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd::PgLogEntry], bounds: LogBounds) {
+pub fn write_whole(
+    txn: &mut Transaction,
+    pg: PgId,
+    entries: &[shoal_proto::osd::PgLogEntry],
+    tail: Eversion,
+    bounds: LogBounds,
+) {
     let coll = log_collection(pg);
     txn.touch(&coll, LOG_OBJECT).omap_clear(&coll, LOG_OBJECT);
+    write_tail(txn, &coll, entries, tail, bounds);
     let skip = entries.len().saturating_sub(bounds.max_entries());
     let kv: Vec<(Vec<u8>, Vec<u8>)> = entries[skip..]
         .iter()
@@ -310,6 +341,44 @@ pub fn write_whole(txn: &mut Transaction, pg: PgId, entries: &[shoal_proto::osd:
         .collect();
     if !kv.is_empty() {
         txn.omap_set(&coll, LOG_OBJECT, kv);
+    }
+}
+
+/// The tail a log replaced by `entries` (whose own tail is `tail`) has within `bounds`: the
+/// newest entry the bounds leave out, if any, else `tail`.
+fn tail_of(entries: &[shoal_proto::osd::PgLogEntry], tail: Eversion, bounds: LogBounds) -> Eversion {
+    let skip = entries.len().saturating_sub(bounds.max_entries());
+    if skip > 0 { entries[skip - 1].version } else { tail }
+}
+
+/// Adds to `txn` the tail of a log replaced by `entries` whose own tail is `tail`.
+fn write_tail(
+    txn: &mut Transaction,
+    coll: &str,
+    entries: &[shoal_proto::osd::PgLogEntry],
+    tail: Eversion,
+    bounds: LogBounds,
+) {
+    let tail = tail_of(entries, tail, bounds);
+    if tail == Eversion::default() {
+        txn.remove_xattr(coll, LOG_OBJECT, TAIL_XATTR);
+    } else {
+        txn.set_xattr(coll, LOG_OBJECT, TAIL_XATTR, tail.to_key().to_vec());
+    }
+}
+
+/// The tail of PG `pg`'s stored log: the version of the newest entry trimmed from it (`0'0` if
+/// none was, or if the log predates kept tails).
+pub fn read_tail(store: &dyn ObjectStore, pg: PgId) -> Result<Eversion, StoreError> {
+    let coll = log_collection(pg);
+    if !store.collection_exists(&coll)? || !store.exists(&coll, LOG_OBJECT)? {
+        return Ok(Eversion::default());
+    }
+    match store.get_xattr(&coll, LOG_OBJECT, TAIL_XATTR)? {
+        None => Ok(Eversion::default()),
+        Some(v) => {
+            Eversion::from_key(&v).ok_or_else(|| StoreError::Corrupt(format!("PG {pg}: log tail is not 16 bytes")))
+        }
     }
 }
 
@@ -376,10 +445,10 @@ mod tests {
             .collect();
         let mut txn = Transaction::new();
         txn.create_collection(&log_collection(pg));
-        write_whole(&mut txn, pg, &entries, LogBounds::default());
+        write_whole(&mut txn, pg, &entries, Eversion::default(), LogBounds::default());
         store.commit(txn, shoal_store::Durability::Sync).expect("commit");
         let mut memory = PgLog::empty(LogBounds::default());
-        memory.replaced(&entries);
+        memory.replaced(&entries, Eversion::default());
         let loaded = PgLog::load(&store, pg, LogBounds::default()).expect("load");
         assert_eq!(memory.len(), MAX_LOG_ENTRIES);
         assert_eq!((memory.len(), memory.last_update()), (loaded.len(), loaded.last_update()));
@@ -404,19 +473,19 @@ mod tests {
         let held: Vec<PgLogEntry> = (1..=22).map(|i| entry(3, i, 9)).collect();
         let mut txn = Transaction::new();
         txn.create_collection(&log_collection(pg));
-        write_whole(&mut txn, pg, &held, LogBounds::default());
+        write_whole(&mut txn, pg, &held, Eversion::default(), LogBounds::default());
         store.commit(txn, shoal_store::Durability::Sync).expect("commit");
         let log = PgLog::load(&store, pg, LogBounds::default()).expect("load");
 
         // The same log again: nothing but the touch.
         let mut txn = Transaction::new();
-        log.write_replacement(&mut txn, pg, &held);
+        log.write_replacement(&mut txn, pg, &held, Eversion::default());
         assert_eq!(txn.ops.len(), 1, "{:?}", txn.ops);
 
         // The authority: 1..=20, then its own 21..=25 of epoch 5.
         let auth: Vec<PgLogEntry> = (1..=20).map(|i| entry(3, i, 9)).chain((21..=25).map(|i| entry(5, i, 8))).collect();
         let mut txn = Transaction::new();
-        log.write_replacement(&mut txn, pg, &auth);
+        log.write_replacement(&mut txn, pg, &auth, Eversion::default());
         let (removed, added) = txn.ops.iter().fold((0, 0), |(r, a), op| match op {
             shoal_store::Op::OmapRemove { keys, .. } => (r + keys.len(), a),
             shoal_store::Op::OmapSet { entries, .. } => (r, a + entries.len()),
@@ -430,7 +499,7 @@ mod tests {
 
         // A log whose in-memory copy may not match the store is rewritten whole.
         let mut txn = Transaction::new();
-        PgLog::empty(LogBounds::default()).write_replacement(&mut txn, pg, &auth);
+        PgLog::empty(LogBounds::default()).write_replacement(&mut txn, pg, &auth, Eversion::default());
         assert!(txn.ops.iter().any(|op| matches!(op, shoal_store::Op::OmapClear { .. })));
     }
 

@@ -545,6 +545,10 @@ fn the_pg_log_is_bounded_and_identical_on_every_member() {
     assert_eq!(on_primary.len(), MAX_LOG_ENTRIES + 1 - TRIM_BATCH, "a batch was trimmed");
     assert!(on_primary.len() >= LOG_ENTRIES);
     assert_eq!(on_primary, on_replica);
+    // Both keep the trimmed batch's newest version as the log's tail, right before what is left.
+    let tail = |osd: OsdId| shoal_osd::pglog::read_tail(&**net.core(osd).store(), pg).unwrap();
+    assert_eq!(tail(acting[0]).seq + 1, on_primary[0].version.seq);
+    assert_eq!(tail(acting[0]), tail(acting[1]));
     let reloaded = shoal_osd::pglog::PgLog::load(&**net.core(acting[0]).store(), pg, Default::default()).unwrap();
     assert_eq!(reloaded.len(), on_primary.len());
     assert_eq!(reloaded.last_update(), on_primary.last().unwrap().version);

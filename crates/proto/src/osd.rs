@@ -452,6 +452,8 @@ pub struct PeerState {
     pub backfill: Option<String>,
     /// The PG log, oldest first.
     pub log: Vec<PgLogEntry>,
+    /// The version of the newest entry trimmed from that log (`0'0`: none known).
+    pub tail: Eversion,
     /// Objects known to be missing or stale here, with the version needed (`0'0`: whatever the
     /// authoritative copy holds).
     pub missing: Vec<(String, Eversion)>,
@@ -480,6 +482,8 @@ pub struct PgActivate {
     /// interval refuses the activation (its sender is a primary of the past).
     pub interval: Vec<(u32, u64)>,
     pub log: Vec<PgLogEntry>,
+    /// The authoritative log's tail (the version of its newest trimmed entry).
+    pub tail: Eversion,
     pub missing: Vec<(String, Eversion)>,
     /// Objects this member holds that the authoritative history never wrote (divergent writes
     /// rolled back to "absent"): removed, with their clones, in the activation's transaction.

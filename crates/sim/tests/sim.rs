@@ -200,6 +200,15 @@ fn an_object_needed_at_a_version_only_a_member_past_the_log_holds_is_pulled_from
     run_seeds(143..=143, short(2));
 }
 
+#[test]
+fn a_member_that_stopped_at_the_authoritys_log_tail_catches_up_from_the_log() {
+    // Seed 412 (logs of 1 entry): the primary's own copy of an object cannot be read, and the
+    // only others are on a member whose newest entry is the one the primary's log trimmed last.
+    // With the log's tail kept, that member shares the history (it lacks only the one newer
+    // write) and serves the object; before, it was backfilled and the object stayed unfound.
+    run_seeds(412..=412, |seed| SimConfig { log_keep: Some(1), appends: false, ..SimConfig::nemesis(seed) });
+}
+
 /// Seeds of the damaged-copy-and-replaced-disk scenario in CI.
 const ROT_AND_REPLACE_SEEDS: u64 = 200;
 

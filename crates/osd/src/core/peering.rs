@@ -377,7 +377,9 @@ impl OsdCore {
     pub(super) fn local_peer_state(&mut self, pg: PgId) -> Result<PeerState, RemoteError> {
         let meta = self.meta_mut(pg)?.clone();
         let log = crate::pglog::read_entries(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
+        let tail = crate::pglog::read_tail(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
         Ok(PeerState {
+            tail,
             les: meta.les,
             backfill: meta.backfill,
             log: log
@@ -444,6 +446,7 @@ impl OsdCore {
             return;
         }
         let auth_log = p.answers[&auth].log.clone();
+        let auth_tail = p.answers[&auth].tail;
         if tracing::enabled!(tracing::Level::DEBUG) {
             // Per answer: OSD, last_epoch_started, backfilling, newest entry, objects it lacks.
             let summary: Vec<_> = p
@@ -455,7 +458,7 @@ impl OsdCore {
         }
         let mut plans = BTreeMap::new();
         for (osd, state) in &p.answers {
-            plans.insert(*osd, plan_member(&auth_log, state));
+            plans.insert(*osd, plan_member(&auth_log, auth_tail, state));
         }
         // A primary that must be backfilled hands the PG to the authority for the time being.
         if !matches!(plans.get(&me), Some(MemberPlan::Log { .. })) {
@@ -512,6 +515,7 @@ impl OsdCore {
                 activated_at: epoch,
                 interval: interval_of(&self.map, pg).into_iter().map(|(o, up_from)| (o.0, up_from)).collect(),
                 log: auth_log.clone(),
+                tail: auth_tail,
                 missing: missing.into_iter().collect(),
                 remove: remove.into_iter().collect(),
                 backfill,
@@ -545,7 +549,7 @@ impl OsdCore {
         let attempt = p.attempt;
         // The primary activates itself like any member.
         let own = PgMeta { les: epoch, backfill: None, missing: own_missing };
-        if let Err(e) = self.activate_local(pg, &auth_log, &own, &own_remove) {
+        if let Err(e) = self.activate_local(pg, (&auth_log, auth_tail), &own, &own_remove) {
             tracing::error!(%pg, error = %e, "activating the primary's own copy failed; peering retried");
             return;
         }
@@ -560,7 +564,7 @@ impl OsdCore {
     pub(super) fn activate_local(
         &mut self,
         pg: PgId,
-        log: &[PgLogEntry],
+        (log, tail): (&[PgLogEntry], shoal_proto::osd::Eversion),
         meta: &PgMeta,
         remove: &BTreeSet<String>,
     ) -> Result<(), RemoteError> {
@@ -587,12 +591,12 @@ impl OsdCore {
             tracing::info!(%pg, objects = ?remove, "removing objects the PG's history never wrote (rolled back)");
         }
         // Only what differs from the log this member holds (loaded from the store if need be).
-        self.log_mut(pg)?.write_replacement(&mut txn, pg, log);
+        self.log_mut(pg)?.write_replacement(&mut txn, pg, log, tail);
         meta.write_whole(&mut txn, pg);
         self.store.commit(txn, shoal_store::Durability::Batch).map_err(|e| crate::exec::store_error(&e))?;
         self.collections.insert(coll);
         let bounds = self.log_bounds;
-        self.logs.entry(pg).or_insert_with(|| crate::pglog::PgLog::empty(bounds)).replaced(log);
+        self.logs.entry(pg).or_insert_with(|| crate::pglog::PgLog::empty(bounds)).replaced(log, tail);
         self.metas.insert(pg, meta.clone());
         Ok(())
     }
@@ -794,7 +798,7 @@ impl OsdCore {
                 format!("activation of PG {pg} both removes {both} and names it missing"),
             ));
         }
-        self.activate_local(pg, &a.log, &meta, &remove)?;
+        self.activate_local(pg, (&a.log, a.tail), &meta, &remove)?;
         let interval = interval_of(&self.map, pg);
         self.pgs.insert(pg, PgState { interval, role: Role::Replica { activated_at: Some(a.activated_at) } });
         Ok(())

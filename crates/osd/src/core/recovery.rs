@@ -832,7 +832,7 @@ impl OsdCore {
         };
         let needs = self.metas.get(&pg).map(|m| m.missing.clone()).unwrap_or_default();
         let Some(p) = self.primary_at(pg, attempt) else { return };
-        match crate::merge::plan_member(&own.log, &state) {
+        match crate::merge::plan_member(&own.log, own.tail, &state) {
             crate::merge::MemberPlan::Log { missing, remove } => {
                 tracing::info!(%pg, stray = %from, "stray shares the PG's history: a source for unfound objects");
                 // It holds the objects it would remove, but not as the PG's history wrote them.
