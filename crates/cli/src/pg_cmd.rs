@@ -10,6 +10,10 @@
 //! `shoal pg scrub|deep-scrub|repair PGID [--wait]` queue a scrub on the PG's primary (decision
 //! 0011); `shoal pg list-inconsistent PGID` names the objects the last scrubs found inconsistent,
 //! with the OSDs whose copies are bad and the copy a repair would take.
+//!
+//! `shoal pg list-unfound PGID` names the objects the PG's primary lacks and no member it knows of
+//! can provide (their requests wait for them): with the version needed and the OSDs outside the
+//! acting set that said they hold a copy of the PG.
 
 use std::process::ExitCode;
 
@@ -54,6 +58,17 @@ pub enum PgCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The objects a PG's primary lacks and no member it knows of can provide (requests on them
+    /// wait), with the version needed and the OSDs outside the acting set known to hold a copy
+    /// of the PG.
+    ListUnfound {
+        #[command(flatten)]
+        conf: ConfArgs,
+        /// The PG, as `shoal osd map` prints it: `POOL.SEED` with the seed in hex (`1.1d`).
+        pgid: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -80,6 +95,7 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
         PgCommand::DeepScrub(a) => scrub(a, true, false),
         PgCommand::Repair(a) => scrub(a, true, true),
         PgCommand::ListInconsistent { conf, pgid, json } => list_inconsistent(conf, pgid, *json),
+        PgCommand::ListUnfound { conf, pgid, json } => list_unfound(conf, pgid, *json),
     }
 }
 
@@ -203,6 +219,48 @@ fn list_inconsistent(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<Exit
     } else {
         println!("PG {pg}: {} inconsistent object(s) (`shoal pg repair {pg}` fixes them):", r.inconsistent.len());
         print_inconsistent(&r);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode> {
+    let client = conf.connect()?;
+    let map = client.client().mon().map();
+    let pg = parse_pgid(&map, pgid)?;
+    let primary = map.pg_osds(pg).unwrap_or_default().first().map(|o| o.0);
+    let r = match client.runtime().block_on(client.client().pg_command(pg, PgCmd::ListUnfound)) {
+        Ok(PgCmdOutput::Unfound(r)) => r,
+        Ok(other) => bail!("PG {pg}'s primary answered {other:?} to a request for its unfound objects"),
+        Err(e) => return Err(e).with_context(|| format!("asking PG {pg}'s primary for its unfound objects")),
+    };
+    if json_out {
+        let objects: Vec<_> =
+            r.objects.iter().map(|(o, need)| json!({"object": o, "need": need.to_string()})).collect();
+        let ids = |v: &[shoal_map::OsdId]| v.iter().map(|o| o.0).collect::<Vec<_>>();
+        println!(
+            "{}",
+            json!({"pg": pg.to_string(), "primary": primary, "unfound": objects,
+                   "strays": ids(&r.strays), "probing": ids(&r.probing)})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if r.objects.is_empty() {
+        println!("PG {pg}: no unfound objects");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "PG {pg}: {} unfound object(s); requests on them wait until an OSD that holds them is up again",
+        r.objects.len()
+    );
+    for (object, need) in &r.objects {
+        println!("  {object}  (needs {need})");
+    }
+    let names = |v: &[shoal_map::OsdId]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    if !r.strays.is_empty() {
+        println!("OSDs outside the acting set holding a copy of the PG: {}", names(&r.strays));
+    }
+    if !r.probing.is_empty() {
+        println!("asked and not answered yet: {}", names(&r.probing));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -88,6 +88,10 @@ fn damaged_copies_are_read_around_found_by_deep_scrub_and_repaired() {
     assert!(found["auth_osd"].as_u64().is_some_and(|a| a != u64::from(bad.0)), "{deep}");
     let listed = json(&ok(&shoal(&dir, &["pg", "list-inconsistent", &pg, "--json"])));
     assert_eq!(listed["inconsistent"], deep["inconsistent"]);
+    // A damaged copy with good ones elsewhere is inconsistent, not unfound.
+    let unfound = json(&ok(&shoal(&dir, &["pg", "list-unfound", &pg, "--json"])));
+    assert_eq!(unfound["unfound"], serde_json::json!([]), "{unfound}");
+    assert_eq!(unfound["pg"], pg.as_str(), "{unfound}");
     let pgs = json(&ok(&shoal(&dir, &["pg", "ls", "--json"])));
     let state =
         pgs["pgs"].as_array().expect("pgs").iter().find(|r| r["pg"] == pg.as_str()).expect("row")["state"].clone();

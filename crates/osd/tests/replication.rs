@@ -15,6 +15,8 @@ use shoal_store::ObjectStore;
 use shoal_store::engine::MemEngine;
 
 const CLIENT: u64 = 1_000;
+/// The operator's token (`shoal pg ...` commands).
+const OPERATOR: u64 = 2_000;
 
 fn new_map() -> ClusterMap {
     let mut map = ClusterMap::new("t", BTreeMap::new());
@@ -55,16 +57,22 @@ struct Net {
     held_reads: VecDeque<(u32, shoal_osd::ReadJob)>,
     /// The bulk data of every answer to the client, by request.
     data_of: BTreeMap<u64, Vec<u8>>,
+    /// The engines behind the cores' stores (to damage copies).
+    engines: BTreeMap<u32, Arc<MemEngine>>,
+    /// Answers to the operator's commands.
+    operator: Vec<Frame>,
 }
 
 impl Net {
     fn new() -> Net {
         let map = new_map();
         let shared = Arc::new(map.clone());
-        let mut cores = BTreeMap::new();
+        let (mut cores, mut engines) = (BTreeMap::new(), BTreeMap::new());
         for i in 0..2 {
-            let store: Arc<dyn ObjectStore> = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
+            let engine = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
+            let store: Arc<dyn ObjectStore> = engine.clone();
             cores.insert(i, OsdCore::new(OsdId(i), store, shared.clone()).unwrap());
+            engines.insert(i, engine);
         }
         let mut net = Net {
             map,
@@ -80,6 +88,8 @@ impl Net {
             last_read: None,
             held_reads: VecDeque::new(),
             data_of: BTreeMap::new(),
+            engines,
+            operator: Vec::new(),
         };
         net.broadcast();
         net
@@ -144,6 +154,7 @@ impl Net {
                 self.last_read = Some(data);
                 self.replies.insert(request_id, reply);
             }
+            Action::Reply { to: OPERATOR, frame, .. } => self.operator.push(frame),
             Action::Reply { frame, .. } => self.answer(frame, queue),
             Action::Replicate { osd, op, data, data_crc } => {
                 // A checksum the primary passes on must be its data's (the replica's frame
@@ -1113,4 +1124,37 @@ fn a_read_beside_the_worker_that_outlives_its_primary_term_is_handled_again() {
     let op = client_op(&net.map, 3, vec![ObjOp::Read { offset: 0, len_bytes: 100 }]);
     let again = net.submit(acting[1].0, op, b"", 0);
     assert_eq!(net.read_answer(again), b"abc");
+}
+
+#[test]
+fn an_object_no_member_can_provide_is_listed_as_unfound() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    net.append(1, b"abc").result.expect("append");
+    // Both copies rot: the primary's read fails its checksum, so it repairs its copy first, and
+    // the only other copy fails its checksum too.
+    let coll = shoal_osd::exec::pg_collection(pg);
+    for osd in &acting {
+        assert!(net.engines[&osd.0].inject_bit_rot(&coll, "obj").unwrap(), "a copy to damage on {osd}");
+    }
+    let read = client_op(&net.map, 2, vec![ObjOp::Read { offset: 0, len_bytes: 3 }]);
+    let waiting = net.submit(acting[0].0, read, &[], 0);
+    assert!(!net.replies.contains_key(&waiting), "a read of an unfound object waits");
+    assert!(net.core(acting[0]).pg_states().iter().any(|(s, _)| s.contains("unfound")));
+
+    let cmd = shoal_proto::osd::PgCommand {
+        epoch: net.map.epoch,
+        pool: pg.pool,
+        pg: pg.seed,
+        cmd: shoal_proto::osd::PgCmd::ListUnfound,
+    };
+    let event = Event::PgCommand { from: OPERATOR, request_id: 1, req: cmd };
+    net.run(VecDeque::from([(acting[0].0, event)]));
+    let frame = net.operator.pop().expect("the primary answered");
+    let (reply, _): (shoal_proto::osd::PgCommandReply, Vec<u8>) = decode(frame.into_payload()).unwrap();
+    let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
+    let names: Vec<&str> = report.objects.iter().map(|(o, _)| o.as_str()).collect();
+    assert_eq!(names, vec!["obj"]);
 }

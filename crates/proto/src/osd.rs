@@ -725,6 +725,9 @@ pub enum PgCmd {
     Scrub { deep: bool, repair: bool },
     /// The PG's scrub state and the inconsistencies its last scrubs found.
     Report,
+    /// The objects the primary lacks and no member it knows of can provide (`shoal pg
+    /// list-unfound`).
+    ListUnfound,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -780,6 +783,19 @@ pub enum PgCmdOutput {
     /// The scrub is queued on the primary.
     Queued,
     Report(ScrubReport),
+    Unfound(UnfoundReport),
+}
+
+/// A PG's unfound objects, as its primary sees them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct UnfoundReport {
+    /// Each unfound object with the version the primary needs (`0'0`: whatever the authoritative
+    /// copy holds, for a damaged copy or a rollback).
+    pub objects: Vec<(String, Eversion)>,
+    /// OSDs that hold a copy of the PG outside its acting set (asked for the objects when they
+    /// said so), and those asked and not answered yet.
+    pub strays: Vec<shoal_map::OsdId>,
+    pub probing: Vec<shoal_map::OsdId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

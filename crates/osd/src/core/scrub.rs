@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{
     Eversion, InconsistentObject, PgCmd, PgCmdOutput, PgCommand, PgCommandReply, PgScrub, PgScrubReply, ScrubObject,
-    ScrubReport, ScrubSummary,
+    ScrubReport, ScrubSummary, UnfoundReport,
 };
 use shoal_proto::{ErrorCode, Message, RemoteError, encode};
 use shoal_store::{Durability, Transaction};
@@ -593,8 +593,13 @@ impl OsdCore {
                     format!("PG {pg} is not active on {}: {}", self.id, self.pg_state(pg).unwrap_or_default()),
                 ));
             }
+            if req.cmd == PgCmd::ListUnfound {
+                return Ok(PgCmdOutput::Unfound(self.unfound_report(pg)));
+            }
             let st = self.scrub_state(pg);
             match req.cmd {
+                // (Answered above, before the scrub state is borrowed.)
+                PgCmd::ListUnfound => Ok(PgCmdOutput::Unfound(UnfoundReport::default())),
                 PgCmd::Scrub { deep, repair } => {
                     let kind = ScrubKind { deep: deep || repair, repair };
                     // A stronger request replaces a weaker one waiting.
@@ -617,6 +622,21 @@ impl OsdCore {
         });
         let reply = PgCommandReply { epoch: self.map.epoch, result };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+    }
+
+    /// `pg`'s unfound objects with the versions needed, and the strays known and being asked.
+    fn unfound_report(&self, pg: PgId) -> UnfoundReport {
+        let needs = self.metas.get(&pg).map(|m| &m.missing);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return UnfoundReport::default() };
+        UnfoundReport {
+            objects: p
+                .unfound
+                .iter()
+                .map(|o| (o.clone(), needs.and_then(|n| n.get(o)).copied().unwrap_or_default()))
+                .collect(),
+            strays: p.known_strays.iter().copied().collect(),
+            probing: p.probing.iter().copied().collect(),
+        }
     }
 
     /// The last scrub this OSD finished of `pg` since it leads it, and whether another is
