@@ -13,7 +13,9 @@
 //!
 //! `shoal pg list-unfound PGID` names the objects the PG's primary lacks and no member it knows of
 //! can provide (their requests wait for them): with the version needed and the OSDs outside the
-//! acting set that said they hold a copy of the PG.
+//! acting set that said they hold a copy of the PG. `shoal pg mark-unfound-lost PGID delete
+//! --yes-i-really-mean-it` gives them up: removed on every member, the removal recorded in the PG
+//! log, and the requests that waited for them answered (the objects no longer exist).
 
 use std::process::ExitCode;
 
@@ -69,6 +71,26 @@ pub enum PgCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Gives a PG's unfound objects up as lost when no OSD that holds them will come back:
+    /// removed on every member (the removal recorded in the PG log), the requests waiting for
+    /// them answered that they do not exist. Their data is gone for good.
+    MarkUnfoundLost {
+        #[command(flatten)]
+        conf: ConfArgs,
+        /// The PG, as `shoal osd map` prints it: `POOL.SEED` with the seed in hex (`1.1d`).
+        pgid: String,
+        /// What becomes of them: `delete` (the only choice: no older version is kept to revert to).
+        action: LostAction,
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum LostAction {
+    Delete,
 }
 
 #[derive(clap::Args)]
@@ -96,6 +118,9 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
         PgCommand::Repair(a) => scrub(a, true, true),
         PgCommand::ListInconsistent { conf, pgid, json } => list_inconsistent(conf, pgid, *json),
         PgCommand::ListUnfound { conf, pgid, json } => list_unfound(conf, pgid, *json),
+        PgCommand::MarkUnfoundLost { conf, pgid, action: LostAction::Delete, yes_i_really_mean_it, json } => {
+            mark_unfound_lost(conf, pgid, *yes_i_really_mean_it, *json)
+        }
     }
 }
 
@@ -261,6 +286,31 @@ fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode>
     }
     if !r.probing.is_empty() {
         println!("asked and not answered yet: {}", names(&r.probing));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mark_unfound_lost(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: bool) -> Result<ExitCode> {
+    let client = conf.connect()?;
+    let map = client.client().mon().map();
+    let pg = parse_pgid(&map, pgid)?;
+    if !confirmed {
+        bail!(
+            "giving up PG {pg}'s unfound objects removes them for good; see them with `shoal pg list-unfound {pg}`, \
+             and add --yes-i-really-mean-it if no OSD that holds them will come back"
+        );
+    }
+    let lost = match client.runtime().block_on(client.client().pg_command(pg, PgCmd::MarkUnfoundLost)) {
+        Ok(PgCmdOutput::Lost(objects)) => objects,
+        Ok(other) => bail!("PG {pg}'s primary answered {other:?} to giving up its unfound objects"),
+        Err(e) => return Err(e).with_context(|| format!("asking PG {pg}'s primary to give up its unfound objects")),
+    };
+    if json_out {
+        println!("{}", json!({"pg": pg.to_string(), "lost": lost}));
+    } else if lost.is_empty() {
+        println!("PG {pg}: no unfound objects; nothing given up");
+    } else {
+        println!("PG {pg}: {} object(s) given up as lost and removed: {}", lost.len(), lost.join(", "));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -92,6 +92,11 @@ fn damaged_copies_are_read_around_found_by_deep_scrub_and_repaired() {
     let unfound = json(&ok(&shoal(&dir, &["pg", "list-unfound", &pg, "--json"])));
     assert_eq!(unfound["unfound"], serde_json::json!([]), "{unfound}");
     assert_eq!(unfound["pg"], pg.as_str(), "{unfound}");
+    // Giving up asks to be sure, and then gives up nothing when nothing is unfound.
+    fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "delete"]), "--yes-i-really-mean-it");
+    fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "revert", "--yes-i-really-mean-it"]), "delete");
+    let lost = json(&ok(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "delete", "--yes-i-really-mean-it", "--json"])));
+    assert_eq!(lost["lost"], serde_json::json!([]), "{lost}");
     let pgs = json(&ok(&shoal(&dir, &["pg", "ls", "--json"])));
     let state =
         pgs["pgs"].as_array().expect("pgs").iter().find(|r| r["pg"] == pg.as_str()).expect("row")["state"].clone();

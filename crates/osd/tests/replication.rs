@@ -1127,7 +1127,7 @@ fn a_read_beside_the_worker_that_outlives_its_primary_term_is_handled_again() {
 }
 
 #[test]
-fn an_object_no_member_can_provide_is_listed_as_unfound() {
+fn an_object_no_member_can_provide_is_listed_as_unfound_and_can_be_given_up() {
     let mut net = Net::new();
     let acting = net.acting();
     let pool = net.map.pool_by_name("p").unwrap().id;
@@ -1157,4 +1157,30 @@ fn an_object_no_member_can_provide_is_listed_as_unfound() {
     let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
     let names: Vec<&str> = report.objects.iter().map(|(o, _)| o.as_str()).collect();
     assert_eq!(names, vec!["obj"]);
+
+    // The operator gives it up: removed on both members, the removal in both logs, and the read
+    // that waited is answered (the object no longer exists).
+    let cmd = shoal_proto::osd::PgCommand {
+        epoch: net.map.epoch,
+        pool: pg.pool,
+        pg: pg.seed,
+        cmd: shoal_proto::osd::PgCmd::MarkUnfoundLost,
+    };
+    let event = Event::PgCommand { from: OPERATOR, request_id: 2, req: cmd };
+    net.run(VecDeque::from([(acting[0].0, event)]));
+    let frame = net.operator.pop().expect("the primary answered");
+    let (reply, _): (shoal_proto::osd::PgCommandReply, Vec<u8>) = decode(frame.into_payload()).unwrap();
+    assert_eq!(reply.result, Ok(shoal_proto::osd::PgCmdOutput::Lost(vec!["obj".to_string()])));
+    let answer = net.replies.remove(&waiting).expect("the waiting read is answered");
+    assert_eq!(answer.result.map_err(|e| e.code), Err(ErrorCode::NotFound));
+    for osd in &acting {
+        assert_eq!(net.content(*osd), None, "{osd} still holds the lost object");
+        let log = shoal_osd::pglog::read_entries(&**net.core(*osd).store(), pg).unwrap();
+        let last = log.last().expect("a log entry");
+        assert_eq!((last.object.as_str(), last.reqid.client), ("obj", u64::MAX - 1), "{osd}: {last:?}");
+    }
+    assert!(net.core(acting[0]).pg_states().iter().all(|(s, _)| !s.contains("unfound")));
+    // The object can be written again.
+    net.append(3, b"new").result.expect("append after the loss");
+    assert_eq!(net.content(acting[1]), Some(b"new".to_vec()));
 }

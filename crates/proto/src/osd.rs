@@ -728,6 +728,9 @@ pub enum PgCmd {
     /// The objects the primary lacks and no member it knows of can provide (`shoal pg
     /// list-unfound`).
     ListUnfound,
+    /// Gives every unfound object up as lost: removed on every member, the removal recorded in
+    /// the PG log like a client's (`shoal pg mark-unfound-lost PGID delete`).
+    MarkUnfoundLost,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -784,6 +787,8 @@ pub enum PgCmdOutput {
     Queued,
     Report(ScrubReport),
     Unfound(UnfoundReport),
+    /// The objects given up (their removal is under way through the PG's replicated writes).
+    Lost(Vec<String>),
 }
 
 /// A PG's unfound objects, as its primary sees them.

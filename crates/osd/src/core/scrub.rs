@@ -24,18 +24,24 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{
-    Eversion, InconsistentObject, PgCmd, PgCmdOutput, PgCommand, PgCommandReply, PgScrub, PgScrubReply, ScrubObject,
-    ScrubReport, ScrubSummary, UnfoundReport,
+    Eversion, InconsistentObject, ObjOp, OsdOp, PgCmd, PgCmdOutput, PgCommand, PgCommandReply, PgScrub, PgScrubReply,
+    ReqId, ScrubObject, ScrubReport, ScrubSummary, UnfoundReport,
 };
 use shoal_proto::{ErrorCode, Message, RemoteError, encode};
 use shoal_store::{Durability, Transaction};
 
 use super::peering::{PgState, Phase, Role};
-use super::{Action, OsdCore, PeerCall, Token, reply_frame};
+use super::{Action, Event, OsdCore, PeerCall, Token, reply_frame};
 use crate::copy::list_range;
 use crate::exec::{pg_collection, store_error};
 use crate::pgmeta::PgMeta;
 use crate::scrub::{compare, not_there_yet, scrub_object};
+
+/// The client id of the removals that record objects given up as lost (no client has it: client
+/// ids are entity numbers far below it).
+const LOST_CLIENT: u64 = u64::MAX - 1;
+/// Where the answers to those removals go: nowhere (no connection has this token).
+const NOBODY: Token = u64::MAX;
 
 /// Objects in one scrub chunk at most.
 pub const SCRUB_CHUNK_OBJECTS: usize = 64;
@@ -593,13 +599,15 @@ impl OsdCore {
                     format!("PG {pg} is not active on {}: {}", self.id, self.pg_state(pg).unwrap_or_default()),
                 ));
             }
-            if req.cmd == PgCmd::ListUnfound {
-                return Ok(PgCmdOutput::Unfound(self.unfound_report(pg)));
+            match req.cmd {
+                PgCmd::ListUnfound => return Ok(PgCmdOutput::Unfound(self.unfound_report(pg))),
+                PgCmd::MarkUnfoundLost => return self.mark_unfound_lost(pg, out).map(PgCmdOutput::Lost),
+                _ => {}
             }
             let st = self.scrub_state(pg);
             match req.cmd {
                 // (Answered above, before the scrub state is borrowed.)
-                PgCmd::ListUnfound => Ok(PgCmdOutput::Unfound(UnfoundReport::default())),
+                PgCmd::ListUnfound | PgCmd::MarkUnfoundLost => Ok(PgCmdOutput::Unfound(UnfoundReport::default())),
                 PgCmd::Scrub { deep, repair } => {
                     let kind = ScrubKind { deep: deep || repair, repair };
                     // A stronger request replaces a weaker one waiting.
@@ -621,7 +629,68 @@ impl OsdCore {
             }
         });
         let reply = PgCommandReply { epoch: self.map.epoch, result };
-        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });
+        // Objects given up are answered once their local removal is durable.
+        let after_sync = req.cmd == PgCmd::MarkUnfoundLost;
+        out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync });
+    }
+
+    /// Gives `pg`'s unfound objects up as lost (an operator's decision: no member that holds
+    /// them will come back). For each: the primary's own copy is replaced by "absent" and its
+    /// missing record cleared, in one transaction; then a removal of the object goes through the
+    /// PG's replicated write path ahead of every operation waiting for it, so that the PG log
+    /// records the loss on every member (a member that comes back holding the object rolls it
+    /// forward to "removed" like any write it missed) and the replicas drop their copies. The
+    /// operations waiting for the object run after it and see it absent.
+    fn mark_unfound_lost(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<Vec<String>, RemoteError> {
+        let objects: Vec<String> = match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) => p.unfound.iter().cloned().collect(),
+            _ => Vec::new(),
+        };
+        let me = self.id;
+        let coll = pg_collection(pg);
+        for object in &objects {
+            let absent = [crate::copy::absent_copy(object)];
+            let mut txn = Transaction::new();
+            crate::copy::remove_stale_companions(&mut txn, &*self.store, &coll, &absent)?;
+            crate::copy::apply_copy(&mut txn, &*self.store, &coll, &absent[0], bytes::Bytes::new())?;
+            PgMeta::write_recovered(&mut txn, pg, object);
+            self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+            self.meta_mut(pg)?.missing.remove(object);
+            let last = self.log_mut(pg)?.last_update();
+            let epoch = self.map.epoch;
+            let now_ms = self.now_ms;
+            let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { break };
+            p.unfound.remove(object);
+            if let Some(lacks) = p.sources.get_mut(&me) {
+                lacks.remove(object);
+            }
+            // A request id no client uses, unique in the PG's history: the epoch and the
+            // sequence the PG has reached (a later loss of the same object gets another).
+            let reqid = ReqId { client: LOST_CLIENT, tid: (epoch << 32) | (last.seq.wrapping_add(1) & 0xffff_ffff) };
+            let op = OsdOp {
+                reqid,
+                epoch,
+                pool: pg.pool,
+                pg: pg.seed,
+                object: object.clone(),
+                // Whatever the members hold (a stale copy, nothing): created if absent, then removed.
+                ops: vec![ObjOp::Create { exclusive: false }, ObjOp::Remove],
+                expires_in_ms: None,
+            };
+            let removal = Event::ClientOp {
+                from: NOBODY,
+                request_id: 0,
+                op,
+                data: bytes::Bytes::new(),
+                data_crc: None,
+                arrived_ms: now_ms,
+            };
+            p.blocked.entry(object.clone()).or_default().insert(0, removal);
+            p.blocked_ops += 1;
+            tracing::warn!(%pg, object, "unfound object given up as lost by an operator: removed on every member");
+            self.unblock(pg, object, out);
+        }
+        Ok(objects)
     }
 
     /// `pg`'s unfound objects with the versions needed, and the strays known and being asked.
