@@ -20,7 +20,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use shoal_client::blocking::BlockingClient;
 use shoal_client::{ClusterConfig, ConfFile, default_cluster_dir};
-use shoal_map::{Command, PgId};
+use shoal_map::{Command, OsdId, PgId};
 use shoal_net::{Key, Keyring};
 use shoal_store::BackendKind;
 
@@ -428,7 +428,21 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
             break;
         }
         if Instant::now() >= deadline {
-            bail!("only {} of {} OSDs came up in {} ms", map.osd_counts().0, want_osds, args.timeout_ms);
+            // Name the OSDs that did not boot in this start, with the end of each one's log.
+            let late: Vec<String> = (0..osds)
+                .filter(|i| map.osds.get(&OsdId(*i)).is_none_or(|o| !(o.up && o.up_from > booted_after)))
+                .map(|i| {
+                    let log = dir.join(format!("osd.{i}.log"));
+                    format!("osd.{i} (the end of {}):\n{}", log.display(), log_tail(&log))
+                })
+                .collect();
+            bail!(
+                "only {} of {} OSDs came up in {} ms; not booted: {}",
+                want_osds - late.len(),
+                want_osds,
+                args.timeout_ms,
+                late.join("\n")
+            );
         }
         let mut watch = monc.watch();
         let _ = rt.block_on(async { tokio::time::timeout(Duration::from_millis(50), watch.changed()).await });
