@@ -253,6 +253,15 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         tokio::spawn(shoal_net::serve(listeners, server_cfg, Arc::new(OsdHandler { shared: shared.clone() }), async {
             let _ = stop_rx.await;
         }));
+    // An earlier run of this OSD that the monitors have not marked down yet, at this same address
+    // (a fixed `--addr`, or the kernel handing out the same port again), would make the boot
+    // below change nothing: no new interval, so peers would go on with the state they had with
+    // the old process, and `shoal up` would wait for a boot that never shows. Marked down first,
+    // the boot is a new incarnation.
+    if monc.map().osds.get(&cfg.id).is_some_and(|o| o.up && o.addr == Some(addr)) {
+        tracing::info!(osd = %cfg.id, %addr, "the map shows an earlier run of this OSD up at this address: marking it down first");
+        monc.command(Command::OsdDown { id: cfg.id }).await.context("marking the OSD's earlier run down")?;
+    }
     let epoch =
         monc.command(Command::OsdBoot { id: cfg.id, addr }).await.context("announcing the OSD to the monitors")?;
     tracing::info!(
