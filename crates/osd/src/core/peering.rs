@@ -123,9 +123,9 @@ pub(crate) struct Primary {
     pub peers: BTreeMap<OsdId, PeerPlan>,
     /// Members that hold the PG's history (may serve pulls), with the objects they lack.
     pub sources: BTreeMap<OsdId, BTreeSet<String>>,
-    /// Strays whose logs no longer meet this one's, with the objects they are known to hold at
-    /// the version this primary needs (`merge::held_at_needed_version`): pulled from when no
-    /// source has them.
+    /// Members to be backfilled and probed strays whose logs no longer meet this one's, with the
+    /// objects they are known to hold at the version this primary needs
+    /// (`merge::held_at_needed_version`; decision 0038): pulled from when no source has them.
     pub holders: BTreeMap<OsdId, BTreeSet<String>>,
     /// Client operations waiting for the PG to become active.
     pub queued: VecDeque<Event>,
