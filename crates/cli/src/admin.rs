@@ -305,7 +305,11 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let objects: u64 = status.osd_stats.iter().map(|s| s.objects).sum();
     let recovery = recovery_summary(&status.osd_stats, objects);
     if recovery["unfound_objects"].as_u64().unwrap_or(0) > 0 {
-        problems.push(format!("{} unfound object(s)", recovery["unfound_objects"]));
+        problems.push(format!(
+            "{} unfound object(s): no OSD that is up holds them and requests on them wait (`shoal pg ls` shows \
+             their PGs as +unfound; `shoal pg list-unfound PGID`, `shoal pg mark-unfound-lost PGID delete`)",
+            recovery["unfound_objects"]
+        ));
     }
     let health = if errors > 0 {
         "HEALTH_ERR"
