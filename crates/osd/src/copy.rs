@@ -28,9 +28,25 @@ pub fn read_copy(
     read_copy_sized(store, coll, name, size_bytes, data)
 }
 
+/// Adds to `txn` the removal of the local `objects` with their snapshot clones, exactly as
+/// installing pulled copies of absent objects does (nothing for one that is not here).
+pub fn remove_whole(
+    txn: &mut Transaction,
+    store: &dyn ObjectStore,
+    coll: &str,
+    objects: &[String],
+) -> Result<(), RemoteError> {
+    let absent: Vec<ObjectCopy> = objects.iter().map(|o| absent_copy(o)).collect();
+    remove_stale_companions(txn, store, coll, &absent)?;
+    for copy in &absent {
+        apply_copy(txn, store, coll, copy, bytes::Bytes::new())?;
+    }
+    Ok(())
+}
+
 /// The copy of an object that does not exist: installing it removes the local object.
 #[must_use]
-pub fn absent_copy(name: &str) -> ObjectCopy {
+fn absent_copy(name: &str) -> ObjectCopy {
     ObjectCopy { name: name.to_string(), exists: false, size_bytes: 0, xattrs: Vec::new(), omap: Vec::new() }
 }
 

@@ -275,6 +275,22 @@ impl Net {
         self.request(tid, vec![ObjOp::Append { len_bytes: bytes.len() as u64 }], bytes)
     }
 
+    /// Sends the operator's command `cmd` for `pg` to `osd` and returns the answer.
+    fn pg_command(
+        &mut self,
+        osd: OsdId,
+        pg: shoal_map::PgId,
+        cmd: shoal_proto::osd::PgCmd,
+    ) -> shoal_proto::osd::PgCommandReply {
+        let req = shoal_proto::osd::PgCommand { epoch: self.map.epoch, pool: pg.pool, pg: pg.seed, cmd };
+        let request_id = self.next_rid;
+        self.next_rid += 1;
+        self.run(VecDeque::from([(osd.0, Event::PgCommand { from: OPERATOR, request_id, req })]));
+        let frame = self.operator.pop().expect("the primary answered");
+        assert_eq!(frame.request_id, request_id);
+        decode::<shoal_proto::osd::PgCommandReply>(frame.into_payload()).unwrap().0
+    }
+
     fn content(&self, osd: OsdId) -> Option<Vec<u8>> {
         let pool = self.map.pool_by_name("p").unwrap().id;
         let coll = shoal_osd::exec::pg_collection(self.map.locate(pool, "obj").unwrap().pg);
@@ -1144,32 +1160,14 @@ fn an_object_no_member_can_provide_is_listed_as_unfound_and_can_be_given_up() {
     assert!(!net.replies.contains_key(&waiting), "a read of an unfound object waits");
     assert!(net.core(acting[0]).pg_states().iter().any(|(s, _)| s.contains("unfound")));
 
-    let cmd = shoal_proto::osd::PgCommand {
-        epoch: net.map.epoch,
-        pool: pg.pool,
-        pg: pg.seed,
-        cmd: shoal_proto::osd::PgCmd::ListUnfound,
-    };
-    let event = Event::PgCommand { from: OPERATOR, request_id: 1, req: cmd };
-    net.run(VecDeque::from([(acting[0].0, event)]));
-    let frame = net.operator.pop().expect("the primary answered");
-    let (reply, _): (shoal_proto::osd::PgCommandReply, Vec<u8>) = decode(frame.into_payload()).unwrap();
+    let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::ListUnfound);
     let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
     let names: Vec<&str> = report.objects.iter().map(|(o, _)| o.as_str()).collect();
     assert_eq!(names, vec!["obj"]);
 
     // The operator gives it up: removed on both members, the removal in both logs, and the read
     // that waited is answered (the object no longer exists).
-    let cmd = shoal_proto::osd::PgCommand {
-        epoch: net.map.epoch,
-        pool: pg.pool,
-        pg: pg.seed,
-        cmd: shoal_proto::osd::PgCmd::MarkUnfoundLost,
-    };
-    let event = Event::PgCommand { from: OPERATOR, request_id: 2, req: cmd };
-    net.run(VecDeque::from([(acting[0].0, event)]));
-    let frame = net.operator.pop().expect("the primary answered");
-    let (reply, _): (shoal_proto::osd::PgCommandReply, Vec<u8>) = decode(frame.into_payload()).unwrap();
+    let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::MarkUnfoundLost);
     assert_eq!(reply.result, Ok(shoal_proto::osd::PgCmdOutput::Lost(vec!["obj".to_string()])));
     let answer = net.replies.remove(&waiting).expect("the waiting read is answered");
     assert_eq!(answer.result.map_err(|e| e.code), Err(ErrorCode::NotFound));

@@ -321,6 +321,11 @@ impl SimConfig {
         }
     }
 
+    /// The OSDs' PG log bounds for `log_keep` (half as many trimmed at once), if set.
+    fn log_bounds(&self) -> Option<shoal_osd::pglog::LogBounds> {
+        self.log_keep.map(|keep| shoal_osd::pglog::LogBounds::new(keep, (keep / 2).max(1)))
+    }
+
     /// [`SimConfig::nemesis`] with backfill in parts of 64 or 200 bytes (drawn from `seed`), so
     /// that the simulated objects (512 bytes, or a few appends) are sent in parts and writes land
     /// between them.
@@ -548,8 +553,8 @@ impl Simulation {
             let mut core = OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core");
             core.set_mutations(cfg.mutations);
             core.set_read_offload(cfg.read_offload);
-            if let Some(keep) = cfg.log_keep {
-                core.set_log_bounds(shoal_osd::pglog::LogBounds::new(keep, (keep / 2).max(1)));
+            if let Some(bounds) = cfg.log_bounds() {
+                core.set_log_bounds(bounds);
             }
             osds.insert(i, core);
         }
@@ -977,8 +982,8 @@ impl Simulation {
             Ok(mut core) => {
                 core.set_mutations(self.cfg.mutations);
                 core.set_read_offload(self.cfg.read_offload);
-                if let Some(keep) = self.cfg.log_keep {
-                    core.set_log_bounds(shoal_osd::pglog::LogBounds::new(keep, (keep / 2).max(1)));
+                if let Some(bounds) = self.cfg.log_bounds() {
+                    core.set_log_bounds(bounds);
                 }
                 self.osds.insert(osd.0, core);
                 self.osd_event(osd.0, Event::Map(map));

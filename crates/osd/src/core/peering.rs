@@ -582,12 +582,8 @@ impl OsdCore {
         }
         let data_coll = crate::exec::pg_collection(pg);
         if !remove.is_empty() && self.collections.contains(&data_coll) {
-            // Rolled back to "absent" exactly as a pulled copy of an absent object is installed.
-            let absent: Vec<_> = remove.iter().map(|o| crate::copy::absent_copy(o)).collect();
-            crate::copy::remove_stale_companions(&mut txn, &*self.store, &data_coll, &absent)?;
-            for copy in &absent {
-                crate::copy::apply_copy(&mut txn, &*self.store, &data_coll, copy, bytes::Bytes::new())?;
-            }
+            let objects: Vec<String> = remove.iter().cloned().collect();
+            crate::copy::remove_whole(&mut txn, &*self.store, &data_coll, &objects)?;
             tracing::info!(%pg, objects = ?remove, "removing objects the PG's history never wrote (rolled back)");
         }
         // Only what differs from the log this member holds (loaded from the store if need be).

@@ -600,15 +600,10 @@ impl OsdCore {
                 ));
             }
             match req.cmd {
-                PgCmd::ListUnfound => return Ok(PgCmdOutput::Unfound(self.unfound_report(pg))),
-                PgCmd::MarkUnfoundLost => return self.mark_unfound_lost(pg, out).map(PgCmdOutput::Lost),
-                _ => {}
-            }
-            let st = self.scrub_state(pg);
-            match req.cmd {
-                // (Answered above, before the scrub state is borrowed.)
-                PgCmd::ListUnfound | PgCmd::MarkUnfoundLost => Ok(PgCmdOutput::Unfound(UnfoundReport::default())),
+                PgCmd::ListUnfound => Ok(PgCmdOutput::Unfound(self.unfound_report(pg))),
+                PgCmd::MarkUnfoundLost => self.mark_unfound_lost(pg, out).map(PgCmdOutput::Lost),
                 PgCmd::Scrub { deep, repair } => {
+                    let st = self.scrub_state(pg);
                     let kind = ScrubKind { deep: deep || repair, repair };
                     // A stronger request replaces a weaker one waiting.
                     let merged = match st.requested {
@@ -619,13 +614,16 @@ impl OsdCore {
                     tracing::info!(%pg, kind = merged.name(), "scrub requested");
                     Ok(PgCmdOutput::Queued)
                 }
-                PgCmd::Report => Ok(PgCmdOutput::Report(ScrubReport {
-                    running: st.run.as_ref().map(|r| r.kind.name().to_string()),
-                    queued: st.requested.map(|k| k.name().to_string()),
-                    completed: st.completed,
-                    last: st.last.clone(),
-                    inconsistent: st.inconsistent.values().cloned().collect(),
-                })),
+                PgCmd::Report => {
+                    let st = self.scrub_state(pg);
+                    Ok(PgCmdOutput::Report(ScrubReport {
+                        running: st.run.as_ref().map(|r| r.kind.name().to_string()),
+                        queued: st.requested.map(|k| k.name().to_string()),
+                        completed: st.completed,
+                        last: st.last.clone(),
+                        inconsistent: st.inconsistent.values().cloned().collect(),
+                    }))
+                }
             }
         });
         let reply = PgCommandReply { epoch: self.map.epoch, result };
@@ -649,10 +647,8 @@ impl OsdCore {
         let me = self.id;
         let coll = pg_collection(pg);
         for object in &objects {
-            let absent = [crate::copy::absent_copy(object)];
             let mut txn = Transaction::new();
-            crate::copy::remove_stale_companions(&mut txn, &*self.store, &coll, &absent)?;
-            crate::copy::apply_copy(&mut txn, &*self.store, &coll, &absent[0], bytes::Bytes::new())?;
+            crate::copy::remove_whole(&mut txn, &*self.store, &coll, std::slice::from_ref(object))?;
             PgMeta::write_recovered(&mut txn, pg, object);
             self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
             self.meta_mut(pg)?.missing.remove(object);
