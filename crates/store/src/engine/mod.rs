@@ -38,7 +38,7 @@ use self::layout::{LABEL_BYTES, Onode, Superblock};
 use self::read::{ExtentMap, range_crc, read_blocks};
 use self::staged::{Overlaid, STAGE_TXN_MAX_BYTES, Staged};
 use self::txn::Plan;
-use self::wal::{APPLIED_SEQ_KEY, Log};
+use self::wal::{APPLIED_SEQ_KEY, LAP_START_KEY, Log};
 use crate::api::{BackendKind, Durability, FsckReport, ListPage, ObjectStat, ObjectStore, Transaction, Usage};
 use crate::error::{Result, StoreError};
 use crate::names;
@@ -86,6 +86,55 @@ fn data_is_intact<D: Device>(dev: &D, rec: &wal::Recovered) -> Result<bool> {
     Ok(true)
 }
 
+/// In-place blocks (decision 0040) written to their place at once: when this many are ready
+/// (their records known durable), the next flush point writes them. Each such write holds
+/// readers off for one device submission, so they are gathered; the blocks wait in memory.
+pub const INPLACE_APPLY_BLOCKS: usize = 256;
+/// In-place blocks held in memory at most: past this, a checkpoint writes them all (only stores
+/// that commit without ever syncing get there).
+pub const INPLACE_MAX_BLOCKS: usize = 4096;
+
+/// Writes recovered in-place data to its place (not flushed).
+fn write_inplace<D: Device>(dev: &D, writes: &[(u64, Vec<u8>)]) -> Result<()> {
+    for (at, data) in writes {
+        // The device may need block-aligned memory.
+        let buf = AlignedBuf::copy_padded(data, BLOCK_BYTES as usize);
+        if buf.len() != data.len() || !at.is_multiple_of(BLOCK_BYTES) {
+            return Err(StoreError::Corrupt(format!("a log record writes {} bytes in place at {at}", data.len())));
+        }
+        dev.write_at(&buf, *at).map_err(dev_err("writing recovered in-place data"))?;
+    }
+    Ok(())
+}
+
+/// Whether a transaction's record stays well within the log's largest record (`max_record_bytes`)
+/// whatever its writes do, so that it may write in place (an in-place write needs the log). Ops
+/// whose metadata grows with what the object holds (removal, truncation, clearing an omap) make a
+/// transaction ineligible; the others are bounded by their own bytes, plus, per write, the
+/// records it may change (its blocks' worth, and two remainders with up to 256 checksums each).
+fn inplace_fits(txn: &Transaction, max_record_bytes: u64) -> bool {
+    use crate::api::Op;
+    const PER_OP_BYTES: u64 = 4096;
+    let mut bound = 0u64;
+    for op in &txn.ops {
+        bound += PER_OP_BYTES
+            + match op {
+                Op::Write { obj, data, .. } => {
+                    let len = data.len() as u64;
+                    len + (len / BLOCK_BYTES + 4) * (obj.len() as u64 + 64 + 5 * 256)
+                }
+                Op::SetXattr { name, value, .. } => (name.len() + value.len()) as u64,
+                Op::OmapSet { entries, .. } => entries.iter().map(|(k, v)| (k.len() + v.len() + 512) as u64).sum(),
+                Op::OmapRemove { keys, .. } => keys.iter().map(|k| (k.len() + 512) as u64).sum(),
+                Op::Touch { .. } | Op::RemoveXattr { .. } | Op::CreateCollection { .. } => 0,
+                Op::Remove { .. } | Op::Truncate { .. } | Op::OmapClear { .. } | Op::RemoveCollection { .. } => {
+                    return false;
+                }
+            };
+    }
+    bound <= max_record_bytes / 2
+}
+
 /// Commit log size of a `mem` store.
 pub const MEM_LOG_BYTES: u64 = 4 << 20;
 
@@ -120,6 +169,10 @@ struct Writer {
     dirty: bool,
     /// Bytes of data written since the last checkpoint (what recovery may have to verify).
     data_since_checkpoint: u64,
+    /// Device blocks written in place by the records of the current lap (since the last
+    /// checkpoint). Recovery writes their in-place data again, so none of these blocks may be
+    /// reused before the lap ends: space freed over them is released only at a checkpoint.
+    inplace_lap: std::collections::BTreeSet<u64>,
     /// Objects and collections in the store, counted at mount and kept by every commit (so that
     /// `usage`, which every OSD reports each second, reads two numbers instead of scanning every
     /// object: that scan held a disk-backed OSD's worker ~100 ms with 100,000 objects).
@@ -262,19 +315,35 @@ impl<K: Kv, D: Device> Engine<K, D> {
             Some(v) => layout::decode_u64("applied sequence number", &v)?,
             None => return Err(StoreError::Corrupt("the metadata has no applied sequence number".into())),
         };
+        let lap_start = match kv.get(Ks::Meta, LAP_START_KEY)? {
+            Some(v) => layout::decode_u64("lap start", &v)?,
+            None => 0, // formatted before in-place writes existed: every record is of this lap
+        };
         let mut log = Log::new(sb.log_offset, sb.log_bytes);
         let mut seq = applied;
-        let recovered = log.recover(&dev, applied)?;
+        let recovered = log.recover(&dev, applied, lap_start)?;
+        // In-place data of transactions the KV store holds goes to its place again: the device
+        // may not have it although the KV store already has its checksums.
+        let mut rewrote = !recovered.inplace_applied.is_empty();
+        write_inplace(&dev, &recovered.inplace_applied)?;
         // Records up to the newest claim are known durable; only later ones can be torn.
-        let known_durable = recovered.iter().map(|r| r.flushed_through).max().unwrap_or(applied);
-        for rec in recovered {
+        let known_durable = recovered.records.iter().map(|r| r.flushed_through).max().unwrap_or(applied);
+        for rec in recovered.records {
             if rec.seq > known_durable && !data_is_intact(&dev, &rec)? {
                 break;
             }
+            rewrote |= !rec.inplace.is_empty();
+            write_inplace(&dev, &rec.inplace)?;
             kv.commit(rec.batch, false)?;
             seq = rec.seq;
         }
-        kv.sync()?;
+        if rewrote {
+            dev.sync().map_err(dev_err("flushing recovered in-place writes"))?;
+        }
+        // The log starts a new lap; its records from here on are the only ones recovery reads.
+        let mut lap = Batch::default();
+        lap.put(Ks::Meta, LAP_START_KEY.to_vec(), layout::u64_key(seq + 1));
+        kv.commit(lap, true)?;
         log.reset();
 
         let data_start = sb.log_offset + sb.log_bytes;
@@ -319,6 +388,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             proven_seq: seq,
             dirty: false,
             data_since_checkpoint: 0,
+            inplace_lap: std::collections::BTreeSet::new(),
             failed: None,
         };
         Ok(Self {
@@ -348,6 +418,14 @@ impl<K: Kv, D: Device> Engine<K, D> {
             self.flushed(w);
         }
         Ok(())
+    }
+
+    /// Reserves log space for a record of `batch` with `written` and `inplace`, as
+    /// [`wal::encode_record`] will make it (checksums still to be computed make it grow by at
+    /// most `growth` bytes).
+    fn record_estimate(batch: &Batch, written: &[(u64, u64)], inplace: &[(u64, AlignedBuf)], growth: u64) -> u64 {
+        let inplace: Vec<(u64, &[u8])> = inplace.iter().map(|(at, d)| (*at, &d[..])).collect();
+        wal::record_bytes(batch, written, &inplace, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
     }
 
     /// Reads `[offset, offset + len)` of an object through `dev` (the engine's device, or a
@@ -449,6 +527,23 @@ impl<K: Kv, D: Device> Engine<K, D> {
     fn checkpoint(&self, w: &mut Writer) -> Result<()> {
         self.flush_device(w)?;
         self.kv.sync()?;
+        self.finish_lap(w)
+    }
+
+    /// Ends the log's lap once the KV store holds every committed transaction durably: writes
+    /// every in-place block to its place and flushes them (the log, which holds their data, is
+    /// about to be overwritten), records where the next lap starts, and starts it.
+    fn finish_lap(&self, w: &mut Writer) -> Result<()> {
+        if !w.inplace_lap.is_empty() {
+            // Every record is in the durable KV store, so recovery verifies none of them and
+            // the blocks may take their new contents whatever the claims say.
+            self.apply_inplace(w, u64::MAX, usize::MAX)?;
+            self.dev.sync().map_err(dev_err("flushing in-place writes"))?;
+            let mut lap = Batch::default();
+            lap.put(Ks::Meta, LAP_START_KEY.to_vec(), layout::u64_key(w.seq + 1));
+            self.kv.commit(lap, true)?;
+            w.inplace_lap.clear();
+        }
         w.log.reset();
         w.data_since_checkpoint = 0;
         // Recovery will not look at any record written so far.
@@ -456,6 +551,47 @@ impl<K: Kv, D: Device> Engine<K, D> {
         w.proven_seq = w.seq;
         w.last_claim = w.seq;
         self.release_pending(w, u64::MAX);
+        Ok(())
+    }
+
+    /// Writes in-place blocks of transactions up to `upto_seq` to their place (at most `limit`
+    /// blocks; all of them with `usize::MAX`), without a flush. Callers pass a `upto_seq` whose
+    /// records recovery will not verify (`proven_seq`, or anything once the KV store is synced):
+    /// a block written in place may hold data a record after the claims wrote, and recovery
+    /// must not judge that record torn by it. Readers are held off while the blocks change
+    /// (they take the group's lock for a whole read), so none reads a block half-written or
+    /// against a checksum older than its contents.
+    fn apply_inplace(&self, w: &mut Writer, upto_seq: u64, limit: usize) -> Result<()> {
+        debug_assert!(w.failed.is_none());
+        let mut staged = write_lock(&self.staged);
+        let mut left = limit;
+        loop {
+            // Bounded submissions: the ring takes RING_ENTRIES writes at once.
+            let ready = staged.inplace_ready(upto_seq, left.min(128));
+            if ready.is_empty() {
+                return Ok(());
+            }
+            let writes: Vec<(u64, &[u8])> = ready.iter().map(|(at, data)| (*at, &data[..])).collect();
+            self.dev.write_all(&writes, false).map_err(dev_err("writing blocks in place"))?;
+            w.dirty = true;
+            staged.inplace_applied(&ready);
+            left -= ready.len();
+            if left == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Writes the in-place blocks whose records are proven durable once there are enough of
+    /// them, and checkpoints if too many are waiting.
+    fn settle_inplace(&self, w: &mut Writer) -> Result<()> {
+        let (waiting, ready) = read_lock(&self.staged).inplace_counts(w.proven_seq);
+        if waiting > INPLACE_MAX_BLOCKS {
+            return self.checkpoint(w);
+        }
+        if ready >= INPLACE_APPLY_BLOCKS {
+            self.apply_inplace(w, w.proven_seq, usize::MAX)?;
+        }
         Ok(())
     }
 
@@ -498,7 +634,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
             let staged = read_lock(&self.staged);
             let view = Overlaid::new(&self.kv, Some(staged.changes()));
             let staged_block = |phys| staged.block(phys);
-            let mut plan = Plan::new(&view, &self.dev, &staged_block, &self.pool, &mut w.alloc, now_ns());
+            let inplace_ok = !self.volatile && inplace_fits(txn, w.log.max_record_bytes());
+            let mut plan =
+                Plan::new(&view, &self.dev, &staged_block, &self.pool, &mut w.alloc, now_ns()).with_inplace(inplace_ok);
             for (i, op) in txn.ops.iter().enumerate() {
                 let last_for_object = !txn.ops[i + 1..].iter().any(|later| same_object(op, later));
                 if let Err(e) = plan.apply(op, last_for_object) {
@@ -508,7 +646,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
             }
             plan.into_batch()
         };
-        let txn::Planned { mut batch, frees, direct, pending_csums, objects_delta, collections_delta } = planned;
+        let txn::Planned { mut batch, frees, direct, pending_csums, objects_delta, collections_delta, inplace } =
+            planned;
         let seq = w.seq + 1;
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
         let written: Vec<(u64, u64)> = direct.iter().map(|(phys, buf)| (*phys, buf.len() as u64)).collect();
@@ -526,9 +665,18 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let estimate = if self.volatile {
             0 // never read: the log is not used
         } else {
-            wal::record_bytes(&batch, &written, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+            Self::record_estimate(&batch, &written, &inplace, growth)
         };
         let use_log = !self.volatile && estimate <= w.log.max_record_bytes();
+        if !use_log && !inplace.is_empty() {
+            // `inplace_fits` bounds the record of any transaction allowed to write in place well
+            // below the largest record; written in place without the log, a torn write would
+            // destroy the old contents.
+            let why =
+                std::io::Error::other(format!("a record of {estimate} bytes with in-place writes outgrew the log"));
+            return Err(StoreError::io("committing in-place writes", why));
+        }
+        let inplace_refs: Vec<(u64, &[u8])> = inplace.iter().map(|(at, d)| (*at, &d[..])).collect();
         // Small transactions with nothing to compute while their data travels are staged; the
         // others are written now, after the group.
         let stage = deferred && use_log && pending_csums.is_empty() && written_bytes <= STAGE_TXN_MAX_BYTES;
@@ -543,16 +691,21 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let claim = w.flushed_seq;
         w.data_since_checkpoint += written_bytes;
         if stage {
-            let record = wal::encode_record(seq, &batch, &written, claim);
+            let record = wal::encode_record(seq, &batch, &written, &inplace_refs, claim);
             if record.len() as u64 > estimate {
                 let why = std::io::Error::other("log record outgrew its reservation");
                 return Err(StoreError::io("staging a transaction", why));
             }
             let at = w.log.reserve(record.len() as u64);
-            write_lock(&self.staged).push(batch, direct, (at, record));
+            {
+                let mut staged = write_lock(&self.staged);
+                staged.push(batch, direct, (at, record));
+                staged.add_inplace(seq, &inplace_refs);
+            }
+            self.note_inplace(w, &inplace);
             self.committed(w, seq, objects_delta, collections_delta, frees);
             w.last_claim = claim;
-            return Ok(());
+            return self.settle_inplace(w);
         }
         let writes: Vec<(u64, &[u8])> = direct.iter().map(|(phys, buf)| (*phys, &buf[..])).collect();
         let fill_csums = |batch: &mut Batch| {
@@ -570,7 +723,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             let log = &mut w.log;
             let mut produce = || -> std::io::Result<Option<(u64, AlignedBuf)>> {
                 fill_csums(&mut batch);
-                let record = wal::encode_record(seq, &batch, &written, claim);
+                let record = wal::encode_record(seq, &batch, &written, &inplace_refs, claim);
                 if record.len() as u64 > estimate {
                     return Err(std::io::Error::other("log record outgrew its reservation"));
                 }
@@ -590,12 +743,18 @@ impl<K: Kv, D: Device> Engine<K, D> {
                 self.pool.give(buf);
             }
         }
-        if use_log {
+        if use_log && !inplace.is_empty() {
+            // Readers see the new checksums and the blocks' new contents at once.
+            let mut staged = write_lock(&self.staged);
+            staged.add_inplace(seq, &inplace_refs);
+            self.kv.commit(batch, false)?;
+            drop(staged);
+            self.note_inplace(w, &inplace);
+        } else if use_log {
             self.kv.commit(batch, false)?;
         } else {
+            // Recovery must never expect this transaction's record: a new lap starts below.
             self.kv.commit(batch, true)?;
-            // Recovery must never expect this transaction's record: start a new lap.
-            w.log.reset();
         }
         self.committed(w, seq, objects_delta, collections_delta, frees);
         if use_log {
@@ -604,14 +763,22 @@ impl<K: Kv, D: Device> Engine<K, D> {
         if !use_log {
             // The batch went to the KV store with a sync, which also made every earlier batch
             // durable there, and the log starts a new lap: like a checkpoint.
-            w.flushed_seq = seq;
-            w.proven_seq = seq;
-            w.last_claim = seq;
-            self.release_pending(w, u64::MAX);
+            self.finish_lap(w)?;
         } else if flush {
             self.flushed(w);
         }
-        Ok(())
+        drop(inplace_refs);
+        for (_, buf) in inplace {
+            self.pool.give(buf);
+        }
+        self.settle_inplace(w)
+    }
+
+    /// The writer's bookkeeping for blocks a committed transaction wrote in place.
+    fn note_inplace(&self, w: &mut Writer, inplace: &[(u64, AlignedBuf)]) {
+        for (at, data) in inplace {
+            w.inplace_lap.extend((0..data.len() as u64 / BLOCK_BYTES).map(|i| at + i * BLOCK_BYTES));
+        }
     }
 
     /// The writer's bookkeeping for committed transaction `seq`.
@@ -620,7 +787,12 @@ impl<K: Kv, D: Device> Engine<K, D> {
         w.objects = apply_delta(w.objects, objects_delta, "objects");
         w.collections = apply_delta(w.collections, collections_delta, "collections");
         w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
-        w.pending_free.extend(frees.into_iter().map(|(off, len)| (seq, off, len)));
+        // Space over blocks written in place this lap waits for the lap's end (u64::MAX: only a
+        // checkpoint releases it), since recovery would write their old in-place data again.
+        let lap = &w.inplace_lap;
+        let held = |off: u64, len: u64| lap.range(off..off + len).next().is_some();
+        w.pending_free
+            .extend(frees.into_iter().map(|(off, len)| (if held(off, len) { u64::MAX } else { seq }, off, len)));
     }
 
     /// Checkpoints: after this the KV store durably holds every committed transaction and the
@@ -680,8 +852,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
     #[doc(hidden)]
     pub fn inject_bit_rot(&self, coll: &str, obj: &str) -> Result<bool> {
         let mut writer = lock(&self.writer);
-        // The block to damage must be on the device, not staged.
-        self.drain_staged(&mut writer, false)?;
+        // The block to damage must be on the device, neither staged nor waiting to be written
+        // in place.
+        self.checkpoint(&mut writer)?;
         let Some(phys) = self.first_block(coll, obj)? else { return Ok(false) };
         let mut buf = shoal_util::aligned::AlignedBuf::zeroed(BLOCK_BYTES as usize);
         let io = |e: std::io::Error| StoreError::Io { context: format!("damaging {coll}/{obj}"), source: e };
@@ -986,369 +1159,4 @@ pub(crate) fn check_names(coll: &str, obj: &str) -> Result<()> {
 }
 
 #[cfg(test)]
-mod recovery_tests {
-    //! Recovery through the commit log: a KV store that loses what it was not asked to sync,
-    //! as fjall's may on a power failure, and a device that keeps everything.
-    use std::sync::{Arc, Mutex};
-
-    use super::kv::{Batch, Kv, KvRead, MemKv};
-    use super::*;
-    use crate::engine::device::MemDevice;
-
-    /// Records every batch and how many were synced; `after_power_loss` rebuilds the KV store
-    /// from the synced ones only.
-    #[derive(Clone, Default)]
-    struct LossyKv {
-        live: Arc<MemKv>,
-        history: Arc<Mutex<(Vec<Batch>, usize)>>,
-    }
-
-    impl LossyKv {
-        fn after_power_loss(&self) -> LossyKv {
-            let (batches, synced) = self.history.lock().unwrap().clone();
-            let fresh = LossyKv::default();
-            for b in &batches[..synced] {
-                fresh.commit(b.clone(), true).unwrap();
-            }
-            fresh
-        }
-    }
-
-    impl KvRead for LossyKv {
-        fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
-            self.live.get(ks, key)
-        }
-        fn scan(
-            &self,
-            ks: Ks,
-            lo: &[u8],
-            hi: Option<&[u8]>,
-            visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-        ) -> Result<()> {
-            self.live.scan(ks, lo, hi, visit)
-        }
-    }
-
-    impl Kv for LossyKv {
-        type Snapshot<'a> = <MemKv as Kv>::Snapshot<'a>;
-        fn snapshot(&self) -> Self::Snapshot<'_> {
-            self.live.snapshot()
-        }
-        fn commit(&self, batch: Batch, sync: bool) -> Result<()> {
-            let mut h = self.history.lock().unwrap();
-            h.0.push(batch.clone());
-            if sync {
-                h.1 = h.0.len();
-            }
-            self.live.commit(batch, sync)
-        }
-        fn sync(&self) -> Result<()> {
-            let mut h = self.history.lock().unwrap();
-            h.1 = h.0.len();
-            Ok(())
-        }
-    }
-
-    /// A KV store that can lose its unsynced batches, a 64 MiB RAM device, and a new engine over
-    /// them with collection `c`.
-    fn fresh_store() -> (LossyKv, Arc<MemDevice>, Engine<LossyKv, Arc<MemDevice>>) {
-        let kv = LossyKv::default();
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let engine = fresh(&kv, &dev);
-        (kv, dev, engine)
-    }
-
-    /// A new engine over `kv` and `dev` with collection `c`.
-    fn fresh(kv: &LossyKv, dev: &Arc<MemDevice>) -> Engine<LossyKv, Arc<MemDevice>> {
-        let engine = Engine::format(BackendKind::Mem, kv.clone(), Arc::clone(dev), None).unwrap();
-        let mut txn = Transaction::new();
-        txn.create_collection("c");
-        engine.commit(txn, Durability::Sync).unwrap();
-        engine
-    }
-
-    fn write(engine: &Engine<LossyKv, Arc<MemDevice>>, obj: &str, len: usize, durability: Durability) {
-        let mut txn = Transaction::new();
-        txn.write("c", obj, 0, vec![obj.len() as u8 ^ 0x5a; len]);
-        engine.commit(txn, durability).unwrap();
-    }
-
-    #[test]
-    fn a_ram_read_verified_in_parts_fails_on_exactly_the_damaged_block_and_checksums_what_it_returns() {
-        let (_kv, dev, engine) = fresh_store();
-        // 2 MiB + 100 bytes: many of the RAM device's read parts, each block marked with its index.
-        let len = (2 << 20) + 100;
-        let mut data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-        for (i, block) in data.chunks_mut(4096).enumerate() {
-            block[..8].copy_from_slice(&(0x5eed_0000_0000_0000u64 | i as u64).to_le_bytes());
-        }
-        let mut txn = Transaction::new();
-        txn.write("c", "big", 0, data.clone());
-        engine.commit(txn, Durability::Sync).unwrap();
-        // Every range's checksum is that of the bytes returned, across parts and partial blocks.
-        for (offset, want) in [(0u64, len as u64), (1, 70_000), (65_536 - 3, 65_536 + 6), (len as u64 - 5, 100)] {
-            let (bytes, crc) = engine.read_bytes_crc("c", "big", offset, want).unwrap();
-            assert!(bytes[..] == data[offset as usize..(offset + want).min(len as u64) as usize]);
-            assert_eq!(crc, Some(shoal_util::crc32c(&bytes)), "range {offset}+{want}");
-        }
-        // Damage block 300 behind the engine's back (it is in the fifth 64 KiB part).
-        let marker = (0x5eed_0000_0000_0000u64 | 300).to_le_bytes();
-        let mut phys = None;
-        let mut block = vec![0u8; 4096];
-        for at in (0..dev.size_bytes()).step_by(4096) {
-            dev.read_at(&mut block, at).unwrap();
-            if block[..8] == marker {
-                phys = Some(at);
-                break;
-            }
-        }
-        let phys = phys.expect("block 300 is on the device");
-        block[100] ^= 0x01;
-        dev.write_at(&block, phys).unwrap();
-        match engine.read_all("c", "big") {
-            Err(StoreError::Checksum { offset, device_offset, .. }) => {
-                assert_eq!((offset, device_offset), (300 * 4096, phys));
-            }
-            other => panic!("a damaged block must fail the read, got {:?}", other.map(|d| d.len())),
-        }
-        // Reads that do not touch it still work, from either side.
-        assert!(engine.read("c", "big", 0, 300 * 4096).unwrap() == data[..300 * 4096]);
-        assert!(engine.read("c", "big", 301 * 4096, len as u64).unwrap() == data[301 * 4096..]);
-    }
-
-    #[test]
-    fn synced_transactions_survive_losing_the_kv_journal() {
-        let (kv, dev, engine) = fresh_store();
-        for (i, len) in [1usize, 4096, 70_000, 2 << 20].iter().enumerate() {
-            write(&engine, &format!("o{i}"), *len, Durability::Sync);
-        }
-        engine.simulate_crash();
-        // The KV store lost every batch since mkfs; the log must bring them all back.
-        let kv2 = kv.after_power_loss();
-        assert!(kv2.get(Ks::Colls, b"c").unwrap().is_none(), "the test must really lose the batches");
-        let engine = Engine::load(BackendKind::Mem, kv2, Arc::clone(&dev), None).unwrap();
-        for (i, len) in [1usize, 4096, 70_000, 2 << 20].iter().enumerate() {
-            let obj = format!("o{i}");
-            assert_eq!(engine.read_all("c", &obj).unwrap(), vec![obj.len() as u8 ^ 0x5a; *len]);
-        }
-        assert!(engine.fsck().unwrap().is_clean());
-    }
-
-    #[test]
-    fn a_record_whose_data_never_arrived_is_not_applied() {
-        let (kv, dev, engine) = fresh_store();
-        write(&engine, "kept", 8192, Durability::Sync);
-        write(&engine, "torn", 8192, Durability::Batch);
-        write(&engine, "later", 8192, Durability::Batch);
-        // Find where "torn" was written and wipe it, as a power failure before the flush could.
-        let snap = engine.kv.snapshot();
-        let extents = Engine::<LossyKv, Arc<MemDevice>>::extents(&snap, "c", "torn", 0, 8192, 8192).unwrap();
-        drop(snap);
-        for e in extents.values() {
-            dev.write_at(&vec![0u8; e.len_bytes as usize], e.phys).unwrap();
-        }
-        engine.simulate_crash();
-        let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
-        assert!(engine.exists("c", "kept").unwrap());
-        assert!(!engine.exists("c", "torn").unwrap(), "a torn transaction must not be applied");
-        assert!(!engine.exists("c", "later").unwrap(), "nothing after a torn transaction is applied");
-        let report = engine.fsck().unwrap();
-        assert!(report.is_clean(), "{:?}", report.errors);
-    }
-
-    /// A device whose writes fail while `fail` is set.
-    struct FlakyDevice {
-        inner: Arc<MemDevice>,
-        fail: Arc<std::sync::atomic::AtomicBool>,
-    }
-
-    impl Device for FlakyDevice {
-        fn size_bytes(&self) -> u64 {
-            self.inner.size_bytes()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-            if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(std::io::Error::from_raw_os_error(5));
-            }
-            self.inner.write_at(buf, offset)
-        }
-        fn sync(&self) -> std::io::Result<()> {
-            self.inner.sync()
-        }
-        fn discard(&self, offset: u64, len: u64) {
-            self.inner.discard(offset, len);
-        }
-        fn direct_io(&self) -> bool {
-            false
-        }
-    }
-
-    #[test]
-    fn a_failed_write_stops_writes_until_remount_and_loses_nothing_acknowledged() {
-        let kv = LossyKv::default();
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flaky = FlakyDevice { inner: Arc::clone(&dev), fail: Arc::clone(&fail) };
-        let engine = Engine::format(BackendKind::Mem, kv.clone(), flaky, None).unwrap();
-        let mut txn = Transaction::new();
-        txn.create_collection("c").write("c", "a", 0, vec![1; 10_000]);
-        engine.commit(txn, Durability::Sync).unwrap();
-        fail.store(true, std::sync::atomic::Ordering::SeqCst);
-        let mut txn = Transaction::new();
-        txn.write("c", "b", 0, vec![2; 10_000]);
-        assert!(matches!(engine.commit(txn.clone(), Durability::Sync), Err(StoreError::Io { .. })));
-        fail.store(false, std::sync::atomic::Ordering::SeqCst);
-        // Even with the device healthy again, the engine refuses writes: its memory may no
-        // longer match the medium.
-        assert!(matches!(engine.commit(txn, Durability::Sync), Err(StoreError::Failed(_))));
-        // Reads still work.
-        assert_eq!(engine.read_all("c", "a").unwrap(), vec![1; 10_000]);
-        engine.simulate_crash();
-        let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
-        assert_eq!(engine.read_all("c", "a").unwrap(), vec![1; 10_000]);
-        assert!(!engine.exists("c", "b").unwrap());
-        assert!(engine.fsck().unwrap().is_clean());
-    }
-
-    fn kv_batches(kv: &LossyKv) -> usize {
-        kv.history.lock().unwrap().0.len()
-    }
-
-    #[test]
-    fn deferred_transactions_are_seen_at_once_and_reach_the_kv_store_as_one_batch() {
-        let (kv, dev, engine) = fresh_store();
-        write(&engine, "synced", 8192, Durability::Sync);
-        let before = kv_batches(&kv);
-        for i in 0..5usize {
-            write(&engine, &format!("d{i}"), 4096 * (i + 1) + 100, Durability::Deferred);
-        }
-        // A partial overwrite of a staged object reads its staged edge block while planning.
-        let mut txn = Transaction::new();
-        txn.write("c", "d1", 4000, vec![7u8; 300]).set_xattr("c", "d1", "x", b"v".to_vec()).omap_set(
-            "c",
-            "d1",
-            vec![(b"k".to_vec(), b"w".to_vec())],
-        );
-        engine.commit(txn, Durability::Deferred).unwrap();
-        let mut want = vec![2u8 ^ 0x5a; 8292];
-        want[4000..4300].fill(7);
-        let check = |engine: &Engine<LossyKv, Arc<MemDevice>>| {
-            assert_eq!(engine.read_all("c", "d1").unwrap(), want);
-            assert_eq!(engine.read("c", "d3", 4096, 8192).unwrap(), vec![2u8 ^ 0x5a; 8192]);
-            assert_eq!(engine.stat("c", "d4").unwrap().size_bytes, 5 * 4096 + 100);
-            assert_eq!(engine.get_xattr("c", "d1", "x").unwrap(), Some(b"v".to_vec()));
-            assert_eq!(engine.omap_get("c", "d1", b"k").unwrap(), Some(b"w".to_vec()));
-            let names = engine.list_objects("c", "", None, 100).unwrap().objects;
-            assert_eq!(names, ["d0", "d1", "d2", "d3", "d4", "synced"]);
-            assert_eq!(engine.usage().unwrap().objects, 6);
-        };
-        check(&engine);
-        assert_eq!(kv_batches(&kv), before, "staged transactions are not in the KV store yet");
-        engine.settle().unwrap();
-        assert_eq!(kv_batches(&kv), before + 1, "the group reaches the KV store as one batch");
-        check(&engine);
-        // Settled, the group survives a crash of the process (the KV store keeps its batches).
-        engine.simulate_crash();
-        let engine = Engine::load(BackendKind::Mem, kv.clone(), Arc::clone(&dev), None).unwrap();
-        check(&engine);
-        // Synced, it also survives losing the KV store's unsynced batches (its log records).
-        write(&engine, "d5", 4096, Durability::Deferred);
-        engine.sync().unwrap();
-        engine.simulate_crash();
-        let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
-        check_all_but_listing(&engine, &want);
-        assert_eq!(engine.read_all("c", "d5").unwrap(), vec![2u8 ^ 0x5a; 4096]);
-        assert!(engine.fsck().unwrap().is_clean());
-    }
-
-    fn check_all_but_listing(engine: &Engine<LossyKv, Arc<MemDevice>>, d1: &[u8]) {
-        assert_eq!(engine.read_all("c", "d1").unwrap(), d1);
-        for i in [0usize, 2, 3, 4] {
-            assert_eq!(engine.read_all("c", &format!("d{i}")).unwrap(), vec![2u8 ^ 0x5a; 4096 * (i + 1) + 100]);
-        }
-    }
-
-    #[test]
-    fn a_crash_before_the_group_is_written_loses_it_and_nothing_before_it() {
-        let (kv, dev, engine) = fresh_store();
-        write(&engine, "kept", 8192, Durability::Sync);
-        write(&engine, "batch", 8192, Durability::Batch);
-        write(&engine, "lost1", 4096, Durability::Deferred);
-        write(&engine, "lost2", 4096, Durability::Deferred);
-        // An overwrite of a settled object, staged: the crash must leave the old bytes.
-        let mut txn = Transaction::new();
-        txn.write("c", "kept", 0, vec![9u8; 4096]).remove("c", "batch");
-        engine.commit(txn, Durability::Deferred).unwrap();
-        assert!(engine.exists("c", "lost2").unwrap() && !engine.exists("c", "batch").unwrap());
-        engine.simulate_crash();
-        let engine = Engine::load(BackendKind::Mem, kv.clone(), Arc::clone(&dev), None).unwrap();
-        assert_eq!(engine.read_all("c", "kept").unwrap(), vec![4u8 ^ 0x5a; 8192]);
-        assert_eq!(engine.read_all("c", "batch").unwrap(), vec![5u8 ^ 0x5a; 8192]);
-        assert!(!engine.exists("c", "lost1").unwrap() && !engine.exists("c", "lost2").unwrap());
-        let report = engine.fsck().unwrap();
-        assert!(report.is_clean(), "{:?}", report.errors);
-    }
-
-    #[test]
-    fn the_group_is_written_when_full_and_before_any_other_commit() {
-        let (kv, _dev, engine) = fresh_store();
-        let before = kv_batches(&kv);
-        for i in 0..staged::STAGED_MAX_TXNS {
-            write(&engine, &format!("o{i}"), 4096, Durability::Deferred);
-        }
-        assert_eq!(kv_batches(&kv), before);
-        write(&engine, "one-more", 4096, Durability::Deferred);
-        assert_eq!(kv_batches(&kv), before + 1, "a full group is written before the next joins");
-        // A `Batch` commit goes to the KV store after the staged group, in order.
-        write(&engine, "batch", 4096, Durability::Batch);
-        assert_eq!(kv_batches(&kv), before + 3);
-        let applied = |b: &Batch| b.ops.get(&(Ks::Meta, APPLIED_SEQ_KEY.to_vec())).cloned().flatten();
-        let history = kv.history.lock().unwrap().0.clone();
-        let seqs: Vec<u64> =
-            history[before..].iter().map(|b| layout::decode_u64("seq", &applied(b).unwrap()).unwrap()).collect();
-        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "KV batches out of order: {seqs:?}");
-        // A large deferred transaction is not staged: it is written at once.
-        write(&engine, "large", 1 << 20, Durability::Deferred);
-        assert_eq!(kv_batches(&kv), before + 4);
-        assert_eq!(engine.list_objects("c", "", None, 1000).unwrap().objects.len(), staged::STAGED_MAX_TXNS + 3);
-        assert!(engine.fsck().unwrap().is_clean());
-    }
-
-    #[test]
-    fn a_large_aligned_write_reserves_enough_log_for_its_checksums() {
-        // 48 MiB in one aligned write: 48 extent records whose 12,288 checksums are computed
-        // after the log space was reserved.
-        let engine = MemEngine::new_mem(256 << 20).unwrap();
-        let mut buf = shoal_util::AlignedBuf::zeroed(48 << 20);
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = (i / 4096) as u8 ^ (i as u8);
-        }
-        let expect = buf.to_vec();
-        let mut txn = Transaction::new();
-        txn.create_collection("c").write_aligned("c", "big", 0, Arc::new(buf));
-        engine.commit(txn, Durability::Sync).unwrap();
-        assert!(engine.read_all("c", "big").unwrap() == expect);
-        assert!(engine.fsck().unwrap().is_clean());
-    }
-
-    #[test]
-    fn a_medium_error_names_the_object_and_a_rewrite_clears_it() {
-        let engine = MemEngine::new_mem(64 << 20).unwrap();
-        let mut txn = Transaction::new();
-        txn.create_collection("c").write("c", "bad", 0, vec![7; 10_000]).write("c", "good", 0, vec![8; 10_000]);
-        engine.commit(txn, Durability::Sync).unwrap();
-        assert!(engine.inject_read_error("c", "bad").unwrap());
-        match engine.read_all("c", "bad") {
-            Err(StoreError::Unreadable { coll, obj, .. }) => assert_eq!((coll.as_str(), obj.as_str()), ("c", "bad")),
-            other => panic!("expected a medium error, got {other:?}"),
-        }
-        assert_eq!(engine.read_all("c", "good").unwrap(), vec![8; 10_000], "other objects read as before");
-        let mut txn = Transaction::new();
-        txn.write("c", "bad", 0, vec![9; 10_000]);
-        engine.commit(txn, Durability::Sync).unwrap();
-        assert_eq!(engine.read_all("c", "bad").unwrap(), vec![9; 10_000], "rewritten data reads again");
-    }
-}
+mod recovery_tests;

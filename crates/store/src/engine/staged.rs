@@ -60,6 +60,14 @@ pub struct Staged {
     /// The log record of each staged transaction, with its offset in the log region.
     records: Vec<(u64, AlignedBuf)>,
     data_bytes: u64,
+    /// Blocks written in place (decision 0040) whose new contents are not on the device yet, by
+    /// device offset, with the sequence number of the transaction that wrote them: the newest
+    /// contents of each block, newer than the device and than any staged `data` there. Unlike
+    /// the rest of the group, these outlive [`Staged::take`]: they are written to their place
+    /// only once their log record is known durable (see `Engine::apply_inplace`). Kept here so
+    /// that readers, who hold this group's lock from before their KV snapshot to the end of
+    /// their read, see a block's new contents exactly when they see its new checksum.
+    inplace: BTreeMap<u64, (u64, Arc<AlignedBuf>)>,
 }
 
 impl Staged {
@@ -98,12 +106,56 @@ impl Staged {
         &self.changes
     }
 
-    /// A copy of the staged block at device offset `phys`, if one is staged there.
+    /// A copy of the block at device offset `phys` if it is not on the device yet: written in
+    /// place and not applied, or staged.
     pub fn block(&self, phys: u64) -> Option<Arc<Vec<u8>>> {
+        if let Some((_, data)) = self.inplace.get(&phys) {
+            return Some(Arc::new(data.to_vec()));
+        }
         let (at, data) = self.data.range(..=phys).next_back()?;
         let from = usize::try_from(phys - at).ok()?;
         let to = from + BLOCK_BYTES as usize;
         (to <= data.len()).then(|| Arc::new(data[from..to].to_vec()))
+    }
+
+    /// Records the in-place writes of committed transaction `seq`: `(device offset, whole
+    /// blocks)` in the order written. A block written again replaces its earlier contents.
+    pub fn add_inplace(&mut self, seq: u64, writes: &[(u64, &[u8])]) {
+        let block = BLOCK_BYTES as usize;
+        for (at, data) in writes {
+            debug_assert!(at.is_multiple_of(BLOCK_BYTES) && data.len().is_multiple_of(block));
+            for (i, chunk) in data.chunks_exact(block).enumerate() {
+                let copy = Arc::new(AlignedBuf::copy_padded(chunk, block));
+                self.inplace.insert(at + (i * block) as u64, (seq, copy));
+            }
+        }
+    }
+
+    /// Number of in-place blocks not applied yet, and how many of them were written by
+    /// transactions up to `upto_seq`.
+    pub fn inplace_counts(&self, upto_seq: u64) -> (usize, usize) {
+        (self.inplace.len(), self.inplace.values().filter(|(seq, _)| *seq <= upto_seq).count())
+    }
+
+    /// The in-place blocks written by transactions up to `upto_seq`, at most `limit`, by
+    /// device offset.
+    pub fn inplace_ready(&self, upto_seq: u64, limit: usize) -> Vec<(u64, Arc<AlignedBuf>)> {
+        self.inplace
+            .iter()
+            .filter(|(_, (seq, _))| *seq <= upto_seq)
+            .take(limit)
+            .map(|(at, (_, data))| (*at, Arc::clone(data)))
+            .collect()
+    }
+
+    /// Forgets in-place blocks once their contents are on the device.
+    pub fn inplace_applied(&mut self, applied: &[(u64, Arc<AlignedBuf>)]) {
+        for (at, data) in applied {
+            // Only the contents that were written: a newer write of the block stays.
+            if self.inplace.get(at).is_some_and(|(_, d)| Arc::ptr_eq(d, data)) {
+                self.inplace.remove(at);
+            }
+        }
     }
 
     /// Every device write of the group: data first, then the log records.
@@ -112,7 +164,8 @@ impl Staged {
         data.chain(self.records.iter().map(|(at, r)| (*at, &r[..]))).collect()
     }
 
-    /// Empties the group, returning its merged metadata batch and its data buffers (for reuse).
+    /// Empties the group (but for the in-place blocks), returning its merged metadata batch and
+    /// its data buffers (for reuse).
     pub fn take(&mut self) -> (Batch, std::collections::btree_map::IntoValues<u64, DirectData>) {
         let mut batch = Batch::default();
         for (ks, changes) in ALL_KEYSPACES.into_iter().zip(std::mem::take(&mut self.changes)) {

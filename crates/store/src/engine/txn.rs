@@ -44,6 +44,10 @@ impl std::ops::Deref for DirectData {
 /// its way to the device (see `Device::write_then`).
 pub const OVERLAP_MIN_BYTES: u64 = 1 << 20;
 
+/// Largest write that may overwrite an object's blocks in place (decision 0040); larger writes
+/// go to new blocks, where their data is written once instead of twice.
+pub const INPLACE_MAX_BYTES: u64 = 64 << 10;
+
 /// An extent record whose checksums are still to be computed, from `direct[direct_index]`.
 pub struct PendingCsums {
     pub key: Vec<u8>,
@@ -67,6 +71,9 @@ pub struct Planned {
     pub frees: Vec<(u64, u64)>,
     /// Data to write to newly allocated blocks.
     pub direct: Vec<(u64, DirectData)>,
+    /// Data to write in place, over blocks the metadata already points at (decision 0040):
+    /// `(device offset, whole blocks)`, in the order the transaction wrote them.
+    pub inplace: Vec<(u64, AlignedBuf)>,
 }
 
 /// A block (by device offset) written by a transaction staged earlier, not on the device yet.
@@ -101,6 +108,9 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     /// its usage never scans every object).
     objects_delta: i64,
     collections_delta: i64,
+    /// Whether small overwrites may go in place (see [`INPLACE_MAX_BYTES`]).
+    inplace_ok: bool,
+    inplace: Vec<(u64, AlignedBuf)>,
 }
 
 impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
@@ -128,7 +138,16 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             pending_csums: Vec::new(),
             objects_delta: 0,
             collections_delta: 0,
+            inplace_ok: false,
+            inplace: Vec::new(),
         }
+    }
+
+    /// Lets small overwrites of blocks the object already has go in place.
+    #[must_use]
+    pub fn with_inplace(mut self, allowed: bool) -> Self {
+        self.inplace_ok = allowed;
+        self
     }
 
     /// Returns everything allocated by an abandoned plan to the allocator.
@@ -170,6 +189,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             pending_csums: self.pending_csums,
             objects_delta: self.objects_delta,
             collections_delta: self.collections_delta,
+            inplace: self.inplace,
         }
     }
 
@@ -320,7 +340,14 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             &extents,
             (lo, hi),
             &|phys| {
-                // Data planned earlier in this transaction is not on the device yet.
+                // Data planned earlier in this transaction is not on the device yet; the newest
+                // in-place write of a block is its newest contents.
+                for (at, buf) in self.inplace.iter().rev() {
+                    if phys >= *at && phys < *at + buf.len() as u64 {
+                        let from = (phys - at) as usize;
+                        return Some(Arc::new(buf[from..from + BLOCK_BYTES as usize].to_vec()));
+                    }
+                }
                 for (at, buf) in &self.direct {
                     if phys >= *at && phys < *at + buf.len() as u64 {
                         let from = (phys - at) as usize;
@@ -369,6 +396,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     fn store_blocks(&mut self, coll: &str, obj: &str, lo: u64, src: DirectData) -> Result<()> {
         let prefix = layout::child_prefix(coll, obj);
         let len = src.len() as u64;
+        if self.inplace_ok && len <= INPLACE_MAX_BYTES && self.overwrite_in_place(&prefix, lo, &src)? {
+            return Ok(());
+        }
         self.punch(&prefix, lo, lo + len)?;
         let pieces = self.allocate(len)?;
         // Several pieces share one buffer: turn an owned buffer into a shared one.
@@ -426,6 +456,54 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             logical += plen;
         }
         Ok(())
+    }
+
+    /// Overwrites the block-aligned range `[lo, lo + src.len())` in place if every block of it
+    /// is already stored, in blocks this plan did not allocate (their data is still in `direct`):
+    /// the extent records keep their device blocks and get the new checksums, and the data joins
+    /// `inplace`. Returns whether it did; if not, nothing changed.
+    ///
+    /// Why: copy-on-write splits the record a small overwrite lands in into up to three, frees
+    /// and allocates space, and scatters an object's blocks over the device. Under random 4 KiB
+    /// writes an image's 4 MiB objects fragmented into hundreds of records each, which every
+    /// later write scans and every read walks (a sequential read of such an image fell from 883
+    /// to 180 MB/s). In place, the record stays whole and one put replaces it.
+    fn overwrite_in_place(&mut self, prefix: &[u8], lo: u64, src: &[u8]) -> Result<bool> {
+        let hi = lo + src.len() as u64;
+        let extents = self.extents(prefix, lo, hi)?;
+        let mut covered = lo;
+        for (&off, e) in &extents {
+            let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
+            if a >= b {
+                continue;
+            }
+            let phys = e.phys + (a - off);
+            let fresh = self.allocated.iter().any(|&(at, n)| phys < at + n && at < phys + (b - a));
+            if a != covered || fresh || e.csums.len() as u64 != e.len_bytes / BLOCK_BYTES {
+                return Ok(false);
+            }
+            covered = b;
+        }
+        if covered != hi {
+            return Ok(false); // a hole: new blocks are needed anyway
+        }
+        for (off, mut e) in extents {
+            let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
+            if a >= b {
+                continue;
+            }
+            let data = &src[(a - lo) as usize..(b - lo) as usize];
+            let first = ((a - off) / BLOCK_BYTES) as usize;
+            for (i, crc) in crc32c_blocks(data, BLOCK_BYTES as usize).into_iter().enumerate() {
+                e.csums[first + i] = crc;
+            }
+            let mut copy = self.pool.take(data.len());
+            copy.copy_from_slice(data);
+            self.inplace.push((e.phys + (a - off), copy));
+            let end = off + e.len_bytes;
+            self.put(Ks::Extents, layout::extent_key(prefix, end), layout::encode(&e));
+        }
+        Ok(true)
     }
 
     fn truncate(&mut self, coll: &str, obj: &str, onode: &mut Onode, new_size: u64) -> Result<()> {
