@@ -86,10 +86,14 @@ fn data_is_intact<D: Device>(dev: &D, rec: &wal::Recovered) -> Result<bool> {
     Ok(true)
 }
 
-/// In-place blocks (decision 0040) written to their place at once: when this many are ready
-/// (their records known durable), the next flush point writes them. Each such write holds
-/// readers off for one device submission, so they are gathered; the blocks wait in memory.
-pub const INPLACE_APPLY_BLOCKS: usize = 256;
+/// In-place blocks (decision 0040) written to their place at once outside a staged group's
+/// submission: when this many are ready (their records known durable), the next commit writes
+/// them. Each such write holds readers and the writer for one device submission: groups of 256
+/// raised the p99 of NBD 4 KiB random writes on block3 from ~7.5 to ~12 ms, groups of 32 left it
+/// as it was.
+pub const INPLACE_APPLY_BLOCKS: usize = 32;
+/// In-place blocks a staged group's submission takes along at most (see `drain_staged`).
+pub const INPLACE_DRAIN_BLOCKS: usize = 64;
 /// In-place blocks held in memory at most: past this, a checkpoint writes them all (only stores
 /// that commit without ever syncing get there).
 pub const INPLACE_MAX_BLOCKS: usize = 4096;
@@ -488,19 +492,26 @@ impl<K: Kv, D: Device> Engine<K, D> {
     /// staged (readers keep seeing it); a KV error loses it from memory, as it loses any
     /// commit's batch; either way the caller fails the engine.
     fn drain_staged(&self, w: &mut Writer, flush: bool) -> Result<()> {
-        {
+        let ready = {
             let staged = read_lock(&self.staged);
             if staged.is_empty() {
                 return Ok(());
             }
-            let writes = staged.writes();
+            // In-place blocks whose records are proven durable go to their place in the same
+            // submission: readers take them from memory until the group's lock is taken below,
+            // and never read them from the device meanwhile (see `read::read_part`).
+            let ready = staged.inplace_ready(w.proven_seq, INPLACE_DRAIN_BLOCKS);
+            let mut writes = staged.writes();
+            writes.extend(ready.iter().map(|(at, data)| (*at, &data[..])));
             self.dev.write_all(&writes, flush).map_err(dev_err("writing deferred transactions"))?;
-        }
+            ready
+        };
         // Readers wait while the batch moves from the group to the KV store, so that they see
         // it in one place or the other.
         let mut staged = write_lock(&self.staged);
         let (batch, data) = staged.take();
         self.kv.commit(batch, false)?;
+        staged.inplace_applied(&ready);
         drop(staged);
         for buf in data {
             if let txn::DirectData::Owned(buf) = buf {

@@ -144,7 +144,10 @@ pub fn read_blocks<D: BlockSource>(
 }
 
 /// Fills `dst` with the blocks at device offset `phys`: from `pending` where it has them (data
-/// not on the device yet), else from the device.
+/// not on the device yet), else from the device. Blocks `pending` has are never read from the
+/// device, not even as part of a larger read: one written in place may be in flight to the
+/// device right now (decision 0040), and a read over it could return, and leave in the device's
+/// cache, half of it.
 fn read_part<D: BlockSource>(
     dev: &D,
     (coll, obj): (&str, &str),
@@ -155,13 +158,22 @@ fn read_part<D: BlockSource>(
     let block = BLOCK_BYTES as usize;
     let staged: Vec<Option<Arc<Vec<u8>>>> =
         (0..dst.len() / block).map(|i| pending(phys + (i * block) as u64)).collect();
-    if staged.iter().any(Option::is_none) {
-        dev.read_at(dst, phys).map_err(|source| StoreError::Unreadable {
+    // Runs of blocks the device holds, each read at once.
+    let mut i = 0;
+    while i < staged.len() {
+        if staged[i].is_some() {
+            i += 1;
+            continue;
+        }
+        let run = staged[i..].iter().take_while(|b| b.is_none()).count();
+        let at = phys + (i * block) as u64;
+        dev.read_at(&mut dst[i * block..(i + run) * block], at).map_err(|source| StoreError::Unreadable {
             coll: coll.to_string(),
             obj: obj.to_string(),
-            device_offset: phys,
+            device_offset: at,
             source,
         })?;
+        i += run;
     }
     for (i, data) in staged.iter().enumerate() {
         if let Some(data) = data {
