@@ -573,7 +573,6 @@ impl<K: Kv, D: Device> Engine<K, D> {
     /// (they take the group's lock for a whole read), so none reads a block half-written or
     /// against a checksum older than its contents.
     fn apply_inplace(&self, w: &mut Writer, upto_seq: u64, limit: usize) -> Result<()> {
-        debug_assert!(w.failed.is_none());
         let mut staged = write_lock(&self.staged);
         let mut left = limit;
         loop {
@@ -596,11 +595,18 @@ impl<K: Kv, D: Device> Engine<K, D> {
     /// Writes the in-place blocks whose records are proven durable once there are enough of
     /// them, and checkpoints if too many are waiting.
     fn settle_inplace(&self, w: &mut Writer) -> Result<()> {
-        let (waiting, ready) = read_lock(&self.staged).inplace_counts(w.proven_seq);
+        let (waiting, ready, staging) = {
+            let staged = read_lock(&self.staged);
+            let (waiting, ready) = staged.inplace_counts(w.proven_seq);
+            (waiting, ready, !staged.is_empty())
+        };
         if waiting > INPLACE_MAX_BLOCKS {
             return self.checkpoint(w);
         }
-        if ready >= INPLACE_APPLY_BLOCKS {
+        // A staged group takes ready blocks along when it is written, at no extra cost; only if
+        // they pile up beyond what a few groups take are they written here.
+        let threshold = if staging { 4 * INPLACE_DRAIN_BLOCKS } else { INPLACE_APPLY_BLOCKS };
+        if ready >= threshold {
             self.apply_inplace(w, w.proven_seq, usize::MAX)?;
         }
         Ok(())
@@ -1135,8 +1141,9 @@ impl MemEngine {
     #[doc(hidden)]
     pub fn inject_read_error(&self, coll: &str, obj: &str) -> Result<bool> {
         let mut writer = lock(&self.writer);
-        // The block to damage must be on the device, not staged.
-        self.drain_staged(&mut writer, false)?;
+        // The block to damage must be on the device, neither staged nor waiting to be written
+        // in place (which would write it again).
+        self.checkpoint(&mut writer)?;
         let Some(phys) = self.first_block(coll, obj)? else { return Ok(false) };
         self.dev.make_unreadable(phys);
         Ok(true)
