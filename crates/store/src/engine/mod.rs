@@ -98,14 +98,23 @@ pub const INPLACE_DRAIN_BLOCKS: usize = 64;
 /// that commit without ever syncing get there).
 pub const INPLACE_MAX_BLOCKS: usize = 4096;
 
-/// Writes recovered in-place data to its place (not flushed).
-fn write_inplace<D: Device>(dev: &D, writes: &[(u64, Vec<u8>)]) -> Result<()> {
+/// Writes recovered in-place data to its place (not flushed). Every write must lie in whole
+/// blocks of the data region `data`: a record that says otherwise is refused as corrupt before
+/// anything is written.
+fn write_inplace<D: Device>(dev: &D, data_region: std::ops::Range<u64>, writes: &[(u64, Vec<u8>)]) -> Result<()> {
+    for (at, data) in writes {
+        let end = at.checked_add(data.len() as u64);
+        let inside = end.is_some_and(|end| *at >= data_region.start && end <= data_region.end);
+        if !inside || !at.is_multiple_of(BLOCK_BYTES) || !(data.len() as u64).is_multiple_of(BLOCK_BYTES) {
+            return Err(StoreError::Corrupt(format!(
+                "a log record writes {} bytes in place at device offset {at}, outside the data region's whole blocks",
+                data.len()
+            )));
+        }
+    }
     for (at, data) in writes {
         // The device may need block-aligned memory.
         let buf = AlignedBuf::copy_padded(data, BLOCK_BYTES as usize);
-        if buf.len() != data.len() || !at.is_multiple_of(BLOCK_BYTES) {
-            return Err(StoreError::Corrupt(format!("a log record writes {} bytes in place at {at}", data.len())));
-        }
         dev.write_at(&buf, *at).map_err(dev_err("writing recovered in-place data"))?;
     }
     Ok(())
@@ -326,10 +335,11 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let mut log = Log::new(sb.log_offset, sb.log_bytes);
         let mut seq = applied;
         let recovered = log.recover(&dev, applied, lap_start)?;
+        let data_region = sb.log_offset + sb.log_bytes..sb.device_bytes;
         // In-place data of transactions the KV store holds goes to its place again: the device
         // may not have it although the KV store already has its checksums.
         let mut rewrote = !recovered.inplace_applied.is_empty();
-        write_inplace(&dev, &recovered.inplace_applied)?;
+        write_inplace(&dev, data_region.clone(), &recovered.inplace_applied)?;
         // Records up to the newest claim are known durable; only later ones can be torn.
         let known_durable = recovered.records.iter().map(|r| r.flushed_through).max().unwrap_or(applied);
         for rec in recovered.records {
@@ -337,7 +347,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
                 break;
             }
             rewrote |= !rec.inplace.is_empty();
-            write_inplace(&dev, &rec.inplace)?;
+            write_inplace(&dev, data_region.clone(), &rec.inplace)?;
             kv.commit(rec.batch, false)?;
             seq = rec.seq;
         }

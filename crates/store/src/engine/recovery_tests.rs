@@ -623,3 +623,22 @@ fn staged_groups_take_proven_in_place_blocks_along() {
     assert_eq!(engine.read_all("c", "o").unwrap(), want);
     assert!(engine.fsck().unwrap().is_clean());
 }
+
+#[test]
+fn a_record_writing_in_place_outside_the_data_region_is_refused_and_nothing_is_written() {
+    let (kv, dev, engine) = fresh_store();
+    overwrite(&engine, "o", 0, &[1u8; 8192], Durability::Sync);
+    engine.quiesce().unwrap();
+    let (seq, log_offset) = (lock(&engine.writer).seq, engine.superblock.log_offset);
+    engine.simulate_crash();
+    // A record with a valid checksum whose in-place write would land on the device label.
+    let record = wal::encode_record(seq + 1, &Batch::default(), &[], &[(0, &[0xEEu8; 4096][..])], seq);
+    dev.write_at(&record, log_offset).unwrap();
+    match Engine::load(BackendKind::Mem, kv.clone(), Arc::clone(&dev), None) {
+        Err(StoreError::Corrupt(msg)) => assert!(msg.contains("in place at device offset 0"), "{msg}"),
+        other => panic!("the record must be refused, got {:?}", other.map(|_| ())),
+    }
+    let mut label = vec![0u8; 4096];
+    dev.read_at(&mut label, 0).unwrap();
+    assert_ne!(label, vec![0xEEu8; 4096], "nothing was written");
+}
