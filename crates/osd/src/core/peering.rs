@@ -149,6 +149,9 @@ pub(crate) struct Primary {
     pub known_strays: BTreeSet<OsdId>,
     /// Strays queried for unfound objects and not answered yet.
     pub probing: BTreeSet<OsdId>,
+    /// Strays whose last probe failed: a failure is logged at `info` once per stray, then at
+    /// `debug` while the probes that retry it keep failing.
+    pub probe_failed: BTreeSet<OsdId>,
     /// Per backfilling replica: objects still to send (an estimate for `shoal status`).
     pub backfill_remaining: BTreeMap<OsdId, u64>,
     pub proposal: Option<ActivationProposal>,
@@ -197,6 +200,7 @@ impl Primary {
             unfound: BTreeSet::new(),
             known_strays: BTreeSet::new(),
             probing: BTreeSet::new(),
+            probe_failed: BTreeSet::new(),
             backfill_remaining: BTreeMap::new(),
             proposal: None,
             phase_ticks: 0,

@@ -820,9 +820,16 @@ impl OsdCore {
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.probing.remove(&from);
         let state = match result {
-            Ok(s) => s,
+            Ok(s) => {
+                p.probe_failed.remove(&from);
+                s
+            }
             Err(e) => {
-                tracing::info!(%pg, stray = %from, error = %e, "stray did not answer a probe");
+                if p.probe_failed.insert(from) {
+                    tracing::info!(%pg, stray = %from, error = %e, "stray did not answer a probe (retried quietly)");
+                } else {
+                    tracing::debug!(%pg, stray = %from, error = %e, "stray did not answer a probe again");
+                }
                 return;
             }
         };
