@@ -1121,8 +1121,11 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn fsck(&self) -> Result<FsckReport> {
-        self.quiesce()?;
-        let _w = lock(&self.writer);
+        // Checkpointed under the same lock as the check: a commit in between could leave blocks
+        // written in place only in memory, and the device's older contents would fail their
+        // new checksums.
+        let mut w = lock(&self.writer);
+        self.checkpoint(&mut w)?;
         fsck::check(&self.kv, &self.dev, &self.superblock)
     }
 }
