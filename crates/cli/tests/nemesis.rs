@@ -1,12 +1,13 @@
 //! The nemesis on real processes: a size-3 pool over five OSDs on `block` stores and three
-//! monitors, written by three clients (whole-object writes with an xattr naming the version,
-//! appends, omap updates; every content unique), while a nemesis SIGKILLs OSDs (one at a time,
-//! two of the same PG so that it goes inactive, one long enough to be marked out automatically),
-//! SIGKILLs monitors, restarts every daemon on its store, replaces one OSD's store with an empty
-//! one, and marks an OSD out and in. At the end the cluster becomes clean on its own; every
-//! acknowledged write reads back (its last acknowledged version, or a later attempt whose answer
-//! was lost); and offline, every store passes fsck and every object has identical copies
-//! (data, xattrs, omap) on exactly the three OSDs placement names, and no copy elsewhere.
+//! monitors, written by three clients (whole-object writes and 16 KiB rewrites in place, each with
+//! an xattr naming the version; appends; omap updates; every content unique), while a nemesis
+//! SIGKILLs OSDs (one at a time, two of the same PG so that it goes inactive, one long enough to be
+//! marked out automatically), SIGKILLs monitors, restarts every daemon on its store, replaces one
+//! OSD's store with an empty one, and marks an OSD out and in. At the end the cluster becomes clean
+//! on its own; every acknowledged write reads back (its last acknowledged version, or a later
+//! attempt whose answer was lost); and offline, every store passes fsck and every object has
+//! identical copies (data, xattrs, omap) on exactly the three OSDs placement names, and no copy
+//! elsewhere.
 //!
 //! The victims come from a seed printed at the start; `SHOAL_NEMESIS_SEED=N` replays a choice.
 
@@ -52,6 +53,9 @@ impl Rng {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Full,
+    /// The same 16 KiB rewritten in place (no truncation: the engine's in-place overwrites,
+    /// decision 0040), with an xattr naming the attempt.
+    Patch,
     Append,
     Omap,
 }
@@ -59,6 +63,7 @@ enum Kind {
 fn object_name(kind: Kind, writer: u32, k: u32) -> String {
     let tag = match kind {
         Kind::Full => "full",
+        Kind::Patch => "patch",
         Kind::Append => "log",
         Kind::Omap => "map",
     };
@@ -71,6 +76,15 @@ fn full_content(name: &str, seq: u64) -> Vec<u8> {
     let seed = h ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let len = 4096 + (seed % 9) as usize * 4096;
     shoal_util::pattern::xorshift_bytes(seed, len)
+}
+
+/// Bytes of a patched object: every attempt rewrites all of them.
+const PATCH_BYTES: usize = 16 << 10;
+
+/// Object `name`'s data at attempt `seq` of a patch: [`PATCH_BYTES`], unique.
+fn patch_content(name: &str, seq: u64) -> Vec<u8> {
+    let h = name.bytes().fold(0x8422_2325_cbf2_9ce4u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    shoal_util::pattern::xorshift_bytes(h ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, PATCH_BYTES)
 }
 
 fn piece(name: &str, seq: u64) -> Vec<u8> {
@@ -113,7 +127,7 @@ impl History {
 async fn writer(client: Arc<Client>, id: u32, stop: Arc<AtomicBool>) -> (BTreeMap<String, (Kind, History)>, u32) {
     let mut objects: BTreeMap<String, (Kind, History)> = BTreeMap::new();
     let mut names = Vec::new();
-    for kind in [Kind::Full, Kind::Append, Kind::Omap] {
+    for kind in [Kind::Full, Kind::Patch, Kind::Append, Kind::Omap] {
         for k in 0..PER_KIND {
             let name = object_name(kind, id, k);
             objects.insert(name.clone(), (kind, History::default()));
@@ -135,6 +149,13 @@ async fn writer(client: Arc<Client>, id: u32, stop: Arc<AtomicBool>) -> (BTreeMa
                     ObjOp::SetXattr { name: "seq".into(), value: seq.to_be_bytes().to_vec() },
                 ];
                 (ops, data)
+            }
+            Kind::Patch => {
+                let ops = vec![
+                    ObjOp::Write { offset: 0, len_bytes: PATCH_BYTES as u64 },
+                    ObjOp::SetXattr { name: "seq".into(), value: seq.to_be_bytes().to_vec() },
+                ];
+                (ops, patch_content(name, seq))
             }
             Kind::Append => (vec![ObjOp::Append { len_bytes: PIECE_BYTES as u64 }], piece(name, seq)),
             Kind::Omap => {
@@ -356,7 +377,7 @@ fn acknowledged_writes_survive_the_nemesis() {
 /// Reads object `name` back and checks it against what its writer saw.
 fn check_object(rt: &tokio::runtime::Runtime, client: &Client, name: &str, kind: Kind, h: &History) {
     match kind {
-        Kind::Full => {
+        Kind::Full | Kind::Patch => {
             let ops = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }, ObjOp::GetXattr { name: "seq".into() }];
             let got = rt.block_on(client.op(POOL, name, ops, vec![])).unwrap_or_else(|e| panic!("read {name}: {e}"));
             let seq = got
@@ -369,7 +390,8 @@ fn check_object(rt: &tokio::runtime::Runtime, client: &Client, name: &str, kind:
                 .unwrap_or_else(|| panic!("{name} has no seq xattr: {:?}", got.outputs));
             let allowed = h.allowed_last();
             assert!(allowed.contains(&seq), "{name} holds attempt {seq}; allowed {allowed:?} (history {h:?})");
-            assert!(got.data == full_content(name, seq), "{name}: data is not attempt {seq}'s (torn or mixed)");
+            let want = if kind == Kind::Full { full_content(name, seq) } else { patch_content(name, seq) };
+            assert!(got.data == want, "{name}: data is not attempt {seq}'s (torn or mixed)");
         }
         Kind::Append => {
             let ops = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
