@@ -160,6 +160,7 @@ fn all_operations_on_a_replicated_pool() {
             object: "dedup".into(),
             ops: vec![ObjOp::Append { len_bytes: 4 }],
             expires_in_ms: None,
+            resend: false,
         };
         for _ in 0..3 {
             // A new connection each time, as after a reconnect.

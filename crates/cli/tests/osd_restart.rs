@@ -43,6 +43,7 @@ fn route(client: &Client, object: &str) -> (SocketAddr, OsdOp) {
         object: object.into(),
         ops: vec![],
         expires_in_ms: None,
+        resend: false,
     };
     (primary, op)
 }

@@ -150,6 +150,9 @@ impl Client {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
         let expiry = expiry.map(tokio::time::Instant::from_std);
         let mut last_error: Option<shoal_proto::RemoteError> = None;
+        // Every attempt after the first is marked as a resend: the first may have been applied
+        // (its answer lost), and only a marked resend is looked for beyond the PG log.
+        let mut sent = false;
         loop {
             // What is left of the request's life goes with every attempt; none is sent without.
             let expires_in_ms = match expiry {
@@ -173,7 +176,9 @@ impl Client {
                         object: object.to_string(),
                         ops: ops.clone(),
                         expires_in_ms,
+                        resend: sent,
                     };
+                    sent = true;
                     // Each attempt sends the shared data by reference (it stays here for a
                     // resend) followed by the encoded header.
                     match self.send(&map, primary, OsdOp::TYPE, parts.clone(), encode(&msg, Vec::new())).await {

@@ -268,6 +268,7 @@ mod tests {
             object: object.to_string(),
             ops: vec![ObjOp::Stat],
             expires_in_ms: None,
+            resend: false,
         };
         Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms: 0 }
     }

@@ -16,7 +16,15 @@
 //! newest version, so that versions keep growing across primaries. Peering and recovery (decision
 //! 0008) will compare members' logs.
 //!
+//! Beyond the log (decision 0039): the request ids of trimmed entries move, in the trim's own
+//! transaction, into *dups objects* of the same collection (`dups.N`, keyed by request id, `N`
+//! the entry's `seq / keep`), of which the newest [`DUPS_OBJECTS`] are kept, so that a resend of
+//! a write trimmed from the log is still recognised for about [`DUPS_OBJECTS`] times the log's
+//! length. Nothing of them is kept in memory but which objects exist: only a request the client
+//! marks as a resend (`OsdOp::resend`) and that the log does not know looks there.
+//!
 //! Entry value layout (all integers big-endian): `client u64 | tid u64 | op_count u32 | object`.
+//! Dups entry: key `client u64 | tid u64`, value `version (16 bytes) | op_count u32`.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -70,6 +78,21 @@ impl LogBounds {
 }
 /// The object holding a PG's log entries in its omap.
 pub const LOG_OBJECT: &str = "log";
+/// Prefix of the dups objects' names (`dups.N`).
+const DUPS_PREFIX: &str = "dups.";
+/// Dups objects kept: starting object `N` removes object `N − DUPS_OBJECTS`.
+pub const DUPS_OBJECTS: u64 = 8;
+
+fn dups_object(n: u64) -> String {
+    format!("{DUPS_PREFIX}{n}")
+}
+
+fn dups_key(reqid: &ReqId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16);
+    k.extend_from_slice(&reqid.client.to_be_bytes());
+    k.extend_from_slice(&reqid.tid.to_be_bytes());
+    k
+}
 /// The log object's xattr holding the log's *tail*: the version of the newest entry trimmed
 /// away (absent, read as `0'0`: nothing was ever trimmed, or the log was written before tails
 /// were kept).
@@ -144,6 +167,14 @@ pub struct PgLog {
     bounds: LogBounds,
     /// The stored log's tail (see [`read_tail`]).
     tail: Eversion,
+    /// Numbers of the dups objects the store holds.
+    dups: std::collections::BTreeSet<u64>,
+}
+
+/// What a trim does to the dups objects: entries to add per object, objects to remove.
+struct DupsTrim {
+    add: std::collections::BTreeMap<u64, Vec<(Vec<u8>, Vec<u8>)>>,
+    remove: Vec<u64>,
 }
 
 impl PgLog {
@@ -157,6 +188,25 @@ impl PgLog {
     pub fn load(store: &dyn ObjectStore, pg: PgId, bounds: LogBounds) -> Result<PgLog, StoreError> {
         let mut log = PgLog { has_collection: store.collection_exists(&log_collection(pg))?, ..PgLog::empty(bounds) };
         log.exact = true;
+        // Dups objects are listed even without a log object (a stray copy's log goes before
+        // its collection is purged): a whole-log replacement must know them to remove them.
+        if log.has_collection {
+            let coll = log_collection(pg);
+            let mut after: Option<String> = None;
+            // Bounded: at most DUPS_OBJECTS exist, plus what a crash between trims could leave.
+            for _ in 0..64 {
+                let page = store.list_objects(&coll, DUPS_PREFIX, after.as_deref(), 64)?;
+                for name in &page.objects {
+                    let n = name.strip_prefix(DUPS_PREFIX).and_then(|n| n.parse::<u64>().ok());
+                    let n = n.ok_or_else(|| StoreError::Corrupt(format!("PG log collection holds {name:?}")))?;
+                    log.dups.insert(n);
+                }
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
         let Some(entries) = scan(store, pg)? else { return Ok(log) };
         log.tail = read_tail(store, pg)?;
         log.created = true;
@@ -180,6 +230,42 @@ impl PgLog {
     #[must_use]
     pub fn lookup(&self, reqid: &ReqId) -> Option<u32> {
         self.by_reqid.get(reqid).map(|(_, n)| *n)
+    }
+
+    /// The operation count of request `reqid` if it was trimmed from the log and is still in a
+    /// dups object: for a marked resend the log does not know (a few point lookups).
+    pub fn lookup_trimmed(&self, store: &dyn ObjectStore, pg: PgId, reqid: &ReqId) -> Result<Option<u32>, StoreError> {
+        let coll = log_collection(pg);
+        let key = dups_key(reqid);
+        for n in self.dups.iter().rev() {
+            if let Some(v) = store.omap_get(&coll, &dups_object(*n), &key)? {
+                let count: [u8; 4] = v
+                    .get(16..20)
+                    .and_then(|c| c.try_into().ok())
+                    .ok_or_else(|| StoreError::Corrupt(format!("dups entry of PG {pg} is {} bytes", v.len())))?;
+                return Ok(Some(u32::from_be_bytes(count)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// What trimming the oldest `trim_batch` entries does to the dups objects.
+    fn dups_trim(&self) -> DupsTrim {
+        let per_object = self.bounds.keep.max(1) as u64;
+        let mut add: std::collections::BTreeMap<u64, Vec<(Vec<u8>, Vec<u8>)>> = std::collections::BTreeMap::new();
+        for (version, reqid) in self.entries.iter().take(self.bounds.trim_batch) {
+            // The request's operation count (the index holds its newest entry: same request).
+            let count = self.by_reqid.get(reqid).map_or(0, |(_, n)| *n);
+            let mut value = version.to_key().to_vec();
+            value.extend_from_slice(&count.to_be_bytes());
+            add.entry(version.seq / per_object).or_default().push((dups_key(reqid), value));
+        }
+        let newest = add.keys().next_back().copied().into_iter().chain(self.dups.iter().next_back().copied()).max();
+        let remove = match newest {
+            Some(n) => self.dups.iter().copied().filter(|d| d + DUPS_OBJECTS <= n).collect(),
+            None => Vec::new(),
+        };
+        DupsTrim { add, remove }
     }
 
     /// The version of the newest entry of request `reqid`, if it is in the log.
@@ -214,6 +300,14 @@ impl PgLog {
             txn.touch(&coll, LOG_OBJECT);
         }
         if self.entries.len() >= self.bounds.max_entries() {
+            let dups = self.dups_trim();
+            for (n, entries) in dups.add {
+                txn.touch(&coll, &dups_object(n));
+                txn.omap_set(&coll, &dups_object(n), entries);
+            }
+            for n in dups.remove {
+                txn.remove(&coll, &dups_object(n));
+            }
             let oldest: Vec<Vec<u8>> =
                 self.entries.iter().take(self.bounds.trim_batch).map(|(v, _)| v.to_key().to_vec()).collect();
             if let Some((newest_trimmed, _)) = self.entries.get(self.bounds.trim_batch - 1) {
@@ -229,6 +323,11 @@ impl PgLog {
         self.has_collection = true;
         self.created = true;
         if self.entries.len() >= self.bounds.max_entries() {
+            let dups = self.dups_trim();
+            self.dups.extend(dups.add.keys());
+            for n in dups.remove {
+                self.dups.remove(&n);
+            }
             if let Some((newest_trimmed, _)) = self.entries.get(self.bounds.trim_batch - 1) {
                 self.tail = *newest_trimmed;
             }
@@ -250,15 +349,27 @@ impl PgLog {
     ///
     /// Sound because a version names one entry everywhere: versions carry the epoch of the
     /// primary that ordered them, and a PG has one primary per epoch.
+    ///
+    /// Returns whether this member's dups objects stay. They do when only differences are
+    /// written: the caller replaces a log that overlaps the authority's, and the dups hold only
+    /// entries older than its tail, so shared history. Otherwise (the whole log is rewritten)
+    /// they are removed: they may name writes the PG's history rolled back, and a resend of such
+    /// a write answered as done would be lost. Pass the answer to [`PgLog::replaced`].
+    #[must_use]
     pub fn write_replacement(
         &self,
         txn: &mut Transaction,
         pg: PgId,
         entries: &[shoal_proto::osd::PgLogEntry],
         tail: Eversion,
-    ) {
+    ) -> bool {
         if !self.exact || !self.created {
-            return write_whole(txn, pg, entries, tail, self.bounds);
+            let coll = log_collection(pg);
+            for n in &self.dups {
+                txn.remove(&coll, &dups_object(*n));
+            }
+            write_whole(txn, pg, entries, tail, self.bounds);
+            return false;
         }
         let coll = log_collection(pg);
         let new = &entries[entries.len().saturating_sub(self.bounds.max_entries())..];
@@ -285,11 +396,16 @@ impl PgLog {
         if !add.is_empty() {
             txn.omap_set(&coll, LOG_OBJECT, add);
         }
+        true
     }
 
     /// Updates the in-memory log after the transaction built by [`write_whole`] or
-    /// [`PgLog::write_replacement`] committed.
-    pub fn replaced(&mut self, entries: &[shoal_proto::osd::PgLogEntry], tail: Eversion) {
+    /// [`PgLog::write_replacement`] committed; `kept_dups` is what the latter returned (`false`
+    /// after [`write_whole`] on a log without dups objects).
+    pub fn replaced(&mut self, entries: &[shoal_proto::osd::PgLogEntry], tail: Eversion, kept_dups: bool) {
+        if !kept_dups {
+            self.dups.clear();
+        }
         self.tail = tail_of(entries, tail, self.bounds);
         self.entries.clear();
         self.by_reqid.clear();
@@ -448,7 +564,7 @@ mod tests {
         write_whole(&mut txn, pg, &entries, Eversion::default(), LogBounds::default());
         store.commit(txn, shoal_store::Durability::Sync).expect("commit");
         let mut memory = PgLog::empty(LogBounds::default());
-        memory.replaced(&entries, Eversion::default());
+        memory.replaced(&entries, Eversion::default(), false);
         let loaded = PgLog::load(&store, pg, LogBounds::default()).expect("load");
         assert_eq!(memory.len(), MAX_LOG_ENTRIES);
         assert_eq!((memory.len(), memory.last_update()), (loaded.len(), loaded.last_update()));
@@ -479,13 +595,13 @@ mod tests {
 
         // The same log again: nothing but the touch.
         let mut txn = Transaction::new();
-        log.write_replacement(&mut txn, pg, &held, Eversion::default());
+        assert!(log.write_replacement(&mut txn, pg, &held, Eversion::default()), "history kept");
         assert_eq!(txn.ops.len(), 1, "{:?}", txn.ops);
 
         // The authority: 1..=20, then its own 21..=25 of epoch 5.
         let auth: Vec<PgLogEntry> = (1..=20).map(|i| entry(3, i, 9)).chain((21..=25).map(|i| entry(5, i, 8))).collect();
         let mut txn = Transaction::new();
-        log.write_replacement(&mut txn, pg, &auth, Eversion::default());
+        assert!(log.write_replacement(&mut txn, pg, &auth, Eversion::default()));
         let (removed, added) = txn.ops.iter().fold((0, 0), |(r, a), op| match op {
             shoal_store::Op::OmapRemove { keys, .. } => (r + keys.len(), a),
             shoal_store::Op::OmapSet { entries, .. } => (r, a + entries.len()),
@@ -499,8 +615,70 @@ mod tests {
 
         // A log whose in-memory copy may not match the store is rewritten whole.
         let mut txn = Transaction::new();
-        PgLog::empty(LogBounds::default()).write_replacement(&mut txn, pg, &auth, Eversion::default());
+        assert!(!PgLog::empty(LogBounds::default()).write_replacement(&mut txn, pg, &auth, Eversion::default()));
         assert!(txn.ops.iter().any(|op| matches!(op, shoal_store::Op::OmapClear { .. })));
+    }
+
+    /// Writes `n` entries (seq 1..=n, request ids `(7, seq)`) through `record` and `applied`, as
+    /// an OSD does, each in its own transaction.
+    fn write_entries(store: &dyn ObjectStore, log: &mut PgLog, pg: PgId, seqs: std::ops::RangeInclusive<u64>) {
+        for seq in seqs {
+            let entry = LogEntry {
+                version: Eversion { epoch: 1, seq },
+                reqid: ReqId { client: 7, tid: seq },
+                object: format!("o{}", seq % 5),
+                op_count: (seq % 3 + 1) as u32,
+            };
+            let mut txn = Transaction::new();
+            log.record(&mut txn, pg, &entry);
+            store.commit(txn, shoal_store::Durability::Batch).expect("commit");
+            log.applied(&entry);
+        }
+    }
+
+    #[test]
+    fn trimmed_request_ids_are_found_in_dups_objects_until_those_are_rotated_out() {
+        let store = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let pg = PgId { pool: 1, seed: 3 };
+        // Logs of 4 entries trimmed 2 at a time: dups objects of 4 ids each, 8 of them kept.
+        let bounds = LogBounds::new(4, 2);
+        let mut log = PgLog::empty(bounds);
+        write_entries(&store, &mut log, pg, 1..=20);
+        let id = |seq| ReqId { client: 7, tid: seq };
+        // Trimmed from the log, found among the dups, with the request's operation count.
+        assert_eq!(log.lookup(&id(3)), None);
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(3)).unwrap(), Some(1));
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(14)).unwrap(), Some(3));
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(99)).unwrap(), None);
+        // A reloaded log knows the same dups objects.
+        let loaded = PgLog::load(&store, pg, bounds).expect("load");
+        assert_eq!(loaded.dups, log.dups);
+        assert_eq!(loaded.lookup_trimmed(&store, pg, &id(3)).unwrap(), Some(1));
+        // Far more writes: the oldest dups objects go, at most DUPS_OBJECTS stay.
+        write_entries(&store, &mut log, pg, 21..=200);
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(3)).unwrap(), None, "rotated out");
+        assert!(log.lookup_trimmed(&store, pg, &id(180)).unwrap().is_some());
+        assert!(log.dups.len() as u64 <= DUPS_OBJECTS, "{:?}", log.dups);
+        let stored = store.list_objects(&log_collection(pg), DUPS_PREFIX, None, 100).unwrap().objects;
+        assert_eq!(stored.len(), log.dups.len(), "memory mirrors the store: {stored:?}");
+        // A whole-log replacement (no shared history) removes them all.
+        let auth: Vec<shoal_proto::osd::PgLogEntry> = (300..=302)
+            .map(|seq| shoal_proto::osd::PgLogEntry {
+                version: Eversion { epoch: 9, seq },
+                reqid: id(seq),
+                object: "x".into(),
+                op_count: 1,
+            })
+            .collect();
+        let mut stale = PgLog::load(&store, pg, bounds).expect("load");
+        stale.exact = false;
+        let mut txn = Transaction::new();
+        assert!(!stale.write_replacement(&mut txn, pg, &auth, Eversion::default()));
+        store.commit(txn, shoal_store::Durability::Batch).expect("commit");
+        stale.replaced(&auth, Eversion::default(), false);
+        assert!(stale.dups.is_empty());
+        assert!(store.list_objects(&log_collection(pg), DUPS_PREFIX, None, 100).unwrap().objects.is_empty());
+        assert_eq!(stale.lookup_trimmed(&store, pg, &id(180)).unwrap(), None);
     }
 
     #[test]

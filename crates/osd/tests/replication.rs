@@ -310,6 +310,7 @@ fn client_op(map: &ClusterMap, tid: u64, ops: Vec<ObjOp>) -> OsdOp {
         object: "obj".into(),
         ops,
         expires_in_ms: None,
+        resend: false,
     }
 }
 
@@ -585,6 +586,39 @@ fn the_pg_log_is_bounded_and_identical_on_every_member() {
 }
 
 #[test]
+fn a_resend_older_than_the_pg_log_is_recognised_from_the_trimmed_ids_on_every_member() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    use shoal_osd::pglog::MAX_LOG_ENTRIES;
+    net.append(1, b"a").result.expect("the first append");
+    // Enough later writes that the first one's entry is trimmed from every member's log.
+    let later = MAX_LOG_ENTRIES as u64 + 70;
+    for tid in 2..=later {
+        net.append(tid, b"x").result.expect("append");
+    }
+    let resend = |net: &mut Net, marked: bool| {
+        let mut op = client_op(&net.map, 1, vec![ObjOp::Append { len_bytes: 1 }]);
+        op.resend = marked;
+        let primary = net.acting()[0].0;
+        let id = net.submit(primary, op, b"a", 0);
+        net.replies.remove(&id).expect("answered")
+    };
+    // Marked as a resend, as clients send every attempt after the first: answered as done from
+    // the trimmed ids, not applied again.
+    assert_eq!(resend(&mut net, true).result.expect("answered"), vec![shoal_proto::osd::OpOutput::Done]);
+    assert_eq!(net.content(acting[0]).map(|c| c.len()), Some(later as usize));
+    // The replica, made the PG's only member, recognises it too: it trimmed the same entries.
+    net.change(Command::OsdOut { id: acting[0] });
+    assert_eq!(net.acting(), vec![acting[1]]);
+    assert_eq!(resend(&mut net, true).result.expect("answered"), vec![shoal_proto::osd::OpOutput::Done]);
+    assert_eq!(net.content(acting[1]).map(|c| c.len()), Some(later as usize));
+    // And after a restart on its store.
+    net.restart(acting[1]);
+    assert_eq!(resend(&mut net, true).result.expect("answered"), vec![shoal_proto::osd::OpOutput::Done]);
+    assert_eq!(net.content(acting[1]).map(|c| c.len()), Some(later as usize));
+}
+
+#[test]
 fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
     let mut net = Net::new();
     let acting = net.acting();
@@ -737,6 +771,7 @@ fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
             object: name.clone(),
             ops: vec![ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 }],
             expires_in_ms: None,
+            resend: false,
         };
         let event = Event::ClientOp {
             from: CLIENT,
@@ -882,6 +917,7 @@ fn objects_with_the_longest_names_are_removed_as_before_but_take_no_snapshots() 
             object: long.clone(),
             ops,
             expires_in_ms: None,
+            resend: false,
         };
         let request_id = 20_000 + tid;
         net.run(VecDeque::from([(

@@ -293,6 +293,10 @@ pub struct OsdOp {
     /// already applied (a resend answered from the PG log) is answered as applied, whatever its
     /// age.
     pub expires_in_ms: Option<u64>,
+    /// Whether this is a resend (the client sent the request before and had no answer): only
+    /// then does a primary whose PG log does not know the request id look among the ids of
+    /// entries trimmed from the log (decision 0039), so new requests never pay for that lookup.
+    pub resend: bool,
 }
 impl Message for OsdOp {
     const TYPE: u16 = 32;

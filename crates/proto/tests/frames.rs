@@ -84,6 +84,7 @@ mod messages {
             object: object.into(),
             ops: vec![ObjOp::WriteFull { len_bytes: 3 }, ObjOp::Stat],
             expires_in_ms: Some(1_800_000),
+            resend: false,
         }
     }
 

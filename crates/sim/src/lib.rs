@@ -1304,6 +1304,8 @@ impl Simulation {
             object: name,
             ops,
             expires_in_ms: None,
+            // The first attempt is 1.
+            resend: attempt > 1,
         };
         self.send(Node::Client(c), Node::Osd(primary.0), Frame::new(OsdOp::TYPE, tid, encode(&msg, data)));
     }

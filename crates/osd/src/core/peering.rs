@@ -591,12 +591,12 @@ impl OsdCore {
             tracing::info!(%pg, objects = ?remove, "removing objects the PG's history never wrote (rolled back)");
         }
         // Only what differs from the log this member holds (loaded from the store if need be).
-        self.log_mut(pg)?.write_replacement(&mut txn, pg, log, tail);
+        let kept_dups = self.log_mut(pg)?.write_replacement(&mut txn, pg, log, tail);
         meta.write_whole(&mut txn, pg);
         self.store.commit(txn, shoal_store::Durability::Batch).map_err(|e| crate::exec::store_error(&e))?;
         self.collections.insert(coll);
         let bounds = self.log_bounds;
-        self.logs.entry(pg).or_insert_with(|| crate::pglog::PgLog::empty(bounds)).replaced(log, tail);
+        self.logs.entry(pg).or_insert_with(|| crate::pglog::PgLog::empty(bounds)).replaced(log, tail, kept_dups);
         self.metas.insert(pg, meta.clone());
         Ok(())
     }

@@ -672,6 +672,7 @@ impl OsdCore {
                 // Whatever the members hold (a stale copy, nothing): created if absent, then removed.
                 ops: vec![ObjOp::Create { exclusive: false }, ObjOp::Remove],
                 expires_in_ms: None,
+                resend: false,
             };
             let removal = Event::ClientOp {
                 from: NOBODY,
