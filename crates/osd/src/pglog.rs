@@ -171,9 +171,12 @@ pub struct PgLog {
     dups: std::collections::BTreeSet<u64>,
 }
 
+/// Omap entries (key, value) to add, by dups object number.
+type DupsAdds = std::collections::BTreeMap<u64, Vec<(Vec<u8>, Vec<u8>)>>;
+
 /// What a trim does to the dups objects: entries to add per object, objects to remove.
 struct DupsTrim {
-    add: std::collections::BTreeMap<u64, Vec<(Vec<u8>, Vec<u8>)>>,
+    add: DupsAdds,
     remove: Vec<u64>,
 }
 
@@ -252,7 +255,7 @@ impl PgLog {
     /// What trimming the oldest `trim_batch` entries does to the dups objects.
     fn dups_trim(&self) -> DupsTrim {
         let per_object = self.bounds.keep.max(1) as u64;
-        let mut add: std::collections::BTreeMap<u64, Vec<(Vec<u8>, Vec<u8>)>> = std::collections::BTreeMap::new();
+        let mut add = DupsAdds::new();
         for (version, reqid) in self.entries.iter().take(self.bounds.trim_batch) {
             // The request's operation count (the index holds its newest entry: same request).
             let count = self.by_reqid.get(reqid).map_or(0, |(_, n)| *n);
