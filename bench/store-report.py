@@ -37,7 +37,7 @@ def fmt(v, spec=".1f"):
 
 
 backends = [b for b in ("block", "posix", "mem") if b in r["config"]["backends"]]
-for op in ("write", "read"):
+for op in ("write", "read", "overwrite", "reread"):
     print(f"\n**{op}** (MB/s; for writes, device bytes per user byte in parentheses; block p99 latency in µs)\n")
     head = "| mode | size | raw | " + " | ".join(backends) + " | block p99 µs | block/raw | block/posix |"
     print(head)
@@ -50,7 +50,7 @@ for op in ("write", "read"):
                 c = cell(b, mode, op, bs)
                 if c is None:
                     cols.append("–")
-                elif op == "write":
+                elif op in ("write", "overwrite"):
                     cols.append(f"{c['mb_per_s']:.1f} ({c['device_bytes_per_user_byte']:.2f})")
                 else:
                     cols.append(f"{c['mb_per_s']:.1f}")

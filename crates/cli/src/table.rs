@@ -23,8 +23,9 @@ pub fn render(r: &BenchReport) -> String {
     let mut s = String::new();
     let backends: Vec<&str> = r.config.backends.iter().map(|b| b.name()).collect();
     let _ = writeln!(s, "machine: {} ({} cpus), kernel {}", r.machine.cpu, r.machine.cpus, r.machine.kernel);
-    for op in ["write", "read"] {
-        let _ = writeln!(s, "\n{op} MB/s{}", if op == "write" { "  (device bytes per user byte)" } else { "" });
+    for op in shoal_store::bench::OPS {
+        let writes = op == "write" || op == "overwrite";
+        let _ = writeln!(s, "\n{op} MB/s{}", if writes { "  (device bytes per user byte)" } else { "" });
         let mut header = format!("{:<7} {:>8} {:>9}", "mode", "size", "raw");
         for b in &backends {
             let _ = write!(header, " {b:>16}");
@@ -40,7 +41,7 @@ pub fn render(r: &BenchReport) -> String {
                 for b in &backends {
                     let cell = find(r, b, mode, op, bs);
                     let text = match cell {
-                        Some(c) if op == "write" => format!("{:.1} ({:.2})", c.mb_per_s, c.device_bytes_per_user_byte),
+                        Some(c) if writes => format!("{:.1} ({:.2})", c.mb_per_s, c.device_bytes_per_user_byte),
                         Some(c) => format!("{:.1}", c.mb_per_s),
                         None => "-".into(),
                     };

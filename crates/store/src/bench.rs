@@ -3,7 +3,9 @@
 //!
 //! For each backend, durability mode and block size, a *cell* writes blocks sequentially into
 //! 4 MiB objects (one object per operation for 4 MiB blocks, as `rados bench` does), then reads
-//! them back sequentially and checks every byte. The raw limit does the same with `O_DIRECT`
+//! them back sequentially and checks every byte; then overwrites as many blocks at random places
+//! among those written (what a database or a file system on an image does) and reads everything
+//! back sequentially again, checking every byte (what those overwrites did to the layout). The raw limit does the same with `O_DIRECT`
 //! `pwrite`/`pread` on the very file or device the `block` store then uses.
 //!
 //! Measured, not computed: throughput and latency per operation from the clock, device bytes
@@ -22,6 +24,19 @@ use crate::api::{BackendKind, Durability, ObjectStore, Transaction};
 use crate::engine::MemEngine;
 use crate::error::{Result, StoreError};
 use crate::open::{MkfsOptions, mkfs};
+
+/// The phases of a cell, in order (`RawResult::op`, `CellResult::op`).
+pub const OPS: [&str; 4] = ["write", "read", "overwrite", "reread"];
+
+/// The earlier operation whose place the `k`-th overwrite of a cell of `done` operations takes:
+/// spread over all of them, the same in every cell and round.
+fn overwrite_target(k: u64, done: u64) -> u64 {
+    let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 29;
+    x % done.max(1)
+}
 
 /// Size of the objects that small blocks are written into.
 pub const OBJECT_BYTES: u64 = 4 << 20;
@@ -354,7 +369,7 @@ fn raw_cell(
     mode: Mode,
     bs: u64,
     pat: &[u8],
-) -> Result<[RawResult; 2]> {
+) -> Result<[RawResult; 4]> {
     let n = cell_ops(cfg, bs, region_bytes);
     let slots = region_bytes / bs;
     let first = cursor.div_ceil(bs);
@@ -391,7 +406,37 @@ fn raw_cell(
         r.record(bs, t.elapsed());
     }
     let read = RawResult::new("read", mode, bs, r);
-    Ok([write, read])
+
+    let mut o = Timing::new(done);
+    let start = Instant::now();
+    for k in 0..done {
+        let off = region_offset + ((first + overwrite_target(k, done)) % slots) * bs;
+        buf.copy_from_slice(op_data(pat, bs, done + k));
+        let t = Instant::now();
+        file.write_all_at(&buf, off).map_err(|e| StoreError::io("raw overwrite", e))?;
+        let sync_now = match mode {
+            Mode::Sync => true,
+            Mode::Batch => (k + 1) % cfg.batch_ops == 0 || k + 1 == done,
+            Mode::Nosync => false,
+        };
+        if sync_now {
+            file.sync_data().map_err(|e| StoreError::io("raw fdatasync", e))?;
+        }
+        o.record(bs, t.elapsed());
+        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
+            break;
+        }
+    }
+    let overwrite = RawResult::new("overwrite", mode, bs, o);
+    let mut rr = Timing::new(done);
+    for i in 0..done {
+        let off = region_offset + ((first + i) % slots) * bs;
+        let t = Instant::now();
+        file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
+        rr.record(bs, t.elapsed());
+    }
+    let reread = RawResult::new("reread", mode, bs, rr);
+    Ok([write, read, overwrite, reread])
 }
 
 /// Writes the whole file once. A freshly preallocated file has *unwritten* extents
@@ -443,7 +488,7 @@ fn store_cell(
     mode: Mode,
     bs: u64,
     pat: &[u8],
-) -> Result<[CellResult; 2]> {
+) -> Result<[CellResult; 4]> {
     let backend = store.backend().name();
     let n = cell_ops(cfg, bs, capacity);
     let durability = if mode == Mode::Sync { Durability::Sync } else { Durability::Batch };
@@ -505,6 +550,56 @@ fn store_cell(
     let ramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
     let read = CellResult::new(backend, mode, "read", bs, r, ramp);
 
+    // Overwrites at random places among the blocks written; `src[j]` is the operation whose
+    // bytes block `j` holds now.
+    let mut src: Vec<u64> = (0..done).collect();
+    let io0 = io_counters();
+    let mut o = Timing::new(done);
+    let start = Instant::now();
+    for k in 0..done {
+        let j = overwrite_target(k, done);
+        let (obj, off) = object_name(bs, j);
+        let mut data = spare.take().unwrap_or_else(|| AlignedBuf::zeroed(bs as usize));
+        data.copy_from_slice(op_data(pat, bs, done + k));
+        let data = std::sync::Arc::new(data);
+        let mut txn = Transaction::new();
+        txn.write_aligned(COLL, &obj, off, std::sync::Arc::clone(&data));
+        let t = Instant::now();
+        store.commit(txn, durability)?;
+        if mode == Mode::Batch && ((k + 1) % cfg.batch_ops == 0 || k + 1 == done) {
+            store.sync()?;
+        }
+        o.record(bs, t.elapsed());
+        src[j as usize] = done + k;
+        spare = std::sync::Arc::try_unwrap(data).ok();
+        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
+            break;
+        }
+    }
+    store.flush()?;
+    let io1 = io_counters();
+    let over_bytes = (o.ops * bs) as f64;
+    let oamp = (io1.write_bytes - io0.write_bytes) as f64 / over_bytes.max(1.0);
+    let overwrite = CellResult::new(backend, mode, "overwrite", bs, o, oamp);
+
+    if let Some(dir) = posix_dir {
+        drop_file_cache(dir);
+    }
+    let io0 = io_counters();
+    let mut rr = Timing::new(done);
+    for (j, from) in src.iter().enumerate() {
+        let (obj, off) = object_name(bs, j as u64);
+        let t = Instant::now();
+        let data = store.read(COLL, &obj, off, bs)?;
+        rr.record(bs, t.elapsed());
+        if data != op_data(pat, bs, *from) {
+            return Err(StoreError::Corrupt(format!("bench reread of {COLL}/{obj} at {off} returned wrong data")));
+        }
+    }
+    let io1 = io_counters();
+    let rramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
+    let reread = CellResult::new(backend, mode, "reread", bs, rr, rramp);
+
     // Clean up so the next cell starts from an empty store.
     let mut after = None;
     loop {
@@ -523,7 +618,7 @@ fn store_cell(
     txn.remove_collection(COLL);
     store.commit(txn, Durability::Sync)?;
     store.flush()?;
-    Ok([write, read])
+    Ok([write, read, overwrite, reread])
 }
 
 /// `4096` → `4 KiB`.
@@ -618,8 +713,8 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
     }
 
     let disk_backends: Vec<BackendKind> = cfg.backends.iter().copied().filter(|b| *b != BackendKind::Mem).collect();
-    let mut raw_rounds: Vec<Vec<[RawResult; 2]>> = Vec::new();
-    let mut cell_rounds: Vec<(BackendKind, Vec<[CellResult; 2]>)> = Vec::new();
+    let mut raw_rounds: Vec<Vec<[RawResult; 4]>> = Vec::new();
+    let mut cell_rounds: Vec<(BackendKind, Vec<[CellResult; 4]>)> = Vec::new();
     let mut memory = Vec::new();
     let mut raw_cursor = 0u64;
     let mut paired = Vec::new();
@@ -629,7 +724,7 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
     for &mode in &cfg.modes {
         for &bs in &cfg.block_sizes {
             let mut raws = Vec::new();
-            let mut cells: Vec<Vec<[CellResult; 2]>> = vec![Vec::new(); targets.len()];
+            let mut cells: Vec<Vec<[CellResult; 4]>> = vec![Vec::new(); targets.len()];
             for round in 0..cfg.rounds as usize {
                 // Rotate who goes first each round, so that no target always runs right after
                 // another one's clean-up.
@@ -672,7 +767,7 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
                 }
             }
             let find = |b: BackendKind| disk_backends.iter().position(|x| *x == b);
-            for (op, name) in [(0usize, "write"), (1, "read")] {
+            for (op, name) in OPS.into_iter().enumerate() {
                 let ratios_to = |other: &dyn Fn(usize) -> f64| -> Vec<f64> {
                     let Some(bi) = find(BackendKind::Block) else { return Vec::new() };
                     (0..cfg.rounds as usize).map(|r| cells[bi][r][op].mb_per_s / other(r).max(1e-9)).collect()
@@ -721,14 +816,14 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchRep
 
     let mut raw = Vec::new();
     for rounds in raw_rounds {
-        for op in 0..2 {
+        for op in 0..OPS.len() {
             let picked = median_by_mbps(rounds.iter().map(|r| r[op].clone()).collect(), |r| r.mb_per_s);
             raw.extend(picked);
         }
     }
     let mut results = Vec::new();
     for (_, rounds) in cell_rounds {
-        for op in 0..2 {
+        for op in 0..OPS.len() {
             let picked = median_by_mbps(rounds.iter().map(|r| r[op].clone()).collect(), |r| r.mb_per_s);
             results.extend(picked);
         }
