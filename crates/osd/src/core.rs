@@ -810,27 +810,22 @@ impl OsdCore {
         // the PG log, never applied twice.
         // A marked resend the log does not know may be older than the log: its request id is
         // then among those of trimmed entries (a few point lookups; new requests skip them).
-        let store = std::sync::Arc::clone(&self.store);
-        let last_update = match self.log_mut(pg) {
-            Ok(log) => {
-                let applied = match log.lookup(&op.reqid) {
-                    None if op.resend => match log.lookup_trimmed(&*store, pg, &op.reqid) {
-                        Ok(n) => n,
-                        Err(e) => return out.push(fail(store_error(&e))),
-                    },
-                    found => found,
-                };
-                match applied {
-                    Some(op_count) => {
-                        let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
-                        let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
-                        return out.push(Action::Reply { to: from, frame, after_sync: true });
-                    }
-                    None => log.last_update(),
-                }
-            }
+        let (known, last_update) = match self.log_mut(pg) {
+            Ok(log) => (log.lookup(&op.reqid), log.last_update()),
             Err(e) => return out.push(fail(e)),
         };
+        let applied = match (known, self.logs.get(&pg)) {
+            (None, Some(log)) if op.resend => match log.lookup_trimmed(&*self.store, pg, &op.reqid) {
+                Ok(n) => n,
+                Err(e) => return out.push(fail(store_error(&e))),
+            },
+            (known, _) => known,
+        };
+        if let Some(op_count) = applied {
+            let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
+            let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
+            return out.push(Action::Reply { to: from, frame, after_sync: true });
+        }
         // Not applied before: past its expiry it never will be (the caller has given up on it).
         if let Some(e) = self.expired(&op, arrived_ms) {
             return out.push(fail(e));

@@ -359,6 +359,93 @@ fn open_direct(path: &Path) -> Result<File> {
 /// previous raw cell stopped (`cursor`), so that raw writes move through the region the way
 /// the engine's copy-on-write allocations move through its own, instead of rewriting blocks
 /// the host may still cache.
+/// Whether operation `i` of `n` ends a `batch` mode group (a sync follows it).
+fn batch_ends(cfg: &BenchConfig, i: u64, n: u64) -> bool {
+    (i + 1).is_multiple_of(cfg.batch_ops) || i + 1 == n
+}
+
+/// Times `n` writes of `bs` bytes to the raw file: write `i` goes to device offset `place(i)` and
+/// holds operation `content(i)`'s bytes; synced as `mode` says. Stops early past the cell's time.
+#[allow(clippy::too_many_arguments)]
+fn raw_writes(
+    cfg: &BenchConfig,
+    file: &File,
+    mode: Mode,
+    (bs, n): (u64, u64),
+    buf: &mut AlignedBuf,
+    place: &dyn Fn(u64) -> u64,
+    content: &dyn Fn(u64) -> u64,
+    pat: &[u8],
+) -> Result<Timing> {
+    let mut w = Timing::new(n);
+    let start = Instant::now();
+    for i in 0..n {
+        buf.copy_from_slice(op_data(pat, bs, content(i)));
+        let t = Instant::now();
+        file.write_all_at(buf, place(i)).map_err(|e| StoreError::io("raw write", e))?;
+        if mode == Mode::Sync || (mode == Mode::Batch && batch_ends(cfg, i, n)) {
+            file.sync_data().map_err(|e| StoreError::io("raw fdatasync", e))?;
+        }
+        w.record(bs, t.elapsed());
+        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
+            break;
+        }
+    }
+    Ok(w)
+}
+
+/// Times `n` reads of `buf.len()` bytes from the raw file, read `i` at device offset `place(i)`.
+fn raw_reads(file: &File, buf: &mut AlignedBuf, n: u64, place: &dyn Fn(u64) -> u64) -> Result<Timing> {
+    let mut r = Timing::new(n);
+    for i in 0..n {
+        let t = Instant::now();
+        file.read_exact_at(buf, place(i)).map_err(|e| StoreError::io("raw read", e))?;
+        r.record(buf.len() as u64, t.elapsed());
+    }
+    Ok(r)
+}
+
+/// Times `n` writes of `bs` bytes to the store: write `i` goes to the place of operation
+/// `target(i)` (see [`object_name`]) and holds operation `content(i)`'s bytes, durable as `mode`
+/// says. Stops early past the cell's time.
+#[allow(clippy::too_many_arguments)]
+fn store_writes(
+    cfg: &BenchConfig,
+    store: &dyn ObjectStore,
+    mode: Mode,
+    (bs, n): (u64, u64),
+    spare: &mut Option<AlignedBuf>,
+    target: &dyn Fn(u64) -> u64,
+    content: &dyn Fn(u64) -> u64,
+    pat: &[u8],
+) -> Result<Timing> {
+    let durability = if mode == Mode::Sync { Durability::Sync } else { Durability::Batch };
+    let mut w = Timing::new(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let (obj, off) = object_name(bs, target(i));
+        // Data arrives in an aligned buffer, as it does from a network receive path; every
+        // backend gets the same buffer.
+        let mut data = spare.take().unwrap_or_else(|| AlignedBuf::zeroed(bs as usize));
+        data.copy_from_slice(op_data(pat, bs, content(i)));
+        let data = std::sync::Arc::new(data);
+        let mut txn = Transaction::new();
+        txn.write_aligned(COLL, &obj, off, std::sync::Arc::clone(&data));
+        let t = Instant::now();
+        store.commit(txn, durability)?;
+        if mode == Mode::Batch && batch_ends(cfg, i, n) {
+            store.sync()?;
+        }
+        w.record(bs, t.elapsed());
+        // The store keeps no reference once the commit returns: reuse the buffer.
+        *spare = std::sync::Arc::try_unwrap(data).ok();
+        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
+            break;
+        }
+    }
+    Ok(w)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn raw_cell(
     cfg: &BenchConfig,
@@ -374,68 +461,17 @@ fn raw_cell(
     let slots = region_bytes / bs;
     let first = cursor.div_ceil(bs);
     let mut buf = AlignedBuf::zeroed(bs as usize);
-    let mut w = Timing::new(n);
-    let start = Instant::now();
-    for i in 0..n {
-        let off = region_offset + ((first + i) % slots) * bs;
-        buf.copy_from_slice(op_data(pat, bs, i));
-        let t = Instant::now();
-        file.write_all_at(&buf, off).map_err(|e| StoreError::io("raw write", e))?;
-        let sync_now = match mode {
-            Mode::Sync => true,
-            Mode::Batch => (i + 1) % cfg.batch_ops == 0 || i + 1 == n,
-            Mode::Nosync => false,
-        };
-        if sync_now {
-            file.sync_data().map_err(|e| StoreError::io("raw fdatasync", e))?;
-        }
-        w.record(bs, t.elapsed());
-        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
-            break;
-        }
-    }
+    let place = |i: u64| region_offset + ((first + i) % slots) * bs;
+    let w = raw_writes(cfg, file, mode, (bs, n), &mut buf, &place, &|i| i, pat)?;
     let done = w.ops;
     let write = RawResult::new("write", mode, bs, w);
-    let mut r = Timing::new(done);
-
     *cursor = ((first + done) % slots) * bs;
-    for i in 0..done {
-        let off = region_offset + ((first + i) % slots) * bs;
-        let t = Instant::now();
-        file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
-        r.record(bs, t.elapsed());
-    }
-    let read = RawResult::new("read", mode, bs, r);
+    let read = RawResult::new("read", mode, bs, raw_reads(file, &mut buf, done, &place)?);
 
-    let mut o = Timing::new(done);
-    let start = Instant::now();
-    for k in 0..done {
-        let off = region_offset + ((first + overwrite_target(k, done)) % slots) * bs;
-        buf.copy_from_slice(op_data(pat, bs, done + k));
-        let t = Instant::now();
-        file.write_all_at(&buf, off).map_err(|e| StoreError::io("raw overwrite", e))?;
-        let sync_now = match mode {
-            Mode::Sync => true,
-            Mode::Batch => (k + 1) % cfg.batch_ops == 0 || k + 1 == done,
-            Mode::Nosync => false,
-        };
-        if sync_now {
-            file.sync_data().map_err(|e| StoreError::io("raw fdatasync", e))?;
-        }
-        o.record(bs, t.elapsed());
-        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
-            break;
-        }
-    }
+    let o =
+        raw_writes(cfg, file, mode, (bs, done), &mut buf, &|k| place(overwrite_target(k, done)), &|k| done + k, pat)?;
     let overwrite = RawResult::new("overwrite", mode, bs, o);
-    let mut rr = Timing::new(done);
-    for i in 0..done {
-        let off = region_offset + ((first + i) % slots) * bs;
-        let t = Instant::now();
-        file.read_exact_at(&mut buf, off).map_err(|e| StoreError::io("raw read", e))?;
-        rr.record(bs, t.elapsed());
-    }
-    let reread = RawResult::new("reread", mode, bs, rr);
+    let reread = RawResult::new("reread", mode, bs, raw_reads(file, &mut buf, done, &place)?);
     Ok([write, read, overwrite, reread])
 }
 
@@ -491,37 +527,14 @@ fn store_cell(
 ) -> Result<[CellResult; 4]> {
     let backend = store.backend().name();
     let n = cell_ops(cfg, bs, capacity);
-    let durability = if mode == Mode::Sync { Durability::Sync } else { Durability::Batch };
     let mut setup = Transaction::new();
     setup.create_collection(COLL);
     store.commit(setup, Durability::Sync)?;
     store.flush()?;
 
     let io0 = io_counters();
-    let mut w = Timing::new(n);
     let mut spare: Option<AlignedBuf> = None;
-    let start = Instant::now();
-    for i in 0..n {
-        let (obj, off) = object_name(bs, i);
-        // Data arrives in an aligned buffer, as it does from a network receive path; every
-        // backend gets the same buffer.
-        let mut data = spare.take().unwrap_or_else(|| AlignedBuf::zeroed(bs as usize));
-        data.copy_from_slice(op_data(pat, bs, i));
-        let data = std::sync::Arc::new(data);
-        let mut txn = Transaction::new();
-        txn.write_aligned(COLL, &obj, off, std::sync::Arc::clone(&data));
-        let t = Instant::now();
-        store.commit(txn, durability)?;
-        if mode == Mode::Batch && ((i + 1) % cfg.batch_ops == 0 || i + 1 == n) {
-            store.sync()?;
-        }
-        w.record(bs, t.elapsed());
-        // The store keeps no reference once the commit returns: reuse the buffer.
-        spare = std::sync::Arc::try_unwrap(data).ok();
-        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
-            break;
-        }
-    }
+    let w = store_writes(cfg, store, mode, (bs, n), &mut spare, &|i| i, &|i| i, pat)?;
     // Everything the writes caused, including log checkpoints and metadata flushes that happen
     // after the timed loop, counts towards the device bytes.
     store.flush()?;
@@ -552,29 +565,11 @@ fn store_cell(
 
     // Overwrites at random places among the blocks written; `src[j]` is the operation whose
     // bytes block `j` holds now.
-    let mut src: Vec<u64> = (0..done).collect();
     let io0 = io_counters();
-    let mut o = Timing::new(done);
-    let start = Instant::now();
-    for k in 0..done {
-        let j = overwrite_target(k, done);
-        let (obj, off) = object_name(bs, j);
-        let mut data = spare.take().unwrap_or_else(|| AlignedBuf::zeroed(bs as usize));
-        data.copy_from_slice(op_data(pat, bs, done + k));
-        let data = std::sync::Arc::new(data);
-        let mut txn = Transaction::new();
-        txn.write_aligned(COLL, &obj, off, std::sync::Arc::clone(&data));
-        let t = Instant::now();
-        store.commit(txn, durability)?;
-        if mode == Mode::Batch && ((k + 1) % cfg.batch_ops == 0 || k + 1 == done) {
-            store.sync()?;
-        }
-        o.record(bs, t.elapsed());
-        src[j as usize] = done + k;
-        spare = std::sync::Arc::try_unwrap(data).ok();
-        if start.elapsed().as_millis() as u64 > cfg.max_cell_ms {
-            break;
-        }
+    let o = store_writes(cfg, store, mode, (bs, done), &mut spare, &|k| overwrite_target(k, done), &|k| done + k, pat)?;
+    let mut src: Vec<u64> = (0..done).collect();
+    for k in 0..o.ops {
+        src[overwrite_target(k, done) as usize] = done + k;
     }
     store.flush()?;
     let io1 = io_counters();

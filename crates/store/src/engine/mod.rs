@@ -437,9 +437,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
     /// Reserves log space for a record of `batch` with `written` and `inplace`, as
     /// [`wal::encode_record`] will make it (checksums still to be computed make it grow by at
     /// most `growth` bytes).
-    fn record_estimate(batch: &Batch, written: &[(u64, u64)], inplace: &[(u64, AlignedBuf)], growth: u64) -> u64 {
-        let inplace: Vec<(u64, &[u8])> = inplace.iter().map(|(at, d)| (*at, &d[..])).collect();
-        wal::record_bytes(batch, written, &inplace, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+    fn record_estimate(batch: &Batch, written: &[(u64, u64)], inplace: &wal::Inplace<'_>, growth: u64) -> u64 {
+        wal::record_bytes(batch, written, inplace, u64::MAX) + growth.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
     }
 
     /// Reads `[offset, offset + len)` of an object through `dev` (the engine's device, or a
@@ -675,6 +674,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         };
         let txn::Planned { mut batch, frees, direct, pending_csums, objects_delta, collections_delta, inplace } =
             planned;
+        let inplace_refs: Vec<(u64, &[u8])> = inplace.iter().map(|(at, d)| (*at, &d[..])).collect();
         let seq = w.seq + 1;
         batch.put(Ks::Meta, APPLIED_SEQ_KEY.to_vec(), layout::u64_key(seq));
         let written: Vec<(u64, u64)> = direct.iter().map(|(phys, buf)| (*phys, buf.len() as u64)).collect();
@@ -692,7 +692,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let estimate = if self.volatile {
             0 // never read: the log is not used
         } else {
-            Self::record_estimate(&batch, &written, &inplace, growth)
+            Self::record_estimate(&batch, &written, &inplace_refs, growth)
         };
         let use_log = !self.volatile && estimate <= w.log.max_record_bytes();
         if !use_log && !inplace.is_empty() {
@@ -703,7 +703,6 @@ impl<K: Kv, D: Device> Engine<K, D> {
                 std::io::Error::other(format!("a record of {estimate} bytes with in-place writes outgrew the log"));
             return Err(StoreError::io("committing in-place writes", why));
         }
-        let inplace_refs: Vec<(u64, &[u8])> = inplace.iter().map(|(at, d)| (*at, &d[..])).collect();
         // Small transactions with nothing to compute while their data travels are staged; the
         // others are written now, after the group.
         let stage = deferred && use_log && pending_csums.is_empty() && written_bytes <= STAGE_TXN_MAX_BYTES;
