@@ -688,11 +688,11 @@ impl OsdCore {
             Err(e) => (Err(e), crate::exec::ReadData::default()),
         };
         self.counters.read_ops += 1;
-        self.counters.read_bytes += read.bytes.len() as u64;
+        self.counters.read_bytes += read.len_bytes() as u64;
         // The read bytes go out from the store's buffer, by reference, and with the checksum
         // the store joined from the blocks it verified, so nothing reads them again here.
         let reply = OsdOpReply { epoch: self.map.epoch, result };
-        let frame = shoal_proto::frame_with_checked_data(request_id, &reply, read.bytes, read.crc);
+        let frame = shoal_proto::frame_with_checked_parts(request_id, &reply, read.parts, read.crc);
         out.push(Action::Reply { to: from, frame, after_sync: false });
     }
 

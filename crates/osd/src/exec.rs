@@ -491,16 +491,25 @@ fn copy_object(
     Ok(())
 }
 
-/// The bytes a read request returns, with their crc32c when the store knew it without reading
-/// them again (the reply frame's checksum then starts from it).
+/// The bytes a read request returns, as the store's pieces in order (sent as they are), with
+/// their crc32c when the store knew it without reading them again (the reply frame's checksum
+/// then starts from it).
 #[derive(Debug, Default)]
 pub struct ReadData {
-    pub bytes: bytes::Bytes,
+    pub parts: Vec<bytes::Bytes>,
     pub crc: Option<u32>,
 }
 
-/// Runs read operations; returns one output per operation and the concatenated read bytes
-/// (a request with one read returns the store's own buffer, not a copy of it).
+impl ReadData {
+    /// Bytes in all the pieces.
+    #[must_use]
+    pub fn len_bytes(&self) -> usize {
+        self.parts.iter().map(bytes::Bytes::len).sum()
+    }
+}
+
+/// Runs read operations; returns one output per operation and the read bytes of all of them,
+/// in order, as the store's own pieces (never copied here).
 pub fn execute_reads(
     store: &dyn ObjectStore,
     coll: &str,
@@ -545,7 +554,7 @@ pub fn execute_reads(
         Some(store.stat(coll, obj).map_err(not_found)?)
     };
     let mut outputs = Vec::with_capacity(rest.len());
-    // Bytes of the reads so far: the first read's buffer as it is; later reads join a copy.
+    // Bytes of the reads so far; a request with several reads has no single known checksum.
     let mut data = ReadData::default();
     for op in rest {
         if let ObjOp::ListSnaps = op {
@@ -558,15 +567,13 @@ pub fn execute_reads(
                 let start = (*offset).min(stat.size_bytes);
                 let len = (*len_bytes).min(stat.size_bytes - start);
                 if len > 0 {
-                    let (bytes, crc) = store.read_bytes_crc(coll, obj, start, len).map_err(|e| store_error(&e))?;
-                    if data.bytes.is_empty() {
-                        data = ReadData { bytes, crc };
+                    let (parts, crc) = store.read_parts_crc(coll, obj, start, len).map_err(|e| store_error(&e))?;
+                    if data.parts.is_empty() {
+                        data = ReadData { parts, crc };
                     } else {
-                        let mut joined = Vec::with_capacity(data.bytes.len() + bytes.len());
-                        joined.extend_from_slice(&data.bytes);
-                        joined.extend_from_slice(&bytes);
-                        // Rare (several reads in one request): the frame checksums the copy.
-                        data = ReadData { bytes: bytes::Bytes::from(joined), crc: None };
+                        // Rare (several reads in one request): the frame checksums them all.
+                        data.parts.extend(parts);
+                        data.crc = None;
                     }
                 }
                 OpOutput::Read { len_bytes: len }

@@ -48,7 +48,8 @@ pub struct Frame {
     /// The crc32c of the payload's first `n` bytes, `(n, crc)`, when it is already known: a
     /// receiver that verified a payload records its bulk data's checksum here, and a frame that
     /// forwards those bytes passes it on, so that its header checksums only the bytes after
-    /// them. `n` never exceeds `data.len()`; a wrong value makes the peer refuse the frame.
+    /// them. `n` never exceeds the bulk bytes' length (`data`, then `data_more`); a wrong value
+    /// makes the peer refuse the frame.
     pub prefix_crc: Option<(usize, u32)>,
     /// Leading bulk bytes of the payload, sent by reference; in a received frame, the whole
     /// payload when it was read into aligned memory, else empty.
@@ -131,6 +132,22 @@ impl Frame {
     }
 
     /// Payload bytes on the wire: the bulk parts and `payload` together.
+    /// A frame whose data is `parts` (in order) with the crc32c of all of them known
+    /// (`data_crc`), as [`Frame::with_checked_data`] for one part.
+    #[must_use]
+    pub fn with_checked_parts(
+        msg_type: u16,
+        request_id: u64,
+        parts: Vec<Bytes>,
+        data_crc: Option<u32>,
+        payload: Vec<u8>,
+    ) -> Self {
+        let data_len = parts.iter().map(Bytes::len).sum();
+        let mut frame = Self::with_data_parts(msg_type, request_id, parts, payload);
+        frame.prefix_crc = data_crc.map(|c| (data_len, c));
+        frame
+    }
+
     #[must_use]
     pub fn payload_len(&self) -> usize {
         self.data.len() + self.data_more.iter().map(Bytes::len).sum::<usize>() + self.payload.len()
@@ -184,11 +201,24 @@ impl Frame {
     /// Panics if the payload is longer than `u32::MAX` bytes; senders split data long before.
     #[must_use]
     pub fn header(&self) -> [u8; HEADER_BYTES] {
+        let data_len = self.payload_len() - self.payload.len();
         match self.prefix_crc {
-            Some((n, crc)) if n <= self.data.len() => {
-                debug_assert_eq!(crc32c(&self.data[..n]), crc, "a known prefix checksum that does not match");
-                let rest = self.parts().skip(1);
-                let rest = std::iter::once(&self.data[n..]).chain(rest);
+            Some((n, crc)) if n <= data_len => {
+                debug_assert_eq!(
+                    self.parts().fold((0u32, n), |(c, left), p| {
+                        let k = left.min(p.len());
+                        (crc32c_append(c, &p[..k]), left - k)
+                    }),
+                    (crc, 0),
+                    "a known prefix checksum that does not match"
+                );
+                // The bytes after the first `n`, across the data's parts, then the payload.
+                let mut skip = n;
+                let rest = self.parts().map(move |p| {
+                    let k = skip.min(p.len());
+                    skip -= k;
+                    &p[k..]
+                });
                 header_with(self.msg_type, self.request_id, crc, rest, self.payload_len())
             }
             _ => header_with(self.msg_type, self.request_id, 0, self.parts(), self.payload_len()),
@@ -434,6 +464,12 @@ mod tests {
             prop_assert_eq!(pieces.header(), joined.header());
             prop_assert_eq!(pieces.encode(), joined.encode());
             prop_assert_eq!(&pieces.clone().into_bytes()[..], &payload[..]);
+            // The same parts with their checksum known: the header starts from it and checksums
+            // only the tail, and comes out the same.
+            let parts = pieces.parts().take(3).map(Bytes::copy_from_slice).collect::<Vec<_>>();
+            let checked = Frame::with_checked_parts(t, id, parts, Some(shoal_util::crc32c(&payload[..at])), payload[at..].to_vec());
+            prop_assert_eq!(checked.prefix_crc, Some((at, shoal_util::crc32c(&payload[..at]))));
+            prop_assert_eq!(checked.header(), joined.header());
             // A received frame whose payload was read into `data` gives the same bytes either way.
             let received = Frame::with_data(t, id, Bytes::from(payload.clone()), Vec::new());
             prop_assert_eq!(received.header(), joined.header());

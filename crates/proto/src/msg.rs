@@ -165,6 +165,18 @@ pub fn frame_with_checked_data<M: Message>(
     crate::Frame::with_checked_data(M::TYPE, request_id, data, data_crc, encode(msg, Vec::new()))
 }
 
+/// [`frame_with_checked_data`] for data in pieces (`parts`, in order) whose crc32c together is
+/// `data_crc` when known: the pieces are sent as they are, never joined.
+#[must_use]
+pub fn frame_with_checked_parts<M: Message>(
+    request_id: u64,
+    msg: &M,
+    parts: Vec<bytes::Bytes>,
+    data_crc: Option<u32>,
+) -> crate::Frame {
+    crate::Frame::with_checked_parts(M::TYPE, request_id, parts, data_crc, encode(msg, Vec::new()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

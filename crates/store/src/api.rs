@@ -375,6 +375,13 @@ pub trait ObjectStore: Send + Sync {
         self.read_bytes(coll, obj, offset, len).map(|b| (b, None))
     }
 
+    /// [`ObjectStore::read_bytes_crc`] as pieces that together are the bytes read, in order: a
+    /// backend whose data is in memory returns views of that memory (no copy at all); others
+    /// return one piece. A caller that sends the bytes on sends the pieces as they are.
+    fn read_parts_crc(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<(Vec<bytes::Bytes>, Option<u32>)> {
+        self.read_bytes_crc(coll, obj, offset, len).map(|(b, crc)| (vec![b], crc))
+    }
+
     /// [`ObjectStore::read`] from the medium itself, never from a cache of recently read data:
     /// for deep scrub, whose job is to find what the device has damaged since it was written.
     /// The same as `read` for backends without such a cache.

@@ -140,6 +140,13 @@ fn check_equal(store: &dyn ObjectStore, m: &Model) {
                 if let Some(crc) = crc {
                     assert_eq!(crc, shoal_util::crc32c(&bytes), "checksum of {coll}/{name} at {offset}+{want}");
                 }
+                // The same read in the store's pieces (views of a RAM store's memory).
+                let (parts, crc) = store.read_parts_crc(coll, name, offset, want).unwrap();
+                let joined = parts.concat();
+                assert!(joined[..] == o.data[offset as usize..end], "pieces of {coll}/{name} at {offset} differ");
+                if let Some(crc) = crc {
+                    assert_eq!(crc, shoal_util::crc32c(&joined), "checksum of the pieces of {coll}/{name} at {offset}");
+                }
             }
             let xattrs: BTreeMap<String, Vec<u8>> = store.list_xattrs(coll, name).unwrap().into_iter().collect();
             assert_eq!(xattrs, o.xattrs, "xattrs of {coll}/{name}");
@@ -262,6 +269,10 @@ fn run(mut store: Store, steps: &[Step], reopen: &dyn Fn(Store) -> Store) {
     store.commit(setup, Durability::Sync).unwrap();
     model.insert("c0".into(), BTreeMap::new());
     model.insert("c1".into(), BTreeMap::new());
+    // Every object's whole content as read in pieces after the previous step, held across this
+    // one: what a reader holds must not change when later writes, removals and reuse of the
+    // space (a RAM store's pieces are views of its memory) happen.
+    let mut held: Vec<(String, Vec<bytes::Bytes>, Vec<u8>)> = Vec::new();
     for step in steps {
         match step {
             Step::Txn(ops, durability) => {
@@ -277,7 +288,16 @@ fn run(mut store: Store, steps: &[Step], reopen: &dyn Fn(Store) -> Store) {
             Step::Sync => store.sync().unwrap(),
             Step::Settle => store.settle().unwrap(),
         }
+        for (what, parts, want) in held.drain(..) {
+            assert!(parts.concat() == want, "a held read of {what} changed under its reader");
+        }
         check_equal(store.as_ref(), &model);
+        for (coll, objs) in &model {
+            for (name, o) in objs {
+                let (parts, _) = store.read_parts_crc(coll, name, 0, o.data.len() as u64).unwrap();
+                held.push((format!("{coll}/{name}"), parts, o.data.clone()));
+            }
+        }
     }
     let report = store.fsck().unwrap();
     assert!(report.is_clean(), "fsck found problems: {:?}", report.errors);

@@ -65,7 +65,8 @@ struct State {
 }
 
 struct Cached {
-    data: Box<[u8]>,
+    /// Shared: a large read hands it out by reference ([`BlockCache::read_large`]).
+    data: bytes::Bytes,
     /// Read since it entered or since its last second chance.
     referenced: bool,
 }
@@ -84,9 +85,9 @@ struct Fifo {
 impl Fifo {
     /// Caches `data` at block `at` (replacing what was there), then evicts down to
     /// `capacity_bytes`.
-    fn insert(&mut self, at: u64, data: &[u8], capacity_bytes: usize) {
+    fn insert(&mut self, at: u64, data: bytes::Bytes, capacity_bytes: usize) {
         self.bytes += data.len();
-        match self.entries.insert(at, Cached { data: data.into(), referenced: false }) {
+        match self.entries.insert(at, Cached { data, referenced: false }) {
             Some(old) => self.bytes -= old.data.len(),
             None => self.order.push_back(at),
         }
@@ -190,6 +191,22 @@ impl BlockCache {
         Ok(())
     }
 
+    /// The cached large read of exactly `[offset, offset + len_bytes)`, shared, not copied;
+    /// otherwise the ticket to fill with ([`BlockCache::fill_large`]) once the caller has read the
+    /// device. For reads longer than [`CACHED_IO_BYTES`] that the cache serves.
+    pub fn read_large(&self, offset: u64, len_bytes: usize) -> Result<bytes::Bytes, FillTicket> {
+        debug_assert!(len_bytes > CACHED_IO_BYTES && self.serves(len_bytes), "not a large read the cache serves");
+        let (first, _) = blocks_of(offset, len_bytes);
+        let mut st = self.lock();
+        match st.large.entries.get_mut(&first) {
+            Some(cached) if cached.data.len() == len_bytes => {
+                cached.referenced = true;
+                Ok(cached.data.clone())
+            }
+            _ => Err(FillTicket(st.epoch)),
+        }
+    }
+
     /// Caches `buf`, just read from the device at `offset`, unless a write or discard that
     /// overlaps it began after `ticket` was taken (or too long ago to tell).
     pub fn fill(&self, ticket: FillTicket, buf: &[u8], offset: u64) {
@@ -197,25 +214,33 @@ impl BlockCache {
             return;
         }
         let (first, n) = blocks_of(offset, buf.len());
-        let end = first + n;
         let mut st = self.lock();
-        if st.epoch != ticket.0 {
-            let oldest_known = st.recent.front().map_or(u64::MAX, |&(epoch, _, _)| epoch);
-            let lost = oldest_known > ticket.0 + 1;
-            let overlapped = st.recent.iter().any(|&(epoch, lo, hi)| epoch > ticket.0 && lo < end && first < hi);
-            if lost || overlapped {
-                return;
-            }
+        if !may_fill(&st, ticket, first, first + n) {
+            return;
         }
         if buf.len() > CACHED_IO_BYTES {
             // A read of another length at the same place replaces the one cached there; a read
             // overlapping another at a different place is cached beside it (invalidation finds
             // both).
-            st.large.insert(first, buf, self.large_capacity_bytes);
+            st.large.insert(first, bytes::Bytes::copy_from_slice(buf), self.large_capacity_bytes);
             return;
         }
         for (i, src) in buf.chunks_exact(BLOCK_BYTES as usize).enumerate() {
-            st.small.insert(first + i as u64, src, self.small_capacity_bytes);
+            st.small.insert(first + i as u64, bytes::Bytes::copy_from_slice(src), self.small_capacity_bytes);
+        }
+    }
+
+    /// [`BlockCache::fill`] for a large read whose buffer is shared with its reader: cached by
+    /// reference, without a copy.
+    pub fn fill_large(&self, ticket: FillTicket, data: bytes::Bytes, offset: u64) {
+        debug_assert!(data.len() > CACHED_IO_BYTES, "not a large read");
+        if !self.serves(data.len()) {
+            return;
+        }
+        let (first, n) = blocks_of(offset, data.len());
+        let mut st = self.lock();
+        if may_fill(&st, ticket, first, first + n) {
+            st.large.insert(first, data, self.large_capacity_bytes);
         }
     }
 
@@ -255,6 +280,18 @@ impl BlockCache {
     fn cached_blocks(&self) -> usize {
         self.lock().small.entries.len()
     }
+}
+
+/// Whether a read of blocks `[first, end)` that began at `ticket` may fill the cache: no write
+/// or discard overlapping it began since, as far as the remembered invalidations tell.
+fn may_fill(st: &State, ticket: FillTicket, first: u64, end: u64) -> bool {
+    if st.epoch == ticket.0 {
+        return true;
+    }
+    let oldest_known = st.recent.front().map_or(u64::MAX, |&(epoch, _, _)| epoch);
+    let lost = oldest_known > ticket.0 + 1;
+    let overlapped = st.recent.iter().any(|&(epoch, lo, hi)| epoch > ticket.0 && lo < end && first < hi);
+    !(lost || overlapped)
 }
 
 /// The first block number and the number of blocks of a block-aligned I/O.
@@ -359,6 +396,30 @@ mod tests {
         c.fill(t, &vec![5u8; big], 0);
         assert_eq!(c.cached_blocks(), 0);
         assert!(c.read(&mut buf, 0).is_err());
+    }
+
+    #[test]
+    fn a_shared_large_read_is_the_cached_buffer_itself_and_outlives_its_invalidation() {
+        let big = 2 * CACHED_IO_BYTES;
+        let c = BlockCache::new(16 * BLOCK_BYTES, (2 * big) as u64);
+        let t = c.read_large(0, big).expect_err("empty");
+        let data = bytes::Bytes::from(vec![4u8; big]);
+        c.fill_large(t, data.clone(), 0);
+        let hit = c.read_large(0, big).expect("cached");
+        assert_eq!(hit.as_ptr(), data.as_ptr(), "shared, not copied");
+        // The copying reader sees the same bytes.
+        let mut buf = vec![0u8; big];
+        c.read(&mut buf, 0).expect("cached");
+        assert_eq!(buf, vec![4u8; big]);
+        // A write forgets it; the reader keeps what it holds.
+        c.invalidate(BLOCK_BYTES, BLOCK_BYTES);
+        assert!(c.read_large(0, big).is_err());
+        assert_eq!(&hit[..], &vec![4u8; big][..]);
+        // A write between a miss and its fill keeps the old bytes out.
+        let t = c.read_large(0, big).expect_err("forgotten");
+        c.invalidate(0, BLOCK_BYTES);
+        c.fill_large(t, bytes::Bytes::from(vec![5u8; big]), 0);
+        assert!(c.read_large(0, big).is_err(), "stale bytes were cached");
     }
 
     #[test]

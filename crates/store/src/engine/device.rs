@@ -75,6 +75,16 @@ pub trait Device: Send + Sync + 'static {
     fn read_piece_bytes(&self) -> Option<usize> {
         None
     }
+    /// For a device whose data lives in memory: the bytes of `[offset, offset + len)` as shared,
+    /// immutable views of that memory instead of a copy, in order, each a whole number of
+    /// blocks, together `len` bytes. A view keeps showing what the range held when it was taken,
+    /// even if the range is written or discarded afterwards (the device copies a piece before
+    /// changing it while a view holds it). `None`: the device cannot (disks); read with
+    /// [`Device::read_at`].
+    fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
+        let _ = (offset, len);
+        None
+    }
 }
 
 fn check_aligned(offset: u64, len: usize) {
@@ -93,7 +103,14 @@ pub struct FileDevice {
     ring: Option<Mutex<IoUring>>,
     /// Recently read blocks and large reads; every write and discard invalidates its range first.
     cache: Option<BlockCache>,
+    /// Buffers of large reads that missed the cache: read into, shared with the cache and the
+    /// reader, and back here once both let go (a fresh 4 MiB buffer costs its pages faulted in
+    /// and zeroed).
+    large_bufs: Arc<shoal_util::BufPool>,
 }
+
+/// Idle buffers a disk device keeps for its large reads: four 4 MiB reads.
+const LARGE_READ_POOL_BYTES: usize = 16 << 20;
 
 /// Bytes of recently read small blocks a disk device keeps in memory by default (see
 /// [`super::cache`]).
@@ -186,7 +203,8 @@ impl FileDevice {
             CacheSizes { small_bytes: 0, large_bytes: 0 } => None,
             c => Some(BlockCache::new(c.small_bytes, c.large_bytes)),
         };
-        Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring, cache })
+        let large_bufs = Arc::new(shoal_util::BufPool::new(LARGE_READ_POOL_BYTES, super::cache::LARGE_IO_BYTES));
+        Ok(Self { file, size_bytes: size_bytes / BLOCK_BYTES * BLOCK_BYTES, direct, ring, cache, large_bufs })
     }
 
     /// Forgets cached blocks of `[offset, offset + len)` before they are written or discarded.
@@ -232,6 +250,26 @@ impl Device for FileDevice {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "read past the device end");
         self.file.read_exact_at(buf, offset)
+    }
+    /// Large reads the cache keeps are shared with it: a hit is the cached buffer itself, and a
+    /// miss reads into a buffer that the cache then keeps by reference (no copy either way).
+    /// Other reads are not shared.
+    fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
+        let cache = self.cache.as_ref().filter(|c| len > super::cache::CACHED_IO_BYTES && c.serves(len))?;
+        check_aligned(offset, len);
+        assert!(offset + len as u64 <= self.size_bytes, "read past the device end");
+        match cache.read_large(offset, len) {
+            Ok(hit) => Some(Ok(vec![hit])),
+            Err(ticket) => {
+                let mut buf = self.large_bufs.take(len);
+                if let Err(e) = self.read_uncached(&mut buf, offset) {
+                    return Some(Err(e));
+                }
+                let data = bytes::Bytes::from_owner(self.large_bufs.lend(buf));
+                cache.fill_large(ticket, data.clone(), offset);
+                Some(Ok(vec![data]))
+            }
+        }
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
@@ -390,9 +428,15 @@ pub const MEM_CHUNK_BYTES: u64 = 64 * 1024;
 /// A sparse RAM device: chunks are allocated when first written and released when discarded
 /// (kept for reuse, up to [`MEM_RESERVE_CHUNKS`]), so memory use follows the data stored, up to
 /// the device size. Blocks not written since their discard read as zeros or as old bytes.
+///
+/// Reads can take the chunks themselves rather than a copy ([`Device::read_shared`]): a chunk is
+/// shared (`Arc`), and a write to a chunk a reader still holds replaces it with a changed copy
+/// (copy-on-write), so what a reader holds never changes under it. Without that, serving a read
+/// from a RAM OSD cost one copy of every byte into a buffer before the copy into the socket
+/// (docs/BENCHMARKS.md, decision 0041).
 pub struct MemDevice {
     size_bytes: u64,
-    chunks: RwLock<HashMap<u64, Box<[u8]>>>,
+    chunks: RwLock<HashMap<u64, Arc<Box<[u8]>>>>,
     reserve: Arc<ChunkReserve>,
     warmer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Blocks (device offsets) that fail to read with EIO until written again, as a disk's
@@ -544,6 +588,18 @@ impl MemDevice {
     }
 }
 
+/// A chunk as the owner of the bytes a shared read returns.
+struct SharedChunk(Arc<Box<[u8]>>);
+
+impl AsRef<[u8]> for SharedChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[..]
+    }
+}
+
+/// What a chunk never written reads as, shared by every such read.
+static ZERO_CHUNK: [u8; MEM_CHUNK_BYTES as usize] = [0; MEM_CHUNK_BYTES as usize];
+
 /// Copies `src` into `dst` (of the same length) around the CPU's caches where it can.
 ///
 /// Data written to a RAM device is seldom read again soon, and where it lands is cold: an
@@ -608,6 +664,21 @@ impl Device for MemDevice {
         }
         Ok(())
     }
+    fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
+        check_aligned(offset, len);
+        assert!(offset + len as u64 <= self.size_bytes, "read past the device end");
+        if self.touches_unreadable(offset, len) {
+            return Some(Err(io::Error::from_raw_os_error(5)));
+        }
+        let chunks = self.chunks.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pieces = chunk_pieces(offset, len)
+            .map(|(idx, at, _, n)| match chunks.get(&idx) {
+                Some(c) => bytes::Bytes::from_owner(SharedChunk(c.clone())).slice(at..at + n),
+                None => bytes::Bytes::from_static(&ZERO_CHUNK[..n]),
+            })
+            .collect();
+        Some(Ok(pieces))
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
@@ -619,7 +690,18 @@ impl Device for MemDevice {
         }
         let mut chunks = self.chunks.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (idx, at, pos, n) in chunk_pieces(offset, buf.len()) {
-            let c = chunks.entry(idx).or_insert_with(|| self.new_chunk());
+            let c = chunks.entry(idx).or_insert_with(|| Arc::new(self.new_chunk()));
+            if Arc::get_mut(c).is_none() {
+                // A reader holds this chunk (`read_shared`): it keeps the bytes it took, and the
+                // device goes on with a copy. Readers clone a chunk only under the map's read
+                // lock, so none can start holding it while this write holds the write lock.
+                let mut copy = self.new_chunk();
+                if n < copy.len() {
+                    copy.copy_from_slice(&c[..]);
+                }
+                *c = Arc::new(copy);
+            }
+            let c = Arc::get_mut(c).expect("a chunk no reader holds, under the write lock");
             copy_streaming(&mut c[at..at + n], &buf[pos..pos + n]);
         }
         Ok(())
@@ -644,10 +726,11 @@ impl Device for MemDevice {
         // much as it allocates (writes never go in place), so in a steady state the device
         // recycles its own chunks instead of returning RAM to the kernel and faulting fresh,
         // zeroed pages back in (a third of a mem OSD's CPU time under 512 KiB writes). Beyond
-        // the reserve's bound the RAM is released, so memory still follows the data stored.
+        // the reserve's bound the RAM is released, so memory still follows the data stored. A
+        // chunk a reader still holds is not reused: it is released when the reader drops it.
         let mut spare = self.reserve.spare.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let room = MEM_RESERVE_CHUNKS.saturating_sub(spare.len());
-        spare.extend(freed.into_iter().take(room));
+        spare.extend(freed.into_iter().filter_map(|c| Arc::try_unwrap(c).ok()).take(room));
     }
     fn direct_io(&self) -> bool {
         false
@@ -671,6 +754,8 @@ pub trait BlockSource {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// See [`Device::read_piece_bytes`].
     fn read_piece_bytes(&self) -> Option<usize>;
+    /// See [`Device::read_shared`].
+    fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>>;
 }
 
 impl<D: Device> BlockSource for D {
@@ -679,6 +764,9 @@ impl<D: Device> BlockSource for D {
     }
     fn read_piece_bytes(&self) -> Option<usize> {
         Device::read_piece_bytes(self)
+    }
+    fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
+        Device::read_shared(self, offset, len)
     }
 }
 
@@ -692,6 +780,10 @@ impl<D: Device> BlockSource for Uncached<'_, D> {
     }
     fn read_piece_bytes(&self) -> Option<usize> {
         self.0.read_piece_bytes()
+    }
+    fn read_shared(&self, _offset: u64, _len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
+        // Deep scrub and fsck are rare and read through the plain path, which never shares.
+        None
     }
 }
 
@@ -730,11 +822,63 @@ impl<D: Device> Device for std::sync::Arc<D> {
     fn read_piece_bytes(&self) -> Option<usize> {
         (**self).read_piece_bytes()
     }
+    fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
+        (**self).read_shared(offset, len)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::copy_streaming;
+    use super::{BLOCK_BYTES, Device, MEM_CHUNK_BYTES, MemDevice, copy_streaming};
+
+    fn joined(parts: &[bytes::Bytes]) -> Vec<u8> {
+        parts.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    #[test]
+    fn a_shared_read_keeps_what_it_took_while_the_range_is_written_and_discarded() {
+        let dev = MemDevice::new(1 << 20);
+        let chunk = MEM_CHUNK_BYTES as usize;
+        let block = BLOCK_BYTES as usize;
+        // Chunk 1 written whole, chunk 2 only in its second block; chunk 0 never.
+        dev.write_at(&vec![1u8; chunk], MEM_CHUNK_BYTES).unwrap();
+        dev.write_at(&vec![2u8; block], 2 * MEM_CHUNK_BYTES + BLOCK_BYTES).unwrap();
+        let (offset, len) = (MEM_CHUNK_BYTES - BLOCK_BYTES, chunk + 3 * block);
+        let parts = dev.read_shared(offset, len).expect("a RAM device shares").unwrap();
+        assert!(parts.iter().all(|p| p.len() % block == 0), "pieces are whole blocks");
+        let before = joined(&parts);
+        let mut want = vec![0u8; block];
+        want.extend(vec![1u8; chunk]);
+        want.extend(vec![0u8; block]);
+        want.extend(vec![2u8; block]);
+        assert_eq!(before, want);
+        // A partial and a whole-chunk overwrite, then a discard: the views do not change, and the
+        // device reads the new bytes.
+        dev.write_at(&vec![9u8; block], MEM_CHUNK_BYTES + BLOCK_BYTES).unwrap();
+        dev.write_at(&vec![8u8; chunk], 2 * MEM_CHUNK_BYTES).unwrap();
+        let mut now = vec![0u8; len];
+        dev.read_at(&mut now, offset).unwrap();
+        assert_eq!(&now[2 * block..3 * block], &vec![9u8; block][..]);
+        assert_eq!(&now[block + chunk..], &vec![8u8; 2 * block][..]);
+        assert_eq!(&now[block..2 * block], &vec![1u8; block][..], "the copy kept the chunk's other blocks");
+        dev.discard(0, 4 * MEM_CHUNK_BYTES);
+        dev.write_at(&vec![7u8; 4 * chunk], 0).unwrap();
+        assert_eq!(joined(&parts), before);
+        drop(parts);
+        // Once no reader holds a chunk, writes go to it in place again.
+        let again = dev.read_shared(0, chunk).unwrap().unwrap();
+        assert_eq!(joined(&again), vec![7u8; chunk]);
+    }
+
+    #[test]
+    fn a_shared_read_of_an_unreadable_block_fails_like_a_copied_one() {
+        let dev = MemDevice::new(1 << 20);
+        dev.write_at(&vec![1u8; 4 * BLOCK_BYTES as usize], 0).unwrap();
+        dev.make_unreadable(2 * BLOCK_BYTES);
+        let err = dev.read_shared(0, 4 * BLOCK_BYTES as usize).unwrap().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(5));
+        assert!(dev.read_shared(0, 2 * BLOCK_BYTES as usize).unwrap().is_ok());
+    }
 
     #[test]
     fn streaming_copy_equals_a_plain_copy_at_any_alignment_and_length() {

@@ -35,7 +35,7 @@ use self::alloc::Allocator;
 use self::device::{BLOCK_BYTES, Device};
 use self::kv::{Batch, Ks, Kv, KvRead};
 use self::layout::{LABEL_BYTES, Onode, Superblock};
-use self::read::{ExtentMap, range_crc, read_blocks};
+use self::read::{ExtentMap, range_crc, read_blocks, read_blocks_shared};
 use self::staged::{Overlaid, STAGE_TXN_MAX_BYTES, Staged};
 use self::txn::Plan;
 use self::wal::{APPLIED_SEQ_KEY, LAP_START_KEY, Log};
@@ -442,7 +442,9 @@ impl<K: Kv, D: Device> Engine<K, D> {
     }
 
     /// Reads `[offset, offset + len)` of an object through `dev` (the engine's device, or a
-    /// view of it that reads around its cache), with the crc32c of the bytes returned.
+    /// view of it that reads around its cache), with the crc32c of the bytes returned: pieces
+    /// that together are the bytes, in order (one, from a pooled buffer, unless the device
+    /// shares its memory).
     fn read_from<R: device::BlockSource>(
         &self,
         dev: &R,
@@ -450,7 +452,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
         obj: &str,
         offset: u64,
         len: u64,
-    ) -> Result<(bytes::Bytes, Option<u32>)> {
+    ) -> Result<(Vec<bytes::Bytes>, Option<u32>)> {
         let _no_reuse = self.reuse.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let staged = self.staged_view();
         let snap = self.kv.snapshot();
@@ -466,26 +468,24 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
         let end = onode.size_bytes.min(offset.saturating_add(len));
         if end == offset {
-            return Ok((bytes::Bytes::new(), Some(0)));
+            return Ok((Vec::new(), Some(0)));
         }
         let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = end.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let extents = Self::extents(&snap, coll, obj, lo, hi, onode.size_bytes)?;
         let mut block_crcs = Vec::with_capacity(((hi - lo) / BLOCK_BYTES) as usize);
-        let buf = read_blocks(
-            dev,
-            (coll, obj),
-            &extents,
-            (lo, hi),
-            &|phys| staged.as_ref().and_then(|s| s.block(phys)),
-            &self.pool,
-            Some(&mut block_crcs),
-        )?;
+        let pending = |phys| staged.as_ref().and_then(|s| s.block(phys));
         let at = (offset - lo) as usize;
         let len = (end - offset) as usize;
+        // A device that shares its memory (RAM) is read without a copy (decision 0041).
+        if let Some(parts) = read_blocks_shared(dev, (coll, obj), &extents, (lo, hi), &pending, &mut block_crcs)? {
+            let (parts, crc) = read::slice_parts(parts, &block_crcs, at, len);
+            return Ok((parts, Some(crc)));
+        }
+        let buf = read_blocks(dev, (coll, obj), &extents, (lo, hi), &pending, &self.pool, Some(&mut block_crcs))?;
         let crc = range_crc(&buf, &block_crcs, at, len);
         // The reply is sent from the pool buffer itself, which returns to the pool once dropped.
-        Ok((bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + len), Some(crc)))
+        Ok((vec![bytes::Bytes::from_owner(self.pool.lend(buf)).slice(at..at + len)], Some(crc)))
     }
 
     /// The staged group, for a reader (to be taken before its KV snapshot); `None` for a
@@ -1013,11 +1013,17 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn read_bytes_crc(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<(bytes::Bytes, Option<u32>)> {
+        let (parts, crc) = self.read_from(&self.dev, coll, obj, offset, len)?;
+        Ok((join_parts(parts), crc))
+    }
+
+    fn read_parts_crc(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<(Vec<bytes::Bytes>, Option<u32>)> {
         self.read_from(&self.dev, coll, obj, offset, len)
     }
 
     fn read_media(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.read_from(&device::Uncached(&self.dev), coll, obj, offset, len).map(|(b, _)| b.to_vec())
+        let (parts, _) = self.read_from(&device::Uncached(&self.dev), coll, obj, offset, len)?;
+        Ok(parts.concat())
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {
@@ -1186,6 +1192,15 @@ impl<K: Kv, D: Device> Drop for Engine<K, D> {
 pub(crate) fn check_names(coll: &str, obj: &str) -> Result<()> {
     names::check_collection(coll)?;
     names::check_object(obj)
+}
+
+/// The pieces of a read as one buffer: the piece itself when there is one, else a copy.
+fn join_parts(mut parts: Vec<bytes::Bytes>) -> bytes::Bytes {
+    match parts.len() {
+        0 => bytes::Bytes::new(),
+        1 => parts.swap_remove(0),
+        _ => bytes::Bytes::from(parts.concat()),
+    }
 }
 
 #[cfg(test)]

@@ -95,20 +95,7 @@ pub fn read_blocks<D: BlockSource>(
 ) -> Result<AlignedBuf> {
     assert!(lo.is_multiple_of(BLOCK_BYTES) && hi.is_multiple_of(BLOCK_BYTES) && lo <= hi, "unaligned read {lo}..{hi}");
     let mut out = pool.take((hi - lo) as usize);
-    // Pieces of the range that come from the device: (logical start, device offset, length).
-    let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
-    for (&off, e) in extents {
-        let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
-        if a < b {
-            let phys = e.phys + (a - off);
-            // Extents that continue each other both logically and on the device are read with
-            // one I/O: a 4 MiB object written at once is four records but one read.
-            match pieces.last_mut() {
-                Some(last) if last.0 + last.2 == a && last.1 + last.2 == phys => last.2 += b - a,
-                _ => pieces.push((a, phys, b - a)),
-            }
-        }
-    }
+    let pieces = device_pieces(extents, lo, hi);
     // Holes read as zeros: clear whatever the pieces do not cover (pooled buffers hold old data).
     let mut covered = lo;
     for &(a, _, len) in &pieces {
@@ -141,6 +128,163 @@ pub fn read_blocks<D: BlockSource>(
         }
     }
     Ok(out)
+}
+
+/// Pieces of the range `[lo, hi)` that come from the device, in logical order: (logical start,
+/// device offset, length). Extents that continue each other both logically and on the device
+/// form one piece, read with one I/O: a 4 MiB object written at once is four records but one
+/// read.
+fn device_pieces(extents: &ExtentMap, lo: u64, hi: u64) -> Vec<(u64, u64, u64)> {
+    let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
+    for (&off, e) in extents {
+        let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
+        if a < b {
+            let phys = e.phys + (a - off);
+            match pieces.last_mut() {
+                Some(last) if last.0 + last.2 == a && last.1 + last.2 == phys => last.2 += b - a,
+                _ => pieces.push((a, phys, b - a)),
+            }
+        }
+    }
+    pieces
+}
+
+/// Like [`read_blocks`], for a device that shares its memory ([`BlockSource::read_shared`]):
+/// the range as pieces that are views of the device's memory (and of `pending`'s blocks, and
+/// of shared zeros for holes), in order, each a whole number of blocks, verified the same way,
+/// with no copy of the data. `None` when the device does not share; the caller then reads with
+/// [`read_blocks`].
+pub fn read_blocks_shared<D: BlockSource>(
+    dev: &D,
+    (coll, obj): (&str, &str),
+    extents: &ExtentMap,
+    (lo, hi): (u64, u64),
+    pending: &dyn Fn(u64) -> Option<Arc<Vec<u8>>>,
+    block_crcs: &mut Vec<u32>,
+) -> Result<Option<Vec<bytes::Bytes>>> {
+    assert!(lo.is_multiple_of(BLOCK_BYTES) && hi.is_multiple_of(BLOCK_BYTES) && lo <= hi, "unaligned read {lo}..{hi}");
+    let block = BLOCK_BYTES as usize;
+    block_crcs.clear();
+    block_crcs.resize(((hi - lo) / BLOCK_BYTES) as usize, zero_block_crc());
+    let mut out: Vec<bytes::Bytes> = Vec::new();
+    let mut covered = lo;
+    for (a, phys, len) in device_pieces(extents, lo, hi) {
+        push_zeros(&mut out, (a - covered) as usize);
+        // Blocks `pending` has come from it, never from the device (see `read_part`).
+        let staged: Vec<Option<Arc<Vec<u8>>>> =
+            (0..len / BLOCK_BYTES).map(|i| pending(phys + i * BLOCK_BYTES)).collect();
+        let mut i = 0;
+        while i < staged.len() {
+            let at = a + (i * block) as u64;
+            let first = out.len();
+            if let Some(data) = &staged[i] {
+                assert_eq!(data.len(), block, "a pending block of {} bytes", data.len());
+                out.push(bytes::Bytes::from_owner(PendingBlock(data.clone())));
+                i += 1;
+            } else {
+                let run = staged[i..].iter().take_while(|b| b.is_none()).count();
+                let dev_at = phys + (i * block) as u64;
+                let Some(views) = dev.read_shared(dev_at, run * block) else {
+                    return Ok(None);
+                };
+                let views = views.map_err(|source| StoreError::Unreadable {
+                    coll: coll.to_string(),
+                    obj: obj.to_string(),
+                    device_offset: dev_at,
+                    source,
+                })?;
+                debug_assert_eq!(views.iter().map(bytes::Bytes::len).sum::<usize>(), run * block);
+                out.extend(views);
+                i += run;
+            }
+            // Each view is verified while it is the one in hand.
+            let mut x = at;
+            for view in &out[first..] {
+                assert!(view.len().is_multiple_of(block), "a device view of {} bytes", view.len());
+                let idx = ((x - lo) / BLOCK_BYTES) as usize;
+                verify((coll, obj), extents, (x, x + view.len() as u64), view, Some(&mut block_crcs[idx..]))?;
+                x += view.len() as u64;
+            }
+        }
+        covered = a + len;
+    }
+    push_zeros(&mut out, (hi - covered) as usize);
+    Ok(Some(out))
+}
+
+/// A pending block (see [`read_blocks`]) as the owner of a shared read's piece.
+struct PendingBlock(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for PendingBlock {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Appends `len` bytes of zeros (a hole) to `out`, as views of one static buffer.
+fn push_zeros(out: &mut Vec<bytes::Bytes>, mut len: usize) {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    while len > 0 {
+        let n = len.min(ZEROS.len());
+        out.push(bytes::Bytes::from_static(&ZEROS[..n]));
+        len -= n;
+    }
+}
+
+/// `parts` (together whole blocks whose crc32cs are `block_crcs`, each part whole blocks)
+/// narrowed to `[at, at + len)`, and the crc32c of those bytes: joined from the blocks'
+/// checksums, with only the partial first and last blocks read again.
+pub fn slice_parts(parts: Vec<bytes::Bytes>, block_crcs: &[u32], at: usize, len: usize) -> (Vec<bytes::Bytes>, u32) {
+    let block = BLOCK_BYTES as usize;
+    let total: usize = parts.iter().map(bytes::Bytes::len).sum();
+    assert!(at + len <= total && total == block_crcs.len() * block, "range outside the read blocks");
+    let (mut kept, mut pos) = (Vec::with_capacity(parts.len()), 0usize);
+    for p in parts {
+        let (start, end) = (pos, pos + p.len());
+        pos = end;
+        let (a, b) = (start.max(at), end.min(at + len));
+        if a < b {
+            kept.push(p.slice(a - start..b - start));
+        }
+    }
+    // The narrowed parts start at `at`; the partial first and last blocks' bytes are found by
+    // offset among them.
+    let append = |crc: u32, from: usize, to: usize| -> u32 {
+        let (mut pos, mut crc) = (at, crc);
+        for p in &kept {
+            let (a, b) = (from.max(pos), to.min(pos + p.len()));
+            if a < b {
+                crc = crc32c_append(crc, &p[a - pos..b - pos]);
+            }
+            pos += p.len();
+        }
+        crc
+    };
+    let crc = crc_joined(block_crcs, at, len, &append);
+    (kept, crc)
+}
+
+/// The crc32c of bytes `[at, at + len)` of whole blocks whose crc32cs are `block_crcs`: whole
+/// blocks joined from their checksums, the partial first and last ones by `append(crc, from,
+/// to)`, which extends `crc` over bytes `[from, to)`.
+fn crc_joined(block_crcs: &[u32], at: usize, len: usize, append: &dyn Fn(u32, usize, usize) -> u32) -> u32 {
+    static SHIFT: OnceLock<Crc32cShift> = OnceLock::new();
+    let shift = SHIFT.get_or_init(|| Crc32cShift::new(BLOCK_BYTES as usize));
+    let block = BLOCK_BYTES as usize;
+    let end = at + len;
+    let mut crc = 0;
+    let mut pos = at;
+    while pos < end {
+        let i = pos / block;
+        let block_end = ((i + 1) * block).min(end);
+        crc = if pos == i * block && block_end == (i + 1) * block {
+            shift.concat(crc, block_crcs[i])
+        } else {
+            append(crc, pos, block_end)
+        };
+        pos = block_end;
+    }
+    crc
 }
 
 /// Fills `dst` with the blocks at device offset `phys`: from `pending` where it has them (data
@@ -225,22 +369,7 @@ fn verify(
 /// `block_crcs` (from [`read_blocks`]): whole blocks inside the range are joined from their
 /// checksums, and only the partial first and last blocks are read again.
 pub fn range_crc(buf: &[u8], block_crcs: &[u32], at: usize, len: usize) -> u32 {
-    static SHIFT: OnceLock<Crc32cShift> = OnceLock::new();
-    let shift = SHIFT.get_or_init(|| Crc32cShift::new(BLOCK_BYTES as usize));
     let block = BLOCK_BYTES as usize;
     assert!(at + len <= buf.len() && buf.len() == block_crcs.len() * block, "range outside the read blocks");
-    let end = at + len;
-    let mut crc = 0;
-    let mut pos = at;
-    while pos < end {
-        let i = pos / block;
-        let block_end = ((i + 1) * block).min(end);
-        crc = if pos == i * block && block_end == (i + 1) * block {
-            shift.concat(crc, block_crcs[i])
-        } else {
-            crc32c_append(crc, &buf[pos..block_end])
-        };
-        pos = block_end;
-    }
-    crc
+    crc_joined(block_crcs, at, len, &|crc, from, to| crc32c_append(crc, &buf[from..to]))
 }
