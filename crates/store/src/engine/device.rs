@@ -597,8 +597,9 @@ impl AsRef<[u8]> for SharedChunk {
     }
 }
 
-/// What a chunk never written reads as, shared by every such read.
-static ZERO_CHUNK: [u8; MEM_CHUNK_BYTES as usize] = [0; MEM_CHUNK_BYTES as usize];
+/// What a chunk never written reads as, shared by every such read (and by holes in shared
+/// reads, `read::read_blocks_shared`).
+pub(crate) static ZERO_CHUNK: [u8; MEM_CHUNK_BYTES as usize] = [0; MEM_CHUNK_BYTES as usize];
 
 /// Copies `src` into `dst` (of the same length) around the CPU's caches where it can.
 ///

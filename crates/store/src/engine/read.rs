@@ -223,10 +223,10 @@ impl AsRef<[u8]> for PendingBlock {
 
 /// Appends `len` bytes of zeros (a hole) to `out`, as views of one static buffer.
 fn push_zeros(out: &mut Vec<bytes::Bytes>, mut len: usize) {
-    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let zeros = &super::device::ZERO_CHUNK;
     while len > 0 {
-        let n = len.min(ZEROS.len());
-        out.push(bytes::Bytes::from_static(&ZEROS[..n]));
+        let n = len.min(zeros.len());
+        out.push(bytes::Bytes::from_static(&zeros[..n]));
         len -= n;
     }
 }
