@@ -603,8 +603,7 @@ async fn worker_loop(
         // here, not in the later batch that handles the replicas' answers, takes the primary's
         // flush off the write's path (it ran after the replicas' flushes). The later batch then
         // finds nothing new to flush unless it wrote more.
-        let needs_sync =
-            replicated || actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
+        let needs_sync = replicated || actions.iter().any(|a| matches!(a, Action::Reply { after_sync: true, .. }));
         let mut sync_error = None;
         if needs_sync {
             if let Err(e) = core.store().sync() {
