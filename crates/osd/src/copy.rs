@@ -47,7 +47,14 @@ pub fn remove_whole(
 /// The copy of an object that does not exist: installing it removes the local object.
 #[must_use]
 fn absent_copy(name: &str) -> ObjectCopy {
-    ObjectCopy { name: name.to_string(), exists: false, size_bytes: 0, xattrs: Vec::new(), omap: Vec::new() }
+    ObjectCopy {
+        name: name.to_string(),
+        exists: false,
+        size_bytes: 0,
+        xattrs: Vec::new(),
+        omap: Vec::new(),
+        version: Default::default(),
+    }
 }
 
 /// [`read_copy`] for a caller that has just looked up the object's size (`None`: it does not
@@ -70,7 +77,8 @@ pub fn read_copy_sized(
         data.extend_from_slice(&bytes);
     }
     let (xattrs, omap) = read_metadata(store, coll, name)?;
-    Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes, xattrs, omap })
+    let version = crate::objver::stored(store, coll, name).unwrap_or_default();
+    Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes, xattrs, omap, version })
 }
 
 /// Object `name`'s xattrs and whole omap.
@@ -125,7 +133,9 @@ pub fn read_part(
     }
     data.extend_from_slice(&bytes);
     let (xattrs, omap) = if offset == 0 { read_metadata(store, coll, name)? } else { (Vec::new(), Vec::new()) };
-    Ok(Some(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap }))
+    // (A copy in parts keeps no version: see `replace_object`.)
+    let version = Default::default();
+    Ok(Some(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap, version }))
 }
 
 /// Reads object `name` whole and, when it is a head, its companions (snapshot clones and snap
@@ -205,6 +215,7 @@ fn replace_object(
         return Ok(());
     }
     txn.touch(coll, &copy.name);
+    let whole = data.len() as u64 == copy.size_bytes;
     if !data.is_empty() {
         txn.write(coll, &copy.name, 0, data);
     }
@@ -213,6 +224,14 @@ fn replace_object(
     }
     if !copy.omap.is_empty() {
         txn.omap_set(coll, &copy.name, copy.omap.clone());
+    }
+    // The version says which write the copy's data is: kept only for a copy installed whole.
+    // The first part of a copy in parts leaves the object partial until its last part, and a
+    // version on it would vouch for data it does not hold yet (`merge::held_at_needed_version`
+    // trusts stored versions even on members being backfilled); such a copy gets its version at
+    // its next write.
+    if whole {
+        crate::objver::install(txn, coll, &copy.name, copy.version);
     }
     Ok(())
 }

@@ -294,7 +294,14 @@ mod tests {
     fn recovery_push(pg: u32, names: &[&str]) -> Event {
         let objects = names
             .iter()
-            .map(|n| ObjectCopy { name: (*n).to_string(), exists: true, size_bytes: 0, xattrs: vec![], omap: vec![] })
+            .map(|n| ObjectCopy {
+                name: (*n).to_string(),
+                exists: true,
+                size_bytes: 0,
+                xattrs: vec![],
+                omap: vec![],
+                version: Default::default(),
+            })
             .collect();
         push_msg(&PgPush { epoch: 3, pool: 1, pg, objects, backfill: None, part: None })
     }

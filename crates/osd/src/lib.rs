@@ -7,6 +7,7 @@
 //!   same transaction as each write on every member.
 //! - [`core`]: the OSD's logic as a state machine (events in, actions out), shared by the
 //!   daemon and the deterministic simulation.
+//! - [`objver`]: each object's version (its last write), stored with it.
 //! - [`snaps`]: object snapshots (clones made on the first write after a snapshot, reads at a
 //!   snapshot, trimming), kept beside each head object in its PG.
 //! - [`scrub`]: scrub maps of objects and their comparison across a PG's members.
@@ -21,6 +22,7 @@ pub mod daemon;
 pub mod exec;
 pub mod lanes;
 pub mod merge;
+pub mod objver;
 pub mod pacing;
 pub mod pglog;
 pub mod pgmeta;

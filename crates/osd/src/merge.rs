@@ -88,21 +88,29 @@ pub fn plan_member(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState)
 /// in the member's log *is* the needed version, or that its log does not name when its tail is
 /// the needed version — a version names one write everywhere, a log holds every write after its
 /// tail, and a member not being backfilled applied every write up to its tail but the objects it
-/// records missing. Needs of `0'0` (whatever the authority holds) name no version and are never
-/// matched.
+/// records missing — and those whose version stored with the member's copy (`objver`, reported
+/// in [`PeerState::versions`] when the query asked) is the needed one, whatever its log says.
+/// Needs of `0'0` (whatever the authority holds) name no version and are never matched.
 #[must_use]
 pub fn held_at_needed_version(member: &PeerState, needs: &BTreeMap<String, Eversion>) -> BTreeSet<String> {
-    if member.backfill.is_some() || needs.is_empty() {
+    if needs.is_empty() {
         return BTreeSet::new();
     }
     let newest: HashMap<&str, &PgLogEntry> = member.log.iter().map(|e| (e.object.as_str(), e)).collect();
     let missing: BTreeSet<&str> = member.missing.iter().map(|(o, _)| o.as_str()).collect();
+    let stored: HashMap<&str, Eversion> = member.versions.iter().map(|(o, v)| (o.as_str(), *v)).collect();
+    // The log shows what a member holds only if it is not being backfilled (objects past its
+    // cursor may be stale); a stored version is written with the object's data in one
+    // transaction, and copies carry it, so it shows what the member's copy is in any case.
+    let by_log = |object: &str, need: Eversion| {
+        member.backfill.is_none() && newest.get(object).map_or(member.tail == need, |e| e.version == need)
+    };
     needs
         .iter()
         .filter(|(object, need)| {
             **need != Eversion::default()
                 && !missing.contains(object.as_str())
-                && newest.get(object.as_str()).map_or(member.tail == **need, |e| e.version == **need)
+                && (stored.get(object.as_str()) == Some(*need) || by_log(object, **need))
         })
         .map(|(object, _)| object.clone())
         .collect()
@@ -154,7 +162,7 @@ mod tests {
         }
     }
     fn state(log: Vec<PgLogEntry>) -> PeerState {
-        PeerState { les: 10, backfill: None, log, tail: Eversion::default(), missing: Vec::new() }
+        PeerState { les: 10, backfill: None, log, tail: Eversion::default(), missing: Vec::new(), versions: Vec::new() }
     }
     fn v(epoch: u64, seq: u64) -> Eversion {
         Eversion { epoch, seq }
@@ -291,6 +299,15 @@ mod tests {
         let mut backfilling = member;
         backfilling.backfill = Some(String::new());
         assert!(held_at_needed_version(&backfilling, &needs).is_empty());
+        // The versions stored with its copies, when the query asked for them, settle it: "c" is
+        // held at the needed version although neither log nor tail shows it, "a" stored at an
+        // older version is not held, and being backfilled does not matter (a copy and its stored
+        // version are written together); a copy recorded missing is still not vouched for.
+        let mut reported = backfilling.clone();
+        reported.versions = vec![("c".into(), v(3, 4)), ("a".into(), v(3, 5))];
+        assert_eq!(held_at_needed_version(&reported, &needs), names(&["c"]));
+        reported.missing = vec![("c".into(), v(0, 0))];
+        assert!(held_at_needed_version(&reported, &needs).is_empty());
     }
 
     #[test]

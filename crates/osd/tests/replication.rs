@@ -1185,6 +1185,7 @@ fn an_object_no_member_can_provide_is_listed_as_unfound_and_can_be_given_up() {
     let pool = net.map.pool_by_name("p").unwrap().id;
     let pg = net.map.locate(pool, "obj").unwrap().pg;
     net.append(1, b"abc").result.expect("append");
+    let written = shoal_osd::pglog::read_entries(&**net.core(acting[0]).store(), pg).unwrap().last().unwrap().version;
     // Both copies rot: the primary's read fails its checksum, so it repairs its copy first, and
     // the only other copy fails its checksum too.
     let coll = shoal_osd::exec::pg_collection(pg);
@@ -1200,6 +1201,9 @@ fn an_object_no_member_can_provide_is_listed_as_unfound_and_can_be_given_up() {
     let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
     let names: Vec<&str> = report.objects.iter().map(|(o, _)| o.as_str()).collect();
     assert_eq!(names, vec!["obj"]);
+    // The version needed is the damaged copy's own, read from the version stored with it
+    // (`objver`): the write that made it, not "whatever the authority holds".
+    assert_eq!(report.objects[0].1, written, "version needed");
 
     // The operator gives it up: removed on both members, the removal in both logs, and the read
     // that waited is answered (the object no longer exists).

@@ -441,7 +441,14 @@ pub struct PeerQuery {
     pub epoch: u64,
     pub pool: u32,
     pub pg: u32,
+    /// Objects whose stored versions the primary wants to know ([`PeerState::versions`]): those
+    /// it needs at a known version (its own copies found damaged), at most
+    /// [`PEER_QUERY_VERSIONS_MAX`].
+    pub versions_of: Vec<String>,
 }
+
+/// Objects a [`PeerQuery`] asks the stored versions of, at most.
+pub const PEER_QUERY_VERSIONS_MAX: usize = 256;
 impl Message for PeerQuery {
     const TYPE: u16 = 40;
 }
@@ -461,6 +468,10 @@ pub struct PeerState {
     /// Objects known to be missing or stale here, with the version needed (`0'0`: whatever the
     /// authoritative copy holds).
     pub missing: Vec<(String, Eversion)>,
+    /// The stored version (the last write that changed it) of each object the query asked about
+    /// that this OSD holds with a recorded version: what a member whose log no longer reaches
+    /// that write can still prove it holds.
+    pub versions: Vec<(String, Eversion)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -542,6 +553,9 @@ pub struct ObjectCopy {
     pub size_bytes: u64,
     pub xattrs: Vec<(String, Vec<u8>)>,
     pub omap: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The version stored with the object (the last write that changed it; `0'0`: none), which
+    /// the copy keeps once it is whole.
+    pub version: Eversion,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -608,6 +622,7 @@ pub struct ObjectCopyName<'a> {
     _xattrs: Skipped<(&'a str, &'a [u8])>,
     #[serde(borrow)]
     _omap: Skipped<(&'a [u8], &'a [u8])>,
+    _version: Eversion,
 }
 
 /// A [`BackfillRange`] borrowed from a payload.
@@ -799,7 +814,7 @@ pub enum PgCmdOutput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct UnfoundReport {
     /// Each unfound object with the version the primary needs (`0'0`: whatever the authoritative
-    /// copy holds, for a damaged copy or a rollback).
+    /// copy holds, for a rollback or a damaged copy written before versions were stored).
     pub objects: Vec<(String, Eversion)>,
     /// OSDs that hold a copy of the PG outside its acting set (asked for the objects when they
     /// said so), and those asked and not answered yet.
@@ -844,6 +859,7 @@ mod push_scope_tests {
             size_bytes: 3,
             xattrs: vec![("user.a".into(), vec![7; xattr_bytes]), ("\u{1}snapset".into(), vec![])],
             omap: (0..omap_entries).map(|i| (format!("key{i:05}").into_bytes(), vec![i as u8; 200])).collect(),
+            version: Eversion::default(),
         }
     }
 

@@ -107,6 +107,10 @@ pub enum Op {
     OmapRemove { coll: String, obj: String, keys: Vec<Vec<u8>> },
     /// Removes every omap entry of the object.
     OmapClear { coll: String, obj: String },
+    /// Sets the object's version: a value the caller keeps with the object, opaque to the store,
+    /// `(0, 0)` meaning none; removed with the object, and read by [`ObjectStore::version`].
+    /// Fails if the object does not exist.
+    SetVersion { coll: String, obj: String, version: (u64, u64) },
 }
 
 impl Op {
@@ -124,7 +128,8 @@ impl Op {
             | Op::RemoveXattr { coll, .. }
             | Op::OmapSet { coll, .. }
             | Op::OmapRemove { coll, .. }
-            | Op::OmapClear { coll, .. } => coll,
+            | Op::OmapClear { coll, .. }
+            | Op::SetVersion { coll, .. } => coll,
         }
     }
 }
@@ -185,6 +190,10 @@ impl Transaction {
     }
     pub fn set_xattr(&mut self, coll: &str, obj: &str, name: &str, value: Vec<u8>) -> &mut Self {
         self.ops.push(Op::SetXattr { coll: coll.into(), obj: obj.into(), name: name.into(), value });
+        self
+    }
+    pub fn set_version(&mut self, coll: &str, obj: &str, version: (u64, u64)) -> &mut Self {
+        self.ops.push(Op::SetVersion { coll: coll.into(), obj: obj.into(), version });
         self
     }
     pub fn remove_xattr(&mut self, coll: &str, obj: &str, name: &str) -> &mut Self {
@@ -381,6 +390,11 @@ pub trait ObjectStore: Send + Sync {
     fn read_parts_crc(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<(Vec<bytes::Bytes>, Option<u32>)> {
         self.read_bytes_crc(coll, obj, offset, len).map(|(b, crc)| (vec![b], crc))
     }
+
+    /// The object's version ([`Op::SetVersion`]), `(0, 0)` if none was set. Durable as the
+    /// transaction that set it; kept in the object's record on engine stores, so reading it never
+    /// touches the object's data.
+    fn version(&self, coll: &str, obj: &str) -> Result<(u64, u64)>;
 
     /// [`ObjectStore::read`] from the medium itself, never from a cache of recently read data:
     /// for deep scrub, whose job is to find what the device has damaged since it was written.

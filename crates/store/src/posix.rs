@@ -33,6 +33,31 @@ const NAME_MAX_BYTES: usize = 255;
 struct Meta {
     xattrs: BTreeMap<String, Vec<u8>>,
     omap: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// `Op::SetVersion`'s value (`(0, 0)`: none).
+    version: (u64, u64),
+}
+
+/// [`Meta`] as stores before object versions wrote it.
+#[derive(Deserialize)]
+struct MetaV1 {
+    xattrs: BTreeMap<String, Vec<u8>>,
+    omap: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Meta {
+    /// Decodes a metadata file of either format: one without a version ends right after its
+    /// omap, so decoding it as the current format runs out of bytes, and only then is it read as
+    /// the old one.
+    fn decode(bytes: &[u8]) -> std::result::Result<Meta, postcard::Error> {
+        match postcard::from_bytes::<Meta>(bytes) {
+            Err(postcard::Error::DeserializeUnexpectedEnd) => postcard::from_bytes::<MetaV1>(bytes).map(|old| Meta {
+                xattrs: old.xattrs,
+                omap: old.omap,
+                version: (0, 0),
+            }),
+            other => other,
+        }
+    }
 }
 
 /// A store of plain files.
@@ -155,7 +180,7 @@ impl PosixStore {
     fn load_meta(&self, coll: &str, obj: &str) -> Result<Meta> {
         let path = self.meta_path(coll, obj)?;
         match fs::read(&path) {
-            Ok(bytes) => postcard::from_bytes(&bytes)
+            Ok(bytes) => Meta::decode(&bytes)
                 .map_err(|e| StoreError::Corrupt(format!("{}: undecodable metadata: {e}", path.display()))),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(Meta::default()),
             Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),
@@ -164,7 +189,7 @@ impl PosixStore {
 
     fn save_meta(&self, coll: &str, obj: &str, meta: &Meta, touched: &mut Touched) -> Result<()> {
         let path = self.meta_path(coll, obj)?;
-        if meta.xattrs.is_empty() && meta.omap.is_empty() {
+        if meta.xattrs.is_empty() && meta.omap.is_empty() && meta.version == (0, 0) {
             return remove_if_exists(&path, touched);
         }
         let bytes = postcard::to_stdvec(meta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -250,7 +275,8 @@ impl PosixStore {
                 | Op::RemoveXattr { obj, .. }
                 | Op::OmapSet { obj, .. }
                 | Op::OmapRemove { obj, .. }
-                | Op::OmapClear { obj, .. } => {
+                | Op::OmapClear { obj, .. }
+                | Op::SetVersion { obj, .. } => {
                     names::check_object(obj)?;
                     if !coll_exists(&colls, coll)? {
                         return Err(StoreError::NoSuchCollection(coll.to_string()));
@@ -329,6 +355,11 @@ impl PosixStore {
             Op::SetXattr { coll, obj, name, value } => {
                 let mut meta = self.load_meta(coll, obj)?;
                 meta.xattrs.insert(name.clone(), value.clone());
+                self.save_meta(coll, obj, &meta, touched)?;
+            }
+            Op::SetVersion { coll, obj, version } => {
+                let mut meta = self.load_meta(coll, obj)?;
+                meta.version = *version;
                 self.save_meta(coll, obj, &meta, touched)?;
             }
             Op::RemoveXattr { coll, obj, name } => {
@@ -475,6 +506,11 @@ impl ObjectStore for PosixStore {
         Ok(ObjectStat { size_bytes: meta.len(), mtime_ns: mtime_ns(&meta) })
     }
 
+    fn version(&self, coll: &str, obj: &str) -> Result<(u64, u64)> {
+        self.object_meta(coll, obj)?;
+        Ok(self.load_meta(coll, obj)?.version)
+    }
+
     fn get_xattr(&self, coll: &str, obj: &str, name: &str) -> Result<Option<Vec<u8>>> {
         self.object_meta(coll, obj)?;
         Ok(self.load_meta(coll, obj)?.xattrs.remove(name))
@@ -536,5 +572,24 @@ impl ObjectStore for PosixStore {
             }
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_files_of_both_formats_decode() {
+        #[derive(Serialize)]
+        struct V1 {
+            xattrs: BTreeMap<String, Vec<u8>>,
+            omap: BTreeMap<Vec<u8>, Vec<u8>>,
+        }
+        let old = V1 { xattrs: [("a".to_string(), vec![1])].into(), omap: [(vec![2], vec![3])].into() };
+        let got = Meta::decode(&postcard::to_stdvec(&old).unwrap()).unwrap();
+        assert_eq!((got.xattrs, got.omap, got.version), (old.xattrs, old.omap, (0, 0)));
+        let new = Meta { xattrs: BTreeMap::new(), omap: BTreeMap::new(), version: (5, 6) };
+        assert_eq!(Meta::decode(&postcard::to_stdvec(&new).unwrap()).unwrap().version, (5, 6));
     }
 }

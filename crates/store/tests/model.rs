@@ -17,6 +17,7 @@ struct Obj {
     data: Vec<u8>,
     xattrs: BTreeMap<String, Vec<u8>>,
     omap: BTreeMap<Vec<u8>, Vec<u8>>,
+    version: (u64, u64),
 }
 
 type Model = BTreeMap<String, BTreeMap<String, Obj>>;
@@ -83,6 +84,10 @@ fn model_apply(m: &mut Model, op: &Op) -> Result<(), ()> {
             let o = obj_mut(m, coll, obj)?;
             unsafe { (*o).omap.clear() };
         }
+        Op::SetVersion { coll, obj, version } => {
+            let o = obj_mut(m, coll, obj)?;
+            unsafe { (*o).version = *version };
+        }
     }
     Ok(())
 }
@@ -148,6 +153,7 @@ fn check_equal(store: &dyn ObjectStore, m: &Model) {
                     assert_eq!(crc, shoal_util::crc32c(&joined), "checksum of the pieces of {coll}/{name} at {offset}");
                 }
             }
+            assert_eq!(store.version(coll, name).unwrap(), o.version, "version of {coll}/{name}");
             let xattrs: BTreeMap<String, Vec<u8>> = store.list_xattrs(coll, name).unwrap().into_iter().collect();
             assert_eq!(xattrs, o.xattrs, "xattrs of {coll}/{name}");
             let omap: BTreeMap<Vec<u8>, Vec<u8>> =
@@ -245,6 +251,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (c(), o(), prop::collection::vec((prop::collection::vec(any::<u8>(), 1..4), prop::collection::vec(any::<u8>(), 0..8)), 1..4)).prop_map(|(coll, obj, entries)| Op::OmapSet { coll, obj, entries }),
         1 => (c(), o(), prop::collection::vec(prop::collection::vec(any::<u8>(), 1..4), 1..3)).prop_map(|(coll, obj, keys)| Op::OmapRemove { coll, obj, keys }),
         1 => (c(), o()).prop_map(|(coll, obj)| Op::OmapClear { coll, obj }),
+        1 => (c(), o(), 0u64..4, any::<u64>()).prop_map(|(coll, obj, epoch, seq)| Op::SetVersion { coll, obj, version: (epoch, seq) }),
     ]
 }
 

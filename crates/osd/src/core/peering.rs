@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgActivation, PgId};
-use shoal_proto::osd::{PeerInfo, PeerQuery, PeerState, PgActivate, PgLogEntry};
+use shoal_proto::osd::{PEER_QUERY_VERSIONS_MAX, PeerInfo, PeerQuery, PeerState, PgActivate, PgLogEntry};
 use shoal_proto::{ErrorCode, Message, RemoteError, decode_bytes, encode, peek};
 use shoal_store::Transaction;
 
@@ -356,11 +356,12 @@ impl OsdCore {
         }
         p.waiting = targets.clone();
         let epoch = map.epoch;
+        let versions_of = self.versions_wanted(pg);
         for osd in targets {
             if osd == self.id {
                 continue;
             }
-            let q = PeerQuery { epoch, pool: pg.pool, pg: pg.seed };
+            let q = PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of: versions_of.clone() };
             out.push(Action::Peer {
                 osd,
                 msg_type: PeerQuery::TYPE,
@@ -369,7 +370,7 @@ impl OsdCore {
             });
         }
         // This OSD answers itself.
-        match self.local_peer_state(pg) {
+        match self.local_peer_state(pg, &[]) {
             Ok(own) => self.peer_answered(pg, attempt, self.id, Ok(own), out),
             Err(e) => {
                 tracing::error!(%pg, error = %e, "cannot read own PG state; peering retried");
@@ -377,9 +378,34 @@ impl OsdCore {
         }
     }
 
-    /// What this OSD holds of `pg`, as a peer reports it.
-    pub(super) fn local_peer_state(&mut self, pg: PgId) -> Result<PeerState, RemoteError> {
+    /// The objects of `pg` whose stored versions a query asks members for: this OSD's own
+    /// missing objects needed at a known version (copies found damaged here), at most
+    /// [`PEER_QUERY_VERSIONS_MAX`].
+    pub(super) fn versions_wanted(&mut self, pg: PgId) -> Vec<String> {
+        // (A record that cannot be read asks for nothing; peering reads it again itself.)
+        self.meta_mut(pg).map_or_else(
+            |_| Vec::new(),
+            |m| {
+                m.missing
+                    .iter()
+                    .filter(|(_, need)| **need != shoal_proto::osd::Eversion::default())
+                    .map(|(o, _)| o.clone())
+                    .take(PEER_QUERY_VERSIONS_MAX)
+                    .collect()
+            },
+        )
+    }
+
+    /// What this OSD holds of `pg`, as a peer reports it, with the stored versions of the objects
+    /// of `versions_of` it holds (at most [`PEER_QUERY_VERSIONS_MAX`] are looked at).
+    pub(super) fn local_peer_state(&mut self, pg: PgId, versions_of: &[String]) -> Result<PeerState, RemoteError> {
         let meta = self.meta_mut(pg)?.clone();
+        let coll = crate::exec::pg_collection(pg);
+        let versions = versions_of
+            .iter()
+            .take(PEER_QUERY_VERSIONS_MAX)
+            .filter_map(|o| crate::objver::stored(&*self.store, &coll, o).map(|v| (o.clone(), v)))
+            .collect();
         let log = crate::pglog::read_entries(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
         let tail = crate::pglog::read_tail(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
         Ok(PeerState {
@@ -391,6 +417,7 @@ impl OsdCore {
                 .map(|e| PgLogEntry { version: e.version, reqid: e.reqid, object: e.object, op_count: e.op_count })
                 .collect(),
             missing: meta.missing.into_iter().collect(),
+            versions,
         })
     }
 
@@ -743,7 +770,7 @@ impl OsdCore {
         let result = if self.map.pools.get(&pg.pool).is_none_or(|p| pg.seed >= p.pg_num) {
             Err(RemoteError::new(ErrorCode::NotFound, format!("PG {pg} does not exist at epoch {}", self.map.epoch)))
         } else {
-            self.local_peer_state(pg)
+            self.local_peer_state(pg, &q.versions_of)
         };
         let reply = PeerInfo { epoch: self.map.epoch, result };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });

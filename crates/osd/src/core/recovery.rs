@@ -787,6 +787,7 @@ impl OsdCore {
     /// of an earlier interval that no longer acts for the PG).
     fn probe_strays(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
+        let versions_of = self.versions_wanted(pg);
         let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
         let ask: Vec<OsdId> = p
@@ -797,7 +798,7 @@ impl OsdCore {
             .collect();
         for osd in ask {
             p.probing.insert(osd);
-            let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed };
+            let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of: versions_of.clone() };
             out.push(Action::Peer {
                 osd,
                 msg_type: shoal_proto::osd::PeerQuery::TYPE,
@@ -833,7 +834,7 @@ impl OsdCore {
                 return;
             }
         };
-        let own = match self.local_peer_state(pg) {
+        let own = match self.local_peer_state(pg, &[]) {
             Ok(s) => s,
             Err(e) => return tracing::error!(%pg, error = %e, "cannot read own PG log to compare a stray's"),
         };

@@ -545,16 +545,20 @@ impl OsdCore {
     }
 
     /// Marks the primary's own copy of `object` missing, durably (its record says so in the same
-    /// way peering's missing sets do), so that it is pulled from a member with a good copy.
+    /// way peering's missing sets do), so that it is pulled from a member with a good copy. The
+    /// version needed is the one stored with the damaged copy (its metadata outlives damage to
+    /// its data), so that a member whose log no longer reaches that write can still be shown to
+    /// hold it (`merge::held_at_needed_version`); `0'0` for a copy without one.
     pub(super) fn mark_own_missing(&mut self, pg: PgId, object: &str) -> Result<(), RemoteError> {
         let meta = self.meta_mut(pg)?;
         if meta.missing.contains_key(object) {
             return Ok(());
         }
+        let need = crate::objver::stored(&*self.store, &crate::exec::pg_collection(pg), object).unwrap_or_default();
         let mut txn = Transaction::new();
-        PgMeta::write_missing(&mut txn, pg, object, Eversion::default());
+        PgMeta::write_missing(&mut txn, pg, object, need);
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
-        self.meta_mut(pg)?.missing.insert(object.to_string(), Eversion::default());
+        self.meta_mut(pg)?.missing.insert(object.to_string(), need);
         let me = self.id;
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg)
             && let Some(lacks) = p.sources.get_mut(&me)

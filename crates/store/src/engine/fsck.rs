@@ -45,7 +45,7 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
         if !colls.iter().any(|c| c.as_slice() == coll.as_bytes()) {
             report.errors.push(format!("{name}: its collection does not exist"));
         }
-        let onode: Onode = match layout::decode("onode", &value) {
+        let onode: Onode = match Onode::decode(&value) {
             Ok(o) => o,
             Err(e) => {
                 report.errors.push(format!("{name}: {e}"));

@@ -51,6 +51,38 @@ pub struct Superblock {
 pub struct Onode {
     pub size_bytes: u64,
     pub mtime_ns: i64,
+    /// The caller's version of the object (`Op::SetVersion`; `(0, 0)`: none), kept in the record
+    /// every write rewrites anyway, so that it costs no key of its own.
+    pub version: (u64, u64),
+}
+
+/// An object's record as stores before object versions wrote it.
+#[derive(Deserialize)]
+struct OnodeV1 {
+    size_bytes: u64,
+    mtime_ns: i64,
+}
+
+impl Onode {
+    /// A new object's record: empty, no version.
+    #[must_use]
+    pub fn empty() -> Onode {
+        Onode { size_bytes: 0, mtime_ns: 0, version: (0, 0) }
+    }
+
+    /// Decodes a record of either format. A record without a version (written before versions
+    /// were kept) ends right after its time, so decoding it as the current format runs out of
+    /// bytes, and only then is it read as the old one.
+    pub fn decode(bytes: &[u8]) -> Result<Onode> {
+        match postcard::from_bytes::<Onode>(bytes) {
+            Ok(o) => Ok(o),
+            Err(postcard::Error::DeserializeUnexpectedEnd) => {
+                let old: OnodeV1 = decode("onode", bytes)?;
+                Ok(Onode { size_bytes: old.size_bytes, mtime_ns: old.mtime_ns, version: (0, 0) })
+            }
+            Err(e) => Err(StoreError::Corrupt(format!("undecodable onode record: {e}"))),
+        }
+    }
 }
 
 /// A run of object data at logical offset `key` stored at device offset `phys`, with one
@@ -236,6 +268,22 @@ pub fn check_label(block: &[u8], uuid: &[u8; 16]) -> std::result::Result<(), Str
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn onodes_of_both_formats_decode_and_garbage_does_not() {
+        #[derive(Serialize)]
+        struct V1 {
+            size_bytes: u64,
+            mtime_ns: i64,
+        }
+        let old = encode(&V1 { size_bytes: 4096, mtime_ns: -7 });
+        assert_eq!(Onode::decode(&old).unwrap(), Onode { size_bytes: 4096, mtime_ns: -7, version: (0, 0) });
+        let new = Onode { size_bytes: 1, mtime_ns: 2, version: (3, u64::MAX) };
+        assert_eq!(Onode::decode(&encode(&new)).unwrap(), new);
+        assert!(Onode::decode(&[]).is_err());
+        assert!(Onode::decode(&[0xff; 3]).is_err());
+    }
+
     use super::*;
     use proptest::prelude::*;
 

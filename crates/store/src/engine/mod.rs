@@ -61,7 +61,8 @@ fn same_object(a: &crate::api::Op, b: &crate::api::Op) -> bool {
             | Op::RemoveXattr { obj, .. }
             | Op::OmapSet { obj, .. }
             | Op::OmapRemove { obj, .. }
-            | Op::OmapClear { obj, .. } => Some(obj.as_str()),
+            | Op::OmapClear { obj, .. }
+            | Op::SetVersion { obj, .. } => Some(obj.as_str()),
         }
     }
     a.collection() == b.collection() && obj(a) == obj(b)
@@ -139,7 +140,7 @@ fn inplace_fits(txn: &Transaction, max_record_bytes: u64) -> bool {
                 Op::SetXattr { name, value, .. } => (name.len() + value.len()) as u64,
                 Op::OmapSet { entries, .. } => entries.iter().map(|(k, v)| (k.len() + v.len() + 512) as u64).sum(),
                 Op::OmapRemove { keys, .. } => keys.iter().map(|k| (k.len() + 512) as u64).sum(),
-                Op::Touch { .. } | Op::RemoveXattr { .. } | Op::CreateCollection { .. } => 0,
+                Op::Touch { .. } | Op::RemoveXattr { .. } | Op::CreateCollection { .. } | Op::SetVersion { .. } => 0,
                 Op::Remove { .. } | Op::Truncate { .. } | Op::OmapClear { .. } | Op::RemoveCollection { .. } => {
                     return false;
                 }
@@ -831,7 +832,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
     fn onode<R: KvRead>(&self, view: &R, coll: &str, obj: &str) -> Result<Onode> {
         check_names(coll, obj)?;
         match view.get(Ks::Onodes, &layout::object_key(coll, obj))? {
-            Some(bytes) => layout::decode("onode", &bytes),
+            Some(bytes) => Onode::decode(&bytes),
             None => {
                 if view.get(Ks::Colls, coll.as_bytes())?.is_none() {
                     return Err(StoreError::NoSuchCollection(coll.to_string()));
@@ -1024,6 +1025,11 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     fn read_media(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let (parts, _) = self.read_from(&device::Uncached(&self.dev), coll, obj, offset, len)?;
         Ok(parts.concat())
+    }
+
+    fn version(&self, coll: &str, obj: &str) -> Result<(u64, u64)> {
+        let staged = self.staged_view();
+        Ok(self.onode(&Overlaid::new(&self.kv, staged.as_deref().map(Staged::changes)), coll, obj)?.version)
     }
 
     fn stat(&self, coll: &str, obj: &str) -> Result<ObjectStat> {

@@ -256,7 +256,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
 
     fn onode(&self, coll: &str, obj: &str) -> Result<Option<Onode>> {
         match self.get(Ks::Onodes, &layout::object_key(coll, obj))? {
-            Some(bytes) => Ok(Some(layout::decode("onode", &bytes)?)),
+            Some(bytes) => Ok(Some(Onode::decode(&bytes)?)),
             None => Ok(None),
         }
     }
@@ -575,7 +575,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 self.require_collection(coll)?;
                 let found = self.onode(coll, obj)?;
                 self.objects_delta += i64::from(found.is_none());
-                let mut onode = found.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
+                let mut onode = found.unwrap_or_else(Onode::empty);
                 onode.mtime_ns = self.now_ns;
                 self.put_onode(coll, obj, onode);
             }
@@ -585,7 +585,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 self.require_collection(coll)?;
                 let found = self.onode(coll, obj)?;
                 self.objects_delta += i64::from(found.is_none());
-                let mut onode = found.unwrap_or(Onode { size_bytes: 0, mtime_ns: 0 });
+                let mut onode = found.unwrap_or_else(Onode::empty);
                 self.bound_extents(onode.size_bytes);
                 let aligned = offset % BLOCK_BYTES == 0 && (data.len() as u64).is_multiple_of(BLOCK_BYTES);
                 // Whole blocks go to the device as they are, from an aligned buffer, from shared
@@ -629,6 +629,11 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 self.remove_children(Ks::Omap, coll, obj)?;
                 self.delete(Ks::Onodes, layout::object_key(coll, obj));
                 self.objects_delta -= 1;
+            }
+            Op::SetVersion { coll, obj, version } => {
+                let mut onode = self.require_onode(coll, obj)?;
+                onode.version = *version;
+                self.put_onode(coll, obj, onode);
             }
             Op::SetXattr { coll, obj, name, value } => {
                 names::check_xattr(name)?;
