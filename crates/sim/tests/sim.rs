@@ -209,6 +209,21 @@ fn a_member_that_stopped_at_the_authoritys_log_tail_catches_up_from_the_log() {
     run_seeds(412..=412, |seed| SimConfig { log_keep: Some(1), appends: false, ..SimConfig::nemesis(seed) });
 }
 
+#[test]
+fn a_damaged_primary_copy_is_recovered_from_members_whose_logs_were_trimmed_past_its_write() {
+    // Logs of 2 entries, a damaged primary copy and a replaced disk at the same moment, one
+    // observer: the primary records the write its damaged copy holds (the version stored with
+    // it), and members whose logs were trimmed past that write show, from the versions stored
+    // with their copies, that they hold it (decision 0039, part 2). Before object versions, each
+    // of these seeds left the object unfound and its requests waiting forever.
+    for seed in [38, 65, 671, 709, 739] {
+        run_seeds(seed..=seed, |seed| {
+            let base = SimConfig::rot_and_replace(seed);
+            SimConfig { log_keep: Some(2), appends: false, observers: 1, ..base }
+        });
+    }
+}
+
 /// Seeds of the damaged-copy-and-replaced-disk scenario in CI.
 const ROT_AND_REPLACE_SEEDS: u64 = 200;
 
