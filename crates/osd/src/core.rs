@@ -1017,7 +1017,7 @@ impl OsdCore {
     ) -> Result<(), RemoteError> {
         let create = !self.collections.contains(coll);
         let mut txn = build_transaction(&*self.store, coll, &entry.object, resolved, data, create)?;
-        crate::objver::stamp(&mut txn, coll, &entry.object, resolved, entry.version);
+        crate::objver::stamp(&mut txn, &*self.store, coll, &entry.object, resolved, entry.version);
         let log = self.log_mut(pg)?;
         log.record(&mut txn, pg, entry);
         // Deferred: on a disk-backed store the batch's writes then reach the device together at

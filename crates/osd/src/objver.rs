@@ -13,10 +13,25 @@ use shoal_proto::osd::{Eversion, ObjOp};
 use shoal_store::{ObjectStore, Transaction};
 
 /// Records `version` on `obj` in `txn`, a write's transaction built from `resolved` (see
-/// `exec::build_transaction`), when the write leaves the object present; a write that removes
-/// it, or that changes only its snapshot companions, records nothing.
-pub fn stamp(txn: &mut Transaction, coll: &str, obj: &str, resolved: &[ObjOp], version: Eversion) {
-    if leaves_present(resolved) {
+/// `exec::build_transaction`), when the write leaves the object present — every write that
+/// changes it, snapshot-state changes included, so that the stored version always names the
+/// newest write the copy reflects. Nothing for a write that removes it, and nothing for a
+/// log-only write (`resolved` empty: a member being backfilled records the entry without touching
+/// its copy, which stays what its stored version says).
+pub fn stamp(
+    txn: &mut Transaction,
+    store: &dyn ObjectStore,
+    coll: &str,
+    obj: &str,
+    resolved: &[ObjOp],
+    version: Eversion,
+) {
+    if resolved.is_empty() {
+        return;
+    }
+    // Writes that change only the snapshot state or the clones leave the head as it was.
+    let present = presence_after(resolved).unwrap_or_else(|| matches!(store.exists(coll, obj), Ok(true)));
+    if present {
         txn.set_version(coll, obj, (version.epoch, version.seq));
     }
 }
@@ -28,10 +43,10 @@ pub fn install(txn: &mut Transaction, coll: &str, obj: &str, version: Eversion) 
     }
 }
 
-/// Whether the transaction of `resolved` ends with the head object present: its last operation
-/// that creates, changes or removes the head is not a removal.
-fn leaves_present(resolved: &[ObjOp]) -> bool {
-    let mut present = false;
+/// Whether the transaction of `resolved` leaves the head object present, as decided by its last
+/// operation that creates, changes or removes the head; `None` when no operation does.
+fn presence_after(resolved: &[ObjOp]) -> Option<bool> {
+    let mut present = None;
     for op in resolved {
         match op {
             ObjOp::Create { .. }
@@ -43,10 +58,10 @@ fn leaves_present(resolved: &[ObjOp]) -> bool {
             | ObjOp::RemoveXattr { .. }
             | ObjOp::OmapSet { .. }
             | ObjOp::OmapRemove { .. }
-            | ObjOp::SnapRestore { .. } => present = true,
-            ObjOp::Remove => present = false,
-            // Clones, the snapshot directory, and the snapshot state on a head some earlier
-            // operation (or an earlier write) made: none creates or removes the head.
+            | ObjOp::SnapRestore { .. } => present = Some(true),
+            ObjOp::Remove => present = Some(false),
+            // Clones, the snapshot directory, and the snapshot state on a head that exists or not
+            // as before: none creates or removes the head.
             _ => {}
         }
     }
@@ -69,12 +84,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_writes_that_leave_the_head_present_are_stamped() {
+    fn the_last_operation_on_the_head_decides_whether_it_is_there() {
         let write = ObjOp::Write { offset: 0, len_bytes: 1 };
-        assert!(leaves_present(std::slice::from_ref(&write)));
-        assert!(!leaves_present(&[write.clone(), ObjOp::Remove]));
-        assert!(leaves_present(&[ObjOp::Remove, ObjOp::Create { exclusive: false }]));
-        assert!(!leaves_present(&[ObjOp::SnapRemoveClone { id: 3 }]));
-        assert!(!leaves_present(&[]));
+        assert_eq!(presence_after(std::slice::from_ref(&write)), Some(true));
+        assert_eq!(presence_after(&[write.clone(), ObjOp::Remove]), Some(false));
+        assert_eq!(presence_after(&[ObjOp::Remove, ObjOp::Create { exclusive: false }]), Some(true));
+        assert_eq!(presence_after(&[ObjOp::SnapRemoveClone { id: 3 }]), None);
+        assert_eq!(presence_after(&[]), None);
     }
 }
