@@ -85,6 +85,12 @@ pub trait Device: Send + Sync + 'static {
         let _ = (offset, len);
         None
     }
+    /// Whether [`Device::read_shared`] may share a read of `len` bytes: a cheap test that spares
+    /// a read that cannot be shared the attempt.
+    fn shares(&self, len: usize) -> bool {
+        let _ = len;
+        false
+    }
 }
 
 fn check_aligned(offset: u64, len: usize) {
@@ -270,6 +276,9 @@ impl Device for FileDevice {
                 Some(Ok(vec![data]))
             }
         }
+    }
+    fn shares(&self, len: usize) -> bool {
+        self.cache.as_ref().is_some_and(|c| len > super::cache::CACHED_IO_BYTES && c.serves(len))
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
@@ -680,6 +689,9 @@ impl Device for MemDevice {
             .collect();
         Some(Ok(pieces))
     }
+    fn shares(&self, _len: usize) -> bool {
+        true
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_aligned(offset, buf.len());
         assert!(offset + buf.len() as u64 <= self.size_bytes, "write past the device end");
@@ -757,6 +769,8 @@ pub trait BlockSource {
     fn read_piece_bytes(&self) -> Option<usize>;
     /// See [`Device::read_shared`].
     fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>>;
+    /// See [`Device::shares`].
+    fn shares(&self, len: usize) -> bool;
 }
 
 impl<D: Device> BlockSource for D {
@@ -768,6 +782,9 @@ impl<D: Device> BlockSource for D {
     }
     fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
         Device::read_shared(self, offset, len)
+    }
+    fn shares(&self, len: usize) -> bool {
+        Device::shares(self, len)
     }
 }
 
@@ -785,6 +802,9 @@ impl<D: Device> BlockSource for Uncached<'_, D> {
     fn read_shared(&self, _offset: u64, _len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
         // Deep scrub and fsck are rare and read through the plain path, which never shares.
         None
+    }
+    fn shares(&self, _len: usize) -> bool {
+        false
     }
 }
 
@@ -825,6 +845,9 @@ impl<D: Device> Device for std::sync::Arc<D> {
     }
     fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
         (**self).read_shared(offset, len)
+    }
+    fn shares(&self, len: usize) -> bool {
+        (**self).shares(len)
     }
 }
 

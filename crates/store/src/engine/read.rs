@@ -163,6 +163,12 @@ pub fn read_blocks_shared<D: BlockSource>(
     block_crcs: &mut Vec<u32>,
 ) -> Result<Option<Vec<bytes::Bytes>>> {
     assert!(lo.is_multiple_of(BLOCK_BYTES) && hi.is_multiple_of(BLOCK_BYTES) && lo <= hi, "unaligned read {lo}..{hi}");
+    // A range the device would not share as a whole is read the copying way without trying:
+    // most reads of a disk (small ones, which it never shares) skip the attempt entirely.
+    // (Runs of a longer range that it would share are then copied: a loss of nothing but speed.)
+    if !dev.shares((hi - lo) as usize) {
+        return Ok(None);
+    }
     let block = BLOCK_BYTES as usize;
     block_crcs.clear();
     block_crcs.resize(((hi - lo) / BLOCK_BYTES) as usize, zero_block_crc());
