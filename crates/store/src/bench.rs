@@ -446,6 +446,30 @@ fn store_writes(
     Ok(w)
 }
 
+/// Reads the `n` blocks of `bs` bytes the write phases left, in order, timing each, and checks
+/// that block `j` holds what operation `written_by(j)` wrote (`phase` names the phase in the
+/// error).
+fn store_reads(
+    store: &dyn ObjectStore,
+    bs: u64,
+    n: u64,
+    pat: &[u8],
+    phase: &str,
+    written_by: &dyn Fn(u64) -> u64,
+) -> Result<Timing> {
+    let mut t = Timing::new(n);
+    for j in 0..n {
+        let (obj, off) = object_name(bs, j);
+        let start = Instant::now();
+        let data = store.read(COLL, &obj, off, bs)?;
+        t.record(bs, start.elapsed());
+        if data != op_data(pat, bs, written_by(j)) {
+            return Err(StoreError::Corrupt(format!("bench {phase} of {COLL}/{obj} at {off} returned wrong data")));
+        }
+    }
+    Ok(t)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn raw_cell(
     cfg: &BenchConfig,
@@ -548,17 +572,7 @@ fn store_cell(
         drop_file_cache(dir);
     }
     let io0 = io_counters();
-    let mut r = Timing::new(done);
-
-    for i in 0..done {
-        let (obj, off) = object_name(bs, i);
-        let t = Instant::now();
-        let data = store.read(COLL, &obj, off, bs)?;
-        r.record(bs, t.elapsed());
-        if data != op_data(pat, bs, i) {
-            return Err(StoreError::Corrupt(format!("bench read of {COLL}/{obj} at {off} returned wrong data")));
-        }
-    }
+    let r = store_reads(store, bs, done, pat, "read", &|i| i)?;
     let io1 = io_counters();
     let ramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
     let read = CellResult::new(backend, mode, "read", bs, r, ramp);
@@ -581,16 +595,7 @@ fn store_cell(
         drop_file_cache(dir);
     }
     let io0 = io_counters();
-    let mut rr = Timing::new(done);
-    for (j, from) in src.iter().enumerate() {
-        let (obj, off) = object_name(bs, j as u64);
-        let t = Instant::now();
-        let data = store.read(COLL, &obj, off, bs)?;
-        rr.record(bs, t.elapsed());
-        if data != op_data(pat, bs, *from) {
-            return Err(StoreError::Corrupt(format!("bench reread of {COLL}/{obj} at {off} returned wrong data")));
-        }
-    }
+    let rr = store_reads(store, bs, done, pat, "reread", &|j| src[j as usize])?;
     let io1 = io_counters();
     let rramp = (io1.read_bytes - io0.read_bytes) as f64 / (done * bs) as f64;
     let reread = CellResult::new(backend, mode, "reread", bs, rr, rramp);

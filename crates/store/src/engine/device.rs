@@ -261,7 +261,7 @@ impl Device for FileDevice {
     /// miss reads into a buffer that the cache then keeps by reference (no copy either way).
     /// Other reads are not shared.
     fn read_shared(&self, offset: u64, len: usize) -> Option<io::Result<Vec<bytes::Bytes>>> {
-        let cache = self.cache.as_ref().filter(|c| len > super::cache::CACHED_IO_BYTES && c.serves(len))?;
+        let cache = self.cache.as_ref().filter(|_| Device::shares(self, len))?;
         check_aligned(offset, len);
         assert!(offset + len as u64 <= self.size_bytes, "read past the device end");
         match cache.read_large(offset, len) {

@@ -1005,8 +1005,10 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
     }
 
     fn read(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        // The pool buffer goes back when the `Bytes` is dropped, right after the copy.
-        self.read_bytes(coll, obj, offset, len).map(|b| b.to_vec())
+        // One copy into the new buffer, whether the read is one pooled buffer (which goes back
+        // when its `Bytes` is dropped, right after) or a RAM device's pieces.
+        let (parts, _) = self.read_from(&self.dev, coll, obj, offset, len)?;
+        Ok(parts.concat())
     }
 
     fn read_bytes(&self, coll: &str, obj: &str, offset: u64, len: u64) -> Result<bytes::Bytes> {

@@ -193,12 +193,7 @@ pub fn read_blocks_shared<D: BlockSource>(
                 let Some(views) = dev.read_shared(dev_at, run * block) else {
                     return Ok(None);
                 };
-                let views = views.map_err(|source| StoreError::Unreadable {
-                    coll: coll.to_string(),
-                    obj: obj.to_string(),
-                    device_offset: dev_at,
-                    source,
-                })?;
+                let views = views.map_err(unreadable((coll, obj), dev_at))?;
                 debug_assert_eq!(views.iter().map(bytes::Bytes::len).sum::<usize>(), run * block);
                 out.extend(views);
                 i += run;
@@ -216,6 +211,11 @@ pub fn read_blocks_shared<D: BlockSource>(
     }
     push_zeros(&mut out, (hi - covered) as usize);
     Ok(Some(out))
+}
+
+/// The error of a device read of an object's blocks at `device_offset` that failed.
+fn unreadable((coll, obj): (&str, &str), device_offset: u64) -> impl FnOnce(std::io::Error) -> StoreError {
+    move |source| StoreError::Unreadable { coll: coll.to_string(), obj: obj.to_string(), device_offset, source }
 }
 
 /// A pending block (see [`read_blocks`]) as the owner of a shared read's piece.
@@ -317,12 +317,7 @@ fn read_part<D: BlockSource>(
         }
         let run = staged[i..].iter().take_while(|b| b.is_none()).count();
         let at = phys + (i * block) as u64;
-        dev.read_at(&mut dst[i * block..(i + run) * block], at).map_err(|source| StoreError::Unreadable {
-            coll: coll.to_string(),
-            obj: obj.to_string(),
-            device_offset: at,
-            source,
-        })?;
+        dev.read_at(&mut dst[i * block..(i + run) * block], at).map_err(unreadable((coll, obj), at))?;
         i += run;
     }
     for (i, data) in staged.iter().enumerate() {
