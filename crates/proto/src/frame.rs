@@ -131,7 +131,6 @@ impl Frame {
         }
     }
 
-    /// Payload bytes on the wire: the bulk parts and `payload` together.
     /// A frame whose data is `parts` (in order) with the crc32c of all of them known
     /// (`data_crc`), as [`Frame::with_checked_data`] for one part.
     #[must_use]
@@ -148,6 +147,7 @@ impl Frame {
         frame
     }
 
+    /// Payload bytes on the wire: the bulk parts and `payload` together.
     #[must_use]
     pub fn payload_len(&self) -> usize {
         self.data.len() + self.data_more.iter().map(Bytes::len).sum::<usize>() + self.payload.len()
