@@ -21,6 +21,122 @@ async fn op(
     client.op("rep", name, ops, data).await.map(|r| (r.outputs, r.data))
 }
 
+/// Polls `f` once: its answer if it already has one.
+async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        out = f => Some(out),
+        () = std::future::ready(()) => None,
+    }
+}
+
+/// Many small requests on one object at once through `Client::op_combined`: they share trips
+/// (decision 0042), yet each gets exactly its own answer — its guard judged alone, its reads as
+/// it would have seen them — and requests on the same key are never combined.
+async fn combined_requests_each_get_their_own_answer(client: &Client) {
+    const N: usize = 160;
+    let key = |what: &str, i: usize| format!("{what}/{i:03}").into_bytes();
+    // Every fourth request of the second half finds its key taken (its guard fails); every
+    // request reads a value set before.
+    let mut before = Vec::new();
+    for i in 0..N {
+        before.push((key("seen", i), format!("s{i}").into_bytes()));
+        if i >= N / 2 && i % 4 == 0 {
+            before.push((key("taken", i), b"earlier".to_vec()));
+        }
+    }
+    client.op("rep", "idx", vec![ObjOp::OmapSet { entries: before }], Vec::new()).await.expect("set up");
+    let stats_before = client.combine_stats();
+    let request = |i: usize| {
+        let client = client.clone();
+        let ops = vec![
+            ObjOp::AssertOmap { key: key("taken", i), value: None },
+            ObjOp::OmapGet { keys: vec![key("seen", i)] },
+            ObjOp::OmapSet { entries: vec![(key("taken", i), format!("by {i}").into_bytes())] },
+        ];
+        tokio::spawn(async move { client.op_combined("rep", "idx", ops).await })
+    };
+    // The first half only finds free keys (combined requests succeed whole); in the second
+    // every fourth key is taken (combined requests are refused and sent again alone).
+    let mut tasks: Vec<_> = (0..N / 2).map(request).collect();
+    for t in tasks.drain(..) {
+        t.await.expect("task").expect("free key");
+    }
+    let first_half = client.combine_stats();
+    assert!(first_half.combined_requests >= stats_before.combined_requests + 2, "nothing was combined: {first_half:?}");
+    assert_eq!(first_half.combined_refused, stats_before.combined_refused, "{first_half:?}");
+    let tasks: Vec<_> = (N / 2..N).map(request).collect();
+    for (i, t) in (N / 2..N).zip(tasks) {
+        match t.await.expect("task") {
+            Ok(r) if i % 4 != 0 => {
+                assert_eq!(r.outputs.len(), 3, "request {i}: {:?}", r.outputs);
+                let want = OpOutput::Omap(vec![(key("seen", i), Some(format!("s{i}").into_bytes()))]);
+                assert_eq!(r.outputs[1], want, "request {i} read its own key");
+            }
+            Ok(r) => panic!("request {i} passed a guard that cannot hold: {:?}", r.outputs),
+            Err(e) if i % 4 == 0 => assert_eq!(e.code(), Some(ErrorCode::Conflict), "request {i}: {e}"),
+            Err(e) => panic!("request {i} failed: {e}"),
+        }
+    }
+    // Eight requests race for one lock key while a slow request holds the object: they all wait
+    // for the same round, but touch the same key, so they are never in one request, and exactly
+    // one takes the lock.
+    let slow_ops = {
+        let entries = (0..100u32).map(|i| (format!("bulk/{i:05}").into_bytes(), vec![7u8; 1024])).collect();
+        vec![ObjOp::OmapSet { entries }]
+    };
+    // Each request is polled once in turn, which queues it: the first leads a round at once, the
+    // lockers wait behind it for the next.
+    let mut slow = Box::pin(client.op_combined("rep", "idx", slow_ops));
+    let mut slow_done = poll_once(&mut slow).await;
+    let mut lockers = Vec::new();
+    for j in 0..8u8 {
+        let ops = vec![
+            ObjOp::AssertOmap { key: b"lock".to_vec(), value: None },
+            ObjOp::OmapSet { entries: vec![(b"lock".to_vec(), vec![j])] },
+        ];
+        let mut f = Box::pin(client.op_combined("rep", "idx", ops));
+        let done = poll_once(&mut f).await;
+        lockers.push((j, f, done));
+    }
+    if slow_done.is_none() {
+        slow_done = Some(slow.await);
+    }
+    slow_done.expect("answered").expect("slow request");
+    let mut winners = Vec::new();
+    for (j, f, done) in lockers {
+        let answer = match done {
+            Some(a) => a,
+            None => f.await,
+        };
+        match answer {
+            Ok(_) => winners.push(j),
+            Err(e) => assert_eq!(e.code(), Some(ErrorCode::Conflict), "{e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "one locker wins: {winners:?}");
+    // A request whose operations do not fit one message is refused by name, alone or combined.
+    let huge = vec![ObjOp::OmapSet { entries: vec![(b"huge".to_vec(), vec![0u8; 2 << 20])] }];
+    for e in [
+        client.op("rep", "idx", huge.clone(), Vec::new()).await.unwrap_err(),
+        client.op_combined("rep", "idx", huge).await.unwrap_err(),
+    ] {
+        assert!(matches!(e, ClientError::RequestTooLarge { .. }), "{e}");
+    }
+    let stats = client.combine_stats();
+    // Guards that failed inside a combined request sent its requests alone.
+    assert!(stats.combined_refused > stats_before.combined_refused, "{stats:?}");
+    // The object holds exactly what the answers said.
+    let (out, _) = op(client, "idx", vec![ObjOp::OmapList { after: None, max: 10_000 }], vec![]).await.expect("list");
+    let Some(OpOutput::OmapList(entries)) = out.into_iter().next() else { panic!("omap list answered otherwise") };
+    let entries: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = entries.into_iter().collect();
+    for i in 0..N {
+        let want = if i >= N / 2 && i % 4 == 0 { b"earlier".to_vec() } else { format!("by {i}").into_bytes() };
+        assert_eq!(entries.get(&key("taken", i)), Some(&want), "taken/{i}");
+    }
+    assert_eq!(entries.get(b"lock".as_slice()), Some(&vec![winners[0]]));
+}
+
 #[test]
 fn all_operations_on_a_replicated_pool() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -190,6 +306,8 @@ fn all_operations_on_a_replicated_pool() {
         let reply = conn.call(OsdOp::TYPE, encode(&wrong, b"nope".to_vec())).await.expect("call");
         let (reply, _): (OsdOpReply, _) = decode(reply.payload).expect("decode");
         assert_eq!(reply.result.unwrap_err().code, ErrorCode::WrongPrimary);
+
+        combined_requests_each_get_their_own_answer(&client).await;
 
         // Writes keep succeeding while an OSD is marked out (clients follow the new map).
         let writer = {

@@ -29,6 +29,9 @@ pub enum ClientError {
     /// will be, or was applied before the expiry and its answer was lost.
     #[error("the request expired before the cluster answered it: it never takes effect after its expiry")]
     Expired,
+    /// The request's operations (their keys, values and names) do not fit one message.
+    #[error("request of {header_bytes} bytes of operations exceeds the limit of {max_bytes} bytes")]
+    RequestTooLarge { header_bytes: usize, max_bytes: usize },
     #[error("malformed reply: {0}")]
     BadReply(String),
 }

@@ -10,6 +10,7 @@
 //! synchronous callers such as the CLI.
 
 pub mod blocking;
+pub mod combine;
 pub mod config;
 pub mod error;
 pub mod local;

@@ -40,6 +40,15 @@ pub fn validate_object_name(name: &str) -> Result<(), ClientError> {
     Ok(())
 }
 
+/// Most bytes a request's operations and object name may take encoded: the message header's
+/// limit less room for the request's other fields.
+pub const OPS_MAX_HEADER_BYTES: usize = shoal_proto::msg::MAX_HEADER_BYTES - 4096;
+
+/// Bytes `ops` on `object` take in a request's header (an upper bound within a few bytes).
+pub fn ops_header_bytes(object: &str, ops: &[ObjOp]) -> usize {
+    shoal_proto::encoded_len(&ops).saturating_add(object.len() + 8)
+}
+
 /// A connected client: a monitor subscription plus connections to the OSDs it talks to.
 #[derive(Clone)]
 pub struct Client {
@@ -47,6 +56,8 @@ pub struct Client {
     osds: Arc<Mutex<HashMap<OsdId, (u64, Connection)>>>,
     client_id: u64,
     next_tid: Arc<AtomicU64>,
+    /// Requests waiting to share a trip to their object ([`Client::op_combined`]).
+    pub(crate) combiner: Arc<crate::combine::Combiner>,
 }
 
 /// The outcome of a successful request: one output per operation and the bytes of its reads.
@@ -66,6 +77,7 @@ impl Client {
             osds: Arc::new(Mutex::new(HashMap::new())),
             client_id: u64::from_le_bytes(id),
             next_tid: Arc::new(AtomicU64::new(1)),
+            combiner: Arc::default(),
         })
     }
 
@@ -144,6 +156,12 @@ impl Client {
             if end > pool.max_object_bytes {
                 return Err(ClientError::TooLarge { size_bytes: end, max_bytes: pool.max_object_bytes });
             }
+        }
+        // The operations travel in the message header, whose size is bounded: a caller's oversized
+        // keys or values are refused here, by name, rather than failing the encoder.
+        let header_bytes = ops_header_bytes(object, &ops);
+        if header_bytes > OPS_MAX_HEADER_BYTES {
+            return Err(ClientError::RequestTooLarge { header_bytes, max_bytes: OPS_MAX_HEADER_BYTES });
         }
         let reqid = ReqId { client: self.client_id, tid: self.next_tid.fetch_add(1, Ordering::Relaxed) };
         let timeout_ms = self.mon.config().op_timeout_ms;

@@ -114,6 +114,8 @@ pub async fn write_ops(client: &Client, pool: &str, object: &str, ops: Vec<ObjOp
 /// [`write_ops`], returning one output per operation: what the reads among them (xattrs and omap
 /// values, [`ObjOp::reads_beside_writes`]) saw just before the writes, `Done` for each write — and
 /// for each read too when the request was a resend answered from the PG log (read again then).
+/// Concurrent requests on one object may be sent as one ([`Client::op_combined`]); each still
+/// gets exactly the answer it would have had alone.
 pub async fn write_ops_answered(
     client: &Client,
     pool: &str,
@@ -121,7 +123,9 @@ pub async fn write_ops_answered(
     ops: Vec<ObjOp>,
 ) -> Result<Vec<OpOutput>, GatewayError> {
     let count = ops.len();
-    let outputs = client.op(pool, object, ops, Vec::new()).await?.outputs;
+    // Index partitions take two such requests per S3 write, from every writer of the bucket at
+    // once: concurrent ones share a trip (decision 0042).
+    let outputs = client.op_combined(pool, object, ops).await?.outputs;
     if outputs.len() != count {
         return Err(GatewayError::Internal(format!("{count} operations answered with {} outputs", outputs.len())));
     }

@@ -16,6 +16,6 @@ pub mod osd;
 pub use error::{ErrorCode, RemoteError};
 pub use frame::{Frame, FrameDecoder, FrameError, HEADER_BYTES, MAX_PAYLOAD_BYTES};
 pub use msg::{
-    Message, MsgError, decode, decode_bytes, decode_frame, decode_frame_bytes, encode, frame, frame_with_checked_data,
-    frame_with_checked_parts, frame_with_data, peek,
+    Message, MsgError, decode, decode_bytes, decode_frame, decode_frame_bytes, encode, encoded_len, frame,
+    frame_with_checked_data, frame_with_checked_parts, frame_with_data, peek,
 };

@@ -68,6 +68,13 @@ pub fn encode<M: Serialize>(msg: &M, mut data: Vec<u8>) -> Vec<u8> {
     data
 }
 
+/// Bytes `msg` takes encoded as a header ([`encode`] refuses one over [`MAX_HEADER_BYTES`]):
+/// senders whose headers grow with their callers' input check it before they encode.
+#[must_use]
+pub fn encoded_len<M: Serialize>(msg: &M) -> usize {
+    postcard::serialize_with_flavor(msg, postcard::ser_flavors::Size::default()).unwrap_or(usize::MAX)
+}
+
 /// Splits a payload made by [`encode`] into the bulk data's length and the encoded header, after
 /// checking its version and header length.
 fn split(payload: &[u8]) -> Result<(usize, &[u8]), MsgError> {
