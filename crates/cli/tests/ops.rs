@@ -46,6 +46,8 @@ async fn combined_requests_each_get_their_own_answer(client: &Client) {
         }
     }
     client.op("rep", "idx", vec![ObjOp::OmapSet { entries: before }], Vec::new()).await.expect("set up");
+    // Every request waits behind the one on its way, however briefly it has been out.
+    client.set_combine_after(std::time::Duration::ZERO);
     let stats_before = client.combine_stats();
     let request = |i: usize| {
         let client = client.clone();

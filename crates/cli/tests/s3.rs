@@ -695,7 +695,10 @@ fn racing_writes_and_deletes_through_two_gateways_leave_every_entry_at_its_head(
     let (dir, _down, keys) = up_without_gateway(tmp.path());
     // Writes pause up to 20 ms between their steps, so that their steps interleave.
     let jitter = [(shoal_gateway::crashpoint::JITTER_ENV, "20")];
-    let (_a, first) = spawn_gateway_full(&dir, None, &[], &jitter);
+    // The first makes every index request wait behind the one on its way to its partition, so
+    // its index writes race combined (decision 0042); the second waits only behind slow ones.
+    let combining = [jitter[0], ("SHOAL_COMBINE_AFTER_US", "0")];
+    let (_a, first) = spawn_gateway_full(&dir, None, &[], &combining);
     // The second serves every request on one thread (a current-thread runtime): both kinds of
     // runtime race here.
     let (_b, second) = spawn_gateway_full(&dir, None, &["--threads", "1"], &jitter);

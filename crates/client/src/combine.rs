@@ -4,10 +4,11 @@
 //! A bucket index partition takes two small requests per S3 write (a pending record, then the
 //! guarded swap of the entry). Sent one by one, each costs the primary a request, a PG log entry,
 //! a store transaction and, on a replicated pool, a replication round and a sync on every member.
-//! [`Client::op_combined`] keeps at most one request per object on its way: what arrives for the
-//! object meanwhile waits, and goes out as one request (operations concatenated) as soon as the
-//! one before is answered. Under one writer nothing waits; under many, one round trip carries
-//! them all.
+//! [`Client::op_combined`] keeps at most one combined request per object on its way: what arrives
+//! for the object once that one has been out for [`COMBINE_AFTER_US`] waits, and goes out as one
+//! request (operations concatenated) as soon as the one before is answered; what arrives sooner
+//! goes at once, alone, so an object whose OSD answers fast is never made to wait. Under one
+//! writer nothing waits; under many on a slow trip, one round trip carries them all.
 //!
 //! Combining is only allowed where it cannot change what any request sees or does. The primary
 //! checks a request's guards and answers its reads (xattrs and omap values) against the object as
@@ -21,11 +22,10 @@
 //!
 //! A combined request refused by the primary (a guard that does not hold, a busy OSD) changed
 //! nothing, and the primary does not say whose operation refused it, so each of its requests is
-//! then sent alone and gets its own answer. A combined request that failed without a definite
+//! then sent alone (all at once) and gets its own answer. A combined request that failed without a definite
 //! answer (the operation timeout) may have been applied: every request in it gets that failure,
 //! exactly as each would have alone.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,12 +52,25 @@ pub const COMBINE_MAX_BYTES: usize = 256 << 10;
 pub const COMBINE_MAX_WAITING: usize = 4096;
 
 /// The objects with a combined request on its way, and what waits for each.
-#[derive(Default)]
 pub(crate) struct Combiner {
-    objects: Mutex<HashMap<(String, String), VecDeque<Waiting>>>,
+    objects: Mutex<HashMap<(String, String), OnItsWay>>,
+    /// How long a request must have been on its way before others wait for it, in microseconds.
+    after_us: AtomicU64,
     combined_sent: AtomicU64,
     combined_requests: AtomicU64,
     combined_refused: AtomicU64,
+}
+
+impl Default for Combiner {
+    fn default() -> Combiner {
+        Combiner {
+            objects: Mutex::default(),
+            after_us: AtomicU64::new(default_after_us()),
+            combined_sent: AtomicU64::default(),
+            combined_requests: AtomicU64::default(),
+            combined_refused: AtomicU64::default(),
+        }
+    }
 }
 
 /// What [`Client::op_combined`] did so far (since the client connected).
@@ -71,6 +84,22 @@ pub struct CombineStats {
     pub combined_refused: u64,
 }
 
+/// An object with a request on its way: when it was sent, and what waits for the next round.
+struct OnItsWay {
+    sent_at: std::time::Instant,
+    waiting: VecDeque<Waiting>,
+}
+
+/// The default wait threshold: [`COMBINE_AFTER_US`], or `SHOAL_COMBINE_AFTER_US` (for measurements).
+fn default_after_us() -> u64 {
+    std::env::var("SHOAL_COMBINE_AFTER_US").ok().and_then(|v| v.parse().ok()).unwrap_or(COMBINE_AFTER_US)
+}
+
+/// Microseconds a request must have been on its way before later ones on its object wait for it:
+/// long enough that the trip, not the wait, is the cost (measured in decision 0042: waiting
+/// behind every request cost a RAM OSD's gateway more CPU than it saved the OSD).
+pub const COMBINE_AFTER_US: u64 = 600;
+
 /// A request waiting for its object's next round.
 struct Waiting {
     ops: Vec<ObjOp>,
@@ -80,13 +109,22 @@ struct Waiting {
     answer: oneshot::Sender<Result<OpResult, ClientError>>,
 }
 
-/// The xattr names and omap keys a request reads or asserts, and those it writes.
+/// The xattr names and omap keys a request reads or asserts, and those it writes, as 64-bit
+/// hashes: two names that collide only make a request wait a round it need not have waited.
 #[derive(Default, Debug)]
 struct Footprint {
-    xattrs_read: HashSet<String>,
-    xattrs_written: HashSet<String>,
-    keys_read: HashSet<Vec<u8>>,
-    keys_written: HashSet<Vec<u8>>,
+    read: Vec<u64>,
+    written: Vec<u64>,
+}
+
+/// The hash of xattr `name` in a [`Footprint`] (a seed of its own, so no xattr meets an omap key).
+fn xattr_id(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), 1)
+}
+
+/// The hash of omap key `key` in a [`Footprint`].
+fn key_id(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, 2)
 }
 
 impl Footprint {
@@ -94,55 +132,112 @@ impl Footprint {
     /// guards, xattr and omap reads and writes of named keys, or no write at all.
     fn of(ops: &[ObjOp]) -> Option<Footprint> {
         let mut f = Footprint::default();
-        let mut writes = false;
         for op in ops {
             match op {
-                ObjOp::AssertXattr { name, .. } | ObjOp::GetXattr { name } => {
-                    f.xattrs_read.insert(name.clone());
-                }
-                ObjOp::SetXattr { name, .. } | ObjOp::RemoveXattr { name } => {
-                    f.xattrs_written.insert(name.clone());
-                    writes = true;
-                }
-                ObjOp::AssertOmap { key, .. } => {
-                    f.keys_read.insert(key.clone());
-                }
-                ObjOp::OmapGet { keys } => f.keys_read.extend(keys.iter().cloned()),
-                ObjOp::OmapSet { entries } => {
-                    f.keys_written.extend(entries.iter().map(|(k, _)| k.clone()));
-                    writes = true;
-                }
-                ObjOp::OmapRemove { keys } => {
-                    f.keys_written.extend(keys.iter().cloned());
-                    writes = true;
-                }
+                ObjOp::AssertXattr { name, .. } | ObjOp::GetXattr { name } => f.read.push(xattr_id(name)),
+                ObjOp::SetXattr { name, .. } | ObjOp::RemoveXattr { name } => f.written.push(xattr_id(name)),
+                ObjOp::AssertOmap { key, .. } => f.read.push(key_id(key)),
+                ObjOp::OmapGet { keys } => f.read.extend(keys.iter().map(|k| key_id(k))),
+                ObjOp::OmapSet { entries } => f.written.extend(entries.iter().map(|(k, _)| key_id(k))),
+                ObjOp::OmapRemove { keys } => f.written.extend(keys.iter().map(|k| key_id(k))),
                 _ => return None,
             }
         }
-        writes.then_some(f)
+        (!f.written.is_empty()).then_some(f)
     }
 
-    /// Whether a request with this footprint and one with `other` may go in one request: neither
-    /// writes what the other reads, asserts or writes.
-    fn independent_of(&self, other: &Footprint) -> bool {
-        let meets = |written: &HashSet<String>, f: &Footprint| {
-            written.iter().any(|n| f.xattrs_read.contains(n) || f.xattrs_written.contains(n))
-        };
-        let meets_keys = |written: &HashSet<Vec<u8>>, f: &Footprint| {
-            written.iter().any(|k| f.keys_read.contains(k) || f.keys_written.contains(k))
-        };
-        !meets(&self.xattrs_written, other)
-            && !meets(&other.xattrs_written, self)
-            && !meets_keys(&self.keys_written, other)
-            && !meets_keys(&other.keys_written, self)
+    /// Whether this request may go in one request with those of `round`: it writes nothing they
+    /// read, assert or write, and reads or asserts nothing they write.
+    fn independent_of(&self, round: &RoundFootprint) -> bool {
+        !self.written.iter().any(|h| round.read.contains(h) || round.written.contains(h))
+            && !self.read.iter().any(|h| round.written.contains(h))
     }
+}
 
-    /// Adds `other` to this footprint (the union of a round's requests).
-    fn absorb(&mut self, other: &Footprint) {
-        self.xattrs_read.extend(other.xattrs_read.iter().cloned());
-        self.xattrs_written.extend(other.xattrs_written.iter().cloned());
-        self.keys_read.extend(other.keys_read.iter().cloned());
-        self.keys_written.extend(other.keys_written.iter().cloned());
+/// The union of the footprints of a round's requests.
+#[derive(Default)]
+struct RoundFootprint {
+    read: HashSet<u64, PassThrough>,
+    written: HashSet<u64, PassThrough>,
+}
+
+impl RoundFootprint {
+    fn absorb(&mut self, f: &Footprint) {
+        self.read.extend(f.read.iter().copied());
+        self.written.extend(f.written.iter().copied());
+    }
+}
+
+/// Hashes a set of hashes by themselves (they are uniform already).
+#[derive(Default, Clone, Copy)]
+struct PassThrough;
+
+impl std::hash::BuildHasher for PassThrough {
+    type Hasher = PassThroughHasher;
+    fn build_hasher(&self) -> PassThroughHasher {
+        PassThroughHasher(0)
+    }
+}
+
+struct PassThroughHasher(u64);
+
+impl std::hash::Hasher for PassThroughHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64`s are hashed here; anything else still hashes, just not as fast.
+        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Whether `ops` may be combined: guards, xattr and omap operations on named keys, at least one
+/// of them a write ([`Footprint::of`] without building the footprint).
+fn combinable(ops: &[ObjOp]) -> bool {
+    let mut writes = false;
+    for op in ops {
+        match op {
+            ObjOp::AssertXattr { .. } | ObjOp::GetXattr { .. } | ObjOp::AssertOmap { .. } | ObjOp::OmapGet { .. } => {}
+            ObjOp::SetXattr { .. } | ObjOp::RemoveXattr { .. } | ObjOp::OmapSet { .. } | ObjOp::OmapRemove { .. } => {
+                writes = true;
+            }
+            _ => return false,
+        }
+    }
+    writes
+}
+
+/// Held by a request that went out alone because nothing was on its way to its object: when it
+/// is answered or dropped, the requests that queued behind it are sent in rounds by a task of
+/// their own, or the object's entry is removed if none did.
+struct HandOn<'a> {
+    client: &'a Client,
+    key: Option<(String, String)>,
+}
+
+impl Drop for HandOn<'_> {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else { return };
+        {
+            let mut objects = self.client.combiner.objects.lock().unwrap_or_else(|p| p.into_inner());
+            match objects.get(&key) {
+                Some(on) if on.waiting.is_empty() => {
+                    objects.remove(&key);
+                    return;
+                }
+                Some(_) => {}
+                None => return,
+            }
+        }
+        // Only inside a runtime (a request is only ever sent from one); outside one, nothing can
+        // have queued behind it either.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            runtime.spawn(async move { client.run_rounds(key).await });
+        }
     }
 }
 
@@ -150,7 +245,7 @@ impl Footprint {
 /// the limits, up to the first that is not independent of those taken (it leads the round after).
 fn take_round(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     let mut round: Vec<Waiting> = Vec::new();
-    let mut union = Footprint::default();
+    let mut union = RoundFootprint::default();
     let mut ops = 0usize;
     let mut size_bytes = 0usize;
     while let Some(next) = queue.front() {
@@ -190,6 +285,14 @@ fn share_failure(e: &ClientError) -> ClientError {
 }
 
 impl Client {
+    /// Sets how long a request must have been on its way before later ones on its object wait
+    /// for it ([`COMBINE_AFTER_US`] by default); 0 makes every request wait behind the one on its
+    /// way (tests use it to make combining certain).
+    pub fn set_combine_after(&self, after: std::time::Duration) {
+        let us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+        self.combiner.after_us.store(us, Ordering::Relaxed);
+    }
+
     /// Counts of what [`Client::op_combined`] combined.
     pub fn combine_stats(&self) -> CombineStats {
         let c = &self.combiner;
@@ -205,59 +308,69 @@ impl Client {
     /// is the one the request would have had sent alone at some moment between this call and its
     /// return; durability is [`Client::op`]'s.
     pub async fn op_combined(&self, pool: &str, object: &str, ops: Vec<ObjOp>) -> Result<OpResult, ClientError> {
-        let Some(footprint) = Footprint::of(&ops) else {
+        if !combinable(&ops) {
             return self.op(pool, object, ops, Vec::new()).await;
-        };
+        }
         let key = (pool.to_string(), object.to_string());
-        let (answer, answered) = oneshot::channel();
-        let size_bytes = crate::objecter::ops_header_bytes(object, &ops);
-        let waiting = Waiting { ops, size_bytes, footprint, answer };
+        let after = std::time::Duration::from_micros(self.combiner.after_us.load(Ordering::Relaxed));
         // What to do is decided under the lock, and done after it is released.
         enum Then {
-            Wait,
-            Lead(Waiting),
-            Alone(Waiting),
+            Wait(oneshot::Receiver<Result<OpResult, ClientError>>),
+            Lead(Vec<ObjOp>),
+            Alone(Vec<ObjOp>),
         }
         let then = {
             let mut objects = self.combiner.objects.lock().unwrap_or_else(|p| p.into_inner());
-            match objects.entry(key.clone()) {
-                Entry::Occupied(mut q) if q.get().len() < COMBINE_MAX_WAITING => {
-                    q.get_mut().push_back(waiting);
-                    Then::Wait
+            match objects.get_mut(&key) {
+                Some(on) if on.waiting.len() < COMBINE_MAX_WAITING && on.sent_at.elapsed() >= after => {
+                    let (answer, answered) = oneshot::channel();
+                    let size_bytes = crate::objecter::ops_header_bytes(object, &ops);
+                    let footprint = Footprint::of(&ops).unwrap_or_default();
+                    on.waiting.push_back(Waiting { ops, size_bytes, footprint, answer });
+                    Then::Wait(answered)
                 }
-                Entry::Occupied(_) => Then::Alone(waiting),
-                Entry::Vacant(v) => {
-                    v.insert(VecDeque::new());
-                    Then::Lead(waiting)
+                Some(_) => Then::Alone(ops),
+                None => {
+                    let on = OnItsWay { sent_at: std::time::Instant::now(), waiting: VecDeque::new() };
+                    objects.insert(key.clone(), on);
+                    Then::Lead(ops)
                 }
             }
         };
-        let lead = match then {
-            Then::Wait => None,
-            Then::Lead(w) => Some(w),
-            Then::Alone(w) => return self.op(pool, object, w.ops, Vec::new()).await,
-        };
-        if let Some(first) = lead {
-            // The rounds run in a task of their own, so a caller that stops waiting (a dropped
-            // HTTP request) never leaves its object's queue without a leader.
-            let client = self.clone();
-            tokio::spawn(async move { client.run_rounds(key, vec![first]).await });
+        match then {
+            Then::Wait(answered) => answered
+                .await
+                .unwrap_or_else(|_| Err(ClientError::BadReply("combined request dropped unanswered".into()))),
+            Then::Alone(ops) => self.op(pool, object, ops, Vec::new()).await,
+            Then::Lead(ops) => {
+                // Nothing was on its way: this request goes at once, alone, from the caller's own
+                // task. What queues meanwhile goes in rounds of a task of its own, started when
+                // this one is answered — or dropped, so a caller that stops waiting (a dropped
+                // HTTP request) never leaves its object's queue without a leader.
+                let hand_on = HandOn { client: self, key: Some(key) };
+                let result = self.op(pool, object, ops, Vec::new()).await;
+                drop(hand_on);
+                result
+            }
         }
-        answered.await.unwrap_or_else(|_| Err(ClientError::BadReply("combined request dropped unanswered".into())))
     }
 
-    /// Sends `round`, answers its requests, then the rounds that queued meanwhile, until none is
-    /// left for the object (its entry is then removed, under the same lock that queues).
-    async fn run_rounds(&self, key: (String, String), mut round: Vec<Waiting>) {
+    /// Sends the rounds queued for `key`'s object, one after the other, until none is left (its
+    /// entry is then removed, under the same lock that queues).
+    async fn run_rounds(&self, key: (String, String)) {
         loop {
+            let round = {
+                let mut objects = self.combiner.objects.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(on) = objects.get_mut(&key) else { return };
+                let round = take_round(&mut on.waiting);
+                on.sent_at = std::time::Instant::now();
+                if round.is_empty() {
+                    objects.remove(&key);
+                    return;
+                }
+                round
+            };
             self.send_round(&key.0, &key.1, round).await;
-            let mut objects = self.combiner.objects.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(queue) = objects.get_mut(&key) else { return };
-            round = take_round(queue);
-            if round.is_empty() {
-                objects.remove(&key);
-                return;
-            }
         }
     }
 
@@ -271,8 +384,12 @@ impl Client {
             return;
         }
         let counts: Vec<usize> = round.iter().map(|w| w.ops.len()).collect();
-        let ops: Vec<ObjOp> = round.iter().flat_map(|w| w.ops.iter().cloned()).collect();
-        let total = ops.len();
+        let total: usize = counts.iter().sum();
+        // Copied, not moved: a refused combination sends each request's own operations again.
+        let mut ops: Vec<ObjOp> = Vec::with_capacity(total);
+        for w in &round {
+            ops.extend(w.ops.iter().cloned());
+        }
         self.combiner.combined_sent.fetch_add(1, Ordering::Relaxed);
         match self.op(pool, object, ops, Vec::new()).await {
             Ok(result) if result.outputs.len() == total => {
@@ -321,6 +438,16 @@ mod tests {
         ObjOp::OmapSet { entries: vec![(key.to_vec(), b"v".to_vec())] }
     }
 
+    /// Whether requests with footprints `a` and `b` may share a request (checked both ways).
+    fn independent(a: &Footprint, b: &Footprint) -> bool {
+        let (mut ra, mut rb) = (RoundFootprint::default(), RoundFootprint::default());
+        ra.absorb(a);
+        rb.absorb(b);
+        let ab = a.independent_of(&rb);
+        assert_eq!(ab, b.independent_of(&ra), "independence is symmetric");
+        ab
+    }
+
     fn waiting(ops: Vec<ObjOp>) -> Waiting {
         let footprint = Footprint::of(&ops).expect("combinable");
         let size_bytes = crate::objecter::ops_header_bytes("o", &ops);
@@ -329,29 +456,38 @@ mod tests {
 
     #[test]
     fn only_requests_of_guards_and_named_keys_that_write_are_combined() {
-        assert!(Footprint::of(&[set(b"a")]).is_some());
-        assert!(Footprint::of(&[ObjOp::OmapGet { keys: vec![b"a".to_vec()] }]).is_none(), "reads only");
-        assert!(Footprint::of(&[]).is_none());
-        assert!(Footprint::of(&[set(b"a"), ObjOp::OmapList { after: None, max: 1 }]).is_none());
-        assert!(Footprint::of(&[set(b"a"), ObjOp::Remove]).is_none());
-        assert!(Footprint::of(&[ObjOp::WriteFull { len_bytes: 0 }]).is_none());
+        let cases: Vec<(Vec<ObjOp>, bool)> = vec![
+            (vec![set(b"a")], true),
+            (vec![ObjOp::AssertXattr { name: "x".into(), value: None }, ObjOp::RemoveXattr { name: "y".into() }], true),
+            (vec![ObjOp::OmapGet { keys: vec![b"a".to_vec()] }], false),
+            (vec![], false),
+            (vec![set(b"a"), ObjOp::OmapList { after: None, max: 1 }], false),
+            (vec![set(b"a"), ObjOp::Remove], false),
+            (vec![ObjOp::WriteFull { len_bytes: 0 }], false),
+        ];
+        for (ops, want) in cases {
+            assert_eq!(combinable(&ops), want, "{ops:?}");
+            assert_eq!(Footprint::of(&ops).is_some(), want, "{ops:?}");
+        }
     }
 
     #[test]
     fn requests_that_touch_what_another_writes_are_not_combined() {
         let a = Footprint::of(&[ObjOp::AssertOmap { key: b"k".to_vec(), value: None }, set(b"p1")]).unwrap();
         let b = Footprint::of(&[ObjOp::OmapGet { keys: vec![b"k".to_vec()] }, set(b"p2")]).unwrap();
-        assert!(a.independent_of(&b), "both only read k");
+        assert!(independent(&a, &b), "both only read k");
         let c = Footprint::of(&[set(b"k")]).unwrap();
-        assert!(!a.independent_of(&c) && !c.independent_of(&a));
-        assert!(!b.independent_of(&c));
+        assert!(!independent(&a, &c));
+        assert!(!independent(&b, &c));
         let d = Footprint::of(&[ObjOp::OmapRemove { keys: vec![b"p1".to_vec()] }]).unwrap();
-        assert!(!a.independent_of(&d), "write meets write");
+        assert!(!independent(&a, &d), "write meets write");
         let x = Footprint::of(&[ObjOp::AssertXattr { name: "live".into(), value: None }, set(b"q")]).unwrap();
         let y = Footprint::of(&[ObjOp::RemoveXattr { name: "live".into() }]).unwrap();
-        assert!(!x.independent_of(&y) && !y.independent_of(&x));
+        assert!(!independent(&x, &y));
         let z = Footprint::of(&[ObjOp::AssertXattr { name: "live".into(), value: None }, set(b"r")]).unwrap();
-        assert!(x.independent_of(&z), "guards on one xattr do not conflict");
+        assert!(independent(&x, &z), "guards on one xattr do not conflict");
+        let xattr_k = Footprint::of(&[ObjOp::SetXattr { name: "k".into(), value: vec![] }]).unwrap();
+        assert!(independent(&xattr_k, &c), "an xattr never meets an omap key of the same name");
     }
 
     #[test]
