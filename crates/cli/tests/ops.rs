@@ -21,6 +21,47 @@ async fn op(
     client.op("rep", name, ops, data).await.map(|r| (r.outputs, r.data))
 }
 
+/// Requests whose answers would not fit one message (their values travel in its header) are
+/// refused by name — a write among them before anything is applied — and the OSD serves on.
+async fn answers_over_a_message_are_refused_and_the_osd_stays_up(client: &Client) {
+    let value = vec![9u8; 60 << 10];
+    let keys: Vec<Vec<u8>> = (0..20u8).map(|i| vec![b'w', i]).collect();
+    for k in &keys {
+        let ops = vec![ObjOp::OmapSet { entries: vec![(k.clone(), value.clone())] }];
+        op(client, "wide", ops, vec![]).await.expect("one wide value");
+    }
+    let too_big = |e: ClientError| {
+        assert_eq!(e.code(), Some(ErrorCode::Invalid), "{e}");
+        assert!(e.to_string().contains("answer"), "{e}");
+    };
+    too_big(op(client, "wide", vec![ObjOp::OmapList { after: None, max: 100 }], vec![]).await.unwrap_err());
+    too_big(op(client, "wide", vec![ObjOp::OmapGet { keys: keys.clone() }], vec![]).await.unwrap_err());
+    let read_and_write = vec![
+        ObjOp::OmapGet { keys: keys.clone() },
+        ObjOp::OmapSet { entries: vec![(b"after".to_vec(), b"x".to_vec())] },
+    ];
+    too_big(op(client, "wide", read_and_write, vec![]).await.unwrap_err());
+    let (out, _) =
+        op(client, "wide", vec![ObjOp::OmapGet { keys: vec![b"after".to_vec()] }], vec![]).await.expect("alive");
+    assert_eq!(out, vec![OpOutput::Omap(vec![(b"after".to_vec(), None)])], "the refused write changed nothing");
+    let (out, _) = op(client, "wide", vec![ObjOp::OmapList { after: None, max: 10 }], vec![]).await.expect("page");
+    assert!(matches!(&out[0], OpOutput::OmapList(page) if page.len() == 10), "a page that fits is answered");
+}
+
+/// Waits (up to a minute) until every PG of the cluster in `dir` is active+clean.
+fn wait_active_clean(dir: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let status: serde_json::Value = serde_json::from_str(&ok(&shoal(dir, &["status", "--json"]))).expect("json");
+        let count = status["pgs"]["count"].as_u64().unwrap_or(0);
+        if count > 0 && status["pgs"]["by_state"]["active+clean"].as_u64() == Some(count) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "PGs not active+clean: {status}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 /// Polls `f` once: its answer if it already has one.
 async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     tokio::select! {
@@ -310,6 +351,7 @@ fn all_operations_on_a_replicated_pool() {
         assert_eq!(reply.result.unwrap_err().code, ErrorCode::WrongPrimary);
 
         combined_requests_each_get_their_own_answer(&client).await;
+        answers_over_a_message_are_refused_and_the_osd_stays_up(&client).await;
 
         // Writes keep succeeding while an OSD is marked out (clients follow the new map).
         let writer = {
@@ -341,6 +383,35 @@ fn all_operations_on_a_replicated_pool() {
     assert_eq!(status["mons"]["count"], 3, "{status}");
     assert_eq!(status["osds"]["in"], 3, "{status}");
     ok(&shoal(&dir, &["osd", "in", "1"]));
+    wait_active_clean(&dir);
+
+    // The "wide" object (over a MiB of omap, more than a client's message carries) moves whole
+    // when its primary goes out: the new member gets it in a push, and no OSD fails sending it.
+    rt.block_on(async {
+        let client = Client::connect(cfg.clone()).await.expect("connect");
+        let map = client.mon().map();
+        let pool = map.pool_by_name("rep").expect("pool").id;
+        let primary = map.locate(pool, "wide").expect("locate").osds[0];
+        client.mon().command(shoal_map::Command::OsdOut { id: primary }).await.expect("out");
+    });
+    wait_active_clean(&dir);
+    let status: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["status", "--json"]))).expect("json");
+    assert_eq!(status["osds"]["up"], 4, "an OSD failed while moving a wide object: {status}");
+    rt.block_on(async {
+        let client = Client::connect(cfg.clone()).await.expect("connect");
+        let mut after = None;
+        let mut entries = 0;
+        for _ in 0..100 {
+            let (out, _) = op(&client, "wide", vec![ObjOp::OmapList { after: after.clone(), max: 8 }], vec![])
+                .await
+                .expect("list the moved object");
+            let Some(OpOutput::OmapList(page)) = out.into_iter().next() else { panic!("no listing") };
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            entries += page.iter().filter(|(k, v)| k[0] == b'w' && v.len() == 60 << 10).count();
+        }
+        assert_eq!(entries, 20, "the wide object arrived whole");
+    });
 
     // Client keys kept by the monitors: a new client works at once on monitors and OSDs, sees
     // no keys in its map, may not change the map, and is refused once its key is removed.

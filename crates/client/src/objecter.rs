@@ -40,9 +40,9 @@ pub fn validate_object_name(name: &str) -> Result<(), ClientError> {
     Ok(())
 }
 
-/// Most bytes a request's operations and object name may take encoded: the message header's
-/// limit less room for the request's other fields.
-pub const OPS_MAX_HEADER_BYTES: usize = shoal_proto::msg::MAX_HEADER_BYTES - 4096;
+/// Most bytes a request's operations and object name may take encoded: the limit of a client's
+/// request header less room for the request's other fields.
+pub const OPS_MAX_HEADER_BYTES: usize = shoal_proto::msg::CLIENT_HEADER_MAX_BYTES - 4096;
 
 /// Bytes `ops` on `object` take in a request's header (an upper bound within a few bytes).
 pub fn ops_header_bytes(object: &str, ops: &[ObjOp]) -> usize {

@@ -81,7 +81,32 @@ pub fn read_copy_sized(
     Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes, xattrs, omap, version })
 }
 
-/// Object `name`'s xattrs and whole omap.
+/// Most bytes of xattrs and omap one object's copy may carry: a copy travels in a message header
+/// ([`shoal_proto::msg::MAX_HEADER_BYTES`]), with its snapshot companions' copies and, in a
+/// backfill chunk, other objects' copies; half the header leaves them room.
+pub const COPY_METADATA_MAX_BYTES: usize = shoal_proto::msg::MAX_HEADER_BYTES / 2;
+
+/// Most bytes the copies of one message may take encoded: the header's bound less room for the
+/// message's other fields.
+pub const COPIES_MAX_BYTES: usize = shoal_proto::msg::MAX_HEADER_BYTES - (64 << 10);
+
+/// Refuses copies that would not fit one message: the object cannot be copied whole, which is
+/// reported (and its recovery or backfill stalls, naming it) rather than failing the sender.
+pub fn check_copies_fit(copies: &[ObjectCopy]) -> Result<usize, RemoteError> {
+    let size_bytes = shoal_proto::encoded_len(&copies);
+    if size_bytes > COPIES_MAX_BYTES {
+        let names: Vec<&str> = copies.iter().map(|c| c.name.as_str()).collect();
+        return Err(RemoteError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "copies of {names:?} take {size_bytes} bytes of xattrs and omap, over the {COPIES_MAX_BYTES} one message carries"
+            ),
+        ));
+    }
+    Ok(size_bytes)
+}
+
+/// Object `name`'s xattrs and whole omap, refused past [`COPY_METADATA_MAX_BYTES`].
 #[allow(clippy::type_complexity)]
 fn read_metadata(
     store: &dyn ObjectStore,
@@ -89,17 +114,37 @@ fn read_metadata(
     name: &str,
 ) -> Result<(Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>), RemoteError> {
     let xattrs = store.list_xattrs(coll, name).map_err(|e| store_error(&e))?;
+    // Counted as read (bytes plus the most framing an entry takes encoded), so an object far over the bound
+    // is refused without being read whole into memory.
+    let mut size_bytes: usize = xattrs.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
     let mut omap = Vec::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
+        if size_bytes > COPY_METADATA_MAX_BYTES {
+            return Err(RemoteError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "{name} holds over {COPY_METADATA_MAX_BYTES} bytes of xattrs and omap, more than a copy carries"
+                ),
+            ));
+        }
         let page = store.omap_list(coll, name, after.as_deref(), OMAP_PAGE).map_err(|e| store_error(&e))?;
         let Some((last, _)) = page.last() else { break };
         after = Some(last.clone());
         let short = page.len() < OMAP_PAGE;
+        size_bytes += page.iter().map(|(k, v)| k.len() + v.len() + 10).sum::<usize>();
         omap.extend(page);
         if short {
             break;
         }
+    }
+    if size_bytes > COPY_METADATA_MAX_BYTES {
+        return Err(RemoteError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "{name} holds {size_bytes} bytes of xattrs and omap, over the {COPY_METADATA_MAX_BYTES} a copy carries"
+            ),
+        ));
     }
     Ok((xattrs, omap))
 }
@@ -152,6 +197,7 @@ pub fn read_copies(
             copies.push(read_copy(store, coll, &companion, data)?);
         }
     }
+    check_copies_fit(&copies)?;
     Ok(copies)
 }
 
@@ -348,4 +394,42 @@ pub fn count_objects(store: &dyn ObjectStore, coll: &str) -> u64 {
         }
     }
     count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_store::Durability;
+
+    /// An object with more xattrs and omap than one message carries is refused by name when it
+    /// is copied (its recovery stalls, reported), never sent; one under the bound is copied whole.
+    #[test]
+    fn copies_over_what_a_message_carries_are_refused_and_smaller_ones_copied_whole() {
+        let store = shoal_store::engine::MemEngine::new_mem(256 << 20).expect("store");
+        let mut txn = Transaction::new();
+        txn.create_collection("c");
+        txn.touch("c", "small");
+        txn.omap_set("c", "small", (0..100u32).map(|i| (i.to_be_bytes().to_vec(), vec![1u8; 60 << 10])).collect());
+        store.commit(txn, Durability::Batch).expect("commit");
+        // Over the bound, written in batches the store takes.
+        let per_batch = 64u32;
+        let batches = (COPY_METADATA_MAX_BYTES / (60 << 10)) as u32 / per_batch + 1;
+        for b in 0..batches {
+            let mut txn = Transaction::new();
+            txn.touch("c", "wide");
+            let entries = (0..per_batch).map(|i| ((b * per_batch + i).to_be_bytes().to_vec(), vec![2u8; 60 << 10]));
+            txn.omap_set("c", "wide", entries.collect());
+            store.commit(txn, Durability::Batch).expect("commit");
+        }
+        let mut data = Vec::new();
+        let copies = read_copies(&store, "c", "small", &mut data).expect("a copy under the bound");
+        assert_eq!(copies[0].omap.len(), 100);
+        let e = read_copies(&store, "c", "wide", &mut data).expect_err("over the bound");
+        assert_eq!(e.code, ErrorCode::TooLarge);
+        assert!(e.message.contains("wide"), "{e}");
+        // Copies that fit one by one but not together are refused together.
+        let big = ObjectCopy { omap: vec![(vec![0], vec![0; 60 << 10]); 300], ..copies[0].clone() };
+        assert!(check_copies_fit(std::slice::from_ref(&big)).is_ok());
+        assert!(check_copies_fit(&[big.clone(), big]).is_err());
+    }
 }

@@ -51,6 +51,24 @@ pub fn is_read_only(ops: &[ObjOp]) -> Result<bool, RemoteError> {
     Ok(writes == 0)
 }
 
+/// Most bytes a request's outputs may take: they travel in the reply's header, which for a client
+/// is bounded ([`shoal_proto::msg::CLIENT_HEADER_MAX_BYTES`]), less room for its other fields.
+pub const ANSWER_MAX_BYTES: usize = shoal_proto::msg::CLIENT_HEADER_MAX_BYTES - 4096;
+
+/// Refuses outputs that would not fit a reply (many large omap values or xattrs in one answer):
+/// the caller asks for fewer per request. Checked before a write request's writes are resolved,
+/// so a refused write changes nothing.
+fn answer_fits(obj: &str, outputs: &[OpOutput]) -> Result<(), RemoteError> {
+    let size_bytes = shoal_proto::encoded_len(&outputs);
+    if size_bytes > ANSWER_MAX_BYTES {
+        return Err(invalid(format!(
+            "the answer for object {obj} would take {size_bytes} bytes, over the limit of {ANSWER_MAX_BYTES}: \
+             ask for fewer keys, values or xattrs per request"
+        )));
+    }
+    Ok(())
+}
+
 /// The outputs of a write request (one per operation, in order): for each read the request
 /// carries, what it reads of the object just before the request's writes; `Done` for each write.
 /// An object that does not exist yet has no xattrs and no omap values.
@@ -89,6 +107,7 @@ pub fn reads_before_writes(
             op => return Err(invalid(format!("a write request may read only xattrs and omap values, not {op:?}"))),
         });
     }
+    answer_fits(obj, &outputs)?;
     Ok(outputs)
 }
 
@@ -599,6 +618,7 @@ pub fn execute_reads(
             _ => return Err(invalid(format!("{op:?} is not a read"))),
         });
     }
+    answer_fits(obj, &outputs)?;
     Ok((outputs, data))
 }
 

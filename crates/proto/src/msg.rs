@@ -18,9 +18,17 @@ use serde::{Deserialize, Serialize};
 /// full flag. 4: replicated writes carry an epoch-and-sequence version. 5: peering and recovery
 /// messages; the map's temporary acting sets and activation records).
 pub const MSG_VERSION: u8 = 7;
-/// Largest encoded header (everything but the bulk data): 1 MiB is far above any legitimate
-/// header (the largest is an omap batch) and stops a corrupted length from allocating much.
-pub const MAX_HEADER_BYTES: usize = 1 << 20;
+/// Largest encoded header (everything but the bulk data). Object copies carry an object's
+/// xattrs and whole omap in their header (recovery and backfill pushes, pull answers), and a
+/// bucket index partition of 50,000 keys holds several MiB of omap, so the bound is 32 MiB; a
+/// header is read only from a payload already received whole, itself bounded by
+/// [`crate::MAX_PAYLOAD_BYTES`], so the bound costs no allocation of its own.
+pub const MAX_HEADER_BYTES: usize = 32 << 20;
+
+/// Largest header of a client's request or of the answer to one: their operations and outputs
+/// (keys, values, names) are kept to 1 MiB, far above any legitimate use (the largest is an omap
+/// batch or a page of a listing); callers ask for less per request.
+pub const CLIENT_HEADER_MAX_BYTES: usize = 1 << 20;
 
 /// Why a payload is not the message it claims to be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

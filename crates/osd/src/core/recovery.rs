@@ -306,9 +306,12 @@ impl OsdCore {
         };
         let mut objects: Vec<ObjectCopy> = Vec::new();
         let mut data = Vec::new();
+        // Bytes the copies take in the push's header (xattrs and omap): they count toward the
+        // chunk's size like data, and never past what one message carries.
+        let mut header_bytes = 0usize;
         let mut stopped = false;
         for name in page.objects {
-            if !objects.is_empty() && data.len() as u64 >= chunk_bytes {
+            if !objects.is_empty() && data.len() as u64 + header_bytes as u64 >= chunk_bytes {
                 stopped = true;
                 break;
             }
@@ -334,8 +337,19 @@ impl OsdCore {
                 }
                 tracing::info!(%pg, object = %name, restarts, "written to while sent in parts: sending it whole");
             }
+            let data_before = data.len();
             match read_copy_sized(&*self.store, &coll, &name, Some(size_bytes), &mut data) {
-                Ok(c) => objects.push(c),
+                Ok(c) => {
+                    let c_bytes = shoal_proto::encoded_len(&c);
+                    if !objects.is_empty() && header_bytes + c_bytes > crate::copy::COPIES_MAX_BYTES {
+                        // It goes first in the next chunk, alone if need be.
+                        data.truncate(data_before);
+                        stopped = true;
+                        break;
+                    }
+                    header_bytes += c_bytes;
+                    objects.push(c);
+                }
                 Err(e) => {
                     tracing::error!(%pg, object = %name, error = %e, "reading an object for backfill failed");
                     if e.code == ErrorCode::Corrupt {
