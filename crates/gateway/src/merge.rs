@@ -96,7 +96,8 @@ pub(crate) async fn merge_if_small(
     Ok(false)
 }
 
-/// Entries and versions of the partition at `at`, counted up to `cap`.
+/// Entries and versions of the partition at `at`, each by its weight
+/// ([`crate::reshard::record_weight`]), counted up to `cap`.
 async fn records_up_to(client: &Client, bucket: &BucketRecord, at: usize, cap: u64) -> Result<u64, GatewayError> {
     let bounds = bucket.bounds_at(at);
     let object = partition_object(bucket.id, bucket.partitions[at].id);
@@ -108,11 +109,11 @@ async fn records_up_to(client: &Client, bucket: &BucketRecord, at: usize, cap: u
             let max = BATCH.min((cap - seen + 1).min(u64::from(u32::MAX)) as u32);
             let page = rados::omap_list(client, INDEX_POOL, &object, Some(after.clone()), max).await?;
             let whole = page.len() == max as usize;
-            for (k, _) in page {
+            for (k, v) in page {
                 if !in_range(&k, &lo, hi.as_deref()) {
                     break 'pages;
                 }
-                seen += 1;
+                seen += crate::reshard::record_weight(&k, &v);
                 if seen >= cap {
                     return Ok(seen);
                 }

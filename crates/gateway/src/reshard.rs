@@ -53,8 +53,19 @@ static LEASE_MS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Records per copy or removal request.
 pub(crate) const BATCH: u32 = 1000;
 
+/// Bytes of an index record that count as one entry toward the split and merge thresholds. An
+/// ordinary record (a key of a few dozen bytes and its entry) counts once; a record with a long
+/// key counts as several, so a partition's omap stays under ~12.5 MiB at the default threshold
+/// whatever its keys' length, which OSDs copy whole in one message (decision 0043: up to 16 MiB).
+pub(crate) const RECORD_UNIT_BYTES: usize = 256;
+
+/// What a record counts toward the split and merge thresholds (see [`RECORD_UNIT_BYTES`]).
+pub(crate) fn record_weight(key: &[u8], value: &[u8]) -> u64 {
+    1 + ((key.len() + value.len()) / RECORD_UNIT_BYTES) as u64
+}
+
 /// Entries a partition may hold before it is split (default 50,000; set once per process by
-/// the gateway's configuration).
+/// the gateway's configuration), each counted by its [`record_weight`].
 static SPLIT_ENTRIES: AtomicU64 = AtomicU64::new(50_000);
 
 /// Entries and versions below which two neighbouring partitions are merged (0: never).
@@ -169,13 +180,13 @@ pub async fn split_if_large(client: &Client, name: &str, part: u32) -> Result<bo
 
 /// What counting a partition's entries found.
 enum Survey {
-    /// More than the limit; the key at position `limit / 2` when it can be a cut.
+    /// More than the limit; the first key past half of it (by weight) when it can be a cut.
     Over(Option<String>),
     /// At most the limit: this many.
     Under(u64),
 }
 
-/// Counts the partition's entries up to `limit`, noting the key at position `limit / 2`.
+/// Counts the partition's entries by weight up to `limit`, noting the first key past half of it.
 async fn median_if_over(client: &Client, bucket: &BucketRecord, at: usize, limit: u64) -> Result<Survey, GatewayError> {
     let bounds = bucket.bounds_at(at);
     let object = partition_object(bucket.id, bucket.partitions[at].id);
@@ -186,12 +197,12 @@ async fn median_if_over(client: &Client, bucket: &BucketRecord, at: usize, limit
     loop {
         let page = rados::omap_list(client, INDEX_POOL, &object, Some(after.clone()), BATCH).await?;
         let whole = page.len() == BATCH as usize;
-        for (k, _) in page {
+        for (k, v) in page {
             if !in_range(&k, &lo, hi.as_deref()) {
                 return Ok(Survey::Under(seen));
             }
-            seen += 1;
-            if seen == limit / 2 + 1 {
+            seen += record_weight(&k, &v);
+            if median.is_none() && seen > limit / 2 {
                 median = Some(k[1..].to_vec());
             }
             if seen > limit {
@@ -669,6 +680,33 @@ async fn copy_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ordinary_records_count_once_and_long_keys_keep_a_partition_within_what_osds_copy() {
+        let entry = layout::IndexEntry {
+            size_bytes: 4096,
+            etag: format!("\"{}\"", "a".repeat(32)),
+            mtime_ns: layout::now_ns(),
+            tag: u128::MAX,
+            tails: 0,
+            owner_id: "f".repeat(64),
+            owner_display: "admin".into(),
+            multipart: false,
+            version: None,
+            null: false,
+            delete_marker: false,
+        };
+        let value = layout::encode(&entry);
+        let ordinary = layout::entry_key(&format!("obj/{}/{}", 15, 123_456));
+        assert_eq!(record_weight(&ordinary, &value), 1, "{} bytes", ordinary.len() + value.len());
+        let longest = layout::entry_key(&"k".repeat(1024));
+        let weight = record_weight(&longest, &value);
+        assert!(weight >= 4, "{weight}");
+        // A partition at the default threshold, whatever its keys, holds fewer bytes than the
+        // 16 MiB of omap an OSD copies of one object (decision 0043).
+        let per_unit = (longest.len() + value.len()) as u64 / weight;
+        assert!(per_unit * 50_000 < 16 << 20, "{per_unit}");
+    }
 
     #[test]
     fn record_ranges_cover_exactly_the_keys_of_a_range() {
