@@ -339,6 +339,17 @@ fn all_operations_on_a_replicated_pool() {
                 other => panic!("malformed OsdOp answered with {other:?}"),
             }
         }
+        // Operations over a client's bound (the client library refuses them before sending) are
+        // refused by the OSD too, by name, and it carries on.
+        let wide = OsdOp {
+            reqid: ReqId { client: 0xfeed, tid: 3 },
+            ops: vec![ObjOp::OmapSet { entries: vec![(b"k".to_vec(), vec![0; 2 << 20])] }],
+            ..msg.clone()
+        };
+        match conn.call(OsdOp::TYPE, encode(&wide, Vec::new())).await {
+            Err(shoal_net::NetError::Remote { reason }) => assert!(reason.contains("exceeds the limit"), "{reason}"),
+            other => panic!("an oversized OsdOp answered with {other:?}"),
+        }
         match conn.call(999, vec![1, 2, 3]).await {
             Err(shoal_net::NetError::Remote { reason }) => assert!(reason.contains("999"), "{reason}"),
             other => panic!("unknown message type answered with {other:?}"),

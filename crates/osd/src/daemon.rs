@@ -110,6 +110,21 @@ impl Handler for OsdHandler {
         // The payload whole, as it was read: a large one in block-aligned memory, which the bulk
         // data of a write keeps all the way to the store (see `shoal_net::Payloads`).
         let payload = frame.into_bytes();
+        // Clients' requests keep to the client bound (decision 0043): a primary replicates a
+        // write's operations in a message of its own, which must stay within the header bound.
+        let from_client =
+            matches!(msg_type, OsdOp::TYPE | PgList::TYPE | PgQuery::TYPE | shoal_proto::osd::PgCommand::TYPE);
+        if from_client
+            && let Some(n) = shoal_proto::msg::header_len(&payload)
+            && n > shoal_proto::msg::CLIENT_HEADER_MAX_BYTES
+        {
+            let why = format!(
+                "request header of {n} bytes exceeds the limit of {} bytes for a client's operations",
+                shoal_proto::msg::CLIENT_HEADER_MAX_BYTES
+            );
+            let _ = conn.send(error_frame(request_id, &why)).await;
+            return;
+        }
         let event = match msg_type {
             OsdOp::TYPE => decode_bytes::<OsdOp>(payload).map(|(op, data)| {
                 // The checksum the reader computed over exactly these bytes, if it did.

@@ -104,6 +104,13 @@ fn split(payload: &[u8]) -> Result<(usize, &[u8]), MsgError> {
     Ok((data_len, &payload[data_len..n - 5]))
 }
 
+/// The length of the encoded header of a payload made by [`encode`], or `None` when the payload
+/// is not one.
+#[must_use]
+pub fn header_len(payload: &[u8]) -> Option<usize> {
+    split(payload).ok().map(|(_, header)| header.len())
+}
+
 /// The length of the bulk data at the front of a payload made by [`encode`], or `None` when the
 /// payload is not one (a receiver asks before it knows the message type; decoding reports why).
 #[must_use]
