@@ -186,35 +186,81 @@ enum Survey {
     Under(u64),
 }
 
-/// Counts the partition's entries by weight up to `limit`, noting the first key past half of it.
+/// Counts the partition's entries and version records by weight up to `limit`, in key order (a
+/// key's versions count with it), noting the first key past half of it: a versioned bucket whose
+/// few keys hold many versions grows its partitions as surely as one of many keys.
 async fn median_if_over(client: &Client, bucket: &BucketRecord, at: usize, limit: u64) -> Result<Survey, GatewayError> {
     let bounds = bucket.bounds_at(at);
     let object = partition_object(bucket.id, bucket.partitions[at].id);
-    let (lo, hi) = prefix_range(ENTRY_PREFIX, &bounds);
-    let mut after = crate::index::just_below(&lo);
+    let mut entries = KeyedRecords::new(&object, ENTRY_PREFIX, &bounds);
+    let mut versions = KeyedRecords::new(&object, VERSION_PREFIX, &bounds);
     let mut seen = 0u64;
-    let mut median = None;
+    let mut median: Option<String> = None;
     loop {
-        let page = rados::omap_list(client, INDEX_POOL, &object, Some(after.clone()), BATCH).await?;
-        let whole = page.len() == BATCH as usize;
-        for (k, v) in page {
-            if !in_range(&k, &lo, hi.as_deref()) {
-                return Ok(Survey::Under(seen));
-            }
-            seen += record_weight(&k, &v);
-            if median.is_none() && seen > limit / 2 {
-                median = Some(k[1..].to_vec());
-            }
-            if seen > limit {
-                let cut = median.and_then(|m| String::from_utf8(m).ok());
-                // A cut at the range's start would leave the lower partition empty.
-                return Ok(Survey::Over(cut.filter(|c| *c > bounds.start)));
-            }
-            after = k;
+        // The record with the smaller key next (an entry before its key's versions).
+        let from_entries = match (entries.peek_key(client).await?, versions.peek_key(client).await?) {
+            (None, None) => return Ok(Survey::Under(seen)),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(e), Some(v)) => e <= v,
+        };
+        let (key, weight) = if from_entries { entries.pop() } else { versions.pop() }
+            .ok_or_else(|| GatewayError::Internal("an index record peeked vanished".into()))?;
+        seen += weight;
+        if median.is_none() && seen > limit / 2 {
+            median = Some(key);
         }
-        if !whole {
-            return Ok(Survey::Under(seen));
+        if seen > limit {
+            // A cut at the range's start would leave the lower partition empty.
+            return Ok(Survey::Over(median.filter(|c| *c > bounds.start)));
         }
+    }
+}
+
+/// The records of one kind (entries or versions) of a partition's range, in key order, read a
+/// page at a time: each as its S3 key and weight.
+struct KeyedRecords<'a> {
+    object: &'a str,
+    prefix: u8,
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    after: Vec<u8>,
+    page: std::collections::VecDeque<(String, u64)>,
+    done: bool,
+}
+
+impl<'a> KeyedRecords<'a> {
+    fn new(object: &'a str, prefix: u8, bounds: &PartitionBounds) -> KeyedRecords<'a> {
+        let (lo, hi) = prefix_range(prefix, bounds);
+        let after = crate::index::just_below(&lo);
+        KeyedRecords { object, prefix, lo, hi, after, page: Default::default(), done: false }
+    }
+
+    /// The key of the next record, reading a page if none is buffered.
+    async fn peek_key(&mut self, client: &Client) -> Result<Option<&str>, GatewayError> {
+        if self.page.is_empty() && !self.done {
+            let page = rados::omap_list(client, INDEX_POOL, self.object, Some(self.after.clone()), BATCH).await?;
+            self.done = page.len() < BATCH as usize;
+            for (k, v) in page {
+                if !in_range(&k, &self.lo, self.hi.as_deref()) {
+                    self.done = true;
+                    break;
+                }
+                let key = if self.prefix == VERSION_PREFIX {
+                    layout::parse_version_key(&k).map(|(key, _)| key.to_string())
+                } else {
+                    String::from_utf8(k[1..].to_vec()).ok()
+                };
+                let key = key.ok_or_else(|| GatewayError::Internal(format!("index record {k:?} names no key")))?;
+                self.page.push_back((key, record_weight(&k, &v)));
+                self.after = k;
+            }
+        }
+        Ok(self.page.front().map(|(k, _)| k.as_str()))
+    }
+
+    fn pop(&mut self) -> Option<(String, u64)> {
+        self.page.pop_front()
     }
 }
 
