@@ -312,6 +312,9 @@ pub struct OsdCore {
     scrubs: BTreeMap<PgId, scrub::PgScrubState>,
     /// The tick clock at the last tick (scrub schedules, request expiry).
     now_ms: u64,
+    /// When each object whose recovery keeps failing was last reported (bounded; see
+    /// `recovery::report_stuck`), so that a stuck object is logged once a minute, not each tick.
+    stuck_reported: HashMap<(PgId, String), u64>,
     /// Whether client reads run beside the worker ([`OsdCore::set_read_offload`]).
     read_offload: bool,
     next_read_id: u64,
@@ -366,6 +369,7 @@ impl OsdCore {
             client_ops_since_tick: 0,
             scrubs: BTreeMap::new(),
             now_ms: 0,
+            stuck_reported: HashMap::new(),
             read_offload: false,
             next_read_id: 0,
             reads: HashMap::new(),

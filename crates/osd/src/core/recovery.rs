@@ -140,7 +140,7 @@ impl OsdCore {
                 return;
             }
             Err(e) => {
-                tracing::error!(%pg, object, error = %e, "cannot read an object to recover it");
+                self.report_stuck(pg, object, &e, "cannot read an object to recover it");
                 return;
             }
         };
@@ -278,6 +278,24 @@ impl OsdCore {
         }
     }
 
+    /// Logs that recovering `object` of `pg` failed with `error`, at most once a minute per
+    /// object: recovery retries every tick, and an object that cannot be copied (over the bound of
+    /// decision 0043) or read fails the same way each time.
+    pub(super) fn report_stuck(&mut self, pg: PgId, object: &str, error: &RemoteError, what: &str) {
+        const EVERY_MS: u64 = 60_000;
+        const REMEMBERED: usize = 1024;
+        let now = self.now_ms;
+        let key = (pg, object.to_string());
+        if self.stuck_reported.get(&key).is_some_and(|last| now.saturating_sub(*last) < EVERY_MS) {
+            return;
+        }
+        if self.stuck_reported.len() >= REMEMBERED {
+            self.stuck_reported.clear();
+        }
+        self.stuck_reported.insert(key, now);
+        tracing::error!(%pg, object, %error, "{what} (retried every tick; reported once a minute)");
+    }
+
     /// Sends `osd` the next backfill chunk: the objects after its cursor, up to
     /// `osd_backfill_chunk_objects` of them and about `osd_backfill_chunk_bytes` of data, stopping
     /// before an object larger than that, which goes alone in parts (or whole, after
@@ -351,7 +369,7 @@ impl OsdCore {
                     objects.push(c);
                 }
                 Err(e) => {
-                    tracing::error!(%pg, object = %name, error = %e, "reading an object for backfill failed");
+                    self.report_stuck(pg, &name, &e, "reading an object for backfill failed");
                     if e.code == ErrorCode::Corrupt {
                         // Recovered from a member first (own missing objects go before backfill).
                         let _ = self.mark_own_missing(pg, &name);
