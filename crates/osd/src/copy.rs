@@ -114,8 +114,8 @@ fn read_metadata(
     name: &str,
 ) -> Result<(Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>), RemoteError> {
     let xattrs = store.list_xattrs(coll, name).map_err(|e| store_error(&e))?;
-    // Counted as read (bytes plus the most framing an entry takes encoded), so an object far over the bound
-    // is refused without being read whole into memory.
+    // Counted as read (bytes plus the most framing an entry takes encoded), so an object far
+    // over the bound is refused without being read whole into memory.
     let mut size_bytes: usize = xattrs.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
     let mut omap = Vec::new();
     let mut after: Option<Vec<u8>> = None;
