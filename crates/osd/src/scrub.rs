@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use shoal_map::OsdId;
-use shoal_proto::osd::{InconsistentObject, ScrubObject};
+use shoal_proto::osd::{Eversion, InconsistentObject, ScrubObject};
 use shoal_proto::{ErrorCode, RemoteError};
 use shoal_store::{ObjectStore, StoreError};
 use shoal_util::checksum::crc32c_append;
@@ -48,6 +48,7 @@ pub fn scrub_object(
         omap_digest: 0,
         data_digest: None,
         read_error: None,
+        version: crate::objver::stored(store, coll, name).unwrap_or_default(),
     };
     let mut damaged = |e: StoreError| -> Result<(), RemoteError> {
         match e {
@@ -179,7 +180,15 @@ pub fn compare(primary: OsdId, maps: &BTreeMap<OsdId, Vec<ScrubObject>>) -> Vec<
             let first = distinct.next().cloned().flatten();
             first.is_some() && votes.values().all(|v| v.as_ref() == first.as_ref())
         };
-        if all_same {
+        // Stored versions are compared where both copies have one (see below): copies that vote
+        // alike are still inconsistent if two of their known versions differ.
+        let known: BTreeSet<Eversion> = copies
+            .values()
+            .flatten()
+            .filter(|e| e.read_error.is_none() && e.version != Eversion::default())
+            .map(|e| e.version)
+            .collect();
+        if all_same && known.len() <= 1 {
             continue;
         }
         let mut tally: BTreeMap<&Vote, usize> = BTreeMap::new();
@@ -215,6 +224,13 @@ pub fn compare(primary: OsdId, maps: &BTreeMap<OsdId, Vec<ScrubObject>>) -> Vec<
                         if e.xattr_digest != a.xattr_digest {
                             what.push("attr_mismatch".into());
                         }
+                        // Members apply the same writes at the same versions, so two stored
+                        // versions that differ mean one is wrong (peering trusts them: decision
+                        // 0039). A copy without one (installed in parts) is not compared.
+                        let known = |v: Eversion| v != Eversion::default();
+                        if known(e.version) && known(a.version) && e.version != a.version {
+                            what.push("version_mismatch".into());
+                        }
                     }
                 }
                 _ => {}
@@ -222,6 +238,11 @@ pub fn compare(primary: OsdId, maps: &BTreeMap<OsdId, Vec<ScrubObject>>) -> Vec<
             if !what.is_empty() {
                 errors.push((*osd, what));
             }
+        }
+        if errors.is_empty() && auth.is_some() {
+            // Versions differ only among copies the authority's (unknown) version does not
+            // judge: nothing to repair against it.
+            continue;
         }
         out.push(InconsistentObject { name: name.to_string(), auth, errors });
     }
@@ -247,7 +268,34 @@ mod tests {
             omap_digest: 2,
             data_digest: Some(data),
             read_error: None,
+            version: Eversion { epoch: 3, seq: 10 },
         }
+    }
+
+    #[test]
+    fn known_stored_versions_that_differ_are_inconsistent_and_unknown_ones_are_not_judged() {
+        let at = |seq: u64| {
+            let mut o = obj("a", 1, 7);
+            o.version = Eversion { epoch: 3, seq };
+            o
+        };
+        let maps = BTreeMap::from([(OsdId(0), vec![at(10)]), (OsdId(1), vec![at(10)]), (OsdId(2), vec![at(9)])]);
+        let found = compare(OsdId(0), &maps);
+        assert_eq!(found.len(), 1, "same data, a stale version: {found:?}");
+        assert_eq!(found[0].auth, Some(OsdId(0)));
+        assert_eq!(found[0].errors, vec![(OsdId(2), vec!["version_mismatch".to_string()])]);
+        // A copy installed in parts has no version yet: not a mismatch.
+        let none = || {
+            let mut o = obj("a", 1, 7);
+            o.version = Eversion::default();
+            o
+        };
+        let unknown = BTreeMap::from([(OsdId(0), vec![at(10)]), (OsdId(1), vec![none()])]);
+        assert!(compare(OsdId(0), &unknown).is_empty());
+        // Nor are two known versions judged by an authority that has none.
+        let auth_unknown =
+            BTreeMap::from([(OsdId(0), vec![none()]), (OsdId(1), vec![at(12)]), (OsdId(2), vec![at(11)])]);
+        assert!(compare(OsdId(0), &auth_unknown).is_empty(), "nothing judges them");
     }
 
     #[test]

@@ -709,6 +709,9 @@ pub struct ScrubObject {
     /// The object could not be read whole here (the store's checksum caught damaged data, or
     /// another store error): what the store said.
     pub read_error: Option<String>,
+    /// The version stored with the object (the last write that changed it; `0'0`: none, as
+    /// after a copy in parts until its next write).
+    pub version: Eversion,
 }
 
 /// A PG's primary asks a member for its scrub map of the objects named in `(after, upto]`, as of
@@ -770,7 +773,8 @@ pub struct InconsistentObject {
     /// The member whose copy is taken as right (`None`: no member has a readable copy).
     pub auth: Option<shoal_map::OsdId>,
     /// Each member whose copy is wrong, with what is wrong (`missing`, `extra`, `size_mismatch`,
-    /// `data_digest_mismatch`, `omap_digest_mismatch`, `attr_mismatch`, `read_error`).
+    /// `data_digest_mismatch`, `omap_digest_mismatch`, `attr_mismatch`, `version_mismatch`,
+    /// `read_error`).
     pub errors: Vec<(shoal_map::OsdId, Vec<String>)>,
 }
 
