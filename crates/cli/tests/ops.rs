@@ -48,20 +48,6 @@ async fn answers_over_a_message_are_refused_and_the_osd_stays_up(client: &Client
     assert!(matches!(&out[0], OpOutput::OmapList(page) if page.len() == 10), "a page that fits is answered");
 }
 
-/// Waits (up to a minute) until every PG of the cluster in `dir` is active+clean.
-fn wait_active_clean(dir: &std::path::Path) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let status: serde_json::Value = serde_json::from_str(&ok(&shoal(dir, &["status", "--json"]))).expect("json");
-        let count = status["pgs"]["count"].as_u64().unwrap_or(0);
-        if count > 0 && status["pgs"]["by_state"]["active+clean"].as_u64() == Some(count) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "PGs not active+clean: {status}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-}
-
 /// Polls `f` once: its answer if it already has one.
 async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     tokio::select! {
@@ -394,7 +380,7 @@ fn all_operations_on_a_replicated_pool() {
     assert_eq!(status["mons"]["count"], 3, "{status}");
     assert_eq!(status["osds"]["in"], 3, "{status}");
     ok(&shoal(&dir, &["osd", "in", "1"]));
-    wait_active_clean(&dir);
+    common::wait_clean(&dir, 4, std::time::Duration::from_secs(60));
 
     // The "wide" object (over a MiB of omap, more than a client's message carries) moves whole
     // when its primary goes out: the new member gets it in a push, and no OSD fails sending it.
@@ -405,9 +391,8 @@ fn all_operations_on_a_replicated_pool() {
         let primary = map.locate(pool, "wide").expect("locate").osds[0];
         client.mon().command(shoal_map::Command::OsdOut { id: primary }).await.expect("out");
     });
-    wait_active_clean(&dir);
-    let status: serde_json::Value = serde_json::from_str(&ok(&shoal(&dir, &["status", "--json"]))).expect("json");
-    assert_eq!(status["osds"]["up"], 4, "an OSD failed while moving a wide object: {status}");
+    // Clean with all four OSDs up: none failed while moving the wide object.
+    common::wait_clean(&dir, 4, std::time::Duration::from_secs(60));
     rt.block_on(async {
         let client = Client::connect(cfg.clone()).await.expect("connect");
         let mut after = None;

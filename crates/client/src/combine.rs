@@ -194,22 +194,6 @@ impl std::hash::Hasher for PassThroughHasher {
     }
 }
 
-/// Whether `ops` may be combined: guards, xattr and omap operations on named keys, at least one
-/// of them a write ([`Footprint::of`] without building the footprint).
-fn combinable(ops: &[ObjOp]) -> bool {
-    let mut writes = false;
-    for op in ops {
-        match op {
-            ObjOp::AssertXattr { .. } | ObjOp::GetXattr { .. } | ObjOp::AssertOmap { .. } | ObjOp::OmapGet { .. } => {}
-            ObjOp::SetXattr { .. } | ObjOp::RemoveXattr { .. } | ObjOp::OmapSet { .. } | ObjOp::OmapRemove { .. } => {
-                writes = true;
-            }
-            _ => return false,
-        }
-    }
-    writes
-}
-
 /// Held by a request that went out alone because nothing was on its way to its object: when it
 /// is answered or dropped, the requests that queued behind it are sent in rounds by a task of
 /// their own, or the object's entry is removed if none did.
@@ -308,9 +292,9 @@ impl Client {
     /// is the one the request would have had sent alone at some moment between this call and its
     /// return; durability is [`Client::op`]'s.
     pub async fn op_combined(&self, pool: &str, object: &str, ops: Vec<ObjOp>) -> Result<OpResult, ClientError> {
-        if !combinable(&ops) {
+        let Some(footprint) = Footprint::of(&ops) else {
             return self.op(pool, object, ops, Vec::new()).await;
-        }
+        };
         let key = (pool.to_string(), object.to_string());
         let after = std::time::Duration::from_micros(self.combiner.after_us.load(Ordering::Relaxed));
         // What to do is decided under the lock, and done after it is released.
@@ -325,7 +309,6 @@ impl Client {
                 Some(on) if on.waiting.len() < COMBINE_MAX_WAITING && on.sent_at.elapsed() >= after => {
                     let (answer, answered) = oneshot::channel();
                     let size_bytes = crate::objecter::ops_header_bytes(object, &ops);
-                    let footprint = Footprint::of(&ops).unwrap_or_default();
                     on.waiting.push_back(Waiting { ops, size_bytes, footprint, answer });
                     Then::Wait(answered)
                 }
@@ -466,7 +449,6 @@ mod tests {
             (vec![ObjOp::WriteFull { len_bytes: 0 }], false),
         ];
         for (ops, want) in cases {
-            assert_eq!(combinable(&ops), want, "{ops:?}");
             assert_eq!(Footprint::of(&ops).is_some(), want, "{ops:?}");
         }
     }

@@ -116,35 +116,34 @@ fn read_metadata(
     let xattrs = store.list_xattrs(coll, name).map_err(|e| store_error(&e))?;
     // Counted as read (bytes plus the most framing an entry takes encoded), so an object far
     // over the bound is refused without being read whole into memory.
-    let mut size_bytes: usize = xattrs.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
+    let entry_bytes = |k: &[u8], v: &[u8]| k.len() + v.len() + 10;
+    let over = |size_bytes: usize| {
+        RemoteError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "{name} holds over {COPY_METADATA_MAX_BYTES} bytes of xattrs and omap ({size_bytes} read), more than a copy carries"
+            ),
+        )
+    };
+    let mut size_bytes: usize = xattrs.iter().map(|(k, v)| entry_bytes(k.as_bytes(), v)).sum();
+    if size_bytes > COPY_METADATA_MAX_BYTES {
+        return Err(over(size_bytes));
+    }
     let mut omap = Vec::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
-        if size_bytes > COPY_METADATA_MAX_BYTES {
-            return Err(RemoteError::new(
-                ErrorCode::TooLarge,
-                format!(
-                    "{name} holds over {COPY_METADATA_MAX_BYTES} bytes of xattrs and omap, more than a copy carries"
-                ),
-            ));
-        }
         let page = store.omap_list(coll, name, after.as_deref(), OMAP_PAGE).map_err(|e| store_error(&e))?;
         let Some((last, _)) = page.last() else { break };
         after = Some(last.clone());
         let short = page.len() < OMAP_PAGE;
-        size_bytes += page.iter().map(|(k, v)| k.len() + v.len() + 10).sum::<usize>();
+        size_bytes += page.iter().map(|(k, v)| entry_bytes(k, v)).sum::<usize>();
+        if size_bytes > COPY_METADATA_MAX_BYTES {
+            return Err(over(size_bytes));
+        }
         omap.extend(page);
         if short {
             break;
         }
-    }
-    if size_bytes > COPY_METADATA_MAX_BYTES {
-        return Err(RemoteError::new(
-            ErrorCode::TooLarge,
-            format!(
-                "{name} holds {size_bytes} bytes of xattrs and omap, over the {COPY_METADATA_MAX_BYTES} a copy carries"
-            ),
-        ));
     }
     Ok((xattrs, omap))
 }
