@@ -29,7 +29,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use shoal_map::PgId;
-use shoal_proto::osd::{Eversion, ReqId};
+use shoal_proto::osd::{DupsObject, Eversion, ReqId};
 use shoal_store::{ObjectStore, StoreError, Transaction};
 
 /// Entries a PG log keeps at least (per PG, on every member): a resend older than this many
@@ -92,6 +92,37 @@ fn dups_key(reqid: &ReqId) -> Vec<u8> {
     k.extend_from_slice(&reqid.client.to_be_bytes());
     k.extend_from_slice(&reqid.tid.to_be_bytes());
     k
+}
+
+/// Bytes of a dups entry's key (`client | tid`) and value (`version | op_count`).
+const DUPS_KEY_BYTES: usize = 16;
+const DUPS_VALUE_BYTES: usize = 20;
+
+/// What a replacement of the log did to this member's dups objects (see
+/// [`PgLog::write_replacement`]); pass it to [`PgLog::replaced`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DupsAfter {
+    /// The member's own stayed.
+    Kept,
+    /// They were replaced by these (none: removed).
+    Now(std::collections::BTreeSet<u64>),
+}
+
+/// Checks dups objects received from a primary: at most [`DUPS_OBJECTS`] of them, each with at
+/// most `bounds.keep` entries (an object covers `keep` versions) of the stored layout.
+pub fn check_dups(dups: &[DupsObject], bounds: LogBounds) -> Result<(), String> {
+    if dups.len() as u64 > DUPS_OBJECTS {
+        return Err(format!("{} dups objects, over the {DUPS_OBJECTS} a PG keeps", dups.len()));
+    }
+    for d in dups {
+        if d.entries.len() > bounds.keep.max(1) {
+            return Err(format!("dups object {} has {} entries, over {}", d.number, d.entries.len(), bounds.keep));
+        }
+        if let Some((k, v)) = d.entries.iter().find(|(k, v)| k.len() != DUPS_KEY_BYTES || v.len() != DUPS_VALUE_BYTES) {
+            return Err(format!("dups object {} has an entry of {} + {} bytes", d.number, k.len(), v.len()));
+        }
+    }
+    Ok(())
 }
 /// The log object's xattr holding the log's *tail*: the version of the newest entry trimmed
 /// away (absent, read as `0'0`: nothing was ever trimmed, or the log was written before tails
@@ -252,6 +283,29 @@ impl PgLog {
         Ok(None)
     }
 
+    /// This member's dups objects (the newest [`DUPS_OBJECTS`]), for a member being backfilled,
+    /// or none when a replacement of this log would drop them ([`PgLog::write_replacement`]: its
+    /// stored log is not exactly the one in memory), since only then may they name writes the
+    /// PG's history rolled back. Call it on the primary, whose log overlaps the authority's.
+    pub fn dups_to_share(&self, store: &dyn ObjectStore, pg: PgId) -> Result<Vec<DupsObject>, StoreError> {
+        if !self.exact || !self.created {
+            return Ok(Vec::new());
+        }
+        let coll = log_collection(pg);
+        let most = self.bounds.keep.max(1);
+        let mut out = Vec::new();
+        for n in self.dups.iter().rev().take(DUPS_OBJECTS as usize).rev() {
+            // One page past the bound: an object holds at most `keep` ids (one per version of its
+            // range), so more means damage, refused rather than sent.
+            let entries = store.omap_list(&coll, &dups_object(*n), None, most + 1)?;
+            if entries.len() > most {
+                return Err(StoreError::Corrupt(format!("dups object {n} of PG {pg} holds over {most} entries")));
+            }
+            out.push(DupsObject { number: *n, entries });
+        }
+        Ok(out)
+    }
+
     /// What trimming the oldest `trim_batch` entries does to the dups objects.
     fn dups_trim(&self) -> DupsTrim {
         let per_object = self.bounds.keep.max(1) as u64;
@@ -353,11 +407,13 @@ impl PgLog {
     /// Sound because a version names one entry everywhere: versions carry the epoch of the
     /// primary that ordered them, and a PG has one primary per epoch.
     ///
-    /// Returns whether this member's dups objects stay. They do when only differences are
-    /// written: the caller replaces a log that overlaps the authority's, and the dups hold only
-    /// entries older than its tail, so shared history. Otherwise (the whole log is rewritten)
-    /// they are removed: they may name writes the PG's history rolled back, and a resend of such
-    /// a write answered as done would be lost. Pass the answer to [`PgLog::replaced`].
+    /// Dups objects: with `dups` (a member being backfilled, sent the primary's by
+    /// [`PgLog::dups_to_share`], already checked by [`check_dups`]) this member's are replaced by
+    /// them. Otherwise its own stay when only differences are written: the caller replaces a log
+    /// that overlaps the authority's, and the dups hold only entries older than its tail, so
+    /// shared history. When the whole log is rewritten they are removed: they may name writes
+    /// the PG's history rolled back, and a resend of such a write answered as done would be lost.
+    /// Pass the answer to [`PgLog::replaced`].
     #[must_use]
     pub fn write_replacement(
         &self,
@@ -365,16 +421,30 @@ impl PgLog {
         pg: PgId,
         entries: &[shoal_proto::osd::PgLogEntry],
         tail: Eversion,
-    ) -> bool {
-        if !self.exact || !self.created {
-            let coll = log_collection(pg);
+        dups: Option<&[DupsObject]>,
+    ) -> DupsAfter {
+        let coll = log_collection(pg);
+        let whole = !self.exact || !self.created;
+        let after = if whole || dups.is_some() {
             for n in &self.dups {
                 txn.remove(&coll, &dups_object(*n));
             }
+            let mut now = std::collections::BTreeSet::new();
+            for d in dups.unwrap_or_default() {
+                txn.touch(&coll, &dups_object(d.number));
+                if !d.entries.is_empty() {
+                    txn.omap_set(&coll, &dups_object(d.number), d.entries.clone());
+                }
+                now.insert(d.number);
+            }
+            DupsAfter::Now(now)
+        } else {
+            DupsAfter::Kept
+        };
+        if whole {
             write_whole(txn, pg, entries, tail, self.bounds);
-            return false;
+            return after;
         }
-        let coll = log_collection(pg);
         let new = &entries[entries.len().saturating_sub(self.bounds.max_entries())..];
         txn.touch(&coll, LOG_OBJECT);
         if tail_of(entries, tail, self.bounds) != self.tail {
@@ -399,15 +469,15 @@ impl PgLog {
         if !add.is_empty() {
             txn.omap_set(&coll, LOG_OBJECT, add);
         }
-        true
+        after
     }
 
     /// Updates the in-memory log after the transaction built by [`write_whole`] or
-    /// [`PgLog::write_replacement`] committed; `kept_dups` is what the latter returned (`false`
-    /// after [`write_whole`] on a log without dups objects).
-    pub fn replaced(&mut self, entries: &[shoal_proto::osd::PgLogEntry], tail: Eversion, kept_dups: bool) {
-        if !kept_dups {
-            self.dups.clear();
+    /// [`PgLog::write_replacement`] committed; `dups` is what the latter returned
+    /// (`DupsAfter::Now` of none after [`write_whole`] on a log without dups objects).
+    pub fn replaced(&mut self, entries: &[shoal_proto::osd::PgLogEntry], tail: Eversion, dups: DupsAfter) {
+        if let DupsAfter::Now(now) = dups {
+            self.dups = now;
         }
         self.tail = tail_of(entries, tail, self.bounds);
         self.entries.clear();
@@ -567,7 +637,7 @@ mod tests {
         write_whole(&mut txn, pg, &entries, Eversion::default(), LogBounds::default());
         store.commit(txn, shoal_store::Durability::Sync).expect("commit");
         let mut memory = PgLog::empty(LogBounds::default());
-        memory.replaced(&entries, Eversion::default(), false);
+        memory.replaced(&entries, Eversion::default(), DupsAfter::Now(Default::default()));
         let loaded = PgLog::load(&store, pg, LogBounds::default()).expect("load");
         assert_eq!(memory.len(), MAX_LOG_ENTRIES);
         assert_eq!((memory.len(), memory.last_update()), (loaded.len(), loaded.last_update()));
@@ -598,13 +668,17 @@ mod tests {
 
         // The same log again: nothing but the touch.
         let mut txn = Transaction::new();
-        assert!(log.write_replacement(&mut txn, pg, &held, Eversion::default()), "history kept");
+        assert_eq!(
+            log.write_replacement(&mut txn, pg, &held, Eversion::default(), None),
+            DupsAfter::Kept,
+            "history kept"
+        );
         assert_eq!(txn.ops.len(), 1, "{:?}", txn.ops);
 
         // The authority: 1..=20, then its own 21..=25 of epoch 5.
         let auth: Vec<PgLogEntry> = (1..=20).map(|i| entry(3, i, 9)).chain((21..=25).map(|i| entry(5, i, 8))).collect();
         let mut txn = Transaction::new();
-        assert!(log.write_replacement(&mut txn, pg, &auth, Eversion::default()));
+        assert_eq!(log.write_replacement(&mut txn, pg, &auth, Eversion::default(), None), DupsAfter::Kept);
         let (removed, added) = txn.ops.iter().fold((0, 0), |(r, a), op| match op {
             shoal_store::Op::OmapRemove { keys, .. } => (r + keys.len(), a),
             shoal_store::Op::OmapSet { entries, .. } => (r, a + entries.len()),
@@ -618,7 +692,10 @@ mod tests {
 
         // A log whose in-memory copy may not match the store is rewritten whole.
         let mut txn = Transaction::new();
-        assert!(!PgLog::empty(LogBounds::default()).write_replacement(&mut txn, pg, &auth, Eversion::default()));
+        assert_eq!(
+            PgLog::empty(LogBounds::default()).write_replacement(&mut txn, pg, &auth, Eversion::default(), None),
+            DupsAfter::Now(Default::default())
+        );
         assert!(txn.ops.iter().any(|op| matches!(op, shoal_store::Op::OmapClear { .. })));
     }
 
@@ -673,15 +750,46 @@ mod tests {
                 op_count: 1,
             })
             .collect();
+        // (As an OSD holds it: loaded from the store, so known to match it.)
+        let shared = PgLog::load(&store, pg, bounds).expect("load").dups_to_share(&store, pg).expect("read");
+        assert_eq!(shared.iter().map(|d| d.number).collect::<std::collections::BTreeSet<_>>(), log.dups);
+        check_dups(&shared, bounds).expect("well formed");
         let mut stale = PgLog::load(&store, pg, bounds).expect("load");
         stale.exact = false;
+        assert!(stale.dups_to_share(&store, pg).expect("read").is_empty(), "an inexact log shares none");
         let mut txn = Transaction::new();
-        assert!(!stale.write_replacement(&mut txn, pg, &auth, Eversion::default()));
+        let after = stale.write_replacement(&mut txn, pg, &auth, Eversion::default(), None);
+        assert_eq!(after, DupsAfter::Now(Default::default()));
         store.commit(txn, shoal_store::Durability::Batch).expect("commit");
-        stale.replaced(&auth, Eversion::default(), false);
+        stale.replaced(&auth, Eversion::default(), after);
         assert!(stale.dups.is_empty());
         assert!(store.list_objects(&log_collection(pg), DUPS_PREFIX, None, 100).unwrap().objects.is_empty());
         assert_eq!(stale.lookup_trimmed(&store, pg, &id(180)).unwrap(), None);
+
+        // A member being backfilled gets the primary's dups objects with the authority's log,
+        // whatever it held: it then recognises the same trimmed ids.
+        let mut txn = Transaction::new();
+        let after = stale.write_replacement(&mut txn, pg, &auth, Eversion::default(), Some(&shared));
+        assert_eq!(after, DupsAfter::Now(log.dups.clone()));
+        store.commit(txn, shoal_store::Durability::Batch).expect("commit");
+        stale.replaced(&auth, Eversion::default(), after);
+        assert_eq!(
+            stale.lookup_trimmed(&store, pg, &id(180)).unwrap(),
+            log.lookup_trimmed(&store, pg, &id(180)).unwrap()
+        );
+        assert!(stale.lookup_trimmed(&store, pg, &id(180)).unwrap().is_some());
+        assert_eq!(PgLog::load(&store, pg, bounds).expect("load").dups, log.dups, "stored as sent");
+
+        // Malformed or oversized dups are refused by name.
+        let mut bad = shared.clone();
+        bad[0].entries[0].0 = vec![1; 3];
+        assert!(check_dups(&bad, bounds).unwrap_err().contains("entry of 3 + 20 bytes"));
+        let mut long = shared.clone();
+        long[0].entries.push((vec![1; DUPS_KEY_BYTES], vec![0; DUPS_VALUE_BYTES]));
+        assert!(check_dups(&long, bounds).unwrap_err().contains("entries, over 4"));
+        let many: Vec<DupsObject> =
+            (0..=DUPS_OBJECTS).map(|number| DupsObject { number, entries: Vec::new() }).collect();
+        assert!(check_dups(&many, bounds).unwrap_err().contains("dups objects"));
     }
 
     #[test]

@@ -619,6 +619,38 @@ fn a_resend_older_than_the_pg_log_is_recognised_from_the_trimmed_ids_on_every_me
 }
 
 #[test]
+fn a_member_backfilled_onto_a_new_disk_recognises_resends_older_than_the_pg_log() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    net.append(1, b"a").result.expect("the first append");
+    let later = shoal_osd::pglog::MAX_LOG_ENTRIES as u64 + 70;
+    for tid in 2..=later {
+        net.append(tid, b"x").result.expect("append");
+    }
+    // The replica's disk is replaced: it comes back empty and is backfilled from the primary.
+    let fresh = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
+    let store: Arc<dyn ObjectStore> = fresh.clone();
+    net.cores.insert(acting[1].0, OsdCore::new(acting[1], store, Arc::new(net.map.clone())).unwrap());
+    net.engines.insert(acting[1].0, fresh);
+    let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+    net.change(Command::OsdBoot { id: acting[1], addr });
+    for _ in 0..10 {
+        net.tick();
+    }
+    assert_eq!(net.content(acting[1]).map(|c| c.len()), Some(later as usize), "backfilled");
+    // The backfilled member serves alone; the first append is resent (marked, as clients mark
+    // every attempt after the first): recognised from the ids it was given, not applied again.
+    net.change(Command::OsdOut { id: acting[0] });
+    assert_eq!(net.acting(), vec![acting[1]]);
+    let mut op = client_op(&net.map, 1, vec![ObjOp::Append { len_bytes: 1 }]);
+    op.resend = true;
+    let id = net.submit(acting[1].0, op, b"a", 0);
+    let reply = net.replies.remove(&id).expect("answered");
+    assert_eq!(reply.result.expect("answered"), vec![shoal_proto::osd::OpOutput::Done]);
+    assert_eq!(net.content(acting[1]).map(|c| c.len()), Some(later as usize), "applied once");
+}
+
+#[test]
 fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
     let mut net = Net::new();
     let acting = net.acting();

@@ -504,9 +504,23 @@ pub struct PgActivate {
     /// rolled back to "absent"): removed, with their clones, in the activation's transaction.
     pub remove: Vec<String>,
     pub backfill: bool,
+    /// For a member to be backfilled: the request ids the primary keeps beyond its log (its
+    /// dups objects, decision 0039), which replace the member's, so that a resend older than the
+    /// log is still recognised once the member serves. Empty otherwise (a member whose log
+    /// overlaps the authority's keeps its own).
+    pub dups: Vec<DupsObject>,
 }
 impl Message for PgActivate {
     const TYPE: u16 = 42;
+}
+
+/// One of a PG's dups objects (decision 0039): the request ids of writes trimmed from its log
+/// whose versions fall in one numbered range, each key `client be64 | tid be64` with the value
+/// `version (16 bytes) | op_count be32`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DupsObject {
+    pub number: u64,
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// The answer to a [`PgActivate`], a [`PgPush`] or a [`PgStray`] removal.

@@ -522,6 +522,18 @@ impl OsdCore {
                 MemberPlan::Backfill => None,
             })
             .collect();
+        // Members to be backfilled get the request ids kept beyond the log with it (decision
+        // 0039): the primary's, which are shared history (its log overlaps the authority's).
+        // Unreadable, they go without, as if none were kept.
+        let dups = if plans.values().any(|plan| matches!(plan, MemberPlan::Backfill)) {
+            let shared = self.logs.get(&pg).map(|log| log.dups_to_share(&*self.store, pg));
+            shared.unwrap_or(Ok(Vec::new())).unwrap_or_else(|e| {
+                tracing::error!(%pg, error = %e, "reading the request ids kept beyond the log failed: backfilled members go without");
+                Vec::new()
+            })
+        } else {
+            Vec::new()
+        };
         let mut waiting = BTreeSet::new();
         let (mut own_missing, mut own_remove) = (BTreeMap::new(), BTreeSet::new());
         for osd in p.acting.clone() {
@@ -550,6 +562,7 @@ impl OsdCore {
                 missing: missing.into_iter().collect(),
                 remove: remove.into_iter().collect(),
                 backfill,
+                dups: if backfill { dups.clone() } else { Vec::new() },
             };
             waiting.insert(osd);
             out.push(Action::Peer {
@@ -580,7 +593,7 @@ impl OsdCore {
         let attempt = p.attempt;
         // The primary activates itself like any member.
         let own = PgMeta { les: epoch, backfill: None, missing: own_missing };
-        if let Err(e) = self.activate_local(pg, (&auth_log, auth_tail), &own, &own_remove) {
+        if let Err(e) = self.activate_local(pg, (&auth_log, auth_tail), &own, &own_remove, None) {
             tracing::error!(%pg, error = %e, "activating the primary's own copy failed; peering retried");
             return;
         }
@@ -591,13 +604,15 @@ impl OsdCore {
 
     /// Replaces this OSD's log and peering record for `pg` and removes the objects of `remove`
     /// (with their snapshot clones), in one transaction, durable once the driver syncs (the
-    /// answer to the primary waits for that sync).
+    /// answer to the primary waits for that sync). With `dups` (a member being backfilled), its
+    /// dups objects become those.
     pub(super) fn activate_local(
         &mut self,
         pg: PgId,
         (log, tail): (&[PgLogEntry], shoal_proto::osd::Eversion),
         meta: &PgMeta,
         remove: &BTreeSet<String>,
+        dups: Option<&[shoal_proto::osd::DupsObject]>,
     ) -> Result<(), RemoteError> {
         tracing::debug!(
             %pg, les = meta.les, backfill = ?meta.backfill, missing = meta.missing.len(), remove = remove.len(),
@@ -618,7 +633,7 @@ impl OsdCore {
             tracing::info!(%pg, objects = ?remove, "removing objects the PG's history never wrote (rolled back)");
         }
         // Only what differs from the log this member holds (loaded from the store if need be).
-        let kept_dups = self.log_mut(pg)?.write_replacement(&mut txn, pg, log, tail);
+        let kept_dups = self.log_mut(pg)?.write_replacement(&mut txn, pg, log, tail, dups);
         meta.write_whole(&mut txn, pg);
         self.store.commit(txn, shoal_store::Durability::Batch).map_err(|e| crate::exec::store_error(&e))?;
         self.collections.insert(coll);
@@ -819,13 +834,23 @@ impl OsdCore {
             missing: if a.backfill { BTreeMap::new() } else { a.missing.into_iter().collect() },
         };
         let remove: BTreeSet<String> = if a.backfill { BTreeSet::new() } else { a.remove.into_iter().collect() };
+        if !a.backfill && !a.dups.is_empty() {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!("activation of PG {pg} carries dups objects for a member that is not backfilled"),
+            ));
+        }
+        crate::pglog::check_dups(&a.dups, self.log_bounds).map_err(|why| {
+            RemoteError::new(ErrorCode::Invalid, format!("activation of PG {pg} carries bad dups objects: {why}"))
+        })?;
         if let Some(both) = remove.iter().find(|o| meta.missing.contains_key(*o)) {
             return Err(RemoteError::new(
                 ErrorCode::Invalid,
                 format!("activation of PG {pg} both removes {both} and names it missing"),
             ));
         }
-        self.activate_local(pg, (&a.log, a.tail), &meta, &remove)?;
+        let dups = a.backfill.then_some(a.dups.as_slice());
+        self.activate_local(pg, (&a.log, a.tail), &meta, &remove, dups)?;
         let interval = interval_of(&self.map, pg);
         self.pgs.insert(pg, PgState { interval, role: Role::Replica { activated_at: Some(a.activated_at) } });
         Ok(())
