@@ -382,8 +382,9 @@ fn all_operations_on_a_replicated_pool() {
     ok(&shoal(&dir, &["osd", "in", "1"]));
     common::wait_clean(&dir, 4, std::time::Duration::from_secs(60));
 
-    // The "wide" object (over a MiB of omap, more than a client's message carries) moves whole
-    // when its primary goes out: the new member gets it in a push, and no OSD fails sending it.
+    // The "wide" object (over a MiB of omap, more than a client's message carries and more than
+    // the 1 MiB backfill chunk) moves when its primary goes out: the new member gets it in parts
+    // (decision 0044), and no OSD fails sending it.
     rt.block_on(async {
         let client = Client::connect(cfg.clone()).await.expect("connect");
         let map = client.mon().map();

@@ -33,7 +33,8 @@ pub const RECOVERY_MAX_BYTES: &str = "osd_recovery_max_inflight_bytes";
 /// Data in one backfill push: small objects go together up to about this much, larger ones in
 /// parts of this size, so that neither end spends longer than one such part's read or write
 /// between two client operations (decision 0021). Ceph's `osd_recovery_max_chunk`. The bound
-/// goes down to 64 bytes so that the simulation can send its small objects in parts.
+/// goes down to 64 bytes so that the simulation can send its small objects in parts. An object
+/// with more xattrs and omap than this is recovered and backfilled in parts too (decision 0044).
 pub const BACKFILL_CHUNK_BYTES: &str = "osd_backfill_chunk_bytes";
 /// Objects in one backfill push at most (each costs its reads on the primary and its metadata
 /// updates on the target, so small objects bound a push's length by their number). Measured with
@@ -79,7 +80,7 @@ pub const SETTINGS: &[Setting] = &[
         default: 1 << 20,
         min: 64,
         max: 64 << 20,
-        help: "bytes of data in one backfill push; larger objects are sent in parts of this size",
+        help: "bytes of data in one backfill push; larger objects (data, or xattrs and omap) are sent in parts of this size",
     },
     Setting {
         name: BACKFILL_CHUNK_OBJECTS,

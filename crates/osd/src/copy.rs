@@ -1,7 +1,7 @@
 //! Objects copied whole between members of a PG (recovery and backfill): reading an object's
 //! data, xattrs and omap from the store, and turning received copies into store transactions.
 
-use shoal_proto::osd::ObjectCopy;
+use shoal_proto::osd::{ObjectCopy, PartCursor, PushPart};
 use shoal_proto::{ErrorCode, RemoteError};
 use shoal_store::{ObjectStore, StoreError, Transaction};
 
@@ -20,12 +20,7 @@ pub fn read_copy(
     name: &str,
     data: &mut Vec<u8>,
 ) -> Result<ObjectCopy, RemoteError> {
-    let size_bytes = match store.stat(coll, name) {
-        Ok(s) => Some(s.size_bytes),
-        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => None,
-        Err(e) => return Err(store_error(&e)),
-    };
-    read_copy_sized(store, coll, name, size_bytes, data)
+    read_sized(store, coll, name, COPY_METADATA_MAX_BYTES, data)
 }
 
 /// Adds to `txn` the removal of the local `objects` with their snapshot clones, exactly as
@@ -58,12 +53,15 @@ fn absent_copy(name: &str) -> ObjectCopy {
 }
 
 /// [`read_copy`] for a caller that has just looked up the object's size (`None`: it does not
-/// exist), so that it is not looked up twice.
+/// exist), so that it is not looked up twice, and that copies whole only objects whose xattrs and
+/// omap take at most `max_metadata_bytes` (capped at [`COPY_METADATA_MAX_BYTES`]; a larger one
+/// is refused with `TooLarge`, to be sent in parts).
 pub fn read_copy_sized(
     store: &dyn ObjectStore,
     coll: &str,
     name: &str,
     size_bytes: Option<u64>,
+    max_metadata_bytes: usize,
     data: &mut Vec<u8>,
 ) -> Result<ObjectCopy, RemoteError> {
     let Some(size_bytes) = size_bytes else {
@@ -76,7 +74,7 @@ pub fn read_copy_sized(
         }
         data.extend_from_slice(&bytes);
     }
-    let (xattrs, omap) = read_metadata(store, coll, name)?;
+    let (xattrs, omap) = read_metadata(store, coll, name, max_metadata_bytes.min(COPY_METADATA_MAX_BYTES))?;
     let version = crate::objver::stored(store, coll, name).unwrap_or_default();
     Ok(ObjectCopy { name: name.to_string(), exists: true, size_bytes, xattrs, omap, version })
 }
@@ -106,27 +104,47 @@ pub fn check_copies_fit(copies: &[ObjectCopy]) -> Result<usize, RemoteError> {
     Ok(size_bytes)
 }
 
-/// Object `name`'s xattrs and whole omap, refused past [`COPY_METADATA_MAX_BYTES`].
+/// Bytes an xattr or omap entry counts for in a copy: its key and value plus the most framing
+/// an entry takes encoded.
+fn entry_bytes(k: &[u8], v: &[u8]) -> usize {
+    k.len() + v.len() + 10
+}
+
+/// Object `name`'s xattrs, refused past [`COPY_METADATA_MAX_BYTES`] (even an object sent in
+/// parts carries all of them in its first part).
+fn read_xattrs(store: &dyn ObjectStore, coll: &str, name: &str) -> Result<Vec<(String, Vec<u8>)>, RemoteError> {
+    let xattrs = store.list_xattrs(coll, name).map_err(|e| store_error(&e))?;
+    let size_bytes: usize = xattrs.iter().map(|(k, v)| entry_bytes(k.as_bytes(), v)).sum();
+    if size_bytes > COPY_METADATA_MAX_BYTES {
+        return Err(RemoteError::new(
+            ErrorCode::TooLarge,
+            format!("{name} holds {size_bytes} bytes of xattrs, over the {COPY_METADATA_MAX_BYTES} a copy carries"),
+        ));
+    }
+    Ok(xattrs)
+}
+
+/// Object `name`'s xattrs and whole omap, refused with `TooLarge` past `max_bytes`.
 #[allow(clippy::type_complexity)]
 fn read_metadata(
     store: &dyn ObjectStore,
     coll: &str,
     name: &str,
+    max_bytes: usize,
 ) -> Result<(Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>), RemoteError> {
-    let xattrs = store.list_xattrs(coll, name).map_err(|e| store_error(&e))?;
-    // Counted as read (bytes plus the most framing an entry takes encoded), so an object far
-    // over the bound is refused without being read whole into memory.
-    let entry_bytes = |k: &[u8], v: &[u8]| k.len() + v.len() + 10;
+    let xattrs = read_xattrs(store, coll, name)?;
+    // Counted as read, so an object far over the bound is refused without being read whole
+    // into memory.
     let over = |size_bytes: usize| {
         RemoteError::new(
             ErrorCode::TooLarge,
             format!(
-                "{name} holds over {COPY_METADATA_MAX_BYTES} bytes of xattrs and omap ({size_bytes} read), more than a copy carries"
+                "{name} holds over {max_bytes} bytes of xattrs and omap ({size_bytes} read), more than one copy carries"
             ),
         )
     };
     let mut size_bytes: usize = xattrs.iter().map(|(k, v)| entry_bytes(k.as_bytes(), v)).sum();
-    if size_bytes > COPY_METADATA_MAX_BYTES {
+    if size_bytes > max_bytes {
         return Err(over(size_bytes));
     }
     let mut omap = Vec::new();
@@ -137,7 +155,7 @@ fn read_metadata(
         after = Some(last.clone());
         let short = page.len() < OMAP_PAGE;
         size_bytes += page.iter().map(|(k, v)| entry_bytes(k, v)).sum::<usize>();
-        if size_bytes > COPY_METADATA_MAX_BYTES {
+        if size_bytes > max_bytes {
             return Err(over(size_bytes));
         }
         omap.extend(page);
@@ -148,56 +166,151 @@ fn read_metadata(
     Ok((xattrs, omap))
 }
 
-/// Reads the part of object `name` that starts at `offset`, at most `len_bytes` long, appending
-/// its bytes to `data`. The copy names the object's whole size; the first part (`offset` 0)
-/// carries the xattrs and omap too. `None`: the object does not exist (any more).
+/// One part of an object sent in parts (see [`PushPart`]), as read by [`read_part`].
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// The part's copy: the whole object's size, the part's omap entries, the object's xattrs
+    /// on its first part, no version (see `replace_object`).
+    pub copy: ObjectCopy,
+    pub part: PushPart,
+    /// Where the next part starts (after the last part: its end).
+    pub next: PartCursor,
+}
+
+/// Reads the part of object `name` that starts at `at`, of about `budget_bytes` (its data first,
+/// then its omap entries, counted as [`entry_bytes`]; a part without data carries at least one
+/// entry, so that parts always advance), appending its bytes to `data`. The first part carries
+/// the object's xattrs too. `None`: the object does not exist (any more).
 pub fn read_part(
     store: &dyn ObjectStore,
     coll: &str,
     name: &str,
-    offset: u64,
-    len_bytes: u64,
+    at: &PartCursor,
+    budget_bytes: u64,
     data: &mut Vec<u8>,
-) -> Result<Option<ObjectCopy>, RemoteError> {
+) -> Result<Option<Part>, RemoteError> {
     let stat = match store.stat(coll, name) {
         Ok(s) => s,
         Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => return Ok(None),
         Err(e) => return Err(store_error(&e)),
     };
-    if offset >= stat.size_bytes {
+    let size = stat.size_bytes;
+    if at.offset > size || (at.omap_after.is_some() && at.offset != size) {
         return Err(RemoteError::new(
             ErrorCode::Invalid,
-            format!("a part at {offset} of {name} is past its end ({} bytes)", stat.size_bytes),
+            format!("a part of {name} at {} (omap after {:?}) does not fit its {size} bytes", at.offset, at.omap_after),
         ));
     }
-    let len = len_bytes.min(stat.size_bytes - offset);
-    let bytes = store.read(coll, name, offset, len).map_err(|e| store_error(&e))?;
-    if bytes.len() as u64 != len {
-        return Err(RemoteError::new(ErrorCode::Io, format!("short read of {name} while copying a part of it")));
+    let budget = budget_bytes.max(1);
+    let len = budget.min(size - at.offset);
+    if len > 0 {
+        let bytes = store.read(coll, name, at.offset, len).map_err(|e| store_error(&e))?;
+        if bytes.len() as u64 != len {
+            return Err(RemoteError::new(ErrorCode::Io, format!("short read of {name} while copying a part of it")));
+        }
+        data.extend_from_slice(&bytes);
     }
-    data.extend_from_slice(&bytes);
-    let (xattrs, omap) = if offset == 0 { read_metadata(store, coll, name)? } else { (Vec::new(), Vec::new()) };
-    // (A copy in parts keeps no version: see `replace_object`.)
-    let version = Default::default();
-    Ok(Some(ObjectCopy { name: name.to_string(), exists: true, size_bytes: stat.size_bytes, xattrs, omap, version }))
+    let end = at.offset + len;
+    let mut omap = Vec::new();
+    let mut omap_after = at.omap_after.clone();
+    // Whether entries may remain after this part's (unknown when the budget ran out at a page's
+    // end: then the next part finds out, possibly empty and last).
+    let mut more = true;
+    if end == size {
+        let mut left = usize::try_from(budget - len).unwrap_or(usize::MAX);
+        'pages: loop {
+            let page = store.omap_list(coll, name, omap_after.as_deref(), OMAP_PAGE).map_err(|e| store_error(&e))?;
+            let short = page.len() < OMAP_PAGE;
+            for (k, v) in page {
+                let b = entry_bytes(&k, &v);
+                if b > left && (len > 0 || !omap.is_empty()) {
+                    break 'pages;
+                }
+                left = left.saturating_sub(b);
+                omap_after = Some(k.clone());
+                omap.push((k, v));
+            }
+            if short {
+                more = false;
+                break;
+            }
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    let xattrs = if at.is_start() { read_xattrs(store, coll, name)? } else { Vec::new() };
+    let copy = ObjectCopy {
+        name: name.to_string(),
+        exists: true,
+        size_bytes: size,
+        xattrs,
+        omap,
+        version: Default::default(),
+    };
+    let last = end == size && !more;
+    Ok(Some(Part { copy, part: PushPart { at: at.clone(), last }, next: PartCursor { offset: end, omap_after } }))
 }
 
 /// Reads object `name` whole and, when it is a head, its companions (snapshot clones and snap
 /// directory, which move with it): the head's copy first. All bytes are appended to `data`.
+/// Objects whose xattrs and omap take more than `max_metadata_bytes` are refused with `TooLarge`
+/// (to be sent in parts: [`read_part_copies`]).
 pub fn read_copies(
     store: &dyn ObjectStore,
     coll: &str,
     name: &str,
+    max_metadata_bytes: usize,
     data: &mut Vec<u8>,
 ) -> Result<Vec<ObjectCopy>, RemoteError> {
-    let mut copies = vec![read_copy(store, coll, name, data)?];
+    let mut copies = vec![read_sized(store, coll, name, max_metadata_bytes, data)?];
     if !snaps::is_companion(name) {
         for companion in snaps::companions(store, coll, name)? {
-            copies.push(read_copy(store, coll, &companion, data)?);
+            copies.push(read_sized(store, coll, &companion, max_metadata_bytes, data)?);
         }
     }
     check_copies_fit(&copies)?;
     Ok(copies)
+}
+
+/// [`read_copy_sized`] after looking the size up.
+fn read_sized(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    max_metadata_bytes: usize,
+    data: &mut Vec<u8>,
+) -> Result<ObjectCopy, RemoteError> {
+    let size_bytes = match store.stat(coll, name) {
+        Ok(s) => Some(s.size_bytes),
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => None,
+        Err(e) => return Err(store_error(&e)),
+    };
+    read_copy_sized(store, coll, name, size_bytes, max_metadata_bytes, data)
+}
+
+/// The part of object `name` at `at` ([`read_part`]) for a recovery push or pull: its first
+/// part goes with the copies of the object's companions (snapshot clones move with their head),
+/// whole, after it (their bytes after the part's in `data`). `None`: the object does not exist.
+pub fn read_part_copies(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    at: &PartCursor,
+    budget_bytes: u64,
+    data: &mut Vec<u8>,
+) -> Result<Option<(Vec<ObjectCopy>, PushPart, PartCursor)>, RemoteError> {
+    let Some(Part { copy, part, next }) = read_part(store, coll, name, at, budget_bytes, data)? else {
+        return Ok(None);
+    };
+    let mut copies = vec![copy];
+    if at.is_start() && !snaps::is_companion(name) {
+        for companion in snaps::companions(store, coll, name)? {
+            copies.push(read_sized(store, coll, &companion, COPY_METADATA_MAX_BYTES, data)?);
+        }
+    }
+    check_copies_fit(&copies)?;
+    Ok(Some((copies, part, next)))
 }
 
 /// Adds to `txn` the removal of the local companions of each head among `copies` that the
@@ -235,17 +348,19 @@ pub fn apply_copy(
             format!("copy of {} names {} bytes but carries {}", copy.name, copy.size_bytes, data.len()),
         ));
     }
-    replace_object(txn, store, coll, copy, data)
+    replace_object(txn, store, coll, copy, data, true)
 }
 
 /// Adds to `txn` the replacement of the local object by `copy` with `data` (its bytes, or the
-/// first part of them): removed, then recreated with that data and the copy's xattrs and omap.
+/// first part of them): removed, then recreated with that data and the copy's xattrs and omap;
+/// `whole`: the copy is the whole object (not a first part).
 fn replace_object(
     txn: &mut Transaction,
     store: &dyn ObjectStore,
     coll: &str,
     copy: &ObjectCopy,
     data: bytes::Bytes,
+    whole: bool,
 ) -> Result<(), RemoteError> {
     // The collection may be created by this same transaction (the PG is new here).
     let present = match store.exists(coll, &copy.name) {
@@ -260,7 +375,6 @@ fn replace_object(
         return Ok(());
     }
     txn.touch(coll, &copy.name);
-    let whole = data.len() as u64 == copy.size_bytes;
     if !data.is_empty() {
         txn.write(coll, &copy.name, 0, data);
     }
@@ -281,42 +395,71 @@ fn replace_object(
     Ok(())
 }
 
-/// Adds to `txn` one part of a large object sent in parts (see `PushPart`): the first replaces
-/// the local object (data, xattrs and omap), a later one must start where the local copy ends
-/// (parts arrive in order on one link; anything else is refused, and the primary then peers
-/// again and starts the object over), and the last must end at the copy's size.
+/// Adds to `txn` one part of an object sent in parts (see [`PushPart`]): the first replaces the
+/// local object (data and xattrs); a later one must continue exactly where the local copy
+/// stands — its data where the local data ends, its omap entries (only once the data is all
+/// there) in key order after every key the local copy holds — since parts arrive in order on one
+/// link (anything else is refused, and the primary then peers again and starts the object over);
+/// the last must end at the copy's size.
 pub fn apply_part(
     txn: &mut Transaction,
     store: &dyn ObjectStore,
     coll: &str,
     copy: &ObjectCopy,
-    part: shoal_proto::osd::PushPart,
+    part: &PushPart,
     data: bytes::Bytes,
 ) -> Result<(), RemoteError> {
-    let invalid = |why: String| Err(RemoteError::new(ErrorCode::Invalid, why));
-    let end = part.offset + data.len() as u64;
-    if !copy.exists || data.is_empty() || end > copy.size_bytes || (part.last && end != copy.size_bytes) {
+    let invalid = |why: String| Err(RemoteError::new(ErrorCode::Invalid, format!("part of {}: {why}", copy.name)));
+    let at = &part.at;
+    let end = at.offset + data.len() as u64;
+    if !copy.exists || end > copy.size_bytes || (part.last && end != copy.size_bytes) {
         return invalid(format!(
-            "part of {} at {} with {} bytes does not fit its size of {} (last: {})",
-            copy.name,
-            part.offset,
+            "at {} with {} bytes does not fit its size of {} (last: {})",
+            at.offset,
             data.len(),
             copy.size_bytes,
             part.last
         ));
     }
-    if part.offset == 0 {
-        return replace_object(txn, store, coll, copy, data);
+    if (!copy.omap.is_empty() || at.omap_after.is_some()) && end != copy.size_bytes {
+        return invalid(format!("omap entries before the end of its data (at {}, ending at {end})", at.offset));
+    }
+    if !at.is_start() && (!copy.xattrs.is_empty() || (data.is_empty() && copy.omap.is_empty() && !part.last)) {
+        return invalid(format!("a later part at {} carries xattrs or nothing", at.offset));
+    }
+    let mut after = at.omap_after.as_deref();
+    for (k, _) in &copy.omap {
+        if after.is_some_and(|a| k.as_slice() <= a) {
+            return invalid("omap entries out of key order".to_string());
+        }
+        after = Some(k);
+    }
+    if at.is_start() {
+        return replace_object(txn, store, coll, copy, data, false);
     }
     let held = match store.stat(coll, &copy.name) {
         Ok(s) => s.size_bytes,
-        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => 0,
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => {
+            return invalid("a later part, but this copy holds none of it".to_string());
+        }
         Err(e) => return Err(store_error(&e)),
     };
-    if held != part.offset {
-        return invalid(format!("part of {} at {} but this copy holds {held} bytes", copy.name, part.offset));
+    if held != at.offset {
+        return invalid(format!("at {} but this copy holds {held} bytes", at.offset));
     }
-    txn.write(coll, &copy.name, part.offset, data);
+    if !copy.omap.is_empty() {
+        let past = store.omap_list(coll, &copy.name, at.omap_after.as_deref(), 1).map_err(|e| store_error(&e))?;
+        if !past.is_empty() {
+            return invalid(format!(
+                "omap entries after {:?}, but this copy already holds some past it",
+                at.omap_after
+            ));
+        }
+        txn.omap_set(coll, &copy.name, copy.omap.clone());
+    }
+    if !data.is_empty() {
+        txn.write(coll, &copy.name, at.offset, data);
+    }
     Ok(())
 }
 
@@ -400,6 +543,134 @@ mod tests {
     use super::*;
     use shoal_store::Durability;
 
+    /// Builds object `name` in `coll` of `store`: `size` bytes of data, two xattrs, `entries` omap
+    /// entries with values of varied length.
+    fn build(store: &dyn ObjectStore, coll: &str, name: &str, size: usize, entries: u32) {
+        let mut txn = Transaction::new();
+        if !store.collection_exists(coll).unwrap() {
+            txn.create_collection(coll);
+        }
+        txn.touch(coll, name);
+        if size > 0 {
+            txn.write(coll, name, 0, bytes::Bytes::from((0..size).map(|i| (i % 251) as u8).collect::<Vec<_>>()));
+        }
+        txn.set_xattr(coll, name, "a", b"1".to_vec());
+        txn.set_xattr(coll, name, "b", vec![2; 300]);
+        let omap = (0..entries).map(|i| (i.to_be_bytes().to_vec(), vec![i as u8; (i % 97) as usize + 1])).collect();
+        txn.omap_set(coll, name, omap);
+        store.commit(txn, Durability::Batch).expect("commit");
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn state(store: &dyn ObjectStore, name: &str) -> (Vec<u8>, Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+        let data = store.read_all("c", name).expect("data");
+        (data, store.list_xattrs("c", name).expect("xattrs"), store.omap_list("c", name, None, 1 << 20).expect("omap"))
+    }
+
+    /// Reads `name` from `from` part by part and applies each part to `to`, as a sender and a
+    /// receiver do; returns the number of parts.
+    fn send_in_parts(from: &dyn ObjectStore, to: &dyn ObjectStore, name: &str, budget: u64) -> usize {
+        let mut at = PartCursor::default();
+        for n in 1..100_000 {
+            let mut data = Vec::new();
+            let Part { copy, part, next } =
+                read_part(from, "c", name, &at, budget, &mut data).expect("read").expect("there");
+            let mut txn = Transaction::new();
+            apply_part(&mut txn, to, "c", &copy, &part, bytes::Bytes::from(data)).expect("apply");
+            to.commit(txn, Durability::Batch).expect("commit");
+            if part.last {
+                return n;
+            }
+            assert!(next != at, "parts advance");
+            at = next;
+        }
+        panic!("never a last part");
+    }
+
+    /// Objects sent in parts of any size arrive exactly as they are, data, xattrs and omap,
+    /// replacing whatever the receiver held.
+    #[test]
+    fn objects_sent_in_parts_arrive_whole() {
+        let from = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let to = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let cases: [(usize, u32); 5] = [(0, 0), (0, 300), (10_000, 0), (10_000, 300), (100, 5000)];
+        for (i, (size, entries)) in cases.into_iter().enumerate() {
+            let name = format!("o{i}");
+            build(&from, "c", &name, size, entries);
+            // The receiver holds something else under that name, replaced by the first part.
+            build(&to, "c", &name, 77, 3);
+            for budget in [7, 100, 4096, 1 << 20] {
+                let parts = send_in_parts(&from, &to, &name, budget);
+                assert!(
+                    state(&to, &name) == state(&from, &name),
+                    "{name} ({size} B, {entries} entries) in parts of {budget}"
+                );
+                if budget == 100 && size + entries as usize > 100 {
+                    assert!(parts > 1, "{name} in parts of 100 took {parts}");
+                }
+            }
+        }
+    }
+
+    /// A part that does not continue the receiver's copy exactly is refused by name.
+    #[test]
+    fn parts_out_of_place_are_refused() {
+        let from = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let to = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        build(&from, "c", "o", 1000, 50);
+        build(&to, "c", "o", 10, 1);
+        let read = |at: &PartCursor, data: &mut Vec<u8>| read_part(&from, "c", "o", at, 400, data).unwrap().unwrap();
+        let try_apply = |p: &Part, data: Vec<u8>| {
+            let mut txn = Transaction::new();
+            apply_part(&mut txn, &to, "c", &p.copy, &p.part, bytes::Bytes::from(data)).map(|()| txn)
+        };
+        let (mut d0, mut d1, mut d2) = (Vec::new(), Vec::new(), Vec::new());
+        let first = read(&PartCursor::default(), &mut d0);
+        let second = read(&first.next, &mut d1);
+        // The second before the first: the receiver's copy does not end where it starts.
+        let e = try_apply(&second, d1.clone()).unwrap_err();
+        assert!(e.message.contains("holds 10 bytes"), "{e}");
+        to.commit(try_apply(&first, d0).unwrap(), Durability::Batch).unwrap();
+        // Omap entries in a part whose data does not reach the end.
+        let early =
+            Part { copy: ObjectCopy { omap: vec![(vec![9], vec![9])], ..second.copy.clone() }, ..second.clone() };
+        assert!(try_apply(&early, d1.clone()).unwrap_err().message.contains("before the end of its data"));
+        to.commit(try_apply(&second, d1).unwrap(), Durability::Batch).unwrap();
+        let mut at = second.next.clone();
+        let third = read(&at, &mut d2);
+        // A later part with xattrs, or out of key order.
+        let xattrs =
+            Part { copy: ObjectCopy { xattrs: vec![("x".into(), vec![1])], ..third.copy.clone() }, ..third.clone() };
+        assert!(try_apply(&xattrs, d2.clone()).unwrap_err().message.contains("xattrs"));
+        to.commit(try_apply(&third, d2).unwrap(), Durability::Batch).unwrap();
+        // Now into the omap: once entries arrived, an entry at or before them is refused.
+        let mut parts_left = Vec::new();
+        loop {
+            at = parts_left.last().map_or(third.next.clone(), |p: &Part| p.next.clone());
+            let mut d = Vec::new();
+            let p = read(&at, &mut d);
+            let last = p.part.last;
+            parts_left.push(p);
+            if last {
+                break;
+            }
+        }
+        let omap_part = parts_left.iter().position(|p| !p.copy.omap.is_empty()).expect("an omap part");
+        for p in &parts_left[..omap_part] {
+            to.commit(try_apply(p, Vec::new()).unwrap(), Durability::Batch).unwrap();
+        }
+        let p = &parts_left[omap_part];
+        to.commit(try_apply(p, Vec::new()).unwrap(), Durability::Batch).unwrap();
+        let again = try_apply(p, Vec::new()).unwrap_err();
+        assert!(again.message.contains("already holds some past it"), "{again}");
+        let mut reversed = p.copy.clone();
+        reversed.omap.reverse();
+        let backwards = Part { copy: reversed, ..parts_left[omap_part + 1].clone() };
+        if backwards.copy.omap.len() > 1 {
+            assert!(try_apply(&backwards, Vec::new()).unwrap_err().message.contains("key order"));
+        }
+    }
+
     /// An object with more xattrs and omap than one message carries is refused by name when it
     /// is copied (its recovery stalls, reported), never sent; one under the bound is copied whole.
     #[test]
@@ -421,9 +692,10 @@ mod tests {
             store.commit(txn, Durability::Batch).expect("commit");
         }
         let mut data = Vec::new();
-        let copies = read_copies(&store, "c", "small", &mut data).expect("a copy under the bound");
+        let copies =
+            read_copies(&store, "c", "small", COPY_METADATA_MAX_BYTES, &mut data).expect("a copy under the bound");
         assert_eq!(copies[0].omap.len(), 100);
-        let e = read_copies(&store, "c", "wide", &mut data).expect_err("over the bound");
+        let e = read_copies(&store, "c", "wide", COPY_METADATA_MAX_BYTES, &mut data).expect_err("over the bound");
         assert_eq!(e.code, ErrorCode::TooLarge);
         assert!(e.message.contains("wide"), "{e}");
         // Copies that fit one by one but not together are refused together.

@@ -121,6 +121,8 @@ pub enum PeerCall {
         attempt: u64,
         objects: Vec<String>,
         backfill: bool,
+        /// A part of a recovery push (not its last): the object, and where its next part starts.
+        next: Option<(String, shoal_proto::osd::PartCursor)>,
     },
     Stray {
         pg: PgId,

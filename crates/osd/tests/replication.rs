@@ -61,6 +61,9 @@ struct Net {
     engines: BTreeMap<u32, Arc<MemEngine>>,
     /// Answers to the operator's commands.
     operator: Vec<Frame>,
+    /// Pushes and pulls of one part of an object (not whole copies) sent so far.
+    parts_pushed: usize,
+    parts_pulled: usize,
 }
 
 impl Net {
@@ -90,6 +93,8 @@ impl Net {
             data_of: BTreeMap::new(),
             engines,
             operator: Vec::new(),
+            parts_pushed: 0,
+            parts_pulled: 0,
         };
         net.broadcast();
         net
@@ -179,6 +184,13 @@ impl Net {
                 self.held_pushes.push_back((from, action));
             }
             Action::Peer { osd, msg_type, payload, call } => {
+                use shoal_proto::osd::{PgPull, PgPush};
+                if msg_type == <PgPush as shoal_proto::Message>::TYPE {
+                    self.parts_pushed += usize::from(decode::<PgPush>(payload.clone()).unwrap().0.part.is_some());
+                }
+                if msg_type == <PgPull as shoal_proto::Message>::TYPE {
+                    self.parts_pulled += usize::from(decode::<PgPull>(payload.clone()).unwrap().0.part.is_some());
+                }
                 let rid = self.rid(from, osd.0, Call::Peer(call));
                 queue.push_back((
                     osd.0,
@@ -648,6 +660,88 @@ fn a_member_backfilled_onto_a_new_disk_recognises_resends_older_than_the_pg_log(
     let reply = net.replies.remove(&id).expect("answered");
     assert_eq!(reply.result.expect("answered"), vec![shoal_proto::osd::OpOutput::Done]);
     assert_eq!(net.content(acting[1]).map(|c| c.len()), Some(later as usize), "applied once");
+}
+
+/// Everything "obj" holds on `osd`: data, xattrs and omap.
+#[allow(clippy::type_complexity)]
+fn object_state(net: &Net, osd: OsdId) -> (Vec<u8>, Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, "obj").unwrap().pg);
+    let store = net.core(osd).store();
+    let data = store.read_all(&coll, "obj").unwrap_or_else(|e| panic!("{osd}: {e}"));
+    let xattrs = store.list_xattrs(&coll, "obj").unwrap();
+    let omap = store.omap_list(&coll, "obj", None, 100_000).unwrap();
+    (data, xattrs, omap)
+}
+
+/// Rewrites "obj" whole in one request: 10 KiB of data, an xattr, and 30 omap entries of 1 KiB
+/// (keys `round:i`), far more metadata than one 4 KiB chunk. Sent to the primary; answered only
+/// if every member got it.
+fn write_wide(net: &mut Net, tid: u64, round: u8) -> u64 {
+    let entries = (0..30u8).map(|i| (vec![round, i], vec![round ^ i; 1024])).collect();
+    let ops = vec![
+        ObjOp::WriteFull { len_bytes: 10 << 10 },
+        ObjOp::SetXattr { name: "round".into(), value: vec![round] },
+        ObjOp::OmapSet { entries },
+    ];
+    let op = client_op(&net.map, tid, ops);
+    let primary = net.acting()[0].0;
+    net.submit(primary, op, &[round; 10 << 10], 0)
+}
+
+#[test]
+fn objects_with_more_metadata_than_a_chunk_are_recovered_and_backfilled_in_parts() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    // Parts of 4 KiB: the object's 30 KiB of omap cannot go whole.
+    net.change(Command::ConfigSet { key: shoal_map::config::BACKFILL_CHUNK_BYTES.to_string(), value: Some(4096) });
+    let id = write_wide(&mut net, 1, 1);
+    net.replies.remove(&id).expect("answered").result.expect("the first write");
+
+    // 1. A replica misses a write; the primary restarts and pushes the object to it in parts.
+    net.drop_rep_to = vec![acting[1].0];
+    write_wide(&mut net, 2, 2);
+    net.drop_rep_to.clear();
+    assert!(object_state(&net, acting[0]) != object_state(&net, acting[1]), "the replica missed it");
+    net.restart(acting[0]);
+    net.tick();
+    let want = object_state(&net, acting[0]);
+    assert_eq!(want.2.len(), 60, "both rounds' omap entries");
+    assert!(object_state(&net, acting[1]) == want, "pushed to the replica whole");
+    assert!(net.parts_pushed >= 8, "pushed in parts: {}", net.parts_pushed);
+
+    // 2. The primary misses a write (it was out), comes back and pulls the object in parts.
+    net.change(Command::OsdOut { id: acting[0] });
+    assert_eq!(net.acting(), vec![acting[1]]);
+    let id = write_wide(&mut net, 3, 3);
+    net.replies.remove(&id).expect("answered").result.expect("written on the replica alone");
+    net.change(Command::OsdIn { id: acting[0] });
+    assert_eq!(net.acting(), acting);
+    for _ in 0..3 {
+        net.tick();
+    }
+    let want = object_state(&net, acting[1]);
+    assert_eq!(want.2.len(), 90);
+    assert!(object_state(&net, acting[0]) == want, "pulled by the primary whole");
+    assert!(net.parts_pulled >= 8, "pulled in parts: {}", net.parts_pulled);
+    let id = write_wide(&mut net, 4, 4);
+    net.replies.remove(&id).expect("answered").result.expect("a write once recovered");
+
+    // 3. The replica's disk is replaced: it is backfilled, the object in parts.
+    let before = net.parts_pushed;
+    let fresh = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
+    let store: Arc<dyn ObjectStore> = fresh.clone();
+    net.cores.insert(acting[1].0, OsdCore::new(acting[1], store, Arc::new(net.map.clone())).unwrap());
+    net.engines.insert(acting[1].0, fresh);
+    let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+    net.change(Command::OsdBoot { id: acting[1], addr });
+    for _ in 0..30 {
+        net.tick();
+    }
+    let want = object_state(&net, acting[0]);
+    assert_eq!(want.2.len(), 120);
+    assert!(object_state(&net, acting[1]) == want, "backfilled whole");
+    assert!(net.parts_pushed >= before + 8, "backfilled in parts: {}", net.parts_pushed - before);
 }
 
 #[test]

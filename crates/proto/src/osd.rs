@@ -553,6 +553,9 @@ pub struct PgPull {
     /// the peer holds the object at the version needed: the peer answers from its store although
     /// its backfill has not reached the object (nothing changes an object the primary lacks).
     pub vouched: bool,
+    /// Set to pull one part of an object too large for one message, starting there (the
+    /// answer's `part` says where it ended); unset, the object is pulled whole.
+    pub part: Option<PartCursor>,
 }
 impl Message for PgPull {
     const TYPE: u16 = 44;
@@ -577,6 +580,9 @@ pub struct PgPullReply {
     pub epoch: u64,
     /// The object's copy, then its companions' (snapshot clones move with their head).
     pub result: Result<Vec<ObjectCopy>, RemoteError>,
+    /// For a pull of a part: the part the first copy is (the companions travel whole with the
+    /// first part).
+    pub part: Option<PushPart>,
 }
 impl Message for PgPullReply {
     const TYPE: u16 = 45;
@@ -592,19 +598,38 @@ pub struct PgPush {
     pub pg: u32,
     pub objects: Vec<ObjectCopy>,
     pub backfill: Option<BackfillRange>,
-    /// Set when the push is one part of a large object being backfilled: see [`PushPart`].
+    /// Set when the push is one part of an object too large for one message: see [`PushPart`].
     pub part: Option<PushPart>,
 }
 
-/// One part of a backfill push that carries a large object in pieces. The push names exactly
-/// one object, the range's last (`upto`); its copy's `size_bytes` is the whole object's size and
-/// the bulk data is the bytes at `offset`. The first part (`offset` 0) replaces the member's copy
-/// (with the copy's xattrs and omap) and removes the member's other objects in the range; later
-/// parts extend it, in order; only the last one moves the member's backfill cursor to the
-/// object, so that a partly sent object stays above the cursor, where nothing trusts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PushPart {
+/// Where a part of an object sent in parts starts: its data first, from `offset`, then its
+/// omap entries in key order, after `omap_after` (`None`: none sent yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartCursor {
     pub offset: u64,
+    pub omap_after: Option<Vec<u8>>,
+}
+
+impl PartCursor {
+    /// Whether a part starting here is the object's first.
+    #[must_use]
+    pub fn is_start(&self) -> bool {
+        self.offset == 0 && self.omap_after.is_none()
+    }
+}
+
+/// One part of an object too large for one message (its data over the backfill chunk, or its
+/// xattrs and omap over what one copy carries), sent in order on one link. The part's copy names
+/// the whole object's size; the bulk data is its bytes from `at.offset`, and the copy's omap the
+/// entries after `at.omap_after` (the data comes first: omap entries only once it is all sent).
+/// The first part (`at` the start) replaces the member's copy, with the object's xattrs; later
+/// parts extend it. In a backfill push the part's object is the range's last (`upto`): the first
+/// part removes the member's other objects in the range, and only the last one moves its backfill
+/// cursor to the object, so that a partly sent object stays above the cursor, where nothing
+/// trusts it. In a recovery push (or pull), the object stays missing until its last part.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushPart {
+    pub at: PartCursor,
     pub last: bool,
 }
 impl Message for PgPush {

@@ -26,6 +26,7 @@ use shoal_proto::osd::{PEER_QUERY_VERSIONS_MAX, PeerInfo, PeerQuery, PeerState, 
 use shoal_proto::{ErrorCode, Message, RemoteError, decode_bytes, encode, peek};
 use shoal_store::Transaction;
 
+use super::recovery::PulledCopies;
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::merge::{MemberPlan, choose_authority, plan_member};
 use crate::pglog::log_collection;
@@ -78,7 +79,7 @@ pub(crate) struct PeerPlan {
 pub(crate) struct PartPush {
     pub object: String,
     /// Where the next part starts.
-    pub offset: u64,
+    pub at: shoal_proto::osd::PartCursor,
     /// A write reached a name in `(cursor, object]` after the first part was read: the parts
     /// sent may be stale, or the range may now hold an object the target lacks. The object is
     /// started over (listing again from the cursor).
@@ -942,12 +943,13 @@ impl OsdCore {
                 self.activated(pg, attempt, from, r, out);
             }
             PeerCall::Pull { pg, attempt, object } => {
-                let r = payload::<shoal_proto::osd::PgPullReply>(result).and_then(|(m, d)| m.result.map(|c| (c, d)));
+                let r = payload::<shoal_proto::osd::PgPullReply>(result)
+                    .and_then(|(m, d)| m.result.map(|c| PulledCopies { copies: c, data: d, part: m.part }));
                 self.pulled(pg, attempt, from, object, r, out);
             }
-            PeerCall::Push { pg, attempt, objects, backfill } => {
+            PeerCall::Push { pg, attempt, objects, backfill, next } => {
                 let r = payload::<shoal_proto::osd::PeerAck>(result).and_then(|(m, _)| m.result);
-                self.pushed(pg, attempt, from, objects, backfill, r, out);
+                self.pushed(pg, attempt, from, (objects, next), backfill, r, out);
             }
             PeerCall::Stray { pg } => {
                 let r = payload::<shoal_proto::osd::PgStrayReply>(result).and_then(|(m, _)| m.result);

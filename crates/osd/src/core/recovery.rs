@@ -2,14 +2,16 @@
 //!
 //! - **Log recovery**: objects the peering plan found missing are copied whole — pulled from a
 //!   member that has them when the primary lacks them, pushed to each acting replica that lacks
-//!   them — in the background within the map's `osd_recovery_max_ops` objects and
+//!   them; one with more xattrs and omap than a backfill chunk in parts of that size, one after
+//!   another (decision 0044) — in the background within the map's `osd_recovery_max_ops` objects and
 //!   `osd_recovery_max_inflight_bytes` bytes of pushes in flight per OSD (`shoal config set`; a
 //!   change applies with the next map). A
 //!   client operation on an object that is still missing somewhere it is needed recovers that
 //!   object first, outside the bound, and only that operation waits.
 //! - **Backfill**: a replica whose log does not overlap is sent the primary's objects in name
 //!   order, a chunk at a time (at most `osd_backfill_chunk_objects` objects and about
-//!   `osd_backfill_chunk_bytes`, a larger object alone in parts of that size); each chunk also
+//!   `osd_backfill_chunk_bytes`, a larger object — data, or xattrs and omap — alone in parts of
+//!   that size); each chunk also
 //!   removes the replica's objects in its range that the primary does not have, and moves its
 //!   cursor in the same transaction. Writes to names up to the last chunk sent are replicated as
 //!   usual (the link is ordered, so the chunk lands first); writes beyond it reach the replica's
@@ -21,7 +23,7 @@ use std::collections::BTreeSet;
 
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{
-    BackfillRange, ObjectCopy, OsdOpReply, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply, PushPart,
+    BackfillRange, ObjectCopy, OsdOpReply, PartCursor, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply, PushPart,
 };
 use shoal_proto::{ErrorCode, Message, RemoteError, encode};
 use shoal_store::{Durability, Transaction};
@@ -29,7 +31,8 @@ use shoal_store::{Durability, Transaction};
 use super::peering::{MAX_BLOCKED_OPS_PER_PG, PartPush, PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::copy::{
-    apply_copy, apply_part, list_range, read_copies, read_copy_sized, read_part, remove_stale_companions, split_data,
+    COPY_METADATA_MAX_BYTES, Part, apply_copy, apply_part, list_range, read_copies, read_copy_sized, read_part,
+    read_part_copies, remove_stale_companions, split_data,
 };
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
@@ -40,6 +43,15 @@ use crate::scrub::not_there_yet;
 /// it is sent whole in one chunk (which no write can interrupt), so that a busy object cannot
 /// hold its backfill back forever.
 pub const MAX_PART_RESTARTS: u32 = 3;
+
+/// A member's answer to a pull: the copies, their bytes, and which part of the object the first
+/// copy is (for a pull in parts).
+#[derive(Debug)]
+pub(crate) struct PulledCopies {
+    pub copies: Vec<ObjectCopy>,
+    pub data: Vec<u8>,
+    pub part: Option<PushPart>,
+}
 
 /// What a client operation needs before it can run on an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +97,18 @@ impl OsdCore {
         p.blocked.entry(object.to_string()).or_default().push(event);
     }
 
+    /// Bytes of one push or pull part (the backfill chunk setting).
+    fn chunk_bytes(&self) -> u64 {
+        self.map.setting(shoal_map::config::BACKFILL_CHUNK_BYTES).max(1)
+    }
+
+    /// Most bytes of xattrs and omap an object may have to be copied whole in recovery or
+    /// backfill: one chunk, as for data, and never past what one message carries. A larger one
+    /// goes in parts.
+    fn whole_metadata_bytes(&self) -> usize {
+        usize::try_from(self.chunk_bytes()).unwrap_or(usize::MAX).min(COPY_METADATA_MAX_BYTES)
+    }
+
     /// Starts recovering one object: a pull if the primary lacks it, else pushes to the replicas
     /// that do.
     fn recover_object(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
@@ -112,7 +136,7 @@ impl OsdCore {
             };
             p.unfound.remove(object);
             p.recovering.insert(object.to_string(), BTreeSet::from([source]));
-            let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched };
+            let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part: None };
             out.push(Action::Peer {
                 osd: source,
                 msg_type: PgPull::TYPE,
@@ -129,8 +153,20 @@ impl OsdCore {
         }
         let attempt = p.attempt;
         let mut data = Vec::new();
-        let copies = match read_copies(&*self.store, &pg_collection(pg), object, &mut data) {
+        let max_metadata = self.whole_metadata_bytes();
+        let copies = match read_copies(&*self.store, &pg_collection(pg), object, max_metadata, &mut data) {
             Ok(c) => c,
+            Err(e) if e.code == ErrorCode::TooLarge => {
+                // Too much metadata for one message: each target gets it in parts, one after
+                // another (the object stays `recovering`, so no write reaches it meanwhile).
+                if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+                    p.recovering.insert(object.to_string(), targets.clone());
+                }
+                for osd in targets {
+                    self.send_recovery_part(pg, attempt, osd, object, PartCursor::default(), out);
+                }
+                return;
+            }
             Err(e) if e.code == ErrorCode::Corrupt => {
                 // The primary's own copy is damaged: it is recovered first, from a member.
                 tracing::warn!(%pg, object, error = %e, "own copy damaged: pulling it before pushing it");
@@ -155,9 +191,63 @@ impl OsdCore {
                 osd,
                 msg_type: PgPush::TYPE,
                 payload: encode(&push, data.clone()),
-                call: PeerCall::Push { pg, attempt, objects: vec![object.to_string()], backfill: false },
+                call: PeerCall::Push { pg, attempt, objects: vec![object.to_string()], backfill: false, next: None },
             });
         }
+    }
+
+    /// Pushes `osd` the part of `object` (being recovered) at `at`; the acknowledgement of a part
+    /// that is not the last sends the next ([`OsdCore::pushed`]). A damaged copy is recovered
+    /// first, from a member; another failure to read it (it cannot be copied: reported) gives up
+    /// on `osd` for this round, and background recovery starts the object over later, as after
+    /// a failed whole read.
+    fn send_recovery_part(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        osd: OsdId,
+        object: &str,
+        at: PartCursor,
+        out: &mut Vec<Action>,
+    ) {
+        let epoch = self.map.epoch;
+        let mut data = Vec::new();
+        let read = read_part_copies(&*self.store, &pg_collection(pg), object, &at, self.chunk_bytes(), &mut data);
+        let (copies, part, next) = match read {
+            Ok(Some(p)) => p,
+            other => {
+                let error = other.err().unwrap_or_else(|| RemoteError::new(ErrorCode::NotFound, "gone"));
+                self.report_stuck(pg, object, &error, "reading a part of an object to recover it failed");
+                if error.code == ErrorCode::Corrupt && self.mark_own_missing(pg, object).is_ok() {
+                    // Pulled first, then pushed again from the start.
+                    return self.start_peering(pg, out);
+                }
+                // Not unblocked here: the operations waiting for it wait for the next attempt.
+                if let Some(p) = self.primary_at(pg, attempt)
+                    && let Some(waiting) = p.recovering.get_mut(object)
+                {
+                    waiting.remove(&osd);
+                    if waiting.is_empty() {
+                        p.recovering.remove(object);
+                        p.push_bytes.remove(object);
+                    }
+                }
+                return;
+            }
+        };
+        if let Some(p) = self.primary_at(pg, attempt) {
+            p.push_bytes.insert(object.to_string(), data.len() as u64);
+        }
+        let last = part.last;
+        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: copies, backfill: None, part: Some(part) };
+        let (objects, next) =
+            if last { (vec![object.to_string()], None) } else { (Vec::new(), Some((object.to_string(), next))) };
+        out.push(Action::Peer {
+            osd,
+            msg_type: PgPush::TYPE,
+            payload: encode(&push, data),
+            call: PeerCall::Push { pg, attempt, objects, backfill: false, next },
+        });
     }
 
     /// Runs the operations that waited for `object`.
@@ -342,12 +432,12 @@ impl OsdCore {
                     return;
                 }
             };
+            // Restarts count only while the same object stays first in line.
+            let restarts = resume.as_ref().filter(|r| r.object == name).map_or(0, |r| r.restarts + 1);
             if size_bytes > chunk_bytes {
-                // Restarts count only while the same object stays first in line.
-                let restarts = resume.as_ref().filter(|r| r.object == name).map_or(0, |r| r.restarts + 1);
                 if restarts <= MAX_PART_RESTARTS || !objects.is_empty() {
                     if objects.is_empty() {
-                        let part = PartPush { object: name, offset: 0, dirty: false, restarts };
+                        let part = PartPush { object: name, at: PartCursor::default(), dirty: false, restarts };
                         return self.send_backfill_part(pg, osd, part, out);
                     }
                     stopped = true;
@@ -356,7 +446,21 @@ impl OsdCore {
                 tracing::info!(%pg, object = %name, restarts, "written to while sent in parts: sending it whole");
             }
             let data_before = data.len();
-            match read_copy_sized(&*self.store, &coll, &name, Some(size_bytes), &mut data) {
+            // After the restarts, whole if one message can carry it at all.
+            let max_metadata =
+                if restarts > MAX_PART_RESTARTS { COPY_METADATA_MAX_BYTES } else { self.whole_metadata_bytes() };
+            match read_copy_sized(&*self.store, &coll, &name, Some(size_bytes), max_metadata, &mut data) {
+                Err(e) if e.code == ErrorCode::TooLarge => {
+                    // Metadata over a chunk (or over a message): alone, in parts, like a large
+                    // object.
+                    data.truncate(data_before);
+                    if objects.is_empty() {
+                        let part = PartPush { object: name, at: PartCursor::default(), dirty: false, restarts };
+                        return self.send_backfill_part(pg, osd, part, out);
+                    }
+                    stopped = true;
+                    break;
+                }
                 Ok(c) => {
                     let c_bytes = shoal_proto::encoded_len(&c);
                     if !objects.is_empty() && header_bytes + c_bytes > crate::copy::COPIES_MAX_BYTES {
@@ -397,7 +501,7 @@ impl OsdCore {
             osd,
             msg_type: PgPush::TYPE,
             payload: encode(&push, data),
-            call: PeerCall::Push { pg, attempt, objects: names, backfill: true },
+            call: PeerCall::Push { pg, attempt, objects: names, backfill: true, next: None },
         });
     }
 
@@ -408,30 +512,30 @@ impl OsdCore {
     /// or miss a new object below its new cursor.
     fn send_backfill_part(&mut self, pg: PgId, osd: OsdId, part: PartPush, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
-        let chunk_bytes = self.map.setting(shoal_map::config::BACKFILL_CHUNK_BYTES).max(1);
+        let chunk_bytes = self.chunk_bytes();
         let coll = pg_collection(pg);
         let Some(p) = self.primary(pg) else { return };
         let Some(cursor) = p.peers.get(&osd).and_then(|pp| pp.backfill.clone()) else { return };
         let attempt = p.attempt;
         let mut data = Vec::new();
-        let copy = match read_part(&*self.store, &coll, &part.object, part.offset, chunk_bytes, &mut data) {
-            Ok(Some(copy)) => copy,
-            other => {
-                // Gone or shrunk without a write marking it (which cannot happen: every write
-                // passes `log_only`), or unreadable: started over from the cursor next round.
-                let error = other.err();
-                tracing::error!(%pg, object = %part.object, ?error, "reading a part for backfill failed");
-                if error.is_some_and(|e| e.code == ErrorCode::Corrupt) {
-                    let _ = self.mark_own_missing(pg, &part.object);
+        let Part { copy, part: header, next } =
+            match read_part(&*self.store, &coll, &part.object, &part.at, chunk_bytes, &mut data) {
+                Ok(Some(read)) => read,
+                other => {
+                    // Gone or shrunk without a write marking it (which cannot happen: every write
+                    // passes `log_only`), or unreadable: started over from the cursor next round.
+                    let error = other.err().unwrap_or_else(|| RemoteError::new(ErrorCode::NotFound, "gone"));
+                    self.report_stuck(pg, &part.object, &error, "reading a part for backfill failed");
+                    if error.code == ErrorCode::Corrupt {
+                        let _ = self.mark_own_missing(pg, &part.object);
+                    }
+                    if let Some(pp) = self.primary_at(pg, attempt).and_then(|p| p.peers.get_mut(&osd)) {
+                        pp.part = None;
+                    }
+                    return;
                 }
-                if let Some(pp) = self.primary_at(pg, attempt).and_then(|p| p.peers.get_mut(&osd)) {
-                    pp.part = None;
-                }
-                return;
-            }
-        };
-        let end = part.offset + data.len() as u64;
-        let last = end == copy.size_bytes;
+            };
+        let last = header.last;
         let after = (!cursor.is_empty()).then_some(cursor);
         let range = BackfillRange { after, upto: Some(part.object.clone()) };
         let names = if last { vec![part.object.clone()] } else { Vec::new() };
@@ -441,7 +545,7 @@ impl OsdCore {
             pg: pg.seed,
             objects: vec![copy],
             backfill: Some(range),
-            part: Some(PushPart { offset: part.offset, last }),
+            part: Some(header),
         };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.backfilling.insert(osd);
@@ -452,7 +556,7 @@ impl OsdCore {
                     pp.backfill = Some(part.object.clone());
                     pp.part = None;
                 } else {
-                    pp.part = Some(PartPush { offset: end, ..part });
+                    pp.part = Some(PartPush { at: next, ..part });
                 }
             }
         }
@@ -460,7 +564,7 @@ impl OsdCore {
             osd,
             msg_type: PgPush::TYPE,
             payload: encode(&push, data),
-            call: PeerCall::Push { pg, attempt, objects: names, backfill: true },
+            call: PeerCall::Push { pg, attempt, objects: names, backfill: true, next: None },
         });
     }
 
@@ -471,16 +575,23 @@ impl OsdCore {
         attempt: u64,
         from: OsdId,
         object: String,
-        result: Result<(Vec<ObjectCopy>, Vec<u8>), RemoteError>,
+        result: Result<PulledCopies, RemoteError>,
         out: &mut Vec<Action>,
     ) {
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
-        let (copies, data) = match result {
-            Ok(v) if v.0.first().is_some_and(|c| c.name == object) => v,
+        let pulled = match result {
+            Ok(v) if v.copies.first().is_some_and(|c| c.name == object) => v,
+            Err(e) if e.code == ErrorCode::TooLarge => {
+                // Too much metadata for one message: pulled in parts from the same source.
+                tracing::info!(%pg, object, source = %from, "pulling an object in parts");
+                p.recovering.insert(object.clone(), BTreeSet::from([from]));
+                self.send_pull_part(pg, attempt, from, &object, PartCursor::default(), out);
+                return;
+            }
             Err(e) if e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
                 // Lost on the way (a timeout, a broken connection): the object stays missing and
-                // the next round of background recovery asks again.
+                // the next round of background recovery asks again (from its first part).
                 tracing::info!(%pg, object, source = %from, error = %e, "pull failed; retried later");
                 return;
             }
@@ -498,7 +609,26 @@ impl OsdCore {
                 return;
             }
         };
-        if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None) {
+        let PulledCopies { copies, data, part } = pulled;
+        if let Some(part) = part {
+            // The next part starts after this one's data and omap entries.
+            let companion_bytes: u64 = copies.iter().skip(1).map(|c| c.size_bytes).sum();
+            let next = PartCursor {
+                offset: part.at.offset + (data.len() as u64).saturating_sub(companion_bytes),
+                omap_after: copies[0].omap.last().map(|(k, _)| k.clone()).or_else(|| part.at.omap_after.clone()),
+            };
+            let last = part.last;
+            if let Err(e) = self.install_part(pg, copies, bytes::Bytes::from(data), None, part) {
+                tracing::error!(%pg, object, error = %e, "storing a part of a pulled object failed");
+                return;
+            }
+            if !last {
+                if let Some(p) = self.primary_at(pg, attempt) {
+                    p.recovering.insert(object.clone(), BTreeSet::from([from]));
+                }
+                return self.send_pull_part(pg, attempt, from, &object, next, out);
+            }
+        } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None) {
             tracing::error!(%pg, object, error = %e, "storing a pulled object failed");
             return;
         }
@@ -508,6 +638,31 @@ impl OsdCore {
         self.recover(pg, out);
     }
 
+    /// Asks `source` for the part of `object` at `at` (the primary lacks the object, and it is
+    /// too large for one message).
+    fn send_pull_part(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        source: OsdId,
+        object: &str,
+        at: PartCursor,
+        out: &mut Vec<Action>,
+    ) {
+        let epoch = self.map.epoch;
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        // As the first pull decided: a source that is not a complete member answers for an
+        // object the primary knows it holds (see `PgPull::vouched`).
+        let vouched = p.sources.get(&source).is_none_or(|lacks| lacks.contains(object));
+        let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part: Some(at) };
+        out.push(Action::Peer {
+            osd: source,
+            msg_type: PgPull::TYPE,
+            payload: encode(&pull, Vec::new()),
+            call: PeerCall::Pull { pg, attempt, object: object.to_string() },
+        });
+    }
+
     /// A member's answer to a push (recovery or backfill).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn pushed(
@@ -515,7 +670,7 @@ impl OsdCore {
         pg: PgId,
         attempt: u64,
         from: OsdId,
-        objects: Vec<String>,
+        (objects, next): (Vec<String>, Option<(String, PartCursor)>),
         backfill: bool,
         result: Result<(), RemoteError>,
         out: &mut Vec<Action>,
@@ -546,6 +701,9 @@ impl OsdCore {
                 let lacks: BTreeSet<String> = pp.missing.keys().cloned().collect();
                 p.sources.insert(from, lacks);
             }
+        } else if let Some((name, at)) = next {
+            // A part of a recovery push landed: the next one.
+            return self.send_recovery_part(pg, attempt, from, &name, at, out);
         } else {
             let mut done = Vec::new();
             for name in objects {
@@ -626,6 +784,7 @@ impl OsdCore {
     pub(super) fn on_pull(&mut self, from: u64, request_id: u64, pull: PgPull, out: &mut Vec<Action>) {
         let pg = PgId { pool: pull.pool, seed: pull.pg };
         let mut data = Vec::new();
+        let mut part = None;
         // Not (or no longer: a purged stray) holding the PG at all.
         let held = self.pgs.contains_key(&pg);
         // A member the primary has not activated in this OSD's current life may hold nothing
@@ -643,13 +802,33 @@ impl OsdCore {
             Ok(meta) if !meta.has(&pull.object) && !vouched_past_cursor(meta, &pull) => {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }
-            Ok(_) => read_copies(&*self.store, &pg_collection(pg), &pull.object, &mut data),
+            Ok(_) => match &pull.part {
+                None => {
+                    let max_metadata = self.whole_metadata_bytes();
+                    read_copies(&*self.store, &pg_collection(pg), &pull.object, max_metadata, &mut data)
+                }
+                Some(at) => {
+                    let coll = pg_collection(pg);
+                    match read_part_copies(&*self.store, &coll, &pull.object, at, self.chunk_bytes(), &mut data) {
+                        Ok(Some((copies, header, _))) => {
+                            part = Some(header);
+                            Ok(copies)
+                        }
+                        Ok(None) => Err(RemoteError::new(
+                            ErrorCode::NotFound,
+                            format!("{} no longer holds {} of PG {pg}", self.id, pull.object),
+                        )),
+                        Err(e) => Err(e),
+                    }
+                }
+            },
             Err(e) => Err(e),
         };
         if result.is_err() {
             data.clear();
+            part = None;
         }
-        let reply = PgPullReply { epoch: self.map.epoch, result };
+        let reply = PgPullReply { epoch: self.map.epoch, result, part };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, data), after_sync: false });
     }
 
@@ -688,10 +867,13 @@ impl OsdCore {
         (coll, lcoll, txn)
     }
 
-    /// Stores one part of a large backfilled object (see `PushPart`): the first also removes
-    /// this member's other objects in the range, the last also moves the backfill cursor to the
-    /// object, each in the part's transaction.
-    fn install_part(
+    /// Stores one part of an object sent in parts (see `PushPart`). In a backfill push it is
+    /// the push's only object: the first part also removes this member's other objects in the
+    /// range, the last also moves the backfill cursor to the object. In a recovery push (or this
+    /// primary's own pull) the first part may bring the object's companions whole, after it, and
+    /// removes the local ones it does not bring; the object stays missing until its last part.
+    /// Each part in one transaction.
+    pub(super) fn install_part(
         &mut self,
         pg: PgId,
         copies: Vec<ObjectCopy>,
@@ -700,32 +882,61 @@ impl OsdCore {
         part: PushPart,
     ) -> Result<(), RemoteError> {
         let invalid = |why: &str| Err(RemoteError::new(ErrorCode::Invalid, format!("part push for PG {pg}: {why}")));
-        let [copy] = copies.as_slice() else { return invalid("it must carry exactly one object") };
-        let Some(range) = backfill else { return invalid("it must be a backfill push") };
-        if range.upto.as_deref() != Some(copy.name.as_str()) {
+        let Some((copy, companions)) = copies.split_first() else {
+            return invalid("it must carry an object");
+        };
+        if !companions.is_empty() && (backfill.is_some() || !part.at.is_start()) {
+            return invalid("only a recovery's first part carries other objects (the companions)");
+        }
+        if let Some(range) = &backfill
+            && range.upto.as_deref() != Some(copy.name.as_str())
+        {
             return invalid("its range must end at its object");
         }
+        let companion_bytes: u64 = companions.iter().map(|c| c.size_bytes).sum();
+        let Some(part_bytes) = (data.len() as u64).checked_sub(companion_bytes) else {
+            return invalid("its companions name more bytes than it carries");
+        };
+        let part_data = data.slice(..part_bytes as usize);
+        let companion_datas = split_data(companions, data.slice(part_bytes as usize..))?;
         let (coll, lcoll, mut txn) = self.install_txn(pg);
-        if part.offset == 0 && self.collections.contains(&coll) {
-            for local in list_range(&*self.store, &coll, range.after.as_deref(), Some(&copy.name), usize::MAX)? {
-                if local != copy.name {
-                    txn.remove(&coll, &local);
+        if part.at.is_start() && self.collections.contains(&coll) {
+            match &backfill {
+                Some(range) => {
+                    for local in list_range(&*self.store, &coll, range.after.as_deref(), Some(&copy.name), usize::MAX)?
+                    {
+                        if local != copy.name {
+                            txn.remove(&coll, &local);
+                        }
+                    }
                 }
+                None => remove_stale_companions(&mut txn, &*self.store, &coll, &copies)?,
             }
         }
-        apply_part(&mut txn, &*self.store, &coll, copy, part, data)?;
-        if part.last {
-            if self.meta_mut(pg)?.missing.contains_key(&copy.name) {
-                PgMeta::write_recovered(&mut txn, pg, &copy.name);
-            }
+        apply_part(&mut txn, &*self.store, &coll, copy, &part, part_data)?;
+        for (c, bytes) in companions.iter().zip(companion_datas) {
+            apply_copy(&mut txn, &*self.store, &coll, c, bytes)?;
+        }
+        // Recovered: the companions (whole) now, the object with its last part.
+        let recovered: Vec<String> = {
+            let meta = self.meta_mut(pg)?;
+            let done = companions.iter().chain(part.last.then_some(copy));
+            done.filter(|c| meta.missing.contains_key(&c.name)).map(|c| c.name.clone()).collect()
+        };
+        for name in &recovered {
+            PgMeta::write_recovered(&mut txn, pg, name);
+        }
+        if part.last && backfill.is_some() {
             PgMeta::write_backfill(&mut txn, pg, Some(&copy.name));
         }
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
         self.collections.insert(coll);
         self.collections.insert(lcoll);
-        if part.last {
-            let meta = self.meta_mut(pg)?;
-            meta.missing.remove(&copy.name);
+        let meta = self.meta_mut(pg)?;
+        for name in &recovered {
+            meta.missing.remove(name);
+        }
+        if part.last && backfill.is_some() {
             meta.backfill = Some(copy.name.clone());
         }
         Ok(())
