@@ -593,7 +593,7 @@ mod tests {
     fn objects_sent_in_parts_arrive_whole() {
         let from = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
         let to = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
-        let cases: [(usize, u32); 5] = [(0, 0), (0, 300), (10_000, 0), (10_000, 300), (100, 5000)];
+        let cases: [(usize, u32); 5] = [(0, 0), (0, 300), (10_000, 0), (10_000, 300), (100, 1500)];
         for (i, (size, entries)) in cases.into_iter().enumerate() {
             let name = format!("o{i}");
             build(&from, "c", &name, size, entries);
