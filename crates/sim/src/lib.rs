@@ -98,6 +98,10 @@ pub struct SimConfig {
     /// OSDs run client reads beside their workers, as `block` OSDs do (the read runs, and is
     /// answered, a delivery later).
     pub read_offload: bool,
+    /// Every write also sets omap entries of its object (a few of [`OMAP_KEYS`] keys), and the
+    /// owner's reads check the object's omap against the model: with small backfill chunks
+    /// (`--parts`) objects then recover and backfill with their omap in parts (decision 0044).
+    pub omap: bool,
     /// Clients that only read the writers' objects, while their owners write them, as many reads
     /// each as a writer writes. What they read is checked against the order of the writes: no
     /// value that no write wrote, none older than the last write acknowledged before the read
@@ -181,6 +185,7 @@ impl Default for SimConfig {
             mutations: shoal_osd::Mutations::default(),
             backfill_chunk_bytes: None,
             read_offload: false,
+            omap: false,
             observers: 0,
             log_keep: None,
         }
@@ -470,6 +475,8 @@ pub struct Simulation {
     clients: Vec<Client>,
     /// Model: each object's content after its acknowledged writes.
     model: BTreeMap<ObjectRef, Vec<u8>>,
+    /// Model: each object's omap after its acknowledged writes (with `SimConfig::omap`).
+    model_omap: BTreeMap<ObjectRef, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Every object's writes (their value seeds) in the order its owner sends them, and how many
     /// of them are acknowledged.
     writes: BTreeMap<ObjectRef, Vec<u64>>,
@@ -512,6 +519,24 @@ fn value(seed: u64) -> Vec<u8> {
 
 fn piece(seed: u64) -> Vec<u8> {
     value(seed)[..APPEND_BYTES].to_vec()
+}
+
+/// Keys an object's omap draws from (with `SimConfig::omap`).
+const OMAP_KEYS: u64 = 16;
+/// Omap entries each write sets.
+const OMAP_PER_WRITE: usize = 3;
+
+/// The omap entries the write of `seed` sets: keys drawn from [`OMAP_KEYS`], values of 20 to 60
+/// bytes, all from the seed.
+fn omap_entries(seed: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut r = Rng::new(seed ^ 0x6f6d_6170);
+    (0..OMAP_PER_WRITE)
+        .map(|_| {
+            let key = format!("k{:02}", r.range(0, OMAP_KEYS - 1)).into_bytes();
+            let len = r.range(20, 60) as usize;
+            (key, (0..len).map(|_| r.next_u64() as u8).collect())
+        })
+        .collect()
 }
 
 fn object_name((client, object): ObjectRef) -> String {
@@ -616,6 +641,7 @@ impl Simulation {
             osds,
             clients,
             model: BTreeMap::new(),
+            model_omap: BTreeMap::new(),
             writes,
             acked: BTreeMap::new(),
             observed: BTreeMap::new(),
@@ -1283,11 +1309,17 @@ impl Simulation {
             self.park(c, tid, map.epoch + 1);
             return;
         };
-        let (ops, data) = match op.write {
+        let (mut ops, data) = match op.write {
             Some(seed) if self.cfg.appends => (vec![ObjOp::Append { len_bytes: APPEND_BYTES as u64 }], piece(seed)),
             Some(seed) => (vec![ObjOp::WriteFull { len_bytes: VALUE_BYTES as u64 }], value(seed)),
             None => (vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], Vec::new()),
         };
+        if self.cfg.omap {
+            ops.push(match op.write {
+                Some(seed) => ObjOp::OmapSet { entries: omap_entries(seed) },
+                None => ObjOp::OmapList { after: None, max: OMAP_KEYS as u32 + 1 },
+            });
+        }
         let mut attempt = 0;
         if let Some(f) = self.clients[c as usize].in_flight.get_mut(&tid) {
             f.sent_epoch = map.epoch;
@@ -1323,6 +1355,9 @@ impl Simulation {
                 match op.write {
                     Some(seed) => {
                         *self.acked.entry(key).or_insert(0) += 1;
+                        if self.cfg.omap {
+                            self.model_omap.entry(key).or_default().extend(omap_entries(seed));
+                        }
                         if self.cfg.appends {
                             self.model.entry(key).or_default().extend_from_slice(&piece(seed));
                         } else {
@@ -1350,6 +1385,27 @@ impl Simulation {
                             epoch = reply.epoch,
                             "client: read"
                         );
+                        if self.cfg.omap {
+                            let want: Vec<(Vec<u8>, Vec<u8>)> = self
+                                .model_omap
+                                .get(&key)
+                                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                                .unwrap_or_default();
+                            match outputs.get(1) {
+                                Some(OpOutput::OmapList(got)) if *got == want => {}
+                                other => self.outcome.violations.push(format!(
+                                    "read of {} at {} us returned omap {:?} that is not its acknowledged writes' ({} \
+                                     keys)",
+                                    object_name(op.object),
+                                    self.now_us,
+                                    other.map(|o| match o {
+                                        OpOutput::OmapList(e) => e.iter().map(|(k, v)| (k.clone(), v.len())).collect(),
+                                        _ => Vec::new(),
+                                    }),
+                                    want.len()
+                                )),
+                            }
+                        }
                         match expected {
                             Some(v) if v == data => {
                                 self.outcome.verified_reads += 1;

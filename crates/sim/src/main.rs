@@ -34,6 +34,7 @@ struct Args {
     mutations: shoal_osd::Mutations,
     observers: u32,
     read_offload: bool,
+    omap: bool,
     log_keep: Option<usize>,
 }
 
@@ -72,6 +73,7 @@ fn parse() -> Result<Args, String> {
         mutations: shoal_osd::Mutations::default(),
         observers: 0,
         read_offload: false,
+        omap: false,
         log_keep: None,
     };
     let mut it = std::env::args().skip(1);
@@ -97,6 +99,7 @@ fn parse() -> Result<Args, String> {
                 args.observers = u32::try_from(num("--observers")?).map_err(|_| "--observers: too many")?;
             }
             "--read-offload" => args.read_offload = true,
+            "--omap" => args.omap = true,
             "--short-logs" => {
                 let keep = num("--short-logs")?;
                 if !(1..=64).contains(&keep) {
@@ -108,7 +111,7 @@ fn parse() -> Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] \
-                     [--observers N] [--read-offload] [--short-logs K] [--mutate NAME]... \
+                     [--observers N] [--read-offload] [--omap] [--short-logs K] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
@@ -153,6 +156,7 @@ fn main() -> ExitCode {
                         mutations: args.mutations,
                         observers: args.observers,
                         read_offload: args.read_offload,
+                        omap: args.omap,
                         log_keep: args.log_keep,
                         // Short logs forget resent writes sooner than the resends come (see
                         // `SimConfig::log_keep`): writes replace objects instead.
@@ -201,6 +205,9 @@ fn main() -> ExitCode {
     }
     if args.read_offload {
         flags.push_str(" --read-offload");
+    }
+    if args.omap {
+        flags.push_str(" --omap");
     }
     if let Some(keep) = args.log_keep {
         flags.push_str(&format!(" --short-logs {keep}"));

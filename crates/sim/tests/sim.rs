@@ -123,6 +123,15 @@ fn nemesis_seeds_with_backfill_in_parts_keep_every_acknowledged_write() {
     assert!(total(&outs, |o| o.verified_reads) > NEMESIS_PARTS_SEEDS);
 }
 
+#[test]
+fn nemesis_seeds_with_omap_in_parts_keep_every_acknowledged_write() {
+    // Every write also sets omap entries, every owner's read checks the omap against the model,
+    // and the chunks are smaller than an object's omap: objects recover, are pulled and are
+    // backfilled with their omap in parts (decision 0044), under the same faults.
+    let outs = run_seeds(1..=NEMESIS_PARTS_SEEDS, |seed| SimConfig { omap: true, ..SimConfig::nemesis_in_parts(seed) });
+    assert!(total(&outs, |o| o.verified_reads) > NEMESIS_PARTS_SEEDS);
+}
+
 /// Nemesis seeds with reads beside the workers in CI.
 const NEMESIS_READ_OFFLOAD_SEEDS: u64 = 200;
 
