@@ -170,7 +170,7 @@ fn read_metadata(
 #[derive(Debug, Clone)]
 pub struct Part {
     /// The part's copy: the whole object's size, the part's omap entries, the object's xattrs
-    /// on its first part, no version (see `replace_object`).
+    /// on its first part, its version on its last (see `replace_object`).
     pub copy: ObjectCopy,
     pub part: PushPart,
     /// Where the next part starts (after the last part: its end).
@@ -240,15 +240,12 @@ pub fn read_part(
         }
     }
     let xattrs = if at.is_start() { read_xattrs(store, coll, name)? } else { Vec::new() };
-    let copy = ObjectCopy {
-        name: name.to_string(),
-        exists: true,
-        size_bytes: size,
-        xattrs,
-        omap,
-        version: Default::default(),
-    };
     let last = end == size && !more;
+    // The version goes with the last part only: it vouches for the whole copy, which the
+    // receiver holds once that part is in. No write changes the object between its parts (a
+    // recovered object's writes wait; a write to an object being backfilled starts it over).
+    let version = if last { crate::objver::stored(store, coll, name).unwrap_or_default() } else { Default::default() };
+    let copy = ObjectCopy { name: name.to_string(), exists: true, size_bytes: size, xattrs, omap, version };
     Ok(Some(Part { copy, part: PushPart { at: at.clone(), last }, next: PartCursor { offset: end, omap_after } }))
 }
 
@@ -387,8 +384,8 @@ fn replace_object(
     // The version says which write the copy's data is: kept only for a copy installed whole.
     // The first part of a copy in parts leaves the object partial until its last part, and a
     // version on it would vouch for data it does not hold yet (`merge::held_at_needed_version`
-    // trusts stored versions even on members being backfilled); such a copy gets its version at
-    // its next write.
+    // trusts stored versions even on members being backfilled); such a copy gets its version
+    // with its last part.
     if whole {
         crate::objver::install(txn, coll, &copy.name, copy.version);
     }
@@ -427,6 +424,9 @@ pub fn apply_part(
     if !at.is_start() && (!copy.xattrs.is_empty() || (data.is_empty() && copy.omap.is_empty() && !part.last)) {
         return invalid(format!("a later part at {} carries xattrs or nothing", at.offset));
     }
+    if !part.last && copy.version != Default::default() {
+        return invalid(format!("a part at {} that is not the last carries a version", at.offset));
+    }
     let mut after = at.omap_after.as_deref();
     for (k, _) in &copy.omap {
         if after.is_some_and(|a| k.as_slice() <= a) {
@@ -435,7 +435,7 @@ pub fn apply_part(
         after = Some(k);
     }
     if at.is_start() {
-        return replace_object(txn, store, coll, copy, data, false);
+        return replace_object(txn, store, coll, copy, data, part.last);
     }
     let held = match store.stat(coll, &copy.name) {
         Ok(s) => s.size_bytes,
@@ -459,6 +459,9 @@ pub fn apply_part(
     }
     if !data.is_empty() {
         txn.write(coll, &copy.name, at.offset, data);
+    }
+    if part.last {
+        crate::objver::install(txn, coll, &copy.name, copy.version);
     }
     Ok(())
 }
@@ -555,6 +558,7 @@ mod tests {
             txn.write(coll, name, 0, bytes::Bytes::from((0..size).map(|i| (i % 251) as u8).collect::<Vec<_>>()));
         }
         txn.set_xattr(coll, name, "a", b"1".to_vec());
+        txn.set_version(coll, name, (7, u64::from(entries) + size as u64 + 1));
         txn.set_xattr(coll, name, "b", vec![2; 300]);
         let omap = (0..entries).map(|i| (i.to_be_bytes().to_vec(), vec![i as u8; (i % 97) as usize + 1])).collect();
         txn.omap_set(coll, name, omap);
@@ -562,9 +566,18 @@ mod tests {
     }
 
     #[allow(clippy::type_complexity)]
-    fn state(store: &dyn ObjectStore, name: &str) -> (Vec<u8>, Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+    fn state(
+        store: &dyn ObjectStore,
+        name: &str,
+    ) -> (Vec<u8>, Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>, (u64, u64)) {
         let data = store.read_all("c", name).expect("data");
-        (data, store.list_xattrs("c", name).expect("xattrs"), store.omap_list("c", name, None, 1 << 20).expect("omap"))
+        let xattrs = store.list_xattrs("c", name).expect("xattrs");
+        (
+            data,
+            xattrs,
+            store.omap_list("c", name, None, 1 << 20).expect("omap"),
+            store.version("c", name).expect("version"),
+        )
     }
 
     /// Reads `name` from `from` part by part and applies each part to `to`, as a sender and a
@@ -575,12 +588,14 @@ mod tests {
             let mut data = Vec::new();
             let Part { copy, part, next } =
                 read_part(from, "c", name, &at, budget, &mut data).expect("read").expect("there");
+            assert_eq!(copy.version != Default::default(), part.last, "the version goes with the last part only");
             let mut txn = Transaction::new();
             apply_part(&mut txn, to, "c", &copy, &part, bytes::Bytes::from(data)).expect("apply");
             to.commit(txn, Durability::Batch).expect("commit");
             if part.last {
                 return n;
             }
+            assert_eq!(to.version("c", name).expect("version"), (0, 0), "no version before the last part");
             assert!(next != at, "parts advance");
             at = next;
         }
@@ -638,6 +653,12 @@ mod tests {
         to.commit(try_apply(&second, d1).unwrap(), Durability::Batch).unwrap();
         let mut at = second.next.clone();
         let third = read(&at, &mut d2);
+        // A part that is not the last with a version.
+        let vouching = Part {
+            copy: ObjectCopy { version: shoal_proto::osd::Eversion { epoch: 1, seq: 1 }, ..third.copy.clone() },
+            ..third.clone()
+        };
+        assert!(try_apply(&vouching, d2.clone()).unwrap_err().message.contains("carries a version"));
         // A later part with xattrs, or out of key order.
         let xattrs =
             Part { copy: ObjectCopy { xattrs: vec![("x".into(), vec![1])], ..third.copy.clone() }, ..third.clone() };

@@ -662,16 +662,18 @@ fn a_member_backfilled_onto_a_new_disk_recognises_resends_older_than_the_pg_log(
     assert_eq!(net.content(acting[1]).map(|c| c.len()), Some(later as usize), "applied once");
 }
 
-/// Everything "obj" holds on `osd`: data, xattrs and omap.
+/// Everything "obj" holds on `osd`: data, xattrs, omap and stored version.
 #[allow(clippy::type_complexity)]
-fn object_state(net: &Net, osd: OsdId) -> (Vec<u8>, Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+fn object_state(net: &Net, osd: OsdId) -> (Vec<u8>, Vec<(String, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>, (u64, u64)) {
     let pool = net.map.pool_by_name("p").unwrap().id;
     let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, "obj").unwrap().pg);
     let store = net.core(osd).store();
     let data = store.read_all(&coll, "obj").unwrap_or_else(|e| panic!("{osd}: {e}"));
     let xattrs = store.list_xattrs(&coll, "obj").unwrap();
     let omap = store.omap_list(&coll, "obj", None, 100_000).unwrap();
-    (data, xattrs, omap)
+    let version = store.version(&coll, "obj").unwrap();
+    assert!(version != (0, 0), "{osd} holds obj without a version");
+    (data, xattrs, omap, version)
 }
 
 /// Rewrites "obj" whole in one request: 10 KiB of data, an xattr, and 30 omap entries of 1 KiB
