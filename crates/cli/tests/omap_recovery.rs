@@ -62,12 +62,14 @@ fn objects_with_large_omaps_recover_whole_on_every_member() {
         write(i, 0);
         write(i, 1);
     }
-    let _osd2 = common::start_block_osd(&dir, 2, "1G", &[]);
+    let mut osd2 = common::start_block_osd(&dir, 2, "1G", &[]);
     common::wait_osd(&client, 2, true, Duration::from_secs(30));
     common::wait_clean(&dir, 3, Duration::from_secs(120));
     drop(client);
     drop(rt);
     ok(&shoal(&dir, &["down", "--dir", &d]));
+    // `shoal down` stopped the restarted OSD too (by its pid file): reap it.
+    osd2.wait().expect("osd.2 exits");
 
     let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
     let map_pool = |name: &str| {
