@@ -10,6 +10,10 @@ use crate::snaps;
 
 /// Omap entries read per store call while copying an object.
 const OMAP_PAGE: usize = 4096;
+/// Omap entries read per store call while reading a part: small, since a part stops at its
+/// budget and values may be large (up to a client request's bound each), so that a page never
+/// holds much more than the part takes.
+const OMAP_PART_PAGE: usize = 64;
 
 /// Reads object `name` of collection `coll` whole. A missing object (or collection) gives a copy
 /// with `exists: false`, which removes the object where it is applied. The object's bytes are
@@ -219,8 +223,9 @@ pub fn read_part(
     if end == size {
         let mut left = usize::try_from(budget - len).unwrap_or(usize::MAX);
         'pages: loop {
-            let page = store.omap_list(coll, name, omap_after.as_deref(), OMAP_PAGE).map_err(|e| store_error(&e))?;
-            let short = page.len() < OMAP_PAGE;
+            let page =
+                store.omap_list(coll, name, omap_after.as_deref(), OMAP_PART_PAGE).map_err(|e| store_error(&e))?;
+            let short = page.len() < OMAP_PART_PAGE;
             for (k, v) in page {
                 let b = entry_bytes(&k, &v);
                 if b > left && (len > 0 || !omap.is_empty()) {
