@@ -193,12 +193,7 @@ pub fn read_part(
     budget_bytes: u64,
     data: &mut Vec<u8>,
 ) -> Result<Option<Part>, RemoteError> {
-    let stat = match store.stat(coll, name) {
-        Ok(s) => s,
-        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => return Ok(None),
-        Err(e) => return Err(store_error(&e)),
-    };
-    let size = stat.size_bytes;
+    let Some(size) = stored_size(store, coll, name)? else { return Ok(None) };
     if at.offset > size || (at.omap_after.is_some() && at.offset != size) {
         return Err(RemoteError::new(
             ErrorCode::Invalid,
@@ -283,12 +278,16 @@ fn read_sized(
     max_metadata_bytes: usize,
     data: &mut Vec<u8>,
 ) -> Result<ObjectCopy, RemoteError> {
-    let size_bytes = match store.stat(coll, name) {
-        Ok(s) => Some(s.size_bytes),
-        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => None,
-        Err(e) => return Err(store_error(&e)),
-    };
-    read_copy_sized(store, coll, name, size_bytes, max_metadata_bytes, data)
+    read_copy_sized(store, coll, name, stored_size(store, coll, name)?, max_metadata_bytes, data)
+}
+
+/// The size of object `name` of `coll` here; `None` if it (or its collection) does not exist.
+fn stored_size(store: &dyn ObjectStore, coll: &str, name: &str) -> Result<Option<u64>, RemoteError> {
+    match store.stat(coll, name) {
+        Ok(s) => Ok(Some(s.size_bytes)),
+        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => Ok(None),
+        Err(e) => Err(store_error(&e)),
+    }
 }
 
 /// The part of object `name` at `at` ([`read_part`]) for a recovery push or pull: its first
@@ -442,12 +441,8 @@ pub fn apply_part(
     if at.is_start() {
         return replace_object(txn, store, coll, copy, data, part.last);
     }
-    let held = match store.stat(coll, &copy.name) {
-        Ok(s) => s.size_bytes,
-        Err(StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_)) => {
-            return invalid("a later part, but this copy holds none of it".to_string());
-        }
-        Err(e) => return Err(store_error(&e)),
+    let Some(held) = stored_size(store, coll, &copy.name)? else {
+        return invalid("a later part, but this copy holds none of it".to_string());
     };
     if held != at.offset {
         return invalid(format!("at {} but this copy holds {held} bytes", at.offset));

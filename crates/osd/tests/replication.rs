@@ -135,6 +135,16 @@ impl Net {
         self.change(Command::OsdBoot { id: osd, addr });
     }
 
+    /// Replaces OSD `osd`'s store by an empty one (a new disk) and boots it on it.
+    fn replace_disk(&mut self, osd: OsdId) {
+        let fresh = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
+        let store: Arc<dyn ObjectStore> = fresh.clone();
+        self.cores.insert(osd.0, OsdCore::new(osd, store, Arc::new(self.map.clone())).unwrap());
+        self.engines.insert(osd.0, fresh);
+        let addr = format!("127.0.0.1:{}", 8000 + self.map.epoch).parse().unwrap();
+        self.change(Command::OsdBoot { id: osd, addr });
+    }
+
     /// Delivers `queue` and everything it causes, in order.
     fn run(&mut self, mut queue: VecDeque<(u32, Event)>) {
         let mut steps = 0;
@@ -640,12 +650,7 @@ fn a_member_backfilled_onto_a_new_disk_recognises_resends_older_than_the_pg_log(
         net.append(tid, b"x").result.expect("append");
     }
     // The replica's disk is replaced: it comes back empty and is backfilled from the primary.
-    let fresh = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
-    let store: Arc<dyn ObjectStore> = fresh.clone();
-    net.cores.insert(acting[1].0, OsdCore::new(acting[1], store, Arc::new(net.map.clone())).unwrap());
-    net.engines.insert(acting[1].0, fresh);
-    let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
-    net.change(Command::OsdBoot { id: acting[1], addr });
+    net.replace_disk(acting[1]);
     for _ in 0..10 {
         net.tick();
     }
@@ -731,12 +736,7 @@ fn objects_with_more_metadata_than_a_chunk_are_recovered_and_backfilled_in_parts
 
     // 3. The replica's disk is replaced: it is backfilled, the object in parts.
     let before = net.parts_pushed;
-    let fresh = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
-    let store: Arc<dyn ObjectStore> = fresh.clone();
-    net.cores.insert(acting[1].0, OsdCore::new(acting[1], store, Arc::new(net.map.clone())).unwrap());
-    net.engines.insert(acting[1].0, fresh);
-    let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
-    net.change(Command::OsdBoot { id: acting[1], addr });
+    net.replace_disk(acting[1]);
     for _ in 0..30 {
         net.tick();
     }

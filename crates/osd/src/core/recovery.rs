@@ -125,7 +125,6 @@ impl OsdCore {
             let candidates = || p.sources.iter().filter(|(o, lacks)| **o != me && up(o) && !lacks.contains(object));
             let holder = || p.holders.iter().find(|(o, holds)| **o != me && up(o) && holds.contains(object));
             let from_sources = candidates().find(|(o, _)| p.acting.contains(o)).or_else(|| candidates().next());
-            let vouched = from_sources.is_none();
             let source = from_sources.or_else(holder).map(|(o, _)| *o);
             let Some(source) = source else {
                 if p.unfound.insert(object.to_string()) {
@@ -136,13 +135,8 @@ impl OsdCore {
             };
             p.unfound.remove(object);
             p.recovering.insert(object.to_string(), BTreeSet::from([source]));
-            let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part: None };
-            out.push(Action::Peer {
-                osd: source,
-                msg_type: PgPull::TYPE,
-                payload: encode(&pull, Vec::new()),
-                call: PeerCall::Pull { pg, attempt: p.attempt, object: object.to_string() },
-            });
+            let attempt = p.attempt;
+            self.send_pull(pg, attempt, source, object, None, out);
             return;
         }
         let targets: BTreeSet<OsdId> =
@@ -586,7 +580,7 @@ impl OsdCore {
                 // Too much metadata for one message: pulled in parts from the same source.
                 tracing::info!(%pg, object, source = %from, "pulling an object in parts");
                 p.recovering.insert(object.clone(), BTreeSet::from([from]));
-                self.send_pull_part(pg, attempt, from, &object, PartCursor::default(), out);
+                self.send_pull(pg, attempt, from, &object, Some(PartCursor::default()), out);
                 return;
             }
             Err(e) if e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
@@ -626,7 +620,7 @@ impl OsdCore {
                 if let Some(p) = self.primary_at(pg, attempt) {
                     p.recovering.insert(object.clone(), BTreeSet::from([from]));
                 }
-                return self.send_pull_part(pg, attempt, from, &object, next, out);
+                return self.send_pull(pg, attempt, from, &object, Some(next), out);
             }
         } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None) {
             tracing::error!(%pg, object, error = %e, "storing a pulled object failed");
@@ -638,23 +632,23 @@ impl OsdCore {
         self.recover(pg, out);
     }
 
-    /// Asks `source` for the part of `object` at `at` (the primary lacks the object, and it is
-    /// too large for one message).
-    fn send_pull_part(
+    /// Asks `source` for `object`, which the primary lacks: whole, or (`part`) the part at that
+    /// cursor of an object too large for one message.
+    fn send_pull(
         &mut self,
         pg: PgId,
         attempt: u64,
         source: OsdId,
         object: &str,
-        at: PartCursor,
+        part: Option<PartCursor>,
         out: &mut Vec<Action>,
     ) {
         let epoch = self.map.epoch;
         let Some(p) = self.primary_at(pg, attempt) else { return };
-        // As the first pull decided: a source that is not a complete member answers for an
-        // object the primary knows it holds (see `PgPull::vouched`).
+        // A source that is not a complete member holding the object (a holder from before its
+        // backfill) answers for an object the primary knows it holds (see `PgPull::vouched`).
         let vouched = p.sources.get(&source).is_none_or(|lacks| lacks.contains(object));
-        let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part: Some(at) };
+        let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part };
         out.push(Action::Peer {
             osd: source,
             msg_type: PgPull::TYPE,
