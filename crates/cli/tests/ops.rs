@@ -306,6 +306,7 @@ fn all_operations_on_a_replicated_pool() {
             ops: vec![ObjOp::Append { len_bytes: 4 }],
             expires_in_ms: None,
             resend: false,
+            frees_space: false,
         };
         for _ in 0..3 {
             // A new connection each time, as after a reconnect.

@@ -44,6 +44,7 @@ fn route(client: &Client, object: &str) -> (SocketAddr, OsdOp) {
         ops: vec![],
         expires_in_ms: None,
         resend: false,
+        frees_space: false,
     };
     (primary, op)
 }

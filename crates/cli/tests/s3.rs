@@ -299,6 +299,19 @@ fn s3_request(
     query: &str,
     body: &[u8],
 ) -> (u16, String, Vec<u8>) {
+    s3_request_with(endpoint, keys, method, path, query, body, &[])
+}
+
+/// [`s3_request`] with `extra` headers (not signed).
+fn s3_request_with(
+    endpoint: &str,
+    keys: (&str, &str),
+    method: &str,
+    path: &str,
+    query: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> (u16, String, Vec<u8>) {
     use std::io::{Read, Write};
     let host = endpoint.trim_start_matches("http://");
     let signer = shoal_gateway::loadgen::sigv4::Signer { access: keys.0, secret: keys.1, region: "us-east-1" };
@@ -312,18 +325,22 @@ fn s3_request(
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
+    for (n, v) in extra {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
     req.push_str("\r\n");
     // A gateway that crashed (a crash test's) refuses the connection: status 0.
     let Ok(mut s) = std::net::TcpStream::connect(host) else { return (0, String::new(), Vec::new()) };
     if s.write_all(req.as_bytes()).is_err() {
         return (0, String::new(), Vec::new());
     }
-    // A gateway that crashes mid-request closes the connection: status 0.
-    if s.write_all(body).is_err() {
-        return (0, String::new(), Vec::new());
-    }
+    // A gateway may answer before it has read the whole body (a refusal) and close the
+    // connection: the answer is read even when sending the rest failed. A gateway that crashes
+    // mid-request closes the connection without one: status 0.
+    let _ = s.write_all(body);
     let mut out = Vec::new();
-    if s.read_to_end(&mut out).is_err() || out.is_empty() {
+    let _ = s.read_to_end(&mut out);
+    if out.windows(4).all(|w| w != b"\r\n\r\n") {
         return (0, String::new(), Vec::new());
     }
     let split = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
@@ -642,9 +659,15 @@ fn a_versioned_write_killed_mid_way_is_decided_by_its_version_object_and_removed
 /// A one-OSD RAM cluster whose `shoal up` gateway is stopped (tests run their own); returns its
 /// directory, its stopper and the admin's keys.
 fn up_without_gateway(tmp: &Path) -> (PathBuf, common::Down, (String, String)) {
+    up_without_gateway_sized(tmp, "1G")
+}
+
+/// [`up_without_gateway`] with an OSD of `osd_size` (`shoal up --osd-size`).
+fn up_without_gateway_sized(tmp: &Path, osd_size: &str) -> (PathBuf, common::Down, (String, String)) {
     let dir = tmp.join("c");
     let d = dir.display().to_string();
-    let out = ok(&shoal(tmp, &["up", "--dir", &d, "--osds", "1", "--backend", "mem", "--osd-size", "1G", "--json"]));
+    let out =
+        ok(&shoal(tmp, &["up", "--dir", &d, "--osds", "1", "--backend", "mem", "--osd-size", osd_size, "--json"]));
     let down = common::Down(dir.clone());
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
     let gw = &report["gateway"];
@@ -1089,4 +1112,100 @@ fn a_split_interrupted_at_any_step_is_finished_or_given_up_and_loses_no_key() {
         let _ = gw.kill();
         let _ = gw.wait();
     }
+}
+
+/// `shoal status --json` problems of the cluster in `dir`.
+fn status_problems(dir: &Path) -> (String, Vec<String>) {
+    let s: serde_json::Value = serde_json::from_str(&ok(&shoal(dir, &["status", "--json"]))).expect("status json");
+    let problems = s["problems"].as_array().into_iter().flatten().filter_map(|p| p.as_str().map(String::from));
+    (s["health"].as_str().unwrap_or_default().to_string(), problems.collect())
+}
+
+#[test]
+fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back() {
+    const MIB: usize = 1 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, keys) = up_without_gateway_sized(tmp.path(), "128M");
+    let keys = (keys.0.as_str(), keys.1.as_str());
+    let (_gw, ep) = spawn_gateway(&dir, None);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/full", "", b"").0, 200);
+
+    // Paced 1 MiB PUTs until one is refused: by the monitors' full flag (95% used) or, if the
+    // store filled up before the OSD's next report, by the store itself. Either way nothing
+    // acknowledged may be lost, and S3 names the condition.
+    let mut stored: Vec<(usize, Vec<u8>)> = Vec::new();
+    let mut refused = None;
+    for i in 0..300 {
+        let body = pattern(MIB, i as u8);
+        let (status, head, answer) = s3_request(&ep, keys, "PUT", &format!("/full/o{i}"), "", &body);
+        match status {
+            200 => stored.push((i, body)),
+            507 => {
+                refused = Some(String::from_utf8_lossy(&answer).into_owned());
+                break;
+            }
+            other => panic!("PUT o{i}: HTTP {other}: {head} {}", String::from_utf8_lossy(&answer)),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let refused = refused.expect("a 128 MiB OSD took 300 MiB");
+    assert!(refused.contains("<Code>InsufficientStorage</Code>"), "{refused}");
+    assert!(stored.len() >= 60, "only {} MiB stored before the first refusal: {refused}", stored.len());
+
+    // The OSD reports once a second; its report flags it full.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !status_problems(&dir).1.iter().any(|p| p.contains("is full")) {
+        assert!(std::time::Instant::now() < deadline, "never flagged full: {:?}", status_problems(&dir));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (status, _, answer) = s3_request(&ep, keys, "PUT", "/full/late", "", b"small");
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(status, 507, "a write into a full cluster: {answer}");
+    assert!(answer.contains("InsufficientStorage") && answer.contains("is full"), "names the full OSD: {answer}");
+
+    // Deleting is how a user gets out: every DELETE is taken (its index record and GC entry are
+    // small writes made to free space, decision 0045), single and multi-object alike.
+    let half = stored.len() / 2;
+    for (i, _) in &stored[..half - 4] {
+        let (status, head, answer) = s3_request(&ep, keys, "DELETE", &format!("/full/o{i}"), "", b"");
+        assert_eq!(status, 204, "DELETE o{i} in a full cluster: {head} {}", String::from_utf8_lossy(&answer));
+    }
+    let objects: String =
+        stored[half - 4..half].iter().map(|(i, _)| format!("<Object><Key>o{i}</Key></Object>")).collect();
+    let delete = format!("<Delete><Quiet>true</Quiet>{objects}</Delete>");
+    let md5 = {
+        use md5::Digest as _;
+        base64_simd::STANDARD.encode_to_string(md5::Md5::digest(delete.as_bytes()))
+    };
+    let (status, _, answer) =
+        s3_request_with(&ep, keys, "POST", "/full", "delete=", delete.as_bytes(), &[("content-md5", &md5)]);
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(status, 200, "multi-object delete in a full cluster: {answer}");
+    assert!(!answer.contains("<Error>"), "every key deleted: {answer}");
+
+    // What was not deleted reads back whole, and the listing holds exactly it.
+    for (i, body) in &stored[half..] {
+        let (status, _, got) = s3_request(&ep, keys, "GET", &format!("/full/o{i}"), "", b"");
+        assert_eq!(status, 200, "GET o{i}");
+        assert!(got == *body, "o{i} changed while the cluster was full");
+    }
+    let (_, _, listing) = s3_request(&ep, keys, "GET", "/full", "list-type=2&max-keys=1000", b"");
+    let listing = String::from_utf8_lossy(&listing);
+    let mut listed: Vec<String> =
+        listing.split("<Key>").skip(1).filter_map(|r| r.split("</Key>").next()).map(String::from).collect();
+    listed.sort();
+    let mut want: Vec<String> = stored[half..].iter().map(|(i, _)| format!("o{i}")).collect();
+    want.sort();
+    assert_eq!(listed, want, "{listing}");
+
+    // The space comes back (the collector removes the data), the monitors clear the flag, and
+    // writes are taken again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status_problems(&dir).1.iter().any(|p| p.contains("is full")) {
+        assert!(std::time::Instant::now() < deadline, "the flag never cleared: {:?}", status_problems(&dir));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let body = pattern(MIB, 0xee);
+    assert_eq!(s3_request(&ep, keys, "PUT", "/full/after", "", &body).0, 200, "a write after space was freed");
+    assert_eq!(s3_request(&ep, keys, "GET", "/full/after", "", b"").2, body);
 }

@@ -51,9 +51,12 @@ pub const COMBINE_MAX_BYTES: usize = 256 << 10;
 /// bound their own concurrency; this only keeps a runaway caller from growing the queue).
 pub const COMBINE_MAX_WAITING: usize = 4096;
 
+/// A pool, an object in it, and whether the requests queued for it free space (decision 0045).
+type ObjectKey = (String, String, bool);
+
 /// The objects with a combined request on its way, and what waits for each.
 pub(crate) struct Combiner {
-    objects: Mutex<HashMap<(String, String), OnItsWay>>,
+    objects: Mutex<HashMap<ObjectKey, OnItsWay>>,
     /// How long a request must have been on its way before others wait for it, in microseconds.
     after_us: AtomicU64,
     combined_sent: AtomicU64,
@@ -199,7 +202,7 @@ impl std::hash::Hasher for PassThroughHasher {
 /// their own, or the object's entry is removed if none did.
 struct HandOn<'a> {
     client: &'a Client,
-    key: Option<(String, String)>,
+    key: Option<ObjectKey>,
 }
 
 impl Drop for HandOn<'_> {
@@ -295,7 +298,9 @@ impl Client {
         let Some(footprint) = Footprint::of(&ops) else {
             return self.op(pool, object, ops, Vec::new()).await;
         };
-        let key = (pool.to_string(), object.to_string());
+        // Requests made to free space (decision 0045) combine only with each other: the mark is
+        // per request, and a combined request carries one.
+        let key = (pool.to_string(), object.to_string(), crate::freeing::is_freeing_space());
         let after = std::time::Duration::from_micros(self.combiner.after_us.load(Ordering::Relaxed));
         // What to do is decided under the lock, and done after it is released.
         enum Then {
@@ -340,7 +345,7 @@ impl Client {
 
     /// Sends the rounds queued for `key`'s object, one after the other, until none is left (its
     /// entry is then removed, under the same lock that queues).
-    async fn run_rounds(&self, key: (String, String)) {
+    async fn run_rounds(&self, key: ObjectKey) {
         loop {
             let round = {
                 let mut objects = self.combiner.objects.lock().unwrap_or_else(|p| p.into_inner());
@@ -353,7 +358,8 @@ impl Client {
                 }
                 round
             };
-            self.send_round(&key.0, &key.1, round).await;
+            // This task was spawned, so outside its callers' scope: it carries their mark over.
+            crate::freeing::scoped(key.2, self.send_round(&key.0, &key.1, round)).await;
         }
     }
 
@@ -396,11 +402,12 @@ impl Client {
                 // round waits for all of them, so a later request never overtakes one of these.
                 self.combiner.combined_refused.fetch_add(1, Ordering::Relaxed);
                 let mut alone = tokio::task::JoinSet::new();
+                let marked = crate::freeing::is_freeing_space();
                 for w in round {
                     let (client, pool, object) = (self.clone(), pool.to_string(), object.to_string());
-                    alone.spawn(async move {
+                    alone.spawn(crate::freeing::scoped(marked, async move {
                         let _ = w.answer.send(client.op(&pool, &object, w.ops, Vec::new()).await);
-                    });
+                    }));
                 }
                 while alone.join_next().await.is_some() {}
             }

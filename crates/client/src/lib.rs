@@ -13,11 +13,13 @@ pub mod blocking;
 pub mod combine;
 pub mod config;
 pub mod error;
+pub mod freeing;
 pub mod local;
 pub mod monc;
 pub mod objecter;
 
 pub use config::{ClusterConfig, ConfFile, default_cluster_dir};
 pub use error::ClientError;
+pub use freeing::{freeing_space, is_freeing_space};
 pub use monc::MonClient;
 pub use objecter::{Client, ListCursor, OpResult, validate_object_name};

@@ -163,6 +163,7 @@ impl Client {
         if header_bytes > OPS_MAX_HEADER_BYTES {
             return Err(ClientError::RequestTooLarge { header_bytes, max_bytes: OPS_MAX_HEADER_BYTES });
         }
+        let frees_space = crate::freeing::is_freeing_space();
         let reqid = ReqId { client: self.client_id, tid: self.next_tid.fetch_add(1, Ordering::Relaxed) };
         let timeout_ms = self.mon.config().op_timeout_ms;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
@@ -195,6 +196,7 @@ impl Client {
                         ops: ops.clone(),
                         expires_in_ms,
                         resend: sent,
+                        frees_space,
                     };
                     sent = true;
                     // Each attempt sends the shared data by reference (it stays here for a

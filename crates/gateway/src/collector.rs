@@ -83,7 +83,8 @@ pub struct PassStats {
 pub async fn run(client: Client, settings: CollectorSettings) {
     loop {
         tokio::time::sleep(settings.period).await;
-        match pass(&client, &settings).await {
+        // Collecting frees space, so a full cluster takes its requests (decision 0045).
+        match shoal_client::freeing_space(pass(&client, &settings)).await {
             Ok(s) if s != PassStats { partitions: s.partitions, ..PassStats::default() } => {
                 tracing::info!(?s, "collector pass");
             }

@@ -101,7 +101,8 @@ pub async fn register(client: &Client, bucket: &BucketRecord) -> Result<(), Gate
 pub async fn run(client: Client, settings: LifecycleSettings) {
     loop {
         tokio::time::sleep(settings.period).await;
-        match pass(&client, &settings).await {
+        // Expiring objects frees space, so a full cluster takes its requests (decision 0045).
+        match shoal_client::freeing_space(pass(&client, &settings)).await {
             Ok(s) if s == LifecycleStats { buckets: s.buckets, ..LifecycleStats::default() } => {}
             Ok(s) => tracing::info!(?s, "lifecycle pass"),
             Err(e) => tracing::warn!(error = %e, "lifecycle pass failed"),

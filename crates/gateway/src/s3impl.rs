@@ -597,7 +597,8 @@ impl S3 for Gateway {
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
         let access = self.access(&req, &req.input.bucket).await?;
         access.require(Action::DeleteBucket, None)?;
-        let deleted = meta::delete_bucket(&self.client, &access.bucket).await;
+        // Deletes are made to free space: a full cluster takes them (decision 0045).
+        let deleted = shoal_client::freeing_space(meta::delete_bucket(&self.client, &access.bucket)).await;
         self.forget_bucket(&access.bucket.name);
         deleted?;
         Ok(S3Response::new(DeleteBucketOutput {}))
@@ -801,7 +802,7 @@ impl S3 for Gateway {
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
-        self.delete_object_op(req).await
+        shoal_client::freeing_space(self.delete_object_op(req)).await
     }
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
@@ -837,7 +838,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        self.mp_abort(req).await
+        shoal_client::freeing_space(self.mp_abort(req)).await
     }
 
     async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
@@ -862,7 +863,8 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in objects_in {
-            match self.delete_one(&access, &o.key, o.version_id.as_deref(), bypass).await {
+            let one = self.delete_one(&access, &o.key, o.version_id.as_deref(), bypass);
+            match shoal_client::freeing_space(one).await {
                 Ok(d) => {
                     if !quiet {
                         // A marker made answers with its id; a version removed, with the id asked.

@@ -42,6 +42,11 @@ pub const FULL_PERMILLE: u64 = 950;
 /// A full OSD is cleared only once its usage drops below this, so that an OSD hovering around
 /// [`FULL_PERMILLE`] does not flip the flag (and the map's epoch) on every report.
 pub const FULL_CLEAR_PERMILLE: u64 = 930;
+/// Share of its store's capacity, in thousandths, from which a primary refuses even the writes
+/// made to free space that it serves past [`FULL_PERMILLE`] if they write data (decision 0045;
+/// removals and metadata-only writes are still served): what is left above it is kept for writes
+/// already on their way (Ceph's `osd_failsafe_full_ratio` of 0.97).
+pub const FULL_FAILSAFE_PERMILLE: u64 = 975;
 /// Share of capacity from which `shoal status` warns that an OSD is nearly full (Ceph's
 /// `mon_osd_nearfull_ratio` of 0.85).
 pub const NEARFULL_PERMILLE: u64 = 850;

@@ -340,6 +340,11 @@ fn frees_space(ops: &[shoal_proto::osd::ObjOp]) -> bool {
     ops.iter().all(|o| matches!(o, ObjOp::Remove | ObjOp::RemoveXattr { .. } | ObjOp::OmapRemove { .. }))
 }
 
+/// Bytes a request's operations store (data, xattrs and omap entries set).
+fn written_bytes(ops: &[shoal_proto::osd::ObjOp]) -> u64 {
+    ops.iter().map(shoal_proto::osd::ObjOp::written_bytes).sum()
+}
+
 fn reply_frame<M: Message>(request_id: u64, msg: &M, data: Vec<u8>) -> Frame {
     Frame::new(M::TYPE, request_id, encode(msg, data))
 }
@@ -852,6 +857,7 @@ impl OsdCore {
         }
         if let Some(full) = acting.iter().find(|o| self.map.osds.get(o).is_some_and(|i| i.full))
             && !frees_space(&op.ops)
+            && !self.within_full_reserve(&op)
         {
             return out.push(fail(RemoteError::new(
                 ErrorCode::NoSpace,
@@ -1290,6 +1296,26 @@ impl OsdCore {
     pub fn scrubs_pending(&self) -> usize {
         let (running, queued) = self.scrub_counts();
         running + queued
+    }
+
+    /// Whether a write to a PG with a full member is one made to free space that the reserve
+    /// above the full flag is kept for (decision 0045): marked so by its client, small, and, if
+    /// it writes data, this OSD's own store below the failsafe. A request that writes only
+    /// xattrs and omap entries needs none of the capacity the flag measures (a store keeps them
+    /// in its key-value store, beside the device), so it is taken even from a store that is out
+    /// of data space: that is when removals are needed most. A replica checks nothing: what its
+    /// primary took, it must apply, and the monitors flag it full at the same threshold.
+    fn within_full_reserve(&self, op: &OsdOp) -> bool {
+        if !op.frees_space || written_bytes(&op.ops) > shoal_proto::osd::FULL_RESERVE_REQUEST_BYTES {
+            return false;
+        }
+        if op.ops.iter().all(|o| o.data_len() == 0) {
+            return true;
+        }
+        // A store that cannot say how full it is counts as past the failsafe.
+        self.store
+            .usage()
+            .is_ok_and(|u| shoal_map::used_permille(u.used_bytes, u.size_bytes) < shoal_map::FULL_FAILSAFE_PERMILLE)
     }
 
     fn stats(&mut self, now_ms: u64) -> OsdStats {

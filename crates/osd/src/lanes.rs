@@ -269,6 +269,7 @@ mod tests {
             ops: vec![ObjOp::Stat],
             expires_in_ms: None,
             resend: false,
+            frees_space: false,
         };
         Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms: 0 }
     }

@@ -333,6 +333,7 @@ fn client_op(map: &ClusterMap, tid: u64, ops: Vec<ObjOp>) -> OsdOp {
         ops,
         expires_in_ms: None,
         resend: false,
+        frees_space: false,
     }
 }
 
@@ -486,6 +487,54 @@ fn a_full_member_stops_writes_that_need_space_but_not_removals() {
     net.change(Command::OsdFull { id: acting[1], full: false });
     net.append(5, b"ghi").result.expect("append after the flag is cleared");
     assert_eq!(net.content(acting[1]).as_deref(), Some(&b"ghi"[..]));
+}
+
+#[test]
+fn a_full_member_takes_small_writes_made_to_free_space_but_no_others() {
+    let mut net = Net::new();
+    let acting = net.acting();
+    net.append(1, b"abc").result.expect("append before the flag");
+    net.change(Command::OsdFull { id: acting[1], full: true });
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, "obj").unwrap().pg);
+    let primary = acting[0].0;
+    let marked = |map: &ClusterMap, tid: u64, ops: Vec<ObjOp>| OsdOp { frees_space: true, ..client_op(map, tid, ops) };
+    let record =
+        |key: &[u8], value_bytes: usize| ObjOp::OmapSet { entries: vec![(key.to_vec(), vec![7; value_bytes])] };
+
+    // Unmarked, a delete's bookkeeping (an omap record) is refused like any write that needs space.
+    let rid = net.submit(primary, client_op(&net.map, 2, vec![record(b"gc", 100)]), b"", 0);
+    let err = net.replies.remove(&rid).expect("answered").result.expect_err("refused while full");
+    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
+    // Marked as made to free space and small, it is served on every member, with a removal of a
+    // range and an xattr.
+    let small = vec![
+        record(b"gc", 100),
+        ObjOp::SetXattr { name: "state".into(), value: b"deleting".to_vec() },
+        ObjOp::Zero { offset: 0, len_bytes: 1 },
+    ];
+    let rid = net.submit(primary, marked(&net.map, 3, small), b"", 0);
+    net.replies.remove(&rid).expect("answered").result.expect("a small marked write while full");
+    for osd in &acting {
+        let store = net.core(*osd).store();
+        assert_eq!(store.omap_get(&coll, "obj", b"gc").unwrap().map(|v| v.len()), Some(100), "{osd}");
+        assert_eq!(store.get_xattr(&coll, "obj", "state").unwrap().as_deref(), Some(&b"deleting"[..]), "{osd}");
+    }
+    // Marked but larger than the reserve allows (data or metadata), it is refused and changes nothing.
+    let big = shoal_proto::osd::FULL_RESERVE_REQUEST_BYTES as usize;
+    let rid = net.submit(primary, marked(&net.map, 4, vec![record(b"big", big)]), b"", 0);
+    let err = net.replies.remove(&rid).expect("answered").result.expect_err("too big for the reserve");
+    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
+    let data = vec![1u8; big + 1];
+    let op = marked(&net.map, 5, vec![ObjOp::Write { offset: 0, len_bytes: data.len() as u64 }]);
+    let rid = net.submit(primary, op, &data, 0);
+    let err = net.replies.remove(&rid).expect("answered").result.expect_err("data beyond the reserve");
+    assert_eq!(err.code, ErrorCode::NoSpace, "{err}");
+    for osd in &acting {
+        let store = net.core(*osd).store();
+        assert_eq!(store.omap_get(&coll, "obj", b"big").unwrap(), None, "{osd}");
+        assert_eq!(net.content(*osd).as_deref(), Some(&b"\0bc"[..]), "{osd}: only the zeroed byte changed");
+    }
 }
 
 #[test]
@@ -900,6 +949,7 @@ fn recovery_pushes_in_flight_stay_within_the_bytes_bound() {
             ops: vec![ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 }],
             expires_in_ms: None,
             resend: false,
+            frees_space: false,
         };
         let event = Event::ClientOp {
             from: CLIENT,
@@ -1046,6 +1096,7 @@ fn objects_with_the_longest_names_are_removed_as_before_but_take_no_snapshots() 
             ops,
             expires_in_ms: None,
             resend: false,
+            frees_space: false,
         };
         let request_id = 20_000 + tid;
         net.run(VecDeque::from([(

@@ -237,6 +237,17 @@ impl ObjOp {
             _ => 0,
         }
     }
+
+    /// Bytes this operation stores if it is a write: its data, or the names and values of the
+    /// xattrs and omap entries it sets (what [`FULL_RESERVE_REQUEST_BYTES`] bounds).
+    #[must_use]
+    pub fn written_bytes(&self) -> u64 {
+        match self {
+            ObjOp::SetXattr { name, value } => (name.len() + value.len()) as u64,
+            ObjOp::OmapSet { entries } => entries.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
+            other => other.data_len(),
+        }
+    }
 }
 
 /// The result of one operation, in the order of the request's operations.
@@ -297,10 +308,21 @@ pub struct OsdOp {
     /// then does a primary whose PG log does not know the request id look among the ids of
     /// entries trimmed from the log (decision 0039), so new requests never pay for that lookup.
     pub resend: bool,
+    /// Whether the request is part of freeing space (a delete's bookkeeping, a discard, garbage
+    /// collection): a primary serves it even while a member of the PG is flagged full, as long as
+    /// it writes at most [`FULL_RESERVE_REQUEST_BYTES`] and, if it writes data, the primary's own
+    /// store is below the failsafe share of `shoal_map` (decision 0045). Requests that only remove are served
+    /// anyway; this is for the small writes that go with removals.
+    pub frees_space: bool,
 }
 impl Message for OsdOp {
     const TYPE: u16 = 32;
 }
+
+/// Most bytes (data, xattr and omap names and values) an [`OsdOp::frees_space`] request may write
+/// and still be served by a PG with a full member: far more than a delete's bookkeeping needs,
+/// far less than the headroom between the full flag and a store that is out of space.
+pub const FULL_RESERVE_REQUEST_BYTES: u64 = 64 << 10;
 
 /// The reply to an [`OsdOp`]. On `WrongPrimary` the client refreshes its map to at least
 /// `epoch` and resends.

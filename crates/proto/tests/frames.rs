@@ -85,6 +85,7 @@ mod messages {
             ops: vec![ObjOp::WriteFull { len_bytes: 3 }, ObjOp::Stat],
             expires_in_ms: Some(1_800_000),
             resend: false,
+            frees_space: false,
         }
     }
 

@@ -42,6 +42,9 @@ impl RbdError {
             RbdError::Locked { .. } | RbdError::Fenced(_) => 1, // EPERM
             RbdError::OutOfRange { .. } => EOVERFLOW,
             RbdError::Client(ClientError::TooLarge { .. }) => ENOSPC,
+            // A full cluster (or a store out of space) refuses the write and changes nothing:
+            // the block layer above reports "no space left", not a failed device.
+            RbdError::Client(ClientError::Remote(e)) if e.code == shoal_proto::ErrorCode::NoSpace => ENOSPC,
             _ => EIO,
         }
     }

@@ -414,8 +414,14 @@ impl Image {
     /// Makes `len_bytes` at `offset` read as zeros without writing them where it can: objects
     /// covered whole are removed, ranges reaching an object's end truncate it, and only ranges
     /// inside an object are overwritten with zeros (at the OSD; no zeros cross the network).
-    /// Serves both discard and write-zeroes. Durable on every replica when it returns.
+    /// Serves both discard and write-zeroes. Durable on every replica when it returns. Its
+    /// requests are made to free space, so a full cluster takes them; a clone's copy-ups write
+    /// whole objects, more than that allows, and are refused like any write (decision 0045).
     pub async fn zero(&self, offset: u64, len_bytes: u64) -> Result<(), RbdError> {
+        shoal_client::freeing_space(self.zero_range(offset, len_bytes)).await
+    }
+
+    async fn zero_range(&self, offset: u64, len_bytes: u64) -> Result<(), RbdError> {
         self.check_writable()?;
         self.check_range(offset, len_bytes)?;
         let _running = self.writes.read().await;

@@ -48,8 +48,13 @@ pub async fn resize(
 }
 
 /// Removes image `name`: its data objects, then its header, then its directory entry, so an
-/// interrupted removal can be run again. `progress` gets objects done of objects to visit.
+/// interrupted removal can be run again. `progress` gets objects done of objects to visit. Its
+/// requests are made to free space, so a full cluster takes them (decision 0045).
 pub async fn remove(client: &Client, pool: &str, name: &str, progress: Progress<'_>) -> Result<(), RbdError> {
+    shoal_client::freeing_space(remove_image(client, pool, name, progress)).await
+}
+
+async fn remove_image(client: &Client, pool: &str, name: &str, progress: Progress<'_>) -> Result<(), RbdError> {
     let id = header::lookup(client, pool, name).await?;
     match header::open(client, pool, name).await {
         Ok(info) => {

@@ -193,8 +193,20 @@ pub async fn set_protected(
 
 /// Removes snapshot `snap`: its record first (atomically), then the clones that served only it,
 /// object by object (`progress`: objects done of objects to visit). An interrupted trim leaves
-/// clones that the next removal's trim (which drops every dead snapshot) takes away.
+/// clones that the next removal's trim (which drops every dead snapshot) takes away. Its requests
+/// are made to free space, so a full cluster takes them (decision 0045).
 pub async fn remove(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    snap: &str,
+    wait_ms: u64,
+    progress: Progress<'_>,
+) -> Result<(), RbdError> {
+    shoal_client::freeing_space(remove_snap(client, pool, name, snap, wait_ms, progress)).await
+}
+
+async fn remove_snap(
     client: &Client,
     pool: &str,
     name: &str,

@@ -1338,6 +1338,7 @@ impl Simulation {
             expires_in_ms: None,
             // The first attempt is 1.
             resend: attempt > 1,
+            frees_space: false,
         };
         self.send(Node::Client(c), Node::Osd(primary.0), Frame::new(OsdOp::TYPE, tid, encode(&msg, data)));
     }

@@ -677,6 +677,7 @@ impl OsdCore {
                 ops: vec![ObjOp::Create { exclusive: false }, ObjOp::Remove],
                 expires_in_ms: None,
                 resend: false,
+                frees_space: false,
             };
             let removal = Event::ClientOp {
                 from: NOBODY,
