@@ -715,3 +715,65 @@ fn tls_on_a_unix_socket_and_qemu_reconnecting_across_a_killed_server() {
     assert!(out.status.success() && !text.contains("Pattern verification failed"), "qemu-io: {text}");
     assert_eq!(text.matches("read 33554432/33554432").count(), 4, "qemu-io: {text}");
 }
+
+/// Whether `shoal status` of the cluster in `dir` reports a full OSD.
+fn has_full_osd(dir: &Path) -> bool {
+    let s = json(&ok(&shoal(dir, &["status", "--json"])));
+    s["problems"].as_array().into_iter().flatten().any(|p| p.as_str().is_some_and(|p| p.contains("is full")))
+}
+
+/// Polls until `has_full_osd` is `full`, for at most 20 s (OSDs report once a second).
+fn wait_full(dir: &Path, full: bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while has_full_osd(dir) != full {
+        assert!(std::time::Instant::now() < deadline, "the full flag never became {full}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_full_cluster_answers_writes_with_enospc_and_still_takes_discards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down) = up_mem(tmp.path(), 1, "128M");
+    // A thin image four times the cluster's size.
+    ok(&shoal(&dir, &["rbd", "create", "data/big", "--size", "512M"]));
+    let (_server, port) = serve(&dir, &["data/big"]);
+    let uri = format!("nbd://127.0.0.1:{port}/data/big");
+
+    // 4 MiB writes, each of its own pattern, paced so that the OSD's reports keep up, until one is
+    // refused: by the monitors' full flag, or by the store if it filled before the next report.
+    // Either way the block layer hears "no space left", never a failed device.
+    let mut written = 0u64;
+    let mut refusal = None;
+    for i in 0..64u64 {
+        let cmd = format!("write -P {} {}M 4M", i + 1, i * 4);
+        let out = Command::new("qemu-io").args(["-f", "raw", "-c", &cmd, &uri]).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() || text.contains("failed") {
+            refusal = Some(text);
+            break;
+        }
+        written += 1;
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    let refusal = refusal.expect("a 128 MiB cluster took 256 MiB");
+    assert!(refusal.contains("No space left on device"), "{refusal}");
+    assert!(written >= 16, "only {written} writes of 4 MiB before the first refusal: {refusal}");
+    wait_full(&dir, true);
+    let out = tool_fails("qemu-io", &["-f", "raw", "-c", "write -P 9 400M 64K", &uri]);
+    assert!(out.contains("No space left on device"), "a write into a full cluster: {out}");
+
+    // Every acknowledged write reads back.
+    let reads: Vec<String> = (0..written).map(|i| format!("read -P {} {}M 4M", i + 1, i * 4)).collect();
+    qemu_io(&uri, &reads.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // Discards are taken while full: inside an object (punched: a small write made to free space,
+    // decision 0045) and over whole objects (removed); what they cover reads as zeros, what they
+    // do not keeps its bytes.
+    qemu_io(&uri, &["discard 4608K 1M", "read -P 0 4608K 1M", "read -P 2 4M 512K", "read -P 2 5632K 2560K"]);
+    qemu_io(&uri, &["discard 8M 32M", "read -P 0 8M 32M", "read -P 11 40M 4M"]);
+
+    // The space came back: the flag clears and writes are taken again.
+    wait_full(&dir, false);
+    qemu_io(&uri, &["write -P 7 8M 4M", "read -P 7 8M 4M"]);
+}
