@@ -8,8 +8,8 @@
 #   bench/ab.sh [--rounds N] s3 mem1|block3 SIZE CONC LOAD BIN...   `shoal s3 bench` on the gateway
 #   bench/ab.sh [--rounds N] rbd mem1|block3 BIN...             `shoal rbd bench`, 4 KiB random writes
 #
-# RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, randrw 4k 16: both sides printed, ...); LOAD is put or get (a get run first
-# writes the objects it reads). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
+# RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, randrw 4k 16: both sides printed, ...); LOAD is put, get or delete (a get
+# run first writes the objects it reads, a delete run the objects it removes). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
 # `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
 # later build does not replace it). A BIN written VAR=VALUE@PATH runs PATH with VAR set in the
 # environment of everything it starts (e.g. SHOAL_LOCAL_SOCKETS=0@/tmp/shoal-x: the same build
@@ -106,6 +106,9 @@ run_s3() {
     "$BIN" "${s3[@]}" --seconds 4 put >/dev/null 2>&1
     "$BIN" "${s3[@]}" --seconds 1 get >/dev/null 2>&1
     measured=(--no-prefill get)
+  elif [[ $load == delete ]]; then
+    # A delete run removes what the bucket holds: twice what 6 s of deletes take, written first.
+    "$BIN" "${s3[@]}" --seconds 12 put >/dev/null 2>&1
   fi
   local o0 g0 o1 g1
   o0=$(ticks $OSDS); g0=$(ticks $gw)
