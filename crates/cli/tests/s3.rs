@@ -1130,13 +1130,13 @@ fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back()
     let (_gw, ep) = spawn_gateway(&dir, None);
     assert_eq!(s3_request(&ep, keys, "PUT", "/full", "", b"").0, 200);
 
-    // Paced 1 MiB PUTs until one is refused: by the monitors' full flag (95% used) or, if the
-    // store filled up before the OSD's next report, by the store itself. Either way nothing
-    // acknowledged may be lost, and S3 names the condition.
+    // Paced 5 MiB PUTs (a head and a tail each) until one is refused: by the monitors' full flag
+    // (95% used) or, if the store filled up before the OSD's next report, by the store itself.
+    // Either way nothing acknowledged may be lost, and S3 names the condition.
     let mut stored: Vec<(usize, Vec<u8>)> = Vec::new();
     let mut refused = None;
-    for i in 0..300 {
-        let body = pattern(MIB, i as u8);
+    for i in 0..60 {
+        let body = pattern(5 * MIB, i as u8);
         let (status, head, answer) = s3_request(&ep, keys, "PUT", &format!("/full/o{i}"), "", &body);
         match status {
             200 => stored.push((i, body)),
@@ -1146,11 +1146,11 @@ fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back()
             }
             other => panic!("PUT o{i}: HTTP {other}: {head} {}", String::from_utf8_lossy(&answer)),
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
     let refused = refused.expect("a 128 MiB OSD took 300 MiB");
     assert!(refused.contains("<Code>InsufficientStorage</Code>"), "{refused}");
-    assert!(stored.len() >= 60, "only {} MiB stored before the first refusal: {refused}", stored.len());
+    assert!(stored.len() >= 12, "only {} objects of 5 MiB stored before the first refusal: {refused}", stored.len());
 
     // The OSD reports once a second; its report flags it full.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -1208,4 +1208,19 @@ fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back()
     let body = pattern(MIB, 0xee);
     assert_eq!(s3_request(&ep, keys, "PUT", "/full/after", "", &body).0, 200, "a write after space was freed");
     assert_eq!(s3_request(&ep, keys, "GET", "/full/after", "", b"").2, body);
+
+    // Nothing is left of the deleted objects nor of the refused PUT once the collector has
+    // passed: a head and a tail for each remaining 5 MiB object, a head for the last one.
+    let kept = stored.len() - half;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let objs = pool_objects(&dir, shoal_gateway::layout::DATA_POOL);
+        let heads = objs.iter().filter(|o| o.starts_with("h.")).count();
+        let tails = objs.iter().filter(|o| o.starts_with("t.")).count();
+        if heads == kept + 1 && tails == kept && objs.len() == heads + tails {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the collector left {objs:?} for {kept} objects and one");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
