@@ -737,7 +737,9 @@ fn a_full_cluster_answers_writes_with_enospc_and_still_takes_discards() {
     let (dir, _down) = up_mem(tmp.path(), 1, "128M");
     // A thin image four times the cluster's size.
     ok(&shoal(&dir, &["rbd", "create", "data/big", "--size", "512M"]));
-    let (_server, port) = serve(&dir, &["data/big"]);
+    // A short lease: the cluster stays full for longer than it, so the server must renew its
+    // image lock while full (else it would fence itself and refuse even the discards).
+    let (_server, port) = serve(&dir, &["data/big", "--lock-lease-s", "2"]);
     let uri = format!("nbd://127.0.0.1:{port}/data/big");
 
     // 4 MiB writes, each of its own pattern, paced so that the OSD's reports keep up, until one is
@@ -762,6 +764,9 @@ fn a_full_cluster_answers_writes_with_enospc_and_still_takes_discards() {
     wait_full(&dir, true);
     let out = tool_fails("qemu-io", &["-f", "raw", "-c", "write -P 9 400M 64K", &uri]);
     assert!(out.contains("No space left on device"), "a write into a full cluster: {out}");
+
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(has_full_osd(&dir), "the cluster is still full after a lease");
 
     // Every acknowledged write reads back.
     let reads: Vec<String> = (0..written).map(|i| format!("read -P {} {}M 4M", i + 1, i * 4)).collect();

@@ -66,7 +66,21 @@ pub async fn read(client: &Client, pool: &str, name: &str) -> Result<Option<(Loc
     }
 }
 
+/// Replaces the lock record `old` (its bytes) with `new`, compare-and-swap; `false` if the record
+/// was no longer `old`. Marked as made to free space (decision 0045), so a full cluster takes it: a
+/// lease that could not be renewed while the cluster is full would fence its writer for good, and
+/// a fenced writer cannot even take the discards that give the space back.
 async fn swap(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    old: Option<Vec<u8>>,
+    new: Option<&LockRecord>,
+) -> Result<bool, RbdError> {
+    shoal_client::freeing_space(swap_record(client, pool, name, old, new)).await
+}
+
+async fn swap_record(
     client: &Client,
     pool: &str,
     name: &str,
