@@ -257,7 +257,9 @@ fn capacity_problems(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats], pro
         let permille = report.map(|s| shoal_map::used_permille(s.used_bytes, s.capacity_bytes));
         let used = permille.map_or_else(|| "usage unknown".to_string(), |p| format!("{}.{}% used", p / 10, p % 10));
         if info.full {
-            problems.push(format!("{id} is full ({used}): PGs with a replica on it take no writes but removals"));
+            problems.push(format!(
+                "{id} is full ({used}): PGs with a replica on it take only removals, deletes and discards"
+            ));
             errors += 1;
         } else if permille.is_some_and(|p| p >= shoal_map::NEARFULL_PERMILLE) {
             problems.push(format!("{id} is nearfull ({used})"));
