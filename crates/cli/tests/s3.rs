@@ -1129,6 +1129,10 @@ fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back()
     let keys = (keys.0.as_str(), keys.1.as_str());
     let (_gw, ep) = spawn_gateway(&dir, None);
     assert_eq!(s3_request(&ep, keys, "PUT", "/full", "", b"").0, 200);
+    // An upload left open with two parts of 5 MiB: aborted once the cluster is full.
+    let upload = start_upload(&ep, keys, "/full/mp");
+    upload_part(&ep, keys, "/full/mp", &upload, 1, &pattern(5 * MIB, 0xa1));
+    upload_part(&ep, keys, "/full/mp", &upload, 2, &pattern(5 * MIB, 0xa2));
 
     // Paced 5 MiB PUTs (a head and a tail each) until one is refused: by the monitors' full flag
     // (95% used) or, if the store filled up before the OSD's next report, by the store itself.
@@ -1183,6 +1187,9 @@ fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back()
     assert_eq!(status, 200, "multi-object delete in a full cluster: {answer}");
     assert!(!answer.contains("<Error>"), "every key deleted: {answer}");
 
+    let (status, head, _) = s3_request(&ep, keys, "DELETE", "/full/mp", &format!("uploadId={upload}"), b"");
+    assert_eq!(status, 204, "aborting an upload in a full cluster: {head}");
+
     // What was not deleted reads back whole, and the listing holds exactly it.
     for (i, body) in &stored[half..] {
         let (status, _, got) = s3_request(&ep, keys, "GET", &format!("/full/o{i}"), "", b"");
@@ -1209,8 +1216,9 @@ fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back()
     assert_eq!(s3_request(&ep, keys, "PUT", "/full/after", "", &body).0, 200, "a write after space was freed");
     assert_eq!(s3_request(&ep, keys, "GET", "/full/after", "", b"").2, body);
 
-    // Nothing is left of the deleted objects nor of the refused PUT once the collector has
-    // passed: a head and a tail for each remaining 5 MiB object, a head for the last one.
+    // Nothing is left of the deleted objects, the aborted upload's parts or the refused PUT once
+    // the collector has passed: a head and a tail for each remaining 5 MiB object, a head for the
+    // last one.
     let kept = stored.len() - half;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
