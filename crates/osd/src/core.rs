@@ -335,14 +335,9 @@ pub struct OsdCore {
 
 /// Whether a write request only gives space back (removals), and so is served even when a
 /// member of the PG is full: that is how users get out of a full cluster.
-fn frees_space(ops: &[shoal_proto::osd::ObjOp]) -> bool {
+fn only_removes(ops: &[shoal_proto::osd::ObjOp]) -> bool {
     use shoal_proto::osd::ObjOp;
     ops.iter().all(|o| matches!(o, ObjOp::Remove | ObjOp::RemoveXattr { .. } | ObjOp::OmapRemove { .. }))
-}
-
-/// Bytes a request's operations store (data, xattrs and omap entries set).
-fn written_bytes(ops: &[shoal_proto::osd::ObjOp]) -> u64 {
-    ops.iter().map(shoal_proto::osd::ObjOp::written_bytes).sum()
 }
 
 fn reply_frame<M: Message>(request_id: u64, msg: &M, data: Vec<u8>) -> Frame {
@@ -856,7 +851,7 @@ impl OsdCore {
             )));
         }
         if let Some(full) = acting.iter().find(|o| self.map.osds.get(o).is_some_and(|i| i.full))
-            && !frees_space(&op.ops)
+            && !only_removes(&op.ops)
             && !self.within_full_reserve(&op)
         {
             return out.push(fail(RemoteError::new(
@@ -1306,7 +1301,8 @@ impl OsdCore {
     /// of data space: that is when removals are needed most. A replica checks nothing: what its
     /// primary took, it must apply, and the monitors flag it full at the same threshold.
     fn within_full_reserve(&self, op: &OsdOp) -> bool {
-        if !op.frees_space || written_bytes(&op.ops) > shoal_proto::osd::FULL_RESERVE_REQUEST_BYTES {
+        let written_bytes: u64 = op.ops.iter().map(shoal_proto::osd::ObjOp::written_bytes).sum();
+        if !op.frees_space || written_bytes > shoal_proto::osd::FULL_RESERVE_REQUEST_BYTES {
             return false;
         }
         if op.ops.iter().all(|o| o.data_len() == 0) {

@@ -77,27 +77,20 @@ async fn swap(
     old: Option<Vec<u8>>,
     new: Option<&LockRecord>,
 ) -> Result<bool, RbdError> {
-    shoal_client::freeing_space(swap_record(client, pool, name, old, new)).await
-}
-
-async fn swap_record(
-    client: &Client,
-    pool: &str,
-    name: &str,
-    old: Option<Vec<u8>>,
-    new: Option<&LockRecord>,
-) -> Result<bool, RbdError> {
-    let id = header::lookup(client, pool, name).await?;
-    let mut ops = vec![ObjOp::AssertXattr { name: LOCK_XATTR.into(), value: old }];
-    ops.push(match new {
-        Some(r) => ObjOp::SetXattr { name: LOCK_XATTR.into(), value: encode(r) },
-        None => ObjOp::RemoveXattr { name: LOCK_XATTR.into() },
-    });
-    match client.op(pool, &header_object(&id), ops, Vec::new()).await {
-        Ok(_) => Ok(true),
-        Err(e) if header::is_conflict(&e) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    shoal_client::freeing_space(async {
+        let id = header::lookup(client, pool, name).await?;
+        let mut ops = vec![ObjOp::AssertXattr { name: LOCK_XATTR.into(), value: old }];
+        ops.push(match new {
+            Some(r) => ObjOp::SetXattr { name: LOCK_XATTR.into(), value: encode(r) },
+            None => ObjOp::RemoveXattr { name: LOCK_XATTR.into() },
+        });
+        match client.op(pool, &header_object(&id), ops, Vec::new()).await {
+            Ok(_) => Ok(true),
+            Err(e) if header::is_conflict(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
 }
 
 /// Takes image `name`'s lock for `holder`, taking over a stale one. Fails with

@@ -203,35 +203,27 @@ pub async fn remove(
     wait_ms: u64,
     progress: Progress<'_>,
 ) -> Result<(), RbdError> {
-    shoal_client::freeing_space(remove_snap(client, pool, name, snap, wait_ms, progress)).await
-}
-
-async fn remove_snap(
-    client: &Client,
-    pool: &str,
-    name: &str,
-    snap: &str,
-    wait_ms: u64,
-    progress: Progress<'_>,
-) -> Result<(), RbdError> {
-    let info = header::open(client, pool, name).await?;
-    let rec = info.snap(snap)?.clone();
-    if rec.protected {
-        return Err(RbdError::Busy(format!("snapshot {name}@{snap} is protected: unprotect it first")));
-    }
-    let generation = info.snap_gen + 1;
-    let ops = vec![
-        ObjOp::AssertOmap { key: snap_key(rec.id), value: Some(serde_json::to_vec(&rec).unwrap_or_default()) },
-        counter_is(SNAP_GEN_KEY, info.snap_gen),
-        ObjOp::OmapRemove { keys: vec![snap_key(rec.id)] },
-        ObjOp::OmapSet { entries: vec![(SNAP_GEN_KEY.to_vec(), u64_value(generation))] },
-    ];
-    header_op(client, pool, &info, ops).await?;
-    if let Err(e) = wait_adopted(client, pool, &info, generation, wait_ms).await {
-        // The record is gone; clones the writer still makes for it are trimmed by a later removal.
-        tracing::warn!(error = %e, "trimming without the writer's acknowledgement");
-    }
-    trim(client, pool, name, progress).await
+    shoal_client::freeing_space(async {
+        let info = header::open(client, pool, name).await?;
+        let rec = info.snap(snap)?.clone();
+        if rec.protected {
+            return Err(RbdError::Busy(format!("snapshot {name}@{snap} is protected: unprotect it first")));
+        }
+        let generation = info.snap_gen + 1;
+        let ops = vec![
+            ObjOp::AssertOmap { key: snap_key(rec.id), value: Some(serde_json::to_vec(&rec).unwrap_or_default()) },
+            counter_is(SNAP_GEN_KEY, info.snap_gen),
+            ObjOp::OmapRemove { keys: vec![snap_key(rec.id)] },
+            ObjOp::OmapSet { entries: vec![(SNAP_GEN_KEY.to_vec(), u64_value(generation))] },
+        ];
+        header_op(client, pool, &info, ops).await?;
+        if let Err(e) = wait_adopted(client, pool, &info, generation, wait_ms).await {
+            // The record is gone; clones the writer still makes for it are trimmed by a later removal.
+            tracing::warn!(error = %e, "trimming without the writer's acknowledgement");
+        }
+        trim(client, pool, name, progress).await
+    })
+    .await
 }
 
 /// Drops every dead snapshot's clones from image `name`'s objects.
