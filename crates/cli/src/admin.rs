@@ -247,9 +247,10 @@ fn recovery_summary(stats: &[shoal_proto::mon::OsdStats], copies: u64) -> serde_
     })
 }
 
-/// Appends a problem for every OSD the monitors flagged full (an error: its PGs take no writes)
-/// and every one reporting at least [`shoal_map::NEARFULL_PERMILLE`] used (a warning); returns
-/// how many errors it added.
+/// Appends a problem for every OSD the monitors flagged full (an error: its PGs take no writes),
+/// every one reporting at least [`shoal_map::BACKFILLFULL_PERMILLE`] used (a warning: backfill
+/// onto it waits) and every one reporting at least [`shoal_map::NEARFULL_PERMILLE`] (a warning);
+/// returns how many errors it added.
 fn capacity_problems(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats], problems: &mut Vec<String>) -> usize {
     let mut errors = 0;
     for (id, info) in &map.osds {
@@ -261,6 +262,8 @@ fn capacity_problems(map: &ClusterMap, stats: &[shoal_proto::mon::OsdStats], pro
                 "{id} is full ({used}): PGs with a replica on it take only removals, deletes and discards"
             ));
             errors += 1;
+        } else if permille.is_some_and(|p| p >= shoal_map::BACKFILLFULL_PERMILLE) {
+            problems.push(format!("{id} is backfillfull ({used}): it takes no more data moved onto it by backfill"));
         } else if permille.is_some_and(|p| p >= shoal_map::NEARFULL_PERMILLE) {
             problems.push(format!("{id} is nearfull ({used})"));
         }
@@ -289,6 +292,12 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     }
     if clean < total_pgs {
         problems.push(format!("{} PG(s) not active+clean", total_pgs - clean));
+    }
+    let toofull: u64 = pgs.iter().filter(|(s, _)| s.contains("+backfill_toofull")).map(|(_, n)| *n).sum();
+    if toofull > 0 {
+        problems.push(format!(
+            "{toofull} PG(s) backfill_toofull: a backfill target is too full to take their data (free space or add OSDs)"
+        ));
     }
     if status.quorum.len() * 2 <= map.mons.len().max(status.quorum.len()) {
         problems.push(format!("monitor quorum {} of {}", status.quorum.len(), map.mons.len()));

@@ -1,7 +1,8 @@
 //! A cluster filling up: `shoal status` warns when an OSD is nearly full, the monitors flag it
 //! full from its reports, primaries then refuse writes that need space with an error naming the
 //! OSD (before any replica runs out mid-write), every acknowledged object stays readable, removals
-//! still work, and writes are taken again once space is freed.
+//! still work, and writes are taken again once space is freed. Backfill after an OSD goes out
+//! stops short of filling the OSDs left (`backfill_toofull`) instead of flagging them full.
 
 mod common;
 
@@ -179,5 +180,68 @@ fn removing_a_pool_asks_for_confirmation_then_gives_its_space_back() {
         }
         assert!(Instant::now() < deadline, "the deleted pool's space never came back: {s}");
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn backfill_after_an_osd_goes_out_stops_short_of_filling_the_others() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, _down) = common::up_mem(tmp.path(), 3, "128M");
+    ok(&shoal(&dir, &["pool", "create", "rep", "--size", "2", "--pg-num", "32"]));
+    let (rt, client) = common::admin_client(&dir);
+    let monc = client.mon().clone();
+    let capacity = loop {
+        let status = rt.block_on(monc.status()).expect("status");
+        if status.osd_stats.len() == 3 {
+            break status.osd_stats.iter().map(|s| s.capacity_bytes).min().unwrap_or(0);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(capacity > 64 * MIB as u64, "capacity {capacity}");
+    // Two copies of 95% of one OSD's capacity: about 63% of each of the three OSDs now, and more
+    // than the two left can take once one goes out (95% of each).
+    let count = (capacity * 95 / 100).div_ceil(MIB as u64) as usize;
+    let value =
+        |i: usize| (0..MIB).map(|b| (b as u32).wrapping_mul(13).wrapping_add(i as u32) as u8).collect::<Vec<u8>>();
+    let write = |name: &str, data: Vec<u8>| {
+        let op = ObjOp::WriteFull { len_bytes: data.len() as u64 };
+        rt.block_on(client.op("rep", name, vec![op], data))
+    };
+    for i in 0..count {
+        write(&format!("o{i}"), value(i)).unwrap_or_else(|e| panic!("write o{i}: {e}"));
+    }
+    wait_for_status(&dir, "every PG clean", |s| s["health"] == "HEALTH_OK");
+
+    ok(&shoal(&dir, &["osd", "out", "2"]));
+    let s = wait_for_status(&dir, "backfill_toofull", |s| {
+        problems(s).iter().any(|p| p.contains("backfill_toofull")) && problems(s).iter().any(|p| p.contains("nearfull"))
+    });
+    assert_eq!(s["health"], "HEALTH_WARN", "waiting backfill is a warning, not an error: {s}");
+    // The OSDs left stop below the backfillfull share: neither is flagged full, so every PG still
+    // takes writes, and everything written reads back.
+    std::thread::sleep(Duration::from_secs(2));
+    let reports = rt.block_on(monc.status()).expect("status");
+    for stats in reports.osd_stats.iter().filter(|s| s.osd.0 != 2) {
+        let permille = shoal_map::used_permille(stats.used_bytes, stats.capacity_bytes);
+        assert!(permille < shoal_map::BACKFILLFULL_PERMILLE, "{} filled to {permille}‰ by backfill", stats.osd);
+    }
+    assert!(!monc.map().osds.values().any(|o| o.full), "an OSD was flagged full");
+    write("during", value(count)).expect("a write while backfill waits");
+    for i in (0..count).step_by(7) {
+        let read = vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }];
+        let got =
+            rt.block_on(client.op("rep", &format!("o{i}"), read, vec![])).unwrap_or_else(|e| panic!("read o{i}: {e}"));
+        assert!(got.data == value(i), "o{i} changed");
+    }
+    // With the OSD back in, its PGs return to members that hold their data and become clean.
+    ok(&shoal(&dir, &["osd", "in", "2"]));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = status(&dir);
+        if s["health"] == "HEALTH_OK" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cluster never became healthy again: {s}");
+        std::thread::sleep(Duration::from_millis(500));
     }
 }

@@ -50,6 +50,11 @@ pub const FULL_FAILSAFE_PERMILLE: u64 = 975;
 /// Share of capacity from which `shoal status` warns that an OSD is nearly full (Ceph's
 /// `mon_osd_nearfull_ratio` of 0.85).
 pub const NEARFULL_PERMILLE: u64 = 850;
+/// Share of its store's capacity, in thousandths, from which an OSD refuses backfill pushes that
+/// bring data (counting the push's own bytes), so that moving data onto it never takes it to
+/// [`FULL_PERMILLE`] and stops client writes to every PG it holds: the primaries wait and try
+/// again (the PG is `backfill_toofull`). Ceph's `mon_osd_backfillfull_ratio` of 0.90.
+pub const BACKFILLFULL_PERMILLE: u64 = 900;
 
 /// Used share of a store in thousandths, rounded down; a store of no capacity counts as empty.
 #[must_use]

@@ -41,6 +41,10 @@ pub const BACKFILL_CHUNK_BYTES: &str = "osd_backfill_chunk_bytes";
 /// 4 KiB objects (decision 0021): 16 gave a client p99 of 3.5x quiet during a recovery, 8 2.1x,
 /// 4 2.0x at a quarter more recovery time than 8.
 pub const BACKFILL_CHUNK_OBJECTS: &str = "osd_backfill_chunk_objects";
+/// A primary whose backfill push a target refused for lack of space (it is past
+/// [`crate::BACKFILLFULL_PERMILLE`], or its store is out of space) sends that target nothing more
+/// of the PG for this long, then tries again. Ceph's `osd_backfill_retry_interval`.
+pub const BACKFILL_RETRY_INTERVAL_SECS: &str = "osd_backfill_retry_interval_secs";
 /// While clients are doing I/O on an OSD, recovery and backfill may take at most this percentage
 /// of its worker's time (100: no limit); with no client I/O they run flat out. Ceph reaches for
 /// the same with `osd_recovery_sleep` and its mClock profiles.
@@ -88,6 +92,13 @@ pub const SETTINGS: &[Setting] = &[
         min: 1,
         max: 1024,
         help: "objects in one backfill push at most",
+    },
+    Setting {
+        name: BACKFILL_RETRY_INTERVAL_SECS,
+        default: 30,
+        min: 1,
+        max: 3600,
+        help: "seconds a primary waits before sending more backfill to a target that refused it as too full",
     },
     Setting {
         name: RECOVERY_BUSY_SHARE_PCT,

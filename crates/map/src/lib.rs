@@ -17,8 +17,8 @@ pub mod config;
 mod error;
 
 pub use cluster::{
-    ClusterMap, DEFAULT_MAX_OBJECT_BYTES, FULL_CLEAR_PERMILLE, FULL_FAILSAFE_PERMILLE, FULL_PERMILLE, Locator, MonInfo,
-    NEARFULL_PERMILLE, OsdInfo, PgActivation, Pool, used_permille,
+    BACKFILLFULL_PERMILLE, ClusterMap, DEFAULT_MAX_OBJECT_BYTES, FULL_CLEAR_PERMILLE, FULL_FAILSAFE_PERMILLE,
+    FULL_PERMILLE, Locator, MonInfo, NEARFULL_PERMILLE, OsdInfo, PgActivation, Pool, used_permille,
 };
 pub use command::{ActivationProposal, Change, Command, Incremental, PoolSetting};
 pub use error::MapError;

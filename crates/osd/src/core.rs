@@ -1214,7 +1214,8 @@ impl OsdCore {
 
     /// The state of PG `pg` as this OSD sees it, if it is the PG's primary: `peering`, `down`,
     /// `incomplete`, `undersized+degraded+peered`, or `active` with `+recovering`,
-    /// `+backfilling`, `+undersized+degraded` and `+clean` as they apply.
+    /// `+backfilling`, `+backfill_toofull` (a target refused backfill as too full: it waits),
+    /// `+undersized+degraded` and `+clean` as they apply.
     #[must_use]
     pub fn pg_state(&self, pg: PgId) -> Option<String> {
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return None };
@@ -1224,7 +1225,13 @@ impl OsdCore {
             Phase::Down => "down".into(),
             Phase::Incomplete => "incomplete".into(),
             Phase::Undersized => "undersized+degraded+peered".into(),
-            Phase::Active if p.recovery_only => "undersized+degraded+peered+backfilling".into(),
+            Phase::Active if p.recovery_only => {
+                let mut state = String::from("undersized+degraded+peered+backfilling");
+                if p.peers.values().any(|pp| pp.toofull_until_ms.is_some()) {
+                    state.push_str("+backfill_toofull");
+                }
+                state
+            }
             Phase::Active => {
                 let own_missing = self.metas.get(&pg).is_some_and(|m| !m.missing.is_empty());
                 let recovering = own_missing || p.peers.values().any(|pp| !pp.missing.is_empty());
@@ -1235,6 +1242,9 @@ impl OsdCore {
                 }
                 if backfilling {
                     state.push_str("+backfilling");
+                }
+                if p.peers.values().any(|pp| pp.backfill.is_some() && pp.toofull_until_ms.is_some()) {
+                    state.push_str("+backfill_toofull");
                 }
                 let complete = 1 + p.peers.values().filter(|pp| pp.backfill.is_none()).count();
                 if complete < size {

@@ -2,7 +2,7 @@
 //! the monitors' activation record), primary-copy replication, recovery, and what replicas refuse
 //! (a write resolved against another state, a replicated write that skips one, a replaced
 //! primary's writes). A PG with a member the monitors flagged full takes removals but no other
-//! writes.
+//! writes; a backfill target past the backfillfull share waits without filling up.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -64,6 +64,8 @@ struct Net {
     /// Pushes and pulls of one part of an object (not whole copies) sent so far.
     parts_pushed: usize,
     parts_pulled: usize,
+    /// Pushes sent so far (whole copies and parts).
+    pushes: usize,
 }
 
 impl Net {
@@ -95,6 +97,7 @@ impl Net {
             operator: Vec::new(),
             parts_pushed: 0,
             parts_pulled: 0,
+            pushes: 0,
         };
         net.broadcast();
         net
@@ -135,9 +138,20 @@ impl Net {
         self.change(Command::OsdBoot { id: osd, addr });
     }
 
+    /// Every core's clock moves to `now_ms` (never backwards) and it ticks.
+    fn tick_at(&mut self, now_ms: u64) {
+        let ids: Vec<u32> = self.cores.keys().copied().collect();
+        self.run(ids.into_iter().map(|i| (i, Event::Tick { now_ms })).collect());
+    }
+
     /// Replaces OSD `osd`'s store by an empty one (a new disk) and boots it on it.
     fn replace_disk(&mut self, osd: OsdId) {
-        let fresh = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
+        self.replace_disk_sized(osd, 64 << 20);
+    }
+
+    /// Replaces OSD `osd`'s store by an empty one of `size_bytes` and boots it on it.
+    fn replace_disk_sized(&mut self, osd: OsdId, size_bytes: u64) {
+        let fresh = Arc::new(MemEngine::new_mem(size_bytes).unwrap());
         let store: Arc<dyn ObjectStore> = fresh.clone();
         self.cores.insert(osd.0, OsdCore::new(osd, store, Arc::new(self.map.clone())).unwrap());
         self.engines.insert(osd.0, fresh);
@@ -196,6 +210,7 @@ impl Net {
             Action::Peer { osd, msg_type, payload, call } => {
                 use shoal_proto::osd::{PgPull, PgPush};
                 if msg_type == <PgPush as shoal_proto::Message>::TYPE {
+                    self.pushes += 1;
                     self.parts_pushed += usize::from(decode::<PgPush>(payload.clone()).unwrap().0.part.is_some());
                 }
                 if msg_type == <PgPull as shoal_proto::Message>::TYPE {
@@ -1400,4 +1415,100 @@ fn an_object_no_member_can_provide_is_listed_as_unfound_and_can_be_given_up() {
     // The object can be written again.
     net.append(3, b"new").result.expect("append after the loss");
     assert_eq!(net.content(acting[1]), Some(b"new".to_vec()));
+}
+
+/// Writes `bytes` as the whole of object `name` through its primary.
+fn write_object(net: &mut Net, tid: u64, name: &str, bytes: &[u8]) -> OsdOpReply {
+    let op = object_op(net, tid, name, vec![ObjOp::WriteFull { len_bytes: bytes.len() as u64 }]);
+    let primary = net.map.locate(op.pool, name).unwrap().osds[0].0;
+    let rid = net.submit(primary, op, bytes, 0);
+    net.replies.remove(&rid).expect("answered")
+}
+
+/// Client 7's request `tid` on object `name` of pool `p`.
+fn object_op(net: &Net, tid: u64, name: &str, ops: Vec<ObjOp>) -> OsdOp {
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    OsdOp { object: name.into(), pg: net.map.locate(pool, name).unwrap().pg.seed, ..client_op(&net.map, tid, ops) }
+}
+
+/// Names and bytes of every object of pool `p` on `osd`.
+fn all_objects(net: &Net, osd: OsdId) -> BTreeMap<String, Vec<u8>> {
+    let pool = net.map.pool_by_name("p").unwrap();
+    let store = net.core(osd).store();
+    let mut all = BTreeMap::new();
+    for seed in 0..pool.pg_num {
+        let coll = shoal_osd::exec::pg_collection(shoal_map::PgId { pool: pool.id, seed });
+        let Ok(page) = store.list_objects(&coll, "", None, 1000) else { continue };
+        for name in page.objects {
+            let bytes = store.read_all(&coll, &name).unwrap();
+            all.insert(name, bytes);
+        }
+    }
+    all
+}
+
+#[test]
+fn backfill_stops_short_of_filling_its_target_and_goes_on_once_there_is_room() {
+    const OBJECT_BYTES: usize = 1 << 20;
+    let mut net = Net::new();
+    let (keep, replaced) = (net.acting()[0], net.acting()[1]);
+    // The replacement disk's data capacity, and objects worth a quarter more than it.
+    let capacity = MemEngine::new_mem(16 << 20).unwrap().usage().unwrap().size_bytes;
+    let count = (capacity * 5 / 4).div_ceil(OBJECT_BYTES as u64) as usize;
+    let names: Vec<String> = (0..count).map(|i| format!("o{i:03}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        write_object(&mut net, 10 + i as u64, name, &vec![i as u8; OBJECT_BYTES]).result.expect("write");
+    }
+    net.replace_disk_sized(replaced, 16 << 20);
+    let mut now_ms = 1_000;
+    for _ in 0..10 {
+        now_ms += 100;
+        net.tick_at(now_ms);
+    }
+    // Backfill filled the new disk up to the backfillfull share, not to the full flag's.
+    let usage = net.core(replaced).store().usage().unwrap();
+    let permille = shoal_map::used_permille(usage.used_bytes, usage.size_bytes);
+    assert!(permille < shoal_map::BACKFILLFULL_PERMILLE, "backfill went past backfillfull: {permille}‰");
+    assert!(permille >= shoal_map::BACKFILLFULL_PERMILLE - 100, "backfill stopped early: {permille}‰");
+    // Every PG still serves (none peering again and again); those with objects left to send say so.
+    let states = net.core(keep).pg_states();
+    assert!(states.iter().all(|(s, _)| s.starts_with("active")), "{states:?}");
+    assert!(states.iter().any(|(s, _)| s.contains("+backfill_toofull")), "{states:?}");
+    let write = write_object(&mut net, 500, &names[0], &vec![0xee; OBJECT_BYTES]);
+    write.result.expect("client writes go on while backfill waits");
+    // Before the retry interval, nothing more is sent, however often the primaries tick.
+    let pushes = net.pushes;
+    for _ in 0..5 {
+        now_ms += 1_000;
+        net.tick_at(now_ms);
+    }
+    assert_eq!(net.pushes, pushes, "backfill sent to a too-full target before the retry interval");
+    // Space is freed: objects the new disk already holds are removed through their primaries.
+    let held: Vec<String> = all_objects(&net, replaced).into_keys().take(count / 3).collect();
+    assert!(!held.is_empty());
+    for (i, name) in held.iter().enumerate() {
+        let op = object_op(&net, 1_000 + i as u64, name, vec![ObjOp::Remove]);
+        let primary = net.map.locate(op.pool, name).unwrap().osds[0].0;
+        let rid = net.submit(primary, op, b"", 0);
+        net.replies.remove(&rid).expect("answered").result.expect("remove");
+    }
+    // After the retry interval, backfill goes on and completes: both OSDs hold the same objects.
+    now_ms += shoal_map::config::SETTINGS
+        .iter()
+        .find(|s| s.name == shoal_map::config::BACKFILL_RETRY_INTERVAL_SECS)
+        .unwrap()
+        .default
+        * 1000;
+    for _ in 0..20 {
+        now_ms += 100;
+        net.tick_at(now_ms);
+    }
+    let states = net.core(keep).pg_states();
+    assert!(states.iter().all(|(s, _)| s == "active+clean"), "{states:?}");
+    let (kept, backfilled) = (all_objects(&net, keep), all_objects(&net, replaced));
+    assert_eq!(kept.len(), count - held.len());
+    assert!(kept == backfilled, "the backfilled disk differs from the primary's");
+    if !held.contains(&names[0]) {
+        assert!(kept[&names[0]] == vec![0xee; OBJECT_BYTES], "the write made while backfill waited");
+    }
 }

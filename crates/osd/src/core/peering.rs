@@ -72,6 +72,12 @@ pub(crate) struct PeerPlan {
     pub backfill: Option<String>,
     /// The large object being backfilled to it in parts, if one is.
     pub part: Option<PartPush>,
+    /// While a backfill push to it is unanswered: its cursor before that push, to go back to if
+    /// the push is refused (the cursor moves when the push is sent, see `send_backfill_chunk`).
+    pub unacked_from: Option<String>,
+    /// Set when it refused a backfill push as too full (`backfill_toofull`): no backfill goes to
+    /// it before this time (the tick clock, ms); cleared by the next push it takes.
+    pub toofull_until_ms: Option<u64>,
 }
 
 /// A large object a backfill target is being sent in parts (`shoal_proto::osd::PushPart`).
@@ -546,8 +552,10 @@ impl OsdCore {
                 (own_missing, own_remove) = (missing, remove);
                 continue;
             }
-            p.peers
-                .insert(osd, PeerPlan { missing: missing.clone(), backfill: backfill.then(String::new), part: None });
+            p.peers.insert(
+                osd,
+                PeerPlan { missing: missing.clone(), backfill: backfill.then(String::new), ..PeerPlan::default() },
+            );
             if backfill {
                 let objects = crate::copy::count_objects(&*self.store, &crate::exec::pg_collection(pg));
                 p.backfill_remaining.insert(osd, objects);

@@ -293,6 +293,7 @@ impl OsdCore {
     /// if it runs on a temporary acting set, the primary asks for it to be removed.
     pub(super) fn recover(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let own: Vec<String> = self.metas.get(&pg).map(|m| m.missing.keys().cloned().collect()).unwrap_or_default();
+        let now_ms = self.now_ms;
         let min_size = self.map.pools.get(&pg.pool).map_or(1, |pool| pool.min_size) as usize;
         let Some(p) = self.primary(pg) else { return };
         if p.phase != Phase::Active {
@@ -325,6 +326,7 @@ impl OsdCore {
             .peers
             .iter()
             .filter(|(o, pp)| pp.backfill.is_some() && !p.backfilling.contains(o))
+            .filter(|(_, pp)| pp.toofull_until_ms.is_none_or(|until| now_ms >= until))
             .map(|(o, _)| *o)
             .collect();
         for name in theirs {
@@ -487,6 +489,7 @@ impl OsdCore {
             // Writes to names up to here now go to the replica in full: the chunk precedes them
             // on the ordered link.
             if let Some(pp) = p.peers.get_mut(&osd) {
+                pp.unacked_from = Some(cursor);
                 pp.backfill = Some(upto.clone().unwrap_or_else(|| LAST_NAME.to_string()));
                 pp.part = None;
             }
@@ -530,7 +533,7 @@ impl OsdCore {
                 }
             };
         let last = header.last;
-        let after = (!cursor.is_empty()).then_some(cursor);
+        let after = (!cursor.is_empty()).then_some(cursor.clone());
         let range = BackfillRange { after, upto: Some(part.object.clone()) };
         let names = if last { vec![part.object.clone()] } else { Vec::new() };
         let push = PgPush {
@@ -545,6 +548,7 @@ impl OsdCore {
             p.backfilling.insert(osd);
             p.backfill_bytes.insert(osd, data.len() as u64);
             if let Some(pp) = p.peers.get_mut(&osd) {
+                pp.unacked_from = Some(cursor);
                 if last {
                     // As for a chunk: the last part precedes later writes to the object.
                     pp.backfill = Some(part.object.clone());
@@ -673,6 +677,9 @@ impl OsdCore {
             return;
         }
         if let Err(e) = result {
+            if backfill && e.code == ErrorCode::NoSpace {
+                return self.backfill_toofull(pg, attempt, from, &e);
+            }
             tracing::info!(%pg, peer = %from, error = %e, "push refused: peering again");
             self.start_peering(pg, out);
             return;
@@ -682,6 +689,12 @@ impl OsdCore {
         if backfill {
             p.backfilling.remove(&from);
             p.backfill_bytes.remove(&from);
+            if let Some(pp) = p.peers.get_mut(&from) {
+                pp.unacked_from = None;
+                if pp.toofull_until_ms.take().is_some() {
+                    tracing::info!(%pg, peer = %from, "backfill target has room again: backfill goes on");
+                }
+            }
             if let Some(left) = p.backfill_remaining.get_mut(&from) {
                 *left = left.saturating_sub(objects.len() as u64);
             }
@@ -721,6 +734,29 @@ impl OsdCore {
             }
         }
         self.recover(pg, out);
+    }
+
+    /// Backfill target `from` refused a push of `pg` as too full (`check_backfill_room`, or its
+    /// store ran out of space): the PG stays active, the target's cursor goes back to where it was
+    /// before the push, and no backfill goes to it for the retry interval. Going back is safe:
+    /// writes to names in the refused range that reached the target in full meanwhile are
+    /// overwritten when the range is sent again, and from now on they reach it as log entries
+    /// only, as for any name past its cursor. A large object being sent in parts starts over
+    /// (its parts may have been written to since the refused one was read).
+    fn backfill_toofull(&mut self, pg: PgId, attempt: u64, from: OsdId, error: &RemoteError) {
+        let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_SECS).saturating_mul(1000);
+        let until_ms = self.now_ms.saturating_add(retry_ms);
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        p.backfilling.remove(&from);
+        p.backfill_bytes.remove(&from);
+        let Some(pp) = p.peers.get_mut(&from) else { return };
+        if let Some(cursor) = pp.unacked_from.take() {
+            pp.backfill = Some(cursor);
+        }
+        pp.part = None;
+        if pp.toofull_until_ms.replace(until_ms).is_none() {
+            tracing::warn!(%pg, peer = %from, %error, retry_ms, "backfill target too full: backfill to it waits");
+        }
     }
 
     /// Stores received copies (and a backfill range's removals and cursor) in one transaction.
@@ -838,10 +874,41 @@ impl OsdCore {
                 ));
             }
         }
+        if push.backfill.is_some() {
+            self.check_backfill_room(data.len() as u64)?;
+        }
         match push.part {
             Some(part) => self.install_part(pg, push.objects, data, push.backfill, part),
             None => self.install_copies(pg, push.objects, data, push.backfill),
         }
+    }
+
+    /// Refuses a backfill push bringing `data_bytes` of data if they would take this OSD's store
+    /// to [`shoal_map::BACKFILLFULL_PERMILLE`] or past it (a store that cannot say how full it is
+    /// counts as past it), with `NoSpace`, which the primary takes as "too full, try again later"
+    /// (`backfill_toofull`). Moving data onto an OSD must never fill it to the monitors' full
+    /// flag, which would stop client writes to every PG it holds. A push without data (removals,
+    /// metadata) is always taken.
+    fn check_backfill_room(&self, data_bytes: u64) -> Result<(), RemoteError> {
+        if data_bytes == 0 {
+            return Ok(());
+        }
+        let usage = self.store.usage().map_err(|e| store_error(&e))?;
+        let permille = shoal_map::used_permille(usage.used_bytes.saturating_add(data_bytes), usage.size_bytes);
+        if permille < shoal_map::BACKFILLFULL_PERMILLE {
+            return Ok(());
+        }
+        Err(RemoteError::new(
+            ErrorCode::NoSpace,
+            format!(
+                "backfill_toofull: {} would be {}.{}% used with this push's {data_bytes} bytes, at or past the {}% \
+                 from which it takes no backfill",
+                self.id,
+                permille / 10,
+                permille % 10,
+                shoal_map::BACKFILLFULL_PERMILLE / 10
+            ),
+        ))
     }
 
     /// The start of a transaction that installs copies of `pg`'s objects here: the PG's
