@@ -44,7 +44,7 @@ pub const BACKFILL_CHUNK_OBJECTS: &str = "osd_backfill_chunk_objects";
 /// A primary whose backfill push a target refused for lack of space (it is past
 /// [`crate::BACKFILLFULL_PERMILLE`], or its store is out of space) sends that target nothing more
 /// of the PG for this long, then tries again. Ceph's `osd_backfill_retry_interval`.
-pub const BACKFILL_RETRY_INTERVAL_SECS: &str = "osd_backfill_retry_interval_secs";
+pub const BACKFILL_RETRY_INTERVAL_MS: &str = "osd_backfill_retry_interval_ms";
 /// While clients are doing I/O on an OSD, recovery and backfill may take at most this percentage
 /// of its worker's time (100: no limit); with no client I/O they run flat out. Ceph reaches for
 /// the same with `osd_recovery_sleep` and its mClock profiles.
@@ -94,11 +94,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "objects in one backfill push at most",
     },
     Setting {
-        name: BACKFILL_RETRY_INTERVAL_SECS,
-        default: 30,
-        min: 1,
-        max: 3600,
-        help: "seconds a primary waits before sending more backfill to a target that refused it as too full",
+        name: BACKFILL_RETRY_INTERVAL_MS,
+        default: 30_000,
+        min: 10,
+        max: 3_600_000,
+        help: "milliseconds a primary waits before sending more backfill to a target that refused it as too full",
     },
     Setting {
         name: RECOVERY_BUSY_SHARE_PCT,

@@ -1495,10 +1495,9 @@ fn backfill_stops_short_of_filling_its_target_and_goes_on_once_there_is_room() {
     // After the retry interval, backfill goes on and completes: both OSDs hold the same objects.
     now_ms += shoal_map::config::SETTINGS
         .iter()
-        .find(|s| s.name == shoal_map::config::BACKFILL_RETRY_INTERVAL_SECS)
+        .find(|s| s.name == shoal_map::config::BACKFILL_RETRY_INTERVAL_MS)
         .unwrap()
-        .default
-        * 1000;
+        .default;
     for _ in 0..20 {
         now_ms += 100;
         net.tick_at(now_ms);

@@ -26,8 +26,8 @@ use shoal_map::{ClusterMap, Command, MonInfo, OsdId, Weight};
 use shoal_mon::{Action as MonAction, CoreConfig, Event as MonEvent, MonCore, ReplyTo};
 use shoal_osd::{Action, Event, OsdCore};
 use shoal_proto::mon::MapUpdate;
-use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, RepOp, RepOpReply, ReqId};
-use shoal_proto::{ErrorCode, Frame, Message, decode, encode};
+use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, PgPush, RepOp, RepOpReply, ReqId};
+use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, encode};
 use shoal_store::ObjectStore;
 use shoal_store::engine::MemEngine;
 
@@ -116,7 +116,19 @@ pub struct SimConfig {
     /// so an append would then be applied twice — as it would in a cluster whose PG took more
     /// than the log's length of writes between a write and its resend.
     pub log_keep: Option<usize>,
+    /// Backfill pushes that bring data refused by their target, per thousand, as a target past
+    /// its backfillfull share refuses them (decision 0046): the push is not applied and the
+    /// target answers `NoSpace` on the ordered link back, after whatever it got before. The
+    /// cluster's backfill retry interval is then [`TOOFULL_RETRY_MS`], so that backfill goes on
+    /// within a run.
+    pub refuse_backfill_per_mille: u64,
 }
+
+/// Backfill pushes refused in [`SimConfig::toofull`] runs, per thousand.
+pub const TOOFULL_REFUSED_PER_MILLE: u64 = 250;
+
+/// `osd_backfill_retry_interval_ms` in runs that refuse backfill pushes.
+pub const TOOFULL_RETRY_MS: u64 = 20;
 
 /// Something the nemesis does to the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +200,7 @@ impl Default for SimConfig {
             omap: false,
             observers: 0,
             log_keep: None,
+            refuse_backfill_per_mille: 0,
         }
     }
 }
@@ -339,6 +352,13 @@ impl SimConfig {
         SimConfig { backfill_chunk_bytes: Some(bytes), ..SimConfig::nemesis(seed) }
     }
 
+    /// [`SimConfig::nemesis_in_parts`] with a quarter of the backfill pushes that bring data
+    /// refused as too full: the primary rolls its target's cursor back while writes to the
+    /// refused range are on their way to it, and tries again after [`TOOFULL_RETRY_MS`].
+    pub fn toofull(seed: u64) -> SimConfig {
+        SimConfig { refuse_backfill_per_mille: TOOFULL_REFUSED_PER_MILLE, ..SimConfig::nemesis_in_parts(seed) }
+    }
+
     /// A damaged copy and a replaced disk at the same moment: once every PG is clean, one bit of
     /// a copy on one OSD flips (preferably a primary's copy of an object in use) and another
     /// member of its PG gets an empty disk, while the clients keep going (the rest as
@@ -364,6 +384,8 @@ pub struct Outcome {
     pub acked_writes: u64,
     /// Client/OSD messages the network lost.
     pub dropped: u64,
+    /// Backfill pushes refused as too full (`refuse_backfill_per_mille`).
+    pub backfill_refused: u64,
     pub verified_reads: u64,
     /// Resends after `WrongPrimary` (map changes seen by clients late).
     pub resends: u64,
@@ -568,6 +590,10 @@ impl Simulation {
             let key = shoal_map::config::BACKFILL_CHUNK_BYTES.to_string();
             map.execute(&Command::ConfigSet { key, value: Some(bytes) }).expect("set the backfill chunk");
         }
+        if cfg.refuse_backfill_per_mille > 0 {
+            let key = shoal_map::config::BACKFILL_RETRY_INTERVAL_MS.to_string();
+            map.execute(&Command::ConfigSet { key, value: Some(TOOFULL_RETRY_MS) }).expect("set the backfill retry");
+        }
         let shared = Arc::new(map.clone());
         let mon = MonCore::standalone(CoreConfig::new(0), map);
         let mut engines = BTreeMap::new();
@@ -621,6 +647,7 @@ impl Simulation {
             delivered: 0,
             acked_writes: 0,
             dropped: 0,
+            backfill_refused: 0,
             verified_reads: 0,
             resends: 0,
             end_us: 0,
@@ -1225,6 +1252,14 @@ impl Simulation {
     }
 
     fn deliver_to_osd(&mut self, osd: u32, from: Node, frame: Frame) {
+        if frame.msg_type == PgPush::TYPE && self.refuses_backfill(&frame) {
+            self.outcome.backfill_refused += 1;
+            let epoch = self.osds.get(&osd).map_or(0, |core| core.map().epoch);
+            let why = RemoteError::new(ErrorCode::NoSpace, format!("backfill_toofull: osd.{osd} (simulated)"));
+            let ack = shoal_proto::osd::PeerAck { epoch, result: Err(why) };
+            let reply = Frame::new(shoal_proto::osd::PeerAck::TYPE, frame.request_id, encode(&ack, Vec::new()));
+            return self.send(Node::Osd(osd), from, reply);
+        }
         let from_token = from.token();
         let event = match frame.msg_type {
             OsdOp::TYPE => match decode::<OsdOp>(frame.payload) {
@@ -1265,6 +1300,17 @@ impl Simulation {
             other => return self.outcome.violations.push(format!("OSD got message type {other}")),
         };
         self.osd_event(osd, event);
+    }
+
+    /// Whether the push in `frame` is one the target refuses as too full this time: a backfill
+    /// push that brings data, drawn at `refuse_backfill_per_mille` (no draw otherwise, so runs
+    /// without refusals keep their traces).
+    fn refuses_backfill(&mut self, frame: &Frame) -> bool {
+        if self.cfg.refuse_backfill_per_mille == 0 {
+            return false;
+        }
+        let Ok((push, data)) = decode::<PgPush>(frame.payload.clone()) else { return false };
+        push.backfill.is_some() && !data.is_empty() && self.rng.range(0, 999) < self.cfg.refuse_backfill_per_mille
     }
 
     fn client_issue(&mut self, c: u32) {

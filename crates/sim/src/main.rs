@@ -8,6 +8,7 @@
 //! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
+//! shoal-sim --toofull                # a quarter of backfill pushes refused as too full (with any of the above)
 //! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
 //! shoal-sim --short-logs 4            # PG logs of 4 entries: peering meets trimmed logs
 //! shoal-sim --read-offload            # OSDs run client reads beside their workers
@@ -35,6 +36,8 @@ struct Args {
     observers: u32,
     read_offload: bool,
     omap: bool,
+    /// Backfill pushes refused as too full (`SimConfig::refuse_backfill_per_mille`).
+    toofull: bool,
     log_keep: Option<usize>,
 }
 
@@ -74,6 +77,7 @@ fn parse() -> Result<Args, String> {
         observers: 0,
         read_offload: false,
         omap: false,
+        toofull: false,
         log_keep: None,
     };
     let mut it = std::env::args().skip(1);
@@ -92,6 +96,7 @@ fn parse() -> Result<Args, String> {
             "--jobs" => args.jobs = num("--jobs")?.max(1) as usize,
             "--verbose" | "-v" => args.verbose = true,
             "--parts" => (args.config, args.scenario_flag) = (SimConfig::nemesis_in_parts, " --parts"),
+            "--toofull" => args.toofull = true,
             "--rot-and-replace" => {
                 (args.config, args.scenario_flag) = (SimConfig::rot_and_replace, " --rot-and-replace");
             }
@@ -110,7 +115,7 @@ fn parse() -> Result<Args, String> {
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
-                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] \
+                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
                      [--observers N] [--read-offload] [--omap] [--short-logs K] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
@@ -157,6 +162,11 @@ fn main() -> ExitCode {
                         observers: args.observers,
                         read_offload: args.read_offload,
                         omap: args.omap,
+                        refuse_backfill_per_mille: if args.toofull {
+                            shoal_sim::TOOFULL_REFUSED_PER_MILLE
+                        } else {
+                            base.refuse_backfill_per_mille
+                        },
                         log_keep: args.log_keep,
                         // Short logs forget resent writes sooner than the resends come (see
                         // `SimConfig::log_keep`): writes replace objects instead.
@@ -208,6 +218,9 @@ fn main() -> ExitCode {
     }
     if args.omap {
         flags.push_str(" --omap");
+    }
+    if args.toofull {
+        flags.push_str(" --toofull");
     }
     if let Some(keep) = args.log_keep {
         flags.push_str(&format!(" --short-logs {keep}"));

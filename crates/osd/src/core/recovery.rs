@@ -744,7 +744,7 @@ impl OsdCore {
     /// only, as for any name past its cursor. A large object being sent in parts starts over
     /// (its parts may have been written to since the refused one was read).
     fn backfill_toofull(&mut self, pg: PgId, attempt: u64, from: OsdId, error: &RemoteError) {
-        let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_SECS).saturating_mul(1000);
+        let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_MS);
         let until_ms = self.now_ms.saturating_add(retry_ms);
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.backfilling.remove(&from);
