@@ -347,7 +347,7 @@ fn images_are_created_and_served_over_nbd_to_real_clients() {
     expect[6 << 20..].fill(0);
     tool("nbdcopy", &[&uri, &back.display().to_string()]);
     assert!(std::fs::read(&back).unwrap() == expect, "a shrink and grow left old bytes past the shrunk end");
-    drop(server);
+    server.stop();
 
     // Usage, read-only exports, removal.
     let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/disk", "--json"])));
@@ -360,6 +360,16 @@ fn images_are_created_and_served_over_nbd_to_real_clients() {
     tool_fails("qemu-io", &["-f", "raw", "-c", "write 0 4096", &uri]);
     ok(&shoal(&dir, &["rbd", "rm", "data/disk"]));
     ok(&shoal(&dir, &["rbd", "rm", "data/striped", "--json"]));
+    // A thin image of a pebibyte (268 million object numbers): usage and removal list what it
+    // holds instead of visiting every number.
+    let six = tmp.path().join("six-mib");
+    std::fs::write(&six, (0..6 << 20).map(|i: u32| (i % 251) as u8 + 1).collect::<Vec<u8>>()).unwrap();
+    ok(&shoal(&dir, &["rbd", "import", &six.display().to_string(), "data/huge"]));
+    ok(&shoal(&dir, &["rbd", "resize", "data/huge", "--size", "1P"]));
+    let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/huge", "--json"])));
+    assert_eq!(du["provisioned_bytes"], 1u64 << 50, "{du}");
+    assert_eq!((du["used_bytes"].as_u64(), du["objects"].as_u64()), (Some(6 << 20), Some(2)), "{du}");
+    ok(&shoal(&dir, &["rbd", "rm", "data/huge"]));
     assert_eq!(json(&ok(&shoal(&dir, &["rbd", "ls", "data", "--json"])))["images"], serde_json::json!([]));
     let left = ok(&shoal(&dir, &["obj", "ls", "-p", "data"]));
     assert!(left.lines().all(|l| !l.starts_with("rbd_data") && !l.starts_with("rbd_header")), "{left}");
@@ -384,6 +394,9 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
     // held. A grow only raises the size, which the server sees when it reopens the image.
     fails_with(&shoal(&dir, &["rbd", "resize", "data/vol", "--size", "64M", "--allow-shrink"]), "is locked by");
     ok(&shoal(&dir, &["rbd", "resize", "data/vol", "--size", "128M"]));
+    // Removing the image under a live server is refused the same way; the image stays.
+    fails_with(&shoal(&dir, &["rbd", "rm", "data/vol"]), "is locked by");
+    ok(&shoal(&dir, &["rbd", "info", "data/vol"]));
 
     // fio's nbd engine: concurrent random writes, verified.
     let fio_out = tmp.path().join("fio.json");
@@ -537,7 +550,7 @@ fn snapshots_clones_and_rollback_of_a_live_image() {
     ok(&shoal(&dir, &["rbd", "flatten", "data/child"]));
     assert_eq!(json(&ok(&shoal(&dir, &["rbd", "info", "data/child", "--json"])))["parent"], serde_json::Value::Null);
     ok(&shoal(&dir, &["rbd", "snap", "unprotect", "data/base@s1"]));
-    let (_child_again, cport) = serve(&dir, &["data/child"]);
+    let (child_again, cport) = serve(&dir, &["data/child"]);
     let child = format!("nbd://127.0.0.1:{cport}/data/child");
     qemu_io(&child, &["read -P 0x33 100k 4k", "read -P 0 8M 4M", "read -P 0x11 12M 4M", "read -P 0 4M 4k"]);
 
@@ -554,6 +567,8 @@ fn snapshots_clones_and_rollback_of_a_live_image() {
     ok(&shoal(&dir, &["rbd", "snap", "rm", "data/base@s1", "--json"]));
     base_again.stop();
     ok(&shoal(&dir, &["rbd", "rm", "data/base"]));
+    fails_with(&shoal(&dir, &["rbd", "rm", "data/child"]), "is locked by");
+    child_again.stop();
     ok(&shoal(&dir, &["rbd", "rm", "data/child"]));
     let left = ok(&shoal(&dir, &["obj", "ls", "-p", "data"]));
     assert!(left.lines().all(|l| !l.starts_with("rbd_data")), "{left}");

@@ -277,6 +277,19 @@ impl Client {
         cursor: Option<ListCursor>,
         max: u32,
     ) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
+        self.list_prefix(pool, "", cursor, max).await
+    }
+
+    /// [`Client::list`] of only the objects whose names start with `prefix`: each PG's primary
+    /// reads just that range of its store, so the cost is the matching objects plus one request
+    /// per PG, whatever else the pool holds. Names come in name order within a PG, PGs in turn.
+    pub async fn list_prefix(
+        &self,
+        pool: &str,
+        prefix: &str,
+        cursor: Option<ListCursor>,
+        max: u32,
+    ) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
         let pool = self.pool(pool)?;
         let mut cursor = cursor.unwrap_or(ListCursor { pg: 0, after: None });
         let mut names = Vec::new();
@@ -293,6 +306,7 @@ impl Client {
                 pg: cursor.pg,
                 cursor: cursor.after.clone(),
                 max: max - names.len() as u32,
+                prefix: prefix.to_string(),
             };
             let frame = self.send(&map, primary, PgList::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;

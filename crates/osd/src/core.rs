@@ -1165,7 +1165,7 @@ impl OsdCore {
             }
             let max = req.max.clamp(1, 10_000) as usize;
             self.store
-                .list_objects(&coll, "", req.cursor.as_deref(), max)
+                .list_objects(&coll, &req.prefix, req.cursor.as_deref(), max)
                 // Clones and snap directories are the OSDs' own: listings show heads only (a
                 // page may come back shorter than asked; its cursor still moves on).
                 .map(|page| (page.objects.into_iter().filter(|n| !crate::snaps::is_companion(n)).collect(), page.next))

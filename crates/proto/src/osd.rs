@@ -388,7 +388,8 @@ impl Message for RepOpReply {
     const TYPE: u16 = 35;
 }
 
-/// Lists objects of one PG, in name order, after `cursor` (exclusive).
+/// Lists objects of one PG, in name order, after `cursor` (exclusive), only those whose names
+/// start with `prefix` ("" for all).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgList {
     pub epoch: u64,
@@ -396,6 +397,7 @@ pub struct PgList {
     pub pg: u32,
     pub cursor: Option<String>,
     pub max: u32,
+    pub prefix: String,
 }
 impl Message for PgList {
     const TYPE: u16 = 36;

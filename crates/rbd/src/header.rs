@@ -115,7 +115,13 @@ pub fn header_object(id: &str) -> String {
 }
 
 pub fn data_object(id: &str, object_no: u64) -> String {
-    format!("rbd_data.{id}.{object_no:016x}")
+    format!("{}{object_no:016x}", data_prefix(id))
+}
+
+/// What the names of image `id`'s data objects start with (and no other image's: ids are fixed
+/// length).
+pub fn data_prefix(id: &str) -> String {
+    format!("rbd_data.{id}.")
 }
 
 /// Checks an image name: 1 to [`MAX_NAME_BYTES`] bytes, no `/` or `@` (they separate pool,

@@ -49,7 +49,11 @@ pub async fn resize(
 
 /// Removes image `name`: its data objects, then its header, then its directory entry, so an
 /// interrupted removal can be run again. `progress` gets objects done of objects to visit. Its
-/// requests are made to free space, so a full cluster takes them (decision 0045).
+/// requests are made to free space, so a full cluster takes them (decision 0045). Refused while a
+/// live server holds the image's lock (it would go on serving an image whose data is being
+/// removed under it), as Ceph refuses to remove an image that still has watchers; a server that
+/// starts after this check and before the header goes finds data missing, the same window Ceph
+/// leaves.
 pub async fn remove(client: &Client, pool: &str, name: &str, progress: Progress<'_>) -> Result<(), RbdError> {
     shoal_client::freeing_space(remove_image(client, pool, name, progress)).await
 }
@@ -64,29 +68,19 @@ async fn remove_image(client: &Client, pool: &str, name: &str, progress: Progres
                     info.snaps.len()
                 )));
             }
+            crate::lock::check_unlocked(client, pool, name).await?;
             // Clones an interrupted snapshot removal left behind go first (the removals below
             // would keep them).
             crate::snap::trim(client, pool, name, progress).await?;
             let count = info.spec.layout.object_count(info.size_bytes);
-            let mut done = 0u64;
-            let mut removals = futures::stream::iter((0..count).map(|no| {
-                let object = data_object(&id, no);
-                async move {
-                    match client.op(pool, &object, vec![ObjOp::Remove], Vec::new()).await {
-                        Ok(_) => Ok(()),
-                        Err(e) if e.is_not_found() => Ok(()),
-                        Err(e) => Err(RbdError::from(e)),
-                    }
+            let remove = |object: String| async move {
+                match client.op(pool, &object, vec![ObjOp::Remove], Vec::new()).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.is_not_found() => Ok(()),
+                    Err(e) => Err(RbdError::from(e)),
                 }
-            }))
-            .buffer_unordered(EXTENTS_IN_FLIGHT * 2);
-            while let Some(r) = removals.next().await {
-                r?;
-                done += 1;
-                if done.is_multiple_of(64) || done == count {
-                    progress(done, count);
-                }
-            }
+            };
+            for_each_data_object(client, pool, &id, count, progress, remove).await?;
         }
         // A create or remove interrupted before the header existed or after it went: the
         // data objects are already gone (none is written before the header exists).
@@ -105,36 +99,90 @@ pub struct Usage {
     pub objects: u64,
 }
 
-/// Counts image `name`'s data objects and their bytes (one stat per object number).
+/// Counts image `name`'s data objects and their bytes (see [`for_each_data_object`] for how
+/// they are found).
 pub async fn usage(client: &Client, pool: &str, name: &str, progress: Progress<'_>) -> Result<Usage, RbdError> {
     let info = header::open(client, pool, name).await?;
     let count = info.spec.layout.object_count(info.size_bytes);
-    let id = &info.spec.id;
-    let mut stats = futures::stream::iter((0..count).map(|no| {
-        let object = data_object(id, no);
+    let usage = std::sync::Mutex::new(Usage { provisioned_bytes: info.size_bytes, used_bytes: 0, objects: 0 });
+    let stat = |object: String| {
+        let usage = &usage;
         async move {
-            match client.op(pool, &object, vec![ObjOp::Stat], Vec::new()).await {
+            let size_bytes = match client.op(pool, &object, vec![ObjOp::Stat], Vec::new()).await {
                 Ok(r) => match r.outputs.into_iter().next() {
-                    Some(OpOutput::Stat { size_bytes, .. }) => Ok(Some(size_bytes)),
-                    other => Err(RbdError::Corrupt { name: object, reason: format!("stat answered {other:?}") }),
+                    Some(OpOutput::Stat { size_bytes, .. }) => size_bytes,
+                    other => {
+                        return Err(RbdError::Corrupt { name: object, reason: format!("stat answered {other:?}") });
+                    }
                 },
-                Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(RbdError::from(e)),
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(RbdError::from(e)),
+            };
+            let mut u = usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            u.used_bytes += size_bytes;
+            u.objects += 1;
+            Ok(())
+        }
+    };
+    for_each_data_object(client, pool, &info.spec.id, count, progress, stat).await?;
+    Ok(usage.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// Runs `visit` on the data objects of image `id` (of `count` object numbers) that may exist,
+/// at most `2 * EXTENTS_IN_FLIGHT` at once, stopping at the first error. An image of no more
+/// object numbers than its pool has PGs visits every number (one request each, whether or not
+/// the object exists); a larger one lists the pool's objects named with the image's data prefix
+/// instead, PG by PG, so that a thin image costs what it holds and not what it could hold (a
+/// 1 PiB image has 268 million object numbers). Listing also finds objects past `count` that an
+/// interrupted shrink left behind. `progress` gets object numbers done of `count`; while listing,
+/// the share of the pool's PGs listed stands for the share of the numbers (objects spread evenly
+/// over PGs).
+async fn for_each_data_object<F, Fut>(
+    client: &Client,
+    pool: &str,
+    id: &str,
+    count: u64,
+    progress: Progress<'_>,
+    visit: F,
+) -> Result<(), RbdError>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), RbdError>>,
+{
+    let pg_num = u64::from(client.pool(pool).map_err(RbdError::from)?.pg_num);
+    if count <= pg_num {
+        let mut visits = futures::stream::iter((0..count).map(|no| visit(data_object(id, no))))
+            .buffer_unordered(EXTENTS_IN_FLIGHT * 2);
+        let mut done = 0u64;
+        while let Some(r) = visits.next().await {
+            r?;
+            done += 1;
+            if done.is_multiple_of(64) || done == count {
+                progress(done, count);
             }
         }
-    }))
-    .buffer_unordered(EXTENTS_IN_FLIGHT * 2);
-    let mut usage = Usage { provisioned_bytes: info.size_bytes, used_bytes: 0, objects: 0 };
-    let mut done = 0u64;
-    while let Some(r) = stats.next().await {
-        if let Some(size) = r? {
-            usage.used_bytes += size;
-            usage.objects += 1;
+        return Ok(());
+    }
+    let prefix = header::data_prefix(id);
+    let mut cursor = None;
+    loop {
+        let (names, next) = client.list_prefix(pool, &prefix, cursor, LIST_PAGE_OBJECTS).await?;
+        let mut visits = futures::stream::iter(names.into_iter().map(&visit)).buffer_unordered(EXTENTS_IN_FLIGHT * 2);
+        while let Some(r) = visits.next().await {
+            r?;
         }
-        done += 1;
-        if done.is_multiple_of(64) || done == count {
-            progress(done, count);
+        match next {
+            Some(c) => {
+                progress(count.saturating_mul(u64::from(c.pg)) / pg_num, count);
+                cursor = Some(c);
+            }
+            None => {
+                progress(count, count);
+                return Ok(());
+            }
         }
     }
-    Ok(usage)
 }
+
+/// Names asked for in one listing request of an image's data objects.
+const LIST_PAGE_OBJECTS: u32 = 1024;

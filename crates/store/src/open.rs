@@ -275,7 +275,8 @@ pub fn open_with(dir: &Path, cache: CacheSizes) -> Result<Store> {
     }
 }
 
-/// Parses a size such as `4096`, `64K`, `512M`, `4G` or `1T` (powers of 1024).
+/// Parses a size such as `4096`, `64K`, `512M`, `4G`, `1T`, `2P` or `1E` (powers of 1024, an
+/// optional `i` and `B` after the unit).
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
@@ -288,7 +289,13 @@ pub fn parse_size(s: &str) -> Result<u64> {
                 "M" => 1 << 20,
                 "G" => 1 << 30,
                 "T" => 1 << 40,
-                _ => return Err(StoreError::InvalidArgument(format!("bad size {s:?}: unknown unit"))),
+                "P" => 1 << 50,
+                "E" => 1 << 60,
+                _ => {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "bad size {s:?}: unknown unit (the units are K, M, G, T, P and E, powers of 1024)"
+                    )));
+                }
             };
             (&t[..i], mult)
         }
@@ -308,6 +315,10 @@ mod tests {
         assert_eq!(parse_size("4KiB").unwrap(), 4096);
         assert_eq!(parse_size("2G").unwrap(), 2 << 30);
         assert!(parse_size("4X").is_err());
+        assert_eq!(parse_size("1P").unwrap(), 1 << 50);
+        assert_eq!(parse_size("2PiB").unwrap(), 2 << 50);
+        assert_eq!(parse_size("15E").unwrap(), 15 << 60);
+        assert!(parse_size("16E").is_err(), "past u64");
         assert!(parse_size("").is_err());
     }
 }
