@@ -277,16 +277,19 @@ impl Client {
         cursor: Option<ListCursor>,
         max: u32,
     ) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
-        self.list_prefix(pool, "", cursor, max).await
+        self.list_prefix(pool, "", false, cursor, max).await
     }
 
     /// [`Client::list`] of only the objects whose names start with `prefix`: each PG's primary
     /// reads just that range of its store, so the cost is the matching objects plus one request
     /// per PG, whatever else the pool holds. Names come in name order within a PG, PGs in turn.
+    /// `with_clones` also names objects that exist only as snapshot clones; a name may then
+    /// come twice, at the end of one page and the start of the next.
     pub async fn list_prefix(
         &self,
         pool: &str,
         prefix: &str,
+        with_clones: bool,
         cursor: Option<ListCursor>,
         max: u32,
     ) -> Result<(Vec<String>, Option<ListCursor>), ClientError> {
@@ -307,12 +310,15 @@ impl Client {
                 cursor: cursor.after.clone(),
                 max: max - names.len() as u32,
                 prefix: prefix.to_string(),
+                with_clones,
             };
             let frame = self.send(&map, primary, PgList::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok((page, next)) => {
-                    names.extend(page);
+                    // With clones, a head whose companions a page boundary split comes twice.
+                    let repeat = names.last().is_some_and(|last| page.first() == Some(last));
+                    names.extend(page.into_iter().skip(usize::from(repeat)));
                     match next {
                         Some(after) => cursor.after = Some(after),
                         None => cursor = ListCursor { pg: cursor.pg + 1, after: None },

@@ -1164,12 +1164,23 @@ impl OsdCore {
                 return Ok((Vec::new(), None));
             }
             let max = req.max.clamp(1, 10_000) as usize;
-            self.store
-                .list_objects(&coll, &req.prefix, req.cursor.as_deref(), max)
-                // Clones and snap directories are the OSDs' own: listings show heads only (a
-                // page may come back shorter than asked; its cursor still moves on).
-                .map(|page| (page.objects.into_iter().filter(|n| !crate::snaps::is_companion(n)).collect(), page.next))
-                .map_err(|e| store_error(&e))
+            let page =
+                self.store.list_objects(&coll, &req.prefix, req.cursor.as_deref(), max).map_err(|e| store_error(&e))?;
+            // Clones and snap directories are the OSDs' own: listings show heads only (a page may
+            // come back shorter than asked; its cursor still moves on). With clones, each
+            // companion stands for its head, once (companions sort right after their head).
+            let mut names: Vec<String> = Vec::with_capacity(page.objects.len());
+            for name in &page.objects {
+                if req.with_clones {
+                    let head = crate::snaps::head_of(name);
+                    if names.last().is_none_or(|last| last != head) {
+                        names.push(head.to_string());
+                    }
+                } else if !crate::snaps::is_companion(name) {
+                    names.push(name.clone());
+                }
+            }
+            Ok((names, page.next))
         });
         let reply = PgListReply { epoch: self.map.epoch, result };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync: false });

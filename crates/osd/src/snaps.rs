@@ -196,6 +196,13 @@ pub fn companion_prefix(head: &str) -> String {
     format!("{head}{COMPANION_SEP}")
 }
 
+/// The head a stored name belongs to: the name itself for a head, the part before the separator
+/// for a companion.
+#[must_use]
+pub fn head_of(name: &str) -> &str {
+    name.split(COMPANION_SEP).next().unwrap_or(name)
+}
+
 /// Whether a stored name is a companion rather than a head (clients never see these).
 #[must_use]
 pub fn is_companion(name: &str) -> bool {

@@ -389,7 +389,7 @@ impl Message for RepOpReply {
 }
 
 /// Lists objects of one PG, in name order, after `cursor` (exclusive), only those whose names
-/// start with `prefix` ("" for all).
+/// start with `prefix` ("" for all). The reply's cursor is where the next page starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgList {
     pub epoch: u64,
@@ -398,6 +398,10 @@ pub struct PgList {
     pub cursor: Option<String>,
     pub max: u32,
     pub prefix: String,
+    /// Also name the objects that exist only as snapshot clones (their head was removed after a
+    /// snapshot), once each: what an operation on every snapshot state of an object must visit.
+    /// Without it only heads are listed.
+    pub with_clones: bool,
 }
 impl Message for PgList {
     const TYPE: u16 = 36;

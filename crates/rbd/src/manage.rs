@@ -80,7 +80,7 @@ async fn remove_image(client: &Client, pool: &str, name: &str, progress: Progres
                     Err(e) => Err(RbdError::from(e)),
                 }
             };
-            for_each_data_object(client, pool, &id, count, progress, remove).await?;
+            for_each_data_object(client, pool, &id, count, false, progress, remove).await?;
         }
         // A create or remove interrupted before the header existed or after it went: the
         // data objects are already gone (none is written before the header exists).
@@ -124,7 +124,7 @@ pub async fn usage(client: &Client, pool: &str, name: &str, progress: Progress<'
             Ok(())
         }
     };
-    for_each_data_object(client, pool, &info.spec.id, count, progress, stat).await?;
+    for_each_data_object(client, pool, &info.spec.id, count, false, progress, stat).await?;
     Ok(usage.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
@@ -134,14 +134,16 @@ pub async fn usage(client: &Client, pool: &str, name: &str, progress: Progress<'
 /// the object exists); a larger one lists the pool's objects named with the image's data prefix
 /// instead, PG by PG, so that a thin image costs what it holds and not what it could hold (a
 /// 1 PiB image has 268 million object numbers). Listing also finds objects past `count` that an
-/// interrupted shrink left behind. `progress` gets object numbers done of `count`; while listing,
-/// the share of the pool's PGs listed stands for the share of the numbers (objects spread evenly
-/// over PGs).
-async fn for_each_data_object<F, Fut>(
+/// interrupted shrink left behind; `with_clones` also finds the objects that exist only as
+/// snapshot clones (what trimming or rolling back snapshots must visit), each once.
+/// `progress` gets object numbers done of `count`; while listing, the share of the pool's PGs
+/// listed stands for the share of the numbers (objects spread evenly over PGs).
+pub(crate) async fn for_each_data_object<F, Fut>(
     client: &Client,
     pool: &str,
     id: &str,
     count: u64,
+    with_clones: bool,
     progress: Progress<'_>,
     visit: F,
 ) -> Result<(), RbdError>
@@ -165,8 +167,16 @@ where
     }
     let prefix = header::data_prefix(id);
     let mut cursor = None;
+    let mut last: Option<String> = None;
     loop {
-        let (names, next) = client.list_prefix(pool, &prefix, cursor, LIST_PAGE_OBJECTS).await?;
+        let (mut names, next) = client.list_prefix(pool, &prefix, with_clones, cursor, LIST_PAGE_OBJECTS).await?;
+        // A head split across two pages (with clones) is visited once.
+        if last.is_some() && names.first() == last.as_ref() {
+            names.remove(0);
+        }
+        if let Some(name) = names.last() {
+            last = Some(name.clone());
+        }
         let mut visits = futures::stream::iter(names.into_iter().map(&visit)).buffer_unordered(EXTENTS_IN_FLIGHT * 2);
         while let Some(r) = visits.next().await {
             r?;

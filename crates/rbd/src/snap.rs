@@ -18,17 +18,16 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use shoal_client::Client;
 use shoal_proto::osd::{ObjOp, OpOutput};
 
 use crate::error::RbdError;
 use crate::header::{
-    self, ImageInfo, PARENT_KEY, ParentSpec, SNAP_GEN_KEY, SNAP_SEQ_KEY, SnapInfo, data_object, header_object,
-    is_conflict, snap_key, u64_value,
+    self, ImageInfo, PARENT_KEY, ParentSpec, SNAP_GEN_KEY, SNAP_SEQ_KEY, SnapInfo, header_object, is_conflict,
+    snap_key, u64_value,
 };
-use crate::image::{EXTENTS_IN_FLIGHT, Image};
+use crate::image::Image;
 use crate::lock;
 use crate::manage::Progress;
 
@@ -243,7 +242,9 @@ fn object_span(info: &ImageInfo) -> u64 {
     info.spec.layout.object_count(largest)
 }
 
-/// Sends `ops` to every data object of the image; absent objects are skipped.
+/// Sends `ops` to every data object of the image, heads and objects that exist only as
+/// snapshot clones (found as `manage::for_each_data_object` finds them); absent objects are
+/// skipped.
 async fn for_each_object(
     client: &Client,
     pool: &str,
@@ -251,9 +252,7 @@ async fn for_each_object(
     ops: Vec<ObjOp>,
     progress: Progress<'_>,
 ) -> Result<(), RbdError> {
-    let count = object_span(info);
-    let mut sends = futures::stream::iter((0..count).map(|no| {
-        let object = data_object(&info.spec.id, no);
+    let send = |object: String| {
         let ops = ops.clone();
         async move {
             match client.op(pool, &object, ops, Vec::new()).await {
@@ -262,17 +261,9 @@ async fn for_each_object(
                 Err(e) => Err(RbdError::from(e)),
             }
         }
-    }))
-    .buffer_unordered(EXTENTS_IN_FLIGHT * 2);
-    let mut done = 0u64;
-    while let Some(r) = sends.next().await {
-        r?;
-        done += 1;
-        if done.is_multiple_of(64) || done == count {
-            progress(done, count);
-        }
-    }
-    Ok(())
+    };
+    let count = object_span(info);
+    crate::manage::for_each_data_object(client, pool, &info.spec.id, count, true, progress, send).await
 }
 
 /// Rolls image `name` back to snapshot `snap`: every object to its state then (the current
