@@ -605,6 +605,20 @@ fn snapshots_of_a_huge_thin_image_find_objects_that_exist_only_as_clones() {
     ok(&shoal(&dir, &["rbd", "rm", "data/huge"]));
     let left = ok(&shoal(&dir, &["obj", "ls", "-p", "data"]));
     assert!(left.lines().all(|l| !l.starts_with("rbd_data")), "{left}");
+    // A flattened clone of a thin image stays thin: holes in the parent make no child objects.
+    ok(&shoal(&dir, &["rbd", "import", &eight.display().to_string(), "data/thin"]));
+    ok(&shoal(&dir, &["rbd", "resize", "data/thin", "--size", "64M"]));
+    ok(&shoal(&dir, &["rbd", "snap", "create", "data/thin@s"]));
+    ok(&shoal(&dir, &["rbd", "snap", "protect", "data/thin@s"]));
+    ok(&shoal(&dir, &["rbd", "clone", "data/thin@s", "data/kid"]));
+    ok(&shoal(&dir, &["rbd", "flatten", "data/kid"]));
+    let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/kid", "--json"])));
+    assert_eq!((du["used_bytes"].as_u64(), du["objects"].as_u64()), (Some(8 << 20), Some(2)), "{du}");
+    let kid = tmp.path().join("kid");
+    ok(&shoal(&dir, &["rbd", "export", "data/kid", &kid.display().to_string()]));
+    let mut want = bytes.clone();
+    want.resize(64 << 20, 0);
+    assert!(std::fs::read(&kid).unwrap() == want, "the flattened clone reads other bytes");
 }
 
 fn fio_verify(uri: &str, out: &Path, extra: &[&str]) {

@@ -362,12 +362,18 @@ impl Image {
             let mut bytes = parent.read_boxed(start, len).await?;
             let used = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
             bytes.truncate(used);
-            let ops = vec![ObjOp::Create { exclusive: true }, ObjOp::Write { offset: 0, len_bytes: used as u64 }];
-            match self.op(object_no, ops, bytes).await {
-                Ok(_) => {}
-                // Already in the child (written or copied up before).
-                Err(RbdError::Client(e)) if e.code() == Some(ErrorCode::Exists) => {}
-                Err(e) => return Err(e),
+            // Zeros in the parent need no object in the child: an absent child object reads
+            // through to the same zeros (the parent's snapshot never changes), and the write that
+            // asked for this copy-up creates the object itself. So a flatten of a thin clone
+            // stays thin instead of leaving an empty object per number.
+            if used > 0 {
+                let ops = vec![ObjOp::Create { exclusive: true }, ObjOp::Write { offset: 0, len_bytes: used as u64 }];
+                match self.op(object_no, ops, bytes).await {
+                    Ok(_) => {}
+                    // Already in the child (written or copied up before).
+                    Err(RbdError::Client(e)) if e.code() == Some(ErrorCode::Exists) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         if let Ok(mut k) = self.copied_up.lock() {
