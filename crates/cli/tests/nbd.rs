@@ -619,6 +619,16 @@ fn snapshots_of_a_huge_thin_image_find_objects_that_exist_only_as_clones() {
     let mut want = bytes.clone();
     want.resize(64 << 20, 0);
     assert!(std::fs::read(&kid).unwrap() == want, "the flattened clone reads other bytes");
+    // A 1 TiB clone is flattened by listing its parent's objects, not by reading 262,144 ranges.
+    ok(&shoal(&dir, &["rbd", "resize", "data/thin", "--size", "1T"]));
+    ok(&shoal(&dir, &["rbd", "snap", "create", "data/thin@wide"]));
+    ok(&shoal(&dir, &["rbd", "snap", "protect", "data/thin@wide"]));
+    ok(&shoal(&dir, &["rbd", "clone", "data/thin@wide", "data/widekid"]));
+    ok(&shoal(&dir, &["rbd", "flatten", "data/widekid"]));
+    let info = json(&ok(&shoal(&dir, &["rbd", "info", "data/widekid", "--json"])));
+    assert_eq!(info["parent"], serde_json::Value::Null, "{info}");
+    let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/widekid", "--json"])));
+    assert_eq!((du["used_bytes"].as_u64(), du["objects"].as_u64()), (Some(8 << 20), Some(2)), "{du}");
 }
 
 fn fio_verify(uri: &str, out: &Path, extra: &[&str]) {

@@ -382,11 +382,38 @@ impl Image {
         Ok(())
     }
 
-    /// Copies up every object of a clone's overlap (flatten); `progress` gets objects done.
+    /// Copies up every object of a clone's overlap (flatten); `progress` gets objects done. A
+    /// clone of an image that is not itself a clone copies up only the object numbers its parent
+    /// has objects for (heads or snapshot clones, found as `manage::for_each_data_object` finds
+    /// them; parent and child share their layout): the others read as zeros and need nothing. A
+    /// clone of a clone visits every number (its bytes may come from further up the chain).
     pub async fn copy_up_all(&self, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<(), RbdError> {
         self.check_writable()?;
-        let Some((_, overlap)) = &self.parent else { return Ok(()) };
+        let Some((parent, overlap)) = &self.parent else { return Ok(()) };
         let count = overlap.div_ceil(self.info.spec.layout.object_size_bytes);
+        if parent.parent.is_none() {
+            let parent_id = &parent.info.spec.id;
+            let prefix = crate::header::data_prefix(parent_id);
+            let visit = |name: String| {
+                let number = name.strip_prefix(&prefix).and_then(|n| u64::from_str_radix(n, 16).ok());
+                async move {
+                    match number {
+                        Some(no) if no < count => self.copy_up(no).await,
+                        _ => Ok(()),
+                    }
+                }
+            };
+            return crate::manage::for_each_data_object(
+                &self.client,
+                &self.pool,
+                parent_id,
+                count,
+                true,
+                progress,
+                visit,
+            )
+            .await;
+        }
         let mut copies =
             futures::stream::iter((0..count).map(|no| self.copy_up(no))).buffer_unordered(EXTENTS_IN_FLIGHT);
         let mut done = 0;
