@@ -601,6 +601,38 @@ fn snapshots_of_a_huge_thin_image_find_objects_that_exist_only_as_clones() {
     // The same again at 1 TiB, then the snapshot's removal trims the clones and the image goes.
     ok(&shoal(&dir, &["rbd", "resize", "data/huge", "--size", "4M", "--allow-shrink"]));
     ok(&shoal(&dir, &["rbd", "resize", "data/huge", "--size", "1T"]));
+    // Exported to a file, only what it holds is read and written: a 1 TiB sparse file with
+    // 4 MiB of data.
+    let sparse = tmp.path().join("sparse");
+    let out = json(&ok(&shoal(&dir, &["rbd", "export", "data/huge", &sparse.display().to_string(), "--json"])));
+    assert_eq!((out["size_bytes"].as_u64(), out["data_bytes"].as_u64()), (Some(1 << 40), Some(4 << 20)), "{out}");
+    let meta = std::fs::metadata(&sparse).unwrap();
+    assert_eq!(meta.len(), 1 << 40);
+    assert!(std::os::unix::fs::MetadataExt::blocks(&meta) * 512 <= 8 << 20, "the export wrote more than the data");
+    let mut head = vec![0u8; 8 << 20];
+    std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(&sparse).unwrap(), &mut head, 0).unwrap();
+    assert!(head[..4 << 20] == bytes[..4 << 20] && head[4 << 20..].iter().all(|b| *b == 0), "exported bytes");
+    std::fs::remove_file(&sparse).unwrap();
+    // A striped 1 TiB image written in two places through NBD exports the same way: each object
+    // found stands for its object set (the 4 KiB write lands in the set's first object, 12 MiB
+    // into the set's 16 MiB).
+    let stripes = ["--stripe-unit", "64K", "--stripe-count", "4"];
+    ok(&shoal(&dir, &[&["rbd", "create", "data/striped", "--size", "1T"][..], &stripes].concat()));
+    let (server, port) = serve(&dir, &["data/striped"]);
+    let far = (512u64 << 30) + (12 << 20) + 7;
+    let uri = format!("nbd://127.0.0.1:{port}/data/striped");
+    qemu_io(&uri, &["write -P 0xab 0 1M", &format!("write -P 0xcd {far} 4k")]);
+    server.stop();
+    let out = json(&ok(&shoal(&dir, &["rbd", "export", "data/striped", &sparse.display().to_string(), "--json"])));
+    assert_eq!(out["data_bytes"].as_u64(), Some(8 << 20), "two 4 MiB chunks hold data: {out}");
+    let file = std::fs::File::open(&sparse).unwrap();
+    let mut got = vec![0u8; 2 << 20];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut got, 0).unwrap();
+    assert!(got[..1 << 20].iter().all(|b| *b == 0xab) && got[1 << 20..].iter().all(|b| *b == 0));
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut got, far - 1).unwrap();
+    assert!(got[0] == 0 && got[1..=4096].iter().all(|b| *b == 0xcd) && got[4097..].iter().all(|b| *b == 0));
+    std::fs::remove_file(&sparse).unwrap();
+    ok(&shoal(&dir, &["rbd", "rm", "data/striped"]));
     ok(&shoal(&dir, &["rbd", "snap", "rm", "data/huge@s1"]));
     ok(&shoal(&dir, &["rbd", "rm", "data/huge"]));
     let left = ok(&shoal(&dir, &["obj", "ls", "-p", "data"]));

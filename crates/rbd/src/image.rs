@@ -204,6 +204,59 @@ impl Image {
         self.info.size_bytes
     }
 
+    /// The image ranges that may hold data, as sorted, disjoint `(offset, len_bytes)` runs
+    /// within the image's size, or `None` when that is not known cheaply: a clone (its bytes may
+    /// come from its parent), or more than `max_objects` objects held. Found as
+    /// `manage::for_each_data_object` finds objects (with snapshot clones, for a handle opened
+    /// at a snapshot); an object of a striped image stands for the whole object set it belongs
+    /// to. Outside the runs the image reads as zeros.
+    pub async fn ranges_held(&self, max_objects: usize) -> Result<Option<Vec<(u64, u64)>>, RbdError> {
+        if self.parent.is_some() {
+            return Ok(None);
+        }
+        let layout = self.info.spec.layout;
+        let count = layout.object_count(self.info.size_bytes);
+        let prefix = crate::header::data_prefix(&self.info.spec.id);
+        let held = std::sync::Mutex::new((std::collections::BTreeSet::new(), false));
+        let visit = |name: String| {
+            let number = name.strip_prefix(&prefix).and_then(|n| u64::from_str_radix(n, 16).ok());
+            let held = &held;
+            async move {
+                if let Some(no) = number {
+                    let mut h = held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if h.0.len() >= max_objects {
+                        h.1 = true;
+                    } else {
+                        h.0.insert(no);
+                    }
+                }
+                Ok(())
+            }
+        };
+        let ignore = |_: u64, _: u64| {};
+        crate::manage::for_each_data_object(&self.client, &self.pool, &self.info.spec.id, count, true, &ignore, visit)
+            .await?;
+        let (objects, overflowed) = held.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if overflowed {
+            return Ok(None);
+        }
+        // An object set (stripe_count objects) covers one contiguous image range.
+        let set_bytes = layout.object_size_bytes.saturating_mul(layout.stripe_count.max(1));
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for set in objects.iter().map(|no| no / layout.stripe_count.max(1)) {
+            let start = set.saturating_mul(set_bytes);
+            if start >= self.info.size_bytes {
+                continue;
+            }
+            let len = set_bytes.min(self.info.size_bytes - start);
+            match runs.last_mut() {
+                Some((o, l)) if *o + *l >= start => *l = (start + len).max(*o + *l) - *o,
+                _ => runs.push((start, len)),
+            }
+        }
+        Ok(Some(runs))
+    }
+
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }

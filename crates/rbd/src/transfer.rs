@@ -39,12 +39,36 @@ fn io_error(what: &str, e: &std::io::Error) -> RbdError {
     RbdError::Io(format!("{what}: {e}"))
 }
 
+/// Objects an export to a file looks up before reading (about 40 MiB of bookkeeping at most);
+/// an image holding more is read whole.
+pub const EXPORT_HELD_OBJECTS_MAX: usize = 1 << 20;
+
 /// Copies `image` (or the snapshot it was opened at) to `sink`; `progress` gets bytes done of
-/// the image's size.
+/// the image's size. To a file, only the ranges the image holds objects for are read
+/// ([`Image::ranges_held`]): the rest stays a hole, so a thin image exports in the time its data
+/// takes rather than its provisioned size.
 pub async fn export(image: &Image, sink: Sink<'_>, progress: Progress<'_>) -> Result<Transferred, RbdError> {
     let size = image.size_bytes();
-    let chunks = size.div_ceil(CHUNK_BYTES);
-    let mut reads = futures::stream::iter((0..chunks).map(|i| {
+    let held = match &sink {
+        Sink::File(_) => image.ranges_held(EXPORT_HELD_OBJECTS_MAX).await?,
+        Sink::Stream(_) => None,
+    };
+    let held = held.unwrap_or_else(|| vec![(0, size)]);
+    // Chunks of CHUNK_BYTES (aligned, so a stream gets the same sequence as before) that meet a
+    // held range, in order.
+    let chunks = held.into_iter().flat_map(|(offset, len)| {
+        let first = offset / CHUNK_BYTES;
+        let end = (offset + len).div_ceil(CHUNK_BYTES);
+        first..end
+    });
+    let mut last_chunk: Option<u64> = None;
+    let chunks = chunks.filter(move |i| {
+        // Runs may share a chunk at their ends.
+        let fresh = last_chunk.is_none_or(|l| *i > l);
+        last_chunk = Some(*i);
+        fresh
+    });
+    let mut reads = futures::stream::iter(chunks.map(|i| {
         let offset = i * CHUNK_BYTES;
         let len = CHUNK_BYTES.min(size - offset);
         async move { image.read(offset, len).await.map(|b| (offset, b)) }
@@ -69,6 +93,7 @@ pub async fn export(image: &Image, sink: Sink<'_>, progress: Progress<'_>) -> Re
         }
         progress(offset + bytes.len() as u64, size);
     }
+    progress(size, size);
     if let Sink::Stream(w) = &mut sink {
         w.flush().map_err(|e| io_error("flushing the output stream", &e))?;
     }
