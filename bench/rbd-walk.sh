@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Time of the whole-image commands that find an image's objects (`shoal rbd du`, `shoal rbd rm`)
+# Time of the whole-image commands that find an image's objects (`shoal rbd du`, `export` to a
+# sparse file, `rm`)
 # on a thin image: 64 MiB written (16 objects of 4 MiB), provisioned as SIZE (1T by default:
 # 262,144 object numbers), on one `mem` OSD, builds alternated round by round, a fresh cluster per
 # run. A small image (64 MiB, fewer object numbers than the pool has PGs) is measured beside it as
@@ -50,9 +51,11 @@ for round in $(seq 1 "$ROUNDS"); do
     "$BIN" rbd "${conf[@]}" resize data/big --size "$SIZE" --json >/dev/null
     du_small=$(seconds "$BIN" rbd "${conf[@]}" du data/small --json)
     du_big=$(seconds "$BIN" rbd "${conf[@]}" du data/big --json)
+    export_big=$(seconds "$BIN" rbd "${conf[@]}" export data/big "$DIR/out" --json)
+    rm -f "$DIR/out"
     rm_small=$(seconds "$BIN" rbd "${conf[@]}" rm data/small --json)
     rm_big=$(seconds "$BIN" rbd "${conf[@]}" rm data/big --json)
-    echo "round $round $BIN: du 64M ${du_small}s, du $SIZE ${du_big}s, rm 64M ${rm_small}s, rm $SIZE ${rm_big}s"
+    echo "round $round $BIN: du 64M ${du_small}s, du $SIZE ${du_big}s, export $SIZE ${export_big}s, rm 64M ${rm_small}s, rm $SIZE ${rm_big}s"
     "$BIN" down --dir "$DIR/c" >/dev/null
   done
 done
