@@ -1225,7 +1225,8 @@ impl OsdCore {
 
     /// The state of PG `pg` as this OSD sees it, if it is the PG's primary: `peering`, `down`,
     /// `incomplete`, `undersized+degraded+peered`, or `active` with `+recovering`,
-    /// `+backfilling`, `+backfill_toofull` (a target refused backfill as too full: it waits),
+    /// `+backfilling`, `+backfill_toofull` and `+recovery_toofull` (a target refused backfill or
+    /// recovery as too full: it waits),
     /// `+undersized+degraded` and `+clean` as they apply.
     #[must_use]
     pub fn pg_state(&self, pg: PgId) -> Option<String> {
@@ -1256,6 +1257,9 @@ impl OsdCore {
                 }
                 if p.peers.values().any(|pp| pp.backfill.is_some() && pp.toofull_until_ms.is_some()) {
                     state.push_str("+backfill_toofull");
+                }
+                if p.peers.values().any(|pp| !pp.missing.is_empty() && pp.toofull_until_ms.is_some()) {
+                    state.push_str("+recovery_toofull");
                 }
                 let complete = 1 + p.peers.values().filter(|pp| pp.backfill.is_none()).count();
                 if complete < size {

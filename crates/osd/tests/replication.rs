@@ -1511,3 +1511,84 @@ fn backfill_stops_short_of_filling_its_target_and_goes_on_once_there_is_room() {
         assert!(kept[&names[0]] == vec![0xee; OBJECT_BYTES], "the write made while backfill waited");
     }
 }
+
+#[test]
+fn recovery_onto_a_member_out_of_room_waits_without_peering_again() {
+    const OBJECT_BYTES: usize = 1 << 20;
+    let mut net = Net::new();
+    let (primary, replica) = (net.acting()[0], net.acting()[1]);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    net.append(1, b"held by both").result.expect("a write both members take");
+    // Objects of the same PG written while the replica loses every replicated write: they are
+    // in the primary's log, so the replica is recovered from the log (not backfilled).
+    let names: Vec<String> =
+        (0..2000).map(|i| format!("r{i}")).filter(|n| net.map.locate(pool, n).unwrap().pg == pg).take(3).collect();
+    assert_eq!(names.len(), 3);
+    net.drop_rep_to = vec![replica.0];
+    for (i, name) in names.iter().enumerate() {
+        let op = object_op(&net, 10 + i as u64, name, vec![ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 }]);
+        net.submit(primary.0, op, &vec![i as u8 + 1; OBJECT_BYTES], 0);
+    }
+    net.drop_rep_to.clear();
+    // Something else fills the replica's store past the failsafe share.
+    let store = net.core(replica).store().clone();
+    let mut filler = 0;
+    while {
+        let u = store.usage().unwrap();
+        shoal_map::used_permille(u.used_bytes, u.size_bytes) < shoal_map::FULL_FAILSAFE_PERMILLE + 5
+    } {
+        let mut txn = shoal_store::Transaction::new();
+        if filler == 0 {
+            txn.create_collection("filler");
+        }
+        txn.write("filler", &format!("f{filler}"), 0, vec![9u8; 256 << 10]);
+        store.commit(txn, shoal_store::Durability::Batch).unwrap();
+        filler += 1;
+    }
+    // The primary restarts: peering finds the replica missing the three objects and pushes them;
+    // the replica refuses, and the PG stays active (it does not peer again and again: the
+    // network settles) and says why it waits.
+    net.restart(primary);
+    let mut now_ms = 1_000;
+    net.tick_at(now_ms);
+    let state = net.core(primary).pg_state(pg).expect("primary");
+    assert!(state.starts_with("active") && state.contains("+recovery_toofull"), "{state}");
+    // A write to a missing object waits for its recovery (without pushing to the member before
+    // the retry time); one to an object both hold goes on.
+    let pushes = net.pushes;
+    let waiting = object_op(&net, 100, &names[0], vec![ObjOp::Append { len_bytes: 1 }]);
+    let waiting = net.submit(primary.0, waiting, b"!", now_ms);
+    assert!(!net.replies.contains_key(&waiting), "a write to an object missing on a member must wait");
+    net.tick_at(now_ms + 100);
+    assert_eq!(net.pushes, pushes, "pushed to a member that refused as too full before the retry time");
+    net.append(101, b"+").result.expect("a write to an object every member holds");
+    // Room again: after the retry interval recovery goes on, and the waiting write is applied.
+    let mut txn = shoal_store::Transaction::new();
+    for f in 0..filler {
+        txn.remove("filler", &format!("f{f}"));
+    }
+    store.commit(txn, shoal_store::Durability::Batch).unwrap();
+    now_ms += shoal_map::config::SETTINGS
+        .iter()
+        .find(|s| s.name == shoal_map::config::BACKFILL_RETRY_INTERVAL_MS)
+        .unwrap()
+        .default;
+    for _ in 0..5 {
+        now_ms += 100;
+        net.tick_at(now_ms);
+    }
+    net.replies.remove(&waiting).expect("answered once recovered").result.expect("the waiting write");
+    assert_eq!(net.core(primary).pg_state(pg).as_deref(), Some("active+clean"));
+    let coll = shoal_osd::exec::pg_collection(pg);
+    for (i, name) in names.iter().enumerate() {
+        let mut want = vec![i as u8 + 1; OBJECT_BYTES];
+        if i == 0 {
+            want.push(b'!');
+        }
+        for osd in [primary, replica] {
+            let got = net.core(osd).store().read_all(&coll, name).unwrap();
+            assert!(got == want, "{name} on {osd}");
+        }
+    }
+}

@@ -116,12 +116,12 @@ pub struct SimConfig {
     /// so an append would then be applied twice — as it would in a cluster whose PG took more
     /// than the log's length of writes between a write and its resend.
     pub log_keep: Option<usize>,
-    /// Backfill pushes that bring data refused by their target, per thousand, as a target past
-    /// its backfillfull share refuses them (decision 0046): the push is not applied and the
-    /// target answers `NoSpace` on the ordered link back, after whatever it got before. The
-    /// cluster's backfill retry interval is then [`TOOFULL_RETRY_MS`], so that backfill goes on
-    /// within a run.
-    pub refuse_backfill_per_mille: u64,
+    /// Backfill and recovery pushes that bring data refused by their target, per thousand, as a
+    /// target past its backfillfull share (or its failsafe share, for recovery) refuses them
+    /// (decision 0046): the push is not applied and the target answers `NoSpace` on the ordered
+    /// link back, after whatever it got before. The cluster's retry interval is then
+    /// [`TOOFULL_RETRY_MS`], so that recovery goes on within a run.
+    pub refuse_push_per_mille: u64,
 }
 
 /// Backfill pushes refused in [`SimConfig::toofull`] runs, per thousand.
@@ -200,7 +200,7 @@ impl Default for SimConfig {
             omap: false,
             observers: 0,
             log_keep: None,
-            refuse_backfill_per_mille: 0,
+            refuse_push_per_mille: 0,
         }
     }
 }
@@ -352,11 +352,12 @@ impl SimConfig {
         SimConfig { backfill_chunk_bytes: Some(bytes), ..SimConfig::nemesis(seed) }
     }
 
-    /// [`SimConfig::nemesis_in_parts`] with a quarter of the backfill pushes that bring data
-    /// refused as too full: the primary rolls its target's cursor back while writes to the
-    /// refused range are on their way to it, and tries again after [`TOOFULL_RETRY_MS`].
+    /// [`SimConfig::nemesis_in_parts`] with a quarter of the pushes that bring data refused as
+    /// too full: for backfill the primary rolls its target's cursor back while writes to the
+    /// refused range are on their way to it; for recovery the objects stay missing and writes to
+    /// them wait; both try again after [`TOOFULL_RETRY_MS`].
     pub fn toofull(seed: u64) -> SimConfig {
-        SimConfig { refuse_backfill_per_mille: TOOFULL_REFUSED_PER_MILLE, ..SimConfig::nemesis_in_parts(seed) }
+        SimConfig { refuse_push_per_mille: TOOFULL_REFUSED_PER_MILLE, ..SimConfig::nemesis_in_parts(seed) }
     }
 
     /// A damaged copy and a replaced disk at the same moment: once every PG is clean, one bit of
@@ -384,8 +385,8 @@ pub struct Outcome {
     pub acked_writes: u64,
     /// Client/OSD messages the network lost.
     pub dropped: u64,
-    /// Backfill pushes refused as too full (`refuse_backfill_per_mille`).
-    pub backfill_refused: u64,
+    /// Pushes refused as too full (`refuse_push_per_mille`).
+    pub pushes_refused: u64,
     pub verified_reads: u64,
     /// Resends after `WrongPrimary` (map changes seen by clients late).
     pub resends: u64,
@@ -590,7 +591,7 @@ impl Simulation {
             let key = shoal_map::config::BACKFILL_CHUNK_BYTES.to_string();
             map.execute(&Command::ConfigSet { key, value: Some(bytes) }).expect("set the backfill chunk");
         }
-        if cfg.refuse_backfill_per_mille > 0 {
+        if cfg.refuse_push_per_mille > 0 {
             let key = shoal_map::config::BACKFILL_RETRY_INTERVAL_MS.to_string();
             map.execute(&Command::ConfigSet { key, value: Some(TOOFULL_RETRY_MS) }).expect("set the backfill retry");
         }
@@ -647,7 +648,7 @@ impl Simulation {
             delivered: 0,
             acked_writes: 0,
             dropped: 0,
-            backfill_refused: 0,
+            pushes_refused: 0,
             verified_reads: 0,
             resends: 0,
             end_us: 0,
@@ -1252,10 +1253,10 @@ impl Simulation {
     }
 
     fn deliver_to_osd(&mut self, osd: u32, from: Node, frame: Frame) {
-        if frame.msg_type == PgPush::TYPE && self.refuses_backfill(&frame) {
-            self.outcome.backfill_refused += 1;
+        if frame.msg_type == PgPush::TYPE && self.refuses_push(&frame) {
+            self.outcome.pushes_refused += 1;
             let epoch = self.osds.get(&osd).map_or(0, |core| core.map().epoch);
-            let why = RemoteError::new(ErrorCode::NoSpace, format!("backfill_toofull: osd.{osd} (simulated)"));
+            let why = RemoteError::new(ErrorCode::NoSpace, format!("toofull: osd.{osd} (simulated)"));
             let ack = shoal_proto::osd::PeerAck { epoch, result: Err(why) };
             let reply = Frame::new(shoal_proto::osd::PeerAck::TYPE, frame.request_id, encode(&ack, Vec::new()));
             return self.send(Node::Osd(osd), from, reply);
@@ -1302,15 +1303,15 @@ impl Simulation {
         self.osd_event(osd, event);
     }
 
-    /// Whether the push in `frame` is one the target refuses as too full this time: a backfill
-    /// push that brings data, drawn at `refuse_backfill_per_mille` (no draw otherwise, so runs
-    /// without refusals keep their traces).
-    fn refuses_backfill(&mut self, frame: &Frame) -> bool {
-        if self.cfg.refuse_backfill_per_mille == 0 {
+    /// Whether the push in `frame` is one the target refuses as too full this time: a push that
+    /// brings data, drawn at `refuse_push_per_mille` (no draw otherwise, so runs without refusals
+    /// keep their traces).
+    fn refuses_push(&mut self, frame: &Frame) -> bool {
+        if self.cfg.refuse_push_per_mille == 0 {
             return false;
         }
-        let Ok((push, data)) = decode::<PgPush>(frame.payload.clone()) else { return false };
-        push.backfill.is_some() && !data.is_empty() && self.rng.range(0, 999) < self.cfg.refuse_backfill_per_mille
+        let Ok((_, data)) = decode::<PgPush>(frame.payload.clone()) else { return false };
+        !data.is_empty() && self.rng.range(0, 999) < self.cfg.refuse_push_per_mille
     }
 
     fn client_issue(&mut self, c: u32) {

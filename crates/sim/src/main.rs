@@ -8,7 +8,7 @@
 //! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
-//! shoal-sim --toofull                # a quarter of backfill pushes refused as too full (with any of the above)
+//! shoal-sim --toofull                # a quarter of pushes refused as too full (with any of the above)
 //! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
 //! shoal-sim --short-logs 4            # PG logs of 4 entries: peering meets trimmed logs
 //! shoal-sim --read-offload            # OSDs run client reads beside their workers
@@ -36,7 +36,7 @@ struct Args {
     observers: u32,
     read_offload: bool,
     omap: bool,
-    /// Backfill pushes refused as too full (`SimConfig::refuse_backfill_per_mille`).
+    /// Pushes refused as too full (`SimConfig::refuse_push_per_mille`).
     toofull: bool,
     log_keep: Option<usize>,
 }
@@ -162,10 +162,10 @@ fn main() -> ExitCode {
                         observers: args.observers,
                         read_offload: args.read_offload,
                         omap: args.omap,
-                        refuse_backfill_per_mille: if args.toofull {
+                        refuse_push_per_mille: if args.toofull {
                             shoal_sim::TOOFULL_REFUSED_PER_MILLE
                         } else {
-                            base.refuse_backfill_per_mille
+                            base.refuse_push_per_mille
                         },
                         log_keep: args.log_keep,
                         // Short logs forget resent writes sooner than the resends come (see

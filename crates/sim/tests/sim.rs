@@ -133,14 +133,16 @@ fn nemesis_seeds_with_omap_in_parts_keep_every_acknowledged_write() {
 }
 
 #[test]
-fn nemesis_seeds_with_backfill_refused_as_too_full_keep_every_acknowledged_write() {
-    // A quarter of the backfill pushes that bring data are refused as too full (decision 0046):
-    // the primary rolls its target's cursor back while writes to the refused range are on their
-    // way to the target, and sends the range again after the retry interval. Every acknowledged
-    // write must survive and every PG end clean, with its members' copies equal.
+fn nemesis_seeds_with_pushes_refused_as_too_full_keep_every_acknowledged_write() {
+    // A quarter of the backfill and recovery pushes that bring data are refused as too full
+    // (decision 0046): for backfill the primary rolls its target's cursor back while writes to
+    // the refused range are on their way to the target, and sends the range again after the
+    // retry interval; for recovery the objects stay missing on the target and writes to them
+    // wait. Every acknowledged write must survive and every PG end clean, with its members'
+    // copies equal.
     let outs = run_seeds(1..=NEMESIS_PARTS_SEEDS, SimConfig::toofull);
     assert!(total(&outs, |o| o.verified_reads) > NEMESIS_PARTS_SEEDS);
-    assert!(total(&outs, |o| o.backfill_refused) > NEMESIS_PARTS_SEEDS, "refusals must happen in these runs");
+    assert!(total(&outs, |o| o.pushes_refused) > NEMESIS_PARTS_SEEDS, "refusals must happen in these runs");
 }
 
 /// Nemesis seeds with reads beside the workers in CI.

@@ -75,8 +75,9 @@ pub(crate) struct PeerPlan {
     /// While a backfill push to it is unanswered: its cursor before that push, to go back to if
     /// the push is refused (the cursor moves when the push is sent, see `send_backfill_chunk`).
     pub unacked_from: Option<String>,
-    /// Set when it refused a backfill push as too full (`backfill_toofull`): no backfill goes to
-    /// it before this time (the tick clock, ms); cleared by the next push it takes.
+    /// Set when it refused a backfill or recovery push as too full (`backfill_toofull`,
+    /// `recovery_toofull`): no push goes to it before this time (the tick clock, ms); cleared by
+    /// the next push it takes.
     pub toofull_until_ms: Option<u64>,
 }
 

@@ -115,6 +115,7 @@ impl OsdCore {
         let own_missing = self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
         let me = self.id;
         let epoch = self.map.epoch;
+        let now_ms = self.now_ms;
         let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
         if p.recovering.contains_key(object) {
@@ -139,10 +140,20 @@ impl OsdCore {
             self.send_pull(pg, attempt, source, object, None, out);
             return;
         }
-        let targets: BTreeSet<OsdId> =
-            p.peers.iter().filter(|(_, pp)| pp.missing.contains_key(object)).map(|(o, _)| *o).collect();
-        if targets.is_empty() {
+        let missing_on: Vec<(OsdId, bool)> = p
+            .peers
+            .iter()
+            .filter(|(_, pp)| pp.missing.contains_key(object))
+            .map(|(o, pp)| (*o, pp.toofull_until_ms.is_some_and(|until| now_ms < until)))
+            .collect();
+        if missing_on.is_empty() {
             self.unblock(pg, object, out);
+            return;
+        }
+        // A member that refused recovery as too full gets nothing before its retry time; what
+        // waits for the object keeps waiting (background recovery tries again then).
+        let targets: BTreeSet<OsdId> = missing_on.iter().filter(|(_, toofull)| !toofull).map(|(o, _)| *o).collect();
+        if targets.is_empty() {
             return;
         }
         let attempt = p.attempt;
@@ -319,7 +330,7 @@ impl OsdCore {
             return;
         }
         let mut theirs: BTreeSet<String> = BTreeSet::new();
-        for pp in p.peers.values() {
+        for pp in p.peers.values().filter(|pp| pp.toofull_until_ms.is_none_or(|until| now_ms >= until)) {
             theirs.extend(pp.missing.keys().filter(|n| !p.recovering.contains_key(*n)).take(256).cloned());
         }
         let backfill: Vec<OsdId> = p
@@ -677,8 +688,12 @@ impl OsdCore {
             return;
         }
         if let Err(e) = result {
-            if backfill && e.code == ErrorCode::NoSpace {
-                return self.backfill_toofull(pg, attempt, from, &e);
+            if e.code == ErrorCode::NoSpace {
+                if backfill {
+                    return self.backfill_toofull(pg, attempt, from, &e);
+                }
+                let names = objects.into_iter().chain(next.map(|(name, _)| name)).collect();
+                return self.recovery_toofull(pg, attempt, from, names, &e);
             }
             tracing::info!(%pg, peer = %from, error = %e, "push refused: peering again");
             self.start_peering(pg, out);
@@ -712,6 +727,11 @@ impl OsdCore {
             // A part of a recovery push landed: the next one.
             return self.send_recovery_part(pg, attempt, from, &name, at, out);
         } else {
+            if let Some(pp) = p.peers.get_mut(&from)
+                && pp.toofull_until_ms.take().is_some()
+            {
+                tracing::info!(%pg, peer = %from, "recovery target has room again: recovery goes on");
+            }
             let mut done = Vec::new();
             for name in objects {
                 if let Some(pp) = p.peers.get_mut(&from) {
@@ -756,6 +776,30 @@ impl OsdCore {
         pp.part = None;
         if pp.toofull_until_ms.replace(until_ms).is_none() {
             tracing::warn!(%pg, peer = %from, %error, retry_ms, "backfill target too full: backfill to it waits");
+        }
+    }
+
+    /// Recovery target `from` refused a push of `names` of `pg` as too full (`check_push_room`,
+    /// or its store ran out of space): the PG stays active, the objects stay missing on the
+    /// target, and no recovery goes to it for the retry interval. Operations waiting for these
+    /// objects keep waiting (a write needs every member's copy); background recovery pushes them
+    /// again after the interval and lets them run. An object being pushed in parts starts over.
+    fn recovery_toofull(&mut self, pg: PgId, attempt: u64, from: OsdId, names: Vec<String>, error: &RemoteError) {
+        let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_MS);
+        let until_ms = self.now_ms.saturating_add(retry_ms);
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        for name in &names {
+            if let Some(waiting) = p.recovering.get_mut(name) {
+                waiting.remove(&from);
+                if waiting.is_empty() {
+                    p.recovering.remove(name);
+                    p.push_bytes.remove(name);
+                }
+            }
+        }
+        let Some(pp) = p.peers.get_mut(&from) else { return };
+        if pp.toofull_until_ms.replace(until_ms).is_none() {
+            tracing::warn!(%pg, peer = %from, %error, retry_ms, "recovery target too full: recovery to it waits");
         }
     }
 
@@ -874,39 +918,46 @@ impl OsdCore {
                 ));
             }
         }
-        if push.backfill.is_some() {
-            self.check_backfill_room(data.len() as u64)?;
-        }
+        self.check_push_room(push.backfill.is_some(), data.len() as u64)?;
         match push.part {
             Some(part) => self.install_part(pg, push.objects, data, push.backfill, part),
             None => self.install_copies(pg, push.objects, data, push.backfill),
         }
     }
 
-    /// Refuses a backfill push bringing `data_bytes` of data if they would take this OSD's store
-    /// to [`shoal_map::BACKFILLFULL_PERMILLE`] or past it (a store that cannot say how full it is
-    /// counts as past it), with `NoSpace`, which the primary takes as "too full, try again later"
-    /// (`backfill_toofull`). Moving data onto an OSD must never fill it to the monitors' full
-    /// flag, which would stop client writes to every PG it holds. A push without data (removals,
-    /// metadata) is always taken.
-    fn check_backfill_room(&self, data_bytes: u64) -> Result<(), RemoteError> {
+    /// Refuses a push bringing `data_bytes` of data if they would take this OSD's store to its
+    /// limit for such pushes or past it, with `NoSpace`, which the primary takes as "too full,
+    /// try again later" (decision 0046). A backfill push stops at
+    /// [`shoal_map::BACKFILLFULL_PERMILLE`]: moving data onto an OSD must never fill it to the
+    /// monitors' full flag, which would stop client writes to every PG it holds. A recovery push
+    /// (an object a member missed) stops only at [`shoal_map::FULL_FAILSAFE_PERMILLE`]: it
+    /// restores writes the PG already acknowledged, and the rest is kept for writes on their way.
+    /// A store that cannot say how full it is counts as past the limit; a push without data
+    /// (removals, metadata) is always taken.
+    fn check_push_room(&self, backfill: bool, data_bytes: u64) -> Result<(), RemoteError> {
         if data_bytes == 0 {
             return Ok(());
         }
         let usage = self.store.usage().map_err(|e| store_error(&e))?;
         let permille = shoal_map::used_permille(usage.used_bytes.saturating_add(data_bytes), usage.size_bytes);
-        if permille < shoal_map::BACKFILLFULL_PERMILLE {
+        let (limit, state) = if backfill {
+            (shoal_map::BACKFILLFULL_PERMILLE, "backfill_toofull")
+        } else {
+            (shoal_map::FULL_FAILSAFE_PERMILLE, "recovery_toofull")
+        };
+        if permille < limit {
             return Ok(());
         }
         Err(RemoteError::new(
             ErrorCode::NoSpace,
             format!(
-                "backfill_toofull: {} would be {}.{}% used with this push's {data_bytes} bytes, at or past the {}% \
-                 from which it takes no backfill",
+                "{state}: {} would be {}.{}% used with this push's {data_bytes} bytes, at or past the {}.{}% \
+                 from which it takes no such push",
                 self.id,
                 permille / 10,
                 permille % 10,
-                shoal_map::BACKFILLFULL_PERMILLE / 10
+                limit / 10,
+                limit % 10
             ),
         ))
     }
