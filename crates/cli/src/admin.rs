@@ -293,11 +293,13 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     if clean < total_pgs {
         problems.push(format!("{} PG(s) not active+clean", total_pgs - clean));
     }
-    let toofull: u64 = pgs.iter().filter(|(s, _)| s.contains("+backfill_toofull")).map(|(_, n)| *n).sum();
-    if toofull > 0 {
-        problems.push(format!(
-            "{toofull} PG(s) backfill_toofull: a backfill target is too full to take their data (free space or add OSDs)"
-        ));
+    for (state, what) in [("backfill_toofull", "a backfill target"), ("recovery_toofull", "a member being recovered")] {
+        let waiting: u64 = pgs.iter().filter(|(s, _)| s.contains(&format!("+{state}"))).map(|(_, n)| *n).sum();
+        if waiting > 0 {
+            problems.push(format!(
+                "{waiting} PG(s) {state}: {what} is too full to take their data (free space or add OSDs)"
+            ));
+        }
     }
     if status.quorum.len() * 2 <= map.mons.len().max(status.quorum.len()) {
         problems.push(format!("monitor quorum {} of {}", status.quorum.len(), map.mons.len()));
