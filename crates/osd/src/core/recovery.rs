@@ -628,7 +628,9 @@ impl OsdCore {
             };
             let last = part.last;
             if let Err(e) = self.install_part(pg, copies, bytes::Bytes::from(data), None, part) {
-                tracing::error!(%pg, object, error = %e, "storing a part of a pulled object failed");
+                // Retried by background recovery every tick (a store out of space fails the same
+                // way each time): reported once a minute.
+                self.report_stuck(pg, &object, &e, "storing a part of a pulled object failed");
                 return;
             }
             if !last {
@@ -638,7 +640,7 @@ impl OsdCore {
                 return self.send_pull(pg, attempt, from, &object, Some(next), out);
             }
         } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None) {
-            tracing::error!(%pg, object, error = %e, "storing a pulled object failed");
+            self.report_stuck(pg, &object, &e, "storing a pulled object failed");
             return;
         }
         self.counters.recovered_objects += 1;
