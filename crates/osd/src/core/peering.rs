@@ -75,6 +75,10 @@ pub(crate) struct PeerPlan {
     /// While a backfill push to it is unanswered: its cursor before that push, to go back to if
     /// the push is refused (the cursor moves when the push is sent, see `send_backfill_chunk`).
     pub unacked_from: Option<String>,
+    /// While a part of a large object (not its last) is unanswered: that part, to resume from if
+    /// the push is refused (a refusal says nothing about the parts before it, which the target
+    /// holds).
+    pub unacked_part: Option<PartPush>,
     /// Set when it refused a backfill or recovery push as too full (`backfill_toofull`,
     /// `recovery_toofull`): no push goes to it before this time (the tick clock, ms); cleared by
     /// the next push it takes.

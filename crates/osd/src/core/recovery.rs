@@ -501,6 +501,7 @@ impl OsdCore {
             // on the ordered link.
             if let Some(pp) = p.peers.get_mut(&osd) {
                 pp.unacked_from = Some(cursor);
+                pp.unacked_part = None;
                 pp.backfill = Some(upto.clone().unwrap_or_else(|| LAST_NAME.to_string()));
                 pp.part = None;
             }
@@ -560,6 +561,7 @@ impl OsdCore {
             p.backfill_bytes.insert(osd, data.len() as u64);
             if let Some(pp) = p.peers.get_mut(&osd) {
                 pp.unacked_from = Some(cursor);
+                pp.unacked_part = (!last).then(|| part.clone());
                 if last {
                     // As for a chunk: the last part precedes later writes to the object.
                     pp.backfill = Some(part.object.clone());
@@ -708,6 +710,7 @@ impl OsdCore {
             p.backfill_bytes.remove(&from);
             if let Some(pp) = p.peers.get_mut(&from) {
                 pp.unacked_from = None;
+                pp.unacked_part = None;
                 if pp.toofull_until_ms.take().is_some() {
                     tracing::info!(%pg, peer = %from, "backfill target has room again: backfill goes on");
                 }
@@ -763,8 +766,10 @@ impl OsdCore {
     /// before the push, and no backfill goes to it for the retry interval. Going back is safe:
     /// writes to names in the refused range that reached the target in full meanwhile are
     /// overwritten when the range is sent again, and from now on they reach it as log entries
-    /// only, as for any name past its cursor. A large object being sent in parts starts over
-    /// (its parts may have been written to since the refused one was read).
+    /// only, as for any name past its cursor. A large object being sent in parts resumes at the
+    /// refused part (the target holds the earlier ones), still marked for a restart if a write
+    /// reached it meanwhile; one whose last part was refused starts over (a write may have
+    /// reached the target in full behind that part).
     fn backfill_toofull(&mut self, pg: PgId, attempt: u64, from: OsdId, error: &RemoteError) {
         let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_MS);
         let until_ms = self.now_ms.saturating_add(retry_ms);
@@ -775,7 +780,8 @@ impl OsdCore {
         if let Some(cursor) = pp.unacked_from.take() {
             pp.backfill = Some(cursor);
         }
-        pp.part = None;
+        let written_meanwhile = pp.part.as_ref().is_some_and(|p| p.dirty);
+        pp.part = pp.unacked_part.take().map(|p| PartPush { dirty: p.dirty || written_meanwhile, ..p });
         if pp.toofull_until_ms.replace(until_ms).is_none() {
             tracing::warn!(%pg, peer = %from, %error, retry_ms, "backfill target too full: backfill to it waits");
         }
