@@ -640,10 +640,7 @@ fn snapshots_of_a_huge_thin_image_find_objects_that_exist_only_as_clones() {
     // A flattened clone of a thin image stays thin: holes in the parent make no child objects.
     ok(&shoal(&dir, &["rbd", "import", &eight.display().to_string(), "data/thin"]));
     ok(&shoal(&dir, &["rbd", "resize", "data/thin", "--size", "64M"]));
-    ok(&shoal(&dir, &["rbd", "snap", "create", "data/thin@s"]));
-    ok(&shoal(&dir, &["rbd", "snap", "protect", "data/thin@s"]));
-    ok(&shoal(&dir, &["rbd", "clone", "data/thin@s", "data/kid"]));
-    ok(&shoal(&dir, &["rbd", "flatten", "data/kid"]));
+    snapshot_clone_and_flatten(&dir, "data/thin@s", "data/kid");
     let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/kid", "--json"])));
     assert_eq!((du["used_bytes"].as_u64(), du["objects"].as_u64()), (Some(8 << 20), Some(2)), "{du}");
     let kid = tmp.path().join("kid");
@@ -653,14 +650,20 @@ fn snapshots_of_a_huge_thin_image_find_objects_that_exist_only_as_clones() {
     assert!(std::fs::read(&kid).unwrap() == want, "the flattened clone reads other bytes");
     // A 1 TiB clone is flattened by listing its parent's objects, not by reading 262,144 ranges.
     ok(&shoal(&dir, &["rbd", "resize", "data/thin", "--size", "1T"]));
-    ok(&shoal(&dir, &["rbd", "snap", "create", "data/thin@wide"]));
-    ok(&shoal(&dir, &["rbd", "snap", "protect", "data/thin@wide"]));
-    ok(&shoal(&dir, &["rbd", "clone", "data/thin@wide", "data/widekid"]));
-    ok(&shoal(&dir, &["rbd", "flatten", "data/widekid"]));
+    snapshot_clone_and_flatten(&dir, "data/thin@wide", "data/widekid");
     let info = json(&ok(&shoal(&dir, &["rbd", "info", "data/widekid", "--json"])));
     assert_eq!(info["parent"], serde_json::Value::Null, "{info}");
     let du = json(&ok(&shoal(&dir, &["rbd", "du", "data/widekid", "--json"])));
     assert_eq!((du["used_bytes"].as_u64(), du["objects"].as_u64()), (Some(8 << 20), Some(2)), "{du}");
+}
+
+/// Takes snapshot `snap` (`POOL/IMAGE@SNAP`), protects it, clones it as `child` and flattens
+/// the clone.
+fn snapshot_clone_and_flatten(dir: &Path, snap: &str, child: &str) {
+    ok(&shoal(dir, &["rbd", "snap", "create", snap]));
+    ok(&shoal(dir, &["rbd", "snap", "protect", snap]));
+    ok(&shoal(dir, &["rbd", "clone", snap, child]));
+    ok(&shoal(dir, &["rbd", "flatten", child]));
 }
 
 fn fio_verify(uri: &str, out: &Path, extra: &[&str]) {

@@ -284,7 +284,8 @@ impl Client {
     /// reads just that range of its store, so the cost is the matching objects plus one request
     /// per PG, whatever else the pool holds. Names come in name order within a PG, PGs in turn.
     /// `with_clones` also names objects that exist only as snapshot clones; a name may then
-    /// come twice, at the end of one page and the start of the next.
+    /// come twice in a row (its companions split by a page boundary, within a call or across
+    /// two).
     pub async fn list_prefix(
         &self,
         pool: &str,
@@ -316,9 +317,7 @@ impl Client {
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok((page, next)) => {
-                    // With clones, a head whose companions a page boundary split comes twice.
-                    let repeat = names.last().is_some_and(|last| page.first() == Some(last));
-                    names.extend(page.into_iter().skip(usize::from(repeat)));
+                    names.extend(page);
                     match next {
                         Some(after) => cursor.after = Some(after),
                         None => cursor = ListCursor { pg: cursor.pg + 1, after: None },

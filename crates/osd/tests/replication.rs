@@ -1417,6 +1417,12 @@ fn an_object_no_member_can_provide_is_listed_as_unfound_and_can_be_given_up() {
     assert_eq!(net.content(acting[1]), Some(b"new".to_vec()));
 }
 
+/// The default `osd_backfill_retry_interval_ms`: how long a member that refused a push as too full
+/// is left alone.
+fn retry_interval_ms() -> u64 {
+    shoal_map::config::setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_MS).unwrap().default
+}
+
 /// Writes `bytes` as the whole of object `name` through its primary.
 fn write_object(net: &mut Net, tid: u64, name: &str, bytes: &[u8]) -> OsdOpReply {
     let op = object_op(net, tid, name, vec![ObjOp::WriteFull { len_bytes: bytes.len() as u64 }]);
@@ -1493,11 +1499,7 @@ fn backfill_stops_short_of_filling_its_target_and_goes_on_once_there_is_room() {
         net.replies.remove(&rid).expect("answered").result.expect("remove");
     }
     // After the retry interval, backfill goes on and completes: both OSDs hold the same objects.
-    now_ms += shoal_map::config::SETTINGS
-        .iter()
-        .find(|s| s.name == shoal_map::config::BACKFILL_RETRY_INTERVAL_MS)
-        .unwrap()
-        .default;
+    now_ms += retry_interval_ms();
     for _ in 0..20 {
         now_ms += 100;
         net.tick_at(now_ms);
@@ -1569,11 +1571,7 @@ fn recovery_onto_a_member_out_of_room_waits_without_peering_again() {
         txn.remove("filler", &format!("f{f}"));
     }
     store.commit(txn, shoal_store::Durability::Batch).unwrap();
-    now_ms += shoal_map::config::SETTINGS
-        .iter()
-        .find(|s| s.name == shoal_map::config::BACKFILL_RETRY_INTERVAL_MS)
-        .unwrap()
-        .default;
+    now_ms += retry_interval_ms();
     for _ in 0..5 {
         now_ms += 100;
         net.tick_at(now_ms);

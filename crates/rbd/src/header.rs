@@ -124,6 +124,12 @@ pub fn data_prefix(id: &str) -> String {
     format!("rbd_data.{id}.")
 }
 
+/// The object number of data object `name`, given its image's [`data_prefix`]; `None` for a name
+/// that is not one of that image's data objects.
+pub fn data_object_number(prefix: &str, name: &str) -> Option<u64> {
+    name.strip_prefix(prefix).and_then(|n| u64::from_str_radix(n, 16).ok())
+}
+
 /// Checks an image name: 1 to [`MAX_NAME_BYTES`] bytes, no `/` or `@` (they separate pool,
 /// image and snapshot in `POOL/IMAGE@SNAP`), no control characters.
 pub fn validate_name(name: &str) -> Result<(), RbdError> {

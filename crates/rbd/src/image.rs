@@ -219,7 +219,7 @@ impl Image {
         let prefix = crate::header::data_prefix(&self.info.spec.id);
         let held = std::sync::Mutex::new((std::collections::BTreeSet::new(), false));
         let visit = |name: String| {
-            let number = name.strip_prefix(&prefix).and_then(|n| u64::from_str_radix(n, 16).ok());
+            let number = crate::header::data_object_number(&prefix, &name);
             let held = &held;
             async move {
                 if let Some(no) = number {
@@ -448,7 +448,7 @@ impl Image {
             let parent_id = &parent.info.spec.id;
             let prefix = crate::header::data_prefix(parent_id);
             let visit = |name: String| {
-                let number = name.strip_prefix(&prefix).and_then(|n| u64::from_str_radix(n, 16).ok());
+                let number = crate::header::data_object_number(&prefix, &name);
                 async move {
                     match number {
                         Some(no) if no < count => self.copy_up(no).await,

@@ -170,7 +170,8 @@ where
     let mut last: Option<String> = None;
     loop {
         let (mut names, next) = client.list_prefix(pool, &prefix, with_clones, cursor, LIST_PAGE_OBJECTS).await?;
-        // A head split across two pages (with clones) is visited once.
+        // A head whose companions a page boundary split (with clones) is visited once.
+        names.dedup();
         if last.is_some() && names.first() == last.as_ref() {
             names.remove(0);
         }

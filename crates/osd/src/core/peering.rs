@@ -100,6 +100,12 @@ pub(crate) struct PartPush {
 }
 
 impl PeerPlan {
+    /// Whether it refused a push as too full and its retry time (`now_ms`, the tick clock) has not
+    /// come yet: nothing is pushed to it until then.
+    pub fn waits_as_toofull(&self, now_ms: u64) -> bool {
+        self.toofull_until_ms.is_some_and(|until| now_ms < until)
+    }
+
     /// Whether a write to `object` reaches this member as a log entry only (a backfill target
     /// that has not been sent the object yet). A write between the cursor and an object being
     /// sent in parts marks that object for a restart (unless `keep_stale_parts`, a mutation).

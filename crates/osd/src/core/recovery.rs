@@ -144,7 +144,7 @@ impl OsdCore {
             .peers
             .iter()
             .filter(|(_, pp)| pp.missing.contains_key(object))
-            .map(|(o, pp)| (*o, pp.toofull_until_ms.is_some_and(|until| now_ms < until)))
+            .map(|(o, pp)| (*o, pp.waits_as_toofull(now_ms)))
             .collect();
         if missing_on.is_empty() {
             self.unblock(pg, object, out);
@@ -330,14 +330,14 @@ impl OsdCore {
             return;
         }
         let mut theirs: BTreeSet<String> = BTreeSet::new();
-        for pp in p.peers.values().filter(|pp| pp.toofull_until_ms.is_none_or(|until| now_ms >= until)) {
+        for pp in p.peers.values().filter(|pp| !pp.waits_as_toofull(now_ms)) {
             theirs.extend(pp.missing.keys().filter(|n| !p.recovering.contains_key(*n)).take(256).cloned());
         }
         let backfill: Vec<OsdId> = p
             .peers
             .iter()
             .filter(|(o, pp)| pp.backfill.is_some() && !p.backfilling.contains(o))
-            .filter(|(_, pp)| pp.toofull_until_ms.is_none_or(|until| now_ms >= until))
+            .filter(|(_, pp)| !pp.waits_as_toofull(now_ms))
             .map(|(o, _)| *o)
             .collect();
         for name in theirs {
@@ -761,6 +761,13 @@ impl OsdCore {
         self.recover(pg, out);
     }
 
+    /// How long a member that refused a push as too full is left alone, and the tick time until
+    /// which that is (`osd_backfill_retry_interval_ms` from now).
+    fn toofull_retry(&self) -> (u64, u64) {
+        let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_MS);
+        (retry_ms, self.now_ms.saturating_add(retry_ms))
+    }
+
     /// Backfill target `from` refused a push of `pg` as too full (`check_backfill_room`, or its
     /// store ran out of space): the PG stays active, the target's cursor goes back to where it was
     /// before the push, and no backfill goes to it for the retry interval. Going back is safe:
@@ -771,8 +778,7 @@ impl OsdCore {
     /// reached it meanwhile; one whose last part was refused starts over (a write may have
     /// reached the target in full behind that part).
     fn backfill_toofull(&mut self, pg: PgId, attempt: u64, from: OsdId, error: &RemoteError) {
-        let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_MS);
-        let until_ms = self.now_ms.saturating_add(retry_ms);
+        let (retry_ms, until_ms) = self.toofull_retry();
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.backfilling.remove(&from);
         p.backfill_bytes.remove(&from);
@@ -793,8 +799,7 @@ impl OsdCore {
     /// objects keep waiting (a write needs every member's copy); background recovery pushes them
     /// again after the interval and lets them run. An object being pushed in parts starts over.
     fn recovery_toofull(&mut self, pg: PgId, attempt: u64, from: OsdId, names: Vec<String>, error: &RemoteError) {
-        let retry_ms = self.map.setting(shoal_map::config::BACKFILL_RETRY_INTERVAL_MS);
-        let until_ms = self.now_ms.saturating_add(retry_ms);
+        let (retry_ms, until_ms) = self.toofull_retry();
         let Some(p) = self.primary_at(pg, attempt) else { return };
         for name in &names {
             if let Some(waiting) = p.recovering.get_mut(name) {
