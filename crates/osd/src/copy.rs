@@ -523,13 +523,14 @@ pub fn list_range(
     }
 }
 
-/// Objects in `coll` (0 if it does not exist), counted a page at a time up to `COUNT_LIMIT`: an
-/// estimate for progress reports, bounded so that a huge PG cannot stall its OSD.
-pub fn count_objects(store: &dyn ObjectStore, coll: &str) -> u64 {
+/// Objects in `coll` (0 if it does not exist) named after `after` (all of them for ""), counted a
+/// page at a time up to `COUNT_LIMIT`: an estimate for progress reports, bounded so that a huge
+/// PG cannot stall its OSD.
+pub fn count_objects_after(store: &dyn ObjectStore, coll: &str, after: &str) -> u64 {
     const PAGE: usize = 4096;
     const COUNT_LIMIT: u64 = 4_000_000;
     let mut count = 0u64;
-    let mut after: Option<String> = None;
+    let mut after: Option<String> = (!after.is_empty()).then(|| after.to_string());
     while count < COUNT_LIMIT {
         let Ok(page) = store.list_objects(coll, "", after.as_deref(), PAGE) else { break };
         count += page.objects.len() as u64;

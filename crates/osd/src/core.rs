@@ -273,6 +273,9 @@ pub struct Mutations {
     /// A member its primary has not activated since it (re)started answers pulls from what its
     /// store holds (after a disk replacement: nothing, so "absent").
     pub answer_unactivated_pulls: bool,
+    /// A member whose backfill resumes past its cursor is told it lacks nothing up to there
+    /// (the writes it missed while away are not compared).
+    pub resume_blind: bool,
 }
 
 /// One OSD's state. See the module docs.

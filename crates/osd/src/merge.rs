@@ -15,9 +15,23 @@ pub enum MemberPlan {
     /// names), and holds the objects of `remove` although the authoritative history never wrote
     /// them (they are removed with the activation, needing no source).
     Log { missing: BTreeMap<String, Eversion>, remove: BTreeSet<String> },
-    /// Its log does not overlap the authoritative one (new, emptied, or away too long): every
-    /// object is compared by a walk over both listings.
+    /// It was being backfilled and holds the objects up to its cursor `after`, and its log shares
+    /// history with the authoritative one (decision 0048): the backfill goes on past `after`, and
+    /// of the objects up to it, it lacks those of `missing` and holds those of `remove` that the
+    /// history never wrote, as in `Log`. Objects past `after` are not named: backfill sends them.
+    Resume { after: String, missing: BTreeMap<String, Eversion>, remove: BTreeSet<String> },
+    /// Its log does not overlap the authoritative one (new, emptied, or away too long), or it was
+    /// being backfilled and had been sent nothing yet: every object is sent to it again, in name
+    /// order, from the first.
     Backfill,
+}
+
+impl MemberPlan {
+    /// Whether the member is to be backfilled (from the start or from its cursor).
+    #[must_use]
+    pub fn backfills(&self) -> bool {
+        !matches!(self, MemberPlan::Log { .. })
+    }
 }
 
 /// Plans how `member` catches up with the authoritative log `auth`.
@@ -37,11 +51,31 @@ pub enum MemberPlan {
 /// missing object needs a member to copy it from, and once the authority that rolled it back is
 /// gone, none may be left that "holds" an object nobody wrote (an authority that itself carries
 /// such a need, from an earlier rollback, would keep it unfound forever).
+///
+/// A member being backfilled (cursor `c`) is planned the same way with two differences: only
+/// objects up to `c` are named, and its missing objects need not have a source among the
+/// authority's — a member's store reflects every entry of its log for the objects up to its
+/// cursor (a backfill push is applied with the cursor it carries, and from then on every write to
+/// an object up to the cursor reaches it in full), so up to `c` it is like a complete member.
+/// Without a shared entry, or with nothing sent yet (`c` empty), it starts over.
 #[must_use]
 pub fn plan_member(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -> MemberPlan {
-    if member.backfill.is_some() {
-        return MemberPlan::Backfill;
+    match member.backfill.as_deref() {
+        None => plan_from_log(auth, auth_tail, member),
+        Some("") => MemberPlan::Backfill,
+        Some(after) => match plan_from_log(auth, auth_tail, member) {
+            MemberPlan::Log { mut missing, mut remove } => {
+                missing.retain(|object, _| object.as_str() <= after);
+                remove.retain(|object| object.as_str() <= after);
+                MemberPlan::Resume { after: after.to_string(), missing, remove }
+            }
+            other => other,
+        },
     }
+}
+
+/// `plan_member` for what the member's log shows, its backfill cursor aside.
+fn plan_from_log(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -> MemberPlan {
     let by_version: HashMap<Eversion, &PgLogEntry> = auth.iter().map(|e| (e.version, e)).collect();
     let at_tail = |e: &PgLogEntry| auth_tail != Eversion::default() && e.version == auth_tail;
     let common =
@@ -237,9 +271,38 @@ mod tests {
         // Never written on the authority: everything the member wrote is removed.
         let plan = plan_member(&[], Eversion::default(), &state(vec![e(2, 1, 3, "x")]));
         assert_eq!(plan, MemberPlan::Log { missing: BTreeMap::new(), remove: names(&["x"]) });
-        let mut backfilling = state(auth.clone());
+        // Being backfilled with no shared entry, or with nothing sent yet: from the start again.
+        let mut backfilling = state(vec![e(2, 1, 3, "x")]);
         backfilling.backfill = Some("k".into());
         assert_eq!(plan_member(&auth, Eversion::default(), &backfilling), MemberPlan::Backfill);
+        let mut unsent = state(auth.clone());
+        unsent.backfill = Some(String::new());
+        assert_eq!(plan_member(&auth, Eversion::default(), &unsent), MemberPlan::Backfill);
+    }
+
+    #[test]
+    fn a_backfilling_member_sharing_the_history_resumes_past_its_cursor() {
+        // The member (cursor "k") saw the writes up to 3'3; the authority went on with writes to
+        // "b" (up to the cursor) and "x" (past it), and a divergent write of "c" (up to the cursor)
+        // and of "y" (past it) on the member was never acknowledged.
+        let auth = vec![e(2, 1, 1, "a"), e(2, 2, 2, "b"), e(3, 3, 3, "x"), e(4, 4, 4, "b"), e(4, 5, 5, "x")];
+        let mut member =
+            state(vec![e(2, 1, 1, "a"), e(2, 2, 2, "b"), e(3, 3, 3, "x"), e(3, 4, 9, "c"), e(3, 5, 8, "y")]);
+        member.backfill = Some("k".into());
+        // Persisted missing objects past the cursor are not named either (backfill sends them).
+        member.missing = vec![("a".into(), v(2, 1)), ("z".into(), v(1, 1))];
+        let plan = plan_member(&auth, Eversion::default(), &member);
+        let missing: BTreeMap<String, Eversion> = [("a".to_string(), v(2, 1)), ("b".to_string(), v(4, 4))].into();
+        // "c" was never written by the authoritative history, which reaches back to its start.
+        assert_eq!(plan, MemberPlan::Resume { after: "k".into(), missing, remove: names(&["c"]) });
+        assert!(plan.backfills());
+        // With the history trimmed (no longer from its start) "c" is rolled back by a copy of
+        // whatever the authority holds instead.
+        let tail = v(1, 9);
+        let plan = plan_member(&auth, tail, &member);
+        let missing: BTreeMap<String, Eversion> =
+            [("a".to_string(), v(2, 1)), ("b".to_string(), v(4, 4)), ("c".to_string(), Eversion::default())].into();
+        assert_eq!(plan, MemberPlan::Resume { after: "k".into(), missing, remove: BTreeSet::new() });
     }
 
     #[test]

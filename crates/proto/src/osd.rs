@@ -532,7 +532,13 @@ pub struct PgActivate {
     /// rolled back to "absent"): removed, with their clones, in the activation's transaction.
     pub remove: Vec<String>,
     pub backfill: bool,
-    /// For a member to be backfilled: the request ids the primary keeps beyond its log (its
+    /// For a member to be backfilled: the name its backfill goes on after ("": from the first
+    /// object, every object sent again). Not empty only for a member that was being backfilled,
+    /// whose log shares the authoritative history, and whose own cursor is at least this far
+    /// (decision 0048): it keeps what it holds up to there, `missing` and `remove` name only
+    /// objects up to there, and it keeps its own dups objects (`dups` is empty).
+    pub backfill_after: String,
+    /// For a member to be backfilled from the first object: the request ids the primary keeps beyond its log (its
     /// dups objects, decision 0039), which replace the member's, so that a resend older than the
     /// log is still recognised once the member serves. Empty otherwise (a member whose log
     /// overlaps the authority's keeps its own).

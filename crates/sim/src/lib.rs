@@ -26,7 +26,7 @@ use shoal_map::{ClusterMap, Command, MonInfo, OsdId, Weight};
 use shoal_mon::{Action as MonAction, CoreConfig, Event as MonEvent, MonCore, ReplyTo};
 use shoal_osd::{Action, Event, OsdCore};
 use shoal_proto::mon::MapUpdate;
-use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, PgPush, RepOp, RepOpReply, ReqId};
+use shoal_proto::osd::{ObjOp, OpOutput, OsdOp, OsdOpReply, PgActivate, PgPush, RepOp, RepOpReply, ReqId};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, encode};
 use shoal_store::ObjectStore;
 use shoal_store::engine::MemEngine;
@@ -387,6 +387,10 @@ pub struct Outcome {
     pub dropped: u64,
     /// Pushes refused as too full (`refuse_push_per_mille`).
     pub pushes_refused: u64,
+    /// Activations delivered that backfill a member from its first object, and that resume a
+    /// member's backfill past its cursor (decision 0048).
+    pub backfills_started: u64,
+    pub backfills_resumed: u64,
     pub verified_reads: u64,
     /// Resends after `WrongPrimary` (map changes seen by clients late).
     pub resends: u64,
@@ -649,6 +653,8 @@ impl Simulation {
             acked_writes: 0,
             dropped: 0,
             pushes_refused: 0,
+            backfills_started: 0,
+            backfills_resumed: 0,
             verified_reads: 0,
             resends: 0,
             end_us: 0,
@@ -1260,6 +1266,16 @@ impl Simulation {
             let ack = shoal_proto::osd::PeerAck { epoch, result: Err(why) };
             let reply = Frame::new(shoal_proto::osd::PeerAck::TYPE, frame.request_id, encode(&ack, Vec::new()));
             return self.send(Node::Osd(osd), from, reply);
+        }
+        if frame.msg_type == PgActivate::TYPE
+            && let Ok((a, _)) = decode::<PgActivate>(frame.payload.clone())
+            && a.backfill
+        {
+            if a.backfill_after.is_empty() {
+                self.outcome.backfills_started += 1;
+            } else {
+                self.outcome.backfills_resumed += 1;
+            }
         }
         let from_token = from.token();
         let event = match frame.msg_type {

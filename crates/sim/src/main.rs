@@ -53,11 +53,12 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "accept_stale_activation" => &mut m.accept_stale_activation,
         "keep_stale_parts" => &mut m.keep_stale_parts,
         "answer_unactivated_pulls" => &mut m.answer_unactivated_pulls,
+        "resume_blind" => &mut m.resume_blind,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
                  primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
-                 keep_stale_parts, answer_unactivated_pulls)"
+                 keep_stale_parts, answer_unactivated_pulls, resume_blind)"
             ));
         }
     };
@@ -146,6 +147,9 @@ fn main() -> ExitCode {
     let next = AtomicU64::new(args.from);
     let end = args.from.saturating_add(args.seeds);
     let done = AtomicU64::new(0);
+    // Backfills started from the first object and resumed past a cursor, over all seeds: shows
+    // what the runs exercised.
+    let backfills = (AtomicU64::new(0), AtomicU64::new(0));
     let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -181,6 +185,8 @@ fn main() -> ExitCode {
                     }
                     let expected = u64::from(cfg.clients * cfg.writes_per_client);
                     let out = Simulation::new(cfg).run(MAX_EVENTS);
+                    backfills.0.fetch_add(out.backfills_started, Ordering::Relaxed);
+                    backfills.1.fetch_add(out.backfills_resumed, Ordering::Relaxed);
                     let mut problems = out.violations.clone();
                     if problems.is_empty() && out.acked_writes != expected {
                         problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
@@ -203,11 +209,13 @@ fn main() -> ExitCode {
     let mut failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
     failed.sort_by_key(|(s, _)| *s);
     println!(
-        "{} seeds from {} in {:.1} s: {} failed",
+        "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
-        failed.len()
+        failed.len(),
+        backfills.0.load(Ordering::Relaxed),
+        backfills.1.load(Ordering::Relaxed),
     );
     let mut flags = args.scenario_flag.to_string();
     if args.observers > 0 {

@@ -121,6 +121,10 @@ fn nemesis_seeds_with_backfill_in_parts_keep_every_acknowledged_write() {
     // writes landing between them.
     let outs = run_seeds(1..=NEMESIS_PARTS_SEEDS, SimConfig::nemesis_in_parts);
     assert!(total(&outs, |o| o.verified_reads) > NEMESIS_PARTS_SEEDS);
+    // Backfills slow enough to be interrupted: some members peered again mid-way go on past
+    // their cursors (decision 0048), with the writes they missed compared from the log.
+    let (started, resumed) = (total(&outs, |o| o.backfills_started), total(&outs, |o| o.backfills_resumed));
+    assert!(resumed > 0 && started > resumed, "backfills: {started} started, {resumed} resumed");
 }
 
 #[test]
@@ -281,6 +285,13 @@ fn some_seed_fails_in(mutations: Mutations, config: fn(u64) -> SimConfig) {
 
 // Mutation tests: each switches off one mechanism in every OSD and requires the nemesis to find
 // a failing seed, so that the invariants above are shown to depend on it.
+
+#[test]
+fn without_the_log_comparison_a_resumed_backfill_keeps_stale_copies() {
+    // A member peered again mid-backfill keeps what it holds up to its cursor; the writes to
+    // those objects it missed while away must still be recovered (decision 0048).
+    some_seed_fails_in(Mutations { resume_blind: true, ..Mutations::default() }, SimConfig::nemesis_in_parts);
+}
 
 #[test]
 fn without_the_prev_check_replicas_diverge() {

@@ -507,7 +507,14 @@ impl OsdCore {
         }
         let mut plans = BTreeMap::new();
         for (osd, state) in &p.answers {
-            plans.insert(*osd, plan_member(&auth_log, auth_tail, state));
+            let mut plan = plan_member(&auth_log, auth_tail, state);
+            if let MemberPlan::Resume { missing, remove, .. } = &mut plan
+                && self.mutations.resume_blind
+            {
+                missing.clear();
+                remove.clear();
+            }
+            plans.insert(*osd, plan);
         }
         // A primary that must be backfilled hands the PG to the authority for the time being.
         if !matches!(plans.get(&me), Some(MemberPlan::Log { .. })) {
@@ -521,7 +528,7 @@ impl OsdCore {
         }
         let complete: Vec<OsdId> =
             p.acting.iter().copied().filter(|o| matches!(plans.get(o), Some(MemberPlan::Log { .. }))).collect();
-        let backfills = p.acting.iter().filter(|o| matches!(plans.get(o), Some(MemberPlan::Backfill))).count();
+        let backfills = p.acting.iter().filter(|o| plans.get(o).is_some_and(MemberPlan::backfills)).count();
         if complete.len() < min_size {
             if complete.len() + backfills < min_size {
                 p.phase = Phase::Undersized;
@@ -537,12 +544,13 @@ impl OsdCore {
             .iter()
             .filter_map(|(o, plan)| match plan {
                 MemberPlan::Log { missing, remove } => Some((*o, missing.keys().chain(remove).cloned().collect())),
-                MemberPlan::Backfill => None,
+                MemberPlan::Resume { .. } | MemberPlan::Backfill => None,
             })
             .collect();
         // Members to be backfilled get the request ids kept beyond the log with it (decision
         // 0039): the primary's, which are shared history (its log overlaps the authority's).
         // Unreadable, they go without, as if none were kept.
+        // A member resuming its backfill shares the history and keeps its own, like `Log`.
         let dups = if plans.values().any(|plan| matches!(plan, MemberPlan::Backfill)) {
             let shared = self.logs.get(&pg).map(|log| log.dups_to_share(&*self.store, pg));
             shared.unwrap_or(Ok(Vec::new())).unwrap_or_else(|e| {
@@ -555,22 +563,26 @@ impl OsdCore {
         let mut waiting = BTreeSet::new();
         let (mut own_missing, mut own_remove) = (BTreeMap::new(), BTreeSet::new());
         for osd in p.acting.clone() {
+            // `backfill`: `Some(cursor)` for a member to be backfilled past `cursor` ("": all).
             let (missing, remove, backfill) = match plans.get(&osd) {
-                Some(MemberPlan::Log { missing, remove }) => (missing.clone(), remove.clone(), false),
-                _ => (BTreeMap::new(), BTreeSet::new(), true),
+                Some(MemberPlan::Log { missing, remove }) => (missing.clone(), remove.clone(), None),
+                Some(MemberPlan::Resume { after, missing, remove }) => {
+                    tracing::info!(%pg, member = %osd, %after, missing = missing.len(), "backfill resumes past the member's cursor");
+                    (missing.clone(), remove.clone(), Some(after.clone()))
+                }
+                _ => (BTreeMap::new(), BTreeSet::new(), Some(String::new())),
             };
             if osd == me {
                 (own_missing, own_remove) = (missing, remove);
                 continue;
             }
-            p.peers.insert(
-                osd,
-                PeerPlan { missing: missing.clone(), backfill: backfill.then(String::new), ..PeerPlan::default() },
-            );
-            if backfill {
-                let objects = crate::copy::count_objects(&*self.store, &crate::exec::pg_collection(pg));
+            p.peers
+                .insert(osd, PeerPlan { missing: missing.clone(), backfill: backfill.clone(), ..PeerPlan::default() });
+            if let Some(after) = &backfill {
+                let objects = crate::copy::count_objects_after(&*self.store, &crate::exec::pg_collection(pg), after);
                 p.backfill_remaining.insert(osd, objects);
             }
+            let from_start = backfill.as_deref() == Some("");
             let msg = PgActivate {
                 epoch,
                 pool: pg.pool,
@@ -581,8 +593,9 @@ impl OsdCore {
                 tail: auth_tail,
                 missing: missing.into_iter().collect(),
                 remove: remove.into_iter().collect(),
-                backfill,
-                dups: if backfill { dups.clone() } else { Vec::new() },
+                backfill: backfill.is_some(),
+                backfill_after: backfill.unwrap_or_default(),
+                dups: if from_start { dups.clone() } else { Vec::new() },
             };
             waiting.insert(osd);
             out.push(Action::Peer {
@@ -598,7 +611,7 @@ impl OsdCore {
         p.holders = p
             .answers
             .iter()
-            .filter(|(o, _)| **o != me && matches!(plans.get(o), Some(MemberPlan::Backfill)))
+            .filter(|(o, _)| **o != me && plans.get(o).is_some_and(MemberPlan::backfills))
             .map(|(o, s)| (*o, crate::merge::held_at_needed_version(s, &own_missing)))
             .filter(|(_, holds)| !holds.is_empty())
             .collect();
@@ -838,7 +851,10 @@ impl OsdCore {
                 ),
             ));
         }
-        let les = self.meta_mut(pg)?.les;
+        let (les, own_cursor) = {
+            let meta = self.meta_mut(pg)?;
+            (meta.les, meta.backfill.clone())
+        };
         if a.activated_at < les && !self.mutations.accept_stale_activation {
             return Err(RemoteError::new(
                 ErrorCode::WrongPrimary,
@@ -848,16 +864,59 @@ impl OsdCore {
                 ),
             ));
         }
-        let meta = PgMeta {
-            les: a.activated_at,
-            backfill: a.backfill.then(String::new),
-            missing: if a.backfill { BTreeMap::new() } else { a.missing.into_iter().collect() },
-        };
-        let remove: BTreeSet<String> = if a.backfill { BTreeSet::new() } else { a.remove.into_iter().collect() };
-        if !a.backfill && !a.dups.is_empty() {
+        let resume = a.backfill && !a.backfill_after.is_empty();
+        if !a.backfill && !a.backfill_after.is_empty() {
             return Err(RemoteError::new(
                 ErrorCode::Invalid,
-                format!("activation of PG {pg} carries dups objects for a member that is not backfilled"),
+                format!("activation of PG {pg} resumes a backfill for a member that is not backfilled"),
+            ));
+        }
+        // What this member keeps up to the cursor must be what it holds: its own cursor must be
+        // at least that far (it answered the query with it, and nothing moved it back since).
+        if resume && own_cursor.as_deref().is_none_or(|own| own < a.backfill_after.as_str()) {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!(
+                    "activation of PG {pg} resumes backfill after {:?}, but this member's cursor is {own_cursor:?}",
+                    a.backfill_after
+                ),
+            ));
+        }
+        // A member backfilled from the first object is sent everything; one resuming keeps what
+        // it holds up to its cursor, less `remove`, and lacks `missing` there (nothing past it).
+        let keeps_objects = !a.backfill || resume;
+        if !keeps_objects && (!a.missing.is_empty() || !a.remove.is_empty()) {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!(
+                    "activation of PG {pg} names missing or removed objects for a member backfilled from the start"
+                ),
+            ));
+        }
+        if let Some((past, _)) = resume
+            .then(|| a.missing.iter().map(|(o, v)| (o, Some(v))).chain(a.remove.iter().map(|o| (o, None))))
+            .into_iter()
+            .flatten()
+            .find(|(o, _)| o.as_str() > a.backfill_after.as_str())
+        {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!(
+                    "activation of PG {pg} names {past}, past the cursor {:?} its backfill resumes after",
+                    a.backfill_after
+                ),
+            ));
+        }
+        let meta = PgMeta {
+            les: a.activated_at,
+            backfill: a.backfill.then(|| a.backfill_after.clone()),
+            missing: a.missing.into_iter().collect(),
+        };
+        let remove: BTreeSet<String> = a.remove.into_iter().collect();
+        if keeps_objects && !a.dups.is_empty() {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!("activation of PG {pg} carries dups objects for a member that keeps its history"),
             ));
         }
         crate::pglog::check_dups(&a.dups, self.log_bounds).map_err(|why| {
@@ -869,7 +928,7 @@ impl OsdCore {
                 format!("activation of PG {pg} both removes {both} and names it missing"),
             ));
         }
-        let dups = a.backfill.then_some(a.dups.as_slice());
+        let dups = (!keeps_objects).then_some(a.dups.as_slice());
         self.activate_local(pg, (&a.log, a.tail), &meta, &remove, dups)?;
         let interval = interval_of(&self.map, pg);
         self.pgs.insert(pg, PgState { interval, role: Role::Replica { activated_at: Some(a.activated_at) } });

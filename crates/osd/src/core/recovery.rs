@@ -1214,9 +1214,10 @@ impl OsdCore {
                 // It holds the objects it would remove, but not as the PG's history wrote them.
                 p.sources.insert(from, missing.into_keys().chain(remove).collect());
             }
-            crate::merge::MemberPlan::Backfill => {
-                // Its log no longer meets this one (trimmed past it while it was away), yet it
-                // may still hold some missing objects at exactly the version needed.
+            crate::merge::MemberPlan::Resume { .. } | crate::merge::MemberPlan::Backfill => {
+                // Its log no longer meets this one (trimmed past it while it was away), or it was
+                // being backfilled; yet it may still hold some missing objects at exactly the
+                // version needed.
                 let holds = crate::merge::held_at_needed_version(&state, &needs);
                 if holds.is_empty() {
                     return;
