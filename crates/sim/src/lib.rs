@@ -95,6 +95,10 @@ pub struct SimConfig {
     /// The cluster's `osd_backfill_chunk_bytes` (`None`: the default). Below the objects' size
     /// (512 bytes, or a few appends) backfill sends them in parts.
     pub backfill_chunk_bytes: Option<u64>,
+    /// The cluster's `osd_backfill_chunk_objects` (`None`: the default, 8). At 1, a PG's few
+    /// objects are backfilled one push at a time, so that peering often meets a member part-way
+    /// through its backfill (and resumes it, decision 0048).
+    pub backfill_chunk_objects: Option<u64>,
     /// OSDs run client reads beside their workers, as `block` OSDs do (the read runs, and is
     /// answered, a delivery later).
     pub read_offload: bool,
@@ -196,6 +200,7 @@ impl Default for SimConfig {
             tick_us: 5_000,
             mutations: shoal_osd::Mutations::default(),
             backfill_chunk_bytes: None,
+            backfill_chunk_objects: None,
             read_offload: false,
             omap: false,
             observers: 0,
@@ -335,6 +340,9 @@ impl SimConfig {
             drop_replication_per_mille: r.range(0, 20),
             replication_timeout_us: 10_000,
             faults,
+            // Drawn apart from the faults (which earlier seeds keep): half the seeds backfill
+            // one object per push.
+            backfill_chunk_objects: (Rng::new(seed ^ 0x6f62_6a65_6374_73).range(0, 1) == 0).then_some(1),
             ..SimConfig::default()
         }
     }
@@ -594,6 +602,10 @@ impl Simulation {
         if let Some(bytes) = cfg.backfill_chunk_bytes {
             let key = shoal_map::config::BACKFILL_CHUNK_BYTES.to_string();
             map.execute(&Command::ConfigSet { key, value: Some(bytes) }).expect("set the backfill chunk");
+        }
+        if let Some(objects) = cfg.backfill_chunk_objects {
+            let key = shoal_map::config::BACKFILL_CHUNK_OBJECTS.to_string();
+            map.execute(&Command::ConfigSet { key, value: Some(objects) }).expect("set the backfill chunk's objects");
         }
         if cfg.refuse_push_per_mille > 0 {
             let key = shoal_map::config::BACKFILL_RETRY_INTERVAL_MS.to_string();
