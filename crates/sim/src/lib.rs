@@ -288,7 +288,11 @@ impl SimConfig {
                     faults.push((t + span, Fault::Heal(OsdId(x))));
                     busy_until[x as usize] = t + span;
                 }
-                9 if !replaced => {
+                // A replaced disk and silent damage together exceed what three copies cover once
+                // a crash leaves divergent writes on the third (the damaged copy, unnoticed by
+                // "clean", may be the last of the acknowledged state): the replacement is drawn
+                // only before any damage, and damage waits until it has happened (see `apply`).
+                9 if !replaced && !rotted => {
                     replaced = true;
                     faults.push((t, Fault::ReplaceWhenClean(OsdId(x))));
                     busy_until[x as usize] = u64::MAX;
@@ -1122,7 +1126,8 @@ impl Simulation {
                 self.isolated.insert(osd.0);
             }
             Fault::BitRotWhenClean(osd) | Fault::ReadErrorWhenClean(osd) => {
-                if self.cluster_clean() {
+                let replace_pending = self.pending.values().any(|d| matches!(d, Delivery::Fault(Fault::ReplaceWhenClean(_))));
+                if self.cluster_clean() && !replace_pending {
                     self.damage(osd, matches!(f, Fault::ReadErrorWhenClean(_)));
                 } else {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
