@@ -88,8 +88,7 @@ pub enum Event {
     /// Time passes; the core reports its statistics.
     Tick { now_ms: u64 },
     /// A request from a peer OSD about a PG (peering, recovery, strays, scrub: message types
-    /// 40..=49),
-    /// decoded by the core.
+    /// 40..=49; backfill scans: 53), decoded by the core.
     PeerMsg { from: Token, request_id: u64, msg_type: u16, payload: bytes::Bytes },
     /// The answer to an [`Action::Peer`] (or the driver's report that it could not be delivered).
     PeerReply { from: OsdId, call: PeerCall, result: Result<Frame, RemoteError> },
@@ -136,6 +135,13 @@ pub enum PeerCall {
     Scrub {
         pg: PgId,
         attempt: u64,
+    },
+    /// A backfill target's answer to which objects it holds at the primary's versions.
+    ScanVersions {
+        pg: PgId,
+        attempt: u64,
+        /// The last name the scan covered ([`crate::core::recovery::LAST_NAME`]: the PG's end).
+        upto: String,
     },
 }
 
@@ -276,6 +282,11 @@ pub struct Mutations {
     /// A member whose backfill resumes past its cursor is told it lacks nothing up to there
     /// (the writes it missed while away are not compared).
     pub resume_blind: bool,
+    /// Backfill sends every object, even to members that held the PG before.
+    pub no_backfill_compare: bool,
+    /// Backfill keeps objects the member held at the version a scan found, even when the
+    /// primary's copy was written since.
+    pub keep_rewritten: bool,
 }
 
 /// One OSD's state. See the module docs.

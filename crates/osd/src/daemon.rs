@@ -144,7 +144,7 @@ impl Handler for OsdHandler {
             shoal_proto::osd::PgCommand::TYPE => decode_bytes::<shoal_proto::osd::PgCommand>(payload)
                 .map(|(req, _)| Event::PgCommand { from: token, request_id, req }),
             // Peering, recovery and scrub: the core decodes them.
-            40..=49 if conn.peer_entity().starts_with("osd.") => {
+            40..=49 | shoal_proto::osd::PgScanVersions::TYPE if conn.peer_entity().starts_with("osd.") => {
                 Ok(Event::PeerMsg { from: token, request_id, msg_type, payload })
             }
             other => {

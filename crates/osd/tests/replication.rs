@@ -66,17 +66,32 @@ struct Net {
     parts_pulled: usize,
     /// Pushes sent so far (whole copies and parts).
     pushes: usize,
+    /// Objects those pushes carried, and objects backfill chunks kept on their targets.
+    objects_pushed: usize,
+    objects_kept: usize,
+    /// Backfill scans held instead of delivered (when `hold_scans` is set).
+    held_scans: VecDeque<(u32, Action)>,
+    hold_scans: bool,
 }
 
 impl Net {
     fn new() -> Net {
+        Net::with_log_bounds(None)
+    }
+
+    /// Two OSDs whose PG logs keep `bounds` (the default if `None`).
+    fn with_log_bounds(bounds: Option<shoal_osd::pglog::LogBounds>) -> Net {
         let map = new_map();
         let shared = Arc::new(map.clone());
         let (mut cores, mut engines) = (BTreeMap::new(), BTreeMap::new());
         for i in 0..2 {
             let engine = Arc::new(MemEngine::new_mem(64 << 20).unwrap());
             let store: Arc<dyn ObjectStore> = engine.clone();
-            cores.insert(i, OsdCore::new(OsdId(i), store, shared.clone()).unwrap());
+            let mut core = OsdCore::new(OsdId(i), store, shared.clone()).unwrap();
+            if let Some(bounds) = bounds {
+                core.set_log_bounds(bounds);
+            }
+            cores.insert(i, core);
             engines.insert(i, engine);
         }
         let mut net = Net {
@@ -98,6 +113,10 @@ impl Net {
             parts_pushed: 0,
             parts_pulled: 0,
             pushes: 0,
+            objects_pushed: 0,
+            objects_kept: 0,
+            held_scans: VecDeque::new(),
+            hold_scans: false,
         };
         net.broadcast();
         net
@@ -207,11 +226,19 @@ impl Net {
             {
                 self.held_pushes.push_back((from, action));
             }
+            Action::Peer { msg_type, .. }
+                if self.hold_scans && msg_type == <shoal_proto::osd::PgScanVersions as shoal_proto::Message>::TYPE =>
+            {
+                self.held_scans.push_back((from, action));
+            }
             Action::Peer { osd, msg_type, payload, call } => {
                 use shoal_proto::osd::{PgPull, PgPush};
                 if msg_type == <PgPush as shoal_proto::Message>::TYPE {
+                    let push = decode::<PgPush>(payload.clone()).unwrap().0;
                     self.pushes += 1;
-                    self.parts_pushed += usize::from(decode::<PgPush>(payload.clone()).unwrap().0.part.is_some());
+                    self.parts_pushed += usize::from(push.part.is_some());
+                    self.objects_pushed += push.objects.len();
+                    self.objects_kept += push.kept.len();
                 }
                 if msg_type == <PgPull as shoal_proto::Message>::TYPE {
                     self.parts_pulled += usize::from(decode::<PgPull>(payload.clone()).unwrap().0.part.is_some());
@@ -1669,4 +1696,128 @@ fn a_member_restarted_during_its_backfill_resumes_past_what_it_holds() {
     assert!(member_objects[&rewritten] == vec![0xee; 4096], "the write made while it was down");
     assert!(member_objects[&later] == vec![0xdd; 4096]);
     assert!(!member_objects.contains_key(&removed), "the removal made while it was down");
+}
+
+#[test]
+fn a_member_back_after_its_log_was_trimmed_past_is_sent_only_what_changed() {
+    const OLD: usize = 40;
+    const NEW: usize = 64;
+    let mut net = Net::with_log_bounds(Some(shoal_osd::pglog::LogBounds::new(4, 2)));
+    let away = OsdId(1);
+    let key = shoal_map::config::BACKFILL_CHUNK_OBJECTS.to_string();
+    net.change(Command::ConfigSet { key, value: Some(2) });
+    let old: Vec<String> = (0..OLD).map(|i| format!("o{i:02}")).collect();
+    for (i, name) in old.iter().enumerate() {
+        write_object(&mut net, 10 + i as u64, name, &[i as u8; 4096]).result.expect("write");
+    }
+    // osd.1 is away while every PG's log moves on past what it holds (4 entries kept).
+    net.change(Command::OsdDown { id: away });
+    for i in 0..NEW {
+        write_object(&mut net, 100 + i as u64, &format!("n{i:02}"), &[0x40 + i as u8; 4096]).result.expect("write");
+    }
+    write_object(&mut net, 300, &old[0], &[0xee; 4096]).result.expect("rewrite while it is away");
+    let op = object_op(&net, 301, &old[1], vec![ObjOp::Remove]);
+    let primary = net.map.locate(op.pool, &old[1]).unwrap().osds[0].0;
+    let rid = net.submit(primary, op, b"", 0);
+    net.replies.remove(&rid).expect("answered").result.expect("remove while it is away");
+    // It comes back with its store and its log: backfilled, comparing versions. Its scans are
+    // held; an object one of them names is written before they arrive.
+    net.hold_scans = true;
+    let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+    net.change(Command::OsdBoot { id: away, addr });
+    net.tick();
+    assert!(!net.held_scans.is_empty(), "no backfill scan: the member was not compared");
+    let scanned: Vec<String> = net
+        .held_scans
+        .iter()
+        .flat_map(|(_, action)| match action {
+            Action::Peer { payload, .. } => {
+                decode::<shoal_proto::osd::PgScanVersions>(payload.clone()).unwrap().0.objects
+            }
+            _ => Vec::new(),
+        })
+        .map(|(name, _)| name)
+        .collect();
+    let moved = scanned
+        .iter()
+        .find(|n| n.starts_with('o') && **n != old[0] && **n != old[1])
+        .expect("an old object scanned")
+        .clone();
+    write_object(&mut net, 302, &moved, &[0xdd; 4096]).result.expect("write between the scan and its answer");
+    net.hold_scans = false;
+    let held: Vec<(u32, Action)> = net.held_scans.drain(..).collect();
+    let mut queue = VecDeque::new();
+    for (from, action) in held {
+        net.route(from, action, &mut queue);
+    }
+    net.run(queue);
+    for _ in 0..60 {
+        net.tick();
+    }
+    for osd in [OsdId(0), away] {
+        let states = net.core(osd).pg_states();
+        assert!(states.iter().all(|(s, _)| s.starts_with("active+clean")), "osd.{}: {states:?}", osd.0);
+    }
+    let (a, b) = (all_objects(&net, OsdId(0)), all_objects(&net, away));
+    assert_eq!(a.len(), OLD - 1 + NEW);
+    assert!(a == b, "the members differ");
+    assert!(b[&old[0]] == vec![0xee; 4096] && b[&moved] == vec![0xdd; 4096], "a write made while away or mid-scan");
+    assert!(!b.contains_key(&old[1]), "the removal made while it was away");
+    // What it held unchanged stayed; what changed was sent.
+    let (pushed, kept) = (net.objects_pushed, net.objects_kept);
+    assert!(kept >= OLD / 2, "{kept} objects kept, {pushed} sent");
+    assert!(pushed + kept <= OLD + NEW + 8 && pushed <= NEW + 8, "{kept} objects kept, {pushed} sent");
+}
+
+#[test]
+fn a_backfill_chunk_keeping_an_object_the_member_holds_otherwise_is_refused_whole() {
+    use shoal_proto::osd::{BackfillRange, Eversion, PeerAck, PgPush};
+    let mut net = Net::new();
+    let replica = net.acting()[1];
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    net.request(1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"abc").result.expect("write");
+    let held = net.core(replica).store().version(&shoal_osd::exec::pg_collection(pg), "obj").unwrap();
+    let held = Eversion { epoch: held.0, seq: held.1 };
+    // Pushes a backfill chunk over the whole PG that sends nothing and keeps `kept`; returns the
+    // member's answer.
+    let push = |net: &mut Net, kept: Vec<(String, Eversion)>| {
+        let push = PgPush {
+            epoch: net.map.epoch,
+            pool,
+            pg: pg.seed,
+            objects: Vec::new(),
+            backfill: Some(BackfillRange { after: None, upto: Some("zzz".into()) }),
+            part: None,
+            kept,
+        };
+        let event = Event::PeerMsg {
+            from: 0,
+            request_id: 77,
+            msg_type: PgPush::TYPE,
+            payload: encode(&push, Vec::new()).into(),
+        };
+        let mut out = Vec::new();
+        net.cores.get_mut(&replica.0).unwrap().handle(event, &mut out);
+        out.into_iter()
+            .find_map(|a| match a {
+                Action::Reply { frame, .. } if frame.request_id == 77 => {
+                    Some(decode::<PeerAck>(frame.into_payload()).unwrap().0.result)
+                }
+                _ => None,
+            })
+            .expect("the member answered")
+    };
+    // Kept at a version the member's copy does not have, or outside the range: refused, and the
+    // chunk's removals (everything else in the range) are not applied.
+    let stale = Eversion { epoch: held.epoch, seq: held.seq + 1 };
+    let e = push(&mut net, vec![("obj".into(), stale)]).expect_err("a kept object at another version");
+    assert_eq!(e.code, ErrorCode::Invalid, "{e}");
+    assert!(e.message.contains("obj"), "{e}");
+    let e = push(&mut net, vec![("zzzz".into(), held)]).expect_err("a kept object outside the range");
+    assert_eq!(e.code, ErrorCode::Invalid, "{e}");
+    assert_eq!(net.content(replica).as_deref(), Some(&b"abc"[..]), "a refused chunk removed the object");
+    // Kept at the version it has: taken, the object stays.
+    push(&mut net, vec![("obj".into(), held)]).expect("a kept object as held");
+    assert_eq!(net.content(replica).as_deref(), Some(&b"abc"[..]));
 }

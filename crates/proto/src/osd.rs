@@ -624,7 +624,8 @@ impl Message for PgPullReply {
 
 /// Objects the primary copies to a member (recovery or backfill), their data concatenated in
 /// order in the bulk data. With `backfill`, the member also removes its objects in the range
-/// that are not among `objects`, and records the range's end as its backfill cursor.
+/// that are neither among `objects` nor among `kept`, and records the range's end as its
+/// backfill cursor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgPush {
     pub epoch: u64,
@@ -634,6 +635,11 @@ pub struct PgPush {
     pub backfill: Option<BackfillRange>,
     /// Set when the push is one part of an object too large for one message: see [`PushPart`].
     pub part: Option<PushPart>,
+    /// Backfill only, never with `part`: objects in the range the member keeps as it holds them,
+    /// each with the version its copy must have (a [`PgScanVersions`] answer said it holds that
+    /// version, and the primary's copy still has it; decision 0049). A member whose copy is
+    /// missing or at another version refuses the push whole.
+    pub kept: Vec<(String, Eversion)>,
 }
 
 /// Where a part of an object sent in parts starts: its data first, from `offset`, then its
@@ -908,6 +914,36 @@ impl Message for PgCommandReply {
     const TYPE: u16 = 52;
 }
 
+/// Most objects one [`PgScanVersions`] names.
+pub const SCAN_VERSIONS_MAX: usize = 1024;
+
+/// The primary asks a member it backfills which of these objects (the next names past the
+/// member's cursor, with the primary's stored versions) it holds at exactly those versions, so
+/// that a backfill push can keep them instead of sending them again (decision 0049). Read only:
+/// the member changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScanVersions {
+    pub epoch: u64,
+    pub pool: u32,
+    pub pg: u32,
+    /// At most [`SCAN_VERSIONS_MAX`], in name order.
+    pub objects: Vec<(String, Eversion)>,
+}
+impl Message for PgScanVersions {
+    const TYPE: u16 = 53;
+}
+
+/// The answer to a [`PgScanVersions`]: the objects asked about that the member holds at the
+/// versions asked, with those versions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScanVersionsReply {
+    pub epoch: u64,
+    pub result: Result<Vec<(String, Eversion)>, RemoteError>,
+}
+impl Message for PgScanVersionsReply {
+    const TYPE: u16 = 54;
+}
+
 #[cfg(test)]
 mod state_tests {
     use super::state_is_clean;
@@ -944,7 +980,7 @@ mod push_scope_tests {
     fn a_push_scope_reads_the_names_and_range_of_the_push_as_encoded() {
         let backfill = Some(BackfillRange { after: Some("b".into()), upto: Some("e\u{1}dir".into()) });
         let objects = vec![copy("c", 300, 0), copy("d", 0, 1000), copy("e\u{1}dir", 1, 1)];
-        let push = PgPush { epoch: 9, pool: 2, pg: 31, objects, backfill, part: None };
+        let push = PgPush { epoch: 9, pool: 2, pg: 31, objects, backfill, part: None, kept: Vec::new() };
         let payload = crate::encode(&push, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
         let scope: PgPushScope<'_> = crate::peek(&payload).expect("peek");
         assert_eq!((scope.epoch, scope.pool, scope.pg), (9, 2, 31));
@@ -954,13 +990,21 @@ mod push_scope_tests {
         assert_eq!((range.after, range.upto), (Some("b"), Some("e\u{1}dir")));
 
         // A recovery push: no range; an open-ended range reads as such.
-        let push = PgPush { epoch: 1, pool: 1, pg: 0, objects: vec![copy("x", 1, 2)], backfill: None, part: None };
+        let push = PgPush {
+            epoch: 1,
+            pool: 1,
+            pg: 0,
+            objects: vec![copy("x", 1, 2)],
+            backfill: None,
+            part: None,
+            kept: Vec::new(),
+        };
         let payload = crate::encode(&push, Vec::new());
         let scope: PgPushScope<'_> = crate::peek(&payload).expect("peek");
         assert_eq!(scope.objects.iter().map(|o| o.name).collect::<Vec<_>>(), ["x"]);
         assert!(scope.backfill.is_none());
         let open = Some(BackfillRange { after: None, upto: None });
-        let push = PgPush { epoch: 1, pool: 1, pg: 0, objects: vec![], backfill: open, part: None };
+        let push = PgPush { epoch: 1, pool: 1, pg: 0, objects: vec![], backfill: open, part: None, kept: Vec::new() };
         let payload = crate::encode(&push, Vec::new());
         let range = crate::peek::<PgPushScope<'_>>(&payload).expect("peek").backfill.expect("range");
         assert_eq!((range.after, range.upto), (None, None));

@@ -346,7 +346,7 @@ impl SimConfig {
             faults,
             // Drawn apart from the faults (which earlier seeds keep): half the seeds backfill
             // one object per push.
-            backfill_chunk_objects: (Rng::new(seed ^ 0x6f62_6a65_6374_73).range(0, 1) == 0).then_some(1),
+            backfill_chunk_objects: (Rng::new(seed ^ 0x006f_626a_6563_7473).range(0, 1) == 0).then_some(1),
             ..SimConfig::default()
         }
     }
@@ -403,6 +403,8 @@ pub struct Outcome {
     /// member's backfill past its cursor (decision 0048).
     pub backfills_started: u64,
     pub backfills_resumed: u64,
+    /// Objects backfill chunks kept on their targets instead of sending them (decision 0049).
+    pub backfill_objects_kept: u64,
     pub verified_reads: u64,
     /// Resends after `WrongPrimary` (map changes seen by clients late).
     pub resends: u64,
@@ -671,6 +673,7 @@ impl Simulation {
             pushes_refused: 0,
             backfills_started: 0,
             backfills_resumed: 0,
+            backfill_objects_kept: 0,
             verified_reads: 0,
             resends: 0,
             end_us: 0,
@@ -1126,7 +1129,8 @@ impl Simulation {
                 self.isolated.insert(osd.0);
             }
             Fault::BitRotWhenClean(osd) | Fault::ReadErrorWhenClean(osd) => {
-                let replace_pending = self.pending.values().any(|d| matches!(d, Delivery::Fault(Fault::ReplaceWhenClean(_))));
+                let replace_pending =
+                    self.pending.values().any(|d| matches!(d, Delivery::Fault(Fault::ReplaceWhenClean(_))));
                 if self.cluster_clean() && !replace_pending {
                     self.damage(osd, matches!(f, Fault::ReadErrorWhenClean(_)));
                 } else {
@@ -1284,6 +1288,11 @@ impl Simulation {
             let reply = Frame::new(shoal_proto::osd::PeerAck::TYPE, frame.request_id, encode(&ack, Vec::new()));
             return self.send(Node::Osd(osd), from, reply);
         }
+        if frame.msg_type == PgPush::TYPE
+            && let Ok((push, _)) = decode::<PgPush>(frame.payload.clone())
+        {
+            self.outcome.backfill_objects_kept += push.kept.len() as u64;
+        }
         if frame.msg_type == PgActivate::TYPE
             && let Ok((a, _)) = decode::<PgActivate>(frame.payload.clone())
             && a.backfill
@@ -1321,13 +1330,13 @@ impl Simulation {
                     Err(e) => return self.outcome.violations.push(format!("bad RepOpReply: {e}")),
                 }
             }
-            40 | 42 | 44 | 46 | 47 | 49 => Event::PeerMsg {
+            40 | 42 | 44 | 46 | 47 | 49 | 53 => Event::PeerMsg {
                 from: from_token,
                 request_id: frame.request_id,
                 msg_type: frame.msg_type,
                 payload: frame.payload.into(),
             },
-            41 | 43 | 45 | 48 | 50 => {
+            41 | 43 | 45 | 48 | 50 | 54 => {
                 let Some((_, callee, call)) = self.peer_calls.remove(&frame.request_id) else { return };
                 Event::PeerReply { from: OsdId(callee), call, result: Ok(frame) }
             }

@@ -54,11 +54,14 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "keep_stale_parts" => &mut m.keep_stale_parts,
         "answer_unactivated_pulls" => &mut m.answer_unactivated_pulls,
         "resume_blind" => &mut m.resume_blind,
+        "no_backfill_compare" => &mut m.no_backfill_compare,
+        "keep_rewritten" => &mut m.keep_rewritten,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
                  primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
-                 keep_stale_parts, answer_unactivated_pulls, resume_blind)"
+                 keep_stale_parts, answer_unactivated_pulls, resume_blind, no_backfill_compare, \
+                 keep_rewritten)"
             ));
         }
     };
@@ -149,7 +152,7 @@ fn main() -> ExitCode {
     let done = AtomicU64::new(0);
     // Backfills started from the first object and resumed past a cursor, over all seeds: shows
     // what the runs exercised.
-    let backfills = (AtomicU64::new(0), AtomicU64::new(0));
+    let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -187,6 +190,7 @@ fn main() -> ExitCode {
                     let out = Simulation::new(cfg).run(MAX_EVENTS);
                     backfills.0.fetch_add(out.backfills_started, Ordering::Relaxed);
                     backfills.1.fetch_add(out.backfills_resumed, Ordering::Relaxed);
+                    backfills.2.fetch_add(out.backfill_objects_kept, Ordering::Relaxed);
                     let mut problems = out.violations.clone();
                     if problems.is_empty() && out.acked_writes != expected {
                         problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
@@ -209,13 +213,14 @@ fn main() -> ExitCode {
     let mut failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
     failed.sort_by_key(|(s, _)| *s);
     println!(
-        "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed)",
+        "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
         failed.len(),
         backfills.0.load(Ordering::Relaxed),
         backfills.1.load(Ordering::Relaxed),
+        backfills.2.load(Ordering::Relaxed),
     );
     let mut flags = args.scenario_flag.to_string();
     if args.observers > 0 {

@@ -211,6 +211,9 @@ fn nemesis_seeds_with_short_logs_peer_through_trimmed_histories() {
     assert!(total(&outs, |o| o.verified_reads) > SHORT_LOG_SEEDS);
     // Most members' logs end trimmed (about 15 of a run's 24 PG copies when this was written).
     assert!(total(&outs, |o| o.trimmed_logs) > 5 * SHORT_LOG_SEEDS, "{}", total(&outs, |o| o.trimmed_logs));
+    // Members back after their logs were trimmed past are backfilled comparing versions: some
+    // of what they held is kept, not sent again (decision 0049).
+    assert!(total(&outs, |o| o.backfill_objects_kept) > 0, "no backfill chunk kept anything");
 }
 
 #[test]

@@ -83,6 +83,14 @@ pub(crate) struct PeerPlan {
     /// `recovery_toofull`): no push goes to it before this time (the tick clock, ms); cleared by
     /// the next push it takes.
     pub toofull_until_ms: Option<u64>,
+    /// Backfill compares versions (decision 0049): the member held the PG before (its answer had
+    /// a history), so objects past its cursor may already be there at the right version. Cleared
+    /// if a scan fails (backfill then sends everything, as for a new disk).
+    pub compare: bool,
+    /// What scans found past the cursor: objects the member holds, at these versions.
+    pub held: BTreeMap<String, shoal_proto::osd::Eversion>,
+    /// The last name the scans so far covered (`held` is complete up to it); `None`: none yet.
+    pub scanned_upto: Option<String>,
 }
 
 /// A large object a backfill target is being sent in parts (`shoal_proto::osd::PushPart`).
@@ -576,8 +584,15 @@ impl OsdCore {
                 (own_missing, own_remove) = (missing, remove);
                 continue;
             }
-            p.peers
-                .insert(osd, PeerPlan { missing: missing.clone(), backfill: backfill.clone(), ..PeerPlan::default() });
+            // A member that answered with a history held the PG before: its copies past the
+            // cursor are worth comparing (a new or emptied store has neither).
+            let compare = backfill.is_some()
+                && p.answers.get(&osd).is_some_and(|s| s.les > 0 || !s.log.is_empty())
+                && !self.mutations.no_backfill_compare;
+            p.peers.insert(
+                osd,
+                PeerPlan { missing: missing.clone(), backfill: backfill.clone(), compare, ..PeerPlan::default() },
+            );
             if let Some(after) = &backfill {
                 let objects = crate::copy::count_objects_after(&*self.store, &crate::exec::pg_collection(pg), after);
                 p.backfill_remaining.insert(osd, objects);
@@ -980,6 +995,18 @@ impl OsdCore {
                 Ok((s, _)) => self.on_scrub(from, request_id, s, out),
                 Err(e) => out.push(ack(Err(bad(e)))),
             },
+            shoal_proto::osd::PgScanVersions::TYPE => match decode_bytes::<shoal_proto::osd::PgScanVersions>(payload) {
+                Ok((scan, _)) => {
+                    let result = self.on_scan_versions(&scan);
+                    let reply = shoal_proto::osd::PgScanVersionsReply { epoch, result };
+                    out.push(Action::Reply {
+                        to: from,
+                        frame: reply_frame(request_id, &reply, Vec::new()),
+                        after_sync: false,
+                    });
+                }
+                Err(e) => out.push(ack(Err(bad(e)))),
+            },
             other => out.push(ack(Err(RemoteError::new(ErrorCode::Invalid, format!("not a peer message: {other}"))))),
         }
     }
@@ -994,6 +1021,9 @@ impl OsdCore {
             PgActivate::TYPE => epoch_of::<PgActivate>(payload, |m| m.epoch),
             shoal_proto::osd::PgPull::TYPE => epoch_of::<shoal_proto::osd::PgPull>(payload, |m| m.epoch),
             shoal_proto::osd::PgStray::TYPE => epoch_of::<shoal_proto::osd::PgStray>(payload, |m| m.epoch),
+            shoal_proto::osd::PgScanVersions::TYPE => {
+                epoch_of::<shoal_proto::osd::PgScanVersions>(payload, |m| m.epoch)
+            }
             _ => 0,
         }
     }
@@ -1040,6 +1070,10 @@ impl OsdCore {
             PeerCall::Scrub { pg, attempt } => {
                 let r = payload::<shoal_proto::osd::PgScrubReply>(result).and_then(|(m, _)| m.result);
                 self.scrub_answered(pg, attempt, from, r, out);
+            }
+            PeerCall::ScanVersions { pg, attempt, upto } => {
+                let r = payload::<shoal_proto::osd::PgScanVersionsReply>(result).and_then(|(m, _)| m.result);
+                self.scanned(pg, attempt, from, upto, r, out);
             }
         }
     }

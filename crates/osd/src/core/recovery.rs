@@ -23,7 +23,8 @@ use std::collections::BTreeSet;
 
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{
-    BackfillRange, ObjectCopy, OsdOpReply, PartCursor, PgPull, PgPullReply, PgPush, PgStray, PgStrayReply, PushPart,
+    BackfillRange, Eversion, ObjectCopy, OsdOpReply, PartCursor, PgPull, PgPullReply, PgPush, PgScanVersions, PgStray,
+    PgStrayReply, PushPart, SCAN_VERSIONS_MAX,
 };
 use shoal_proto::{ErrorCode, Message, RemoteError, encode};
 use shoal_store::{Durability, Transaction};
@@ -43,6 +44,11 @@ use crate::scrub::not_there_yet;
 /// it is sent whole in one chunk (which no write can interrupt), so that a busy object cannot
 /// hold its backfill back forever.
 pub const MAX_PART_RESTARTS: u32 = 3;
+
+/// Names one backfill scan covers (decision 0049): at most 256 × (255 + 16) bytes asked, well
+/// inside a message header, and a page a chunk of kept objects can move the cursor over.
+const SCAN_NAMES: usize = 256;
+const _: () = assert!(SCAN_NAMES <= SCAN_VERSIONS_MAX);
 
 /// A member's answer to a pull: the copies, their bytes, and which part of the object the first
 /// copy is (for a pull in parts).
@@ -190,8 +196,15 @@ impl OsdCore {
             p.push_bytes.insert(object.to_string(), data.len() as u64 * targets.len() as u64);
         }
         for osd in targets {
-            let push =
-                PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: copies.clone(), backfill: None, part: None };
+            let push = PgPush {
+                epoch,
+                pool: pg.pool,
+                pg: pg.seed,
+                objects: copies.clone(),
+                backfill: None,
+                part: None,
+                kept: Vec::new(),
+            };
             out.push(Action::Peer {
                 osd,
                 msg_type: PgPush::TYPE,
@@ -244,7 +257,15 @@ impl OsdCore {
             p.push_bytes.insert(object.to_string(), data.len() as u64);
         }
         let last = part.last;
-        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects: copies, backfill: None, part: Some(part) };
+        let push = PgPush {
+            epoch,
+            pool: pg.pool,
+            pg: pg.seed,
+            objects: copies,
+            backfill: None,
+            part: Some(part),
+            kept: Vec::new(),
+        };
         let (objects, next) =
             if last { (vec![object.to_string()], None) } else { (Vec::new(), Some((object.to_string(), next))) };
         out.push(Action::Peer {
@@ -409,9 +430,14 @@ impl OsdCore {
         if let Some(part) = resume.as_ref().filter(|r| !r.dirty) {
             return self.send_backfill_part(pg, osd, part.clone(), out);
         }
+        // Comparing (decision 0049): names the scans covered, and what the member holds of them.
+        let scanned = pp.compare.then(|| (pp.scanned_upto.clone(), pp.held.clone()));
         let after = (!cursor.is_empty()).then_some(cursor.clone());
         let max_objects = self.map.setting(shoal_map::config::BACKFILL_CHUNK_OBJECTS).clamp(1, 1024) as usize;
-        let page = match self.store.list_objects(&coll, "", after.as_deref(), max_objects) {
+        // Kept objects cost the chunk nothing: when comparing, a page reaches over as many names
+        // as one scan covers.
+        let listed = if scanned.is_some() { SCAN_NAMES } else { max_objects };
+        let page = match self.store.list_objects(&coll, "", after.as_deref(), listed) {
             Ok(page) => page,
             Err(shoal_store::StoreError::NoSuchCollection(_)) => shoal_store::ListPage::default(),
             Err(e) => {
@@ -419,16 +445,42 @@ impl OsdCore {
                 return;
             }
         };
+        // A name past what the scans covered is scanned before anything is sent for it.
+        let covered = |name: &str| match &scanned {
+            None => true,
+            Some((upto, _)) => upto.as_deref().is_some_and(|u| name <= u),
+        };
+        if page.objects.first().is_some_and(|first| !covered(first)) {
+            return self.send_scan(pg, osd, &cursor, out);
+        }
         let mut objects: Vec<ObjectCopy> = Vec::new();
+        let mut kept: Vec<(String, Eversion)> = Vec::new();
+        // The last name the chunk covers (sent or kept).
+        let mut last_name: Option<String> = None;
         let mut data = Vec::new();
         // Bytes the copies take in the push's header (xattrs and omap): they count toward the
         // chunk's size like data, and never past what one message carries.
         let mut header_bytes = 0usize;
         let mut stopped = false;
         for name in page.objects {
+            if !covered(&name) || objects.len() >= max_objects {
+                stopped = true;
+                break;
+            }
             if !objects.is_empty() && data.len() as u64 + header_bytes as u64 >= chunk_bytes {
                 stopped = true;
                 break;
+            }
+            // Held by the member at the version this OSD's copy has now: kept, not sent. (A copy
+            // written since the scan has another version, and goes.)
+            if let Some((_, held)) = &scanned
+                && let Some(version) = held.get(&name)
+                && (crate::objver::stored(&*self.store, &coll, &name) == Some(*version)
+                    || self.mutations.keep_rewritten)
+            {
+                kept.push((name.clone(), *version));
+                last_name = Some(name);
+                continue;
             }
             // A listed object exists; its size decides whether it goes in parts, and is reused
             // for the read.
@@ -442,8 +494,8 @@ impl OsdCore {
             // Restarts count only while the same object stays first in line.
             let restarts = resume.as_ref().filter(|r| r.object == name).map_or(0, |r| r.restarts + 1);
             if size_bytes > chunk_bytes {
-                if restarts <= MAX_PART_RESTARTS || !objects.is_empty() {
-                    if objects.is_empty() {
+                if restarts <= MAX_PART_RESTARTS || !objects.is_empty() || !kept.is_empty() {
+                    if objects.is_empty() && kept.is_empty() {
                         let part = PartPush { object: name, at: PartCursor::default(), dirty: false, restarts };
                         return self.send_backfill_part(pg, osd, part, out);
                     }
@@ -461,7 +513,7 @@ impl OsdCore {
                     // Metadata over a chunk (or over a message): alone, in parts, like a large
                     // object.
                     data.truncate(data_before);
-                    if objects.is_empty() {
+                    if objects.is_empty() && kept.is_empty() {
                         let part = PartPush { object: name, at: PartCursor::default(), dirty: false, restarts };
                         return self.send_backfill_part(pg, osd, part, out);
                     }
@@ -477,6 +529,7 @@ impl OsdCore {
                         break;
                     }
                     header_bytes += c_bytes;
+                    last_name = Some(c.name.clone());
                     objects.push(c);
                 }
                 Err(e) => {
@@ -489,14 +542,23 @@ impl OsdCore {
                 }
             }
         }
-        // The range ends at the last object sent, unless that was the PG's last.
-        let upto = if stopped || page.next.is_some() { objects.last().map(|c| c.name.clone()) } else { None };
+        // The range ends at the last object sent or kept, unless that was the PG's last. (A range
+        // without an end removes everything past `after` on the member: never for a chunk that
+        // stopped short.)
+        if (stopped || page.next.is_some()) && last_name.is_none() {
+            return;
+        }
+        let upto = if stopped || page.next.is_some() { last_name } else { None };
         let range = BackfillRange { after, upto: upto.clone() };
         let names: Vec<String> = objects.iter().map(|c| c.name.clone()).collect();
-        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects, backfill: Some(range), part: None };
+        let kept_count = kept.len() as u64;
+        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects, backfill: Some(range), part: None, kept };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.backfilling.insert(osd);
             p.backfill_bytes.insert(osd, data.len() as u64);
+            if let Some(left) = p.backfill_remaining.get_mut(&osd) {
+                *left = left.saturating_sub(kept_count);
+            }
             // Writes to names up to here now go to the replica in full: the chunk precedes them
             // on the ordered link.
             if let Some(pp) = p.peers.get_mut(&osd) {
@@ -512,6 +574,74 @@ impl OsdCore {
             payload: encode(&push, data),
             call: PeerCall::Push { pg, attempt, objects: names, backfill: true, next: None },
         });
+    }
+
+    /// Asks backfill target `osd` which of the next names past `cursor` it holds at this OSD's
+    /// versions (decision 0049). Names without a stored version are covered but not asked about
+    /// (they are always sent); with none to ask, the chunk is built at once.
+    fn send_scan(&mut self, pg: PgId, osd: OsdId, cursor: &str, out: &mut Vec<Action>) {
+        let epoch = self.map.epoch;
+        let coll = pg_collection(pg);
+        let after = (!cursor.is_empty()).then_some(cursor);
+        let page = match self.store.list_objects(&coll, "", after, SCAN_NAMES) {
+            Ok(page) => page,
+            Err(e) => return tracing::error!(%pg, error = %e, "listing for a backfill scan failed"),
+        };
+        let Some(last) = page.objects.last().cloned() else { return };
+        let upto = if page.next.is_some() { last } else { LAST_NAME.to_string() };
+        let objects: Vec<(String, Eversion)> = page
+            .objects
+            .into_iter()
+            .filter_map(|name| crate::objver::stored(&*self.store, &coll, &name).map(|v| (name, v)))
+            .collect();
+        let Some(attempt) = self.primary(pg).map(|p| p.attempt) else { return };
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        if objects.is_empty() {
+            if let Some(pp) = p.peers.get_mut(&osd) {
+                pp.scanned_upto = Some(upto);
+            }
+            return self.send_backfill_chunk(pg, osd, out);
+        }
+        p.backfilling.insert(osd);
+        let scan = PgScanVersions { epoch, pool: pg.pool, pg: pg.seed, objects };
+        out.push(Action::Peer {
+            osd,
+            msg_type: PgScanVersions::TYPE,
+            payload: encode(&scan, Vec::new()),
+            call: PeerCall::ScanVersions { pg, attempt, upto },
+        });
+    }
+
+    /// A backfill target's answer to a scan: what it holds is remembered up to `upto`, and
+    /// backfill goes on. A failed scan turns comparing off for that target (everything is sent,
+    /// as to a new disk): never wrong, only slower.
+    pub(super) fn scanned(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        from: OsdId,
+        upto: String,
+        result: Result<Vec<(String, Eversion)>, RemoteError>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        p.backfilling.remove(&from);
+        let Some(pp) = p.peers.get_mut(&from) else { return };
+        match result {
+            Ok(held) => {
+                let cursor = pp.backfill.clone().unwrap_or_default();
+                // Only names the scan covered: past the cursor, up to its end.
+                pp.held.extend(held.into_iter().filter(|(name, _)| *name > cursor && *name <= upto));
+                pp.scanned_upto = Some(upto);
+            }
+            Err(e) => {
+                tracing::info!(%pg, peer = %from, error = %e, "backfill scan failed: sending every object to it");
+                pp.compare = false;
+                pp.held.clear();
+                pp.scanned_upto = None;
+            }
+        }
+        self.recover(pg, out);
     }
 
     /// Sends `osd` the next part of the large object `part` names, the first object after its
@@ -555,6 +685,7 @@ impl OsdCore {
             objects: vec![copy],
             backfill: Some(range),
             part: Some(header),
+            kept: Vec::new(),
         };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.backfilling.insert(osd);
@@ -641,7 +772,7 @@ impl OsdCore {
                 }
                 return self.send_pull(pg, attempt, from, &object, Some(next), out);
             }
-        } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None) {
+        } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None, &[]) {
             self.report_stuck(pg, &object, &e, "storing a pulled object failed");
             return;
         }
@@ -711,6 +842,11 @@ impl OsdCore {
             if let Some(pp) = p.peers.get_mut(&from) {
                 pp.unacked_from = None;
                 pp.unacked_part = None;
+                // What scans found up to the cursor is the member's now, as sent or kept.
+                if let Some(cursor) = pp.backfill.as_deref() {
+                    let rest = pp.held.split_off(&format!("{cursor}\0"));
+                    pp.held = rest;
+                }
                 if pp.toofull_until_ms.take().is_some() {
                     tracing::info!(%pg, peer = %from, "backfill target has room again: backfill goes on");
                 }
@@ -823,10 +959,15 @@ impl OsdCore {
         copies: Vec<ObjectCopy>,
         data: bytes::Bytes,
         backfill: Option<BackfillRange>,
+        kept: &[(String, Eversion)],
     ) -> Result<(), RemoteError> {
         let datas = split_data(&copies, data)?;
         let (coll, lcoll, mut txn) = self.install_txn(pg);
-        let names: BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
+        let mut names: BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
+        if let Some(range) = backfill.as_ref() {
+            self.check_kept(&coll, range, &names, kept)?;
+        }
+        names.extend(kept.iter().map(|(name, _)| name.as_str()));
         // A member that never held the PG has no collection to clean up in the range.
         if let Some(range) = backfill.as_ref().filter(|_| self.collections.contains(&coll)) {
             for local in list_range(&*self.store, &coll, range.after.as_deref(), range.upto.as_deref(), usize::MAX)? {
@@ -865,6 +1006,32 @@ impl OsdCore {
             meta.backfill = range.upto;
         }
         Ok(())
+    }
+
+    /// A backfill scan from the primary (decision 0049): which of the objects named this member
+    /// holds at exactly the versions named. Read only; answered only by an activated member (its
+    /// primary's activation says what it holds and where its cursor is).
+    pub(super) fn on_scan_versions(&mut self, scan: &PgScanVersions) -> Result<Vec<(String, Eversion)>, RemoteError> {
+        let pg = PgId { pool: scan.pool, seed: scan.pg };
+        if !matches!(self.pgs.get(&pg), Some(PgState { role: Role::Replica { activated_at: Some(_) }, .. })) {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!("{} is not an activated replica of PG {pg}", self.id),
+            ));
+        }
+        if scan.objects.len() > SCAN_VERSIONS_MAX {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!("backfill scan of {} objects (at most {SCAN_VERSIONS_MAX})", scan.objects.len()),
+            ));
+        }
+        let coll = pg_collection(pg);
+        Ok(scan
+            .objects
+            .iter()
+            .filter(|(name, version)| crate::objver::stored(&*self.store, &coll, name) == Some(*version))
+            .cloned()
+            .collect())
     }
 
     /// A pull from the primary: this OSD's copy of the object, if it holds it.
@@ -931,11 +1098,48 @@ impl OsdCore {
                 ));
             }
         }
+        if !push.kept.is_empty() && (push.backfill.is_none() || push.part.is_some()) {
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!("push for PG {pg} keeps objects but is not a whole backfill chunk"),
+            ));
+        }
         self.check_push_room(push.backfill.is_some(), data.len() as u64)?;
         match push.part {
             Some(part) => self.install_part(pg, push.objects, data, push.backfill, part),
-            None => self.install_copies(pg, push.objects, data, push.backfill),
+            None => self.install_copies(pg, push.objects, data, push.backfill, &push.kept),
         }
+    }
+
+    /// Checks that every object of `kept` lies in `range`, is not also sent, and is held here at
+    /// the version named: what a backfill chunk leaves as it is must be what its primary
+    /// believes it is (decision 0049).
+    fn check_kept(
+        &self,
+        coll: &str,
+        range: &BackfillRange,
+        sent: &BTreeSet<&str>,
+        kept: &[(String, Eversion)],
+    ) -> Result<(), RemoteError> {
+        for (name, version) in kept {
+            let inside = range.after.as_deref().is_none_or(|a| name.as_str() > a)
+                && range.upto.as_deref().is_none_or(|u| name.as_str() <= u);
+            let why = if !inside {
+                "outside the chunk's range".to_string()
+            } else if sent.contains(name.as_str()) {
+                "also sent".to_string()
+            } else {
+                match crate::objver::stored(&*self.store, coll, name) {
+                    Some(v) if v == *version => continue,
+                    held => format!("held here at {held:?}, not {version:?}"),
+                }
+            };
+            return Err(RemoteError::new(
+                ErrorCode::Invalid,
+                format!("backfill chunk keeps {name} ({why}); nothing applied"),
+            ));
+        }
+        Ok(())
     }
 
     /// Refuses a push bringing `data_bytes` of data if they would take this OSD's store to its
