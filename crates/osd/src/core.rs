@@ -287,6 +287,9 @@ pub struct Mutations {
     /// Backfill keeps objects the member held at the version a scan found, even when the
     /// primary's copy was written since.
     pub keep_rewritten: bool,
+    /// A member being backfilled stamps a write's version on a copy past its cursor (one a lost
+    /// or refused push never replaced) as on any other.
+    pub vouch_past_cursor: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -1038,7 +1041,13 @@ impl OsdCore {
     ) -> Result<(), RemoteError> {
         let create = !self.collections.contains(coll);
         let mut txn = build_transaction(&*self.store, coll, &entry.object, resolved, data, create)?;
-        crate::objver::stamp(&mut txn, &*self.store, coll, &entry.object, resolved, entry.version);
+        // A member being backfilled vouches only for its copies up to its cursor (see `stamp`).
+        let past_cursor = self
+            .metas
+            .get(&pg)
+            .and_then(|m| m.backfill.as_deref())
+            .is_some_and(|cursor| entry.object.as_str() > cursor && !self.mutations.vouch_past_cursor);
+        crate::objver::stamp(&mut txn, &*self.store, coll, &entry.object, resolved, entry.version, !past_cursor);
         let log = self.log_mut(pg)?;
         log.record(&mut txn, pg, entry);
         // Deferred: on a disk-backed store the batch's writes then reach the device together at

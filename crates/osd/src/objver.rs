@@ -18,6 +18,12 @@ use shoal_store::{ObjectStore, Transaction};
 /// newest write the copy reflects. Nothing for a write that removes it, and nothing for a
 /// log-only write (`resolved` empty: a member being backfilled records the entry without touching
 /// its copy, which stays what its stored version says).
+///
+/// With `base_vouched` false — a member being backfilled applying a write in full to an object
+/// past its own recorded cursor, which happens only when the backfill push that covered the
+/// object never landed (lost, or refused as too full) while the writes after it did — the copy
+/// is left with no version instead: the write went onto a base nobody vouches for, so the result
+/// is not the write's object, and a backfill comparing versions must send it (decision 0049).
 pub fn stamp(
     txn: &mut Transaction,
     store: &dyn ObjectStore,
@@ -25,6 +31,7 @@ pub fn stamp(
     obj: &str,
     resolved: &[ObjOp],
     version: Eversion,
+    base_vouched: bool,
 ) {
     if resolved.is_empty() {
         return;
@@ -32,7 +39,8 @@ pub fn stamp(
     // Writes that change only the snapshot state or the clones leave the head as it was.
     let present = presence_after(resolved).unwrap_or_else(|| matches!(store.exists(coll, obj), Ok(true)));
     if present {
-        txn.set_version(coll, obj, (version.epoch, version.seq));
+        let stored = if base_vouched { (version.epoch, version.seq) } else { (0, 0) };
+        txn.set_version(coll, obj, stored);
     }
 }
 

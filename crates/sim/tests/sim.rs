@@ -230,6 +230,22 @@ fn an_object_needed_at_a_version_only_a_member_past_the_log_holds_is_pulled_from
 }
 
 #[test]
+fn a_copy_written_past_a_backfill_push_that_never_landed_is_not_kept_by_a_comparing_backfill() {
+    // Seed 800116 (logs of 4, omap): a backfill push to a member times out, the writes after it
+    // reach the member in full and apply to its stale copy; peered again, the member is
+    // backfilled comparing versions. The copy must not carry the write's version (it is not the
+    // write's object), or it is kept and a read from it later returns the wrong omap (decision
+    // 0049). The mutation that stamps such copies fails the seed.
+    let config = |seed| SimConfig { log_keep: Some(4), omap: true, appends: false, ..SimConfig::nemesis(seed) };
+    let outs = run_seeds(800_116..=800_116, config);
+    assert!(total(&outs, |o| o.backfill_objects_kept) > 0);
+    let mutated =
+        SimConfig { mutations: Mutations { vouch_past_cursor: true, ..Mutations::default() }, ..config(800_116) };
+    let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(!out.violations.is_empty(), "the seed no longer meets a write past a lost push");
+}
+
+#[test]
 fn a_member_that_stopped_at_the_authoritys_log_tail_catches_up_from_the_log() {
     // Seed 412 (logs of 1 entry): the primary's own copy of an object cannot be read, and the
     // only others are on a member whose newest entry is the one the primary's log trimmed last.

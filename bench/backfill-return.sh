@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# An OSD away while the PG logs move on past it, for one or more builds (decision 0049): 4 `block`
+# OSDs on files, a size-3 pool of 32 PGs holding GIB GiB of 4 MiB objects; osd.3 is killed with
+# SIGKILL (noout set, so nothing moves while it is away), SMALL new 4 KiB objects are written
+# (far more than a PG log keeps per PG, 512 entries), then osd.3 starts again on its store.
+# Reports per build: seconds from its restart to every PG active+clean, and the peak of the
+# misplaced count after it (a build that backfills it whole sends back everything it held).
+#
+#   bench/backfill-return.sh [--rounds N] [--gib G] [--small N] [--osd-size SIZE] [--workdir DIR] BIN...
+#
+# Builds alternate within each round, each on a fresh cluster; everything runs on 127.0.0.1
+# under --workdir (default /tmp/backfill-return, on disk) and is removed at exit. Prints one JSON
+# line per run, then a summary.
+set -euo pipefail
+shopt -s inherit_errexit
+
+ROUNDS=1
+GIB=4
+SMALL=40000
+OSD_SIZE=8G
+WORK=/tmp/backfill-return
+TIMEOUT_S=${TIMEOUT_S:-1200}
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --gib) GIB=$2; shift 2 ;;
+    --small) SMALL=$2; shift 2 ;;
+    --osd-size) OSD_SIZE=$2; shift 2 ;;
+    --workdir) WORK=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    -*) echo "unknown argument: $1" >&2; usage 2 ;;
+    *) break ;;
+  esac
+done
+[ $# -ge 1 ] || usage 2
+for b in "$@"; do [ -x "$b" ] || { echo "not an executable: $b" >&2; exit 2; }; done
+command -v jq >/dev/null || { echo "jq is needed" >&2; exit 2; }
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+log() { echo "[$(date +%T)] $*" >&2; }
+
+BIN=""
+DIR=""
+# `down` leaves a block cluster's files: they are removed too.
+cleanup() {
+  if [ -n "$BIN" ] && [ -n "$DIR" ] && [ -d "$DIR" ]; then
+    "$BIN" down --dir "$DIR" >/dev/null 2>&1 || true
+    rm -rf "$DIR"
+  fi
+}
+trap cleanup EXIT
+
+S() { "$BIN" --conf "$DIR/shoal.toml" "$@"; }
+state() {
+  S status --json | jq -r '
+    if .pgs.count > 0 and (.pgs.by_state["active+clean"] // 0) == .pgs.count
+       and .recovery.degraded_objects == 0 and .recovery.misplaced_objects == 0
+    then "clean"
+    else "\(.recovery.misplaced_objects) \(.recovery.degraded_objects)"
+    end'
+}
+misplaced() { local s; s=$(state); if [ "$s" = clean ]; then echo 0; else echo "${s%% *}"; fi; }
+wait_clean() {
+  local t0=$1
+  until [ "$(state)" = clean ]; do
+    if [ "$(elapsed "$t0" "$(now)" | cut -d. -f1)" -ge "$TIMEOUT_S" ]; then
+      log "not clean after ${TIMEOUT_S}s: $(state)"; exit 1
+    fi
+    sleep 0.5
+  done
+}
+
+run_one() {
+  BIN=$1
+  DIR=$WORK/cluster
+  rm -rf "$DIR"; mkdir -p "$WORK"
+  "$BIN" up --dir "$DIR" --osds 4 --backend block --osd-size "$OSD_SIZE" --pg-num 32 --no-gateway --json >"$WORK/up.json"
+  S bench --pool data write -b 4M -t 16 --objects $((GIB * 256)) --prefix big_ --seconds 36000 --json >"$WORK/load.json"
+  wait_clean "$(now)"
+  S osd set noout >/dev/null
+  local pid; pid=$(cat "$DIR/osd.3.pid")
+  local -a cmd; mapfile -d '' -t cmd <"/proc/$pid/cmdline"
+  kill -KILL "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  # Writes while it is away: far past what each PG's log keeps.
+  S bench --pool data write -b 4K -t 32 --objects "$SMALL" --prefix small_ --seconds 36000 --json >"$WORK/small.json"
+  local t_restart; t_restart=$(now)
+  "${cmd[@]}" >>"$DIR/osd.3.log" 2>&1 &
+  echo $! >"$DIR/osd.3.pid"
+  local peak=0 m i
+  for i in $(seq 40); do m=$(misplaced); [ "$m" -gt "$peak" ] && peak=$m; sleep 0.25; done
+  wait_clean "$t_restart"
+  local t_clean; t_clean=$(now)
+  S osd unset noout >/dev/null
+  jq -nc --arg bin "$BIN" --argjson big $((GIB * 256)) --argjson small "$SMALL" --argjson peak "$peak" \
+    --argjson s "$(elapsed "$t_restart" "$t_clean")" \
+    '{bin: $bin, big_objects: $big, small_objects_written_while_away: $small,
+      misplaced_peak_after_restart: $peak, restart_to_clean_s: $s}'
+  cleanup
+}
+
+results=()
+for round in $(seq "$ROUNDS"); do
+  for b in "$@"; do
+    log "round $round: $b"
+    line=$(run_one "$b")
+    echo "$line"
+    results+=("$line")
+  done
+done
+printf '%s\n' "${results[@]}" | jq -s 'group_by(.bin) | map({bin: .[0].bin,
+  restart_to_clean_s: map(.restart_to_clean_s), misplaced_peak_after_restart: map(.misplaced_peak_after_restart)})'
