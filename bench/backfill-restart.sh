@@ -3,8 +3,9 @@
 # on files, a size-3 pool of 32 PGs holding GIB GiB of 4 MiB objects; `osd out 0` starts a
 # backfill onto the other three; once the misplaced count is down to half, osd.3 is killed with
 # SIGKILL and started again on its store. Reports per build: seconds from `osd out` to clean, from
-# the restart to clean, and the misplaced objects left at the restart and right after it (a
-# build that starts backfills over shows the count jump back up).
+# the restart to clean, the misplaced objects left at the restart and the peak of the count after
+# it, sampled every 0.2 s while waiting for clean (a build that starts backfills over shows the
+# count jump back up).
 #
 #   bench/backfill-restart.sh [--rounds N] [--gib G] [--osd-size SIZE] [--workdir DIR] BIN...
 #
@@ -61,6 +62,22 @@ state() {
 }
 misplaced() { local s; s=$(state); if [ "$s" = clean ]; then echo 0; else echo "${s%% *}"; fi; }
 
+# Waits until clean like `wait_clean`; prints the highest misplaced count seen meanwhile.
+until_clean() {
+  local t0=$1 peak=0 s m
+  while :; do
+    s=$(state)
+    [ "$s" = clean ] && break
+    m=${s%% *}
+    [ "$m" -gt "$peak" ] && peak=$m
+    if [ "$(elapsed "$t0" "$(now)" | cut -d. -f1)" -ge "$TIMEOUT_S" ]; then
+      log "not clean after ${TIMEOUT_S}s: $s"; exit 1
+    fi
+    sleep 0.2
+  done
+  echo "$peak"
+}
+
 wait_clean() {  # $1: start time; gives up after TIMEOUT_S
   local t0=$1
   until [ "$(state)" = clean ]; do
@@ -99,10 +116,9 @@ run_one() {  # $1: binary -> one JSON line
   local t_restart; t_restart=$(now)
   "${cmd[@]}" >>"$DIR/osd.3.log" 2>&1 &
   echo $! >"$DIR/osd.3.pid"
-  # The peak of the misplaced count over the 5 s after the restart (re-peering takes a moment).
-  local after=0 i
-  for i in $(seq 25); do m=$(misplaced); [ "$m" -gt "$after" ] && after=$m; sleep 0.2; done
-  wait_clean "$t_restart"
+  # Until clean, with the peak of the misplaced count on the way (sampled every 0.2 s).
+  local after=0
+  after=$(until_clean "$t_restart")
   local t_clean; t_clean=$(now)
   jq -nc --arg bin "$BIN" --argjson o "$objects" --argjson start "$start" --argjson at "$at_restart" \
     --argjson after "$after" --argjson total "$(elapsed "$t_out" "$t_clean")" \

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # An OSD away while the PG logs move on past it, for one or more builds (decision 0049): 4 `block`
 # OSDs on files, a size-3 pool of 32 PGs holding GIB GiB of 4 MiB objects; osd.3 is killed with
-# SIGKILL (noout set, so nothing moves while it is away), SMALL new 4 KiB objects are written
-# (far more than a PG log keeps per PG, 512 entries), then osd.3 starts again on its store.
-# Reports per build: seconds from its restart to every PG active+clean, and the peak of the
-# misplaced count after it (a build that backfills it whole sends back everything it held).
+# SIGKILL (noout set, so nothing moves while it is away), SMALL writes of 4 KiB go to HOT objects
+# (far more writes than a PG log keeps per PG, 512 entries, to few objects), then osd.3 starts
+# again on its store.
+# Reports per build: seconds from its restart to every PG active+clean, the MiB written to the
+# work directory's disk meanwhile (/proc/diskstats: nearly all of it the restarted OSD's
+# backfill), and the peak of the misplaced count after it.
 #
-#   bench/backfill-return.sh [--rounds N] [--gib G] [--small N] [--osd-size SIZE] [--workdir DIR] BIN...
+#   bench/backfill-return.sh [--rounds N] [--gib G] [--small N] [--hot N] [--osd-size SIZE] [--workdir DIR] BIN...
 #
 # Builds alternate within each round, each on a fresh cluster; everything runs on 127.0.0.1
 # under --workdir (default /tmp/backfill-return, on disk) and is removed at exit. Prints one JSON
@@ -17,15 +19,17 @@ shopt -s inherit_errexit
 ROUNDS=1
 GIB=4
 SMALL=40000
+HOT=100
 OSD_SIZE=8G
 WORK=/tmp/backfill-return
 TIMEOUT_S=${TIMEOUT_S:-1200}
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
     --gib) GIB=$2; shift 2 ;;
     --small) SMALL=$2; shift 2 ;;
+    --hot) HOT=$2; shift 2 ;;
     --osd-size) OSD_SIZE=$2; shift 2 ;;
     --workdir) WORK=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -62,6 +66,22 @@ state() {
     end'
 }
 misplaced() { local s; s=$(state); if [ "$s" = clean ]; then echo 0; else echo "${s%% *}"; fi; }
+# Waits until clean like `wait_clean`; prints the highest misplaced count seen meanwhile.
+until_clean() {
+  local t0=$1 peak=0 s m
+  while :; do
+    s=$(state)
+    [ "$s" = clean ] && break
+    m=${s%% *}
+    [ "$m" -gt "$peak" ] && peak=$m
+    if [ "$(elapsed "$t0" "$(now)" | cut -d. -f1)" -ge "$TIMEOUT_S" ]; then
+      log "not clean after ${TIMEOUT_S}s: $s"; exit 1
+    fi
+    sleep 0.2
+  done
+  echo "$peak"
+}
+
 wait_clean() {
   local t0=$1
   until [ "$(state)" = clean ]; do
@@ -84,20 +104,29 @@ run_one() {
   local -a cmd; mapfile -d '' -t cmd <"/proc/$pid/cmdline"
   kill -KILL "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-  # Writes while it is away: far past what each PG's log keeps.
-  S bench --pool data write -b 4K -t 32 --objects "$SMALL" --prefix small_ --seconds 36000 --json >"$WORK/small.json"
+  # Writes while it is away, far past what each PG's log keeps (512 entries), to HOT objects
+  # only: SMALL writes in rounds that rewrite the same HOT names.
+  local round
+  for round in $(seq $((SMALL / HOT))); do
+    S bench --pool data write -b 4K -t 32 --objects "$HOT" --prefix hot_ --seconds 36000 --json >"$WORK/small.json"
+  done
+  local disk; disk=$(df --output=source "$WORK" | tail -1 | xargs basename)
+  local sectors0; sectors0=$(awk -v d="$disk" '$3 == d { print $10 }' /proc/diskstats)
   local t_restart; t_restart=$(now)
   "${cmd[@]}" >>"$DIR/osd.3.log" 2>&1 &
   echo $! >"$DIR/osd.3.pid"
-  local peak=0 m i
-  for i in $(seq 40); do m=$(misplaced); [ "$m" -gt "$peak" ] && peak=$m; sleep 0.25; done
-  wait_clean "$t_restart"
+  # Until clean, with the peak of the misplaced count on the way (sampled every 0.2 s).
+  local peak=0
+  peak=$(until_clean "$t_restart")
   local t_clean; t_clean=$(now)
+  # What reached the disk meanwhile (every process: the restarted OSD's backfill, nearly all).
+  local sectors1; sectors1=$(awk -v d="$disk" '$3 == d { print $10 }' /proc/diskstats)
+  local written=$(( (sectors1 - sectors0) * 512 ))
   S osd unset noout >/dev/null
   jq -nc --arg bin "$BIN" --argjson big $((GIB * 256)) --argjson small "$SMALL" --argjson peak "$peak" \
-    --argjson s "$(elapsed "$t_restart" "$t_clean")" \
-    '{bin: $bin, big_objects: $big, small_objects_written_while_away: $small,
-      misplaced_peak_after_restart: $peak, restart_to_clean_s: $s}'
+    --argjson s "$(elapsed "$t_restart" "$t_clean")" --argjson w "$written" \
+    '{bin: $bin, big_objects: $big, writes_while_away: $small,
+      misplaced_peak_after_restart: $peak, restart_to_clean_s: $s, disk_written_mib: ($w / 1048576 | floor)}'
   cleanup
 }
 
@@ -111,4 +140,5 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 printf '%s\n' "${results[@]}" | jq -s 'group_by(.bin) | map({bin: .[0].bin,
-  restart_to_clean_s: map(.restart_to_clean_s), misplaced_peak_after_restart: map(.misplaced_peak_after_restart)})'
+  restart_to_clean_s: map(.restart_to_clean_s), disk_written_mib: map(.disk_written_mib),
+  misplaced_peak_after_restart: map(.misplaced_peak_after_restart)})'
