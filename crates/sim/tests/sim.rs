@@ -284,20 +284,37 @@ fn a_damaged_primary_copy_is_not_repaired_from_a_member_whose_disk_was_just_repl
 const MUTATION_SEEDS: u64 = 300;
 
 /// Requires some nemesis seed to fail with `mutations` switched on; prints the first one.
+///
+/// The seeds run with whole backfill chunks (the default 8 objects per push): one-object pushes
+/// (half the nemesis seeds since decision 0048) change every later event of a seed, and the
+/// scenarios these mutations need (a partition around a peering, a down OSD's PGs) then came up in
+/// none of the first 300 seeds for two of them. The mutations that concern backfill itself search
+/// their own configurations with [`some_seed_fails_in`].
 fn some_seed_fails(mutations: Mutations) {
-    some_seed_fails_in(mutations, SimConfig::nemesis);
+    some_seed_fails_in(mutations, nemesis_whole_chunks);
+}
+
+/// [`SimConfig::nemesis`] with the default backfill chunk for every seed.
+fn nemesis_whole_chunks(seed: u64) -> SimConfig {
+    SimConfig { backfill_chunk_objects: None, ..SimConfig::nemesis(seed) }
 }
 
 /// [`some_seed_fails`] with the nemesis `config`.
 fn some_seed_fails_in(mutations: Mutations, config: fn(u64) -> SimConfig) {
-    let failing = (1..=MUTATION_SEEDS).find_map(|seed| {
+    some_seed_fails_among(mutations, config, 1..=MUTATION_SEEDS);
+}
+
+/// [`some_seed_fails_in`] over the given `seeds`.
+fn some_seed_fails_among(mutations: Mutations, config: fn(u64) -> SimConfig, seeds: std::ops::RangeInclusive<u64>) {
+    let range = format!("{seeds:?}");
+    let failing = seeds.into_iter().find_map(|seed| {
         let cfg = SimConfig { mutations, ..config(seed) };
         let expected = u64::from(cfg.clients * cfg.writes_per_client);
         let out = Simulation::new(cfg).run(MAX_EVENTS / 4);
         (!out.violations.is_empty() || out.acked_writes != expected).then_some((seed, out.violations))
     });
     let Some((seed, violations)) = failing else {
-        panic!("no seed of 1..={MUTATION_SEEDS} failed with {mutations:?}");
+        panic!("no seed of {range} failed with {mutations:?}");
     };
     eprintln!("{mutations:?}: seed {seed} fails: {}", violations.first().map_or("", String::as_str));
 }
@@ -357,7 +374,17 @@ fn with_stale_activations_accepted_pgs_lose_their_history() {
     // An OSD cut off from the monitors keeps peering with the map it has; members that accept its
     // activation for an interval they have left lower their recorded activation, and the PG then
     // finds no member that holds it whole (or serves what the stale primary wrote).
-    some_seed_fails(Mutations { accept_stale_activation: true, ..Mutations::default() });
+    //
+    // The scenario is rare: a primary cut off from the monitors activates members after they
+    // moved on, and the PG cannot find its history again. Seed 738 shows it (the PG stays
+    // incomplete and the run does not finish); seeds 1..=300 did until one-object backfill pushes
+    // changed their events. If a change of the simulation moves it again, raise MUTATION_SEEDS
+    // for this test alone to find another, and search around it here.
+    some_seed_fails_among(
+        Mutations { accept_stale_activation: true, ..Mutations::default() },
+        nemesis_whole_chunks,
+        701..=1000,
+    );
 }
 
 #[test]
