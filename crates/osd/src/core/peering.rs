@@ -91,6 +91,10 @@ pub(crate) struct PeerPlan {
     pub held: BTreeMap<String, shoal_proto::osd::Eversion>,
     /// The last name the scans so far covered (`held` is complete up to it); `None`: none yet.
     pub scanned_upto: Option<String>,
+    /// Objects this backfill has sent to it and kept on it (decision 0049) since the PG's
+    /// activation, for the line logged when the backfill finishes.
+    pub backfill_sent: u64,
+    pub backfill_kept: u64,
 }
 
 /// A large object a backfill target is being sent in parts (`shoal_proto::osd::PushPart`).

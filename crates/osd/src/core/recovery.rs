@@ -566,8 +566,14 @@ impl OsdCore {
                 pp.unacked_part = None;
                 pp.backfill = Some(upto.clone().unwrap_or_else(|| LAST_NAME.to_string()));
                 pp.part = None;
+                pp.backfill_sent += names.len() as u64;
+                pp.backfill_kept += kept_count;
             }
         }
+        // Kept objects are brought up to date by this push as much as sent ones: they count in
+        // the recovery rate as they leave the misplaced count (now), so that the time left
+        // `shoal status` shows holds for a backfill that keeps most objects.
+        self.counters.recovered_objects += kept_count;
         out.push(Action::Peer {
             osd,
             msg_type: PgPush::TYPE,
@@ -697,6 +703,7 @@ impl OsdCore {
                     // As for a chunk: the last part precedes later writes to the object.
                     pp.backfill = Some(part.object.clone());
                     pp.part = None;
+                    pp.backfill_sent += 1;
                 } else {
                     pp.part = Some(PartPush { at: next, ..part });
                 }
@@ -859,6 +866,7 @@ impl OsdCore {
             {
                 pp.backfill = None;
                 p.backfill_remaining.remove(&from);
+                tracing::info!(%pg, peer = %from, sent = pp.backfill_sent, kept = pp.backfill_kept, "backfill finished");
                 // Backfilled whole: from now on a source like any complete member (read repair
                 // of the primary's own copy may pull from it).
                 let lacks: BTreeSet<String> = pp.missing.keys().cloned().collect();
