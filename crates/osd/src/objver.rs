@@ -24,6 +24,8 @@ use shoal_store::{ObjectStore, Transaction};
 /// object never landed (lost, or refused as too full) while the writes after it did — the copy
 /// is left with no version instead: the write went onto a base nobody vouches for, so the result
 /// is not the write's object, and a backfill comparing versions must send it (decision 0049).
+///
+/// A snapshot clone the write makes gets the same version (or none, as the head).
 pub fn stamp(
     txn: &mut Transaction,
     store: &dyn ObjectStore,
@@ -36,11 +38,23 @@ pub fn stamp(
     if resolved.is_empty() {
         return;
     }
+    let stored = if base_vouched { (version.epoch, version.seq) } else { (0, 0) };
     // Writes that change only the snapshot state or the clones leave the head as it was.
     let present = presence_after(resolved).unwrap_or_else(|| matches!(store.exists(coll, obj), Ok(true)));
     if present {
-        let stored = if base_vouched { (version.epoch, version.seq) } else { (0, 0) };
         txn.set_version(coll, obj, stored);
+    }
+    // A clone this write makes is the head as it was before the write, and never changes after
+    // (a clone id is a snapshot sequence, which only grows, so a trimmed clone is never made
+    // again): the write's version names its content as well as the head's, on every member that
+    // applied the write onto the same head, so a backfill comparing versions keeps it instead of
+    // sending it again (decision 0049). (A clone the same write also trims is not there to stamp.)
+    for op in resolved {
+        if let ObjOp::SnapCloneHead { id } = op
+            && !resolved.iter().any(|o| matches!(o, ObjOp::SnapRemoveClone { id: gone } if gone == id))
+        {
+            txn.set_version(coll, &crate::snaps::clone_name(obj, *id), stored);
+        }
     }
 }
 

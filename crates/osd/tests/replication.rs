@@ -69,6 +69,9 @@ struct Net {
     /// Objects those pushes carried, and objects backfill chunks kept on their targets.
     objects_pushed: usize,
     objects_kept: usize,
+    /// The names behind those two counts, in order.
+    names_pushed: Vec<String>,
+    names_kept: Vec<String>,
     /// Backfill scans held instead of delivered (when `hold_scans` is set).
     held_scans: VecDeque<(u32, Action)>,
     hold_scans: bool,
@@ -115,6 +118,8 @@ impl Net {
             pushes: 0,
             objects_pushed: 0,
             objects_kept: 0,
+            names_pushed: Vec::new(),
+            names_kept: Vec::new(),
             held_scans: VecDeque::new(),
             hold_scans: false,
         };
@@ -239,6 +244,8 @@ impl Net {
                     self.parts_pushed += usize::from(push.part.is_some());
                     self.objects_pushed += push.objects.len();
                     self.objects_kept += push.kept.len();
+                    self.names_pushed.extend(push.objects.iter().map(|c| c.name.clone()));
+                    self.names_kept.extend(push.kept.iter().map(|(name, _)| name.clone()));
                 }
                 if msg_type == <PgPull as shoal_proto::Message>::TYPE {
                     self.parts_pulled += usize::from(decode::<PgPull>(payload.clone()).unwrap().0.part.is_some());
@@ -1767,6 +1774,70 @@ fn a_member_back_after_its_log_was_trimmed_past_is_sent_only_what_changed() {
     let (pushed, kept) = (net.objects_pushed, net.objects_kept);
     assert!(kept >= OLD / 2, "{kept} objects kept, {pushed} sent");
     assert!(pushed + kept <= OLD + NEW + 8 && pushed <= NEW + 8, "{kept} objects kept, {pushed} sent");
+}
+
+#[test]
+fn a_member_back_after_its_log_was_trimmed_past_keeps_the_snapshot_clones_it_holds() {
+    const OLD: usize = 12;
+    const NEW: usize = 64;
+    let mut net = Net::with_log_bounds(Some(shoal_osd::pglog::LogBounds::new(4, 2)));
+    let away = OsdId(1);
+    let old: Vec<String> = (0..OLD).map(|i| format!("o{i:02}")).collect();
+    let write_under = |net: &mut Net, tid: u64, name: &str, snapc: ObjOp, bytes: &[u8]| {
+        let op = object_op(net, tid, name, vec![snapc, ObjOp::WriteFull { len_bytes: bytes.len() as u64 }]);
+        let primary = net.map.locate(op.pool, name).unwrap().osds[0].0;
+        let rid = net.submit(primary, op, bytes, 0);
+        net.replies.remove(&rid).expect("answered").result.expect("write");
+    };
+    // Every old object written, then written again after snapshot 1 was taken: clone 1 of each.
+    for (i, name) in old.iter().enumerate() {
+        write_under(&mut net, 10 + i as u64, name, ctx(0, &[]), &[i as u8; 4096]);
+        write_under(&mut net, 50 + i as u64, name, ctx(1, &[1]), &[0x80 + i as u8; 4096]);
+    }
+    let clone1 = |name: &str| shoal_osd::snaps::clone_name(name, 1);
+    let on_away = all_objects(&net, away);
+    assert!(old.iter().all(|o| on_away.contains_key(&clone1(o))), "every old object has clone 1 on the member");
+    // The member is away while the logs move on; meanwhile snapshot 2 is taken and one object
+    // written under it (a new clone), and snapshot 1 is removed and trimmed from another.
+    net.change(Command::OsdDown { id: away });
+    for i in 0..NEW {
+        write_object(&mut net, 100 + i as u64, &format!("n{i:02}"), &[0x40 + i as u8; 4096]).result.expect("write");
+    }
+    write_under(&mut net, 300, &old[0], ctx(2, &[2, 1]), &[0xee; 4096]);
+    let op = object_op(&net, 301, &old[1], vec![ctx(2, &[2]), ObjOp::SnapTrim]);
+    let primary = net.map.locate(op.pool, &old[1]).unwrap().osds[0].0;
+    let rid = net.submit(primary, op, b"", 0);
+    net.replies.remove(&rid).expect("answered").result.expect("trim while it is away");
+    let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+    net.change(Command::OsdBoot { id: away, addr });
+    for _ in 0..60 {
+        net.tick();
+    }
+    for osd in [OsdId(0), away] {
+        let states = net.core(osd).pg_states();
+        assert!(states.iter().all(|(s, _)| s.starts_with("active+clean")), "osd.{}: {states:?}", osd.0);
+    }
+    let (a, b) = (all_objects(&net, OsdId(0)), all_objects(&net, away));
+    assert!(a == b, "the members differ");
+    assert!(b[&shoal_osd::snaps::clone_name(&old[0], 2)] == vec![0x80; 4096], "the clone made while it was away");
+    assert!(!b.contains_key(&clone1(&old[1])), "the clone trimmed while it was away");
+    // Clones it held stayed where they were, as the heads that did not change.
+    let kept_clones = net.names_kept.iter().filter(|n| n.contains(shoal_osd::snaps::COMPANION_SEP)).count();
+    assert!(kept_clones > 0, "no clone kept; kept {:?}, sent {:?}", net.names_kept, net.names_pushed);
+    assert!(
+        net.names_pushed.iter().all(|n| !old[2..].iter().any(|o| *n == clone1(o))),
+        "an unchanged clone was sent again: {:?}",
+        net.names_pushed
+    );
+    // Every clone carries the version of the write that made it, on both members.
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    for o in &old[2..] {
+        let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, o).unwrap().pg);
+        let versions: Vec<_> =
+            [OsdId(0), away].iter().map(|m| net.core(*m).store().version(&coll, &clone1(o)).unwrap()).collect();
+        assert_ne!(versions[0], (0, 0), "{o}'s clone has no version");
+        assert_eq!(versions[0], versions[1], "{o}'s clone");
+    }
 }
 
 #[test]
