@@ -8,7 +8,11 @@
 # work directory's disk meanwhile (/proc/diskstats: nearly all of it the restarted OSD's
 # backfill), and the peak of the misplaced count after it.
 #
-#   bench/backfill-return.sh [--rounds N] [--gib G] [--small N] [--hot N] [--osd-size SIZE] [--workdir DIR] BIN...
+#   bench/backfill-return.sh [--rounds N] [--gib G] [--small N] [--hot N] [--rbd] [--osd-size SIZE] [--workdir DIR] BIN...
+#
+# With --rbd the data is a block image with a snapshot instead: an image of GIB GiB written
+# whole, snapshotted, and written whole again (so every object has a clone beside it), and the
+# writes while osd.3 is away are SMALL random 4 KiB writes to a second image of HOT objects.
 #
 # Builds alternate within each round, each on a fresh cluster; everything runs on 127.0.0.1
 # under --workdir (default /tmp/backfill-return, on disk) and is removed at exit. Prints one JSON
@@ -21,15 +25,17 @@ GIB=4
 SMALL=40000
 HOT=100
 OSD_SIZE=8G
+RBD=0
 WORK=/tmp/backfill-return
 TIMEOUT_S=${TIMEOUT_S:-1200}
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
     --gib) GIB=$2; shift 2 ;;
     --small) SMALL=$2; shift 2 ;;
     --hot) HOT=$2; shift 2 ;;
+    --rbd) RBD=1; shift ;;
     --osd-size) OSD_SIZE=$2; shift 2 ;;
     --workdir) WORK=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -97,7 +103,16 @@ run_one() {
   DIR=$WORK/cluster
   rm -rf "$DIR"; mkdir -p "$WORK"
   "$BIN" up --dir "$DIR" --osds 4 --backend block --osd-size "$OSD_SIZE" --pg-num 32 --no-gateway --json >"$WORK/up.json"
-  S bench --pool data write -b 4M -t 16 --objects $((GIB * 256)) --prefix big_ --seconds 36000 --json >"$WORK/load.json"
+  if [ "$RBD" = 1 ]; then
+    # Written whole, snapshotted, written whole again: a clone of every object beside it.
+    S rbd create data/big --size "${GIB}G" --json >/dev/null
+    S rbd bench --io-type write --io-size 4M --io-threads 16 --io-total "${GIB}G" --io-pattern seq data/big --json >"$WORK/load.json"
+    S rbd snap create data/big@before --json >/dev/null
+    S rbd bench --io-type write --io-size 4M --io-threads 16 --io-total "${GIB}G" --io-pattern seq data/big --json >"$WORK/load.json"
+    S rbd create data/hot --size "$((HOT * 4))M" --json >/dev/null
+  else
+    S bench --pool data write -b 4M -t 16 --objects $((GIB * 256)) --prefix big_ --seconds 36000 --json >"$WORK/load.json"
+  fi
   wait_clean "$(now)"
   S osd set noout >/dev/null
   local pid; pid=$(cat "$DIR/osd.3.pid")
@@ -106,10 +121,14 @@ run_one() {
   while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
   # Writes while it is away, far past what each PG's log keeps (512 entries), to HOT objects
   # only: SMALL writes in rounds that rewrite the same HOT names.
-  local round
-  for round in $(seq $((SMALL / HOT))); do
-    S bench --pool data write -b 4K -t 32 --objects "$HOT" --prefix hot_ --seconds 36000 --json >"$WORK/small.json"
-  done
+  if [ "$RBD" = 1 ]; then
+    S rbd bench --io-type write --io-size 4K --io-threads 32 --io-total "$((SMALL * 4))K" --io-pattern rand data/hot --json >"$WORK/small.json"
+  else
+    local round
+    for round in $(seq $((SMALL / HOT))); do
+      S bench --pool data write -b 4K -t 32 --objects "$HOT" --prefix hot_ --seconds 36000 --json >"$WORK/small.json"
+    done
+  fi
   local disk; disk=$(df --output=source "$WORK" | tail -1 | xargs basename)
   local sectors0; sectors0=$(awk -v d="$disk" '$3 == d { print $10 }' /proc/diskstats)
   local t_restart; t_restart=$(now)
@@ -123,10 +142,15 @@ run_one() {
   local sectors1; sectors1=$(awk -v d="$disk" '$3 == d { print $10 }' /proc/diskstats)
   local written=$(( (sectors1 - sectors0) * 512 ))
   S osd unset noout >/dev/null
+  # What the primaries say they sent and kept (builds that log "backfill finished"; else null).
+  local counts; counts=$(cat "$DIR"/osd.*.log | grep -h 'backfill finished' | grep ' peer=osd.3 ' |
+    sed -n 's/.* sent=\([0-9]*\) kept=\([0-9]*\).*/\1 \2/p' |
+    awk 'BEGIN { n = 0 } { s += $1; k += $2; n++ } END { if (n) printf "{\"sent\": %d, \"kept\": %d}", s, k; else printf "null" }')
   jq -nc --arg bin "$BIN" --argjson big $((GIB * 256)) --argjson small "$SMALL" --argjson peak "$peak" \
-    --argjson s "$(elapsed "$t_restart" "$t_clean")" --argjson w "$written" \
-    '{bin: $bin, big_objects: $big, writes_while_away: $small,
-      misplaced_peak_after_restart: $peak, restart_to_clean_s: $s, disk_written_mib: ($w / 1048576 | floor)}'
+    --argjson s "$(elapsed "$t_restart" "$t_clean")" --argjson w "$written" --argjson rbd "$RBD" --argjson c "$counts" \
+    '{bin: $bin, rbd: ($rbd == 1), big_objects: $big, writes_while_away: $small,
+      misplaced_peak_after_restart: $peak, restart_to_clean_s: $s, disk_written_mib: ($w / 1048576 | floor),
+      objects_sent_to_osd3: $c.sent, objects_kept_on_osd3: $c.kept}'
   cleanup
 }
 
@@ -141,4 +165,5 @@ for round in $(seq "$ROUNDS"); do
 done
 printf '%s\n' "${results[@]}" | jq -s 'group_by(.bin) | map({bin: .[0].bin,
   restart_to_clean_s: map(.restart_to_clean_s), disk_written_mib: map(.disk_written_mib),
-  misplaced_peak_after_restart: map(.misplaced_peak_after_restart)})'
+  misplaced_peak_after_restart: map(.misplaced_peak_after_restart),
+  objects_sent_to_osd3: map(.objects_sent_to_osd3), objects_kept_on_osd3: map(.objects_kept_on_osd3)})'
