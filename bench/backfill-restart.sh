@@ -91,6 +91,8 @@ wait_clean() {  # $1: start time; gives up after TIMEOUT_S
 run_one() {  # $1: binary -> one JSON line
   BIN=$1
   DIR=$WORK/cluster
+  # run_one runs in a command substitution, a subshell the caller's trap does not cover.
+  trap cleanup EXIT
   rm -rf "$DIR"; mkdir -p "$WORK"
   "$BIN" up --dir "$DIR" --osds 4 --backend block --osd-size "$OSD_SIZE" --pg-num 32 --no-gateway --json >"$WORK/up.json"
   local objects=$((GIB * 256))

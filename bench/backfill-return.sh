@@ -101,6 +101,8 @@ wait_clean() {
 run_one() {
   BIN=$1
   DIR=$WORK/cluster
+  # run_one runs in a command substitution, a subshell the caller's trap does not cover.
+  trap cleanup EXIT
   rm -rf "$DIR"; mkdir -p "$WORK"
   "$BIN" up --dir "$DIR" --osds 4 --backend block --osd-size "$OSD_SIZE" --pg-num 32 --no-gateway --json >"$WORK/up.json"
   if [ "$RBD" = 1 ]; then
@@ -143,7 +145,7 @@ run_one() {
   local written=$(( (sectors1 - sectors0) * 512 ))
   S osd unset noout >/dev/null
   # What the primaries say they sent and kept (builds that log "backfill finished"; else null).
-  local counts; counts=$(cat "$DIR"/osd.*.log | grep -h 'backfill finished' | grep ' peer=osd.3 ' |
+  local counts; counts=$(cat "$DIR"/osd.*.log | { grep -h 'backfill finished' || true; } | { grep ' peer=osd.3 ' || true; } |
     sed -n 's/.* sent=\([0-9]*\) kept=\([0-9]*\).*/\1 \2/p' |
     awk 'BEGIN { n = 0 } { s += $1; k += $2; n++ } END { if (n) printf "{\"sent\": %d, \"kept\": %d}", s, k; else printf "null" }')
   jq -nc --arg bin "$BIN" --argjson big $((GIB * 256)) --argjson small "$SMALL" --argjson peak "$peak" \
