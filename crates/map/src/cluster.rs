@@ -222,17 +222,27 @@ impl ClusterMap {
         self.pg_up_osds(pg)
     }
 
-    /// The OSDs placement names for PG `pg` (usable ones only), primary first, ignoring any
-    /// temporary acting set.
+    /// The OSDs placement names for PG `pg` that are up, primary first, ignoring any temporary
+    /// acting set.
+    ///
+    /// Placement chooses among the OSDs that are *in*; an OSD that is down but still in keeps its
+    /// place and is left out of the list, which is then shorter than the pool's size (the PG is
+    /// undersized and degraded, not remapped). Data moves only when an OSD goes out — by the
+    /// operator, or by the monitors after `mon_osd_down_out_interval_secs` — so a restart or a
+    /// reboot under `noout` moves nothing, and the OSD catches up from the PG log (or a backfill
+    /// comparing versions) when it is back (decision 0050; Ceph's up set works the same way).
     pub fn pg_up_osds(&self, pg: PgId) -> Result<Vec<OsdId>, MapError> {
         let pool = self.pools.get(&pg.pool).ok_or_else(|| MapError::UnknownPool(format!("id {}", pg.pool)))?;
         if !self.placement.has_kind(self.failure_domain) {
             return Ok(Vec::new());
         }
         match pg_to_osds(&self.placement, pg.pool, pg.seed, pool.size as usize, self.failure_domain, |o| {
-            self.is_usable(o)
+            self.osds.get(&o).is_some_and(|i| i.in_cluster)
         }) {
-            Ok(osds) => Ok(osds),
+            Ok(mut osds) => {
+                osds.retain(|o| self.osds.get(o).is_some_and(|i| i.up));
+                Ok(osds)
+            }
             Err(shoal_placement::PlacementError::NoUsableOsd(_)) => Ok(Vec::new()),
             Err(e) => Err(e.into()),
         }

@@ -231,17 +231,20 @@ fn an_object_needed_at_a_version_only_a_member_past_the_log_holds_is_pulled_from
 
 #[test]
 fn a_copy_written_past_a_backfill_push_that_never_landed_is_not_kept_by_a_comparing_backfill() {
-    // Seed 800116 (logs of 4, omap): a backfill push to a member times out, the writes after it
+    // Seed 800767 (logs of 4, omap; 800116 until down OSDs stopped being replaced, decision
+    // 0050): a backfill push to a member times out, the writes after it
     // reach the member in full and apply to its stale copy; peered again, the member is
     // backfilled comparing versions. The copy must not carry the write's version (it is not the
     // write's object), or it is kept and a read from it later returns the wrong omap (decision
     // 0049). The mutation that stamps such copies fails the seed.
     let config = |seed| SimConfig { log_keep: Some(4), omap: true, appends: false, ..SimConfig::nemesis(seed) };
-    let outs = run_seeds(800_116..=800_116, config);
-    assert!(total(&outs, |o| o.backfill_objects_kept) > 0);
+    // Unmutated, the copy carries no version and nothing is kept (objects here are rewritten all
+    // the time); with the mutation the comparing backfill keeps the stamped copy.
+    run_seeds(800_767..=800_767, config);
     let mutated =
-        SimConfig { mutations: Mutations { vouch_past_cursor: true, ..Mutations::default() }, ..config(800_116) };
+        SimConfig { mutations: Mutations { vouch_past_cursor: true, ..Mutations::default() }, ..config(800_767) };
     let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(out.backfill_objects_kept > 0, "the seed no longer backfills comparing versions");
     assert!(!out.violations.is_empty(), "the seed no longer meets a write past a lost push");
 }
 
@@ -292,6 +295,21 @@ const MUTATION_SEEDS: u64 = 300;
 /// their own configurations with [`some_seed_fails_in`].
 fn some_seed_fails(mutations: Mutations) {
     some_seed_fails_in(mutations, nemesis_whole_chunks);
+}
+
+/// Three of five OSDs crash at the same moment, are marked down and out, and start again on
+/// their stores (still out) later: a PG all of whose members were among them maps to OSDs that
+/// never held it, and must wait for the old members (`down`) rather than start empty.
+fn three_out_at_once(seed: u64) -> SimConfig {
+    let three = [OsdId(0), OsdId(1), OsdId(2)];
+    let mut faults = Vec::new();
+    for o in three {
+        faults.push((30_000, Fault::Crash(o)));
+        faults.push((31_000, Fault::MarkDown(o)));
+        faults.push((32_000, Fault::Out(o)));
+        faults.push((90_000, Fault::Restart(o)));
+    }
+    SimConfig { osds: 5, hosts: 5, pg_num: 32, faults, backfill_chunk_objects: None, ..SimConfig::nemesis(seed) }
 }
 
 /// [`SimConfig::nemesis`] with the default backfill chunk for every seed.
@@ -352,7 +370,14 @@ fn with_the_primary_as_authority_writes_roll_back() {
 #[test]
 fn without_down_pgs_writes_roll_back() {
     // A PG whose last members are all down, served by whoever is up, serves older data.
-    some_seed_fails(Mutations { ignore_down: true, ..Mutations::default() });
+    // Since down OSDs keep their place (decision 0050), a PG is down only when the members of
+    // its last activation are down *and* out, so that placement names OSDs that never held it:
+    // three of five OSDs crash together and are marked out, then start again on their stores.
+    some_seed_fails_among(
+        Mutations { ignore_down: true, ..Mutations::default() },
+        three_out_at_once,
+        1..=MUTATION_SEEDS,
+    );
 }
 
 #[test]
@@ -376,14 +401,15 @@ fn with_stale_activations_accepted_pgs_lose_their_history() {
     // finds no member that holds it whole (or serves what the stale primary wrote).
     //
     // The scenario is rare: a primary cut off from the monitors activates members after they
-    // moved on, and the PG cannot find its history again. Seed 738 shows it (the PG stays
+    // moved on, and the PG cannot find its history again. Seed 3582 shows it (the PG stays
     // incomplete and the run does not finish); seeds 1..=300 did until one-object backfill pushes
-    // changed their events. If a change of the simulation moves it again, raise MUTATION_SEEDS
-    // for this test alone to find another, and search around it here.
+    // changed their events, then 738 until down OSDs stopped being replaced (decision 0050). If
+    // a change of the simulation moves it again, raise MUTATION_SEEDS for this test alone to find
+    // another, and search around it here.
     some_seed_fails_among(
         Mutations { accept_stale_activation: true, ..Mutations::default() },
         nemesis_whole_chunks,
-        701..=1000,
+        3401..=3700,
     );
 }
 
