@@ -66,10 +66,8 @@ struct Net {
     parts_pulled: usize,
     /// Pushes sent so far (whole copies and parts).
     pushes: usize,
-    /// Objects those pushes carried, and objects backfill chunks kept on their targets.
-    objects_pushed: usize,
-    objects_kept: usize,
-    /// The names behind those two counts, in order.
+    /// Names of the objects those pushes carried, and of the objects backfill chunks kept on
+    /// their targets, in order.
     names_pushed: Vec<String>,
     names_kept: Vec<String>,
     /// Backfill scans held instead of delivered (when `hold_scans` is set).
@@ -116,8 +114,6 @@ impl Net {
             parts_pushed: 0,
             parts_pulled: 0,
             pushes: 0,
-            objects_pushed: 0,
-            objects_kept: 0,
             names_pushed: Vec::new(),
             names_kept: Vec::new(),
             held_scans: VecDeque::new(),
@@ -242,8 +238,6 @@ impl Net {
                     let push = decode::<PgPush>(payload.clone()).unwrap().0;
                     self.pushes += 1;
                     self.parts_pushed += usize::from(push.part.is_some());
-                    self.objects_pushed += push.objects.len();
-                    self.objects_kept += push.kept.len();
                     self.names_pushed.extend(push.objects.iter().map(|c| c.name.clone()));
                     self.names_kept.extend(push.kept.iter().map(|(name, _)| name.clone()));
                 }
@@ -1460,9 +1454,25 @@ fn retry_interval_ms() -> u64 {
 /// Writes `bytes` as the whole of object `name` through its primary.
 fn write_object(net: &mut Net, tid: u64, name: &str, bytes: &[u8]) -> OsdOpReply {
     let op = object_op(net, tid, name, vec![ObjOp::WriteFull { len_bytes: bytes.len() as u64 }]);
-    let primary = net.map.locate(op.pool, name).unwrap().osds[0].0;
-    let rid = net.submit(primary, op, bytes, 0);
+    submit_object_op(net, op, bytes)
+}
+
+/// Sends `op` (from [`object_op`]) with `data` to its object's primary; its answer.
+fn submit_object_op(net: &mut Net, op: OsdOp, data: &[u8]) -> OsdOpReply {
+    let primary = net.map.locate(op.pool, &op.object).unwrap().osds[0].0;
+    let rid = net.submit(primary, op, data, 0);
     net.replies.remove(&rid).expect("answered")
+}
+
+/// Lets the network run 60 ticks, then requires every PG on `osds` to be active and clean.
+fn settle_clean(net: &mut Net, osds: &[OsdId]) {
+    for _ in 0..60 {
+        net.tick();
+    }
+    for osd in osds {
+        let states = net.core(*osd).pg_states();
+        assert!(states.iter().all(|(s, _)| s.starts_with("active+clean")), "osd.{}: {states:?}", osd.0);
+    }
 }
 
 /// Client 7's request `tid` on object `name` of pool `p`.
@@ -1528,9 +1538,7 @@ fn backfill_stops_short_of_filling_its_target_and_goes_on_once_there_is_room() {
     assert!(!held.is_empty());
     for (i, name) in held.iter().enumerate() {
         let op = object_op(&net, 1_000 + i as u64, name, vec![ObjOp::Remove]);
-        let primary = net.map.locate(op.pool, name).unwrap().osds[0].0;
-        let rid = net.submit(primary, op, b"", 0);
-        net.replies.remove(&rid).expect("answered").result.expect("remove");
+        submit_object_op(&mut net, op, b"").result.expect("remove");
     }
     // After the retry interval, backfill goes on and completes: both OSDs hold the same objects.
     now_ms += retry_interval_ms();
@@ -1724,9 +1732,7 @@ fn a_member_back_after_its_log_was_trimmed_past_is_sent_only_what_changed() {
     }
     write_object(&mut net, 300, &old[0], &[0xee; 4096]).result.expect("rewrite while it is away");
     let op = object_op(&net, 301, &old[1], vec![ObjOp::Remove]);
-    let primary = net.map.locate(op.pool, &old[1]).unwrap().osds[0].0;
-    let rid = net.submit(primary, op, b"", 0);
-    net.replies.remove(&rid).expect("answered").result.expect("remove while it is away");
+    submit_object_op(&mut net, op, b"").result.expect("remove while it is away");
     // It comes back with its store and its log: backfilled, comparing versions. Its scans are
     // held; an object one of them names is written before they arrive.
     net.hold_scans = true;
@@ -1758,20 +1764,14 @@ fn a_member_back_after_its_log_was_trimmed_past_is_sent_only_what_changed() {
         net.route(from, action, &mut queue);
     }
     net.run(queue);
-    for _ in 0..60 {
-        net.tick();
-    }
-    for osd in [OsdId(0), away] {
-        let states = net.core(osd).pg_states();
-        assert!(states.iter().all(|(s, _)| s.starts_with("active+clean")), "osd.{}: {states:?}", osd.0);
-    }
+    settle_clean(&mut net, &[OsdId(0), away]);
     let (a, b) = (all_objects(&net, OsdId(0)), all_objects(&net, away));
     assert_eq!(a.len(), OLD - 1 + NEW);
     assert!(a == b, "the members differ");
     assert!(b[&old[0]] == vec![0xee; 4096] && b[&moved] == vec![0xdd; 4096], "a write made while away or mid-scan");
     assert!(!b.contains_key(&old[1]), "the removal made while it was away");
     // What it held unchanged stayed; what changed was sent.
-    let (pushed, kept) = (net.objects_pushed, net.objects_kept);
+    let (pushed, kept) = (net.names_pushed.len(), net.names_kept.len());
     assert!(kept >= OLD / 2, "{kept} objects kept, {pushed} sent");
     assert!(pushed + kept <= OLD + NEW + 8 && pushed <= NEW + 8, "{kept} objects kept, {pushed} sent");
 }
@@ -1784,10 +1784,8 @@ fn a_member_back_after_its_log_was_trimmed_past_keeps_the_snapshot_clones_it_hol
     let away = OsdId(1);
     let old: Vec<String> = (0..OLD).map(|i| format!("o{i:02}")).collect();
     let write_under = |net: &mut Net, tid: u64, name: &str, snapc: ObjOp, bytes: &[u8]| {
-        let op = object_op(net, tid, name, vec![snapc, ObjOp::WriteFull { len_bytes: bytes.len() as u64 }]);
-        let primary = net.map.locate(op.pool, name).unwrap().osds[0].0;
-        let rid = net.submit(primary, op, bytes, 0);
-        net.replies.remove(&rid).expect("answered").result.expect("write");
+        let ops = vec![snapc, ObjOp::WriteFull { len_bytes: bytes.len() as u64 }];
+        submit_object_op(net, object_op(net, tid, name, ops), bytes).result.expect("write");
     };
     // Every old object written, then written again after snapshot 1 was taken: clone 1 of each.
     for (i, name) in old.iter().enumerate() {
@@ -1805,18 +1803,10 @@ fn a_member_back_after_its_log_was_trimmed_past_keeps_the_snapshot_clones_it_hol
     }
     write_under(&mut net, 300, &old[0], ctx(2, &[2, 1]), &[0xee; 4096]);
     let op = object_op(&net, 301, &old[1], vec![ctx(2, &[2]), ObjOp::SnapTrim]);
-    let primary = net.map.locate(op.pool, &old[1]).unwrap().osds[0].0;
-    let rid = net.submit(primary, op, b"", 0);
-    net.replies.remove(&rid).expect("answered").result.expect("trim while it is away");
+    submit_object_op(&mut net, op, b"").result.expect("trim while it is away");
     let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
     net.change(Command::OsdBoot { id: away, addr });
-    for _ in 0..60 {
-        net.tick();
-    }
-    for osd in [OsdId(0), away] {
-        let states = net.core(osd).pg_states();
-        assert!(states.iter().all(|(s, _)| s.starts_with("active+clean")), "osd.{}: {states:?}", osd.0);
-    }
+    settle_clean(&mut net, &[OsdId(0), away]);
     let (a, b) = (all_objects(&net, OsdId(0)), all_objects(&net, away));
     assert!(a == b, "the members differ");
     assert!(b[&shoal_osd::snaps::clone_name(&old[0], 2)] == vec![0x80; 4096], "the clone made while it was away");
