@@ -33,67 +33,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -ge 1 ] || usage 2
-for b in "$@"; do [ -x "$b" ] || { echo "not an executable: $b" >&2; exit 2; }; done
-command -v jq >/dev/null || { echo "jq is needed" >&2; exit 2; }
-
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
-log() { echo "[$(date +%T)] $*" >&2; }
-
-BIN=""
-DIR=""
-# `down` leaves a block cluster's files: they are removed too (four OSD files of --osd-size).
-cleanup() {
-  if [ -n "$BIN" ] && [ -n "$DIR" ] && [ -d "$DIR" ]; then
-    "$BIN" down --dir "$DIR" >/dev/null 2>&1 || true
-    rm -rf "$DIR"
-  fi
-}
-trap cleanup EXIT
-
-# Prints "clean", or the misplaced and degraded counts.
-state() {
-  "$BIN" --conf "$DIR/shoal.toml" status --json | jq -r '
-    if .pgs.count > 0 and (.pgs.by_state["active+clean"] // 0) == .pgs.count
-       and .recovery.degraded_objects == 0 and .recovery.misplaced_objects == 0
-    then "clean"
-    else "\(.recovery.misplaced_objects) \(.recovery.degraded_objects)"
-    end'
-}
-misplaced() { local s; s=$(state); if [ "$s" = clean ]; then echo 0; else echo "${s%% *}"; fi; }
-
-# Waits until clean like `wait_clean`; prints the highest misplaced count seen meanwhile.
-until_clean() {
-  local t0=$1 peak=0 s m
-  while :; do
-    s=$(state)
-    [ "$s" = clean ] && break
-    m=${s%% *}
-    [ "$m" -gt "$peak" ] && peak=$m
-    if [ "$(elapsed "$t0" "$(now)" | cut -d. -f1)" -ge "$TIMEOUT_S" ]; then
-      log "not clean after ${TIMEOUT_S}s: $s"; exit 1
-    fi
-    sleep 0.2
-  done
-  echo "$peak"
-}
-
-wait_clean() {  # $1: start time; gives up after TIMEOUT_S
-  local t0=$1
-  until [ "$(state)" = clean ]; do
-    if [ "$(elapsed "$t0" "$(now)" | cut -d. -f1)" -ge "$TIMEOUT_S" ]; then
-      log "not clean after ${TIMEOUT_S}s: $(state)"; exit 1
-    fi
-    sleep 0.5
-  done
-}
+# shellcheck source=backfill-lib.sh
+. "$(dirname "$0")/backfill-lib.sh"
 
 run_one() {  # $1: binary -> one JSON line
-  BIN=$1
-  DIR=$WORK/cluster
-  # run_one runs in a command substitution, a subshell the caller's trap does not cover.
-  trap cleanup EXIT
-  rm -rf "$DIR"; mkdir -p "$WORK"
+  start_run "$1"
   "$BIN" up --dir "$DIR" --osds 4 --backend block --osd-size "$OSD_SIZE" --pg-num 32 --no-gateway --json >"$WORK/up.json"
   local objects=$((GIB * 256))
   "$BIN" --conf "$DIR/shoal.toml" bench --pool data write -b 4M -t 16 --objects "$objects" --prefix big_ \
