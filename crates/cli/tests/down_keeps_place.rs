@@ -1,7 +1,8 @@
 //! A down OSD keeps its place until it goes out (decision 0050), on real processes with
 //! disk-backed stores: four OSDs, a size-3 pool. One OSD is killed with SIGKILL and marked down
 //! by the monitors; its PGs go on with their two other members (shorter acting sets, never a
-//! replacement), client writes succeed, and nothing is backfilled anywhere. `osd out` then
+//! replacement), client writes succeed, nothing is backfilled anywhere, and `shoal status` counts
+//! each of its objects as one degraded copy. `osd out` then
 //! remaps its PGs onto the fourth OSD, which is backfilled, and the cluster is clean without it;
 //! every object reads back.
 
@@ -67,8 +68,22 @@ fn a_down_osd_keeps_its_place_until_it_goes_out() {
     for i in 0..OBJECTS {
         write(i, 2);
     }
-    std::thread::sleep(Duration::from_secs(3));
-    let status = common::json(&ok(&shoal(&dir, &["status", "--json"])));
+    // Every object whose acting set held osd.3 lacks one copy: counted as degraded (reports
+    // reach the monitors once a second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let status = common::json(&ok(&shoal(&dir, &["status", "--json"])));
+        if status["recovery"]["degraded_objects"] == with3.len() as u64 || std::time::Instant::now() > deadline {
+            break status;
+        }
+    };
+    assert_eq!(
+        status["recovery"]["degraded_objects"],
+        with3.len() as u64,
+        "objects on osd.3 while it is down ({} of them) are not all counted degraded: {status}",
+        with3.len()
+    );
     assert_eq!(status["recovery"]["misplaced_objects"], 0, "data moved while osd.3 was only down: {status}");
     let by_state = status["pgs"]["by_state"].as_object().expect("states");
     assert!(by_state.keys().any(|s| s.contains("undersized")), "no PG undersized while osd.3 is down: {status}");

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgId};
 use shoal_proto::mon::OsdStats;
 use shoal_proto::osd::{
-    Eversion, OsdOp, OsdOpReply, PG_INFO_MAX_OBJECTS, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, RepOp,
+    Eversion, OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, RepOp,
     RepOpReply, ReqId,
 };
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
@@ -1230,20 +1230,19 @@ impl OsdCore {
             (log.last_update(), log.len() as u32)
         };
         let coll = pg_collection(pg);
-        let mut objects = 0u64;
-        if self.collections.contains(&coll) {
-            let mut after: Option<String> = None;
-            // Bounded by PG_INFO_MAX_OBJECTS, a page at a time.
-            while objects < PG_INFO_MAX_OBJECTS {
-                let page = self.store.list_objects(&coll, "", after.as_deref(), 4096).map_err(|e| store_error(&e))?;
-                objects += page.objects.len() as u64;
-                match page.next {
-                    Some(n) => after = Some(n),
-                    None => break,
-                }
-            }
+        let objects =
+            if self.collections.contains(&coll) { self.store.collection_objects(&coll).map_err(|e| store_error(&e))? } else { 0 };
+        Ok(PgInfo { last_update, log_entries, objects, state: self.pg_state(pg) })
+    }
+
+    /// Objects this OSD holds of PG `pg` (clones and snapshot directories included, as Ceph
+    /// counts them); 0 if it holds none or its store cannot say (the count is for reports only).
+    fn pg_objects(&self, pg: PgId) -> u64 {
+        let coll = pg_collection(pg);
+        if !self.collections.contains(&coll) {
+            return 0;
         }
-        Ok(PgInfo { last_update, log_entries, objects: objects.min(PG_INFO_MAX_OBJECTS), state: self.pg_state(pg) })
+        self.store.collection_objects(&coll).unwrap_or(0)
     }
 
     /// The state of PG `pg` as this OSD sees it, if it is the PG's primary: `peering`, `down`,
@@ -1391,6 +1390,13 @@ impl OsdCore {
             {
                 let own = self.metas.get(pg).map_or(0, |m| m.missing.len());
                 degraded += (own + p.peers.values().map(|pp| pp.missing.len()).sum::<usize>()) as u64;
+                // An acting set short of the pool's size (a member down and not replaced,
+                // decision 0050) lacks a copy of every object: counted as Ceph counts them.
+                let size = self.map.pools.get(&pg.pool).map_or(0, |pool| u64::from(pool.size));
+                let shortfall = size.saturating_sub(p.acting.len() as u64);
+                if shortfall > 0 {
+                    degraded += shortfall * self.pg_objects(*pg);
+                }
                 misplaced += p.backfill_remaining.values().sum::<u64>();
                 unfound += p.unfound.len() as u64;
             }

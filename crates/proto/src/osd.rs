@@ -435,14 +435,11 @@ pub struct PgInfo {
     pub last_update: Eversion,
     /// Entries its PG log keeps.
     pub log_entries: u32,
-    /// Objects it holds in the PG (counted up to [`PG_INFO_MAX_OBJECTS`]).
+    /// Objects it holds in the PG (its store's count: no listing).
     pub objects: u64,
     /// The PG's state (`active+clean`, `peering`, `down`, ...) if this OSD is its primary.
     pub state: Option<String>,
 }
-
-/// Objects a [`PgQuery`] counts at most, which bounds the work of one query.
-pub const PG_INFO_MAX_OBJECTS: u64 = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgQueryReply {

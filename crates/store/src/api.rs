@@ -353,6 +353,11 @@ pub trait ObjectStore: Send + Sync {
     /// `after`, in byte order, with a cursor for the next page.
     fn list_objects(&self, coll: &str, prefix: &str, after: Option<&str>, max: usize) -> Result<ListPage>;
 
+    /// How many objects collection `coll` holds after every transaction committed so far;
+    /// `NoSuchCollection` if it does not exist. Engine stores keep the count by every commit, so
+    /// this costs a lookup, never a listing; the plain-file store counts its directory.
+    fn collection_objects(&self, coll: &str) -> Result<u64>;
+
     /// Space in use and object counts.
     fn usage(&self) -> Result<Usage>;
 

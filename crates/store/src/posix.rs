@@ -543,6 +543,13 @@ impl ObjectStore for PosixStore {
         Ok(ListPage { objects, next })
     }
 
+    fn collection_objects(&self, coll: &str) -> Result<u64> {
+        if !self.collection_exists(coll)? {
+            return Err(StoreError::NoSuchCollection(coll.to_string()));
+        }
+        Ok(self.object_names(coll)?.len() as u64)
+    }
+
     fn usage(&self) -> Result<Usage> {
         let mut usage = Usage { size_bytes: self.size_bytes, ..Usage::default() };
         for coll in self.list_collections()? {

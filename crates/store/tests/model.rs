@@ -98,7 +98,10 @@ fn check_equal(store: &dyn ObjectStore, m: &Model) {
     let usage = store.usage().unwrap();
     assert_eq!(usage.collections, m.len() as u64, "collections counted");
     assert_eq!(usage.objects, m.values().map(|objs| objs.len() as u64).sum::<u64>(), "objects counted");
+    let err = store.collection_objects("absent").unwrap_err();
+    assert!(matches!(err, shoal_store::StoreError::NoSuchCollection(_)), "{err}");
     for (coll, objs) in m {
+        assert_eq!(store.collection_objects(coll).unwrap(), objs.len() as u64, "objects of {coll} counted");
         // Page through the listing two at a time to exercise the cursor.
         let mut listed = Vec::new();
         let mut after: Option<String> = None;

@@ -1,6 +1,8 @@
 //! Consistency check of an engine store: every extent verified against its checksums, and the
 //! space accounting (extents plus free space must tile the device exactly once).
 
+use std::collections::HashMap;
+
 use shoal_util::crc32c;
 
 use super::device::{BLOCK_BYTES, Device};
@@ -21,7 +23,13 @@ fn split_object_key(key: &[u8]) -> (String, String) {
 
 /// Checks the store. The caller has checkpointed (the KV store holds everything) and holds the
 /// writer lock.
-pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<FsckReport> {
+/// `coll_objects` is the engine's count of objects per collection, checked against the records.
+pub fn check<R: KvRead, D: Device>(
+    kv: &R,
+    dev: &D,
+    sb: &Superblock,
+    coll_objects: &HashMap<String, u64>,
+) -> Result<FsckReport> {
     let mut report = FsckReport::default();
     let data_start = sb.log_offset + sb.log_bytes;
     let mut used: Vec<(u64, u64, String)> = Vec::new();
@@ -38,9 +46,11 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
         onodes.push((k.to_vec(), v.to_vec()));
         true
     })?;
+    let mut counted: HashMap<String, u64> = HashMap::new();
     for (key, value) in onodes {
         report.objects += 1;
         let (coll, obj) = split_object_key(&key);
+        *counted.entry(coll.clone()).or_default() += 1;
         let name = format!("{coll}/{obj}");
         if !colls.iter().any(|c| c.as_slice() == coll.as_bytes()) {
             report.errors.push(format!("{name}: its collection does not exist"));
@@ -145,5 +155,14 @@ pub fn check<R: KvRead, D: Device>(kv: &R, dev: &D, sb: &Superblock) -> Result<F
             .push(format!("device blocks at {expect}+{} are neither used nor free (leaked)", sb.device_bytes - expect));
     }
     let _ = free_bytes;
+    let mut colls_counted: Vec<&String> = counted.keys().chain(coll_objects.keys()).collect();
+    colls_counted.sort_unstable();
+    colls_counted.dedup();
+    for coll in colls_counted {
+        let (found, kept) = (counted.get(coll).copied().unwrap_or(0), coll_objects.get(coll).copied().unwrap_or(0));
+        if found != kept {
+            report.errors.push(format!("collection {coll}: {found} objects recorded, but the count in memory says {kept}"));
+        }
+    }
     Ok(report)
 }

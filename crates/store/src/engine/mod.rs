@@ -27,6 +27,7 @@ mod staged;
 mod txn;
 pub mod wal;
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use shoal_util::{AlignedBuf, BufPool};
@@ -192,6 +193,10 @@ struct Writer {
     /// object: that scan held a disk-backed OSD's worker ~100 ms with 100,000 objects).
     objects: u64,
     collections: u64,
+    /// Objects per collection, counted and kept the same way (absent: none), so that an OSD can
+    /// say how many objects a PG holds once a second without listing them. Bounded by the
+    /// number of collections.
+    coll_objects: HashMap<String, u64>,
     /// Set when a write or commit failed half-way: the log or the KV store may now disagree
     /// with memory, so the engine refuses further writes until it is remounted (and
     /// recovery sorts out what reached the medium).
@@ -386,13 +391,33 @@ impl<K: Kv, D: Device> Engine<K, D> {
             true
         })?;
         let mut objects = 0u64;
-        kv.scan(Ks::Onodes, &[], None, &mut |_, _| {
+        let mut coll_objects: HashMap<String, u64> = HashMap::new();
+        let mut bad_key = None;
+        kv.scan(Ks::Onodes, &[], None, &mut |k, _| {
             objects += 1;
+            // Keys are `collection NUL object`, and collection names are UTF-8 without NUL.
+            let coll = k.iter().position(|b| *b == 0).and_then(|at| std::str::from_utf8(&k[..at]).ok());
+            match coll {
+                Some(coll) => match coll_objects.get_mut(coll) {
+                    Some(n) => *n += 1,
+                    None => {
+                        coll_objects.insert(coll.to_string(), 1);
+                    }
+                },
+                None => {
+                    bad_key = Some(format!("object record with a malformed key {k:?}"));
+                    return false;
+                }
+            }
             true
         })?;
+        if let Some(msg) = bad_key {
+            return Err(StoreError::Corrupt(msg));
+        }
         let writer = Writer {
             objects,
             collections,
+            coll_objects,
             alloc,
             log,
             seq,
@@ -809,9 +834,23 @@ impl<K: Kv, D: Device> Engine<K, D> {
     }
 
     /// The writer's bookkeeping for committed transaction `seq`.
-    fn committed(&self, w: &mut Writer, seq: u64, objects_delta: i64, collections_delta: i64, frees: Vec<(u64, u64)>) {
+    fn committed(
+        &self,
+        w: &mut Writer,
+        seq: u64,
+        objects_delta: BTreeMap<String, i64>,
+        collections_delta: i64,
+        frees: Vec<(u64, u64)>,
+    ) {
         w.seq = seq;
-        w.objects = apply_delta(w.objects, objects_delta, "objects");
+        for (coll, delta) in objects_delta {
+            w.objects = apply_delta(w.objects, delta, "objects");
+            let n = w.coll_objects.get(&coll).copied().unwrap_or(0);
+            match apply_delta(n, delta, "collection objects") {
+                0 => w.coll_objects.remove(&coll),
+                n => w.coll_objects.insert(coll, n),
+            };
+        }
         w.collections = apply_delta(w.collections, collections_delta, "collections");
         w.pending_free_bytes += frees.iter().map(|f| f.1).sum::<u64>();
         // Space over blocks written in place this lap waits for the lap's end (u64::MAX: only a
@@ -1124,6 +1163,15 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         Ok(ListPage { objects: names, next })
     }
 
+    fn collection_objects(&self, coll: &str) -> Result<u64> {
+        let counted = lock(&self.writer).coll_objects.get(coll).copied();
+        match counted {
+            Some(n) => Ok(n),
+            None if self.collection_exists(coll)? => Ok(0),
+            None => Err(StoreError::NoSuchCollection(coll.to_string())),
+        }
+    }
+
     fn usage(&self) -> Result<Usage> {
         let (free, pending, objects, collections) = {
             let w = lock(&self.writer);
@@ -1139,7 +1187,7 @@ impl<K: Kv, D: Device> ObjectStore for Engine<K, D> {
         // new checksums.
         let mut w = lock(&self.writer);
         self.checkpoint(&mut w)?;
-        fsck::check(&self.kv, &self.dev, &self.superblock)
+        fsck::check(&self.kv, &self.dev, &self.superblock, &w.coll_objects)
     }
 }
 

@@ -65,8 +65,9 @@ pub struct PendingCsums {
 pub struct Planned {
     /// Extent records in `batch` whose checksums must be filled in before it is committed.
     pub pending_csums: Vec<PendingCsums>,
-    /// Objects and collections the transaction creates minus those it removes.
-    pub objects_delta: i64,
+    /// Objects the transaction creates minus those it removes, per collection (only collections
+    /// whose count changes), and collections created minus removed.
+    pub objects_delta: BTreeMap<String, i64>,
     pub collections_delta: i64,
     /// The metadata batch, free-space records included.
     pub batch: Batch,
@@ -108,8 +109,8 @@ pub struct Plan<'a, R: KvRead, D: Device> {
     defer_csums: bool,
     pending_csums: Vec<PendingCsums>,
     /// Objects and collections created minus removed so far (the engine keeps counts, so that
-    /// its usage never scans every object).
-    objects_delta: i64,
+    /// its usage never scans every object), objects per collection.
+    objects_delta: BTreeMap<String, i64>,
     collections_delta: i64,
     /// Whether small overwrites may go in place (see [`INPLACE_MAX_BYTES`]).
     inplace_ok: bool,
@@ -139,7 +140,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             extent_end_bound: 0,
             defer_csums: false,
             pending_csums: Vec::new(),
-            objects_delta: 0,
+            objects_delta: BTreeMap::new(),
             collections_delta: 0,
             inplace_ok: false,
             inplace: Vec::new(),
@@ -193,6 +194,16 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             objects_delta: self.objects_delta,
             collections_delta: self.collections_delta,
             inplace: self.inplace,
+        }
+    }
+
+    /// Notes that the transaction creates (`1`) or removes (`-1`) an object of `coll`.
+    fn count_object(&mut self, coll: &str, delta: i64) {
+        match self.objects_delta.get_mut(coll) {
+            Some(d) => *d += delta,
+            None => {
+                self.objects_delta.insert(coll.to_string(), delta);
+            }
         }
     }
 
@@ -574,7 +585,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 names::check_object(obj)?;
                 self.require_collection(coll)?;
                 let found = self.onode(coll, obj)?;
-                self.objects_delta += i64::from(found.is_none());
+                if found.is_none() {
+                    self.count_object(coll, 1);
+                }
                 let mut onode = found.unwrap_or_else(Onode::empty);
                 onode.mtime_ns = self.now_ns;
                 self.put_onode(coll, obj, onode);
@@ -584,7 +597,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 names::check_extent(coll, obj, *offset, data.len() as u64)?;
                 self.require_collection(coll)?;
                 let found = self.onode(coll, obj)?;
-                self.objects_delta += i64::from(found.is_none());
+                if found.is_none() {
+                    self.count_object(coll, 1);
+                }
                 let mut onode = found.unwrap_or_else(Onode::empty);
                 self.bound_extents(onode.size_bytes);
                 let aligned = offset % BLOCK_BYTES == 0 && (data.len() as u64).is_multiple_of(BLOCK_BYTES);
@@ -628,7 +643,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 self.remove_children(Ks::Xattrs, coll, obj)?;
                 self.remove_children(Ks::Omap, coll, obj)?;
                 self.delete(Ks::Onodes, layout::object_key(coll, obj));
-                self.objects_delta -= 1;
+                self.count_object(coll, -1);
             }
             Op::SetVersion { coll, obj, version } => {
                 let mut onode = self.require_onode(coll, obj)?;
