@@ -25,7 +25,9 @@ use shoal_store::{ObjectStore, Transaction};
 /// is left with no version instead: the write went onto a base nobody vouches for, so the result
 /// is not the write's object, and a backfill comparing versions must send it (decision 0049).
 ///
-/// A snapshot clone the write makes gets the same version (or none, as the head).
+/// A snapshot clone the write makes gets the same version (or none, as the head), and so does the
+/// snapshot directory when the write leaves one (the head's snapshot state while the head does
+/// not exist): every write of a directory is a logged write of its head's name.
 pub fn stamp(
     txn: &mut Transaction,
     store: &dyn ObjectStore,
@@ -55,6 +57,17 @@ pub fn stamp(
         {
             txn.set_version(coll, &crate::snaps::clone_name(obj, *id), stored);
         }
+    }
+    // The directory is rewritten whole by every write of the state it holds (removed, then made
+    // again: see `exec::build_transaction`), so its content is what the write's version names on
+    // every member that applied the write, as a clone's is. Its last write decides whether it is
+    // there.
+    let dir_after = resolved.iter().rev().find_map(|op| match op {
+        ObjOp::SnapsetWrite { value, on_head, .. } => Some(value.is_some() && !on_head),
+        _ => None,
+    });
+    if dir_after == Some(true) {
+        txn.set_version(coll, &crate::snaps::snapdir_name(obj), stored);
     }
 }
 

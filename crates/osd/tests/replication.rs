@@ -1793,8 +1793,14 @@ fn a_member_back_after_its_log_was_trimmed_past_keeps_the_snapshot_clones_it_hol
         write_under(&mut net, 50 + i as u64, name, ctx(1, &[1]), &[0x80 + i as u8; 4096]);
     }
     let clone1 = |name: &str| shoal_osd::snaps::clone_name(name, 1);
+    // The last one's head removed: its clone stays, its snapshot state moves to its directory.
+    let removed = &old[OLD - 1];
+    let dir = shoal_osd::snaps::snapdir_name(removed);
+    let op = object_op(&net, 90, removed, vec![ctx(1, &[1]), ObjOp::Remove]);
+    submit_object_op(&mut net, op, b"").result.expect("remove a head that has a clone");
     let on_away = all_objects(&net, away);
     assert!(old.iter().all(|o| on_away.contains_key(&clone1(o))), "every old object has clone 1 on the member");
+    assert!(on_away.contains_key(&dir) && !on_away.contains_key(removed), "{removed}'s directory on the member");
     // The member is away while the logs move on; meanwhile snapshot 2 is taken and one object
     // written under it (a new clone), and snapshot 1 is removed and trimmed from another.
     net.change(Command::OsdDown { id: away });
@@ -1819,15 +1825,23 @@ fn a_member_back_after_its_log_was_trimmed_past_keeps_the_snapshot_clones_it_hol
         "an unchanged clone was sent again: {:?}",
         net.names_pushed
     );
-    // Every clone carries the version of the write that made it, on both members.
+    // So did the directory of the head removed before it went away.
+    assert!(net.names_kept.contains(&dir), "{dir:?} sent again: kept {:?}, sent {:?}", net.names_kept, net.names_pushed);
+    // Every clone carries the version of the write that made it, and the directory that of the
+    // removal, on both members.
     let pool = net.map.pool_by_name("p").unwrap().id;
-    for o in &old[2..] {
+    let on_both = |net: &Net, o: &str, name: &str| -> Vec<(u64, u64)> {
         let coll = shoal_osd::exec::pg_collection(net.map.locate(pool, o).unwrap().pg);
-        let versions: Vec<_> =
-            [OsdId(0), away].iter().map(|m| net.core(*m).store().version(&coll, &clone1(o)).unwrap()).collect();
+        [OsdId(0), away].iter().map(|m| net.core(*m).store().version(&coll, name).unwrap()).collect()
+    };
+    for o in &old[2..] {
+        let versions = on_both(&net, o, &clone1(o));
         assert_ne!(versions[0], (0, 0), "{o}'s clone has no version");
         assert_eq!(versions[0], versions[1], "{o}'s clone");
     }
+    let versions = on_both(&net, removed, &dir);
+    assert_ne!(versions[0], (0, 0), "{dir:?} has no version");
+    assert_eq!(versions[0], versions[1], "{dir:?}");
 }
 
 #[test]
