@@ -139,7 +139,8 @@ impl PeerPlan {
 /// A primary's state for one PG.
 pub(crate) struct Primary {
     pub phase: Phase,
-    /// Counts peering attempts; answers to an older attempt are ignored.
+    /// Names this peering attempt, uniquely on this OSD (the same number as `term`): answers
+    /// to calls of any other attempt, this interval's or an earlier one's, are ignored.
     pub attempt: u64,
     /// Unique on this OSD for every peering attempt of every PG (`attempt` restarts with a new
     /// interval): a read handed off under one term and finishing under another may have read
@@ -361,7 +362,11 @@ impl OsdCore {
         let term = self.last_term;
         let Some(state) = self.pgs.get_mut(&pg) else { return };
         let Role::Primary(p) = &mut state.role else { return };
-        let attempt = p.attempt + 1;
+        // Unique across this PG's intervals too (not a count restarting with each interval): a
+        // peer's late answer to a call of an earlier interval's attempt with the same number
+        // would otherwise be taken for an answer to this one — a pull answered twice, the
+        // second (older) copy installed over a write made in between.
+        let attempt = term;
         let queued = std::mem::take(&mut p.queued);
         let blocked = std::mem::take(&mut p.blocked);
         let mut fresh = Primary::new(acting.clone(), record.clone(), attempt);
