@@ -251,8 +251,9 @@ pub fn read_part(
 
 /// Reads object `name` whole and, when it is a head, its companions (snapshot clones and snap
 /// directory, which move with it): the head's copy first. All bytes are appended to `data`.
-/// Objects whose xattrs and omap take more than `max_metadata_bytes` are refused with `TooLarge`
-/// (to be sent in parts: [`read_part_copies`]).
+/// A head whose xattrs and omap take more than `max_metadata_bytes` is refused with `TooLarge`
+/// (to be sent in parts: [`read_part_copies`]); companions are bounded by
+/// [`COPY_METADATA_MAX_BYTES`] only, as in a first part.
 pub fn read_copies(
     store: &dyn ObjectStore,
     coll: &str,
@@ -262,8 +263,12 @@ pub fn read_copies(
 ) -> Result<Vec<ObjectCopy>, RemoteError> {
     let mut copies = vec![read_sized(store, coll, name, max_metadata_bytes, data)?];
     if !snaps::is_companion(name) {
+        // Companions always travel whole, as with the first part of an object sent in parts:
+        // the bound is the head's. (A head that does not exist has nothing to send in parts,
+        // so a snapshot directory's state larger than a backfill chunk must not turn its
+        // recovery into one.)
         for companion in snaps::companions(store, coll, name)? {
-            copies.push(read_sized(store, coll, &companion, max_metadata_bytes, data)?);
+            copies.push(read_sized(store, coll, &companion, COPY_METADATA_MAX_BYTES, data)?);
         }
     }
     check_copies_fit(&copies)?;

@@ -31,8 +31,7 @@ use std::sync::Arc;
 use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgId};
 use shoal_proto::mon::OsdStats;
 use shoal_proto::osd::{
-    Eversion, OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, RepOp,
-    RepOpReply, ReqId,
+    Eversion, OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, RepOp, RepOpReply, ReqId,
 };
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
 use shoal_store::{Durability, ObjectStore, StoreError};
@@ -44,6 +43,7 @@ use crate::exec::{
 use crate::pglog::{LogEntry, PgLog};
 use crate::pgmeta::PgMeta;
 
+mod clones;
 mod peering;
 mod purge;
 mod recovery;
@@ -290,6 +290,9 @@ pub struct Mutations {
     /// A member being backfilled stamps a write's version on a copy past its cursor (one a lost
     /// or refused push never replaced) as on any other.
     pub vouch_past_cursor: bool,
+    /// Recovery pushes and pull answers carry an object without its snapshot clones and
+    /// directory (and the member applying one removes the companions it holds).
+    pub recover_heads_only: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -1230,8 +1233,11 @@ impl OsdCore {
             (log.last_update(), log.len() as u32)
         };
         let coll = pg_collection(pg);
-        let objects =
-            if self.collections.contains(&coll) { self.store.collection_objects(&coll).map_err(|e| store_error(&e))? } else { 0 };
+        let objects = if self.collections.contains(&coll) {
+            self.store.collection_objects(&coll).map_err(|e| store_error(&e))?
+        } else {
+            0
+        };
         Ok(PgInfo { last_update, log_entries, objects, state: self.pg_state(pg) })
     }
 

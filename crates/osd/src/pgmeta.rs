@@ -124,10 +124,12 @@ impl PgMeta {
     }
 
     /// Whether the object `name` can be trusted here: not missing, and not beyond the backfill
-    /// cursor.
+    /// cursor — for a head, its clones and snapshot directory not either (the cursor is not
+    /// between them: see [`crate::snaps::cursor_splits`]).
     #[must_use]
     pub fn has(&self, name: &str) -> bool {
-        !self.missing.contains_key(name) && self.backfill.as_deref().is_none_or(|c| name <= c)
+        !self.missing.contains_key(name)
+            && self.backfill.as_deref().is_none_or(|c| name <= c && !crate::snaps::cursor_splits(c, name))
     }
 }
 

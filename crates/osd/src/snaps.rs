@@ -196,6 +196,14 @@ pub fn companion_prefix(head: &str) -> String {
     format!("{head}{COMPANION_SEP}")
 }
 
+/// Whether a backfill cursor `cursor` stands between `head` and its last companion: the head
+/// was sent (it sorts before its companions) while some of its clones may not have been yet, so
+/// the member's head and companions together are not a copy of the object.
+#[must_use]
+pub fn cursor_splits(cursor: &str, head: &str) -> bool {
+    cursor.starts_with(head) && (cursor.len() == head.len() || cursor[head.len()..].starts_with(COMPANION_SEP))
+}
+
 /// The head a stored name belongs to: the name itself for a head, the part before the separator
 /// for a companion.
 #[must_use]
@@ -275,6 +283,15 @@ pub fn companions(store: &dyn ObjectStore, coll: &str, head: &str) -> Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cursor_splits_a_head_from_its_companions_only_between_them() {
+        assert!(cursor_splits("obj", "obj"), "the head sent, its clones not yet");
+        assert!(cursor_splits(&clone_name("obj", 3), "obj"));
+        assert!(cursor_splits(&snapdir_name("obj"), "obj"), "conservative: the directory is last");
+        assert!(!cursor_splits("obj2", "obj"), "another head that merely shares the prefix");
+        assert!(!cursor_splits("oba", "obj") && !cursor_splits("obk", "obj"));
+    }
 
     #[test]
     fn the_stored_form_round_trips_and_damage_is_refused() {

@@ -1826,7 +1826,12 @@ fn a_member_back_after_its_log_was_trimmed_past_keeps_the_snapshot_clones_it_hol
         net.names_pushed
     );
     // So did the directory of the head removed before it went away.
-    assert!(net.names_kept.contains(&dir), "{dir:?} sent again: kept {:?}, sent {:?}", net.names_kept, net.names_pushed);
+    assert!(
+        net.names_kept.contains(&dir),
+        "{dir:?} sent again: kept {:?}, sent {:?}",
+        net.names_kept,
+        net.names_pushed
+    );
     // Every clone carries the version of the write that made it, and the directory that of the
     // removal, on both members.
     let pool = net.map.pool_by_name("p").unwrap().id;

@@ -117,7 +117,7 @@ impl OsdCore {
 
     /// Starts recovering one object: a pull if the primary lacks it, else pushes to the replicas
     /// that do.
-    fn recover_object(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
+    pub(super) fn recover_object(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
         let own_missing = self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
         let me = self.id;
         let epoch = self.map.epoch;
@@ -134,12 +134,19 @@ impl OsdCore {
             let from_sources = candidates().find(|(o, _)| p.acting.contains(o)).or_else(|| candidates().next());
             let source = from_sources.or_else(holder).map(|(o, _)| *o);
             let Some(source) = source else {
-                if p.unfound.insert(object.to_string()) {
+                // A copy missing only for damage to its clones is repaired clone by clone.
+                if self.repair_clones_alone(pg, object, out) {
+                    return;
+                }
+                if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg)
+                    && p.unfound.insert(object.to_string())
+                {
                     tracing::warn!(%pg, object, "object unfound: no member that is up holds it");
                 }
                 self.probe_strays(pg, out);
                 return;
             };
+            let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
             p.unfound.remove(object);
             p.recovering.insert(object.to_string(), BTreeSet::from([source]));
             let attempt = p.attempt;
@@ -166,6 +173,7 @@ impl OsdCore {
         let mut data = Vec::new();
         let max_metadata = self.whole_metadata_bytes();
         let copies = match read_copies(&*self.store, &pg_collection(pg), object, max_metadata, &mut data) {
+            Ok(c) if self.mutations.recover_heads_only => head_only(c, &mut data),
             Ok(c) => c,
             Err(e) if e.code == ErrorCode::TooLarge => {
                 // Too much metadata for one message: each target gets it in parts, one after
@@ -727,10 +735,14 @@ impl OsdCore {
         result: Result<PulledCopies, RemoteError>,
         out: &mut Vec<Action>,
     ) {
+        // A clone pulled alone replaces this OSD's copy only at the same version (see `clones`).
+        let clone_version = self.clone_version_needed(pg, &object);
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
+        let matches =
+            |c: &ObjectCopy| c.name == object && clone_version.is_none_or(|want| c.exists && want == Some(c.version));
         let pulled = match result {
-            Ok(v) if v.copies.first().is_some_and(|c| c.name == object) => v,
+            Ok(v) if v.copies.first().is_some_and(matches) => v,
             Err(e) if e.code == ErrorCode::TooLarge => {
                 // Too much metadata for one message: pulled in parts from the same source.
                 tracing::info!(%pg, object, source = %from, "pulling an object in parts");
@@ -784,6 +796,7 @@ impl OsdCore {
             return;
         }
         self.counters.recovered_objects += 1;
+        tracing::debug!(%pg, object, source = %from, "pulled");
         // Now the replicas that lack it, then whoever waited.
         self.recover_object(pg, &object, out);
         self.recover(pg, out);
@@ -791,7 +804,7 @@ impl OsdCore {
 
     /// Asks `source` for `object`, which the primary lacks: whole, or (`part`) the part at that
     /// cursor of an object too large for one message.
-    fn send_pull(
+    pub(super) fn send_pull(
         &mut self,
         pg: PgId,
         attempt: u64,
@@ -1067,7 +1080,8 @@ impl OsdCore {
             Ok(_) => match &pull.part {
                 None => {
                     let max_metadata = self.whole_metadata_bytes();
-                    read_copies(&*self.store, &pg_collection(pg), &pull.object, max_metadata, &mut data)
+                    let copies = read_copies(&*self.store, &pg_collection(pg), &pull.object, max_metadata, &mut data);
+                    if self.mutations.recover_heads_only { copies.map(|c| head_only(c, &mut data)) } else { copies }
                 }
                 Some(at) => {
                     let coll = pg_collection(pg);
@@ -1454,9 +1468,22 @@ impl OsdCore {
 /// Whether `pull` is vouched for by the primary and only this member's backfill cursor (not a
 /// recorded missing object) stands in its way.
 fn vouched_past_cursor(meta: &PgMeta, pull: &PgPull) -> bool {
-    pull.vouched && meta.backfill.is_some() && !meta.missing.contains_key(&pull.object)
+    // A head the backfill has reached but whose clones it has not all sent is no copy of the
+    // object, whatever version it carries (the push stamped the head alone).
+    let split = meta.backfill.as_deref().is_some_and(|c| crate::snaps::cursor_splits(c, &pull.object));
+    pull.vouched && meta.backfill.is_some() && !meta.missing.contains_key(&pull.object) && !split
 }
 
 /// A backfill cursor past every object name (names are UTF-8 of at most 255 bytes, and U+10FFFF
 /// is the largest scalar value).
 pub(crate) const LAST_NAME: &str = "\u{10ffff}";
+
+/// The `recover_heads_only` mutation: the first copy (the head, whose bytes come first in
+/// `data`) without its companions.
+fn head_only(mut copies: Vec<ObjectCopy>, data: &mut Vec<u8>) -> Vec<ObjectCopy> {
+    copies.truncate(1);
+    if let Some(head) = copies.first() {
+        data.truncate(usize::try_from(head.size_bytes).unwrap_or(usize::MAX));
+    }
+    copies
+}

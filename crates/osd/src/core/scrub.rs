@@ -439,7 +439,8 @@ impl OsdCore {
             self.scrub_repair(pg, obj);
         }
         if let Some(st) = self.scrubs.get_mut(&pg) {
-            st.repairing.extend(to_repair.iter().map(|o| (o.name.clone(), attempt)));
+            // Tracked by the name recovery works on: a bad companion is recovered with its head.
+            st.repairing.extend(to_repair.iter().map(|o| (crate::snaps::head_of(&o.name).to_string(), attempt)));
         }
         let Some(st) = self.scrubs.get_mut(&pg) else { return };
         let Some(run) = st.run.as_mut() else { return };
@@ -531,15 +532,19 @@ impl OsdCore {
             if *osd == me {
                 continue;
             }
+            // (As for the primary's own copy: a companion is recovered with its head, and a
+            // member with a bad companion is no source for the head either, since a pull brings
+            // both.)
+            let head = crate::snaps::head_of(&obj.name).to_string();
             if let Some(pp) = p.peers.get_mut(osd) {
-                pp.missing.insert(obj.name.clone(), Eversion::default());
+                pp.missing.insert(head.clone(), Eversion::default());
             }
             if let Some(lacks) = p.sources.get_mut(osd) {
-                lacks.insert(obj.name.clone());
+                lacks.insert(head);
             }
         }
         if auth != me {
-            p.sources.entry(auth).or_default().remove(&obj.name);
+            p.sources.entry(auth).or_default().remove(crate::snaps::head_of(&obj.name));
         }
         tracing::info!(%pg, object = %obj.name, %auth, ?bad, "repairing: bad copies marked for recovery");
     }
@@ -550,11 +555,21 @@ impl OsdCore {
     /// its data), so that a member whose log no longer reaches that write can still be shown to
     /// hold it (`merge::held_at_needed_version`); `0'0` for a copy without one.
     pub(super) fn mark_own_missing(&mut self, pg: PgId, object: &str) -> Result<(), RemoteError> {
+        // Recovery moves a head together with its clones and snapshot directory, and the PG log
+        // names heads only: a damaged companion is repaired by recovering its head. Its own name
+        // in a missing set would read, at the next peering, as an object the PG's history never
+        // wrote, and be removed (decision 0037) — a snapshot's data lost.
+        let object = crate::snaps::head_of(object);
         let meta = self.meta_mut(pg)?;
         if meta.missing.contains_key(object) {
             return Ok(());
         }
-        let need = crate::objver::stored(&*self.store, &crate::exec::pg_collection(pg), object).unwrap_or_default();
+        // A head that does not exist but has clones keeps its state, and the version of its last
+        // write, on its snapshot directory.
+        let coll = crate::exec::pg_collection(pg);
+        let need = crate::objver::stored(&*self.store, &coll, object)
+            .or_else(|| crate::objver::stored(&*self.store, &coll, &crate::snaps::snapdir_name(object)))
+            .unwrap_or_default();
         let mut txn = Transaction::new();
         PgMeta::write_missing(&mut txn, pg, object, need);
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
