@@ -808,8 +808,15 @@ impl OsdCore {
         let need = if read_only { Need::Primary } else { Need::All };
         // In the object's order: behind what already waits for the object, and a write behind
         // the reads of it still running beside the worker.
-        if !self.object_ready(pg, &op.object, need, out) || self.must_wait_for_object(pg, &op.object, read_only) {
+        let split = !read_only && self.backfill_splits(pg, &op.object);
+        if split
+            || !self.object_ready(pg, &op.object, need, out)
+            || self.must_wait_for_object(pg, &op.object, read_only)
+        {
             let object = op.object.clone();
+            if split && let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+                p.split_waits.insert(object.clone());
+            }
             let event = Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms };
             return self.block_on(pg, &object, event, out);
         }

@@ -164,6 +164,9 @@ pub(crate) struct Primary {
     /// beside the worker or its unacknowledged writes done), and how many in all.
     pub blocked: BTreeMap<String, Vec<Event>>,
     pub blocked_ops: usize,
+    /// Objects among `blocked` whose writes wait for a backfill target's cursor to pass their
+    /// clones (`OsdCore::backfill_splits`).
+    pub split_waits: BTreeSet<String>,
     /// Objects being recovered: the members whose acknowledgement is awaited (a pull waits on
     /// the source).
     pub recovering: BTreeMap<String, BTreeSet<OsdId>>,
@@ -224,6 +227,7 @@ impl Primary {
             queued: VecDeque::new(),
             blocked: BTreeMap::new(),
             blocked_ops: 0,
+            split_waits: BTreeSet::new(),
             recovering: BTreeMap::new(),
             backfilling: BTreeSet::new(),
             push_bytes: BTreeMap::new(),

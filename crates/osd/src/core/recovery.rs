@@ -284,6 +284,29 @@ impl OsdCore {
         });
     }
 
+    /// Whether a backfill target's cursor stands between head `object` and its clones
+    /// (`snaps::cursor_splits`): the target holds the head but maybe not all the clones, so a
+    /// write of the head — which may restore, trim or copy a clone — waits until the next chunk
+    /// has passed them, as Ceph holds writes to objects in its backfill window.
+    pub(super) fn backfill_splits(&self, pg: PgId, object: &str) -> bool {
+        self.primary(pg).is_some_and(|p| {
+            p.peers.values().any(|pp| pp.backfill.as_deref().is_some_and(|c| crate::snaps::cursor_splits(c, object)))
+        })
+    }
+
+    /// Runs the writes that waited for a backfill cursor to pass their object's clones, for
+    /// those no cursor splits any more.
+    fn wake_unsplit(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let Some(p) = self.primary(pg) else { return };
+        let ready: Vec<String> = p.split_waits.iter().filter(|o| !self.backfill_splits(pg, o)).cloned().collect();
+        for object in ready {
+            if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+                p.split_waits.remove(&object);
+            }
+            self.unblock(pg, &object, out);
+        }
+    }
+
     /// Runs the operations that waited for `object`.
     pub(super) fn unblock(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
         let events = match self.pgs.get_mut(&pg) {
@@ -885,6 +908,7 @@ impl OsdCore {
                 let lacks: BTreeSet<String> = pp.missing.keys().cloned().collect();
                 p.sources.insert(from, lacks);
             }
+            self.wake_unsplit(pg, out);
         } else if let Some((name, at)) = next {
             // A part of a recovery push landed: the next one.
             return self.send_recovery_part(pg, attempt, from, &name, at, out);
