@@ -119,6 +119,13 @@ impl OsdCore {
     /// that do.
     pub(super) fn recover_object(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
         let own_missing = self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
+        // A copy marked missing here for damage while a write of it is on its way to the members
+        // waits for that write: the members' copies are older than the version this one needs
+        // until it lands (or fails, and peering decides), and a pull now would install an older
+        // copy over a write that may yet be acknowledged. Background recovery comes back.
+        if own_missing && self.writes_of.contains_key(&(pg, object.to_string())) {
+            return;
+        }
         let me = self.id;
         let epoch = self.map.epoch;
         let now_ms = self.now_ms;
@@ -759,6 +766,9 @@ impl OsdCore {
         out: &mut Vec<Action>,
     ) {
         // A clone pulled alone replaces this OSD's copy only at the same version (see `clones`).
+        // (A head's copy is not checked so: the stored version names the head's last write that
+        // changed it, and a logged write that changed nothing — a trim with nothing to trim —
+        // leaves the log's newest version of the object ahead of every copy's.)
         let clone_version = self.clone_version_needed(pg, &object);
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
