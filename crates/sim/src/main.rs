@@ -36,6 +36,7 @@ struct Args {
     observers: u32,
     read_offload: bool,
     omap: bool,
+    snaps: bool,
     /// Pushes refused as too full (`SimConfig::refuse_push_per_mille`).
     toofull: bool,
     log_keep: Option<usize>,
@@ -57,12 +58,13 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "no_backfill_compare" => &mut m.no_backfill_compare,
         "keep_rewritten" => &mut m.keep_rewritten,
         "vouch_past_cursor" => &mut m.vouch_past_cursor,
+        "recover_heads_only" => &mut m.recover_heads_only,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
                  primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
                  keep_stale_parts, answer_unactivated_pulls, resume_blind, no_backfill_compare, \
-                 keep_rewritten, vouch_past_cursor)"
+                 keep_rewritten, vouch_past_cursor, recover_heads_only)"
             ));
         }
     };
@@ -82,6 +84,7 @@ fn parse() -> Result<Args, String> {
         observers: 0,
         read_offload: false,
         omap: false,
+        snaps: false,
         toofull: false,
         log_keep: None,
     };
@@ -110,6 +113,7 @@ fn parse() -> Result<Args, String> {
             }
             "--read-offload" => args.read_offload = true,
             "--omap" => args.omap = true,
+            "--snaps" => args.snaps = true,
             "--short-logs" => {
                 let keep = num("--short-logs")?;
                 if !(1..=64).contains(&keep) {
@@ -121,13 +125,17 @@ fn parse() -> Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
-                     [--observers N] [--read-offload] [--omap] [--short-logs K] [--mutate NAME]... \
+                     [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
             }
             other => return Err(format!("unknown argument '{other}' (see --help)")),
         }
+    }
+    // The snapshot model knows data, not omap, and observers check orders of plain writes.
+    if args.snaps && (args.omap || args.observers > 0) {
+        return Err("--snaps goes with neither --omap nor --observers".into());
     }
     Ok(args)
 }
@@ -154,6 +162,7 @@ fn main() -> ExitCode {
     // Backfills started from the first object and resumed past a cursor, over all seeds: shows
     // what the runs exercised.
     let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let snap_reads = AtomicU64::new(0);
     let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -170,6 +179,7 @@ fn main() -> ExitCode {
                         observers: args.observers,
                         read_offload: args.read_offload,
                         omap: args.omap,
+                        snaps: args.snaps,
                         refuse_push_per_mille: if args.toofull {
                             shoal_sim::TOOFULL_REFUSED_PER_MILLE
                         } else {
@@ -192,6 +202,7 @@ fn main() -> ExitCode {
                     backfills.0.fetch_add(out.backfills_started, Ordering::Relaxed);
                     backfills.1.fetch_add(out.backfills_resumed, Ordering::Relaxed);
                     backfills.2.fetch_add(out.backfill_objects_kept, Ordering::Relaxed);
+                    snap_reads.fetch_add(out.snap_reads_verified, Ordering::Relaxed);
                     let mut problems = out.violations.clone();
                     if problems.is_empty() && out.acked_writes != expected {
                         problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
@@ -214,7 +225,8 @@ fn main() -> ExitCode {
     let mut failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
     failed.sort_by_key(|(s, _)| *s);
     println!(
-        "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept)",
+        "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} reads at \
+         snapshots checked)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
@@ -222,6 +234,7 @@ fn main() -> ExitCode {
         backfills.0.load(Ordering::Relaxed),
         backfills.1.load(Ordering::Relaxed),
         backfills.2.load(Ordering::Relaxed),
+        snap_reads.load(Ordering::Relaxed),
     );
     let mut flags = args.scenario_flag.to_string();
     if args.observers > 0 {
@@ -232,6 +245,9 @@ fn main() -> ExitCode {
     }
     if args.omap {
         flags.push_str(" --omap");
+    }
+    if args.snaps {
+        flags.push_str(" --snaps");
     }
     if args.toofull {
         flags.push_str(" --toofull");

@@ -161,7 +161,9 @@ pub fn check<R: KvRead, D: Device>(
     for coll in colls_counted {
         let (found, kept) = (counted.get(coll).copied().unwrap_or(0), coll_objects.get(coll).copied().unwrap_or(0));
         if found != kept {
-            report.errors.push(format!("collection {coll}: {found} objects recorded, but the count in memory says {kept}"));
+            report
+                .errors
+                .push(format!("collection {coll}: {found} objects recorded, but the count in memory says {kept}"));
         }
     }
     Ok(report)
