@@ -524,6 +524,10 @@ struct Client {
 /// An object of the model: (owning client, object index).
 type ObjectRef = (u32, u32);
 
+/// (`SimConfig::snaps`) An acknowledged change of an object: the snapshot `seq` it was issued
+/// under, and the object's content after it (`None`: removed).
+type Change = (u64, Option<Vec<u8>>);
+
 #[derive(Debug, Clone)]
 struct InFlight {
     object: ObjectRef,
@@ -567,7 +571,7 @@ pub struct Simulation {
     live_snaps: Vec<u64>,
     /// (`SimConfig::snaps`) Per object, its acknowledged changes in order: the snapshot `seq` the
     /// change was issued under, and the content after it (`None`: removed).
-    history: BTreeMap<ObjectRef, Vec<(u64, Option<Vec<u8>>)>>,
+    history: BTreeMap<ObjectRef, Vec<Change>>,
     /// Every object's writes (their value seeds) in the order its owner sends them, and how many
     /// of them are acknowledged.
     writes: BTreeMap<ObjectRef, Vec<u64>>,
