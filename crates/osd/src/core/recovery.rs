@@ -296,9 +296,21 @@ impl OsdCore {
     /// write of the head — which may restore, trim or copy a clone — waits until the next chunk
     /// has passed them, as Ceph holds writes to objects in its backfill window.
     pub(super) fn backfill_splits(&self, pg: PgId, object: &str) -> bool {
-        self.primary(pg).is_some_and(|p| {
-            p.peers.values().any(|pp| pp.backfill.as_deref().is_some_and(|c| crate::snaps::cursor_splits(c, object)))
-        })
+        let Some(p) = self.primary(pg) else { return false };
+        let cursors: Vec<&str> = p
+            .peers
+            .values()
+            .filter_map(|pp| pp.backfill.as_deref())
+            .filter(|c| crate::snaps::cursor_splits(c, object))
+            .collect();
+        if cursors.is_empty() {
+            return false;
+        }
+        // Only when this OSD holds a companion the cursor has not passed: an object without
+        // clones is whole on the member once the cursor reaches it (and a write of it must not
+        // wait on a backfill that may itself be waiting, as too full, for that write to free room).
+        let held = crate::snaps::companions(&*self.store, &pg_collection(pg), object).unwrap_or_default();
+        cursors.iter().any(|c| held.iter().any(|name| name.as_str() > *c))
     }
 
     /// Runs the writes that waited for a backfill cursor to pass their object's clones, for
