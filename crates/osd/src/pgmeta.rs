@@ -124,12 +124,11 @@ impl PgMeta {
     }
 
     /// Whether the object `name` can be trusted here: not missing, and not beyond the backfill
-    /// cursor — for a head, its clones and snapshot directory not either (the cursor is not
-    /// between them: see [`crate::snaps::cursor_splits`]).
+    /// cursor. (For a head with clones, whether the cursor also passed them is the caller's to
+    /// check: see `OsdCore::on_pull`.)
     #[must_use]
     pub fn has(&self, name: &str) -> bool {
-        !self.missing.contains_key(name)
-            && self.backfill.as_deref().is_none_or(|c| name <= c && !crate::snaps::cursor_splits(c, name))
+        !self.missing.contains_key(name) && self.backfill.as_deref().is_none_or(|c| name <= c)
     }
 }
 

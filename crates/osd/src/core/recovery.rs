@@ -1116,10 +1116,18 @@ impl OsdCore {
         // no PG and says so above.)
         let unactivated = matches!(self.pgs.get(&pg), Some(PgState { role: Role::Replica { activated_at: None }, .. }))
             && !self.mutations.answer_unactivated_pulls;
+        // A head this member's backfill has reached but whose clones it may not all hold yet.
+        let cursor = if held { self.meta_mut(pg).ok().and_then(|m| m.backfill.clone()) } else { None };
+        let split = cursor.as_deref().is_some_and(|c| crate::snaps::cursor_splits(c, &pull.object))
+            && clones_may_be_past_cursor(&*self.store, &pg_collection(pg), &pull.object);
         let result = match self.meta_mut(pg) {
             _ if !held => Err(RemoteError::new(ErrorCode::NotFound, format!("{} does not hold PG {pg}", self.id))),
             _ if unactivated => Err(not_there_yet(format!("{} is not an activated member of PG {pg}", self.id))),
             // A vouched pull overrides only the backfill cursor, never a recorded missing object.
+            Ok(_) if split => Err(RemoteError::new(
+                ErrorCode::NotFound,
+                format!("{}'s backfill of PG {pg} has not passed all clones of {} yet", self.id, pull.object),
+            )),
             Ok(meta) if !meta.has(&pull.object) && !vouched_past_cursor(meta, &pull) => {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }
@@ -1514,10 +1522,19 @@ impl OsdCore {
 /// Whether `pull` is vouched for by the primary and only this member's backfill cursor (not a
 /// recorded missing object) stands in its way.
 fn vouched_past_cursor(meta: &PgMeta, pull: &PgPull) -> bool {
-    // A head the backfill has reached but whose clones it has not all sent is no copy of the
-    // object, whatever version it carries (the push stamped the head alone).
-    let split = meta.backfill.as_deref().is_some_and(|c| crate::snaps::cursor_splits(c, &pull.object));
-    pull.vouched && meta.backfill.is_some() && !meta.missing.contains_key(&pull.object) && !split
+    pull.vouched && meta.backfill.is_some() && !meta.missing.contains_key(&pull.object)
+}
+
+/// Whether head `head`, which a backfill cursor here has reached but maybe not passed with all
+/// its companions (`snaps::cursor_splits`), may have clones this member does not hold yet: its
+/// snapshot state (on the head, which backfill sent whole with the state as the primary had it,
+/// and every write since reached in full) names clones, or the head is absent (its state is then
+/// on a snapshot directory that sorts after the cursor). A store error counts as "may".
+fn clones_may_be_past_cursor(store: &dyn shoal_store::ObjectStore, coll: &str, head: &str) -> bool {
+    match store.exists(coll, head) {
+        Ok(true) => crate::snaps::load(store, coll, head, true).map_or(true, |(set, _)| !set.is_empty()),
+        _ => true,
+    }
 }
 
 /// A backfill cursor past every object name (names are UTF-8 of at most 255 bytes, and U+10FFFF
