@@ -42,13 +42,7 @@ case $ONLY in both|ceph|shoal) ;; *) echo "--only ceph|shoal" >&2; exit 2 ;; esa
 # shellcheck source=ceph/lib.sh
 . "$HERE/ceph/lib.sh"
 
-cleanup() {
-  local rc=$? d
-  trap - EXIT
-  for d in "$WORK"/ceph*-r*/ "$WORK"/shoal*-r*/; do remove_cluster "$rc" "${d%/}"; done
-  exit $rc
-}
-trap cleanup EXIT
+trap 'remove_clusters_and_exit "$WORK"/ceph*-r*/ "$WORK"/shoal*-r*/' EXIT
 trap 'exit 130' INT TERM
 
 rados_bench() {  # bs -> JSON object (rados bench's own summary)

@@ -67,13 +67,7 @@ BLUESTORE_BLOCK_BYTES=$OSD_BYTES
 # shellcheck source=ceph/lib.sh
 . "$HERE/ceph/lib.sh"
 
-cleanup() {
-  local rc=$? d
-  trap - EXIT
-  for d in "$WORK"/ceph "$WORK"/shoal; do remove_cluster "$rc" "$d"; done
-  exit $rc
-}
-trap cleanup EXIT
+trap 'remove_clusters_and_exit "$WORK"/ceph "$WORK"/shoal' EXIT
 trap 'exit 130' INT TERM
 
 # Starts a latency probe in the background (PID in PROBE_PID, JSON to file $1); "$@" after the

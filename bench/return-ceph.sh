@@ -58,13 +58,7 @@ BLUESTORE_BLOCK_BYTES=$OSD_BYTES
 # shellcheck source=ceph/lib.sh
 . "$HERE/ceph/lib.sh"
 
-cleanup() {
-  local rc=$? d
-  trap - EXIT
-  for d in "$WORK"/ceph "$WORK"/shoal; do remove_cluster "$rc" "$d"; done
-  exit $rc
-}
-trap cleanup EXIT
+trap 'remove_clusters_and_exit "$WORK"/ceph "$WORK"/shoal' EXIT
 trap 'exit 130' INT TERM
 
 osd_write_bytes() {  # pid files...: the bytes those processes had written to storage (/proc/PID/io)

@@ -45,13 +45,7 @@ done
 # shellcheck source=ceph/lib.sh
 . "$HERE/ceph/lib.sh"
 
-cleanup() {
-  local rc=$? d
-  trap - EXIT
-  for d in "$WORK"/*/; do [ -d "$d" ] && remove_cluster "$rc" "${d%/}"; done
-  exit $rc
-}
-trap cleanup EXIT
+trap 'remove_clusters_and_exit "$WORK"/*/' EXIT
 trap 'exit 130' INT TERM
 
 s3bench() {  # endpoint ak sk size concurrency workload bucket -> one JSON line

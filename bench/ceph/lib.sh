@@ -74,6 +74,17 @@ remove_cluster() {  # rc dir
   rm -rf "$d"
 }
 
+# The exit trap of a side-by-side run: removes every cluster directory named (globs expanded
+# when the trap runs; names that are not directories are skipped) as `remove_cluster` does,
+# keeping logs after a failure, and exits with the run's status. Set it with
+#   trap 'remove_clusters_and_exit "$WORK"/ceph "$WORK"/shoal' EXIT; trap 'exit 130' INT TERM
+remove_clusters_and_exit() {  # dir...
+  local rc=$? d
+  trap - EXIT
+  for d in "$@"; do remove_cluster "$rc" "${d%/}"; done
+  exit "$rc"
+}
+
 # ---------------------------------------------------------------- setup
 ensure_packages() {  # [extra packages...]
   local need=() p
