@@ -1362,13 +1362,31 @@ impl Simulation {
         }
     }
 
-    /// Every OSD runs, reaches its peers, and has every PG it leads active and clean, with no
-    /// strays left to remove.
+    /// Every OSD runs, reaches its peers, has the monitors' current map, and has every PG it
+    /// leads active and clean, with no strays left to remove; and every PG of that map has a
+    /// primary that says so. (Asking each OSD only about the PGs it leads is not enough: while a
+    /// new map is on its way, the old primary has stepped down and the new one has not yet taken
+    /// over, no OSD leads the PG, and a disk replaced then could hold the only copy of a write.)
     fn cluster_clean(&self) -> bool {
+        let map = self.mon.map();
+        let every_pg_led_clean = map.pools.values().all(|pool| {
+            (0..pool.pg_num).all(|seed| {
+                let pg = shoal_map::PgId { pool: pool.id, seed };
+                let primary = map.pg_osds(pg).ok().and_then(|acting| acting.first().copied());
+                primary
+                    .and_then(|p| self.osds.get(&p.0))
+                    .and_then(|o| o.pg_state(pg))
+                    .is_some_and(|state| shoal_proto::osd::state_is_clean(&state))
+            })
+        });
         self.crashed.is_empty()
             && self.isolated.is_empty()
             && self.mon_cut.is_empty()
-            && self.osds.values().all(|o| o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
+            && self
+                .osds
+                .values()
+                .all(|o| o.map().epoch == map.epoch && o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
+            && every_pg_led_clean
     }
 
     /// What the daemon does when its connection to a replica fails: the waiting write fails.

@@ -197,6 +197,17 @@ fn a_late_answer_to_an_earlier_intervals_pull_is_not_taken_for_this_ones() {
 }
 
 #[test]
+fn a_disk_is_replaced_only_when_every_pg_of_the_current_map_has_a_clean_primary() {
+    // Seed 13072 (`--parts`): the nemesis replaced a disk "when clean" while a new map was on its
+    // way: the PG's old primary had stepped down, the new one had not yet taken over, so no OSD
+    // led it and none reported it unclean; the replaced disk held the only copy of the PG's
+    // newest (unacknowledged) entry, which the surviving member's log already named, and the
+    // object stayed unfound. The nemesis now also waits for every OSD to have the monitors' map
+    // and for every PG of that map to have a primary that reports it clean.
+    run_seeds(13072..=13072, SimConfig::nemesis_in_parts);
+}
+
+#[test]
 fn a_write_waits_while_a_backfill_cursor_stands_between_its_head_and_clones() {
     // Seeds 5278 and 5894 (`--snaps --parts`): a backfill target's cursor had passed a head but
     // not its clones when a rollback to a snapshot reached it in full; it restored the head from
@@ -497,17 +508,18 @@ fn with_stale_activations_accepted_pgs_lose_their_history() {
     // finds no member that holds it whole (or serves what the stale primary wrote).
     //
     // The scenario is rare: a primary cut off from the monitors activates members after they
-    // moved on, and the PG cannot find its history again. Seed 2994 with backfill in parts shows
-    // it (the PG stays incomplete and the run does not finish); seeds 1..=300 did until one-object
-    // backfill pushes changed their events, then 738 until down OSDs stopped being replaced
-    // (decision 0050), then 3582 (whole chunks) until peering attempts became unique on an OSD
-    // (fourteenth session; 6,000 seeds of the plain nemesis then showed none). If a change moves
-    // it again, search with `shoal-sim --parts --mutate accept_stale_activation --seeds 5000` and
-    // put the range around the seed found here.
+    // moved on, and the PG cannot find its history again. Seed 13749 of the plain nemesis shows
+    // it (the PG stays incomplete and the run does not finish). Earlier seeds that did (1..=300,
+    // 738, 3582 with whole chunks, 2994 in parts) lost the scenario as the OSD or the nemesis
+    // changed: one-object backfill pushes, decision 0050, unique peering attempts, and last the
+    // nemesis waiting for every PG of the current map to have a clean primary before it replaces
+    // a disk (fifteenth session; 6,000 seeds in parts and 8,000 plain then showed only this one).
+    // If a change moves it again, search with `shoal-sim --mutate accept_stale_activation
+    // --seeds 8000` (and `--parts`) and put the range around the seed found here.
     some_seed_fails_among(
         Mutations { accept_stale_activation: true, ..Mutations::default() },
-        SimConfig::nemesis_in_parts,
-        2901..=3000,
+        SimConfig::nemesis,
+        13741..=13760,
     );
 }
 
