@@ -327,9 +327,11 @@ fn a_copy_written_past_a_backfill_push_that_never_landed_is_not_kept_by_a_compar
     // backfilled comparing versions. The copy must not carry the write's version (it is not the
     // write's object), or it is kept and a read from it later returns the wrong omap (decision
     // 0049). The mutation that stamps such copies fails the seed.
-    // Seed 800843 with a quarter of the pushes refused as too full (800767 without refusals until
-    // peering attempts became unique on an OSD in the fourteenth session: its lost push no longer
-    // happens; `shoal-sim --toofull --short-logs 4 --omap --mutate vouch_past_cursor` finds others).
+    // Seed 801202 with a quarter of the pushes refused as too full (800767 without refusals until
+    // peering attempts became unique on an OSD in the fourteenth session, then 800843 until
+    // undersized PGs stopped letting their strays go in the fifteenth: each change moved the lost
+    // push away; `shoal-sim --toofull --short-logs 4 --omap --mutate vouch_past_cursor` finds
+    // others, 802004 too at the time).
     let config = |seed| SimConfig {
         log_keep: Some(4),
         omap: true,
@@ -339,9 +341,9 @@ fn a_copy_written_past_a_backfill_push_that_never_landed_is_not_kept_by_a_compar
     };
     // Unmutated, the copy carries no version and nothing is kept (objects here are rewritten all
     // the time); with the mutation the comparing backfill keeps the stamped copy.
-    run_seeds(800_843..=800_843, config);
+    run_seeds(801_202..=801_202, config);
     let mutated =
-        SimConfig { mutations: Mutations { vouch_past_cursor: true, ..Mutations::default() }, ..config(800_843) };
+        SimConfig { mutations: Mutations { vouch_past_cursor: true, ..Mutations::default() }, ..config(801_202) };
     let out = Simulation::new(mutated).run(MAX_EVENTS);
     assert!(out.backfill_objects_kept > 0, "the seed no longer backfills comparing versions");
     assert!(!out.violations.is_empty(), "the seed no longer meets a write past a lost push");
@@ -540,4 +542,35 @@ fn with_pulls_answered_before_activation_repairs_erase_objects() {
         Mutations { answer_unactivated_pulls: true, ..Mutations::default() },
         SimConfig::rot_and_replace,
     );
+}
+
+#[test]
+fn a_restarted_osd_keeps_its_copy_while_its_pg_is_undersized() {
+    // Three OSDs, a size-3 pool, logs of 2: an OSD crashes and is marked down (not out, so its
+    // PGs stay undersized on the other two), the PGs move far past its log, and it restarts.
+    // Until the monitors mark it up again it is a stray of its PGs and asks their primaries
+    // whether it may remove its copies; the primaries refuse while the PGs are undersized, so
+    // the backfills that follow compare versions and keep the objects the OSD still holds at
+    // them (before, a primary said "clean without you" and the whole copy was sent again).
+    let config = |seed| SimConfig {
+        seed,
+        osds: 3,
+        hosts: 3,
+        pool_size: 3,
+        min_size: 2,
+        pg_num: 4,
+        clients: 3,
+        objects_per_client: 16,
+        writes_per_client: 120,
+        log_keep: Some(2),
+        faults: vec![
+            (20_000, Fault::Crash(OsdId(2))),
+            (21_000, Fault::MarkDown(OsdId(2))),
+            (150_000, Fault::Restart(OsdId(2))),
+        ],
+        ..SimConfig::default()
+    };
+    let outs = run_seeds(1..=5, config);
+    assert!(total(&outs, |o| o.backfills_started) > 0, "no backfill started");
+    assert!(total(&outs, |o| o.backfill_objects_kept) > 0, "no backfill kept an object it found on the OSD");
 }

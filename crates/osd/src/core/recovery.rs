@@ -1409,14 +1409,23 @@ impl OsdCore {
         let empty = PgMeta::default();
         let own = self.metas.get(&pg).unwrap_or(&empty);
         let mut probe = false;
+        let size = self.map.pools.get(&pg.pool).map_or(usize::MAX, |pool| pool.size as usize);
         let clean = match self.pgs.get_mut(&pg) {
             Some(PgState { role: Role::Primary(p), .. }) => {
                 if !p.acting.contains(&q.osd) && p.known_strays.insert(q.osd) {
                     probe = !p.unfound.is_empty();
                 }
                 // Only a recorded activation is the PG's history: a recovery-only one (below
-                // min_size) may have rolled back entries that a later peering restores.
-                !p.recovery_only && p.is_clean(own) && p.recovering.is_empty() && !p.acting.contains(&q.osd)
+                // min_size) may have rolled back entries that a later peering restores. And only
+                // a PG with as many members as the pool's size lets a stray go: while it is
+                // undersized the stray's copy is one of the few left (an OSD that restarts asks
+                // as a stray until the monitors mark it up, and its copy, which a comparing
+                // backfill would mostly keep, would be thrown away and sent again in full).
+                !p.recovery_only
+                    && p.acting.len() >= size
+                    && p.is_clean(own)
+                    && p.recovering.is_empty()
+                    && !p.acting.contains(&q.osd)
             }
             _ => false,
         };
