@@ -319,6 +319,9 @@ pub struct OsdCore {
     mon_busy: bool,
     /// Strays waiting for their primary's answer.
     strays_asking: BTreeSet<PgId>,
+    /// Removals of objects given up as lost this process has issued: with the map epoch, a
+    /// request id unique in every PG's history (see `mark_unfound_lost`).
+    lost_removals: u32,
     /// Whether PG intervals were evaluated against a map yet (the core starts with the map it
     /// booted with; the first map or tick evaluates it, even at the same epoch).
     intervals_known: bool,
@@ -383,6 +386,7 @@ impl OsdCore {
             pending_temp: BTreeMap::new(),
             mon_busy: false,
             strays_asking: BTreeSet::new(),
+            lost_removals: 0,
             intervals_known: false,
             counters: Counters::default(),
             last_tick: None,

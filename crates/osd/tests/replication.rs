@@ -1445,6 +1445,63 @@ fn an_object_no_member_can_provide_is_listed_as_unfound_and_can_be_given_up() {
     assert_eq!(net.content(acting[1]), Some(b"new".to_vec()));
 }
 
+#[test]
+fn objects_given_up_while_a_member_lacks_them_are_each_removed_under_a_request_id_of_its_own() {
+    // Two objects of one PG are written while the replica is down, and then the primary's copies
+    // rot: when the replica is back it lacks both, and the primary has no good copy to send it,
+    // so both are unfound. Giving them up removes each on both members through a logged removal;
+    // each removal waits for the replica's copy to be removed first, so the PG log does not move
+    // between them (the removals' request ids were once taken from the log's position, both got
+    // the same one, and the second was answered as a resend of the first: never logged).
+    let mut net = Net::new();
+    let acting = net.acting();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let other = (0..1000).map(|i| format!("other-{i}")).find(|n| net.map.locate(pool, n).unwrap().pg == pg).unwrap();
+    net.append(1, b"abc").result.expect("append");
+    write_object(&mut net, 2, &other, b"one").result.expect("write");
+    net.change(Command::OsdDown { id: acting[1] });
+    assert_eq!(net.acting(), vec![acting[0]]);
+    net.append(3, b"def").result.expect("append while the replica is down");
+    write_object(&mut net, 4, &other, b"two").result.expect("write while the replica is down");
+    let coll = shoal_osd::exec::pg_collection(pg);
+    for name in ["obj", other.as_str()] {
+        assert!(net.engines[&acting[0].0].inject_bit_rot(&coll, name).unwrap(), "a copy of {name} to damage");
+    }
+    net.restart(acting[1]);
+    for _ in 0..5 {
+        net.tick();
+    }
+    let mut both = vec!["obj".to_string(), other.clone()];
+    both.sort_unstable();
+    let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::ListUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
+    let names: Vec<String> = report.objects.iter().map(|(o, _)| o.clone()).collect();
+    assert_eq!(names, both, "unfound");
+
+    let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::MarkUnfoundLost);
+    assert_eq!(reply.result, Ok(shoal_proto::osd::PgCmdOutput::Lost(both.clone())));
+    for _ in 0..5 {
+        net.tick();
+    }
+    for osd in &acting {
+        for name in &both {
+            assert!(net.cores[&osd.0].store().read_all(&coll, name).is_err(), "{osd} still holds {name}");
+        }
+        let log = shoal_osd::pglog::read_entries(&**net.core(*osd).store(), pg).unwrap();
+        let removals: Vec<_> = log.iter().filter(|e| e.reqid.client == u64::MAX - 1).collect();
+        let mut removed: Vec<String> = removals.iter().map(|e| e.object.clone()).collect();
+        removed.sort_unstable();
+        assert_eq!(removed, both, "{osd}: the removals logged: {removals:?}");
+        assert_ne!(removals[0].reqid, removals[1].reqid, "{osd}: two removals under one request id");
+    }
+    assert!(
+        net.core(acting[0]).pg_states().iter().all(|(s, _)| s == "active+clean"),
+        "{:?}",
+        net.core(acting[0]).pg_states()
+    );
+}
+
 /// The default `osd_backfill_retry_interval_ms`: how long a member that refused a push as too full
 /// is left alone.
 fn retry_interval_ms() -> u64 {

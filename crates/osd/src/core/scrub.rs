@@ -671,17 +671,21 @@ impl OsdCore {
             PgMeta::write_recovered(&mut txn, pg, object);
             self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
             self.meta_mut(pg)?.missing.remove(object);
-            let last = self.log_mut(pg)?.last_update();
             let epoch = self.map.epoch;
             let now_ms = self.now_ms;
+            // A request id no client uses, unique in the PG's history: the epoch and a count of
+            // such removals issued at it here (one OSD alone leads a PG at an epoch, and an OSD
+            // that restarts comes back at a later one). Not the sequence the PG's log has
+            // reached: a removal waiting for members to be recovered first leaves the log where
+            // it was, and the next object's removal took the same id, was answered as a resend
+            // of the first, and never removed anything.
+            let reqid = ReqId { client: LOST_CLIENT, tid: (epoch << 32) | u64::from(self.lost_removals) };
+            self.lost_removals = self.lost_removals.wrapping_add(1);
             let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { break };
             p.unfound.remove(object);
             if let Some(lacks) = p.sources.get_mut(&me) {
                 lacks.remove(object);
             }
-            // A request id no client uses, unique in the PG's history: the epoch and the
-            // sequence the PG has reached (a later loss of the same object gets another).
-            let reqid = ReqId { client: LOST_CLIENT, tid: (epoch << 32) | (last.seq.wrapping_add(1) & 0xffff_ffff) };
             let op = OsdOp {
                 reqid,
                 epoch,
