@@ -320,7 +320,7 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     if recovery["unfound_objects"].as_u64().unwrap_or(0) > 0 {
         problems.push(format!(
             "{} unfound object(s): no OSD that is up holds them and requests on them wait (`shoal pg ls` shows \
-             their PGs as +unfound; `shoal pg list-unfound PGID`, `shoal pg mark-unfound-lost PGID delete`)",
+             their PGs as +unfound; `shoal pg list-unfound PGID`, `shoal pg mark-unfound-lost PGID revert|delete`)",
             recovery["unfound_objects"]
         ));
     }

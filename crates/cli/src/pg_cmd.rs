@@ -15,7 +15,10 @@
 //! can provide (their requests wait for them): with the version needed and the OSDs outside the
 //! acting set that said they hold a copy of the PG. `shoal pg mark-unfound-lost PGID delete
 //! --yes-i-really-mean-it` gives them up: removed on every member, the removal recorded in the PG
-//! log, and the requests that waited for them answered (the objects no longer exist).
+//! log, and the requests that waited for them answered (the objects no longer exist). `revert`
+//! instead keeps the copy of each the primary holds (older than the version the log names),
+//! rewritten on every member under a new version (decision 0052); objects with no readable copy
+//! there stay unfound, named with the reason, and the command exits 2.
 
 use std::process::ExitCode;
 
@@ -71,15 +74,17 @@ pub enum PgCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Gives a PG's unfound objects up as lost when no OSD that holds them will come back:
-    /// removed on every member (the removal recorded in the PG log), the requests waiting for
-    /// them answered that they do not exist. Their data is gone for good.
+    /// Gives up a PG's unfound objects when no OSD that holds them will come back. `revert`
+    /// keeps the copy of each that the PG's primary holds, older than the version its log names
+    /// (the newest writes of the object are given up; objects the primary holds no readable copy
+    /// of stay unfound); `delete` removes them on every member. Either is recorded in the PG log,
+    /// and the requests waiting for the objects are answered then.
     MarkUnfoundLost {
         #[command(flatten)]
         conf: ConfArgs,
         /// The PG, as `shoal osd map` prints it: `POOL.SEED` with the seed in hex (`1.1d`).
         pgid: String,
-        /// What becomes of them: `delete` (the only choice: no older version is kept to revert to).
+        /// What becomes of them: `revert` (to the copy the primary holds) or `delete`.
         action: LostAction,
         #[arg(long)]
         yes_i_really_mean_it: bool,
@@ -90,6 +95,7 @@ pub enum PgCommand {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum LostAction {
+    Revert,
     Delete,
 }
 
@@ -120,6 +126,9 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
         PgCommand::ListUnfound { conf, pgid, json } => list_unfound(conf, pgid, *json),
         PgCommand::MarkUnfoundLost { conf, pgid, action: LostAction::Delete, yes_i_really_mean_it, json } => {
             mark_unfound_lost(conf, pgid, *yes_i_really_mean_it, *json)
+        }
+        PgCommand::MarkUnfoundLost { conf, pgid, action: LostAction::Revert, yes_i_really_mean_it, json } => {
+            revert_unfound(conf, pgid, *yes_i_really_mean_it, *json)
         }
     }
 }
@@ -313,6 +322,40 @@ fn mark_unfound_lost(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: boo
         println!("PG {pg}: {} object(s) given up as lost and removed: {}", lost.len(), lost.join(", "));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn revert_unfound(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: bool) -> Result<ExitCode> {
+    let client = conf.connect()?;
+    let map = client.client().mon().map();
+    let pg = parse_pgid(&map, pgid)?;
+    if !confirmed {
+        bail!(
+            "reverting PG {pg}'s unfound objects gives up their newest writes for good, keeping the older copies its \
+             primary holds; see them with `shoal pg list-unfound {pg}`, and add --yes-i-really-mean-it if no OSD \
+             that holds the newest writes will come back"
+        );
+    }
+    let r = match client.runtime().block_on(client.client().pg_command(pg, PgCmd::RevertUnfound)) {
+        Ok(PgCmdOutput::Reverted(r)) => r,
+        Ok(other) => bail!("PG {pg}'s primary answered {other:?} to reverting its unfound objects"),
+        Err(e) => return Err(e).with_context(|| format!("asking PG {pg}'s primary to revert its unfound objects")),
+    };
+    if json_out {
+        let reverted: Vec<_> = r.reverted.iter().map(|(o, v)| json!({"object": o, "version": v.to_string()})).collect();
+        let unfound: Vec<_> = r.unfound.iter().map(|(o, why)| json!({"object": o, "reason": why})).collect();
+        println!("{}", json!({"pg": pg.to_string(), "reverted": reverted, "unfound": unfound}));
+    } else if r.reverted.is_empty() && r.unfound.is_empty() {
+        println!("PG {pg}: no unfound objects; nothing reverted");
+    } else {
+        for (object, version) in &r.reverted {
+            println!("PG {pg}: {object} reverted to the copy at {version}");
+        }
+        for (object, why) in &r.unfound {
+            println!("PG {pg}: {object} still unfound: {why}");
+        }
+    }
+    // Objects left unfound are the operator's to decide on: a status scripts can test.
+    Ok(if r.unfound.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
 fn ls(conf: &ConfArgs, pool: Option<&str>, json: bool) -> Result<ExitCode> {

@@ -94,7 +94,15 @@ fn damaged_copies_are_read_around_found_by_deep_scrub_and_repaired() {
     assert_eq!(unfound["pg"], pg.as_str(), "{unfound}");
     // Giving up asks to be sure, and then gives up nothing when nothing is unfound.
     fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "delete"]), "--yes-i-really-mean-it");
-    fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "revert", "--yes-i-really-mean-it"]), "delete");
+    fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "revert"]), "--yes-i-really-mean-it");
+    fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "undo", "--yes-i-really-mean-it"]), "revert");
+    let reverted =
+        json(&ok(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "revert", "--yes-i-really-mean-it", "--json"])));
+    assert_eq!(
+        (&reverted["reverted"], &reverted["unfound"]),
+        (&serde_json::json!([]), &serde_json::json!([])),
+        "{reverted}"
+    );
     let lost = json(&ok(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "delete", "--yes-i-really-mean-it", "--json"])));
     assert_eq!(lost["lost"], serde_json::json!([]), "{lost}");
     let pgs = json(&ok(&shoal(&dir, &["pg", "ls", "--json"])));

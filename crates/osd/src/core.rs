@@ -48,6 +48,7 @@ mod peering;
 mod purge;
 mod recovery;
 mod scrub;
+mod unfound;
 pub use peering::{MAX_BLOCKED_OPS_PER_PG, MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Role};
 pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
@@ -319,8 +320,8 @@ pub struct OsdCore {
     mon_busy: bool,
     /// Strays waiting for their primary's answer.
     strays_asking: BTreeSet<PgId>,
-    /// Removals of objects given up as lost this process has issued: with the map epoch, a
-    /// request id unique in every PG's history (see `mark_unfound_lost`).
+    /// Writes recording an operator's decision on an unfound object this process has issued:
+    /// with the map epoch, a request id unique in every PG's history (see `core/unfound.rs`).
     lost_removals: u32,
     /// Whether PG intervals were evaluated against a map yet (the core starts with the map it
     /// booted with; the first map or tick evaluates it, even at the same epoch).
@@ -858,7 +859,15 @@ impl OsdCore {
             },
             (known, _) => known,
         };
-        if let Some(op_count) = applied {
+        // (A write an operator's revert gave up is applied again: see `given_up_by_revert`.)
+        let given_up = match known {
+            Some(_) => match self.given_up_by_revert(pg, &op.reqid, &op.object) {
+                Ok(given_up) => given_up,
+                Err(e) => return out.push(fail(e)),
+            },
+            None => false,
+        };
+        if let Some(op_count) = applied.filter(|_| !given_up) {
             let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
             return out.push(Action::Reply { to: from, frame, after_sync: true });

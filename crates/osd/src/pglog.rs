@@ -331,6 +331,12 @@ impl PgLog {
         self.by_reqid.get(reqid).map(|(v, _)| *v)
     }
 
+    /// The kept entries newer than `version` (versions and request ids), oldest first.
+    pub fn entries_after(&self, version: Eversion) -> impl Iterator<Item = &(Eversion, ReqId)> {
+        let from = self.entries.partition_point(|(v, _)| *v <= version);
+        self.entries.range(from..)
+    }
+
     #[must_use]
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -1502,6 +1502,118 @@ fn objects_given_up_while_a_member_lacks_them_are_each_removed_under_a_request_i
     );
 }
 
+#[test]
+fn an_unfound_object_reverted_keeps_the_copy_its_primary_holds_on_every_member() {
+    // The shape the simulation found (seed 13072 `--parts`): a write applied on the primary
+    // alone (its replica never got it, so it was never acknowledged) becomes, at the next
+    // peering, the newest entry of the PG's log, and the replica needs it; before recovery sends
+    // it there, the old primary's disk is replaced. No member holds that version: the object is
+    // unfound, while the replica still holds the copy before it — every acknowledged write.
+    let mut net = Net::new();
+    let acting = net.acting();
+    let (primary, replica) = (acting[0], acting[1]);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let coll = shoal_osd::exec::pg_collection(pg);
+    net.append(1, b"abc").result.expect("acknowledged append");
+    let kept = net.core(replica).store().version(&coll, "obj").unwrap();
+    net.drop_rep_to = vec![replica.0];
+    let lost = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+    let never_answered = net.submit(primary.0, lost, b"def", 0);
+    net.drop_rep_to.clear();
+    net.hold_pushes = true;
+    net.restart(primary);
+    net.tick();
+    assert_eq!(net.content(primary).as_deref(), Some(&b"abcdef"[..]));
+    net.held_pushes.clear();
+    net.replace_disk(primary);
+    for _ in 0..5 {
+        net.tick();
+    }
+    let leader = net.acting()[0];
+    assert_eq!(leader, replica, "the member with the PG's history leads it");
+    let reply = net.pg_command(leader, pg, shoal_proto::osd::PgCmd::ListUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert_eq!(report.objects.iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+    let read = client_op(&net.map, 3, vec![ObjOp::Read { offset: 0, len_bytes: 100 }]);
+    let waiting = net.submit(leader.0, read, &[], 0);
+    assert!(!net.replies.contains_key(&waiting), "a read of an unfound object waits");
+
+    // The operator reverts it: the replica's copy (the acknowledged write) is the object again,
+    // on both members, under a new version in both logs; the read that waited is answered.
+    net.hold_pushes = false;
+    let reply = net.pg_command(leader, pg, shoal_proto::osd::PgCmd::RevertUnfound);
+    let kept_version = shoal_proto::osd::Eversion { epoch: kept.0, seq: kept.1 };
+    let expected =
+        shoal_proto::osd::RevertReport { reverted: vec![("obj".to_string(), kept_version)], unfound: vec![] };
+    assert_eq!(reply.result, Ok(shoal_proto::osd::PgCmdOutput::Reverted(expected)));
+    for _ in 0..10 {
+        net.tick();
+    }
+    assert_eq!(net.read_answer(waiting), b"abc");
+    assert!(!net.replies.contains_key(&never_answered), "the lost write is never answered by its old primary");
+    for osd in [primary, replica] {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
+        let log = shoal_osd::pglog::read_entries(&**net.core(osd).store(), pg).unwrap();
+        let last = log.last().expect("a log entry");
+        // The revert's request id names the copy kept (its sequence).
+        let revert = shoal_proto::osd::ReqId { client: u64::MAX - 2, tid: kept.1 };
+        assert_eq!((last.object.as_str(), last.reqid), ("obj", revert), "{osd}: {last:?}");
+        let version = net.core(osd).store().version(&coll, "obj").unwrap();
+        assert_eq!(
+            version,
+            (last.version.epoch, last.version.seq),
+            "{osd}: the copy is stored at the revert's version"
+        );
+    }
+    assert!(
+        net.core(replica).pg_states().iter().all(|(s, _)| !s.contains("unfound")),
+        "{:?}",
+        net.core(replica).pg_states()
+    );
+    // The client of the write given up never heard of it and resends it: it is applied again,
+    // once, on the kept copy (not answered from the log, which still names it).
+    for _ in 0..2 {
+        net.append(2, b"def").result.expect("the resend of the write given up");
+        for osd in [primary, replica] {
+            assert_eq!(net.content(osd).as_deref(), Some(&b"abcdef"[..]), "{osd}");
+        }
+    }
+    // A resend of a write the kept copy holds is answered from the log, not applied again.
+    net.append(1, b"abc").result.expect("a resend of the kept write");
+    assert_eq!(net.content(replica).as_deref(), Some(&b"abcdef"[..]));
+    // The object takes writes again.
+    net.append(4, b"ghi").result.expect("append after the revert");
+    assert_eq!(net.content(primary).as_deref(), Some(&b"abcdefghi"[..]));
+    assert_eq!(net.content(replica).as_deref(), Some(&b"abcdefghi"[..]));
+}
+
+#[test]
+fn a_revert_leaves_unfound_what_its_primary_holds_no_copy_of() {
+    // Both copies rot: the primary holds a copy, but not one that reads back whole, so a revert
+    // keeps nothing and says why; the object stays unfound (delete is the operator's call).
+    let mut net = Net::new();
+    let acting = net.acting();
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    net.append(1, b"abc").result.expect("append");
+    let coll = shoal_osd::exec::pg_collection(pg);
+    for osd in &acting {
+        assert!(net.engines[&osd.0].inject_bit_rot(&coll, "obj").unwrap(), "a copy to damage on {osd}");
+    }
+    let read = client_op(&net.map, 2, vec![ObjOp::Read { offset: 0, len_bytes: 3 }]);
+    let waiting = net.submit(acting[0].0, read, &[], 0);
+    assert!(!net.replies.contains_key(&waiting), "a read of an unfound object waits");
+    let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::RevertUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Reverted(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert!(report.reverted.is_empty(), "{report:?}");
+    assert_eq!(report.unfound.len(), 1, "{report:?}");
+    assert_eq!(report.unfound[0].0, "obj");
+    assert!(report.unfound[0].1.contains("damaged"), "{report:?}");
+    assert!(net.core(acting[0]).pg_states().iter().any(|(s, _)| s.contains("unfound")));
+    assert!(!net.replies.contains_key(&waiting), "the read still waits");
+}
+
 /// The default `osd_backfill_retry_interval_ms`: how long a member that refused a push as too full
 /// is left alone.
 fn retry_interval_ms() -> u64 {

@@ -829,6 +829,11 @@ pub enum PgCmd {
     /// Gives every unfound object up as lost: removed on every member, the removal recorded in
     /// the PG log like a client's (`shoal pg mark-unfound-lost PGID delete`).
     MarkUnfoundLost,
+    /// Gives up the newest writes of every unfound object the primary holds an older copy of:
+    /// that copy becomes the object on every member, through a logged write (`shoal pg
+    /// mark-unfound-lost PGID revert`, decision 0052). Objects it holds no readable copy of stay
+    /// unfound.
+    RevertUnfound,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -888,6 +893,18 @@ pub enum PgCmdOutput {
     Unfound(UnfoundReport),
     /// The objects given up (their removal is under way through the PG's replicated writes).
     Lost(Vec<String>),
+    Reverted(RevertReport),
+}
+
+/// What a revert of a PG's unfound objects did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RevertReport {
+    /// Objects reverted, each with the version of the copy kept (its content is now the
+    /// object's on every member, under a new version: the rewrite is under way through the PG's
+    /// replicated writes).
+    pub reverted: Vec<(String, Eversion)>,
+    /// Objects left unfound, each with the reason (the primary holds no readable copy).
+    pub unfound: Vec<(String, String)>,
 }
 
 /// A PG's unfound objects, as its primary sees them.

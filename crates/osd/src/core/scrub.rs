@@ -24,24 +24,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{
-    Eversion, InconsistentObject, ObjOp, OsdOp, PgCmd, PgCmdOutput, PgCommand, PgCommandReply, PgScrub, PgScrubReply,
-    ReqId, ScrubObject, ScrubReport, ScrubSummary, UnfoundReport,
+    Eversion, InconsistentObject, PgCmd, PgCmdOutput, PgCommand, PgCommandReply, PgScrub, PgScrubReply, ScrubObject,
+    ScrubReport, ScrubSummary,
 };
 use shoal_proto::{ErrorCode, Message, RemoteError, encode};
 use shoal_store::{Durability, Transaction};
 
 use super::peering::{PgState, Phase, Role};
-use super::{Action, Event, OsdCore, PeerCall, Token, reply_frame};
+use super::{Action, OsdCore, PeerCall, Token, reply_frame};
 use crate::copy::list_range;
 use crate::exec::{pg_collection, store_error};
 use crate::pgmeta::PgMeta;
 use crate::scrub::{compare, not_there_yet, scrub_object};
-
-/// The client id of the removals that record objects given up as lost (no client has it: client
-/// ids are entity numbers far below it).
-const LOST_CLIENT: u64 = u64::MAX - 1;
-/// Where the answers to those removals go: nowhere (no connection has this token).
-const NOBODY: Token = u64::MAX;
 
 /// Objects in one scrub chunk at most.
 pub const SCRUB_CHUNK_OBJECTS: usize = 64;
@@ -621,6 +615,7 @@ impl OsdCore {
             match req.cmd {
                 PgCmd::ListUnfound => Ok(PgCmdOutput::Unfound(self.unfound_report(pg))),
                 PgCmd::MarkUnfoundLost => self.mark_unfound_lost(pg, out).map(PgCmdOutput::Lost),
+                PgCmd::RevertUnfound => self.revert_unfound(pg, out).map(PgCmdOutput::Reverted),
                 PgCmd::Scrub { deep, repair } => {
                     let st = self.scrub_state(pg);
                     let kind = ScrubKind { deep: deep || repair, repair };
@@ -646,87 +641,9 @@ impl OsdCore {
             }
         });
         let reply = PgCommandReply { epoch: self.map.epoch, result };
-        // Objects given up are answered once their local removal is durable.
-        let after_sync = req.cmd == PgCmd::MarkUnfoundLost;
+        // Objects given up or reverted are answered once the primary's own record is durable.
+        let after_sync = matches!(req.cmd, PgCmd::MarkUnfoundLost | PgCmd::RevertUnfound);
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, Vec::new()), after_sync });
-    }
-
-    /// Gives `pg`'s unfound objects up as lost (an operator's decision: no member that holds
-    /// them will come back). For each: the primary's own copy is replaced by "absent" and its
-    /// missing record cleared, in one transaction; then a removal of the object goes through the
-    /// PG's replicated write path ahead of every operation waiting for it, so that the PG log
-    /// records the loss on every member (a member that comes back holding the object rolls it
-    /// forward to "removed" like any write it missed) and the replicas drop their copies. The
-    /// operations waiting for the object run after it and see it absent.
-    fn mark_unfound_lost(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<Vec<String>, RemoteError> {
-        let objects: Vec<String> = match self.pgs.get(&pg) {
-            Some(PgState { role: Role::Primary(p), .. }) => p.unfound.iter().cloned().collect(),
-            _ => Vec::new(),
-        };
-        let me = self.id;
-        let coll = pg_collection(pg);
-        for object in &objects {
-            let mut txn = Transaction::new();
-            crate::copy::remove_whole(&mut txn, &*self.store, &coll, std::slice::from_ref(object))?;
-            PgMeta::write_recovered(&mut txn, pg, object);
-            self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
-            self.meta_mut(pg)?.missing.remove(object);
-            let epoch = self.map.epoch;
-            let now_ms = self.now_ms;
-            // A request id no client uses, unique in the PG's history: the epoch and a count of
-            // such removals issued at it here (one OSD alone leads a PG at an epoch, and an OSD
-            // that restarts comes back at a later one). Not the sequence the PG's log has
-            // reached: a removal waiting for members to be recovered first leaves the log where
-            // it was, and the next object's removal took the same id, was answered as a resend
-            // of the first, and never removed anything.
-            let reqid = ReqId { client: LOST_CLIENT, tid: (epoch << 32) | u64::from(self.lost_removals) };
-            self.lost_removals = self.lost_removals.wrapping_add(1);
-            let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { break };
-            p.unfound.remove(object);
-            if let Some(lacks) = p.sources.get_mut(&me) {
-                lacks.remove(object);
-            }
-            let op = OsdOp {
-                reqid,
-                epoch,
-                pool: pg.pool,
-                pg: pg.seed,
-                object: object.clone(),
-                // Whatever the members hold (a stale copy, nothing): created if absent, then removed.
-                ops: vec![ObjOp::Create { exclusive: false }, ObjOp::Remove],
-                expires_in_ms: None,
-                resend: false,
-                frees_space: false,
-            };
-            let removal = Event::ClientOp {
-                from: NOBODY,
-                request_id: 0,
-                op,
-                data: bytes::Bytes::new(),
-                data_crc: None,
-                arrived_ms: now_ms,
-            };
-            p.blocked.entry(object.clone()).or_default().insert(0, removal);
-            p.blocked_ops += 1;
-            tracing::warn!(%pg, object, "unfound object given up as lost by an operator: removed on every member");
-            self.unblock(pg, object, out);
-        }
-        Ok(objects)
-    }
-
-    /// `pg`'s unfound objects with the versions needed, and the strays known and being asked.
-    fn unfound_report(&self, pg: PgId) -> UnfoundReport {
-        let needs = self.metas.get(&pg).map(|m| &m.missing);
-        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return UnfoundReport::default() };
-        UnfoundReport {
-            objects: p
-                .unfound
-                .iter()
-                .map(|o| (o.clone(), needs.and_then(|n| n.get(o)).copied().unwrap_or_default()))
-                .collect(),
-            strays: p.known_strays.iter().copied().collect(),
-            probing: p.probing.iter().copied().collect(),
-        }
     }
 
     /// The last scrub this OSD finished of `pg` since it leads it, and whether another is

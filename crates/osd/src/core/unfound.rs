@@ -1,0 +1,220 @@
+//! Objects no member that is up can provide (`+unfound`), and the operator's ways out of them on
+//! the PG's primary: name them (`shoal pg list-unfound`), give them up (`mark-unfound-lost
+//! delete`), or keep the copy the primary still holds, older than the version its log names
+//! (`mark-unfound-lost revert`, decision 0052).
+//!
+//! Both ways out end with a write that goes through the PG's replicated write path ahead of
+//! every operation waiting for the object, with a request id no client uses, so that the PG log
+//! records the operator's decision on every member like any client write (a member that comes
+//! back later rolls forward to it like any write it missed).
+
+use shoal_map::PgId;
+use shoal_proto::RemoteError;
+use shoal_proto::osd::{Eversion, ObjOp, OsdOp, ReqId, RevertReport, UnfoundReport};
+use shoal_store::{Durability, Transaction};
+
+use super::peering::{PgState, Role};
+use super::{Action, Event, OsdCore, Token};
+use crate::exec::{pg_collection, store_error};
+use crate::pgmeta::PgMeta;
+
+/// The client id of the removals that record an unfound object given up (no client has it:
+/// client ids are random, and one of these two values comes up once in 2^63 clients).
+const LOST_CLIENT: u64 = u64::MAX - 1;
+/// The client id of the writes that revert an unfound object; their request's `tid` is the
+/// sequence of the copy kept (the version's `seq`, unique in a PG's history), so that a later
+/// resend of a write given up can be told from one the kept copy holds.
+const REVERT_CLIENT: u64 = u64::MAX - 2;
+/// Where the answers to those writes go: nowhere (no connection has this token).
+const NOBODY: Token = u64::MAX;
+/// Bytes of an object's data read at once while checking that a copy reads back whole.
+const CHECK_READ_BYTES: u64 = 4 << 20;
+
+impl OsdCore {
+    /// Gives `pg`'s unfound objects up as lost (an operator's decision: no member that holds
+    /// them will come back). For each: the primary's own copy is replaced by "absent" and its
+    /// missing record cleared, in one transaction; then a removal of the object is logged and
+    /// replicated (see the module's comment), and the replicas drop their copies. The operations
+    /// waiting for the object run after it and see it absent. Returns the objects given up.
+    pub(super) fn mark_unfound_lost(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<Vec<String>, RemoteError> {
+        let objects = self.unfound_objects(pg);
+        let coll = pg_collection(pg);
+        for object in &objects {
+            let mut txn = Transaction::new();
+            crate::copy::remove_whole(&mut txn, &*self.store, &coll, std::slice::from_ref(object))?;
+            PgMeta::write_recovered(&mut txn, pg, object);
+            self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+            tracing::warn!(%pg, object, "unfound object given up as lost by an operator: removed on every member");
+            // A request id no client uses, unique in the PG's history: the epoch and a count of
+            // such removals issued here (one OSD alone leads a PG at an epoch, and an OSD that
+            // restarts comes back at a later one). Not the sequence the PG's log has reached: a
+            // removal waiting for members to be recovered first leaves the log where it was, and
+            // the next object's removal took the same id, was answered as a resend of the
+            // first, and was never logged.
+            let reqid = ReqId { client: LOST_CLIENT, tid: (self.map.epoch << 32) | u64::from(self.lost_removals) };
+            self.lost_removals = self.lost_removals.wrapping_add(1);
+            // Whatever the members hold (a stale copy, nothing): created if absent, then removed.
+            let ops = vec![ObjOp::Create { exclusive: false }, ObjOp::Remove];
+            if !self.log_decision(pg, object, reqid, ops, out)? {
+                break;
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Reverts `pg`'s unfound objects to the copies this primary holds (an operator's decision:
+    /// the newest writes of each, which no member that is up holds, are given up). For each
+    /// object whose copy here reads back whole (with its clones): its missing record is cleared
+    /// (durable before anything else sees the object), then a write that changes nothing is
+    /// logged and replicated (see the module's comment). Members that lack the object are pushed
+    /// this copy before the write applies, as for any write of an object a member lacks, so every
+    /// copy ends as this one, stored at the new write's version, and the PG's log and its stores
+    /// agree again. Objects with no readable copy here stay unfound, with the reason.
+    ///
+    /// A resend of a write that was given up is applied again, on the kept copy (see
+    /// [`OsdCore::given_up_by_revert`]).
+    pub(super) fn revert_unfound(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<RevertReport, RemoteError> {
+        let mut report = RevertReport::default();
+        let coll = pg_collection(pg);
+        for object in self.unfound_objects(pg) {
+            let held = match self.whole_copy_version(&coll, &object) {
+                Ok(held) => held,
+                Err(why) => {
+                    report.unfound.push((object, why));
+                    continue;
+                }
+            };
+            let mut txn = Transaction::new();
+            PgMeta::write_recovered(&mut txn, pg, &object);
+            self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
+            tracing::warn!(%pg, object, version = %held, "unfound object reverted by an operator to the copy its primary holds");
+            let reqid = ReqId { client: REVERT_CLIENT, tid: held.seq };
+            if !self.log_decision(pg, &object, reqid, vec![ObjOp::Create { exclusive: false }], out)? {
+                break;
+            }
+            report.reverted.push((object, held));
+        }
+        Ok(report)
+    }
+
+    /// `pg`'s unfound objects with the versions needed, and the strays known and being asked.
+    pub(super) fn unfound_report(&self, pg: PgId) -> UnfoundReport {
+        let needs = self.metas.get(&pg).map(|m| &m.missing);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return UnfoundReport::default() };
+        UnfoundReport {
+            objects: p
+                .unfound
+                .iter()
+                .map(|o| (o.clone(), needs.and_then(|n| n.get(o)).copied().unwrap_or_default()))
+                .collect(),
+            strays: p.known_strays.iter().copied().collect(),
+            probing: p.probing.iter().copied().collect(),
+        }
+    }
+
+    fn unfound_objects(&self, pg: PgId) -> Vec<String> {
+        match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Primary(p), .. }) => p.unfound.iter().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The version stored with this OSD's copy of `object` (`0'0` for a copy written before
+    /// versions were stored), if the copy exists and it and its clones read back whole; else
+    /// why it cannot be kept. Reads the data a piece at a time: nothing is kept in memory.
+    fn whole_copy_version(&self, coll: &str, object: &str) -> Result<Eversion, String> {
+        let me = self.id;
+        if crate::snaps::is_companion(object) {
+            return Err(format!("{object} is a clone or a snapshot directory: its head is reverted with it"));
+        }
+        match self.store.exists(coll, object) {
+            Ok(true) => {}
+            Ok(false) => return Err(format!("{me} holds no copy of it (delete it, or bring back an OSD that does)")),
+            Err(e) => return Err(format!("{me} cannot tell whether it holds a copy: {e}")),
+        }
+        let companions = crate::snaps::companions(&*self.store, coll, object)
+            .map_err(|e| format!("{me} cannot read its snapshot state: {}", e.message))?;
+        for name in std::iter::once(object).chain(companions.iter().map(String::as_str)) {
+            let size = self.store.stat(coll, name).map_err(|e| format!("{me} cannot read {name}: {e}"))?.size_bytes;
+            let mut at = 0;
+            // Bounded by the object's size, a piece at a time.
+            while at < size {
+                let len = CHECK_READ_BYTES.min(size - at);
+                self.store.read(coll, name, at, len).map_err(|e| format!("{me}'s copy of {name} is damaged: {e}"))?;
+                at += len;
+            }
+            self.store.list_xattrs(coll, name).map_err(|e| format!("{me} cannot read {name}'s xattrs: {e}"))?;
+        }
+        // The version names the copy in the revert's request id (see `REVERT_CLIENT`).
+        crate::objver::stored(&*self.store, coll, object).ok_or_else(|| {
+            format!("{me}'s copy carries no version (written before versions were stored): it cannot be named")
+        })
+    }
+
+    /// Whether request `reqid` on `object`, found in `pg`'s log, is a write a revert gave up:
+    /// a revert of the same object is logged after it and kept a copy older than it. Such a
+    /// write is not in the object any more, and its client never heard that it was applied (or
+    /// it would not resend it): it is applied again instead of answered from the log. Reads the
+    /// log's entries from the store only when a revert is logged after the request (the log in
+    /// memory keeps no object names).
+    pub(super) fn given_up_by_revert(&self, pg: PgId, reqid: &ReqId, object: &str) -> Result<bool, RemoteError> {
+        let Some(log) = self.logs.get(&pg) else { return Ok(false) };
+        let Some(version) = log.version_of(reqid) else { return Ok(false) };
+        let reverts: Vec<Eversion> = log
+            .entries_after(version)
+            .filter(|(_, r)| r.client == REVERT_CLIENT && r.tid < version.seq)
+            .map(|(v, _)| *v)
+            .collect();
+        if reverts.is_empty() {
+            return Ok(false);
+        }
+        let entries = crate::pglog::read_entries(&*self.store, pg).map_err(|e| store_error(&e))?;
+        Ok(entries.iter().any(|e| e.object == object && reverts.contains(&e.version)))
+    }
+
+    /// Records an operator's decision on unfound `object` of `pg`: it is no longer missing here
+    /// nor unfound, and `ops` go through the PG's replicated write path as request `reqid`,
+    /// ahead of every operation waiting for it. Returns `false` if this OSD no longer leads the
+    /// PG.
+    fn log_decision(
+        &mut self,
+        pg: PgId,
+        object: &str,
+        reqid: ReqId,
+        ops: Vec<ObjOp>,
+        out: &mut Vec<Action>,
+    ) -> Result<bool, RemoteError> {
+        self.meta_mut(pg)?.missing.remove(object);
+        let epoch = self.map.epoch;
+        let now_ms = self.now_ms;
+        let me = self.id;
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return Ok(false) };
+        p.unfound.remove(object);
+        if let Some(lacks) = p.sources.get_mut(&me) {
+            lacks.remove(object);
+        }
+        let op = OsdOp {
+            reqid,
+            epoch,
+            pool: pg.pool,
+            pg: pg.seed,
+            object: object.to_string(),
+            ops,
+            expires_in_ms: None,
+            resend: false,
+            frees_space: false,
+        };
+        let event = Event::ClientOp {
+            from: NOBODY,
+            request_id: 0,
+            op,
+            data: bytes::Bytes::new(),
+            data_crc: None,
+            arrived_ms: now_ms,
+        };
+        p.blocked.entry(object.to_string()).or_default().insert(0, event);
+        p.blocked_ops += 1;
+        self.unblock(pg, object, out);
+        Ok(true)
+    }
+}
