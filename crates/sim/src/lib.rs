@@ -134,6 +134,16 @@ pub struct SimConfig {
     /// taken); reads at a snapshot are checked against it, and at the end every acting member's
     /// store is checked at every live snapshot. Not with observers.
     pub snaps: bool,
+    /// `ReplaceWhenClean` faults wait only for every OSD to report the PGs it leads clean, as an
+    /// impatient operator reading each OSD's report would, not for the monitors' map to settle
+    /// (a PG between primaries then counts as clean): a disk may be replaced that holds the only
+    /// copy of a PG's newest entry, which leaves objects unfound.
+    pub early_replacement: bool,
+    /// The operator reverts unfound objects (`shoal pg mark-unfound-lost PGID revert`): on each
+    /// tick, every PG whose primary reports it `+unfound` is sent the command. The run must then
+    /// end with every acknowledged write readable, resends of writes the revert gave up
+    /// included.
+    pub revert_unfound: bool,
 }
 
 /// Backfill pushes refused in [`SimConfig::toofull`] runs, per thousand.
@@ -215,6 +225,8 @@ impl Default for SimConfig {
             log_keep: None,
             refuse_push_per_mille: 0,
             snaps: false,
+            early_replacement: false,
+            revert_unfound: false,
         }
     }
 }
@@ -420,6 +432,9 @@ pub struct Outcome {
     pub snap_reads_verified: u64,
     /// Resends after `WrongPrimary` (map changes seen by clients late).
     pub resends: u64,
+    /// Revert commands sent to primaries of PGs with unfound objects
+    /// ([`SimConfig::revert_unfound`]).
+    pub reverts_asked: u64,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Final map epoch.
@@ -746,6 +761,7 @@ impl Simulation {
             verified_reads: 0,
             snap_reads_verified: 0,
             resends: 0,
+            reverts_asked: 0,
             end_us: 0,
             epoch: 0,
             trimmed_logs: 0,
@@ -968,6 +984,9 @@ impl Simulation {
                 if self.rotted > 0 {
                     self.repair_every_pg();
                 }
+                if self.cfg.revert_unfound {
+                    self.revert_unfound();
+                }
                 // Ticks go on while anything may still change: a map or message still in flight
                 // can start peering again after the cluster looked clean.
                 if !self.quiescent() || !self.pending.is_empty() {
@@ -1188,7 +1207,8 @@ impl Simulation {
             Fault::Out(osd) => self.mon_command(Command::OsdOut { id: osd }),
             Fault::In(osd) => self.mon_command(Command::OsdIn { id: osd }),
             Fault::ReplaceWhenClean(osd) => {
-                if self.cluster_clean() {
+                let clean = if self.cfg.early_replacement { self.leaders_report_clean() } else { self.cluster_clean() };
+                if clean {
                     self.crash(osd);
                     self.restart(osd, true);
                 } else {
@@ -1360,6 +1380,35 @@ impl Simulation {
             let req = shoal_proto::osd::PgCommand { epoch, pool: pg.pool, pg: pg.seed, cmd };
             self.osd_event(primary, Event::PgCommand { from: Node::Operator.token(), request_id: 0, req });
         }
+    }
+
+    /// The operator's revert of every PG whose primary reports unfound objects.
+    fn revert_unfound(&mut self) {
+        let map = self.mon.map().clone();
+        for pool in map.pools.values() {
+            for seed in 0..pool.pg_num {
+                let pg = shoal_map::PgId { pool: pool.id, seed };
+                let Some(primary) = map.pg_osds(pg).ok().and_then(|a| a.first().copied()) else { continue };
+                let unfound =
+                    self.osds.get(&primary.0).and_then(|o| o.pg_state(pg)).is_some_and(|s| s.contains("unfound"));
+                if unfound {
+                    self.outcome.reverts_asked += 1;
+                    self.trace(&[format!("revert {pg} at {primary}").as_bytes()]);
+                    let cmd = shoal_proto::osd::PgCmd::RevertUnfound;
+                    let req = shoal_proto::osd::PgCommand { epoch: map.epoch, pool: pg.pool, pg: pg.seed, cmd };
+                    self.osd_event(primary.0, Event::PgCommand { from: Node::Operator.token(), request_id: 0, req });
+                }
+            }
+        }
+    }
+
+    /// What [`SimConfig::early_replacement`] waits for: every OSD runs, reaches its peers and
+    /// reports every PG it leads active and clean, with no strays left to remove.
+    fn leaders_report_clean(&self) -> bool {
+        self.crashed.is_empty()
+            && self.isolated.is_empty()
+            && self.mon_cut.is_empty()
+            && self.osds.values().all(|o| o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
     }
 
     /// Every OSD runs, reaches its peers, has the monitors' current map, and has every PG it

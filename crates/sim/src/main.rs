@@ -40,6 +40,8 @@ struct Args {
     /// Pushes refused as too full (`SimConfig::refuse_push_per_mille`).
     toofull: bool,
     log_keep: Option<usize>,
+    early_replacement: bool,
+    revert_unfound: bool,
 }
 
 /// Switches on the mutation called `name` (a field of [`shoal_osd::Mutations`]).
@@ -87,6 +89,8 @@ fn parse() -> Result<Args, String> {
         snaps: false,
         toofull: false,
         log_keep: None,
+        early_replacement: false,
+        revert_unfound: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -114,6 +118,8 @@ fn parse() -> Result<Args, String> {
             "--read-offload" => args.read_offload = true,
             "--omap" => args.omap = true,
             "--snaps" => args.snaps = true,
+            "--early-replace" => args.early_replacement = true,
+            "--revert-unfound" => args.revert_unfound = true,
             "--short-logs" => {
                 let keep = num("--short-logs")?;
                 if !(1..=64).contains(&keep) {
@@ -125,7 +131,8 @@ fn parse() -> Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
-                     [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K] [--mutate NAME]... \
+                     [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K] [--early-replace] \
+                     [--revert-unfound] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
@@ -186,6 +193,8 @@ fn main() -> ExitCode {
                             base.refuse_push_per_mille
                         },
                         log_keep: args.log_keep,
+                        early_replacement: args.early_replacement,
+                        revert_unfound: args.revert_unfound,
                         // Short logs forget resent writes sooner than the resends come (see
                         // `SimConfig::log_keep`): writes replace objects instead.
                         appends: base.appends && args.log_keep.is_none(),
@@ -254,6 +263,12 @@ fn main() -> ExitCode {
     }
     if let Some(keep) = args.log_keep {
         flags.push_str(&format!(" --short-logs {keep}"));
+    }
+    if args.early_replacement {
+        flags.push_str(" --early-replace");
+    }
+    if args.revert_unfound {
+        flags.push_str(" --revert-unfound");
     }
     for (seed, _) in &failed {
         println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{flags} --verbose");
