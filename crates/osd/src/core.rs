@@ -294,6 +294,9 @@ pub struct Mutations {
     /// Recovery pushes and pull answers carry an object without its snapshot clones and
     /// directory (and the member applying one removes the companions it holds).
     pub recover_heads_only: bool,
+    /// A resend of a write an operator's revert gave up is answered from the PG log as done
+    /// (decision 0052), though the revert threw its data away.
+    pub answer_given_up_resends: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -861,6 +864,7 @@ impl OsdCore {
         };
         // (A write an operator's revert gave up is applied again: see `given_up_by_revert`.)
         let given_up = match known {
+            Some(_) if self.mutations.answer_given_up_resends => false,
             Some(_) => match self.given_up_by_revert(pg, &op.reqid, &op.object) {
                 Ok(given_up) => given_up,
                 Err(e) => return out.push(fail(e)),

@@ -574,3 +574,58 @@ fn a_restarted_osd_keeps_its_copy_while_its_pg_is_undersized() {
     assert!(total(&outs, |o| o.backfills_started) > 0, "no backfill started");
     assert!(total(&outs, |o| o.backfill_objects_kept) > 0, "no backfill kept an object it found on the OSD");
 }
+
+/// Two OSDs and one PG of size 2: the replica is cut off while a write reaches the primary
+/// alone, comes back (peering makes it need that write) and is cut off again after an offset the
+/// seed picks, when the primary's disk is replaced: the write's only copy is gone, and the object
+/// is unfound while the replica still holds the copy before it.
+fn newest_entry_lost(seed: u64) -> SimConfig {
+    let (p, r) = if seed.is_multiple_of(2) { (OsdId(0), OsdId(1)) } else { (OsdId(1), OsdId(0)) };
+    let again = 60_000 + (seed / 2 % 40) * 500;
+    let faults = vec![
+        (20_000, Fault::Isolate(r)),
+        (60_000, Fault::Heal(r)),
+        (again, Fault::Isolate(r)),
+        (again + 100, Fault::Crash(p)),
+        (again + 200, Fault::RestartEmpty(p)),
+        (again + 40_000, Fault::Heal(r)),
+    ];
+    SimConfig {
+        seed,
+        osds: 2,
+        hosts: 2,
+        pool_size: 2,
+        min_size: 1,
+        pg_num: 1,
+        clients: 2,
+        objects_per_client: 2,
+        writes_per_client: 40,
+        faults,
+        ..SimConfig::default()
+    }
+}
+
+#[test]
+fn an_operators_revert_of_an_unfound_object_keeps_every_acknowledged_write() {
+    // Seeds 72 and 76 of `newest_entry_lost`: the primary's disk is replaced while the replica
+    // needs the write only that disk held, and the object is unfound (the run never finishes).
+    // The operator's revert (decision 0052) keeps the replica's copy, every acknowledged write,
+    // and the client's resend of the write given up is applied again: every seed of the schedule
+    // then ends with every write acknowledged and readable. Answered from the log instead, the
+    // resend is acknowledged while its data is gone (seed 72's reads then miss a write).
+    for seed in [72, 76] {
+        let stuck = Simulation::new(newest_entry_lost(seed)).run(MAX_EVENTS / 4);
+        assert!(
+            stuck.violations.iter().any(|v| v.contains("did not finish")),
+            "seed {seed} no longer leaves an object unfound: {:?}",
+            stuck.violations
+        );
+    }
+    let reverting = |seed| SimConfig { revert_unfound: true, ..newest_entry_lost(seed) };
+    let outs = run_seeds(1..=80, reverting);
+    assert!(outs[71].reverts_asked > 0 && outs[75].reverts_asked > 0, "the operator reverted nothing");
+    let mutated =
+        SimConfig { mutations: Mutations { answer_given_up_resends: true, ..Mutations::default() }, ..reverting(72) };
+    let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(out.violations.iter().any(|v| v.contains("acknowledged")), "{:?}", out.violations);
+}
