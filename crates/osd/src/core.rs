@@ -852,7 +852,7 @@ impl OsdCore {
         // A marked resend the log does not know may be older than the log: its request id is
         // then among those of trimmed entries (a few point lookups; new requests skip them).
         let (known, last_update) = match self.log_mut(pg) {
-            Ok(log) => (log.lookup(&op.reqid), log.last_update()),
+            Ok(log) => (log.version_of(&op.reqid).zip(log.lookup(&op.reqid)), log.last_update()),
             Err(e) => return out.push(fail(e)),
         };
         let applied = match (known, self.logs.get(&pg)) {
@@ -863,15 +863,15 @@ impl OsdCore {
             (known, _) => known,
         };
         // (A write an operator's revert gave up is applied again: see `given_up_by_revert`.)
-        let given_up = match known {
+        let given_up = match applied {
             Some(_) if self.mutations.answer_given_up_resends => false,
-            Some(_) => match self.given_up_by_revert(pg, &op.reqid, &op.object) {
+            Some((version, _)) => match self.given_up_by_revert(pg, version, &op.object) {
                 Ok(given_up) => given_up,
                 Err(e) => return out.push(fail(e)),
             },
             None => false,
         };
-        if let Some(op_count) = applied.filter(|_| !given_up) {
+        if let Some((_, op_count)) = applied.filter(|_| !given_up) {
             let outputs = vec![shoal_proto::osd::OpOutput::Done; op_count as usize];
             let frame = reply_frame(request_id, &OsdOpReply { epoch, result: Ok(outputs) }, Vec::new());
             return out.push(Action::Reply { to: from, frame, after_sync: true });

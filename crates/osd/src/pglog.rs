@@ -266,18 +266,22 @@ impl PgLog {
         self.by_reqid.get(reqid).map(|(_, n)| *n)
     }
 
-    /// The operation count of request `reqid` if it was trimmed from the log and is still in a
-    /// dups object: for a marked resend the log does not know (a few point lookups).
-    pub fn lookup_trimmed(&self, store: &dyn ObjectStore, pg: PgId, reqid: &ReqId) -> Result<Option<u32>, StoreError> {
+    /// The version and operation count of request `reqid` if it was trimmed from the log and is
+    /// still in a dups object: for a marked resend the log does not know (a few point lookups).
+    pub fn lookup_trimmed(
+        &self,
+        store: &dyn ObjectStore,
+        pg: PgId,
+        reqid: &ReqId,
+    ) -> Result<Option<(Eversion, u32)>, StoreError> {
         let coll = log_collection(pg);
         let key = dups_key(reqid);
         for n in self.dups.iter().rev() {
             if let Some(v) = store.omap_get(&coll, &dups_object(*n), &key)? {
-                let count: [u8; 4] = v
-                    .get(16..20)
-                    .and_then(|c| c.try_into().ok())
-                    .ok_or_else(|| StoreError::Corrupt(format!("dups entry of PG {pg} is {} bytes", v.len())))?;
-                return Ok(Some(u32::from_be_bytes(count)));
+                let malformed = || StoreError::Corrupt(format!("dups entry of PG {pg} is {} bytes", v.len()));
+                let version = v.get(..16).and_then(Eversion::from_key).ok_or_else(malformed)?;
+                let count: [u8; 4] = v.get(16..20).and_then(|c| c.try_into().ok()).ok_or_else(malformed)?;
+                return Ok(Some((version, u32::from_be_bytes(count))));
             }
         }
         Ok(None)
@@ -733,13 +737,15 @@ mod tests {
         let id = |seq| ReqId { client: 7, tid: seq };
         // Trimmed from the log, found among the dups, with the request's operation count.
         assert_eq!(log.lookup(&id(3)), None);
-        assert_eq!(log.lookup_trimmed(&store, pg, &id(3)).unwrap(), Some(1));
-        assert_eq!(log.lookup_trimmed(&store, pg, &id(14)).unwrap(), Some(3));
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(3)).unwrap().map(|(_, n)| n), Some(1));
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(14)).unwrap().map(|(_, n)| n), Some(3));
+        // And with the trimmed entry's version (a revert logged later is compared with it).
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(14)).unwrap(), Some((Eversion { epoch: 1, seq: 14 }, 3)));
         assert_eq!(log.lookup_trimmed(&store, pg, &id(99)).unwrap(), None);
         // A reloaded log knows the same dups objects.
         let loaded = PgLog::load(&store, pg, bounds).expect("load");
         assert_eq!(loaded.dups, log.dups);
-        assert_eq!(loaded.lookup_trimmed(&store, pg, &id(3)).unwrap(), Some(1));
+        assert_eq!(loaded.lookup_trimmed(&store, pg, &id(3)).unwrap().map(|(_, n)| n), Some(1));
         // Far more writes: the oldest dups objects go, at most DUPS_OBJECTS stay.
         write_entries(&store, &mut log, pg, 21..=200);
         assert_eq!(log.lookup_trimmed(&store, pg, &id(3)).unwrap(), None, "rotated out");

@@ -73,6 +73,8 @@ struct Net {
     /// Backfill scans held instead of delivered (when `hold_scans` is set).
     held_scans: VecDeque<(u32, Action)>,
     hold_scans: bool,
+    /// The PG log bounds of every core, restarted ones too (the default if `None`).
+    log_bounds: Option<shoal_osd::pglog::LogBounds>,
 }
 
 impl Net {
@@ -118,6 +120,7 @@ impl Net {
             names_kept: Vec::new(),
             held_scans: VecDeque::new(),
             hold_scans: false,
+            log_bounds: bounds,
         };
         net.broadcast();
         net
@@ -152,10 +155,19 @@ impl Net {
     /// Replaces OSD `osd`'s core by a fresh one on the same store (a restart) and boots it.
     fn restart(&mut self, osd: OsdId) {
         let store = self.cores[&osd.0].store().clone();
-        let core = OsdCore::new(osd, store, Arc::new(self.map.clone())).unwrap();
+        let core = self.new_core(osd, store);
         self.cores.insert(osd.0, core);
         let addr = format!("127.0.0.1:{}", 8000 + self.map.epoch).parse().unwrap();
         self.change(Command::OsdBoot { id: osd, addr });
+    }
+
+    /// A core for `osd` on `store`, with the network's log bounds.
+    fn new_core(&self, osd: OsdId, store: Arc<dyn ObjectStore>) -> OsdCore {
+        let mut core = OsdCore::new(osd, store, Arc::new(self.map.clone())).unwrap();
+        if let Some(bounds) = self.log_bounds {
+            core.set_log_bounds(bounds);
+        }
+        core
     }
 
     /// Every core's clock moves to `now_ms` (never backwards) and it ticks.
@@ -173,7 +185,8 @@ impl Net {
     fn replace_disk_sized(&mut self, osd: OsdId, size_bytes: u64) {
         let fresh = Arc::new(MemEngine::new_mem(size_bytes).unwrap());
         let store: Arc<dyn ObjectStore> = fresh.clone();
-        self.cores.insert(osd.0, OsdCore::new(osd, store, Arc::new(self.map.clone())).unwrap());
+        let core = self.new_core(osd, store);
+        self.cores.insert(osd.0, core);
         self.engines.insert(osd.0, fresh);
         let addr = format!("127.0.0.1:{}", 8000 + self.map.epoch).parse().unwrap();
         self.change(Command::OsdBoot { id: osd, addr });
@@ -1502,14 +1515,23 @@ fn objects_given_up_while_a_member_lacks_them_are_each_removed_under_a_request_i
     );
 }
 
-#[test]
-fn an_unfound_object_reverted_keeps_the_copy_its_primary_holds_on_every_member() {
-    // The shape the simulation found (seed 13072 `--parts`): a write applied on the primary
-    // alone (its replica never got it, so it was never acknowledged) becomes, at the next
-    // peering, the newest entry of the PG's log, and the replica needs it; before recovery sends
-    // it there, the old primary's disk is replaced. No member holds that version: the object is
-    // unfound, while the replica still holds the copy before it — every acknowledged write.
-    let mut net = Net::new();
+/// What [`lose_the_newest_write`] leaves: the PG of "obj", its old primary (on a new disk now)
+/// and its replica (which leads the PG), and the version of the replica's copy.
+struct LostWrite {
+    primary: OsdId,
+    replica: OsdId,
+    pg: shoal_map::PgId,
+    coll: String,
+    kept: (u64, u64),
+}
+
+/// The shape the simulation found (seed 13072 `--parts`): a write applied on the primary alone
+/// (its replica never got it, so it was never acknowledged) becomes, at the next peering, the
+/// newest entry of the PG's log, and the replica needs it; before recovery sends it there, the
+/// old primary's disk is replaced. No member holds that version: "obj" is unfound, while the
+/// replica still holds the copy before it ("abc", every acknowledged write). The lost write is
+/// client 7's tid 2, appending "def".
+fn lose_the_newest_write(net: &mut Net) -> LostWrite {
     let acting = net.acting();
     let (primary, replica) = (acting[0], acting[1]);
     let pool = net.map.pool_by_name("p").unwrap().id;
@@ -1530,18 +1552,26 @@ fn an_unfound_object_reverted_keeps_the_copy_its_primary_holds_on_every_member()
     for _ in 0..5 {
         net.tick();
     }
-    let leader = net.acting()[0];
-    assert_eq!(leader, replica, "the member with the PG's history leads it");
-    let reply = net.pg_command(leader, pg, shoal_proto::osd::PgCmd::ListUnfound);
+    assert!(!net.replies.contains_key(&never_answered), "the lost write is never answered by its old primary");
+    assert_eq!(net.acting()[0], replica, "the member with the PG's history leads it");
+    let reply = net.pg_command(replica, pg, shoal_proto::osd::PgCmd::ListUnfound);
     let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
     assert_eq!(report.objects.iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+    net.hold_pushes = false;
+    LostWrite { primary, replica, pg, coll, kept }
+}
+
+#[test]
+fn an_unfound_object_reverted_keeps_the_copy_its_primary_holds_on_every_member() {
+    let mut net = Net::new();
+    let LostWrite { primary, replica, pg, coll, kept } = lose_the_newest_write(&mut net);
+    let leader = replica;
     let read = client_op(&net.map, 3, vec![ObjOp::Read { offset: 0, len_bytes: 100 }]);
     let waiting = net.submit(leader.0, read, &[], 0);
     assert!(!net.replies.contains_key(&waiting), "a read of an unfound object waits");
 
     // The operator reverts it: the replica's copy (the acknowledged write) is the object again,
     // on both members, under a new version in both logs; the read that waited is answered.
-    net.hold_pushes = false;
     let reply = net.pg_command(leader, pg, shoal_proto::osd::PgCmd::RevertUnfound);
     let kept_version = shoal_proto::osd::Eversion { epoch: kept.0, seq: kept.1 };
     let expected =
@@ -1551,7 +1581,6 @@ fn an_unfound_object_reverted_keeps_the_copy_its_primary_holds_on_every_member()
         net.tick();
     }
     assert_eq!(net.read_answer(waiting), b"abc");
-    assert!(!net.replies.contains_key(&never_answered), "the lost write is never answered by its old primary");
     for osd in [primary, replica] {
         assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
         let log = shoal_osd::pglog::read_entries(&**net.core(osd).store(), pg).unwrap();
@@ -1586,6 +1615,44 @@ fn an_unfound_object_reverted_keeps_the_copy_its_primary_holds_on_every_member()
     net.append(4, b"ghi").result.expect("append after the revert");
     assert_eq!(net.content(primary).as_deref(), Some(&b"abcdefghi"[..]));
     assert_eq!(net.content(replica).as_deref(), Some(&b"abcdefghi"[..]));
+}
+
+#[test]
+fn a_write_given_up_by_a_revert_is_applied_again_when_resent_after_its_entry_was_trimmed() {
+    // Logs of 4 entries trimmed 2 at a time: after the revert, writes of other objects push the
+    // lost write's entry out of the log (its request id moves to the dups) while the revert's
+    // entry stays. The client's marked resend is found among the dups, and applied again all the
+    // same: the revert logged after it kept an older copy.
+    let mut net = Net::with_log_bounds(Some(shoal_osd::pglog::LogBounds::new(4, 2)));
+    let LostWrite { primary, replica, pg, .. } = lose_the_newest_write(&mut net);
+    let reply = net.pg_command(replica, pg, shoal_proto::osd::PgCmd::RevertUnfound);
+    assert!(matches!(reply.result, Ok(shoal_proto::osd::PgCmdOutput::Reverted(ref r)) if r.reverted.len() == 1));
+    for _ in 0..10 {
+        net.tick();
+    }
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let others: Vec<String> =
+        (0..1000).map(|i| format!("other-{i}")).filter(|n| net.map.locate(pool, n).unwrap().pg == pg).take(6).collect();
+    let in_log = |net: &Net, client: u64| {
+        let log = shoal_osd::pglog::read_entries(&**net.core(net.acting()[0]).store(), pg).unwrap();
+        log.iter().any(|e| e.object == "obj" && e.reqid.client == client)
+    };
+    let mut trimmed = false;
+    for (i, name) in others.iter().enumerate() {
+        write_object(&mut net, 100 + i as u64, name, b"x").result.expect("write of another object");
+        if !in_log(&net, 7) && in_log(&net, u64::MAX - 2) {
+            trimmed = true;
+            break;
+        }
+    }
+    assert!(trimmed, "the lost write's entry left the log while the revert's stayed");
+    let resend = OsdOp { resend: true, ..client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]) };
+    // (The PG, clean again, went back to the OSDs placement names: its primary leads it.)
+    let rid = net.submit(net.acting()[0].0, resend, b"def", 0);
+    net.replies.remove(&rid).expect("answered").result.expect("the resend of the write given up");
+    for osd in [primary, replica] {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcdef"[..]), "{osd}");
+    }
 }
 
 #[test]

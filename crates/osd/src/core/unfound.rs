@@ -151,15 +151,15 @@ impl OsdCore {
         })
     }
 
-    /// Whether request `reqid` on `object`, found in `pg`'s log, is a write a revert gave up:
-    /// a revert of the same object is logged after it and kept a copy older than it. Such a
-    /// write is not in the object any more, and its client never heard that it was applied (or
-    /// it would not resend it): it is applied again instead of answered from the log. Reads the
-    /// log's entries from the store only when a revert is logged after the request (the log in
-    /// memory keeps no object names).
-    pub(super) fn given_up_by_revert(&self, pg: PgId, reqid: &ReqId, object: &str) -> Result<bool, RemoteError> {
+    /// Whether a resent write on `object` that `pg`'s log (or its dups, once trimmed) knows at
+    /// `version` is one a revert gave up: a revert of the same object is logged after it and
+    /// kept a copy older than it. Such a write is not in the object any more, and its client
+    /// never heard that it was applied (or it would not resend it): it is applied again instead
+    /// of answered from the log. Reads the log's entries from the store only when a revert is
+    /// logged after the write (the log in memory keeps no object names; the resend names the
+    /// write's object).
+    pub(super) fn given_up_by_revert(&self, pg: PgId, version: Eversion, object: &str) -> Result<bool, RemoteError> {
         let Some(log) = self.logs.get(&pg) else { return Ok(false) };
-        let Some(version) = log.version_of(reqid) else { return Ok(false) };
         let reverts: Vec<Eversion> = log
             .entries_after(version)
             .filter(|(_, r)| r.client == REVERT_CLIENT && r.tid < version.seq)
