@@ -852,7 +852,7 @@ impl OsdCore {
         // A marked resend the log does not know may be older than the log: its request id is
         // then among those of trimmed entries (a few point lookups; new requests skip them).
         let (known, last_update) = match self.log_mut(pg) {
-            Ok(log) => (log.version_of(&op.reqid).zip(log.lookup(&op.reqid)), log.last_update()),
+            Ok(log) => (log.lookup(&op.reqid), log.last_update()),
             Err(e) => return out.push(fail(e)),
         };
         let applied = match (known, self.logs.get(&pg)) {

@@ -260,10 +260,11 @@ impl PgLog {
         self.entries.back().map(|(v, _)| *v).unwrap_or_default()
     }
 
-    /// The operation count of request `reqid` if it was applied to this PG (within the log).
+    /// The version (of its newest entry) and operation count of request `reqid` if it was
+    /// applied to this PG (within the log).
     #[must_use]
-    pub fn lookup(&self, reqid: &ReqId) -> Option<u32> {
-        self.by_reqid.get(reqid).map(|(_, n)| *n)
+    pub fn lookup(&self, reqid: &ReqId) -> Option<(Eversion, u32)> {
+        self.by_reqid.get(reqid).copied()
     }
 
     /// The version and operation count of request `reqid` if it was trimmed from the log and is
@@ -652,8 +653,8 @@ mod tests {
         assert_eq!(memory.len(), MAX_LOG_ENTRIES);
         assert_eq!((memory.len(), memory.last_update()), (loaded.len(), loaded.last_update()));
         let (oldest_kept, trimmed) = (ReqId { client: 9, tid: 11 }, ReqId { client: 9, tid: 10 });
-        assert_eq!((memory.lookup(&oldest_kept), memory.lookup(&trimmed)), (Some(1), None));
-        assert_eq!((loaded.lookup(&oldest_kept), loaded.lookup(&trimmed)), (Some(1), None));
+        assert_eq!((memory.lookup(&oldest_kept).map(|(_, n)| n), memory.lookup(&trimmed)), (Some(1), None));
+        assert_eq!((loaded.lookup(&oldest_kept).map(|(_, n)| n), loaded.lookup(&trimmed)), (Some(1), None));
     }
 
     #[test]
