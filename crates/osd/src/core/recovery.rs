@@ -712,6 +712,25 @@ impl OsdCore {
         let Some(p) = self.primary(pg) else { return };
         let Some(cursor) = p.peers.get(&osd).and_then(|pp| pp.backfill.clone()) else { return };
         let attempt = p.attempt;
+        // A part goes only while its object is the first after the cursor (as when it began:
+        // parts start only at the head of a chunk). Each part's range reaches back to the cursor,
+        // and the member removes what else it holds there; an object made since — a clone that a
+        // write of a head below the cursor made, which the member made too — would be removed
+        // there and then passed by the cursor, never sent. Such a part starts over behind it.
+        let after = (!cursor.is_empty()).then_some(cursor.as_str());
+        match self.store.list_objects(&coll, "", after, 1) {
+            Ok(page) if page.objects.first() == Some(&part.object) => {}
+            Ok(_) => {
+                if let Some(pp) = self.primary_at(pg, attempt).and_then(|p| p.peers.get_mut(&osd)) {
+                    pp.part = None;
+                }
+                return self.send_backfill_chunk(pg, osd, out);
+            }
+            Err(e) => {
+                tracing::error!(%pg, error = %e, "listing for backfill failed");
+                return;
+            }
+        }
         let mut data = Vec::new();
         let Part { copy, part: header, next } =
             match read_part(&*self.store, &coll, &part.object, &part.at, chunk_bytes, &mut data) {
