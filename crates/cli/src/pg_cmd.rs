@@ -299,20 +299,37 @@ fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-fn mark_unfound_lost(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: bool) -> Result<ExitCode> {
+/// Sends PG `pgid`'s primary the operator's decision `cmd` on its unfound objects, once
+/// `confirmed`; without it, refuses with the consequence `refusal` names (given the PG).
+fn decide_unfound(
+    conf: &ConfArgs,
+    pgid: &str,
+    confirmed: bool,
+    cmd: PgCmd,
+    refusal: impl Fn(PgId) -> String,
+) -> Result<(PgId, PgCmdOutput)> {
     let client = conf.connect()?;
     let map = client.client().mon().map();
     let pg = parse_pgid(&map, pgid)?;
     if !confirmed {
         bail!(
-            "giving up PG {pg}'s unfound objects removes them for good; see them with `shoal pg list-unfound {pg}`, \
-             and add --yes-i-really-mean-it if no OSD that holds them will come back"
+            "{}; see them with `shoal pg list-unfound {pg}`, and add --yes-i-really-mean-it if no OSD that holds \
+             them will come back",
+            refusal(pg)
         );
     }
-    let lost = match client.runtime().block_on(client.client().pg_command(pg, PgCmd::MarkUnfoundLost)) {
-        Ok(PgCmdOutput::Lost(objects)) => objects,
-        Ok(other) => bail!("PG {pg}'s primary answered {other:?} to giving up its unfound objects"),
-        Err(e) => return Err(e).with_context(|| format!("asking PG {pg}'s primary to give up its unfound objects")),
+    let answer = client.runtime().block_on(client.client().pg_command(pg, cmd.clone()));
+    let output =
+        answer.with_context(|| format!("asking PG {pg}'s primary to decide on its unfound objects ({cmd:?})"))?;
+    Ok((pg, output))
+}
+
+fn mark_unfound_lost(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: bool) -> Result<ExitCode> {
+    let (pg, output) = decide_unfound(conf, pgid, confirmed, PgCmd::MarkUnfoundLost, |pg| {
+        format!("giving up PG {pg}'s unfound objects removes them for good")
+    })?;
+    let PgCmdOutput::Lost(lost) = output else {
+        bail!("PG {pg}'s primary answered {output:?} to giving up its unfound objects");
     };
     if json_out {
         println!("{}", json!({"pg": pg.to_string(), "lost": lost}));
@@ -325,20 +342,14 @@ fn mark_unfound_lost(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: boo
 }
 
 fn revert_unfound(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: bool) -> Result<ExitCode> {
-    let client = conf.connect()?;
-    let map = client.client().mon().map();
-    let pg = parse_pgid(&map, pgid)?;
-    if !confirmed {
-        bail!(
-            "reverting PG {pg}'s unfound objects gives up their newest writes for good, keeping the older copies its \
-             primary holds; see them with `shoal pg list-unfound {pg}`, and add --yes-i-really-mean-it if no OSD \
-             that holds the newest writes will come back"
-        );
-    }
-    let r = match client.runtime().block_on(client.client().pg_command(pg, PgCmd::RevertUnfound)) {
-        Ok(PgCmdOutput::Reverted(r)) => r,
-        Ok(other) => bail!("PG {pg}'s primary answered {other:?} to reverting its unfound objects"),
-        Err(e) => return Err(e).with_context(|| format!("asking PG {pg}'s primary to revert its unfound objects")),
+    let (pg, output) = decide_unfound(conf, pgid, confirmed, PgCmd::RevertUnfound, |pg| {
+        format!(
+            "reverting PG {pg}'s unfound objects gives up their newest writes for good, keeping the older copies \
+             its primary holds"
+        )
+    })?;
+    let PgCmdOutput::Reverted(r) = output else {
+        bail!("PG {pg}'s primary answered {output:?} to reverting its unfound objects");
     };
     if json_out {
         let reverted: Vec<_> = r.reverted.iter().map(|(o, v)| json!({"object": o, "version": v.to_string()})).collect();

@@ -161,6 +161,18 @@ impl Net {
         self.change(Command::OsdBoot { id: osd, addr });
     }
 
+    /// `n` object names of pool `p` other than "obj" that map to PG `pg`.
+    fn names_in_pg(&self, pg: shoal_map::PgId, n: usize) -> Vec<String> {
+        let pool = self.map.pool_by_name("p").unwrap().id;
+        let names: Vec<String> = (0..10_000)
+            .map(|i| format!("other-{i}"))
+            .filter(|o| self.map.locate(pool, o).unwrap().pg == pg)
+            .take(n)
+            .collect();
+        assert_eq!(names.len(), n, "names in {pg}");
+        names
+    }
+
     /// A core for `osd` on `store`, with the network's log bounds.
     fn new_core(&self, osd: OsdId, store: Arc<dyn ObjectStore>) -> OsdCore {
         let mut core = OsdCore::new(osd, store, Arc::new(self.map.clone())).unwrap();
@@ -1470,7 +1482,7 @@ fn objects_given_up_while_a_member_lacks_them_are_each_removed_under_a_request_i
     let acting = net.acting();
     let pool = net.map.pool_by_name("p").unwrap().id;
     let pg = net.map.locate(pool, "obj").unwrap().pg;
-    let other = (0..1000).map(|i| format!("other-{i}")).find(|n| net.map.locate(pool, n).unwrap().pg == pg).unwrap();
+    let other = net.names_in_pg(pg, 1).remove(0);
     net.append(1, b"abc").result.expect("append");
     write_object(&mut net, 2, &other, b"one").result.expect("write");
     net.change(Command::OsdDown { id: acting[1] });
@@ -1630,9 +1642,7 @@ fn a_write_given_up_by_a_revert_is_applied_again_when_resent_after_its_entry_was
     for _ in 0..10 {
         net.tick();
     }
-    let pool = net.map.pool_by_name("p").unwrap().id;
-    let others: Vec<String> =
-        (0..1000).map(|i| format!("other-{i}")).filter(|n| net.map.locate(pool, n).unwrap().pg == pg).take(6).collect();
+    let others = net.names_in_pg(pg, 6);
     let in_log = |net: &Net, client: u64| {
         let log = shoal_osd::pglog::read_entries(&**net.core(net.acting()[0]).store(), pg).unwrap();
         log.iter().any(|e| e.object == "obj" && e.reqid.client == client)

@@ -1384,22 +1384,34 @@ impl Simulation {
 
     /// The operator's revert of every PG whose primary reports unfound objects.
     fn revert_unfound(&mut self) {
-        let map = self.mon.map().clone();
+        let epoch = self.mon.map().epoch;
+        for (pg, primary, state) in self.primary_states() {
+            if let (Some(primary), Some(state)) = (primary, state)
+                && state.contains("unfound")
+            {
+                self.outcome.reverts_asked += 1;
+                self.trace(&[format!("revert {pg} at {primary}").as_bytes()]);
+                let cmd = shoal_proto::osd::PgCmd::RevertUnfound;
+                let req = shoal_proto::osd::PgCommand { epoch, pool: pg.pool, pg: pg.seed, cmd };
+                self.osd_event(primary.0, Event::PgCommand { from: Node::Operator.token(), request_id: 0, req });
+            }
+        }
+    }
+
+    /// Every PG of the monitors' map with its primary there, if any, and the state that OSD
+    /// reports for it (`None` while it does not lead it).
+    fn primary_states(&self) -> Vec<(shoal_map::PgId, Option<OsdId>, Option<String>)> {
+        let map = self.mon.map();
+        let mut out = Vec::new();
         for pool in map.pools.values() {
             for seed in 0..pool.pg_num {
                 let pg = shoal_map::PgId { pool: pool.id, seed };
-                let Some(primary) = map.pg_osds(pg).ok().and_then(|a| a.first().copied()) else { continue };
-                let unfound =
-                    self.osds.get(&primary.0).and_then(|o| o.pg_state(pg)).is_some_and(|s| s.contains("unfound"));
-                if unfound {
-                    self.outcome.reverts_asked += 1;
-                    self.trace(&[format!("revert {pg} at {primary}").as_bytes()]);
-                    let cmd = shoal_proto::osd::PgCmd::RevertUnfound;
-                    let req = shoal_proto::osd::PgCommand { epoch: map.epoch, pool: pg.pool, pg: pg.seed, cmd };
-                    self.osd_event(primary.0, Event::PgCommand { from: Node::Operator.token(), request_id: 0, req });
-                }
+                let primary = map.pg_osds(pg).ok().and_then(|acting| acting.first().copied());
+                let state = primary.and_then(|p| self.osds.get(&p.0)).and_then(|o| o.pg_state(pg));
+                out.push((pg, primary, state));
             }
         }
+        out
     }
 
     /// What [`SimConfig::early_replacement`] waits for: every OSD runs, reaches its peers and
@@ -1417,25 +1429,13 @@ impl Simulation {
     /// new map is on its way, the old primary has stepped down and the new one has not yet taken
     /// over, no OSD leads the PG, and a disk replaced then could hold the only copy of a write.)
     fn cluster_clean(&self) -> bool {
-        let map = self.mon.map();
-        let every_pg_led_clean = map.pools.values().all(|pool| {
-            (0..pool.pg_num).all(|seed| {
-                let pg = shoal_map::PgId { pool: pool.id, seed };
-                let primary = map.pg_osds(pg).ok().and_then(|acting| acting.first().copied());
-                primary
-                    .and_then(|p| self.osds.get(&p.0))
-                    .and_then(|o| o.pg_state(pg))
-                    .is_some_and(|state| shoal_proto::osd::state_is_clean(&state))
-            })
-        });
-        self.crashed.is_empty()
-            && self.isolated.is_empty()
-            && self.mon_cut.is_empty()
+        let epoch = self.mon.map().epoch;
+        self.leaders_report_clean()
+            && self.osds.values().all(|o| o.map().epoch == epoch)
             && self
-                .osds
-                .values()
-                .all(|o| o.map().epoch == map.epoch && o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
-            && every_pg_led_clean
+                .primary_states()
+                .iter()
+                .all(|(_, _, state)| state.as_deref().is_some_and(shoal_proto::osd::state_is_clean))
     }
 
     /// What the daemon does when its connection to a replica fails: the waiting write fails.

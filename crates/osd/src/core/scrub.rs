@@ -603,7 +603,8 @@ impl OsdCore {
         crate::scrub::scrub_map(&*self.store, &coll, &names, req.deep)
     }
 
-    /// An operator's command: queue a scrub, or report the PG's scrub state.
+    /// An operator's command: queue a scrub, report the PG's scrub state, or list, give up or revert
+    /// its unfound objects (`core/unfound.rs`).
     pub(super) fn pg_command(&mut self, from: Token, request_id: u64, req: PgCommand, out: &mut Vec<Action>) {
         let result = self.check_primary(req.pool, req.pg, None).and_then(|(pg, _, _)| {
             if self.primary(pg).is_none_or(|p| p.phase != Phase::Active) {
