@@ -297,6 +297,9 @@ pub struct Mutations {
     /// A resend of a write an operator's revert gave up is answered from the PG log as done
     /// (decision 0052), though the revert threw its data away.
     pub answer_given_up_resends: bool,
+    /// Peering leaves needs of `0'0` ("whatever the authority holds") as they are instead of
+    /// naming the version of the authority's copy.
+    pub keep_unnamed_needs: bool,
 }
 
 /// One OSD's state. See the module docs.

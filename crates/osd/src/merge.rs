@@ -34,6 +34,47 @@ impl MemberPlan {
     }
 }
 
+/// The objects that some plan of `plans` needs at `0'0` (whatever the authority holds: a
+/// divergent write's object that the authoritative log no longer names), at most `limit`.
+#[must_use]
+pub fn unnamed_needs<'a>(plans: impl IntoIterator<Item = &'a MemberPlan>, limit: usize) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for plan in plans {
+        let (MemberPlan::Log { missing, .. } | MemberPlan::Resume { missing, .. }) = plan else { continue };
+        for (object, need) in missing {
+            if *need == Eversion::default() && names.len() < limit {
+                names.insert(object.clone());
+            }
+        }
+    }
+    names
+}
+
+/// Names the version behind each need of `0'0` in `plans` that the authority can name: the
+/// version the authority itself needs when it lacks the object too, else the version stored with
+/// its copy (`auth_versions`, the stored versions of the authority's copies; a copy without one
+/// leaves the need unnamed). A named need is what a later peering can match a member's copy
+/// against (`held_at_needed_version`) once the authority that held the object is gone or is
+/// itself to be backfilled; "whatever the authority holds" can never be matched.
+pub fn name_unnamed_needs(
+    plans: &mut BTreeMap<OsdId, MemberPlan>,
+    auth: &PeerState,
+    auth_versions: &BTreeMap<String, Eversion>,
+) {
+    let auth_missing: HashMap<&str, Eversion> = auth.missing.iter().map(|(o, v)| (o.as_str(), *v)).collect();
+    for plan in plans.values_mut() {
+        let (MemberPlan::Log { missing, .. } | MemberPlan::Resume { missing, .. }) = plan else { continue };
+        for (object, need) in missing.iter_mut().filter(|(_, need)| **need == Eversion::default()) {
+            // The authority's own copy is stale when it lacks the object: its need is the one.
+            let named = match auth_missing.get(object.as_str()) {
+                Some(v) => *v,
+                None => auth_versions.get(object).copied().unwrap_or_default(),
+            };
+            *need = named;
+        }
+    }
+}
+
 /// Plans how `member` catches up with the authoritative log `auth`.
 ///
 /// The common point is the newest entry of the member's log that the authoritative log holds
@@ -88,8 +129,10 @@ fn plan_from_log(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -
             (&member.log[i + 1..], &auth[start..])
         }
         // Nothing in common: only a PG never written on the authority can be caught up from the
-        // log (every entry of the member is then divergent).
-        None if auth.is_empty() => (&member.log[..], &[][..]),
+        // log (every entry of the member is then divergent), and only if the member's log holds
+        // every write it applied: entries it trimmed are divergent too, and no log names their
+        // objects any more (nor may their request ids, kept beyond the log, answer resends).
+        None if auth.is_empty() && auth_tail == Eversion::default() && whole_log(member) => (&member.log[..], &[][..]),
         None => return MemberPlan::Backfill,
     };
     // The authority's newest entry per object (entries are oldest first).
@@ -114,6 +157,12 @@ fn plan_from_log(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -
         });
     }
     MemberPlan::Log { missing, remove }
+}
+
+/// Whether `member`'s log holds every write the member applied since the PG's first: nothing
+/// was trimmed from it (its tail is `0'0` and its oldest entry, if any, is the history's first).
+fn whole_log(member: &PeerState) -> bool {
+    member.tail == Eversion::default() && member.log.first().is_none_or(|e| e.version.seq == 1)
 }
 
 /// The objects of `needs` (object → version needed, from the authoritative log: a write of that
@@ -271,6 +320,17 @@ mod tests {
         // Never written on the authority: everything the member wrote is removed.
         let plan = plan_member(&[], Eversion::default(), &state(vec![e(2, 1, 3, "x")]));
         assert_eq!(plan, MemberPlan::Log { missing: BTreeMap::new(), remove: names(&["x"]) });
+        // Unless the member trimmed some of what it wrote: those entries' objects are unknown
+        // (and their request ids, kept beyond its log, must not answer resends), so it starts
+        // over, whether its tail says so or its oldest entry is not the history's first.
+        let mut trimmed = state(vec![e(2, 3, 3, "x"), e(2, 4, 4, "y")]);
+        trimmed.tail = v(2, 2);
+        assert_eq!(plan_member(&[], Eversion::default(), &trimmed), MemberPlan::Backfill);
+        trimmed.tail = Eversion::default();
+        assert_eq!(plan_member(&[], Eversion::default(), &trimmed), MemberPlan::Backfill);
+        // Nor does an authority whose whole log was trimmed (tail 2'2) share anything with a
+        // member whose entries it does not hold.
+        assert_eq!(plan_member(&[], v(2, 2), &state(vec![e(2, 1, 3, "x")])), MemberPlan::Backfill);
         // Being backfilled with no shared entry, or with nothing sent yet: from the start again.
         let mut backfilling = state(vec![e(2, 1, 3, "x")]);
         backfilling.backfill = Some("k".into());
@@ -278,6 +338,40 @@ mod tests {
         let mut unsent = state(auth.clone());
         unsent.backfill = Some(String::new());
         assert_eq!(plan_member(&auth, Eversion::default(), &unsent), MemberPlan::Backfill);
+    }
+
+    #[test]
+    fn needs_of_whatever_the_authority_holds_get_the_version_of_its_copy() {
+        // The authority's trimmed log no longer names "c", which both members wrote divergently;
+        // it lacks "d" itself (at 3'2) and holds "e" with no stored version.
+        let mut auth = state(vec![e(5, 9, 9, "a")]);
+        auth.missing = vec![("d".into(), v(3, 2))];
+        let need = |o: &str| (o.to_string(), Eversion::default());
+        let mut plans = BTreeMap::from([
+            (OsdId(1), MemberPlan::Log { missing: BTreeMap::from([need("c"), need("d")]), remove: BTreeSet::new() }),
+            (
+                OsdId(2),
+                MemberPlan::Resume {
+                    after: "z".into(),
+                    missing: BTreeMap::from([need("c"), need("e")]),
+                    remove: BTreeSet::new(),
+                },
+            ),
+            (OsdId(3), MemberPlan::Backfill),
+        ]);
+        assert_eq!(unnamed_needs(plans.values(), 10), names(&["c", "d", "e"]));
+        assert_eq!(unnamed_needs(plans.values(), 2).len(), 2, "bounded");
+        let stored = BTreeMap::from([("c".to_string(), v(4, 7)), ("d".to_string(), v(2, 1))]);
+        name_unnamed_needs(&mut plans, &auth, &stored);
+        // "c" is the authority's copy's version; "d" the authority's own need (its copy is
+        // stale); "e" stays unnamed.
+        let missing = |o: u32| match &plans[&OsdId(o)] {
+            MemberPlan::Log { missing, .. } | MemberPlan::Resume { missing, .. } => missing.clone(),
+            MemberPlan::Backfill => BTreeMap::new(),
+        };
+        assert_eq!(missing(1), BTreeMap::from([("c".to_string(), v(4, 7)), ("d".to_string(), v(3, 2))]));
+        assert_eq!(missing(2), BTreeMap::from([("c".to_string(), v(4, 7)), need("e")]));
+        assert!(unnamed_needs(plans.values(), 10) == names(&["e"]));
     }
 
     #[test]

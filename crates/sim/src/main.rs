@@ -62,12 +62,13 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "vouch_past_cursor" => &mut m.vouch_past_cursor,
         "recover_heads_only" => &mut m.recover_heads_only,
         "answer_given_up_resends" => &mut m.answer_given_up_resends,
+        "keep_unnamed_needs" => &mut m.keep_unnamed_needs,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
                  primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
                  keep_stale_parts, answer_unactivated_pulls, resume_blind, no_backfill_compare, \
-                 keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends)"
+                 keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends, keep_unnamed_needs)"
             ));
         }
     };

@@ -368,6 +368,43 @@ fn a_copy_written_past_a_backfill_push_that_never_landed_is_not_kept_by_a_compar
     assert!(!out.violations.is_empty(), "the seed no longer meets a write past a lost push");
 }
 
+/// Logs of 2 entries with omap on every write (`shoal-sim --short-logs 2 --omap`).
+fn short_logs_with_omap(seed: u64) -> SimConfig {
+    SimConfig { log_keep: Some(2), omap: true, appends: false, ..SimConfig::nemesis(seed) }
+}
+
+#[test]
+fn a_member_whose_divergent_writes_were_trimmed_from_its_log_is_backfilled() {
+    // Seed 50111: a write never acknowledged (21'1) reached only osd.3, whose log was then trimmed
+    // past it (into the request ids kept beyond the log) before it crashed. Back as the primary,
+    // it peered with an authority whose log was empty: every entry of its log was divergent, and
+    // the objects of those entries were rolled back, but the trimmed entry's object was not (no
+    // log named it), and the client's resend of that write was answered as done from the kept
+    // request ids. The next write of the object reached the replicas, which had never held it, as
+    // a whole-object write plus omap keys: a read then missed the first write's keys. A member
+    // whose log is not whole now shares nothing with an empty authority: it is backfilled, and
+    // its kept request ids are replaced with the primary's.
+    let outs = run_seeds(50_111..=50_111, short_logs_with_omap);
+    assert!(total(&outs, |o| o.verified_reads) > 0);
+}
+
+#[test]
+fn an_object_rolled_back_to_whatever_the_authority_held_is_found_after_that_authority_is_gone() {
+    // Seed 50072: osd.0 rolled back a divergent write of c1-o4 whose object the authority's
+    // (trimmed) log no longer named, recording it missing at "whatever the authority holds", and
+    // was cut off before pulling it. Later osd.0 was the authority itself, and osd.3, the only
+    // holder, was to be backfilled: a need that names no version matches no member's copy, so
+    // the object stayed unfound and its requests waited forever. Peering now names the version of
+    // the authority's copy at the activation that records the need.
+    run_seeds(50_072..=50_072, short_logs_with_omap);
+    let mutated = SimConfig {
+        mutations: Mutations { keep_unnamed_needs: true, ..Mutations::default() },
+        ..short_logs_with_omap(50_072)
+    };
+    let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(!out.violations.is_empty(), "the seed no longer rolls back an object its authority's log does not name");
+}
+
 #[test]
 fn a_member_that_stopped_at_the_authoritys_log_tail_catches_up_from_the_log() {
     // Seed 412 (logs of 1 entry): the primary's own copy of an object cannot be read, and the

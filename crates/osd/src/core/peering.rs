@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgActivation, PgId};
-use shoal_proto::osd::{PEER_QUERY_VERSIONS_MAX, PeerInfo, PeerQuery, PeerState, PgActivate, PgLogEntry};
+use shoal_proto::osd::{Eversion, PEER_QUERY_VERSIONS_MAX, PeerInfo, PeerQuery, PeerState, PgActivate, PgLogEntry};
 use shoal_proto::{ErrorCode, Message, RemoteError, decode_bytes, encode, peek};
 use shoal_store::Transaction;
 
@@ -194,6 +194,9 @@ pub(crate) struct Primary {
     /// (Ceph's recovery below min_size): no client I/O and no activation record; once enough
     /// members are complete the PG peers again and activates for real.
     pub recovery_only: bool,
+    /// The authority asked again for the stored versions of these objects, this attempt (to
+    /// name needs of `0'0`: `merge::name_unnamed_needs`).
+    pub versions_asked: Option<(OsdId, BTreeSet<String>)>,
 }
 
 pub(crate) enum Role {
@@ -240,6 +243,7 @@ impl Primary {
             proposal: None,
             phase_ticks: 0,
             recovery_only: false,
+            versions_asked: None,
         }
     }
 
@@ -546,6 +550,37 @@ impl OsdCore {
             self.pending_temp.insert(pg, temp);
             self.flush_mon(out);
             return;
+        }
+        // Needs of "whatever the authority holds" get the version the authority's copy has, so
+        // that a later peering can still find a copy at it when this authority is gone or is
+        // itself to be backfilled (such a need matches no member's copy: the object would stay
+        // unfound). A remote authority is asked once more, for those objects' stored versions.
+        let unnamed = crate::merge::unnamed_needs(plans.values(), PEER_QUERY_VERSIONS_MAX);
+        if !unnamed.is_empty() && !self.mutations.keep_unnamed_needs {
+            let auth_versions: BTreeMap<String, Eversion> = if auth == me {
+                let coll = crate::exec::pg_collection(pg);
+                unnamed
+                    .iter()
+                    .filter_map(|o| crate::objver::stored(&*self.store, &coll, o).map(|v| (o.clone(), v)))
+                    .collect()
+            } else if p.versions_asked.as_ref().is_some_and(|(o, asked)| *o == auth && unnamed.is_subset(asked)) {
+                p.answers[&auth].versions.iter().cloned().collect()
+            } else {
+                tracing::debug!(%pg, %auth, objects = unnamed.len(), "asking the authority for its copies' versions");
+                let q = PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of: unnamed.iter().cloned().collect() };
+                p.versions_asked = Some((auth, unnamed));
+                p.phase = Phase::Querying;
+                p.waiting = BTreeSet::from([auth]);
+                p.phase_ticks = 0;
+                out.push(Action::Peer {
+                    osd: auth,
+                    msg_type: PeerQuery::TYPE,
+                    payload: encode(&q, Vec::new()),
+                    call: PeerCall::Query { pg, attempt: p.attempt },
+                });
+                return;
+            };
+            crate::merge::name_unnamed_needs(&mut plans, &p.answers[&auth], &auth_versions);
         }
         let complete: Vec<OsdId> =
             p.acting.iter().copied().filter(|o| matches!(plans.get(o), Some(MemberPlan::Log { .. }))).collect();
