@@ -1527,6 +1527,37 @@ fn objects_given_up_while_a_member_lacks_them_are_each_removed_under_a_request_i
     );
 }
 
+#[test]
+fn unfound_objects_are_given_up_only_while_no_osd_that_may_hold_them_is_down() {
+    // An operator who gives up (or reverts) unfound objects while an OSD is down throws away
+    // what that OSD may bring back (the simulation's seed 90310 `--revert-unfound
+    // --early-replace`: objects were reverted while their only current holder was down, and an
+    // acknowledged write was lost). Both decisions are refused, naming the OSD, until it is up
+    // again (or removed for good); nothing is changed meanwhile.
+    let mut net = Net::new();
+    let LostWrite { primary, replica, pg, .. } = lose_the_newest_write(&mut net);
+    net.change(Command::OsdDown { id: primary });
+    for _ in 0..3 {
+        net.tick();
+    }
+    for cmd in [shoal_proto::osd::PgCmd::MarkUnfoundLost, shoal_proto::osd::PgCmd::RevertUnfound] {
+        let reply = net.pg_command(replica, pg, cmd.clone());
+        let err = reply.result.expect_err("refused while an OSD that may hold the object is down");
+        assert!(err.message.contains(&format!("{primary} is down")), "{cmd:?}: {err}");
+    }
+    let reply = net.pg_command(replica, pg, shoal_proto::osd::PgCmd::ListUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert_eq!(report.objects.iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), vec!["obj"], "still unfound");
+    // Up again (on its new, empty disk): it holds nothing, and the revert goes ahead.
+    net.restart(primary);
+    for _ in 0..5 {
+        net.tick();
+    }
+    let reply = net.pg_command(replica, pg, shoal_proto::osd::PgCmd::RevertUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Reverted(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert_eq!(report.reverted.iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+}
+
 /// What [`lose_the_newest_write`] leaves: the PG of "obj", its old primary (on a new disk now)
 /// and its replica (which leads the PG), and the version of the replica's copy.
 struct LostWrite {

@@ -685,3 +685,19 @@ fn an_operators_revert_of_an_unfound_object_keeps_every_acknowledged_write() {
     let out = Simulation::new(mutated).run(MAX_EVENTS);
     assert!(out.violations.iter().any(|v| v.contains("acknowledged")), "{:?}", out.violations);
 }
+
+#[test]
+fn an_operator_cannot_revert_unfound_objects_while_an_osd_that_may_hold_them_is_down() {
+    // Seed 90310 `--revert-unfound --early-replace`: objects went unfound while osd.0, which held
+    // their newest acknowledged writes, was down (crashed, to start again later), and the operator
+    // reverted them at once to the older copies the primary held: a write acknowledged at epoch
+    // 29 was gone. The primary now refuses to give up or revert unfound objects while any OSD is
+    // down or a stray has not answered whether it holds them; the operator's repeated command
+    // finds nothing left to revert once osd.0 is back.
+    let outs = run_seeds(90_310..=90_310, |seed| SimConfig {
+        early_replacement: true,
+        revert_unfound: true,
+        ..SimConfig::nemesis(seed)
+    });
+    assert!(outs[0].reverts_asked > 0, "the operator was never asked to decide");
+}

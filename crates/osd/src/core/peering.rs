@@ -183,6 +183,9 @@ pub(crate) struct Primary {
     pub known_strays: BTreeSet<OsdId>,
     /// Strays queried for unfound objects and not answered yet.
     pub probing: BTreeSet<OsdId>,
+    /// Strays that answered a probe this attempt (what they hold is known: a source, a holder,
+    /// or nothing this primary needs).
+    pub probe_answered: BTreeSet<OsdId>,
     /// Strays whose last probe failed: a failure is logged at `info` once per stray, then at
     /// `debug` while the probes that retry it keep failing.
     pub probe_failed: BTreeSet<OsdId>,
@@ -238,6 +241,7 @@ impl Primary {
             unfound: BTreeSet::new(),
             known_strays: BTreeSet::new(),
             probing: BTreeSet::new(),
+            probe_answered: BTreeSet::new(),
             probe_failed: BTreeSet::new(),
             backfill_remaining: BTreeMap::new(),
             proposal: None,

@@ -1461,7 +1461,7 @@ impl OsdCore {
     /// Queries the strays of `pg` not yet asked for their state: one whose log shares the PG's
     /// history becomes a source for the objects it holds (an unfound object may be on an OSD
     /// of an earlier interval that no longer acts for the PG).
-    fn probe_strays(&mut self, pg: PgId, out: &mut Vec<Action>) {
+    pub(super) fn probe_strays(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
         let versions_of = self.versions_wanted(pg);
         let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
@@ -1499,6 +1499,7 @@ impl OsdCore {
         let state = match result {
             Ok(s) => {
                 p.probe_failed.remove(&from);
+                p.probe_answered.insert(from);
                 s
             }
             Err(e) => {

@@ -8,9 +8,9 @@
 //! records the operator's decision on every member like any client write (a member that comes
 //! back later rolls forward to it like any write it missed).
 
-use shoal_map::PgId;
-use shoal_proto::RemoteError;
+use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::{Eversion, ObjOp, OsdOp, ReqId, RevertReport, UnfoundReport};
+use shoal_proto::{ErrorCode, RemoteError};
 use shoal_store::{Durability, Transaction};
 
 use super::peering::{PgState, Role};
@@ -37,6 +37,7 @@ impl OsdCore {
     /// replicated (see the module's comment), and the replicas drop their copies. The operations
     /// waiting for the object run after it and see it absent. Returns the objects given up.
     pub(super) fn mark_unfound_lost(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<Vec<String>, RemoteError> {
+        self.check_every_holder_asked(pg, out)?;
         let objects = self.unfound_objects(pg);
         let coll = pg_collection(pg);
         for object in &objects {
@@ -74,6 +75,7 @@ impl OsdCore {
     /// A resend of a write that was given up is applied again, on the kept copy (see
     /// [`OsdCore::given_up_by_revert`]).
     pub(super) fn revert_unfound(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<RevertReport, RemoteError> {
+        self.check_every_holder_asked(pg, out)?;
         let mut report = RevertReport::default();
         let coll = pg_collection(pg);
         for object in self.unfound_objects(pg) {
@@ -95,6 +97,49 @@ impl OsdCore {
             report.reverted.push((object, held));
         }
         Ok(report)
+    }
+
+    /// Refuses an operator's decision on `pg`'s unfound objects while an OSD that may hold them
+    /// has not been asked (Ceph refuses `mark_unfound_lost` the same way until every location
+    /// that might have them is probed or declared lost): any OSD that is down — it may hold the
+    /// newest copies, and starting it again finds them; one whose disk is gone is removed first
+    /// (`shoal osd rm`), which declares its data lost — and any stray that is up and has not
+    /// answered a probe since this primary leads the PG (it is asked now). The check is made
+    /// before anything is changed; the operator repeats the command once it passes.
+    fn check_every_holder_asked(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<(), RemoteError> {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return Ok(()) };
+        if p.unfound.is_empty() {
+            return Ok(());
+        }
+        let down: Vec<String> =
+            self.map.osds.iter().filter(|(_, info)| !info.up).map(|(osd, _)| osd.to_string()).collect();
+        if !down.is_empty() {
+            return Err(RemoteError::new(
+                ErrorCode::Other,
+                format!(
+                    "PG {pg} has {} unfound object(s), and {} is down and may hold them: start it again (the objects                      are then found), or if its disk is lost remove it for good (`shoal osd rm ID                      --yes-i-really-mean-it`); then decide again",
+                    p.unfound.len(),
+                    down.join(", ")
+                ),
+            ));
+        }
+        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
+        let unasked: Vec<OsdId> = p
+            .known_strays
+            .iter()
+            .copied()
+            .filter(|o| up(o) && !p.probe_answered.contains(o) && !p.sources.contains_key(o))
+            .collect();
+        if unasked.is_empty() && p.probing.is_empty() {
+            return Ok(());
+        }
+        let asking: Vec<String> = unasked.iter().chain(&p.probing).map(ToString::to_string).collect();
+        let message = format!(
+            "PG {pg}'s primary is still asking {} (holding copies of the PG outside its acting set) whether they              hold its unfound objects: decide again in a moment",
+            asking.join(", ")
+        );
+        self.probe_strays(pg, out);
+        Err(RemoteError::new(ErrorCode::Other, message))
     }
 
     /// `pg`'s unfound objects with the versions needed, and the strays known and being asked.
