@@ -313,18 +313,32 @@ impl PgLog {
 
     /// What trimming the oldest `trim_batch` entries does to the dups objects.
     fn dups_trim(&self) -> DupsTrim {
+        self.dups_adding(self.entries.iter().take(self.bounds.trim_batch).map(|(v, r)| (*v, *r, self.op_count(r))))
+    }
+
+    /// The operation count of request `reqid` (the index holds its newest entry: same request).
+    fn op_count(&self, reqid: &ReqId) -> u32 {
+        self.by_reqid.get(reqid).map_or(0, |(_, n)| *n)
+    }
+
+    /// What keeping the request ids of `entries` (version, request, operation count) beyond the
+    /// log does to the dups objects: entries to add per object, and the objects that the newest
+    /// one then pushes past [`DUPS_OBJECTS`].
+    fn dups_adding(&self, entries: impl Iterator<Item = (Eversion, ReqId, u32)>) -> DupsTrim {
         let per_object = self.bounds.keep.max(1) as u64;
         let mut add = DupsAdds::new();
-        for (version, reqid) in self.entries.iter().take(self.bounds.trim_batch) {
-            // The request's operation count (the index holds its newest entry: same request).
-            let count = self.by_reqid.get(reqid).map_or(0, |(_, n)| *n);
+        for (version, reqid, count) in entries {
             let mut value = version.to_key().to_vec();
             value.extend_from_slice(&count.to_be_bytes());
-            add.entry(version.seq / per_object).or_default().push((dups_key(reqid), value));
+            add.entry(version.seq / per_object).or_default().push((dups_key(&reqid), value));
         }
         let newest = add.keys().next_back().copied().into_iter().chain(self.dups.iter().next_back().copied()).max();
         let remove = match newest {
-            Some(n) => self.dups.iter().copied().filter(|d| d + DUPS_OBJECTS <= n).collect(),
+            Some(n) => {
+                // Objects that old are not kept, whether held or to be added.
+                add.retain(|d, _| d + DUPS_OBJECTS > n);
+                self.dups.iter().copied().filter(|d| d + DUPS_OBJECTS <= n).collect()
+            }
             None => Vec::new(),
         };
         DupsTrim { add, remove }
@@ -422,9 +436,13 @@ impl PgLog {
     /// [`PgLog::dups_to_share`], already checked by [`check_dups`]) this member's are replaced by
     /// them. Otherwise its own stay when only differences are written: the caller replaces a log
     /// that overlaps the authority's, and the dups hold only entries older than its tail, so
-    /// shared history. When the whole log is rewritten they are removed: they may name writes
-    /// the PG's history rolled back, and a resend of such a write answered as done would be lost.
-    /// Pass the answer to [`PgLog::replaced`].
+    /// shared history. The entries this log drops that are up to the authority's `tail` are
+    /// shared history too (the authority trimmed them meanwhile), and so are the oldest of `entries`
+    /// past the bound: their request ids join the dups as a trim would add them, or a client's
+    /// resend of one (a removal, an append) would be applied a second time. Dropped entries past
+    /// the tail are the member's divergent writes: never kept. When the whole log is rewritten
+    /// the dups are removed: they may name writes the PG's history rolled back, and a resend of
+    /// such a write answered as done would be lost. Pass the answer to [`PgLog::replaced`].
     #[must_use]
     pub fn write_replacement(
         &self,
@@ -436,6 +454,8 @@ impl PgLog {
     ) -> DupsAfter {
         let coll = log_collection(pg);
         let whole = !self.exact || !self.created;
+        let skip = entries.len().saturating_sub(self.bounds.max_entries());
+        let new_tail = tail_of(entries, tail, self.bounds);
         let after = if whole || dups.is_some() {
             for n in &self.dups {
                 txn.remove(&coll, &dups_object(*n));
@@ -450,15 +470,38 @@ impl PgLog {
             }
             DupsAfter::Now(now)
         } else {
-            DupsAfter::Kept
+            let in_new: std::collections::HashSet<(Eversion, ReqId)> =
+                entries[skip..].iter().map(|e| (e.version, e.reqid)).collect();
+            let dropped = self
+                .entries
+                .iter()
+                .filter(|(v, r)| *v <= tail && !in_new.contains(&(*v, *r)))
+                .map(|(v, r)| (*v, *r, self.op_count(r)));
+            let passed = entries[..skip].iter().map(|e| (e.version, e.reqid, e.op_count));
+            let kept = self.dups_adding(dropped.chain(passed));
+            if kept.add.is_empty() {
+                DupsAfter::Kept
+            } else {
+                let mut now = self.dups.clone();
+                for (n, adds) in kept.add {
+                    txn.touch(&coll, &dups_object(n));
+                    txn.omap_set(&coll, &dups_object(n), adds);
+                    now.insert(n);
+                }
+                for n in kept.remove {
+                    txn.remove(&coll, &dups_object(n));
+                    now.remove(&n);
+                }
+                DupsAfter::Now(now)
+            }
         };
         if whole {
             write_whole(txn, pg, entries, tail, self.bounds);
             return after;
         }
-        let new = &entries[entries.len().saturating_sub(self.bounds.max_entries())..];
+        let new = &entries[skip..];
         txn.touch(&coll, LOG_OBJECT);
-        if tail_of(entries, tail, self.bounds) != self.tail {
+        if new_tail != self.tail {
             write_tail(txn, &coll, entries, tail, self.bounds);
         }
         let keep: std::collections::HashSet<(Eversion, ReqId)> = new.iter().map(|e| (e.version, e.reqid)).collect();
@@ -803,6 +846,53 @@ mod tests {
         let many: Vec<DupsObject> =
             (0..=DUPS_OBJECTS).map(|number| DupsObject { number, entries: Vec::new() }).collect();
         assert!(check_dups(&many, bounds).unwrap_err().contains("dups objects"));
+    }
+
+    #[test]
+    fn a_replacement_keeps_the_request_ids_of_the_shared_entries_it_drops() {
+        // The simulation's seed 130488 `--snaps --short-logs 2`: a member caught up from an
+        // authority that had trimmed past the member's newest entries; replacing its log dropped
+        // them without keeping their ids, and a client's resend of one of them (a removal) was
+        // applied again. Shared entries dropped, and the authority's entries past the bound,
+        // join the dups; the member's divergent entries do not.
+        use shoal_proto::osd::PgLogEntry;
+        let store = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let pg = PgId { pool: 1, seed: 4 };
+        let bounds = LogBounds::new(4, 2);
+        let mut log = PgLog::empty(bounds);
+        // Held: 1..=4 of epoch 1 (request ids (7, seq)).
+        write_entries(&store, &mut log, pg, 1..=4);
+        // (As an OSD holds it: loaded from the store, so known to match it.)
+        let mut log = PgLog::load(&store, pg, bounds).expect("load");
+        let id = |seq| ReqId { client: 7, tid: seq };
+        let entry = |epoch: u64, seq: u64| PgLogEntry {
+            version: Eversion { epoch, seq },
+            reqid: ReqId { client: if epoch == 1 { 7 } else { 8 }, tid: seq },
+            object: format!("o{seq}"),
+            op_count: 2,
+        };
+        // The authority's log: it trimmed to 1'3 and went on with 2'5..=2'10, six entries (one
+        // past the bound of five, dropped here too); the member's 1'4 is divergent.
+        let auth: Vec<PgLogEntry> = (5..=10).map(|seq| entry(2, seq)).collect();
+        let tail = Eversion { epoch: 1, seq: 3 };
+        let mut txn = Transaction::new();
+        let after = log.write_replacement(&mut txn, pg, &auth, tail, None);
+        assert!(matches!(after, DupsAfter::Now(_)), "{after:?}");
+        store.commit(txn, shoal_store::Durability::Batch).expect("commit");
+        log.replaced(&auth, tail, after);
+        for seq in 1..=3 {
+            assert_eq!(
+                log.lookup_trimmed(&store, pg, &id(seq)).unwrap(),
+                Some((Eversion { epoch: 1, seq }, (seq % 3 + 1) as u32)),
+                "shared 1'{seq}"
+            );
+        }
+        assert_eq!(log.lookup_trimmed(&store, pg, &id(4)).unwrap(), None, "divergent 1'4 is not kept");
+        let passed = ReqId { client: 8, tid: 5 };
+        assert_eq!(log.lookup(&passed), None, "past the bound");
+        assert_eq!(log.lookup_trimmed(&store, pg, &passed).unwrap(), Some((Eversion { epoch: 2, seq: 5 }, 2)));
+        assert_eq!(log.lookup(&ReqId { client: 8, tid: 6 }).map(|(v, _)| v), Some(Eversion { epoch: 2, seq: 6 }));
+        assert_eq!(PgLog::load(&store, pg, bounds).expect("load").dups, log.dups, "stored as in memory");
     }
 
     #[test]

@@ -701,3 +701,16 @@ fn an_operator_cannot_revert_unfound_objects_while_an_osd_that_may_hold_them_is_
     });
     assert!(outs[0].reverts_asked > 0, "the operator was never asked to decide");
 }
+
+#[test]
+fn a_member_caught_up_from_a_trimmed_log_still_knows_the_requests_it_applied() {
+    // Seed 130488 `--snaps --short-logs 2` (130584 and 130693 too): a removal applied before a
+    // member's log was replaced by an authority's that had trimmed past it; the replacement
+    // dropped the member's entry without keeping its request id, and the client's resend of the
+    // removal, reaching that member as primary, was applied again: "does not exist", and the
+    // model's snapshots then disagreed with every copy. Entries of shared history a replacement
+    // drops now join the request ids kept beyond the log.
+    let config = |seed| SimConfig { log_keep: Some(2), snaps: true, appends: false, ..SimConfig::nemesis(seed) };
+    let outs = run_seeds(130_488..=130_488, config);
+    assert!(total(&outs, |o| o.snap_reads_verified) > 0);
+}
