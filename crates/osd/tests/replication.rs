@@ -1544,6 +1544,7 @@ fn unfound_objects_are_given_up_only_while_no_osd_that_may_hold_them_is_down() {
         let reply = net.pg_command(replica, pg, cmd.clone());
         let err = reply.result.expect_err("refused while an OSD that may hold the object is down");
         assert!(err.message.contains(&format!("{primary} is down")), "{cmd:?}: {err}");
+        assert!(!err.message.contains("  "), "one line, single spaces: {err}");
     }
     let reply = net.pg_command(replica, pg, shoal_proto::osd::PgCmd::ListUnfound);
     let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };

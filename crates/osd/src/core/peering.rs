@@ -251,6 +251,14 @@ impl Primary {
         }
     }
 
+    /// The known strays that are up in `map`, are not sources already and have no probe in
+    /// flight: those a probe for unfound objects asks (again).
+    pub fn strays_to_probe<'a>(&'a self, map: &'a ClusterMap) -> impl Iterator<Item = OsdId> + 'a {
+        self.known_strays.iter().copied().filter(move |o| {
+            map.osds.get(o).is_some_and(|i| i.up) && !self.sources.contains_key(o) && !self.probing.contains(o)
+        })
+    }
+
     /// Whether every acting member holds every object.
     pub fn is_clean(&self, own: &PgMeta) -> bool {
         self.phase == Phase::Active

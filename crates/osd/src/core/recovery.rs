@@ -1464,14 +1464,8 @@ impl OsdCore {
     pub(super) fn probe_strays(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
         let versions_of = self.versions_wanted(pg);
-        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        let ask: Vec<OsdId> = p
-            .known_strays
-            .iter()
-            .copied()
-            .filter(|o| up(o) && !p.sources.contains_key(o) && !p.probing.contains(o))
-            .collect();
+        let ask: Vec<OsdId> = p.strays_to_probe(&self.map).collect();
         for osd in ask {
             p.probing.insert(osd);
             let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of: versions_of.clone() };

@@ -117,25 +117,22 @@ impl OsdCore {
             return Err(RemoteError::new(
                 ErrorCode::Other,
                 format!(
-                    "PG {pg} has {} unfound object(s), and {} is down and may hold them: start it again (the objects                      are then found), or if its disk is lost remove it for good (`shoal osd rm ID                      --yes-i-really-mean-it`); then decide again",
+                    "PG {pg} has {} unfound object(s), and {} is down and may hold them: start it again (the objects \
+                     are then found), or if its disk is lost remove it for good (`shoal osd rm ID \
+                     --yes-i-really-mean-it`); then decide again",
                     p.unfound.len(),
                     down.join(", ")
                 ),
             ));
         }
-        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
-        let unasked: Vec<OsdId> = p
-            .known_strays
-            .iter()
-            .copied()
-            .filter(|o| up(o) && !p.probe_answered.contains(o) && !p.sources.contains_key(o))
-            .collect();
+        let unasked: Vec<OsdId> = p.strays_to_probe(&self.map).filter(|o| !p.probe_answered.contains(o)).collect();
         if unasked.is_empty() && p.probing.is_empty() {
             return Ok(());
         }
         let asking: Vec<String> = unasked.iter().chain(&p.probing).map(ToString::to_string).collect();
         let message = format!(
-            "PG {pg}'s primary is still asking {} (holding copies of the PG outside its acting set) whether they              hold its unfound objects: decide again in a moment",
+            "PG {pg}'s primary is still asking {} (holding copies of the PG outside its acting set) whether they \
+             hold its unfound objects: decide again in a moment",
             asking.join(", ")
         );
         self.probe_strays(pg, out);
