@@ -18,9 +18,9 @@
 //!
 //! Beyond the log (decision 0039): the request ids of trimmed entries move, in the trim's own
 //! transaction, into *dups objects* of the same collection (`dups.N`, keyed by request id, `N`
-//! the entry's `seq / keep`), of which the newest [`DUPS_OBJECTS`] are kept, so that a resend of
-//! a write trimmed from the log is still recognised for about [`DUPS_OBJECTS`] times the log's
-//! length. Nothing of them is kept in memory but which objects exist: only a request the client
+//! the entry's `seq / keep`), of which the newest [`LogBounds::dups_objects`] (by default
+//! [`DUPS_OBJECTS`]) are kept, so that a resend of a write trimmed from the log is still
+//! recognised for about that many times the log's length. Nothing of them is kept in memory but which objects exist: only a request the client
 //! marks as a resend (`OsdOp::resend`) and that the log does not know looks there.
 //!
 //! Entry value layout (all integers big-endian): `client u64 | tid u64 | op_count u32 | object`.
@@ -43,17 +43,20 @@ pub const MAX_LOG_ENTRIES: usize = LOG_ENTRIES + TRIM_BATCH - 1;
 
 /// How long a PG log is kept: at least `keep` entries, `trim_batch` of them trimmed at once.
 /// Every OSD of a cluster must use the same bounds (members compare logs entry by entry). The
-/// default is [`LOG_ENTRIES`] and [`TRIM_BATCH`]; the simulation uses a few entries so that
-/// peering meets trimmed logs.
+/// default is [`LOG_ENTRIES`] and [`TRIM_BATCH`], with [`DUPS_OBJECTS`] dups objects; the
+/// simulation uses a few entries so that peering meets trimmed logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogBounds {
     pub keep: usize,
     pub trim_batch: usize,
+    /// Dups objects kept beyond the log (each holds the request ids of `keep` versions): a
+    /// resend is recognised for about `dups_objects × keep` versions after its write.
+    pub dups_objects: u64,
 }
 
 impl Default for LogBounds {
     fn default() -> Self {
-        LogBounds { keep: LOG_ENTRIES, trim_batch: TRIM_BATCH }
+        LogBounds { keep: LOG_ENTRIES, trim_batch: TRIM_BATCH, dups_objects: DUPS_OBJECTS }
     }
 }
 
@@ -67,7 +70,23 @@ impl LogBounds {
     pub fn new(keep: usize, trim_batch: usize) -> LogBounds {
         assert!(keep >= 1 && trim_batch >= 1, "a PG log keeps and trims at least one entry");
         assert!(keep + trim_batch - 1 <= MAX_LOG_ENTRIES, "PG log bounds beyond {MAX_LOG_ENTRIES} entries");
-        LogBounds { keep, trim_batch }
+        LogBounds { keep, trim_batch, dups_objects: DUPS_OBJECTS }
+    }
+
+    /// The same bounds keeping `dups_objects` dups objects instead of [`DUPS_OBJECTS`]: a
+    /// simulation with logs of one entry keeps more, so that a resend that comes a few dozen
+    /// writes late is still recognised, as the default log's length would.
+    ///
+    /// # Panics
+    /// If `dups_objects` is 0 or over [`MAX_DUPS_OBJECTS`] (a log's load lists them in bounded
+    /// pages), or if they would hold more request ids than the default bounds' (a backfill
+    /// sends them all in one message).
+    #[must_use]
+    pub fn with_dups_objects(self, dups_objects: u64) -> LogBounds {
+        assert!((1..=MAX_DUPS_OBJECTS).contains(&dups_objects), "dups objects must be 1..={MAX_DUPS_OBJECTS}");
+        let most_ids = DUPS_OBJECTS * LOG_ENTRIES as u64;
+        assert!(dups_objects * self.keep as u64 <= most_ids, "dups objects holding over {most_ids} request ids");
+        LogBounds { dups_objects, ..self }
     }
 
     /// Longest the log gets.
@@ -80,8 +99,10 @@ impl LogBounds {
 pub const LOG_OBJECT: &str = "log";
 /// Prefix of the dups objects' names (`dups.N`).
 const DUPS_PREFIX: &str = "dups.";
-/// Dups objects kept: starting object `N` removes object `N − DUPS_OBJECTS`.
+/// Dups objects kept by default: starting object `N` removes object `N − DUPS_OBJECTS`.
 pub const DUPS_OBJECTS: u64 = 8;
+/// Most dups objects a log may be set to keep ([`LogBounds::with_dups_objects`]).
+pub const MAX_DUPS_OBJECTS: u64 = 1024;
 
 fn dups_object(n: u64) -> String {
     format!("{DUPS_PREFIX}{n}")
@@ -108,11 +129,11 @@ pub enum DupsAfter {
     Now(std::collections::BTreeSet<u64>),
 }
 
-/// Checks dups objects received from a primary: at most [`DUPS_OBJECTS`] of them, each with at
-/// most `bounds.keep` entries (an object covers `keep` versions) of the stored layout.
+/// Checks dups objects received from a primary: at most `bounds.dups_objects` of them, each with
+/// at most `bounds.keep` entries (an object covers `keep` versions) of the stored layout.
 pub fn check_dups(dups: &[DupsObject], bounds: LogBounds) -> Result<(), String> {
-    if dups.len() as u64 > DUPS_OBJECTS {
-        return Err(format!("{} dups objects, over the {DUPS_OBJECTS} a PG keeps", dups.len()));
+    if dups.len() as u64 > bounds.dups_objects {
+        return Err(format!("{} dups objects, over the {} a PG keeps", dups.len(), bounds.dups_objects));
     }
     for d in dups {
         if d.entries.len() > bounds.keep.max(1) {
@@ -227,7 +248,8 @@ impl PgLog {
         if log.has_collection {
             let coll = log_collection(pg);
             let mut after: Option<String> = None;
-            // Bounded: at most DUPS_OBJECTS exist, plus what a crash between trims could leave.
+            // Bounded: at most `dups_objects` exist (up to MAX_DUPS_OBJECTS, 16 pages), plus
+            // what a crash between trims could leave.
             for _ in 0..64 {
                 let page = store.list_objects(&coll, DUPS_PREFIX, after.as_deref(), 64)?;
                 for name in &page.objects {
@@ -288,7 +310,7 @@ impl PgLog {
         Ok(None)
     }
 
-    /// This member's dups objects (the newest [`DUPS_OBJECTS`]), for a member being backfilled,
+    /// This member's dups objects (the newest [`LogBounds::dups_objects`]), for a member being backfilled,
     /// or none when a replacement of this log would drop them ([`PgLog::write_replacement`]: its
     /// stored log is not exactly the one in memory), since only then may they name writes the
     /// PG's history rolled back. Call it on the primary, whose log overlaps the authority's.
@@ -299,7 +321,7 @@ impl PgLog {
         let coll = log_collection(pg);
         let most = self.bounds.keep.max(1);
         let mut out = Vec::new();
-        for n in self.dups.iter().rev().take(DUPS_OBJECTS as usize).rev() {
+        for n in self.dups.iter().rev().take(self.bounds.dups_objects as usize).rev() {
             // One page past the bound: an object holds at most `keep` ids (one per version of its
             // range), so more means damage, refused rather than sent.
             let entries = store.omap_list(&coll, &dups_object(*n), None, most + 1)?;
@@ -323,7 +345,7 @@ impl PgLog {
 
     /// What keeping the request ids of `entries` (version, request, operation count) beyond the
     /// log does to the dups objects: entries to add per object, and the objects that the newest
-    /// one then pushes past [`DUPS_OBJECTS`].
+    /// one then pushes past [`LogBounds::dups_objects`].
     fn dups_adding(&self, entries: impl Iterator<Item = (Eversion, ReqId, u32)>) -> DupsTrim {
         let per_object = self.bounds.keep.max(1) as u64;
         let mut add = DupsAdds::new();
@@ -336,8 +358,9 @@ impl PgLog {
         let remove = match newest {
             Some(n) => {
                 // Objects that old are not kept, whether held or to be added.
-                add.retain(|d, _| d + DUPS_OBJECTS > n);
-                self.dups.iter().copied().filter(|d| d + DUPS_OBJECTS <= n).collect()
+                let kept = self.bounds.dups_objects;
+                add.retain(|d, _| d + kept > n);
+                self.dups.iter().copied().filter(|d| d + kept <= n).collect()
             }
             None => Vec::new(),
         };
@@ -768,6 +791,35 @@ mod tests {
             store.commit(txn, shoal_store::Durability::Batch).expect("commit");
             log.applied(&entry);
         }
+    }
+
+    #[test]
+    fn a_log_set_to_keep_more_dups_objects_recognises_older_resends() {
+        let pg = PgId { pool: 1, seed: 4 };
+        let id = |seq| ReqId { client: 7, tid: seq };
+        // Logs of one entry: with the default eight dups objects, a request 20 writes old is
+        // forgotten; with 32 kept it is found, and a backfill may send all 32.
+        for (dups_objects, found) in [(DUPS_OBJECTS, false), (32, true)] {
+            let store = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+            let bounds = LogBounds::new(1, 1).with_dups_objects(dups_objects);
+            let mut log = PgLog::empty(bounds);
+            write_entries(&store, &mut log, pg, 1..=30);
+            assert_eq!(log.lookup_trimmed(&store, pg, &id(10)).unwrap().is_some(), found, "{dups_objects} kept");
+            assert!(log.dups.len() as u64 <= dups_objects, "{:?}", log.dups);
+            // (As an OSD holds it: loaded from the store, so known to match it.)
+            let loaded = PgLog::load(&store, pg, bounds).expect("load");
+            assert_eq!(loaded.dups, log.dups);
+            let shared = loaded.dups_to_share(&store, pg).expect("read");
+            assert_eq!(shared.len(), log.dups.len());
+            check_dups(&shared, bounds).expect("within the bounds");
+            assert_eq!(check_dups(&shared, LogBounds::new(1, 1)).is_err(), found, "over the default's count");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "request ids")]
+    fn dups_objects_may_not_hold_more_request_ids_than_the_defaults() {
+        let _ = LogBounds::default().with_dups_objects(DUPS_OBJECTS + 1);
     }
 
     #[test]

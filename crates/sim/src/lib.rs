@@ -120,6 +120,13 @@ pub struct SimConfig {
     /// so an append would then be applied twice — as it would in a cluster whose PG took more
     /// than the log's length of writes between a write and its resend.
     pub log_keep: Option<usize>,
+    /// Dups objects the OSDs keep beyond short logs (`log_keep`), instead of the default
+    /// [`shoal_osd::pglog::DUPS_OBJECTS`]: a resend is recognised for about `dups_objects ×
+    /// log_keep` writes to its PG, so logs of one entry with the default forget a resend eight
+    /// writes later — a cluster's documented limit, not a bug, but one that the simulation's
+    /// resends (which may come a dozen writes late) would report as one. Without `log_keep`,
+    /// ignored.
+    pub dups_objects: Option<u64>,
     /// Backfill and recovery pushes that bring data refused by their target, per thousand, as a
     /// target past its backfillfull share (or its failsafe share, for recovery) refuses them
     /// (decision 0046): the push is not applied and the target answers `NoSpace` on the ordered
@@ -223,6 +230,7 @@ impl Default for SimConfig {
             omap: false,
             observers: 0,
             log_keep: None,
+            dups_objects: None,
             refuse_push_per_mille: 0,
             snaps: false,
             early_replacement: false,
@@ -372,9 +380,16 @@ impl SimConfig {
         }
     }
 
-    /// The OSDs' PG log bounds for `log_keep` (half as many trimmed at once), if set.
+    /// The OSDs' PG log bounds for `log_keep` (half as many trimmed at once) and `dups_objects`,
+    /// if set.
     fn log_bounds(&self) -> Option<shoal_osd::pglog::LogBounds> {
-        self.log_keep.map(|keep| shoal_osd::pglog::LogBounds::new(keep, (keep / 2).max(1)))
+        self.log_keep.map(|keep| {
+            let bounds = shoal_osd::pglog::LogBounds::new(keep, (keep / 2).max(1));
+            match self.dups_objects {
+                Some(n) => bounds.with_dups_objects(n),
+                None => bounds,
+            }
+        })
     }
 
     /// [`SimConfig::nemesis`] with backfill in parts of 64 or 200 bytes (drawn from `seed`), so

@@ -11,6 +11,7 @@
 //! shoal-sim --toofull                # a quarter of pushes refused as too full (with any of the above)
 //! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
 //! shoal-sim --short-logs 4            # PG logs of 4 entries: peering meets trimmed logs
+//! shoal-sim --short-logs 1 --dups-objects 64  # and request ids kept for 64 writes past the log
 //! shoal-sim --read-offload            # OSDs run client reads beside their workers
 //! ```
 
@@ -40,6 +41,8 @@ struct Args {
     /// Pushes refused as too full (`SimConfig::refuse_push_per_mille`).
     toofull: bool,
     log_keep: Option<usize>,
+    /// Dups objects kept beyond short logs (`SimConfig::dups_objects`).
+    dups_objects: Option<u64>,
     early_replacement: bool,
     revert_unfound: bool,
 }
@@ -91,6 +94,7 @@ fn parse() -> Result<Args, String> {
         snaps: false,
         toofull: false,
         log_keep: None,
+        dups_objects: None,
         early_replacement: false,
         revert_unfound: false,
     };
@@ -129,17 +133,37 @@ fn parse() -> Result<Args, String> {
                 }
                 args.log_keep = Some(keep as usize);
             }
+            "--dups-objects" => {
+                let n = num("--dups-objects")?;
+                if !(1..=shoal_osd::pglog::MAX_DUPS_OBJECTS).contains(&n) {
+                    return Err(format!(
+                        "--dups-objects: keep 1 to {} dups objects, got {n}",
+                        shoal_osd::pglog::MAX_DUPS_OBJECTS
+                    ));
+                }
+                args.dups_objects = Some(n);
+            }
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
-                     [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K] [--early-replace] \
-                     [--revert-unfound] [--mutate NAME]... \
+                     [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
+                     [--early-replace] [--revert-unfound] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
             }
             other => return Err(format!("unknown argument '{other}' (see --help)")),
+        }
+    }
+    // Dups objects are counted in units of the log's length, so they need a short log's.
+    if args.dups_objects.is_some() && args.log_keep.is_none() {
+        return Err("--dups-objects goes with --short-logs".into());
+    }
+    if let (Some(n), Some(keep)) = (args.dups_objects, args.log_keep) {
+        let most = shoal_osd::pglog::DUPS_OBJECTS * shoal_osd::pglog::LOG_ENTRIES as u64;
+        if n * keep as u64 > most {
+            return Err(format!("--dups-objects {n} with --short-logs {keep}: over the {most} request ids a PG keeps"));
         }
     }
     // The snapshot model knows data, not omap, and observers check orders of plain writes.
@@ -195,6 +219,7 @@ fn main() -> ExitCode {
                             base.refuse_push_per_mille
                         },
                         log_keep: args.log_keep,
+                        dups_objects: args.dups_objects,
                         early_replacement: args.early_replacement,
                         revert_unfound: args.revert_unfound,
                         // Short logs forget resent writes sooner than the resends come (see
@@ -265,6 +290,9 @@ fn main() -> ExitCode {
     }
     if let Some(keep) = args.log_keep {
         flags.push_str(&format!(" --short-logs {keep}"));
+    }
+    if let Some(n) = args.dups_objects {
+        flags.push_str(&format!(" --dups-objects {n}"));
     }
     if args.early_replacement {
         flags.push_str(" --early-replace");

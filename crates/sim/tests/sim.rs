@@ -714,3 +714,22 @@ fn a_member_caught_up_from_a_trimmed_log_still_knows_the_requests_it_applied() {
     let outs = run_seeds(130_488..=130_488, config);
     assert!(total(&outs, |o| o.snap_reads_verified) > 0);
 }
+
+#[test]
+fn a_resend_past_the_dups_window_runs_again_and_a_wider_window_recognises_it() {
+    // Seed 140374 with logs of one entry, snapshots and backfill in parts: a removal's answer is
+    // lost and its resend comes eleven writes later, past what eight dups objects of one request
+    // id each remember. The resend then runs again ("does not exist") and the run fails: the
+    // documented limit of a PG's resend window (decision 0039), which the simulation must see.
+    // With 64 dups objects the same run recognises the resend and passes.
+    let config = |seed, dups_objects| SimConfig {
+        log_keep: Some(1),
+        dups_objects,
+        snaps: true,
+        appends: false,
+        ..SimConfig::nemesis_in_parts(seed)
+    };
+    let out = Simulation::new(config(140_374, None)).run(MAX_EVENTS);
+    assert!(!out.violations.is_empty(), "the resend no longer comes past the default window");
+    run_seeds(140_374..=140_374, |seed| config(seed, Some(64)));
+}
