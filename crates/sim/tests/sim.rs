@@ -733,3 +733,25 @@ fn a_resend_past_the_dups_window_runs_again_and_a_wider_window_recognises_it() {
     assert!(!out.violations.is_empty(), "the resend no longer comes past the default window");
     run_seeds(140_374..=140_374, |seed| config(seed, Some(64)));
 }
+
+#[test]
+fn a_damaged_clone_is_pulled_from_a_member_being_backfilled_when_no_complete_member_has_it() {
+    // Logs of 2, snapshots, a rotten clone on the primary and a peer's disk replaced at once
+    // (seed 214526): the third member then missed a write, and its log no longer met the
+    // primary's, so both other members were backfill targets and the primary the only complete
+    // one. Its backfill read of the rotten clone marked its head missing; the replaced member
+    // held the head at the needed version (backfilled past it) but not the clone yet, and the
+    // other target still held the clone at its version past its cursor. Only complete members
+    // were asked for the clone: the object stayed unfound, its writes waited forever (the run
+    // did not finish). Now a member being backfilled (or a stray) is asked too, its copy taken
+    // only at the clone's version (decision 0051). Seed 215160 is the same on another PG.
+    let config = |seed| SimConfig {
+        log_keep: Some(2),
+        snaps: true,
+        appends: false,
+        early_replacement: true,
+        ..SimConfig::rot_and_replace(seed)
+    };
+    run_seeds(214_526..=214_526, config);
+    run_seeds(215_160..=215_160, config);
+}

@@ -8,9 +8,10 @@
 //! held the object when the clone was made. A clone never changes once made (trims only remove
 //! it; its id is a snapshot sequence, never reused), and it carries the version of the write
 //! that made it (decision 0049), so a member's clone at the same version *is* this clone. The
-//! primary then pulls each damaged clone by its own name from a member sharing the PG's history,
-//! checks that the copy exists at that version, and once every clone reads back the head's copy
-//! is whole again and leaves the missing set.
+//! primary then pulls each damaged clone by its own name from a member sharing the PG's history
+//! — or, when none has it, from a member being backfilled or a stray, whose copies past the PG's
+//! history are as good once their version matches — checks that the copy exists at that version,
+//! and once every clone reads back the head's copy is whole again and leaves the missing set.
 
 use std::collections::BTreeSet;
 
@@ -70,7 +71,19 @@ impl OsdCore {
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return false };
         let candidates = || p.sources.iter().filter(|(o, lacks)| **o != me && up(o) && !lacks.contains(&clone));
         let source = candidates().find(|(o, _)| p.acting.contains(o)).or_else(|| candidates().next()).map(|(o, _)| *o);
-        let Some(source) = source else { return false };
+        // Then any other OSD that may hold the clone: an acting member being backfilled (its
+        // copy past its cursor is from before, and a clone never changes) or a known stray. Its
+        // copy is taken only at the clone's version (`pulled`), so asking costs a round trip at
+        // most; each is asked once per attempt.
+        let missed = p.clone_misses.get(&clone);
+        let others = || {
+            p.acting
+                .iter()
+                .chain(p.known_strays.iter())
+                .copied()
+                .find(|o| *o != me && up(o) && !p.sources.contains_key(o) && !missed.is_some_and(|m| m.contains(o)))
+        };
+        let Some(source) = source.or_else(others) else { return false };
         tracing::info!(%pg, head, %clone, %source, %version, "head unfound at its version: pulling its damaged clone alone");
         p.recovering.insert(clone.clone(), BTreeSet::from([source]));
         let attempt = p.attempt;

@@ -200,6 +200,10 @@ pub(crate) struct Primary {
     /// The authority asked again for the stored versions of these objects, this attempt (to
     /// name needs of `0'0`: `merge::name_unnamed_needs`).
     pub versions_asked: Option<(OsdId, BTreeSet<String>)>,
+    /// Damaged clones of this primary's copies, with the OSDs outside `sources` that failed to
+    /// provide them at their version this attempt (`OsdCore::repair_clones_alone` asks each
+    /// such OSD once; at most a PG's members and strays per clone).
+    pub clone_misses: BTreeMap<String, BTreeSet<OsdId>>,
 }
 
 pub(crate) enum Role {
@@ -248,6 +252,7 @@ impl Primary {
             phase_ticks: 0,
             recovery_only: false,
             versions_asked: None,
+            clone_misses: BTreeMap::new(),
         }
     }
 

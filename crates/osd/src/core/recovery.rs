@@ -828,6 +828,9 @@ impl OsdCore {
                 if let Some(holds) = p.holders.get_mut(&from) {
                     holds.remove(&object);
                 }
+                if clone_version.is_some() {
+                    p.clone_misses.entry(object.clone()).or_default().insert(from);
+                }
                 let error = other.err().map_or_else(|| "a copy of another object".to_string(), |e| e.to_string());
                 tracing::info!(%pg, object, source = %from, %error, "pull failed; trying another source");
                 self.recover_object(pg, &object, out);
