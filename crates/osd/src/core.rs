@@ -1205,6 +1205,7 @@ impl OsdCore {
             Some(_) => {
                 self.writes_of.remove(&key);
                 self.unblock(key.0, &key.1, out);
+                self.backfill_after_writes(key.0, &key.1, out);
             }
             None => debug_assert!(false, "a pending write of {} was not counted", key.1),
         }

@@ -755,3 +755,14 @@ fn a_damaged_clone_is_pulled_from_a_member_being_backfilled_when_no_complete_mem
     run_seeds(214_526..=214_526, config);
     run_seeds(215_160..=215_160, config);
 }
+
+#[test]
+fn a_backfill_push_does_not_carry_a_write_that_was_never_acknowledged() {
+    // Seed 232212 (plain nemesis, appends): a temporary primary applied an append and sent it to
+    // its members, to the backfill target as a log entry only; the backfill chunk read after it
+    // pushed the object with the append's data, and the log entry was lost on the way. The
+    // append was never acknowledged; once a member without it led the PG, the target's log met
+    // the authority's, its copy kept the append, and the client's resend appended it again.
+    // Backfill now waits for the writes of an object on their way before reading it.
+    run_seeds(232_212..=232_212, SimConfig::nemesis);
+}

@@ -204,6 +204,10 @@ pub(crate) struct Primary {
     /// provide them at their version this attempt (`OsdCore::repair_clones_alone` asks each
     /// such OSD once; at most a PG's members and strays per clone).
     pub clone_misses: BTreeMap<String, BTreeSet<OsdId>>,
+    /// Backfill targets whose next chunk waits for the writes of an object on their way to the
+    /// members (`OsdCore::send_backfill_chunk`): sent again when the last of them is answered.
+    /// At most one object per target.
+    pub backfill_waits: BTreeMap<String, BTreeSet<OsdId>>,
 }
 
 pub(crate) enum Role {
@@ -253,6 +257,7 @@ impl Primary {
             recovery_only: false,
             versions_asked: None,
             clone_misses: BTreeMap::new(),
+            backfill_waits: BTreeMap::new(),
         }
     }
 

@@ -517,6 +517,18 @@ impl OsdCore {
                 stopped = true;
                 break;
             }
+            // A copy read while a write of its object (or, for a clone, of its head) is on its
+            // way would carry that write's data to the target, which gets the write itself only
+            // as a log entry, or not at all if that message is lost: a write never acknowledged
+            // would then sit in the target's copy with no entry to roll it back. The chunk ends
+            // before it; with nothing before it, the target waits for that write's answers.
+            if self.write_in_flight(pg, &name) {
+                if objects.is_empty() && kept.is_empty() {
+                    return self.wait_for_writes(pg, osd, &name);
+                }
+                stopped = true;
+                break;
+            }
             if !objects.is_empty() && data.len() as u64 + header_bytes as u64 >= chunk_bytes {
                 stopped = true;
                 break;
@@ -632,6 +644,38 @@ impl OsdCore {
         });
     }
 
+    /// Whether a write of `name`'s object (its head, for a clone or snapshot directory) is on its
+    /// way to the members of `pg`: applied here, not yet answered by every member.
+    fn write_in_flight(&self, pg: PgId, name: &str) -> bool {
+        !self.writes_of.is_empty() && self.writes_of.contains_key(&(pg, crate::snaps::head_of(name).to_string()))
+    }
+
+    /// Backfill target `osd` of `pg` waits for the writes of `name`'s object on their way: its
+    /// next chunk goes when the last of them is answered (`backfill_after_writes`), or with the
+    /// next round of background recovery.
+    fn wait_for_writes(&mut self, pg: PgId, osd: OsdId, name: &str) {
+        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+            let head = crate::snaps::head_of(name).to_string();
+            tracing::debug!(%pg, peer = %osd, object = %head, "backfill waits for writes on their way");
+            p.backfill_waits.entry(head).or_default().insert(osd);
+        }
+    }
+
+    /// The last write of `object` on its way to the members of `pg` was answered: the backfill
+    /// targets that waited for it get their next chunk.
+    pub(super) fn backfill_after_writes(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        let Some(waiting) = p.backfill_waits.remove(object) else { return };
+        for osd in waiting {
+            let ready = self.primary(pg).is_some_and(|p| {
+                !p.backfilling.contains(&osd) && p.peers.get(&osd).is_some_and(|pp| pp.backfill.is_some())
+            });
+            if ready && self.push_bytes_allowed() {
+                self.send_backfill_chunk(pg, osd, out);
+            }
+        }
+    }
+
     /// Asks backfill target `osd` which of the next names past `cursor` it holds at this OSD's
     /// versions (decision 0049). Names without a stored version are covered but not asked about
     /// (they are always sent); with none to ask, the chunk is built at once.
@@ -712,6 +756,10 @@ impl OsdCore {
         let Some(p) = self.primary(pg) else { return };
         let Some(cursor) = p.peers.get(&osd).and_then(|pp| pp.backfill.clone()) else { return };
         let attempt = p.attempt;
+        // As for a chunk: no part is read while a write of the object is on its way.
+        if self.write_in_flight(pg, &part.object) {
+            return self.wait_for_writes(pg, osd, &part.object);
+        }
         // A part goes only while its object is the first after the cursor (as when it began:
         // parts start only at the head of a chunk). Each part's range reaches back to the cursor,
         // and the member removes what else it holds there; an object made since — a clone that a
