@@ -251,6 +251,9 @@ struct Counters {
     write_bytes: u64,
     /// Object copies recovered (pulled, pushed) or backfilled.
     recovered_objects: u64,
+    /// Needs of `0'0` that peering named with the version of the authority's copy (decision
+    /// 0053), since this core started.
+    needs_named: u64,
 }
 
 /// Safety mechanisms the deterministic simulation can switch off, one at a time, to show that
@@ -300,6 +303,9 @@ pub struct Mutations {
     /// Peering leaves needs of `0'0` ("whatever the authority holds") as they are instead of
     /// naming the version of the authority's copy.
     pub keep_unnamed_needs: bool,
+    /// An operator's revert or delete of unfound objects goes ahead while an OSD that may hold
+    /// them is down or a stray has not answered a probe (decision 0052's guard is skipped).
+    pub skip_holder_check: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -1354,6 +1360,13 @@ impl OsdCore {
         states.into_iter().collect()
     }
 
+    /// Needs of "whatever the authority holds" that this core's peering named with the version
+    /// of the authority's copy (decision 0053), for tests: shows the simulation reaches them.
+    #[must_use]
+    pub fn needs_named(&self) -> u64 {
+        self.counters.needs_named
+    }
+
     /// PGs this OSD holds data of without acting for them (removed once clean elsewhere).
     #[must_use]
     pub fn strays(&self) -> usize {
@@ -1416,6 +1429,7 @@ impl OsdCore {
             read_bytes: self.counters.read_bytes,
             write_bytes: self.counters.write_bytes,
             recovered_objects: self.counters.recovered_objects,
+            needs_named: self.counters.needs_named,
         };
         let (mut degraded, mut misplaced, mut unfound) = (0u64, 0u64, 0u64);
         for (pg, s) in &self.pgs {

@@ -450,6 +450,9 @@ pub struct Outcome {
     /// Revert commands sent to primaries of PGs with unfound objects
     /// ([`SimConfig::revert_unfound`]).
     pub reverts_asked: u64,
+    /// Needs of "whatever the authority holds" that peering named with a version (decision
+    /// 0053), over every OSD incarnation.
+    pub needs_named: u64,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Final map epoch.
@@ -777,6 +780,7 @@ impl Simulation {
             snap_reads_verified: 0,
             resends: 0,
             reverts_asked: 0,
+            needs_named: 0,
             end_us: 0,
             epoch: 0,
             trimmed_logs: 0,
@@ -901,6 +905,7 @@ impl Simulation {
         if self.outcome.violations.is_empty() && !self.quiescent() {
             self.outcome.violations.push("the run ended with the cluster not active+clean".into());
         }
+        self.outcome.needs_named += self.osds.values().map(OsdCore::needs_named).sum::<u64>();
         self.check_replicas();
         if !self.outcome.violations.is_empty() {
             self.diagnose();
@@ -1153,6 +1158,7 @@ impl Simulation {
     fn crash(&mut self, osd: OsdId) {
         self.trace(&[format!("crash {osd}").as_bytes()]);
         if let Some(core) = self.osds.remove(&osd.0) {
+            self.outcome.needs_named += core.needs_named();
             self.crashed.insert(osd.0, core.store().clone());
         }
         *self.incarnations.entry(osd.0).or_insert(0) += 1;

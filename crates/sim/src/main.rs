@@ -66,12 +66,13 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "recover_heads_only" => &mut m.recover_heads_only,
         "answer_given_up_resends" => &mut m.answer_given_up_resends,
         "keep_unnamed_needs" => &mut m.keep_unnamed_needs,
+        "skip_holder_check" => &mut m.skip_holder_check,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
                  primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
                  keep_stale_parts, answer_unactivated_pulls, resume_blind, no_backfill_compare, \
-                 keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends, keep_unnamed_needs)"
+                 keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends, keep_unnamed_needs, skip_holder_check)"
             ));
         }
     };
@@ -196,6 +197,7 @@ fn main() -> ExitCode {
     // what the runs exercised.
     let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let snap_reads = AtomicU64::new(0);
+    let needs_named = AtomicU64::new(0);
     let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -239,6 +241,7 @@ fn main() -> ExitCode {
                     backfills.1.fetch_add(out.backfills_resumed, Ordering::Relaxed);
                     backfills.2.fetch_add(out.backfill_objects_kept, Ordering::Relaxed);
                     snap_reads.fetch_add(out.snap_reads_verified, Ordering::Relaxed);
+                    needs_named.fetch_add(out.needs_named, Ordering::Relaxed);
                     let mut problems = out.violations.clone();
                     if problems.is_empty() && out.acked_writes != expected {
                         problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
@@ -262,7 +265,7 @@ fn main() -> ExitCode {
     failed.sort_by_key(|(s, _)| *s);
     println!(
         "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} reads at \
-         snapshots checked)",
+         snapshots checked; {} needs of 0'0 named)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
@@ -271,6 +274,7 @@ fn main() -> ExitCode {
         backfills.1.load(Ordering::Relaxed),
         backfills.2.load(Ordering::Relaxed),
         snap_reads.load(Ordering::Relaxed),
+        needs_named.load(Ordering::Relaxed),
     );
     let mut flags = args.scenario_flag.to_string();
     if args.observers > 0 {
