@@ -2246,3 +2246,51 @@ fn a_backfill_push_never_carries_a_write_still_on_its_way_to_its_target() {
     let states = net.core(primary).pg_states();
     assert!(states.iter().all(|(s, _)| s == "active+clean"), "{states:?}");
 }
+
+/// Runs the shape of decision 0053's second fix with logs of 2 entries: a write of "obj" applied
+/// on its primary alone, then rolled back at a peering whose authority (the other member, which
+/// served other objects meanwhile) has trimmed every entry of "obj" from its log. Returns the
+/// needs of 0'0 the returning primary named, and the two members' copies of "obj" afterwards.
+fn roll_back_against_a_log_that_no_longer_names_the_object() -> (u64, [Vec<u8>; 2]) {
+    let mut net = Net::with_log_bounds(Some(shoal_osd::pglog::LogBounds::new(2, 1)));
+    let (primary, replica) = (net.acting()[0], net.acting()[1]);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    net.append(1, b"abc").result.expect("acknowledged append");
+    // Two writes of other objects: both logs are trimmed past the append's entry.
+    let others = net.names_in_pg(pg, 3);
+    for (i, name) in others[..2].iter().enumerate() {
+        write_object(&mut net, 10 + i as u64, name, b"x").result.expect("write of another object");
+    }
+    // A write applied on the primary alone: never acknowledged.
+    net.drop_rep_to = vec![replica.0];
+    let lost = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+    let never_answered = net.submit(primary.0, lost, b"def", 0);
+    net.drop_rep_to.clear();
+    // The primary goes down; the replica leads alone and writes one more object: its log still
+    // shares an entry with the primary's, is newer, and does not name "obj".
+    net.change(Command::OsdDown { id: primary });
+    write_object(&mut net, 20, &others[2], b"x").result.expect("write while the primary is down");
+    let log = shoal_osd::pglog::read_entries(&**net.core(replica).store(), pg).unwrap();
+    assert!(log.iter().all(|e| e.object != "obj"), "the authority's log still names obj: {log:?}");
+    // The old primary comes back with its divergent write.
+    net.restart(primary);
+    settle_clean(&mut net, &[primary, replica]);
+    assert!(!net.replies.contains_key(&never_answered), "the lost write was answered");
+    let copies = [net.content(primary).expect("obj on the old primary"), net.content(replica).expect("obj")];
+    (net.core(primary).needs_named(), copies)
+}
+
+#[test]
+fn a_rolled_back_object_the_authoritys_log_no_longer_names_is_needed_at_the_authoritys_version() {
+    // The rolled-back object is recorded missing at "whatever the authority holds" (0'0): peering
+    // names that need with the version stored with the authority's copy (decision 0053), so that
+    // a later peering can match it against any member's copy (the simulation's seeds no longer
+    // reach the loss that an unnamed need caused, decision 0053's amendment; this shape reaches
+    // the naming every time). Both members end with the acknowledged write only.
+    let (named, copies) = roll_back_against_a_log_that_no_longer_names_the_object();
+    assert!(named > 0, "no need of 0'0 was named");
+    for copy in &copies {
+        assert_eq!(copy.as_slice(), b"abc", "the unacknowledged write was rolled back");
+    }
+}
