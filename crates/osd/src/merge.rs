@@ -55,12 +55,14 @@ pub fn unnamed_needs<'a>(plans: impl IntoIterator<Item = &'a MemberPlan>, limit:
 /// its copy (`auth_versions`, the stored versions of the authority's copies; a copy without one
 /// leaves the need unnamed). A named need is what a later peering can match a member's copy
 /// against (`held_at_needed_version`) once the authority that held the object is gone or is
-/// itself to be backfilled; "whatever the authority holds" can never be matched.
+/// itself to be backfilled; "whatever the authority holds" can never be matched. Returns how
+/// many needs (over all members) it named.
 pub fn name_unnamed_needs(
     plans: &mut BTreeMap<OsdId, MemberPlan>,
     auth: &PeerState,
     auth_versions: &BTreeMap<String, Eversion>,
-) {
+) -> u64 {
+    let mut named_count = 0;
     let auth_missing: HashMap<&str, Eversion> = auth.missing.iter().map(|(o, v)| (o.as_str(), *v)).collect();
     for plan in plans.values_mut() {
         let (MemberPlan::Log { missing, .. } | MemberPlan::Resume { missing, .. }) = plan else { continue };
@@ -71,8 +73,10 @@ pub fn name_unnamed_needs(
                 None => auth_versions.get(object).copied().unwrap_or_default(),
             };
             *need = named;
+            named_count += u64::from(named != Eversion::default());
         }
     }
+    named_count
 }
 
 /// Plans how `member` catches up with the authoritative log `auth`.
@@ -362,7 +366,7 @@ mod tests {
         assert_eq!(unnamed_needs(plans.values(), 10), names(&["c", "d", "e"]));
         assert_eq!(unnamed_needs(plans.values(), 2).len(), 2, "bounded");
         let stored = BTreeMap::from([("c".to_string(), v(4, 7)), ("d".to_string(), v(2, 1))]);
-        name_unnamed_needs(&mut plans, &auth, &stored);
+        assert_eq!(name_unnamed_needs(&mut plans, &auth, &stored), 3, "c twice, d once");
         // "c" is the authority's copy's version; "d" the authority's own need (its copy is
         // stale); "e" stays unnamed.
         let missing = |o: u32| match &plans[&OsdId(o)] {

@@ -602,9 +602,8 @@ impl OsdCore {
                 });
                 return;
             };
-            crate::merge::name_unnamed_needs(&mut plans, &p.answers[&auth], &auth_versions);
-            let left = crate::merge::unnamed_needs(plans.values(), PEER_QUERY_VERSIONS_MAX).len();
-            self.counters.needs_named += unnamed.len().saturating_sub(left) as u64;
+            self.counters.needs_named +=
+                crate::merge::name_unnamed_needs(&mut plans, &p.answers[&auth], &auth_versions);
         }
         let complete: Vec<OsdId> =
             p.acting.iter().copied().filter(|o| matches!(plans.get(o), Some(MemberPlan::Log { .. }))).collect();
