@@ -306,6 +306,9 @@ pub struct Mutations {
     /// An operator's revert or delete of unfound objects goes ahead while an OSD that may hold
     /// them is down or a stray has not answered a probe (decision 0052's guard is skipped).
     pub skip_holder_check: bool,
+    /// Members backfilled since the PG's activation are never named in its activation record,
+    /// and the PG counts as clean without them (decision 0055 undone).
+    pub skip_record_extension: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -1326,7 +1329,9 @@ impl OsdCore {
                 let complete = 1 + p.peers.values().filter(|pp| pp.backfill.is_none()).count();
                 if complete < size {
                     state.push_str("+undersized+degraded");
-                } else if !recovering && !backfilling && p.unfound.is_empty() {
+                } else if !recovering && !backfilling && p.unfound.is_empty() && p.recorded_whole() {
+                    // (Not yet recorded whole: a member backfilled since the activation is being
+                    // named in the record, decision 0055.)
                     state.push_str("+clean");
                 }
                 if !p.unfound.is_empty() {

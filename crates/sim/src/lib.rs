@@ -1989,6 +1989,15 @@ impl Simulation {
             self.check_snapshots(&map, pool.id);
         }
         for pg in (0..pool.pg_num).map(|seed| shoal_map::PgId { pool: pool.id, seed }) {
+            // A clean PG's activation record names every acting member (decision 0055): a
+            // member it leaves out could never lead peering, though it holds every write.
+            let acting = map.pg_osds(pg).unwrap_or_default();
+            let named = map.pg_active.get(&pg).map(|r| r.members.clone());
+            if named.as_ref().is_none_or(|m| acting.iter().any(|o| !m.contains(o))) {
+                self.outcome
+                    .violations
+                    .push(format!("PG {pg} ends clean on {acting:?}, but its activation record names {named:?}"));
+            }
             for osd in map.pg_osds(pg).unwrap_or_default() {
                 let Some(core) = self.osds.get(&osd.0) else { continue };
                 let log = shoal_osd::pglog::read_entries(&**core.store(), pg).unwrap_or_default();

@@ -13,6 +13,7 @@
 //! shoal-sim --short-logs 4            # PG logs of 4 entries: peering meets trimmed logs
 //! shoal-sim --short-logs 1 --dups-objects 64  # and request ids kept for 64 writes past the log
 //! shoal-sim --read-offload            # OSDs run client reads beside their workers
+//! shoal-sim --pool-size 2 --min-size 1  # two copies, writes acknowledged by one member alone
 //! ```
 
 use std::process::ExitCode;
@@ -45,6 +46,9 @@ struct Args {
     dups_objects: Option<u64>,
     early_replacement: bool,
     revert_unfound: bool,
+    /// The pool's size and `min_size` instead of the scenario's (3 and 2).
+    pool_size: Option<u32>,
+    min_size: Option<u32>,
 }
 
 /// Switches on the mutation called `name` (a field of [`shoal_osd::Mutations`]).
@@ -67,12 +71,14 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "answer_given_up_resends" => &mut m.answer_given_up_resends,
         "keep_unnamed_needs" => &mut m.keep_unnamed_needs,
         "skip_holder_check" => &mut m.skip_holder_check,
+        "skip_record_extension" => &mut m.skip_record_extension,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
                  primary_is_authority, ignore_down, no_repair_on_access, blind_scrub, accept_stale_activation, \
                  keep_stale_parts, answer_unactivated_pulls, resume_blind, no_backfill_compare, \
-                 keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends, keep_unnamed_needs, skip_holder_check)"
+                 keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends, keep_unnamed_needs, skip_holder_check, \
+                 skip_record_extension)"
             ));
         }
     };
@@ -98,6 +104,8 @@ fn parse() -> Result<Args, String> {
         dups_objects: None,
         early_replacement: false,
         revert_unfound: false,
+        pool_size: None,
+        min_size: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -144,12 +152,18 @@ fn parse() -> Result<Args, String> {
                 }
                 args.dups_objects = Some(n);
             }
+            "--pool-size" => {
+                args.pool_size = Some(u32::try_from(num("--pool-size")?).map_err(|_| "--pool-size: too large")?);
+            }
+            "--min-size" => {
+                args.min_size = Some(u32::try_from(num("--min-size")?).map_err(|_| "--min-size: too large")?);
+            }
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
-                     [--early-replace] [--revert-unfound] [--mutate NAME]... \
+                     [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--mutate NAME]... \
                      [--verbose]"
                         .into(),
                 );
@@ -167,11 +181,33 @@ fn parse() -> Result<Args, String> {
             return Err(format!("--dups-objects {n} with --short-logs {keep}: over the {most} request ids a PG keeps"));
         }
     }
+    check_sizes(&args)?;
     // The snapshot model knows data, not omap, and observers check orders of plain writes.
     if args.snaps && (args.omap || args.observers > 0) {
         return Err("--snaps goes with neither --omap nor --observers".into());
     }
     Ok(args)
+}
+
+/// The pool sizes a run may use. One copy cannot survive the nemesis's replaced disk or damaged
+/// block, which the checker would report as lost writes that no code could have kept; a pool
+/// larger than the smallest cluster the nemesis draws (five OSDs) could never be placed whole. A
+/// damaged copy and a replaced disk at once need a third copy.
+fn check_sizes(args: &Args) -> Result<(), String> {
+    let size = args.pool_size.unwrap_or(3);
+    let min = args.min_size.unwrap_or(size.min(2));
+    if !(2..=5).contains(&size) {
+        return Err(format!("--pool-size: 2 to 5 copies, got {size}"));
+    }
+    if !(1..=size).contains(&min) {
+        return Err(format!("--min-size: 1 to the pool's size ({size}), got {min}"));
+    }
+    if size < 3 && args.scenario_flag == " --rot-and-replace" {
+        return Err(
+            "--rot-and-replace needs --pool-size 3 or more (the damage and the replacement take two copies)".into()
+        );
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -227,6 +263,10 @@ fn main() -> ExitCode {
                         // Short logs forget resent writes sooner than the resends come (see
                         // `SimConfig::log_keep`): writes replace objects instead.
                         appends: base.appends && args.log_keep.is_none(),
+                        pool_size: args.pool_size.unwrap_or(base.pool_size),
+                        min_size: args
+                            .min_size
+                            .unwrap_or_else(|| args.pool_size.map_or(base.min_size, |size| base.min_size.min(size))),
                         ..base
                     };
                     if args.verbose {
@@ -303,6 +343,12 @@ fn main() -> ExitCode {
     }
     if args.revert_unfound {
         flags.push_str(" --revert-unfound");
+    }
+    if let Some(n) = args.pool_size {
+        flags.push_str(&format!(" --pool-size {n}"));
+    }
+    if let Some(n) = args.min_size {
+        flags.push_str(&format!(" --min-size {n}"));
     }
     for (seed, _) in &failed {
         println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{flags} --verbose");

@@ -444,6 +444,26 @@ fn a_damaged_primary_copy_is_not_repaired_from_a_member_whose_disk_was_just_repl
     assert!(total(&outs, |o| o.verified_reads) > ROT_AND_REPLACE_SEEDS);
 }
 
+/// Two-copy nemesis seeds in CI (`shoal-sim --pool-size 2 --min-size 1` runs thousands).
+const TWO_COPY_SEEDS: u64 = 200;
+
+/// [`SimConfig::nemesis`] on a pool of two copies that takes writes with one member alone.
+fn two_copies(seed: u64) -> SimConfig {
+    SimConfig { pool_size: 2, min_size: 1, ..SimConfig::nemesis(seed) }
+}
+
+#[test]
+fn nemesis_seeds_on_two_copies_taking_writes_with_one_member_keep_every_acknowledged_write() {
+    // With two copies and min_size 1, a write may be acknowledged by a lone member, and a disk
+    // may be replaced under the one member left of a PG's activation. Before decision 0055, 4 of
+    // these 200 seeds (153, 167, 185, 193) ended with a PG incomplete for good: its last
+    // activation record named only the primary (the other member was being backfilled then),
+    // the primary's disk was replaced, and the backfilled member, which held every write, was
+    // not eligible to lead peering.
+    let outs = run_seeds(1..=TWO_COPY_SEEDS, two_copies);
+    assert!(total(&outs, |o| o.backfills_started) > 0);
+}
+
 /// Mutation seeds searched for a failure.
 const MUTATION_SEEDS: u64 = 300;
 
@@ -500,6 +520,14 @@ fn some_seed_fails_among(mutations: Mutations, config: fn(u64) -> SimConfig, see
 
 // Mutation tests: each switches off one mechanism in every OSD and requires the nemesis to find
 // a failing seed, so that the invariants above are shown to depend on it.
+
+#[test]
+fn without_record_extension_a_backfilled_member_cannot_lead_peering() {
+    // Members backfilled since an activation left out of its record: the end check finds
+    // clean PGs whose record does not name every member, and on two copies a PG whose named
+    // member's disk is replaced stays incomplete (decision 0055).
+    some_seed_fails_in(Mutations { skip_record_extension: true, ..Mutations::default() }, two_copies);
+}
 
 #[test]
 fn without_clones_in_recovery_snapshots_are_lost() {

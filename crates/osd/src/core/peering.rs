@@ -192,6 +192,11 @@ pub(crate) struct Primary {
     /// Per backfilling replica: objects still to send (an estimate for `shoal status`).
     pub backfill_remaining: BTreeMap<OsdId, u64>,
     pub proposal: Option<ActivationProposal>,
+    /// The activation record extended to the acting members that were backfilled since the
+    /// activation (decision 0055), sent to the monitors and not yet in this OSD's map.
+    pub extension: Option<ActivationProposal>,
+    /// `Mutations::skip_record_extension`: the record need not name every acting member.
+    pub record_members_optional: bool,
     pub phase_ticks: u32,
     /// Activated with fewer complete members than `min_size` so that backfill can bring more
     /// (Ceph's recovery below min_size): no client I/O and no activation record; once enough
@@ -253,6 +258,8 @@ impl Primary {
             probe_failed: BTreeSet::new(),
             backfill_remaining: BTreeMap::new(),
             proposal: None,
+            extension: None,
+            record_members_optional: false,
             phase_ticks: 0,
             recovery_only: false,
             versions_asked: None,
@@ -270,10 +277,23 @@ impl Primary {
     }
 
     /// Whether every acting member holds every object.
-    pub fn is_clean(&self, own: &PgMeta) -> bool {
+    pub fn is_complete(&self, own: &PgMeta) -> bool {
         self.phase == Phase::Active
             && own.missing.is_empty()
             && self.peers.values().all(|p| p.missing.is_empty() && p.backfill.is_none())
+    }
+
+    /// Whether every acting member holds every object and the monitors' activation record names
+    /// each of them (decision 0055): until it does, a member backfilled since the activation
+    /// holds the PG whole but peering could not choose it, so the PG is not clean.
+    pub fn is_clean(&self, own: &PgMeta) -> bool {
+        self.is_complete(own) && self.recorded_whole()
+    }
+
+    /// Whether the activation record this primary serves under names every acting member.
+    pub fn recorded_whole(&self) -> bool {
+        self.record_members_optional
+            || self.record.as_ref().is_some_and(|r| self.acting.iter().all(|o| r.members.contains(o)))
     }
 }
 
@@ -322,6 +342,18 @@ impl OsdCore {
                 // primary activated the PG in between, the monitors' record is newer than this
                 // primary's activation: that is a new interval too, or this primary would serve
                 // reads that miss the writes made there.
+                // This primary's own extension of its record (decision 0055) is not another
+                // primary's activation: it names this primary first, which no other primary's
+                // record does.
+                if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg)
+                    && let (Some(ext), Some(rec)) = (&p.extension, map.pg_active.get(&pg))
+                    && rec.activated_at == ext.activated_at
+                    && rec.members == ext.members
+                {
+                    tracing::info!(%pg, members = ?rec.members, "activation record names the backfilled members");
+                    p.proposal = p.extension.take();
+                    p.record = Some(rec.clone());
+                }
                 let overtaken = match self.pgs.get(&pg) {
                     Some(PgState { role: Role::Primary(p), .. }) => {
                         p.proposal.as_ref().zip(map.pg_active.get(&pg)).is_some_and(|(prop, rec)| {
@@ -401,6 +433,7 @@ impl OsdCore {
         let blocked = std::mem::take(&mut p.blocked);
         let mut fresh = Primary::new(acting.clone(), record.clone(), attempt);
         fresh.term = term;
+        fresh.record_members_optional = self.mutations.skip_record_extension;
         fresh.queued = queued;
         for (_, evs) in blocked {
             fresh.queued.extend(evs);

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeSet;
 
-use shoal_map::{OsdId, PgId};
+use shoal_map::{ActivationProposal, OsdId, PgId};
 use shoal_proto::osd::{
     BackfillRange, Eversion, ObjectCopy, OsdOpReply, PartCursor, PgPull, PgPullReply, PgPush, PgScanVersions, PgStray,
     PgStrayReply, PushPart, SCAN_VERSIONS_MAX,
@@ -433,8 +433,11 @@ impl OsdCore {
         let empty = PgMeta::default();
         let own = self.metas.get(&pg).unwrap_or(&empty);
         let Some(p) = self.primary(pg) else { return };
-        if p.recovery_only || !p.is_clean(own) || !p.recovering.is_empty() || !p.backfilling.is_empty() {
+        if p.recovery_only || !p.is_complete(own) || !p.recovering.is_empty() || !p.backfilling.is_empty() {
             return;
+        }
+        if !p.recorded_whole() {
+            return self.extend_record(pg, out);
         }
         if self.map.pg_temp.contains_key(&pg) && !self.pending_temp.contains_key(&pg) {
             let up = self.map.pg_up_osds(pg).unwrap_or_default();
@@ -444,6 +447,36 @@ impl OsdCore {
                 self.flush_mon(out);
             }
         }
+    }
+
+    /// Asks the monitors to name every acting member of `pg` in its activation record, once
+    /// every one of them holds the PG whole (decision 0055): members backfilled since the
+    /// activation were left out of it, and a record that never names them would leave the PG
+    /// incomplete if its other members were lost, although a backfilled member holds it all. The
+    /// record keeps its activation epoch (the members took part in that activation) and is
+    /// swapped on its epoch, as every record is; sent again while it is not in the map and no
+    /// command of this OSD is in flight.
+    fn extend_record(&mut self, pg: PgId, out: &mut Vec<Action>) {
+        let me = self.id;
+        let busy = self.mon_busy || self.pending_records.contains_key(&pg);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        let Some(record) = &p.record else { return };
+        if p.acting.first() != Some(&me) || busy {
+            return;
+        }
+        let ext = ActivationProposal {
+            pg,
+            prior_epoch: record.epoch,
+            activated_at: record.activated_at,
+            members: p.acting.clone(),
+        };
+        debug_assert!(record.members.iter().all(|m| ext.members.contains(m)), "an extension keeps every member");
+        if p.extension.as_ref() != Some(&ext) {
+            tracing::debug!(%pg, members = ?ext.members, "every acting member is whole: recording them");
+        }
+        p.extension = Some(ext.clone());
+        self.pending_records.insert(pg, ext);
+        self.flush_mon(out);
     }
 
     /// Logs that recovering `object` of `pg` failed with `error`, at most once a minute per
