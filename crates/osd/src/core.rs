@@ -50,7 +50,7 @@ mod recovery;
 mod scrub;
 mod unfound;
 pub use peering::{MAX_BLOCKED_OPS_PER_PG, MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
-use peering::{PgState, Phase, Role};
+use peering::{PgState, Phase, Primary, Role};
 pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
 pub use recovery::MAX_PART_RESTARTS;
 use recovery::Need;
@@ -980,6 +980,7 @@ impl OsdCore {
         }
         self.counters.write_ops += 1;
         self.counters.write_bytes += data_len;
+        self.sources_outside_missed(pg, &op.object);
         let outputs = read_outputs.unwrap_or_else(|| vec![shoal_proto::osd::OpOutput::Done; op.ops.len()]);
         debug_assert_eq!(outputs.len(), op.ops.len(), "one output per operation");
         if replicas.is_empty() {
@@ -1286,6 +1287,26 @@ impl OsdCore {
             return 0;
         }
         self.store.collection_objects(&coll).unwrap_or(0)
+    }
+
+    /// A write of `object` was applied here and goes to the acting members only: every copy of it
+    /// outside the acting set is older from now on (decision 0056). A source that is not acting
+    /// (a stray that shared the PG's history at peering) lacks the object from now on, and no
+    /// holder holds it at the version needed any more (a backfill target past its cursor gets the
+    /// write as a log entry only) — else a copy of this primary's marked missing for damage
+    /// later would be pulled from them, rolling this write back.
+    fn sources_outside_missed(&mut self, pg: PgId, object: &str) {
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        let Primary { acting, sources, holders, .. } = &mut **p;
+        let head = crate::snaps::head_of(object);
+        for (osd, lacks) in sources.iter_mut() {
+            if !acting.contains(osd) && !lacks.contains(head) {
+                lacks.insert(head.to_string());
+            }
+        }
+        for holds in holders.values_mut() {
+            holds.remove(head);
+        }
     }
 
     /// The state of PG `pg` as this OSD sees it, if it is the PG's primary: `peering`, `down`,

@@ -464,6 +464,18 @@ fn nemesis_seeds_on_two_copies_taking_writes_with_one_member_keep_every_acknowle
     assert!(total(&outs, |o| o.backfills_started) > 0);
 }
 
+#[test]
+fn a_copy_damaged_after_a_write_is_not_pulled_from_a_stray_that_never_got_the_write() {
+    // Seed 545 (two copies, min_size 1, snapshots): a primary activated with its other member
+    // being backfilled; a stray that shared the PG's history was the only source. A client's
+    // append of an object was applied and acknowledged; then the primary found a clone of the
+    // object unreadable, marked the object missing (a clone is recovered with its head) and
+    // pulled it from the stray, which had never received the append: the acknowledged append
+    // was rolled back on both members. A write now leaves every source outside the acting set
+    // lacking its object (decision 0056); the damaged clone is repaired alone.
+    run_seeds(545..=545, |seed| SimConfig { snaps: true, ..two_copies(seed) });
+}
+
 /// Mutation seeds searched for a failure.
 const MUTATION_SEEDS: u64 = 300;
 
