@@ -190,14 +190,15 @@ fn parse() -> Result<Args, String> {
 }
 
 /// The pool sizes a run may use. One copy cannot survive the nemesis's replaced disk or damaged
-/// block, which the checker would report as lost writes that no code could have kept; a pool
-/// larger than the smallest cluster the nemesis draws (five OSDs) could never be placed whole. A
-/// damaged copy and a replaced disk at once need a third copy.
+/// block, which the checker would report as lost writes that no code could have kept; a pool as
+/// large as the smallest cluster the nemesis draws (five OSDs) is never whole again once the
+/// nemesis keeps an OSD out for good, so the run never ends clean. A damaged copy and a replaced
+/// disk at once need a third copy.
 fn check_sizes(args: &Args) -> Result<(), String> {
     let size = args.pool_size.unwrap_or(3);
     let min = args.min_size.unwrap_or(size.min(2));
-    if !(2..=5).contains(&size) {
-        return Err(format!("--pool-size: 2 to 5 copies, got {size}"));
+    if !(2..=4).contains(&size) {
+        return Err(format!("--pool-size: 2 to 4 copies, got {size}"));
     }
     if !(1..=size).contains(&min) {
         return Err(format!("--min-size: 1 to the pool's size ({size}), got {min}"));

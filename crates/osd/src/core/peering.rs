@@ -643,6 +643,21 @@ impl OsdCore {
         let backfills = p.acting.iter().filter(|o| plans.get(o).is_some_and(MemberPlan::backfills)).count();
         if complete.len() < min_size {
             if complete.len() + backfills < min_size {
+                // A temporary acting set is chosen from the OSDs up at the time, and only a clean
+                // PG hands it back: one too small to activate once more of the placement is up
+                // again would wait for ever. Handed back, the placement's primary peers with
+                // every OSD up and asks for a temporary set again if it lacks the history.
+                let up = self.map.pg_up_osds(pg).unwrap_or_default();
+                if self.map.pg_temp.contains_key(&pg) && up.iter().any(|o| !p.acting.contains(o)) {
+                    p.phase = Phase::WaitingTemp;
+                    tracing::info!(
+                        %pg, complete = complete.len(), min_size, ?up,
+                        "PG undersized on its temporary acting set while more of its placement is up: handing back"
+                    );
+                    self.pending_temp.insert(pg, Vec::new());
+                    self.flush_mon(out);
+                    return;
+                }
                 p.phase = Phase::Undersized;
                 tracing::info!(%pg, complete = complete.len(), min_size, "PG undersized: not activated");
                 return;
