@@ -715,15 +715,14 @@ impl OsdCore {
     fn answer_read(
         &mut self,
         read: ReadInFlight,
-        acting_len: usize,
         result: Result<(Vec<shoal_proto::osd::OpOutput>, crate::exec::ReadData), RemoteError>,
         out: &mut Vec<Action>,
     ) {
         let ReadInFlight { pg, from, request_id, op, arrived_ms, .. } = read;
-        // (A PG of one member has no other copy: the error goes to the reader.)
+        // (A pool of one copy has no other: the error goes to the reader.)
         if let Err(e) = &result
             && e.code == ErrorCode::Corrupt
-            && acting_len > 1
+            && self.copies_elsewhere(pg)
             && !self.mutations.no_repair_on_access
         {
             let event = Event::ClientOp { from, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms };
@@ -783,8 +782,7 @@ impl OsdCore {
             );
         } else {
             // Repairs run only where this OSD still leads the PG.
-            let acting_len = self.primary(pg).map_or(1, |p| p.acting.len());
-            self.answer_read(read, acting_len, result, out);
+            self.answer_read(read, result, out);
         }
         if drained {
             self.unblock(pg, &key.1, out);
@@ -856,7 +854,7 @@ impl OsdCore {
                 return out.push(Action::Read(job));
             }
             let result = execute_reads(&*self.store, &coll, &read.op.object, &read.op.ops);
-            return self.answer_read(read, acting.len(), result, out);
+            return self.answer_read(read, result, out);
         }
         // A resend of a write applied before (by this primary or one before it; peering made the
         // log the same on every acting member, and the object is on all of them): answered from
@@ -938,7 +936,9 @@ impl OsdCore {
         })();
         let (read_outputs, (resolved, precondition)) = match prepared {
             Ok(r) => r,
-            Err(e) if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access => {
+            Err(e)
+                if e.code == ErrorCode::Corrupt && self.copies_elsewhere(pg) && !self.mutations.no_repair_on_access =>
+            {
                 return self.repair_then_retry(
                     pg,
                     Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms },
@@ -964,7 +964,7 @@ impl OsdCore {
         let data_len = data.len() as u64;
         let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
         if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
-            if e.code == ErrorCode::Corrupt && acting.len() > 1 && !self.mutations.no_repair_on_access {
+            if e.code == ErrorCode::Corrupt && self.copies_elsewhere(pg) && !self.mutations.no_repair_on_access {
                 // A partial write met damaged data here (nothing was applied, and the commit
                 // consumed the data, which is not copied for this rare case): the copy is
                 // repaired from a member, and the client, told to retry, resends the write with
@@ -1023,6 +1023,16 @@ impl OsdCore {
     /// checksum caught it): the copy is marked missing and pulled from a member with a good one,
     /// and the operation runs again after that, so the client never sees the error while a good
     /// copy exists.
+    /// Whether `pg`'s pool keeps copies other than this OSD's. A damaged copy here is then marked
+    /// missing and repaired from another, and the request that met it waits for the repair —
+    /// for a member to come back when none that is up holds the object (it is unfound until
+    /// then) — rather than failing: a client on a PG that lost its other members for a while
+    /// (an undersized PG of a pool with `min_size` 1) sees a delay, not an I/O error. A pool of
+    /// one copy has nothing to repair from: the error goes to the client.
+    fn copies_elsewhere(&self, pg: PgId) -> bool {
+        self.map.pools.get(&pg.pool).is_some_and(|pool| pool.size > 1)
+    }
+
     fn repair_then_retry(&mut self, pg: PgId, event: Event, error: &RemoteError, out: &mut Vec<Action>) {
         let Event::ClientOp { op, .. } = &event else { return };
         let object = op.object.clone();

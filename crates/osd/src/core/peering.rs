@@ -268,10 +268,15 @@ impl Primary {
         }
     }
 
-    /// The known strays that are up in `map`, are not sources already and have no probe in
-    /// flight: those a probe for unfound objects asks (again).
+    /// The known strays, and the acting members being backfilled, that are up in `map`, are not
+    /// sources already and have no probe in flight: those a probe for unfound objects asks
+    /// (again). A member being backfilled may hold past its cursor a copy at exactly the version
+    /// this primary needs — one it held before its backfill, or one backfill sent — and a copy of
+    /// the primary's found damaged after the activation has no other holder when the other
+    /// members are away (decision 0058).
     pub fn strays_to_probe<'a>(&'a self, map: &'a ClusterMap) -> impl Iterator<Item = OsdId> + 'a {
-        self.known_strays.iter().copied().filter(move |o| {
+        let backfilled = self.peers.iter().filter(|(_, pp)| pp.backfill.is_some()).map(|(o, _)| *o);
+        self.known_strays.iter().copied().chain(backfilled).filter(move |o| {
             map.osds.get(o).is_some_and(|i| i.up) && !self.sources.contains_key(o) && !self.probing.contains(o)
         })
     }

@@ -131,7 +131,7 @@ impl OsdCore {
         }
         let asking: Vec<String> = unasked.iter().chain(&p.probing).map(ToString::to_string).collect();
         let message = format!(
-            "PG {pg}'s primary is still asking {} (holding copies of the PG outside its acting set) whether they \
+            "PG {pg}'s primary is still asking {} (strays holding copies of the PG, or members being backfilled) whether they \
              hold its unfound objects: decide again in a moment",
             asking.join(", ")
         );
