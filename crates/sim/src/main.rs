@@ -190,15 +190,14 @@ fn parse() -> Result<Args, String> {
 }
 
 /// The pool sizes a run may use. One copy cannot survive the nemesis's replaced disk or damaged
-/// block, which the checker would report as lost writes that no code could have kept; a pool as
-/// large as the smallest cluster the nemesis draws (five OSDs) is never whole again once the
-/// nemesis keeps an OSD out for good, so the run never ends clean. A damaged copy and a replaced
-/// disk at once need a third copy.
+/// block, which the checker would report as lost writes that no code could have kept. A pool of
+/// five or more copies gets a sixth OSD or more (see `main`). A damaged copy and a replaced disk
+/// at once need a third copy.
 fn check_sizes(args: &Args) -> Result<(), String> {
     let size = args.pool_size.unwrap_or(3);
     let min = args.min_size.unwrap_or(size.min(2));
-    if !(2..=4).contains(&size) {
-        return Err(format!("--pool-size: 2 to 4 copies, got {size}"));
+    if !(2..=8).contains(&size) {
+        return Err(format!("--pool-size: 2 to 8 copies, got {size}"));
     }
     if !(1..=size).contains(&min) {
         return Err(format!("--min-size: 1 to the pool's size ({size}), got {min}"));
@@ -265,6 +264,11 @@ fn main() -> ExitCode {
                         // `SimConfig::log_keep`): writes replace objects instead.
                         appends: base.appends && args.log_keep.is_none(),
                         pool_size: args.pool_size.unwrap_or(base.pool_size),
+                        // One OSD more than the pool's size, at least: the nemesis may keep one
+                        // out for good, and the pool must still be placed whole (the added OSDs
+                        // take no faults).
+                        osds: base.osds.max(args.pool_size.unwrap_or(0) + 1),
+                        hosts: base.hosts.max(args.pool_size.unwrap_or(0) + 1),
                         min_size: args
                             .min_size
                             .unwrap_or_else(|| args.pool_size.map_or(base.min_size, |size| base.min_size.min(size))),
