@@ -1019,10 +1019,6 @@ impl OsdCore {
         self.pending.insert(op.reqid, pending);
     }
 
-    /// A client operation met damaged data in the primary's copy of its object (the store's
-    /// checksum caught it): the copy is marked missing and pulled from a member with a good one,
-    /// and the operation runs again after that, so the client never sees the error while a good
-    /// copy exists.
     /// Whether `pg`'s pool keeps copies other than this OSD's. A damaged copy here is then marked
     /// missing and repaired from another, and the request that met it waits for the repair —
     /// for a member to come back when none that is up holds the object (it is unfound until
@@ -1033,6 +1029,10 @@ impl OsdCore {
         self.map.pools.get(&pg.pool).is_some_and(|pool| pool.size > 1)
     }
 
+    /// A client operation met damaged data in the primary's copy of its object (the store's
+    /// checksum caught it): the copy is marked missing and pulled from a member with a good one,
+    /// and the operation runs again after that, so the client never sees the error while a good
+    /// copy exists.
     fn repair_then_retry(&mut self, pg: PgId, event: Event, error: &RemoteError, out: &mut Vec<Action>) {
         let Event::ClientOp { op, .. } = &event else { return };
         let object = op.object.clone();

@@ -274,7 +274,7 @@ impl Primary {
     /// this primary needs — one it held before its backfill, or one backfill sent — and a copy of
     /// the primary's found damaged after the activation has no other holder when the other
     /// members are away (decision 0058).
-    pub fn strays_to_probe<'a>(&'a self, map: &'a ClusterMap) -> impl Iterator<Item = OsdId> + 'a {
+    pub fn probe_targets<'a>(&'a self, map: &'a ClusterMap) -> impl Iterator<Item = OsdId> + 'a {
         let backfilled = self.peers.iter().filter(|(_, pp)| pp.backfill.is_some()).map(|(o, _)| *o);
         self.known_strays.iter().copied().chain(backfilled).filter(move |o| {
             map.osds.get(o).is_some_and(|i| i.up) && !self.sources.contains_key(o) && !self.probing.contains(o)

@@ -1549,7 +1549,7 @@ impl OsdCore {
         let epoch = self.map.epoch;
         let versions_of = self.versions_wanted(pg);
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        let ask: Vec<OsdId> = p.strays_to_probe(&self.map).collect();
+        let ask: Vec<OsdId> = p.probe_targets(&self.map).collect();
         for osd in ask {
             p.probing.insert(osd);
             let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of: versions_of.clone() };

@@ -125,7 +125,7 @@ impl OsdCore {
                 ),
             ));
         }
-        let unasked: Vec<OsdId> = p.strays_to_probe(&self.map).filter(|o| !p.probe_answered.contains(o)).collect();
+        let unasked: Vec<OsdId> = p.probe_targets(&self.map).filter(|o| !p.probe_answered.contains(o)).collect();
         if unasked.is_empty() && p.probing.is_empty() {
             return Ok(());
         }
