@@ -1998,7 +1998,7 @@ impl Simulation {
                     .violations
                     .push(format!("PG {pg} ends clean on {acting:?}, but its activation record names {named:?}"));
             }
-            for osd in map.pg_osds(pg).unwrap_or_default() {
+            for osd in acting {
                 let Some(core) = self.osds.get(&osd.0) else { continue };
                 let log = shoal_osd::pglog::read_entries(&**core.store(), pg).unwrap_or_default();
                 if log.first().is_some_and(|e| e.version.seq > 1) {
