@@ -422,6 +422,85 @@ impl SimConfig {
         let faults = vec![(t, Fault::RotAndReplacePeerWhenClean(OsdId(x)))];
         SimConfig { faults, ..base }
     }
+
+    /// This configuration with its crashes widened to whole hosts, as a power cut takes every
+    /// OSD of a machine at once: half the crashes (drawn from the seed, apart from the faults)
+    /// also crash every other OSD of the crashed one's host (OSD `i` lives on host `i % hosts`)
+    /// that the nemesis leaves alone meanwhile, mark it down when the first is marked down, and
+    /// restart it when the first restarts. OSDs with a fault that loses or damages their store,
+    /// or that are kept out for good, are left out: a host crash keeps every store, so the pool's
+    /// size still covers it, and every acknowledged write must survive it.
+    #[must_use]
+    pub fn with_host_crashes(mut self) -> SimConfig {
+        let mut r = Rng::new(self.seed ^ 0x686f_7374_7321);
+        let hosts = self.hosts.max(1);
+        // OSDs whose store a fault replaces or damages, or that go out and never come back in.
+        let spared: Vec<u32> = (0..self.osds)
+            .filter(|&z| {
+                let outs = self.faults.iter().filter(|(_, f)| *f == Fault::Out(OsdId(z))).count();
+                let ins = self.faults.iter().filter(|(_, f)| *f == Fault::In(OsdId(z))).count();
+                outs > ins
+                    || self.faults.iter().any(|(_, f)| {
+                        matches!(f,
+                            Fault::ReplaceWhenClean(o) | Fault::RotAndReplacePeerWhenClean(o)
+                            | Fault::BitRotWhenClean(o) | Fault::ReadErrorWhenClean(o) | Fault::RestartEmpty(o)
+                            if o.0 == z)
+                    })
+            })
+            .collect();
+        let mut added = Vec::new();
+        for (i, &(at, fault)) in self.faults.iter().enumerate() {
+            let Fault::Crash(x) = fault else { continue };
+            if r.range(0, 1) == 1 {
+                continue;
+            }
+            // The first crash's restart and (if any) its mark-down before that.
+            let Some(back) = self.faults[i..].iter().find(|(_, f)| *f == Fault::Restart(x)).map(|(t, _)| *t) else {
+                continue;
+            };
+            let down = self.faults[i..].iter().find(|(t, f)| *f == Fault::MarkDown(x) && *t <= back).map(|(t, _)| *t);
+            for z in (0..self.osds).filter(|&z| z != x.0 && z % hosts == x.0 % hosts && !spared.contains(&z)) {
+                // Left alone from a little before the crash to a little after the restart, by
+                // the nemesis and by host crashes added already.
+                let (from, to) = (at.saturating_sub(5_000), back + 5_000);
+                let busy = |list: &[(u64, Fault)]| {
+                    list.iter().any(|(t, f)| (from..=to).contains(t) && fault_osd(f) == Some(OsdId(z)))
+                };
+                if busy(&self.faults) || busy(&added) {
+                    continue;
+                }
+                added.push((at, Fault::Crash(OsdId(z))));
+                if let Some(t) = down {
+                    added.push((t, Fault::MarkDown(OsdId(z))));
+                }
+                added.push((back, Fault::Restart(OsdId(z))));
+            }
+        }
+        self.faults.extend(added);
+        // Stable: a host's crashes stay after the fault they widen at the same moment.
+        self.faults.sort_by_key(|(at, _)| *at);
+        self
+    }
+}
+
+/// The OSD a fault acts on.
+fn fault_osd(f: &Fault) -> Option<OsdId> {
+    match *f {
+        Fault::Crash(o)
+        | Fault::Restart(o)
+        | Fault::RestartEmpty(o)
+        | Fault::MarkDown(o)
+        | Fault::Out(o)
+        | Fault::In(o)
+        | Fault::ReplaceWhenClean(o)
+        | Fault::RotAndReplacePeerWhenClean(o)
+        | Fault::Isolate(o)
+        | Fault::Heal(o)
+        | Fault::BitRotWhenClean(o)
+        | Fault::ReadErrorWhenClean(o)
+        | Fault::CutFromMons(o)
+        | Fault::HealMons(o) => Some(o),
+    }
 }
 
 /// What a run produced.

@@ -14,6 +14,9 @@
 //! shoal-sim --short-logs 1 --dups-objects 64  # and request ids kept for 64 writes past the log
 //! shoal-sim --read-offload            # OSDs run client reads beside their workers
 //! shoal-sim --pool-size 2 --min-size 1  # two copies, writes acknowledged by one member alone
+//! shoal-sim --osds 9 --hosts 3       # three OSDs per host: copies placed on distinct hosts
+//! shoal-sim --osds 9 --hosts 3 --host-crashes  # and crashes that take a whole host
+//! shoal-sim --pg-num 32              # more PGs per OSD (the nemesis's default is 8)
 //! ```
 
 use std::process::ExitCode;
@@ -49,6 +52,12 @@ struct Args {
     /// The pool's size and `min_size` instead of the scenario's (3 and 2).
     pool_size: Option<u32>,
     min_size: Option<u32>,
+    /// OSDs, hosts and PGs instead of the scenario's (see [`check_layout`]).
+    osds: Option<u32>,
+    hosts: Option<u32>,
+    pg_num: Option<u32>,
+    /// Crashes widened to whole hosts (`SimConfig::with_host_crashes`).
+    host_crashes: bool,
 }
 
 /// Switches on the mutation called `name` (a field of [`shoal_osd::Mutations`]).
@@ -106,6 +115,10 @@ fn parse() -> Result<Args, String> {
         revert_unfound: false,
         pool_size: None,
         min_size: None,
+        osds: None,
+        hosts: None,
+        pg_num: None,
+        host_crashes: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -158,13 +171,17 @@ fn parse() -> Result<Args, String> {
             "--min-size" => {
                 args.min_size = Some(u32::try_from(num("--min-size")?).map_err(|_| "--min-size: too large")?);
             }
+            "--osds" => args.osds = Some(u32::try_from(num("--osds")?).map_err(|_| "--osds: too many")?),
+            "--hosts" => args.hosts = Some(u32::try_from(num("--hosts")?).map_err(|_| "--hosts: too many")?),
+            "--pg-num" => args.pg_num = Some(u32::try_from(num("--pg-num")?).map_err(|_| "--pg-num: too many")?),
+            "--host-crashes" => args.host_crashes = true,
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
-                     [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--mutate NAME]... \
-                     [--verbose]"
+                     [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
+                     [--host-crashes] [--pg-num P] [--mutate NAME]... [--verbose]"
                         .into(),
                 );
             }
@@ -182,6 +199,7 @@ fn parse() -> Result<Args, String> {
         }
     }
     check_sizes(&args)?;
+    check_layout(&args)?;
     // The snapshot model knows data, not omap, and observers check orders of plain writes.
     if args.snaps && (args.omap || args.observers > 0) {
         return Err("--snaps goes with neither --omap nor --observers".into());
@@ -206,6 +224,43 @@ fn check_sizes(args: &Args) -> Result<(), String> {
         return Err(
             "--rot-and-replace needs --pool-size 3 or more (the damage and the replacement take two copies)".into()
         );
+    }
+    Ok(())
+}
+
+/// The OSDs, hosts and PGs a run may use. OSD `i` lives on host `i % hosts`, and copies of a PG
+/// go to distinct hosts. The nemesis may keep one OSD out for good, so the pool must still find
+/// `size` hosts with an OSD in after any one OSD is gone: more hosts than copies, or as many
+/// with at least two OSDs on each. The nemesis draws its faults over its own five or six OSDs;
+/// the ones added here take none (they take data as placement moves it).
+fn check_layout(args: &Args) -> Result<(), String> {
+    let size = args.pool_size.unwrap_or(3);
+    if let Some(n) = args.osds
+        && !(size + 1..=32).contains(&n)
+    {
+        return Err(format!("--osds: {} to 32 (one more than the pool's {size} copies), got {n}", size + 1));
+    }
+    if let Some(h) = args.hosts {
+        // Counted with the fewest OSDs the run may have: the scenario's five, or --osds.
+        let osds = args.osds.unwrap_or(5).max(size + 1);
+        if h < size || h > osds {
+            return Err(format!("--hosts: {size} (the pool's copies) to {osds} (the OSDs), got {h}"));
+        }
+        if h == size && osds < 2 * h {
+            return Err(format!(
+                "--hosts {h} with {osds} OSDs: as many hosts as copies need two OSDs on each (--osds {}), since \
+                 the nemesis may keep one out for good",
+                2 * h
+            ));
+        }
+    }
+    if args.host_crashes && args.hosts.is_none() {
+        return Err("--host-crashes needs --hosts (with one OSD per host there is nothing to widen)".into());
+    }
+    if let Some(p) = args.pg_num
+        && !(1..=256).contains(&p)
+    {
+        return Err(format!("--pg-num: 1 to 256, got {p}"));
     }
     Ok(())
 }
@@ -267,13 +322,17 @@ fn main() -> ExitCode {
                         // One OSD more than the pool's size, at least: the nemesis may keep one
                         // out for good, and the pool must still be placed whole (the added OSDs
                         // take no faults).
-                        osds: base.osds.max(args.pool_size.unwrap_or(0) + 1),
-                        hosts: base.hosts.max(args.pool_size.unwrap_or(0) + 1),
+                        osds: base.osds.max(args.pool_size.unwrap_or(0) + 1).max(args.osds.unwrap_or(0)),
+                        hosts: args.hosts.unwrap_or_else(|| {
+                            base.hosts.max(args.pool_size.unwrap_or(0) + 1).max(args.osds.unwrap_or(0))
+                        }),
+                        pg_num: args.pg_num.unwrap_or(base.pg_num),
                         min_size: args
                             .min_size
                             .unwrap_or_else(|| args.pool_size.map_or(base.min_size, |size| base.min_size.min(size))),
                         ..base
                     };
+                    let cfg = if args.host_crashes { cfg.with_host_crashes() } else { cfg };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
                         for (at, f) in &cfg.faults {
@@ -354,6 +413,18 @@ fn main() -> ExitCode {
     }
     if let Some(n) = args.min_size {
         flags.push_str(&format!(" --min-size {n}"));
+    }
+    if let Some(n) = args.osds {
+        flags.push_str(&format!(" --osds {n}"));
+    }
+    if let Some(n) = args.hosts {
+        flags.push_str(&format!(" --hosts {n}"));
+    }
+    if let Some(n) = args.pg_num {
+        flags.push_str(&format!(" --pg-num {n}"));
+    }
+    if args.host_crashes {
+        flags.push_str(" --host-crashes");
     }
     for (seed, _) in &failed {
         println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{flags} --verbose");
