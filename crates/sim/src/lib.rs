@@ -423,6 +423,27 @@ impl SimConfig {
         SimConfig { faults, ..base }
     }
 
+    /// This configuration without the faults that lose or damage a store (a replaced disk, a
+    /// flipped bit, an unreadable block), for a pool of one copy, which no code could keep
+    /// through them: what is left (crashes on kept stores, OSDs marked down, out and in, cut off
+    /// from peers or monitors) must still lose no acknowledged write. A pool of one copy is the
+    /// transient HPC cluster's shape (seed 004), where every PG has a single member, peering has
+    /// no one to compare with, and an OSD taken out hands its only copy to another by backfill.
+    #[must_use]
+    pub fn without_store_loss(mut self) -> SimConfig {
+        self.faults.retain(|(_, f)| {
+            !matches!(
+                f,
+                Fault::ReplaceWhenClean(_)
+                    | Fault::RotAndReplacePeerWhenClean(_)
+                    | Fault::BitRotWhenClean(_)
+                    | Fault::ReadErrorWhenClean(_)
+                    | Fault::RestartEmpty(_)
+            )
+        });
+        self
+    }
+
     /// This configuration with its crashes widened to whole hosts, as a power cut takes every
     /// OSD of a machine at once: half the crashes (drawn from the seed, apart from the faults)
     /// also crash every other OSD of the crashed one's host (OSD `i` lives on host `i % hosts`)

@@ -14,6 +14,7 @@
 //! shoal-sim --short-logs 1 --dups-objects 64  # and request ids kept for 64 writes past the log
 //! shoal-sim --read-offload            # OSDs run client reads beside their workers
 //! shoal-sim --pool-size 2 --min-size 1  # two copies, writes acknowledged by one member alone
+//! shoal-sim --pool-size 1            # one copy (the HPC mode's pools), no store lost or damaged
 //! shoal-sim --osds 9 --hosts 3       # three OSDs per host: copies placed on distinct hosts
 //! shoal-sim --osds 9 --hosts 3 --host-crashes  # and crashes that take a whole host
 //! shoal-sim --pg-num 32              # more PGs per OSD (the nemesis's default is 8)
@@ -208,14 +209,15 @@ fn parse() -> Result<Args, String> {
 }
 
 /// The pool sizes a run may use. One copy cannot survive the nemesis's replaced disk or damaged
-/// block, which the checker would report as lost writes that no code could have kept. A pool of
-/// five or more copies gets a sixth OSD or more (see `main`). A damaged copy and a replaced disk
-/// at once need a third copy.
+/// block, which the checker would report as lost writes that no code could have kept: a pool of
+/// one runs without those faults (`SimConfig::without_store_loss`). A pool of five or more
+/// copies gets a sixth OSD or more (see `main`). A damaged copy and a replaced disk at once need
+/// a third copy.
 fn check_sizes(args: &Args) -> Result<(), String> {
     let size = args.pool_size.unwrap_or(3);
     let min = args.min_size.unwrap_or(size.min(2));
-    if !(2..=8).contains(&size) {
-        return Err(format!("--pool-size: 2 to 8 copies, got {size}"));
+    if !(1..=8).contains(&size) {
+        return Err(format!("--pool-size: 1 to 8 copies, got {size}"));
     }
     if !(1..=size).contains(&min) {
         return Err(format!("--min-size: 1 to the pool's size ({size}), got {min}"));
@@ -332,6 +334,7 @@ fn main() -> ExitCode {
                             .unwrap_or_else(|| args.pool_size.map_or(base.min_size, |size| base.min_size.min(size))),
                         ..base
                     };
+                    let cfg = if cfg.pool_size == 1 { cfg.without_store_loss() } else { cfg };
                     let cfg = if args.host_crashes { cfg.with_host_crashes() } else { cfg };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
