@@ -999,7 +999,12 @@ impl Simulation {
         }
         for (c, client) in self.clients.iter().enumerate() {
             if !client.queue.is_empty() || !client.in_flight.is_empty() || !client.parked.is_empty() {
-                self.outcome.violations.push(format!("client {c} has unfinished operations"));
+                self.outcome.violations.push(format!(
+                    "client {c} has unfinished operations: queued {:?}, in flight {:?}, parked {:?}",
+                    client.queue.iter().take(4).collect::<Vec<_>>(),
+                    client.in_flight.iter().take(4).collect::<Vec<_>>(),
+                    client.parked.iter().take(4).collect::<Vec<_>>()
+                ));
             }
         }
         if self.outcome.violations.is_empty() && !self.quiescent() {
@@ -2028,6 +2033,10 @@ impl Simulation {
         let client = &mut self.clients[c as usize];
         client.in_flight.remove(&tid);
         client.busy_objects.remove(&object);
+        // A request parked for a newer map may have been answered meanwhile: its timeout resent
+        // it (as the real client resends after a short wait, map or not). Nothing is left to
+        // send, and a run must not wait for a map that nothing will make.
+        client.parked.retain(|(t, _)| *t != tid);
         if !client.queue.is_empty() {
             let at = self.now_us + self.rng.range(1, 50);
             self.schedule(at, Delivery::ClientTick(c));

@@ -17,6 +17,7 @@
 //! shoal-sim --pool-size 1            # one copy (the HPC mode's pools), no store lost or damaged
 //! shoal-sim --osds 9 --hosts 3       # three OSDs per host: copies placed on distinct hosts
 //! shoal-sim --osds 9 --hosts 3 --host-crashes  # and crashes that take a whole host
+//! shoal-sim --clients 6 --writes 200  # more clients, longer runs (the scenario's: 3 and 40)
 //! shoal-sim --pg-num 32              # more PGs per OSD (the nemesis's default is 8)
 //! ```
 
@@ -59,6 +60,9 @@ struct Args {
     pg_num: Option<u32>,
     /// Crashes widened to whole hosts (`SimConfig::with_host_crashes`).
     host_crashes: bool,
+    /// Clients and the writes each issues instead of the scenario's (3 and 40).
+    clients: Option<u32>,
+    writes: Option<u32>,
 }
 
 /// Switches on the mutation called `name` (a field of [`shoal_osd::Mutations`]).
@@ -120,6 +124,8 @@ fn parse() -> Result<Args, String> {
         hosts: None,
         pg_num: None,
         host_crashes: false,
+        clients: None,
+        writes: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -176,13 +182,27 @@ fn parse() -> Result<Args, String> {
             "--hosts" => args.hosts = Some(u32::try_from(num("--hosts")?).map_err(|_| "--hosts: too many")?),
             "--pg-num" => args.pg_num = Some(u32::try_from(num("--pg-num")?).map_err(|_| "--pg-num: too many")?),
             "--host-crashes" => args.host_crashes = true,
+            "--clients" => {
+                let n = num("--clients")?;
+                if !(1..=16).contains(&n) {
+                    return Err(format!("--clients: 1 to 16, got {n}"));
+                }
+                args.clients = Some(n as u32);
+            }
+            "--writes" => {
+                let n = num("--writes")?;
+                if !(1..=1000).contains(&n) {
+                    return Err(format!("--writes: 1 to 1000 per client, got {n}"));
+                }
+                args.writes = Some(n as u32);
+            }
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
                      [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
-                     [--host-crashes] [--pg-num P] [--mutate NAME]... [--verbose]"
+                     [--host-crashes] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
                         .into(),
                 );
             }
@@ -329,6 +349,8 @@ fn main() -> ExitCode {
                             base.hosts.max(args.pool_size.unwrap_or(0) + 1).max(args.osds.unwrap_or(0))
                         }),
                         pg_num: args.pg_num.unwrap_or(base.pg_num),
+                        clients: args.clients.unwrap_or(base.clients),
+                        writes_per_client: args.writes.unwrap_or(base.writes_per_client),
                         min_size: args
                             .min_size
                             .unwrap_or_else(|| args.pool_size.map_or(base.min_size, |size| base.min_size.min(size))),
@@ -428,6 +450,12 @@ fn main() -> ExitCode {
     }
     if args.host_crashes {
         flags.push_str(" --host-crashes");
+    }
+    if let Some(n) = args.clients {
+        flags.push_str(&format!(" --clients {n}"));
+    }
+    if let Some(n) = args.writes {
+        flags.push_str(&format!(" --writes {n}"));
     }
     for (seed, _) in &failed {
         println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{flags} --verbose");

@@ -661,6 +661,15 @@ fn with_the_primary_as_authority_writes_roll_back() {
 }
 
 #[test]
+fn a_request_answered_while_parked_for_a_newer_map_does_not_hold_the_run() {
+    // Seed 494 (one copy, six clients of 200 writes, snapshots): a write met an OSD a map behind
+    // (WrongPrimary), was parked until the map after the client's, and its timeout resent it to
+    // the same OSD, which acknowledged it. No map came after that, so the parked entry stayed and
+    // the run never counted as finished (two million events). Finishing a request now unparks it.
+    run_seeds(494..=494, |seed| SimConfig { clients: 6, writes_per_client: 200, snaps: true, ..one_copy(seed) });
+}
+
+#[test]
 fn on_one_copy_a_primary_trusting_its_own_log_loses_the_writes_its_predecessor_took() {
     // With a single member per PG, an OSD taken out hands the PG to one that holds nothing yet;
     // peering must take the old member's log as the authority and backfill from it. The checker
