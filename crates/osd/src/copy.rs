@@ -1,7 +1,7 @@
 //! Objects copied whole between members of a PG (recovery and backfill): reading an object's
 //! data, xattrs and omap from the store, and turning received copies into store transactions.
 
-use shoal_proto::osd::{ObjectCopy, PartCursor, PushPart};
+use shoal_proto::osd::{Eversion, ObjectCopy, PartCursor, PushPart};
 use shoal_proto::{ErrorCode, RemoteError};
 use shoal_store::{ObjectStore, StoreError, Transaction};
 
@@ -36,7 +36,7 @@ pub fn remove_whole(
     objects: &[String],
 ) -> Result<(), RemoteError> {
     let absent: Vec<ObjectCopy> = objects.iter().map(|o| absent_copy(o)).collect();
-    remove_stale_companions(txn, store, coll, &absent)?;
+    remove_stale_companions(txn, store, coll, &absent, &[])?;
     for copy in &absent {
         apply_copy(txn, store, coll, copy, bytes::Bytes::new())?;
     }
@@ -261,18 +261,42 @@ pub fn read_copies(
     max_metadata_bytes: usize,
     data: &mut Vec<u8>,
 ) -> Result<Vec<ObjectCopy>, RemoteError> {
+    read_copies_keeping(store, coll, name, max_metadata_bytes, &[], data).map(|(copies, _)| copies)
+}
+
+/// Clones a copy leaves out, by name, at the versions both sides hold them.
+pub type KeptClones = Vec<(String, Eversion)>;
+
+/// [`read_copies`] for a pull whose primary holds clones `kept` at those versions: each
+/// companion held here at the same version is left out (not even read: a copy here with a
+/// damaged block does not stand in the way of one the primary holds whole) and returned in the
+/// second list instead.
+pub fn read_copies_keeping(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    max_metadata_bytes: usize,
+    kept: &[(String, Eversion)],
+    data: &mut Vec<u8>,
+) -> Result<(Vec<ObjectCopy>, KeptClones), RemoteError> {
     let mut copies = vec![read_sized(store, coll, name, max_metadata_bytes, data)?];
+    let mut left_out = Vec::new();
     if !snaps::is_companion(name) {
         // Companions always travel whole, as with the first part of an object sent in parts:
         // the bound is the head's. (A head that does not exist has nothing to send in parts,
         // so a snapshot directory's state larger than a backfill chunk must not turn its
         // recovery into one.)
         for companion in snaps::companions(store, coll, name)? {
+            let same = kept.iter().find(|(k, v)| *k == companion && crate::objver::stored(store, coll, k) == Some(*v));
+            if let Some(entry) = same {
+                left_out.push(entry.clone());
+                continue;
+            }
             copies.push(read_sized(store, coll, &companion, COPY_METADATA_MAX_BYTES, data)?);
         }
     }
     check_copies_fit(&copies)?;
-    Ok(copies)
+    Ok((copies, left_out))
 }
 
 /// [`read_copy_sized`] after looking the size up.
@@ -327,8 +351,10 @@ pub fn remove_stale_companions(
     store: &dyn ObjectStore,
     coll: &str,
     copies: &[ObjectCopy],
+    kept: &[(String, Eversion)],
 ) -> Result<(), RemoteError> {
-    let names: std::collections::BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
+    let names: std::collections::BTreeSet<&str> =
+        copies.iter().map(|c| c.name.as_str()).chain(kept.iter().map(|(k, _)| k.as_str())).collect();
     for head in copies.iter().map(|c| c.name.as_str()).filter(|n| !snaps::is_companion(n)) {
         for local in snaps::companions(store, coll, head)? {
             if !names.contains(local.as_str()) {

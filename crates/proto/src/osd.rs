@@ -587,6 +587,12 @@ pub struct PgPull {
     /// Set to pull one part of an object too large for one message, starting there (the
     /// answer's `part` says where it ended); unset, the object is pulled whole.
     pub part: Option<PartCursor>,
+    /// Snapshot clones of a head pulled whole that the primary holds, read back whole, at these
+    /// versions: the source leaves out each one it holds at the same version (a clone never
+    /// changes once made, and carries the version of the write that made it, so an equal
+    /// version is an equal clone) and names it in the answer's `kept`. Empty for a part or a
+    /// companion pulled alone.
+    pub kept: Vec<(String, Eversion)>,
 }
 impl Message for PgPull {
     const TYPE: u16 = 44;
@@ -614,6 +620,10 @@ pub struct PgPullReply {
     /// For a pull of a part: the part the first copy is (the companions travel whole with the
     /// first part).
     pub part: Option<PushPart>,
+    /// Clones of the pull's `kept` that the source holds at exactly those versions, left out of
+    /// `result`: the primary keeps its own copies. A clone of `kept` the source does not name
+    /// here is stale on the primary unless it is among the copies.
+    pub kept: Vec<(String, Eversion)>,
 }
 impl Message for PgPullReply {
     const TYPE: u16 = 45;

@@ -670,6 +670,24 @@ fn a_request_answered_while_parked_for_a_newer_map_does_not_hold_the_run() {
 }
 
 #[test]
+fn a_head_is_pulled_from_a_member_whose_clone_is_damaged_when_the_primary_holds_that_clone() {
+    // Seed 500 (two copies, min_size 1, six clients of 200 writes, snapshots): osd.0's copy of
+    // clone 1 of c2-o0 had an unreadable block; osd.4, the other member, went out, and writes
+    // went on on osd.0 alone. Back in as primary, osd.4 lacked the new head and pulled it with
+    // its companions from osd.0, whose read of clone 1 failed: the object stayed unfound and its
+    // writes waited for ever, although osd.4 held clone 1 whole at the same version. A pull now
+    // names the clones the primary holds whole, and the source leaves them out (decision 0059).
+    run_seeds(500..=500, |seed| SimConfig {
+        pool_size: 2,
+        min_size: 1,
+        clients: 6,
+        writes_per_client: 200,
+        snaps: true,
+        ..SimConfig::nemesis(seed)
+    });
+}
+
+#[test]
 fn on_one_copy_a_primary_trusting_its_own_log_loses_the_writes_its_predecessor_took() {
     // With a single member per PG, an OSD taken out hands the PG to one that holds nothing yet;
     // peering must take the old member's log as the authority and backfill from it. The checker

@@ -1175,8 +1175,9 @@ impl OsdCore {
                 self.activated(pg, attempt, from, r, out);
             }
             PeerCall::Pull { pg, attempt, object } => {
-                let r = payload::<shoal_proto::osd::PgPullReply>(result)
-                    .and_then(|(m, d)| m.result.map(|c| PulledCopies { copies: c, data: d, part: m.part }));
+                let r = payload::<shoal_proto::osd::PgPullReply>(result).and_then(|(m, d)| {
+                    m.result.map(|c| PulledCopies { copies: c, data: d, part: m.part, kept: m.kept })
+                });
                 self.pulled(pg, attempt, from, object, r, out);
             }
             PeerCall::Push { pg, attempt, objects, backfill, next } => {

@@ -32,13 +32,14 @@ use shoal_store::{Durability, Transaction};
 use super::peering::{MAX_BLOCKED_OPS_PER_PG, PartPush, PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::copy::{
-    COPY_METADATA_MAX_BYTES, Part, apply_copy, apply_part, list_range, read_copies, read_copy_sized, read_part,
-    read_part_copies, remove_stale_companions, split_data,
+    COPY_METADATA_MAX_BYTES, Part, apply_copy, apply_part, list_range, read_copies, read_copies_keeping,
+    read_copy_sized, read_part, read_part_copies, remove_stale_companions, split_data,
 };
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
 use crate::scrub::not_there_yet;
+use crate::snaps;
 
 /// Times an object being backfilled in parts is started over because of writes to it before
 /// it is sent whole in one chunk (which no write can interrupt), so that a busy object cannot
@@ -57,6 +58,8 @@ pub(crate) struct PulledCopies {
     pub copies: Vec<ObjectCopy>,
     pub data: Vec<u8>,
     pub part: Option<PushPart>,
+    /// Clones left out because this OSD holds them at the source's versions (`PgPullReply::kept`).
+    pub kept: Vec<(String, Eversion)>,
 }
 
 /// What a client operation needs before it can run on an object.
@@ -918,7 +921,7 @@ impl OsdCore {
                 return;
             }
         };
-        let PulledCopies { copies, data, part } = pulled;
+        let PulledCopies { copies, data, part, kept } = pulled;
         if let Some(part) = part {
             // The next part starts after this one's data and omap entries.
             let companion_bytes: u64 = copies.iter().skip(1).map(|c| c.size_bytes).sum();
@@ -939,7 +942,7 @@ impl OsdCore {
                 }
                 return self.send_pull(pg, attempt, from, &object, Some(next), out);
             }
-        } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None, &[]) {
+        } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None, &kept) {
             self.report_stuck(pg, &object, &e, "storing a pulled object failed");
             return;
         }
@@ -966,13 +969,37 @@ impl OsdCore {
         // A source that is not a complete member holding the object (a holder from before its
         // backfill) answers for an object the primary knows it holds (see `PgPull::vouched`).
         let vouched = p.sources.get(&source).is_none_or(|lacks| lacks.contains(object));
-        let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part };
+        let kept = if part.is_none() { self.clones_held_whole(pg, object) } else { Vec::new() };
+        let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part, kept };
         out.push(Action::Peer {
             osd: source,
             msg_type: PgPull::TYPE,
             payload: encode(&pull, Vec::new()),
             call: PeerCall::Pull { pg, attempt, object: object.to_string() },
         });
+    }
+
+    /// The snapshot clones of head `object` this OSD holds with a version and reads back whole,
+    /// for a pull to leave out (`PgPull::kept`): a clone never changes once made, so one the
+    /// source holds at the same version is already here, and a source whose own copy of it is
+    /// damaged can still send the head (the copy it could not read is then repaired by scrub).
+    /// Empty for a companion pulled alone. Reading each clone back costs a local read per clone
+    /// instead of a transfer of it.
+    fn clones_held_whole(&self, pg: PgId, object: &str) -> Vec<(String, Eversion)> {
+        if snaps::is_companion(object) || self.mutations.recover_heads_only {
+            return Vec::new();
+        }
+        let coll = pg_collection(pg);
+        let Ok(companions) = snaps::companions(&*self.store, &coll, object) else { return Vec::new() };
+        companions
+            .into_iter()
+            .filter(|c| *c != snaps::snapdir_name(object))
+            .filter_map(|c| {
+                let version = crate::objver::stored(&*self.store, &coll, &c)?;
+                self.store.read_all(&coll, &c).ok()?;
+                Some((c, version))
+            })
+            .collect()
     }
 
     /// A member's answer to a push (recovery or backfill).
@@ -1147,8 +1174,18 @@ impl OsdCore {
             }
         }
         if backfill.is_none() && self.collections.contains(&coll) {
+            // Clones a pull left out because this OSD holds them at the versions the source
+            // holds (`PgPull::kept`) stay; they must still be here at those versions.
+            for (name, version) in kept {
+                if crate::objver::stored(&*self.store, &coll, name) != Some(*version) {
+                    return Err(RemoteError::new(
+                        ErrorCode::Invalid,
+                        format!("pulled copy keeps {name} at {version:?}, not held here so; nothing applied"),
+                    ));
+                }
+            }
             // (A backfill chunk's range removal above already covers companions.)
-            remove_stale_companions(&mut txn, &*self.store, &coll, &copies)?;
+            remove_stale_companions(&mut txn, &*self.store, &coll, &copies, kept)?;
         }
         // Only objects recorded missing have a record to remove: a removal of an absent key is
         // not free (a tombstone in the KV store), and backfill copies objects nobody recorded.
@@ -1209,6 +1246,7 @@ impl OsdCore {
         let pg = PgId { pool: pull.pool, seed: pull.pg };
         let mut data = Vec::new();
         let mut part = None;
+        let mut kept = Vec::new();
         // Not (or no longer: a purged stray) holding the PG at all.
         let held = self.pgs.contains_key(&pg);
         // A member the primary has not activated in this OSD's current life may hold nothing
@@ -1237,7 +1275,13 @@ impl OsdCore {
             Ok(_) => match &pull.part {
                 None => {
                     let max_metadata = self.whole_metadata_bytes();
-                    let copies = read_copies(&*self.store, &pg_collection(pg), &pull.object, max_metadata, &mut data);
+                    let coll = pg_collection(pg);
+                    let read =
+                        read_copies_keeping(&*self.store, &coll, &pull.object, max_metadata, &pull.kept, &mut data);
+                    let copies = read.map(|(copies, left_out)| {
+                        kept = left_out;
+                        copies
+                    });
                     if self.mutations.recover_heads_only { copies.map(|c| head_only(c, &mut data)) } else { copies }
                 }
                 Some(at) => {
@@ -1260,8 +1304,9 @@ impl OsdCore {
         if result.is_err() {
             data.clear();
             part = None;
+            kept.clear();
         }
-        let reply = PgPullReply { epoch: self.map.epoch, result, part };
+        let reply = PgPullReply { epoch: self.map.epoch, result, part, kept };
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, data), after_sync: false });
     }
 
@@ -1418,7 +1463,7 @@ impl OsdCore {
                         }
                     }
                 }
-                None => remove_stale_companions(&mut txn, &*self.store, &coll, &copies)?,
+                None => remove_stale_companions(&mut txn, &*self.store, &coll, &copies, &[])?,
             }
         }
         apply_part(&mut txn, &*self.store, &coll, copy, &part, part_data)?;
