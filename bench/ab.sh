@@ -47,6 +47,11 @@ ticks() {
   for pid in "$@"; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
   echo "$sum"
 }
+# The machine's idle and total CPU ticks so far (idle counts I/O wait), for the share of the
+# two vCPUs a load left unused: a chain of processes that waits on each other leaves idle time
+# that more CPU per second would not fill.
+cpu_ticks() { awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+idle_pct() { python3 -c "print(f'{100 * ($3 - $1) / max(1, $4 - $2):.0f}')"; }
 # Microseconds per operation from a tick count (USER_HZ is 100 here).
 per_op_us() { python3 -c "print(f'{$1 * 1e6 / $(getconf CLK_TCK) / $2:.1f}')"; }
 
@@ -73,21 +78,21 @@ run_nbd() {
   sleep 1.5
   local engine=(--ioengine=nbd "--uri=nbd://127.0.0.1:$PORT/data/img")
   fio --name=prefill "${engine[@]}" --rw=write --bs=4M --iodepth=4 --size=1G >/dev/null 2>&1
-  local o0 n0 o1 n1
-  o0=$(ticks $OSDS); n0=$(ticks $nbd)
+  local o0 n0 o1 n1 m0 m1
+  o0=$(ticks $OSDS); n0=$(ticks $nbd); m0=$(cpu_ticks)
   fio --name=load "${engine[@]}" --rw="$rw" --bs="$bs" --iodepth="$qd" --size=1G --time_based --runtime=8 \
     --output-format=json --output="$DIR/fio.json" >/dev/null 2>&1
-  o1=$(ticks $OSDS); n1=$(ticks $nbd)
+  o1=$(ticks $OSDS); n1=$(ticks $nbd); m1=$(cpu_ticks)
   kill "$nbd"; wait "$nbd" 2>/dev/null || true
   local ops fio_us
   ops=$(jq '.jobs[0].write.total_ios + .jobs[0].read.total_ios' "$DIR/fio.json")
   fio_us=$(jq --argjson ops "$ops" '(.jobs[0].usr_cpu + .jobs[0].sys_cpu) / 100 * 8e6 / $ops | . * 10 | round / 10' "$DIR/fio.json")
   jq -r --arg b "$BIN" --arg o "$(per_op_us $((o1 - o0)) "$ops")" --arg n "$(per_op_us $((n1 - n0)) "$ops")" \
-    --arg f "$fio_us" '.jobs[0] as $j
+    --arg f "$fio_us" --arg idle "$(idle_pct $m0 $m1)" '.jobs[0] as $j
       | def side($d): "ops_per_s=\($d.iops | round) mb_per_s=\($d.bw_bytes / 1e6 | . * 10 | round / 10) p50_us=\($d.clat_ns.percentile["50.000000"] / 1000 | round) p99_us=\($d.clat_ns.percentile["99.000000"] / 1000 | round)";
       (if $j.write.total_ios > 0 and $j.read.total_ios > 0 then "read: \(side($j.read)) write: \(side($j.write))"
        elif $j.write.total_ios > 0 then side($j.write) else side($j.read) end) as $sides
-      | "\($b) \($j."job options".rw // "") \($sides) osd_cpu_us=\($o) nbd_cpu_us=\($n) fio_cpu_us=\($f)"' \
+      | "\($b) \($j."job options".rw // "") \($sides) osd_cpu_us=\($o) nbd_cpu_us=\($n) fio_cpu_us=\($f) idle_pct=\($idle)"' \
     "$DIR/fio.json"
   down
 }
@@ -110,14 +115,15 @@ run_s3() {
     # A delete run removes what the bucket holds: twice what 6 s of deletes take, written first.
     "$BIN" "${s3[@]}" --seconds 12 put >/dev/null 2>&1
   fi
-  local o0 g0 o1 g1
-  o0=$(ticks $OSDS); g0=$(ticks $gw)
+  local o0 g0 o1 g1 m0 m1
+  o0=$(ticks $OSDS); g0=$(ticks $gw); m0=$(cpu_ticks)
   "$BIN" "${s3[@]}" --seconds 6 --json "${measured[@]}" >"$DIR/s3.json" 2>/dev/null
-  o1=$(ticks $OSDS); g1=$(ticks $gw)
+  o1=$(ticks $OSDS); g1=$(ticks $gw); m1=$(cpu_ticks)
   local ops
   ops=$(jq '.ops' "$DIR/s3.json")
   jq -r --arg b "$BIN" --arg o "$(per_op_us $((o1 - o0)) "$ops")" --arg g "$(per_op_us $((g1 - g0)) "$ops")" \
-    '"\($b) ops_per_s=\(.ops_per_s | round) mb_per_s=\(.mb_per_s | . * 10 | round / 10) p99_ms=\(.p99_ms) osd_cpu_us=\($o) gateway_cpu_us=\($g)"' \
+    --arg idle "$(idle_pct $m0 $m1)" \
+    '"\($b) ops_per_s=\(.ops_per_s | round) mb_per_s=\(.mb_per_s | . * 10 | round / 10) p99_ms=\(.p99_ms) osd_cpu_us=\($o) gateway_cpu_us=\($g) idle_pct=\($idle)"' \
     "$DIR/s3.json"
   down
 }
