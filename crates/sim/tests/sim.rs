@@ -688,6 +688,22 @@ fn a_head_is_pulled_from_a_member_whose_clone_is_damaged_when_the_primary_holds_
 }
 
 #[test]
+fn an_object_recovered_in_parts_resumes_after_a_too_full_refusal_instead_of_starting_over() {
+    // Seed 1000 of `--clients 6 --writes 200 --parts --toofull --omap` (59 of 1,000 seeds failed
+    // so): an object whose omap had grown to hundreds of 64-byte parts was recovered to a member
+    // that refused a quarter of the pushes as too full. Each refusal started the object over
+    // after the retry interval, so no attempt ever got through every part, and the PG re-peered
+    // for ever (epoch 9,819 after two million events) while a write to the object waited. A
+    // refused part is now sent again where it started (decision 0046 amended).
+    run_seeds(1_000..=1_000, |seed| SimConfig {
+        clients: 6,
+        writes_per_client: 200,
+        omap: true,
+        ..SimConfig::toofull(seed)
+    });
+}
+
+#[test]
 fn on_one_copy_a_primary_trusting_its_own_log_loses_the_writes_its_predecessor_took() {
     // With a single member per PG, an OSD taken out hands the PG to one that holds nothing yet;
     // peering must take the old member's log as the authority and backfill from it. The checker

@@ -79,6 +79,12 @@ pub(crate) struct PeerPlan {
     /// the push is refused (a refusal says nothing about the parts before it, which the target
     /// holds).
     pub unacked_part: Option<PartPush>,
+    /// The object being recovered to it in parts and where its unanswered part starts, with the
+    /// version the primary's copy had when that part was read: a recovery push refused as too
+    /// full resumes there after the retry interval (the target holds the parts before it, and
+    /// writes to the object wait for its recovery), instead of starting the object over, which
+    /// an object of many parts could never finish while some pushes are refused.
+    pub recovery_part: Option<(String, shoal_proto::osd::PartCursor, Option<shoal_proto::osd::Eversion>)>,
     /// Set when it refused a backfill or recovery push as too full (`backfill_toofull`,
     /// `recovery_toofull`): no push goes to it before this time (the tick clock, ms); cleared by
     /// the next push it takes.

@@ -192,7 +192,8 @@ impl OsdCore {
                     p.recovering.insert(object.to_string(), targets.clone());
                 }
                 for osd in targets {
-                    self.send_recovery_part(pg, attempt, osd, object, PartCursor::default(), out);
+                    let at = self.recovery_resume_at(pg, osd, object);
+                    self.send_recovery_part(pg, attempt, osd, object, at, out);
                 }
                 return;
             }
@@ -229,6 +230,25 @@ impl OsdCore {
                 payload: encode(&push, data.clone()),
                 call: PeerCall::Push { pg, attempt, objects: vec![object.to_string()], backfill: false, next: None },
             });
+        }
+    }
+
+    /// Where a recovery of `object` in parts to `osd` starts: where its last refused part started,
+    /// if that push was refused as too full in this interval and the primary's copy is still at
+    /// the version it had then (the target holds the parts before it); else the object's start.
+    fn recovery_resume_at(&mut self, pg: PgId, osd: OsdId, object: &str) -> PartCursor {
+        let version = crate::objver::stored(&*self.store, &pg_collection(pg), object);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else {
+            return PartCursor::default();
+        };
+        match p.peers.get_mut(&osd).and_then(|pp| pp.recovery_part.take()) {
+            Some((name, at, v)) if name == object && v == version => {
+                if !at.is_start() {
+                    tracing::info!(%pg, peer = %osd, object, "recovery in parts resumes past the parts the target holds");
+                }
+                at
+            }
+            _ => PartCursor::default(),
         }
     }
 
@@ -271,8 +291,12 @@ impl OsdCore {
                 return;
             }
         };
+        let version = crate::objver::stored(&*self.store, &pg_collection(pg), object);
         if let Some(p) = self.primary_at(pg, attempt) {
             p.push_bytes.insert(object.to_string(), data.len() as u64);
+            if let Some(pp) = p.peers.get_mut(&osd) {
+                pp.recovery_part = Some((object.to_string(), at.clone(), version));
+            }
         }
         let last = part.last;
         let push = PgPush {
@@ -1065,10 +1089,14 @@ impl OsdCore {
             // A part of a recovery push landed: the next one.
             return self.send_recovery_part(pg, attempt, from, &name, at, out);
         } else {
-            if let Some(pp) = p.peers.get_mut(&from)
-                && pp.toofull_until_ms.take().is_some()
-            {
-                tracing::info!(%pg, peer = %from, "recovery target has room again: recovery goes on");
+            if let Some(pp) = p.peers.get_mut(&from) {
+                // Whole now (a whole push, or the last part): nothing to resume.
+                if pp.recovery_part.as_ref().is_some_and(|(name, _, _)| objects.contains(name)) {
+                    pp.recovery_part = None;
+                }
+                if pp.toofull_until_ms.take().is_some() {
+                    tracing::info!(%pg, peer = %from, "recovery target has room again: recovery goes on");
+                }
             }
             let mut done = Vec::new();
             for name in objects {
