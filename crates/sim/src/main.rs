@@ -129,18 +129,21 @@ fn parse() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut num = |name: &str| -> Result<u64, String> {
+        // The flag's number, within `lo..=hi` (the range is named in the error).
+        let mut num_in = |name: &str, lo: u64, hi: u64| -> Result<u64, String> {
             let v = it.next().ok_or(format!("{name} needs a number"))?;
-            v.parse().map_err(|_| format!("{name}: '{v}' is not a number"))
+            let n: u64 = v.parse().map_err(|_| format!("{name}: '{v}' is not a number"))?;
+            if (lo..=hi).contains(&n) { Ok(n) } else { Err(format!("{name}: {lo} to {hi}, got {n}")) }
         };
+
         match a.as_str() {
-            "--seeds" => args.seeds = num("--seeds")?,
-            "--from" => args.from = num("--from")?,
+            "--seeds" => args.seeds = num_in("--seeds", 0, u64::MAX)?,
+            "--from" => args.from = num_in("--from", 0, u64::MAX)?,
             "--seed" => {
-                args.from = num("--seed")?;
+                args.from = num_in("--seed", 0, u64::MAX)?;
                 args.seeds = 1;
             }
-            "--jobs" => args.jobs = num("--jobs")?.max(1) as usize,
+            "--jobs" => args.jobs = num_in("--jobs", 1, 64)?.max(1) as usize,
             "--verbose" | "-v" => args.verbose = true,
             "--parts" => (args.config, args.scenario_flag) = (SimConfig::nemesis_in_parts, " --parts"),
             "--toofull" => args.toofull = true,
@@ -148,54 +151,28 @@ fn parse() -> Result<Args, String> {
                 (args.config, args.scenario_flag) = (SimConfig::rot_and_replace, " --rot-and-replace");
             }
             "--observers" => {
-                args.observers = u32::try_from(num("--observers")?).map_err(|_| "--observers: too many")?;
+                args.observers = num_in("--observers", 0, 16)? as u32;
             }
             "--read-offload" => args.read_offload = true,
             "--omap" => args.omap = true,
             "--snaps" => args.snaps = true,
             "--early-replace" => args.early_replacement = true,
             "--revert-unfound" => args.revert_unfound = true,
-            "--short-logs" => {
-                let keep = num("--short-logs")?;
-                if !(1..=64).contains(&keep) {
-                    return Err(format!("--short-logs: keep 1 to 64 entries, got {keep}"));
-                }
-                args.log_keep = Some(keep as usize);
-            }
+            // Entries per PG log; dups objects beyond it (checked against the PG's limit below).
+            "--short-logs" => args.log_keep = Some(num_in("--short-logs", 1, 64)? as usize),
             "--dups-objects" => {
-                let n = num("--dups-objects")?;
-                if !(1..=shoal_osd::pglog::MAX_DUPS_OBJECTS).contains(&n) {
-                    return Err(format!(
-                        "--dups-objects: keep 1 to {} dups objects, got {n}",
-                        shoal_osd::pglog::MAX_DUPS_OBJECTS
-                    ));
-                }
-                args.dups_objects = Some(n);
+                args.dups_objects = Some(num_in("--dups-objects", 1, shoal_osd::pglog::MAX_DUPS_OBJECTS)?);
             }
-            "--pool-size" => {
-                args.pool_size = Some(u32::try_from(num("--pool-size")?).map_err(|_| "--pool-size: too large")?);
-            }
-            "--min-size" => {
-                args.min_size = Some(u32::try_from(num("--min-size")?).map_err(|_| "--min-size: too large")?);
-            }
-            "--osds" => args.osds = Some(u32::try_from(num("--osds")?).map_err(|_| "--osds: too many")?),
-            "--hosts" => args.hosts = Some(u32::try_from(num("--hosts")?).map_err(|_| "--hosts: too many")?),
-            "--pg-num" => args.pg_num = Some(u32::try_from(num("--pg-num")?).map_err(|_| "--pg-num: too many")?),
+            // Sizes and layout are checked against each other in `check_sizes` and `check_layout`;
+            // these bounds only keep them in `u32`.
+            "--pool-size" => args.pool_size = Some(num_in("--pool-size", 0, 64)? as u32),
+            "--min-size" => args.min_size = Some(num_in("--min-size", 0, 64)? as u32),
+            "--osds" => args.osds = Some(num_in("--osds", 0, 1024)? as u32),
+            "--hosts" => args.hosts = Some(num_in("--hosts", 0, 1024)? as u32),
+            "--pg-num" => args.pg_num = Some(num_in("--pg-num", 0, 65_536)? as u32),
             "--host-crashes" => args.host_crashes = true,
-            "--clients" => {
-                let n = num("--clients")?;
-                if !(1..=16).contains(&n) {
-                    return Err(format!("--clients: 1 to 16, got {n}"));
-                }
-                args.clients = Some(n as u32);
-            }
-            "--writes" => {
-                let n = num("--writes")?;
-                if !(1..=1000).contains(&n) {
-                    return Err(format!("--writes: 1 to 1000 per client, got {n}"));
-                }
-                args.writes = Some(n as u32);
-            }
+            "--clients" => args.clients = Some(num_in("--clients", 1, 16)? as u32),
+            "--writes" => args.writes = Some(num_in("--writes per client", 1, 1000)? as u32),
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
