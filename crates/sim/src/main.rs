@@ -382,57 +382,34 @@ fn main() -> ExitCode {
         snap_reads.load(Ordering::Relaxed),
         needs_named.load(Ordering::Relaxed),
     );
+    // The replay line repeats every flag the run was given.
+    let switches = [
+        (args.read_offload, " --read-offload"),
+        (args.omap, " --omap"),
+        (args.snaps, " --snaps"),
+        (args.toofull, " --toofull"),
+        (args.early_replacement, " --early-replace"),
+        (args.revert_unfound, " --revert-unfound"),
+        (args.host_crashes, " --host-crashes"),
+    ];
+    let numbers = [
+        ("--observers", (args.observers > 0).then_some(u64::from(args.observers))),
+        ("--short-logs", args.log_keep.map(|k| k as u64)),
+        ("--dups-objects", args.dups_objects),
+        ("--pool-size", args.pool_size.map(u64::from)),
+        ("--min-size", args.min_size.map(u64::from)),
+        ("--osds", args.osds.map(u64::from)),
+        ("--hosts", args.hosts.map(u64::from)),
+        ("--pg-num", args.pg_num.map(u64::from)),
+        ("--clients", args.clients.map(u64::from)),
+        ("--writes", args.writes.map(u64::from)),
+    ];
     let mut flags = args.scenario_flag.to_string();
-    if args.observers > 0 {
-        flags.push_str(&format!(" --observers {}", args.observers));
+    for (_, flag) in switches.iter().filter(|(on, _)| *on) {
+        flags.push_str(flag);
     }
-    if args.read_offload {
-        flags.push_str(" --read-offload");
-    }
-    if args.omap {
-        flags.push_str(" --omap");
-    }
-    if args.snaps {
-        flags.push_str(" --snaps");
-    }
-    if args.toofull {
-        flags.push_str(" --toofull");
-    }
-    if let Some(keep) = args.log_keep {
-        flags.push_str(&format!(" --short-logs {keep}"));
-    }
-    if let Some(n) = args.dups_objects {
-        flags.push_str(&format!(" --dups-objects {n}"));
-    }
-    if args.early_replacement {
-        flags.push_str(" --early-replace");
-    }
-    if args.revert_unfound {
-        flags.push_str(" --revert-unfound");
-    }
-    if let Some(n) = args.pool_size {
-        flags.push_str(&format!(" --pool-size {n}"));
-    }
-    if let Some(n) = args.min_size {
-        flags.push_str(&format!(" --min-size {n}"));
-    }
-    if let Some(n) = args.osds {
-        flags.push_str(&format!(" --osds {n}"));
-    }
-    if let Some(n) = args.hosts {
-        flags.push_str(&format!(" --hosts {n}"));
-    }
-    if let Some(n) = args.pg_num {
-        flags.push_str(&format!(" --pg-num {n}"));
-    }
-    if args.host_crashes {
-        flags.push_str(" --host-crashes");
-    }
-    if let Some(n) = args.clients {
-        flags.push_str(&format!(" --clients {n}"));
-    }
-    if let Some(n) = args.writes {
-        flags.push_str(&format!(" --writes {n}"));
+    for (flag, n) in numbers.iter().filter_map(|(flag, n)| n.map(|n| (flag, n))) {
+        flags.push_str(&format!(" {flag} {n}"));
     }
     for (seed, _) in &failed {
         println!("  replay: cargo run --release -p shoal-sim -- --seed {seed}{flags} --verbose");

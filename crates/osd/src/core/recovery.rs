@@ -32,7 +32,7 @@ use shoal_store::{Durability, Transaction};
 use super::peering::{MAX_BLOCKED_OPS_PER_PG, PartPush, PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::copy::{
-    COPY_METADATA_MAX_BYTES, Part, apply_copy, apply_part, list_range, read_copies, read_copies_keeping,
+    COPY_METADATA_MAX_BYTES, KeptClones, Part, apply_copy, apply_part, list_range, read_copies, read_copies_keeping,
     read_copy_sized, read_part, read_part_copies, remove_stale_companions, split_data,
 };
 use crate::exec::{pg_collection, store_error};
@@ -59,7 +59,7 @@ pub(crate) struct PulledCopies {
     pub data: Vec<u8>,
     pub part: Option<PushPart>,
     /// Clones left out because this OSD holds them at the source's versions (`PgPullReply::kept`).
-    pub kept: Vec<(String, Eversion)>,
+    pub kept: KeptClones,
 }
 
 /// What a client operation needs before it can run on an object.
@@ -237,12 +237,14 @@ impl OsdCore {
     /// if that push was refused as too full in this interval and the primary's copy is still at
     /// the version it had then (the target holds the parts before it); else the object's start.
     fn recovery_resume_at(&mut self, pg: PgId, osd: OsdId, object: &str) -> PartCursor {
-        let version = crate::objver::stored(&*self.store, &pg_collection(pg), object);
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else {
             return PartCursor::default();
         };
-        match p.peers.get_mut(&osd).and_then(|pp| pp.recovery_part.take()) {
-            Some((name, at, v)) if name == object && v == version => {
+        let saved = p.peers.get_mut(&osd).and_then(|pp| pp.recovery_part.take());
+        match saved {
+            Some((name, at, v))
+                if name == object && v == crate::objver::stored(&*self.store, &pg_collection(pg), object) =>
+            {
                 if !at.is_start() {
                     tracing::info!(%pg, peer = %osd, object, "recovery in parts resumes past the parts the target holds");
                 }
@@ -1009,15 +1011,16 @@ impl OsdCore {
     /// damaged can still send the head (the copy it could not read is then repaired by scrub).
     /// Empty for a companion pulled alone. Reading each clone back costs a local read per clone
     /// instead of a transfer of it.
-    fn clones_held_whole(&self, pg: PgId, object: &str) -> Vec<(String, Eversion)> {
+    fn clones_held_whole(&self, pg: PgId, object: &str) -> KeptClones {
         if snaps::is_companion(object) || self.mutations.recover_heads_only {
             return Vec::new();
         }
         let coll = pg_collection(pg);
         let Ok(companions) = snaps::companions(&*self.store, &coll, object) else { return Vec::new() };
+        let snapdir = snaps::snapdir_name(object);
         companions
             .into_iter()
-            .filter(|c| *c != snaps::snapdir_name(object))
+            .filter(|c| *c != snapdir)
             .filter_map(|c| {
                 let version = crate::objver::stored(&*self.store, &coll, &c)?;
                 self.store.read_all(&coll, &c).ok()?;
@@ -1189,9 +1192,7 @@ impl OsdCore {
         let datas = split_data(&copies, data)?;
         let (coll, lcoll, mut txn) = self.install_txn(pg);
         let mut names: BTreeSet<&str> = copies.iter().map(|c| c.name.as_str()).collect();
-        if let Some(range) = backfill.as_ref() {
-            self.check_kept(&coll, range, &names, kept)?;
-        }
+        self.check_kept(&coll, backfill.as_ref(), &names, kept)?;
         names.extend(kept.iter().map(|(name, _)| name.as_str()));
         // A member that never held the PG has no collection to clean up in the range.
         if let Some(range) = backfill.as_ref().filter(|_| self.collections.contains(&coll)) {
@@ -1202,17 +1203,8 @@ impl OsdCore {
             }
         }
         if backfill.is_none() && self.collections.contains(&coll) {
-            // Clones a pull left out because this OSD holds them at the versions the source
-            // holds (`PgPull::kept`) stay; they must still be here at those versions.
-            for (name, version) in kept {
-                if crate::objver::stored(&*self.store, &coll, name) != Some(*version) {
-                    return Err(RemoteError::new(
-                        ErrorCode::Invalid,
-                        format!("pulled copy keeps {name} at {version:?}, not held here so; nothing applied"),
-                    ));
-                }
-            }
-            // (A backfill chunk's range removal above already covers companions.)
+            // Clones a pull left out (`PgPull::kept`, checked above) stay. (A backfill chunk's
+            // range removal above already covers companions.)
             remove_stale_companions(&mut txn, &*self.store, &coll, &copies, kept)?;
         }
         // Only objects recorded missing have a record to remove: a removal of an absent key is
@@ -1363,19 +1355,22 @@ impl OsdCore {
         }
     }
 
-    /// Checks that every object of `kept` lies in `range`, is not also sent, and is held here at
-    /// the version named: what a backfill chunk leaves as it is must be what its primary
-    /// believes it is (decision 0049).
+    /// Checks that every object of `kept` lies in the backfill chunk's `range` (if the copies are
+    /// one), is not also sent, and is held here at the version named: what a backfill chunk
+    /// leaves as it is must be what its primary believes it is (decision 0049), and the clones a
+    /// pull left out must be the ones the source holds (decision 0059).
     fn check_kept(
         &self,
         coll: &str,
-        range: &BackfillRange,
+        range: Option<&BackfillRange>,
         sent: &BTreeSet<&str>,
         kept: &[(String, Eversion)],
     ) -> Result<(), RemoteError> {
         for (name, version) in kept {
-            let inside = range.after.as_deref().is_none_or(|a| name.as_str() > a)
-                && range.upto.as_deref().is_none_or(|u| name.as_str() <= u);
+            let inside = range.is_none_or(|range| {
+                range.after.as_deref().is_none_or(|a| name.as_str() > a)
+                    && range.upto.as_deref().is_none_or(|u| name.as_str() <= u)
+            });
             let why = if !inside {
                 "outside the chunk's range".to_string()
             } else if sent.contains(name.as_str()) {
@@ -1388,7 +1383,10 @@ impl OsdCore {
             };
             return Err(RemoteError::new(
                 ErrorCode::Invalid,
-                format!("backfill chunk keeps {name} ({why}); nothing applied"),
+                format!(
+                    "{} keeps {name} ({why}); nothing applied",
+                    if range.is_some() { "backfill chunk" } else { "pulled copy" }
+                ),
             ));
         }
         Ok(())
