@@ -139,6 +139,12 @@ pub struct PgActivation {
     /// The members holding every write of the PG in full (the acting set minus members still
     /// being backfilled), primary first.
     pub members: Vec<OsdId>,
+    /// OSDs outside `members` that may hold objects some member still lacks (decision 0060):
+    /// earlier members, and strays whose copies the activation was to recover from. Empty once
+    /// every member holds every object. A primary asks them for objects it finds unfound and
+    /// refuses an operator's decision on those objects until each one that is up has answered.
+    #[serde(default)]
+    pub holders: Vec<OsdId>,
 }
 
 impl Pool {

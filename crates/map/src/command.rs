@@ -80,7 +80,8 @@ pub enum Command {
     },
     /// A PG primary records activations (see [`crate::PgActivation`]). Entries whose `prior_epoch`
     /// is not the PG's current record's epoch (0: none), or whose members are not the PG's acting
-    /// set led by `by`, are dropped: another primary got there first, or the interval changed.
+    /// set led by `by`, are dropped: another primary got there first, or the interval changed
+    /// (and so are entries naming a member among their holders).
     PgActivated {
         by: OsdId,
         records: Vec<ActivationProposal>,
@@ -109,6 +110,8 @@ pub struct ActivationProposal {
     pub prior_epoch: u64,
     pub activated_at: u64,
     pub members: Vec<OsdId>,
+    /// See [`crate::PgActivation::holders`]; never one of `members`.
+    pub holders: Vec<OsdId>,
 }
 
 /// A pool property `shoal pool set` can change.
@@ -167,7 +170,7 @@ pub enum Change {
     },
     /// Activations recorded; each record's epoch is the epoch this change produces.
     PgActivated {
-        records: Vec<(PgId, u64, Vec<OsdId>)>,
+        records: Vec<ActivationProposal>,
     },
     RemoveOsd {
         id: OsdId,
@@ -432,9 +435,10 @@ impl ClusterMap {
                         && acting.first() == Some(by)
                         && r.members.first() == Some(by)
                         && r.members.iter().all(|m| acting.contains(m))
+                        && r.holders.iter().all(|h| !r.members.contains(h))
                         && r.activated_at <= self.epoch;
                     if valid {
-                        keep.push((r.pg, r.activated_at, r.members.clone()));
+                        keep.push(r.clone());
                     }
                 }
                 if keep.is_empty() {
@@ -482,9 +486,13 @@ impl ClusterMap {
             Change::RemoveOsd { id } => {
                 self.osds.remove(id).ok_or(MapError::UnknownOsd(*id))?;
                 self.placement.remove_osd(*id)?;
-                // Temporary acting sets naming it are dropped; activation records keep it (a PG
-                // whose only complete member it was stays down, as it must).
+                // Temporary acting sets naming it are dropped; activation records keep it as a
+                // member (a PG whose only complete member it was stays down, as it must) but not
+                // as a holder: removing it declares what it held lost.
                 self.pg_temp.retain(|_, osds| !osds.contains(id));
+                for record in self.pg_active.values_mut() {
+                    record.holders.retain(|h| h != id);
+                }
             }
             Change::Config { key, value } => match value {
                 Some(v) => {
@@ -521,9 +529,14 @@ impl ClusterMap {
             }
             Change::PgActivated { records } => {
                 let epoch = self.epoch + 1;
-                for (pg, activated_at, members) in records {
-                    let record = PgActivation { epoch, activated_at: *activated_at, members: members.clone() };
-                    self.pg_active.insert(*pg, record);
+                for r in records {
+                    let record = PgActivation {
+                        epoch,
+                        activated_at: r.activated_at,
+                        members: r.members.clone(),
+                        holders: r.holders.clone(),
+                    };
+                    self.pg_active.insert(r.pg, record);
                 }
             }
             Change::AddMon { rank, info } => {

@@ -152,3 +152,33 @@ fn used_share_is_in_thousandths_and_never_overflows() {
     assert_eq!(used_permille(u64::MAX, u64::MAX), 1000);
     assert_eq!(used_permille(u64::MAX / 2, u64::MAX), 499);
 }
+
+#[test]
+fn activation_records_name_holders_apart_from_members_and_forget_removed_ones() {
+    let mut map = map_with_osds(3);
+    map.execute(&create_pool("data", 2)).unwrap();
+    let pg = shoal_map::PgId { pool: 1, seed: 0 };
+    let acting = map.pg_osds(pg).unwrap();
+    let primary = acting[0];
+    let other = (0..3).map(OsdId).find(|o| !acting.contains(o)).expect("an OSD outside the acting set");
+    let proposal = |holders: Vec<OsdId>| shoal_map::ActivationProposal {
+        pg,
+        prior_epoch: 0,
+        activated_at: map.epoch,
+        members: acting.clone(),
+        holders,
+    };
+    // A holder that is also a member is refused: the record would say a member lacks what it holds.
+    let bad = Command::PgActivated { by: primary, records: vec![proposal(vec![acting[1]])] };
+    assert_eq!(map.prepare(&bad), Ok(None));
+    let good = Command::PgActivated { by: primary, records: vec![proposal(vec![other])] };
+    map.execute(&good).unwrap().expect("a change");
+    assert_eq!(map.pg_active[&pg].holders, vec![other]);
+    assert_eq!(map.pg_active[&pg].members, acting);
+    // Removing the holder for good declares what it held lost: no record names it any more.
+    map.execute(&Command::OsdDown { id: other }).unwrap();
+    map.execute(&Command::OsdOut { id: other }).unwrap();
+    map.execute(&Command::RemoveOsd { id: other }).unwrap();
+    assert!(map.pg_active[&pg].holders.is_empty());
+    assert_eq!(map.pg_active[&pg].members, acting);
+}

@@ -463,7 +463,7 @@ impl MonCore {
     /// that names a PG already in the change.
     fn merge_queued(&mut self, change: &mut Change, to: &mut Vec<ReplyTo>, out: &mut Vec<Action>) {
         let mut pgs: BTreeSet<PgId> = match &*change {
-            Change::PgActivated { records } => records.iter().map(|r| r.0).collect(),
+            Change::PgActivated { records } => records.iter().map(|r| r.pg).collect(),
             Change::PgTemp { entries } => entries.iter().map(|e| e.0).collect(),
             _ => return,
         };

@@ -477,7 +477,7 @@ fn activations(core: &MonCore, by: u32, pgs: &[PgId]) -> Command {
         .map(|pg| {
             let members = map.pg_osds(*pg).unwrap();
             assert_eq!(members[0], OsdId(by), "{pg} has another primary");
-            ActivationProposal { pg: *pg, prior_epoch: 0, activated_at: map.epoch, members }
+            ActivationProposal { pg: *pg, prior_epoch: 0, activated_at: map.epoch, members, holders: Vec::new() }
         })
         .collect();
     Command::PgActivated { by: OsdId(by), records }
@@ -531,7 +531,7 @@ fn pg_commands_waiting_behind_a_proposal_are_merged_into_one_epoch() {
     assert_eq!(changes.len(), 4, "{changes:?}");
     match &changes[1] {
         Change::PgActivated { records } => {
-            let pgs: Vec<PgId> = records.iter().map(|r| r.0).collect();
+            let pgs: Vec<PgId> = records.iter().map(|r| r.pg).collect();
             assert_eq!(pgs, vec![ys[0], xs[1]]);
         }
         other => panic!("expected merged activations, got {other:?}"),

@@ -309,6 +309,9 @@ pub struct Mutations {
     /// Members backfilled since the PG's activation are never named in its activation record,
     /// and the PG counts as clean without them (decision 0055 undone).
     pub skip_record_extension: bool,
+    /// Activation records never name holders (decision 0060 undone): an OSD that held objects a
+    /// member lacks is not asked for them unless it makes itself known as a stray.
+    pub forget_holders: bool,
 }
 
 /// One OSD's state. See the module docs.

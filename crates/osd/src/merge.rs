@@ -473,7 +473,7 @@ mod tests {
 
     #[test]
     fn the_authority_is_an_eligible_member_of_the_last_activation() {
-        let record = PgActivation { epoch: 9, activated_at: 8, members: vec![OsdId(1), OsdId(2)] };
+        let record = PgActivation { epoch: 9, activated_at: 8, members: vec![OsdId(1), OsdId(2)], holders: Vec::new() };
         let mut answers = BTreeMap::new();
         answers.insert(OsdId(1), state(vec![e(8, 1, 1, "a")]));
         answers.insert(OsdId(2), state(vec![e(8, 1, 1, "a"), e(8, 2, 2, "b")]));

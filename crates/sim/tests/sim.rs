@@ -891,6 +891,32 @@ fn an_operator_cannot_revert_unfound_objects_while_an_osd_that_may_hold_them_is_
 }
 
 #[test]
+fn an_operator_cannot_revert_unfound_objects_while_an_earlier_holder_is_up_but_unreachable() {
+    // Seed 632 (two copies, min_size 1, six clients of 200 writes, snapshots, early replacement,
+    // operator reverts): osd.1 led PG 1.1 alone on a temporary acting set and took writes; handed
+    // back, osd.4 activated with osd.1 as the authority and seven objects to pull from it, just
+    // as osd.1 was cut off from its peers (not from the monitors: it stayed up). The next
+    // activation's record named only osd.4, the objects were unfound, and the operator's revert
+    // went ahead: osd.1 was neither down nor a stray that had made itself known, so nothing said
+    // it might hold them, and acknowledged writes were rolled back. Records now name such OSDs as
+    // holders, and a revert waits for each holder that is up to answer (decision 0060).
+    let config = |seed| SimConfig {
+        pool_size: 2,
+        min_size: 1,
+        clients: 6,
+        writes_per_client: 200,
+        snaps: true,
+        early_replacement: true,
+        revert_unfound: true,
+        ..SimConfig::nemesis(seed)
+    };
+    run_seeds(632..=632, config);
+    let mutated = SimConfig { mutations: Mutations { forget_holders: true, ..Mutations::default() }, ..config(632) };
+    let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(!out.violations.is_empty(), "the seed no longer reverts while an earlier holder is unreachable");
+}
+
+#[test]
 fn a_member_caught_up_from_a_trimmed_log_still_knows_the_requests_it_applied() {
     // Seed 130488 `--snaps --short-logs 2` (130584 and 130693 too): a removal applied before a
     // member's log was replaced by an authority's that had trimmed past it; the replacement

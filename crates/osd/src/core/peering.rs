@@ -301,11 +301,38 @@ impl Primary {
         self.is_complete(own) && self.recorded_whole()
     }
 
-    /// Whether the activation record this primary serves under names every acting member.
+    /// Whether the activation record this primary serves under names every acting member, and no
+    /// holders (decision 0060: a record naming them says some member lacks objects).
     pub fn recorded_whole(&self) -> bool {
         self.record_members_optional
-            || self.record.as_ref().is_some_and(|r| self.acting.iter().all(|o| r.members.contains(o)))
+            || self
+                .record
+                .as_ref()
+                .is_some_and(|r| r.holders.is_empty() && self.acting.iter().all(|o| r.members.contains(o)))
     }
+}
+
+/// The holders an activation record names (decision 0060): while a member of the new activation
+/// lacks objects, every OSD outside its members that may hold them — the previous record's
+/// members and holders, and every OSD that answered this peering with a copy of the PG — still
+/// in the map. Empty once every member holds every object.
+fn record_holders(
+    previous: Option<&PgActivation>,
+    answers: &BTreeMap<OsdId, PeerState>,
+    plans: &BTreeMap<OsdId, MemberPlan>,
+    members: &[OsdId],
+    map: &ClusterMap,
+) -> Vec<OsdId> {
+    let lacking =
+        members.iter().any(|m| matches!(plans.get(m), Some(MemberPlan::Log { missing, .. }) if !missing.is_empty()));
+    if !lacking {
+        return Vec::new();
+    }
+    let mut holders: BTreeSet<OsdId> =
+        previous.iter().flat_map(|r| r.members.iter().chain(&r.holders)).copied().collect();
+    holders.extend(answers.iter().filter(|(_, s)| s.les > 0 || !s.log.is_empty()).map(|(o, _)| *o));
+    holders.retain(|o| !members.contains(o) && map.osds.contains_key(o));
+    holders.into_iter().collect()
 }
 
 /// The interval of `pg` in `map`: its acting OSDs with their boot epochs.
@@ -355,11 +382,15 @@ impl OsdCore {
                 // reads that miss the writes made there.
                 // This primary's own extension of its record (decision 0055) is not another
                 // primary's activation: it names this primary first, which no other primary's
-                // record does.
+                // record does. It is in the map once the record there is newer than the one it
+                // replaces and says what it says (an extension that only drops holders, decision
+                // 0060, names the same members as the record it replaces).
                 if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg)
                     && let (Some(ext), Some(rec)) = (&p.extension, map.pg_active.get(&pg))
+                    && rec.epoch > ext.prior_epoch
                     && rec.activated_at == ext.activated_at
                     && rec.members == ext.members
+                    && rec.holders == ext.holders
                 {
                     tracing::info!(%pg, members = ?rec.members, "activation record names the backfilled members");
                     p.proposal = p.extension.take();
@@ -444,6 +475,11 @@ impl OsdCore {
         let blocked = std::mem::take(&mut p.blocked);
         let mut fresh = Primary::new(acting.clone(), record.clone(), attempt);
         fresh.term = term;
+        // The record's holders are asked, like strays that made themselves known, for objects
+        // found unfound (decision 0060): an isolated one cannot make itself known.
+        if let Some(r) = &record {
+            fresh.known_strays = r.holders.iter().copied().filter(|o| !acting.contains(o)).collect();
+        }
         fresh.record_members_optional = self.mutations.skip_record_extension;
         fresh.queued = queued;
         for (_, evs) in blocked {
@@ -760,11 +796,17 @@ impl OsdCore {
             .map(|(o, s)| (*o, crate::merge::held_at_needed_version(s, &own_missing)))
             .filter(|(_, holds)| !holds.is_empty())
             .collect();
+        let holders = if self.mutations.forget_holders {
+            Vec::new()
+        } else {
+            record_holders(p.record.as_ref(), &p.answers, &plans, &complete, &self.map)
+        };
         p.proposal = Some(ActivationProposal {
             pg,
             prior_epoch: p.record.as_ref().map_or(0, |r| r.epoch),
             activated_at: epoch,
             members: complete,
+            holders,
         });
         p.phase = Phase::Activating { waiting: waiting.clone() };
         p.phase_ticks = 0;
@@ -864,6 +906,7 @@ impl OsdCore {
                     let rec = self.map.pg_active.get(pg)?;
                     (rec.activated_at == prop.activated_at
                         && rec.members == prop.members
+                        && rec.holders == prop.holders
                         && rec.epoch > prop.prior_epoch)
                         .then_some(*pg)
                 }

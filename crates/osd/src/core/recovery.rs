@@ -498,6 +498,8 @@ impl OsdCore {
             prior_epoch: record.epoch,
             activated_at: record.activated_at,
             members: p.acting.clone(),
+            // Every acting member holds every object: nothing is left to look for elsewhere.
+            holders: Vec::new(),
         };
         debug_assert!(record.members.iter().all(|m| ext.members.contains(m)), "an extension keeps every member");
         if p.extension.as_ref() != Some(&ext) {
