@@ -10,7 +10,7 @@
 //! lost client messages, lost replication messages (the primary times out), and the scheduled
 //! [`Fault`]s: OSDs crashed (in-memory state lost, store kept, peers' calls to them failing) and
 //! restarted on their store or on an empty one, marked down, out and in, cut off from their
-//! peers, from the monitors, or from both; and disk faults (a flipped bit, a block that fails to
+//! peers, from the monitors, or from both, links between two OSDs cut; and disk faults (a flipped bit, a block that fails to
 //! read).
 //!
 //! The simulated monitor is the real monitor logic ([`shoal_mon::MonCore`], standalone: one
@@ -200,6 +200,11 @@ pub enum Fault {
     /// The OSD reaches the monitors again: it gets the current map, and if that map says it is
     /// down it boots again (as the daemon does), starting a new interval for its PGs.
     HealMons(OsdId),
+    /// The link between two OSDs is cut (messages both ways are lost) while each still reaches
+    /// every other OSD, the clients and the monitors, so both stay up in the map: a partial
+    /// partition, until `HealLink` of the same pair.
+    CutLink(OsdId, OsdId),
+    HealLink(OsdId, OsdId),
 }
 
 impl Default for SimConfig {
@@ -444,6 +449,28 @@ impl SimConfig {
         self
     }
 
+    /// This configuration with one to three links between two OSDs cut for 5 to 80 ms each
+    /// (drawn from the seed, apart from the faults) in the first 250 ms: partial partitions, in
+    /// which both OSDs stay up and reach everyone else. Nothing is lost, so every acknowledged
+    /// write must survive, whatever else the nemesis does meanwhile.
+    #[must_use]
+    pub fn with_link_cuts(mut self) -> SimConfig {
+        let mut r = Rng::new(self.seed ^ 0x6c69_6e6b_7321);
+        if self.osds < 2 {
+            return self;
+        }
+        for _ in 0..r.range(1, 3) {
+            let a = r.range(0, u64::from(self.osds) - 1) as u32;
+            let b = (a + r.range(1, u64::from(self.osds) - 1) as u32) % self.osds;
+            let (a, b) = (OsdId(a.min(b)), OsdId(a.max(b)));
+            let at = r.range(1_000, 250_000);
+            self.faults.push((at, Fault::CutLink(a, b)));
+            self.faults.push((at + r.range(5_000, 80_000), Fault::HealLink(a, b)));
+        }
+        self.faults.sort_by_key(|(at, _)| *at);
+        self
+    }
+
     /// This configuration with its crashes widened to whole hosts, as a power cut takes every
     /// OSD of a machine at once: half the crashes (drawn from the seed, apart from the faults)
     /// also crash every other OSD of the crashed one's host (OSD `i` lives on host `i % hosts`)
@@ -521,6 +548,8 @@ fn fault_osd(f: &Fault) -> Option<OsdId> {
         | Fault::ReadErrorWhenClean(o)
         | Fault::CutFromMons(o)
         | Fault::HealMons(o) => Some(o),
+        // Two OSDs, neither of them stopped or damaged: nothing a host crash must keep clear of.
+        Fault::CutLink(..) | Fault::HealLink(..) => None,
     }
 }
 
@@ -533,6 +562,8 @@ pub struct Outcome {
     pub acked_writes: u64,
     /// Client/OSD messages the network lost.
     pub dropped: u64,
+    /// Of those, messages between two OSDs whose link was cut (`Fault::CutLink`).
+    pub dropped_by_link_cuts: u64,
     /// Pushes refused as too full (`refuse_push_per_mille`).
     pub pushes_refused: u64,
     /// Activations delivered that backfill a member from its first object, and that resume a
@@ -727,6 +758,9 @@ pub struct Simulation {
 
     /// OSDs cut off from their peers.
     isolated: std::collections::BTreeSet<u32>,
+    /// Links between two OSDs that are cut, as (lower id, higher id), with how many cuts of the
+    /// pair are in force (cuts of one pair may overlap).
+    cut_links: BTreeMap<(u32, u32), u32>,
     /// OSDs cut off from the monitors.
     mon_cut: std::collections::BTreeSet<u32>,
     next_rep_request: u64,
@@ -872,6 +906,7 @@ impl Simulation {
             delivered: 0,
             acked_writes: 0,
             dropped: 0,
+            dropped_by_link_cuts: 0,
             pushes_refused: 0,
             backfills_started: 0,
             backfills_resumed: 0,
@@ -913,6 +948,7 @@ impl Simulation {
             engines,
             rotted: 0,
             isolated: std::collections::BTreeSet::new(),
+            cut_links: BTreeMap::new(),
             mon_cut: std::collections::BTreeSet::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
@@ -962,10 +998,15 @@ impl Simulation {
 
     fn send(&mut self, from: Node, to: Node, frame: Frame) {
         if let (Node::Osd(a), Node::Osd(b)) = (from, to)
-            && (self.isolated.contains(&a) || self.isolated.contains(&b))
+            && (self.isolated.contains(&a)
+                || self.isolated.contains(&b)
+                || self.cut_links.contains_key(&(a.min(b), a.max(b))))
         {
             // A partition: the sender finds out by its call's timeout.
             self.outcome.dropped += 1;
+            if !self.isolated.contains(&a) && !self.isolated.contains(&b) {
+                self.outcome.dropped_by_link_cuts += 1;
+            }
             self.trace(&[format!("cut {from:?}>{to:?}:{}", frame.request_id).as_bytes()]);
             return;
         }
@@ -1370,6 +1411,18 @@ impl Simulation {
             Fault::Heal(osd) => {
                 self.isolated.remove(&osd.0);
             }
+            Fault::CutLink(a, b) => {
+                *self.cut_links.entry((a.0.min(b.0), a.0.max(b.0))).or_insert(0) += 1;
+            }
+            Fault::HealLink(a, b) => {
+                let key = (a.0.min(b.0), a.0.max(b.0));
+                if let Some(n) = self.cut_links.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.cut_links.remove(&key);
+                    }
+                }
+            }
             Fault::CutFromMons(osd) => {
                 self.mon_cut.insert(osd.0);
             }
@@ -1545,6 +1598,7 @@ impl Simulation {
     fn leaders_report_clean(&self) -> bool {
         self.crashed.is_empty()
             && self.isolated.is_empty()
+            && self.cut_links.is_empty()
             && self.mon_cut.is_empty()
             && self.osds.values().all(|o| o.all_clean() && o.strays() == 0 && o.purge_backlog() == 0)
     }
@@ -2050,11 +2104,12 @@ impl Simulation {
         let epochs: Vec<String> = self.osds.iter().map(|(id, core)| format!("osd.{id}@{}", core.map().epoch)).collect();
         self.outcome.violations.push(format!("OSD maps: {}", epochs.join(" ")));
         self.outcome.violations.push(format!(
-            "at {} us, epoch {}: crashed {:?}, isolated {:?}, cut from the monitors {:?}",
+            "at {} us, epoch {}: crashed {:?}, isolated {:?}, links cut {:?}, cut from the monitors {:?}",
             self.now_us,
             map.epoch,
             self.crashed.keys().collect::<Vec<_>>(),
             self.isolated,
+            self.cut_links.keys().collect::<Vec<_>>(),
             self.mon_cut
         ));
         for pool in map.pools.values() {

@@ -17,6 +17,7 @@
 //! shoal-sim --pool-size 1            # one copy (the HPC mode's pools), no store lost or damaged
 //! shoal-sim --osds 9 --hosts 3       # three OSDs per host: copies placed on distinct hosts
 //! shoal-sim --osds 9 --hosts 3 --host-crashes  # and crashes that take a whole host
+//! shoal-sim --link-cuts             # links between two OSDs cut for a while (partial partitions)
 //! shoal-sim --clients 6 --writes 200  # more clients, longer runs (the scenario's: 3 and 40)
 //! shoal-sim --pg-num 32              # more PGs per OSD (the nemesis's default is 8)
 //! ```
@@ -60,6 +61,8 @@ struct Args {
     pg_num: Option<u32>,
     /// Crashes widened to whole hosts (`SimConfig::with_host_crashes`).
     host_crashes: bool,
+    /// Links between two OSDs cut for a while (`SimConfig::with_link_cuts`).
+    link_cuts: bool,
     /// Clients and the writes each issues instead of the scenario's (3 and 40).
     clients: Option<u32>,
     writes: Option<u32>,
@@ -125,6 +128,7 @@ fn parse() -> Result<Args, String> {
         hosts: None,
         pg_num: None,
         host_crashes: false,
+        link_cuts: false,
         clients: None,
         writes: None,
     };
@@ -172,6 +176,7 @@ fn parse() -> Result<Args, String> {
             "--hosts" => args.hosts = Some(num_in("--hosts", 0, 1024)? as u32),
             "--pg-num" => args.pg_num = Some(num_in("--pg-num", 0, 65_536)? as u32),
             "--host-crashes" => args.host_crashes = true,
+            "--link-cuts" => args.link_cuts = true,
             "--clients" => args.clients = Some(num_in("--clients", 1, 16)? as u32),
             "--writes" => args.writes = Some(num_in("--writes per client", 1, 1000)? as u32),
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
@@ -180,7 +185,7 @@ fn parse() -> Result<Args, String> {
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
                      [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
-                     [--host-crashes] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
+                     [--host-crashes] [--link-cuts] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
                         .into(),
                 );
             }
@@ -336,6 +341,7 @@ fn main() -> ExitCode {
                     };
                     let cfg = if cfg.pool_size == 1 { cfg.without_store_loss() } else { cfg };
                     let cfg = if args.host_crashes { cfg.with_host_crashes() } else { cfg };
+                    let cfg = if args.link_cuts { cfg.with_link_cuts() } else { cfg };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
                         for (at, f) in &cfg.faults {
@@ -392,6 +398,7 @@ fn main() -> ExitCode {
         (args.early_replacement, " --early-replace"),
         (args.revert_unfound, " --revert-unfound"),
         (args.host_crashes, " --host-crashes"),
+        (args.link_cuts, " --link-cuts"),
     ];
     let numbers = [
         ("--observers", (args.observers > 0).then_some(u64::from(args.observers))),
