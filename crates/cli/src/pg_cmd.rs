@@ -293,7 +293,7 @@ fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode>
     }
     let names = |v: &[shoal_map::OsdId]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
     if !r.strays.is_empty() {
-        println!("OSDs outside the acting set holding a copy of the PG: {}", names(&r.strays));
+        println!("OSDs outside the acting set that hold or may hold a copy of the PG: {}", names(&r.strays));
     }
     if !r.probing.is_empty() {
         println!("asked and not answered yet: {}", names(&r.probing));

@@ -923,8 +923,9 @@ pub struct UnfoundReport {
     /// Each unfound object with the version the primary needs (`0'0`: whatever the authoritative
     /// copy holds, for a rollback or a damaged copy written before versions were stored).
     pub objects: Vec<(String, Eversion)>,
-    /// OSDs that hold a copy of the PG outside its acting set (asked for the objects when they
-    /// said so), and those asked and not answered yet.
+    /// OSDs outside the acting set that hold or may hold a copy of the PG: strays that said so,
+    /// and the holders its activation record names (decision 0060), all asked for the objects;
+    /// and those asked and not answered yet.
     pub strays: Vec<shoal_map::OsdId>,
     pub probing: Vec<shoal_map::OsdId>,
 }
