@@ -8,9 +8,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use shoal_nbd::{BlockDevice, DeviceError, Export, Exports, Extent, Limits};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use shoal_rbd::{Image, RbdError, lock, snap};
+use shoal_rbd::{Fence, Image, RbdError, lock, snap};
 
 use crate::conf::ConfArgs;
 
@@ -142,7 +141,7 @@ struct HeldLock {
     pool: String,
     name: String,
     rec: tokio::sync::Mutex<lock::LockRecord>,
-    fenced: Arc<AtomicBool>,
+    fence: Arc<Fence>,
     /// The exported image (shared), whose snapshot context the watcher keeps current.
     image: Image,
 }
@@ -160,7 +159,7 @@ async fn watch_snaps(client: shoal_client::Client, held: Vec<Arc<HeldLock>>) {
     let mut acked: Vec<Option<u64>> = vec![None; held.len()];
     loop {
         for (h, acked) in held.iter().zip(acked.iter_mut()) {
-            if h.fenced.load(Ordering::Acquire) {
+            if h.fence.is_closed() {
                 continue;
             }
             let generation = match h.image.refresh_snaps().await {
@@ -185,29 +184,60 @@ async fn watch_snaps(client: shoal_client::Client, held: Vec<Arc<HeldLock>>) {
     }
 }
 
-/// Renews the locks every third of a lease until the process ends; a lock found taken, or not
-/// renewed for a whole lease, fences its image (writes refused).
+/// Renews each lock every third of a lease until the process ends (see [`keep_lock`]), each on
+/// its own task, so that a renewal waiting for the cluster holds back no other image's. Aborting
+/// this task aborts them (the set is dropped).
 async fn keep_locks(client: shoal_client::Client, held: Vec<Arc<HeldLock>>, lease_s: u64) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for h in held {
+        tasks.spawn(keep_lock(client.clone(), h, lease_s));
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Renews one lock every third of a lease. A lock found taken or broken closes its image's
+/// fence (writes refused for good). A lock whose lease lapses before a renewal gets through —
+/// the cluster cannot serve the image's header, and a renewal waits for it — suspends the fence
+/// the moment the lease lapses, whether or not a renewal is still waiting: writes wait, since
+/// another server may take the lock over from then on. A renewal that then gets through finds
+/// the record still this server's (nobody took it) and opens the fence again (decision 0061).
+async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64) {
     let every = std::time::Duration::from_millis(lease_s * 1000 / 3);
     loop {
         tokio::time::sleep(every).await;
-        for h in &held {
-            if h.fenced.load(Ordering::Acquire) {
-                continue;
-            }
-            let mut rec = h.rec.lock().await;
-            match lock::renew(&client, &h.pool, &h.name, &rec).await {
-                Ok(Some(next)) => *rec = next,
-                Ok(None) => {
-                    h.fenced.store(true, Ordering::Release);
-                    tracing::error!(image = %h.name, "the image's lock was broken or taken over; refusing writes");
+        if h.fence.is_closed() {
+            return;
+        }
+        let mut rec = h.rec.lock().await;
+        let last = rec.clone();
+        let result = {
+            let renewal = lock::renew(&client, &h.pool, &h.name, &last);
+            tokio::pin!(renewal);
+            loop {
+                let lapse_in_ms = (last.renewed_unix_ms + last.lease_ms).saturating_sub(lock::now_unix_ms());
+                tokio::select! {
+                    r = &mut renewal => break r,
+                    () = tokio::time::sleep(std::time::Duration::from_millis(lapse_in_ms)), if h.fence.is_open() => {
+                        if h.fence.suspend() {
+                            tracing::warn!(image = %h.name, "the image's lock could not be renewed within its lease: writes wait until it is");
+                        }
+                    }
                 }
-                Err(e) if lock::now_unix_ms().saturating_sub(rec.renewed_unix_ms) > rec.lease_ms => {
-                    h.fenced.store(true, Ordering::Release);
-                    tracing::error!(image = %h.name, error = %e, "the image's lock could not be renewed within its lease; refusing writes");
-                }
-                Err(e) => tracing::warn!(image = %h.name, error = %e, "renewing the image's lock failed; retrying"),
             }
+        };
+        match result {
+            Ok(Some(next)) => {
+                *rec = next;
+                if h.fence.reopen() {
+                    tracing::warn!(image = %h.name, "the image's lock is renewed again: writes go on");
+                }
+            }
+            Ok(None) => {
+                h.fence.close();
+                tracing::error!(image = %h.name, "the image's lock was broken or taken over; refusing writes");
+                return;
+            }
+            Err(e) => tracing::warn!(image = %h.name, error = %e, "renewing the image's lock failed; retrying"),
         }
     }
 }
@@ -254,13 +284,13 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 // between found no holder to wait for, so this server must carry it before its
                 // first write. (One taken after the lock waits for this server's acknowledgement.)
                 image.refresh_snaps().await.with_context(|| format!("reading {spec}'s snapshots"))?;
-                let fenced = Arc::new(AtomicBool::new(false));
-                image = image.with_fence(fenced.clone()).with_readahead(args.readahead);
+                let fence = Arc::new(Fence::new());
+                image = image.with_fence(fence.clone()).with_readahead(args.readahead);
                 held.push(Arc::new(HeldLock {
                     pool: pool.to_string(),
                     name: name.to_string(),
                     rec: tokio::sync::Mutex::new(rec),
-                    fenced,
+                    fence,
                     image: image.clone(),
                 }));
             }
@@ -341,7 +371,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         renewing.abort();
         watching.abort();
         for h in &held {
-            h.fenced.store(true, Ordering::Release);
+            h.fence.close();
             let stop = stop_wait;
             if tokio::time::timeout(stop, h.image.flush()).await.is_err() {
                 tracing::warn!(image = %h.name, "writes still in flight at stop; the lock is left to lapse after its lease");

@@ -887,3 +887,71 @@ fn a_full_cluster_answers_writes_with_enospc_and_still_takes_discards() {
     wait_full(&dir, false);
     qemu_io(&uri, &["write -P 7 8M 4M", "read -P 7 8M 4M"]);
 }
+
+#[test]
+fn a_failover_under_fio_verify_is_a_wait_not_an_io_error() {
+    // Three `block` OSDs and a pool of three copies (min_size 2). fio writes an image at a
+    // steady rate with crc32c verification while two of the three OSDs are killed with SIGKILL:
+    // every PG falls below min_size and stops serving, and the writes must wait for the OSDs to
+    // come back rather than fail (issue 10: a file system on the device must not go read-only
+    // because of a failover). The server's lock lease (3 s) is shorter than the outage, so its
+    // renewals fail for longer than a lease: the writes must still wait, not be refused, since
+    // nobody took the lock meanwhile. Then every block fio wrote must verify.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "256M"]));
+    let down = common::Down(dir.clone());
+    ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "16"]));
+    ok(&shoal(&dir, &["rbd", "create", "rep/vol", "--size", "32M", "--object-size", "1M"]));
+    let (_server, port) = serve(&dir, &["rep/vol", "--lock-lease-s", "3"]);
+    let uri = format!("nbd://127.0.0.1:{port}/rep/vol");
+
+    // About 12 s of writes at 400 IOPS, eight in flight, then fio's verification pass.
+    let out = tmp.path().join("fio.json");
+    let mut fio = Command::new("fio")
+        .args(["--name=failover", "--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--iodepth=8", "--size=18M"])
+        .args(["--rate_iops=400", "--verify=crc32c", "--do_verify=1", "--randrepeat=1", "--output-format=json"])
+        .arg(format!("--uri={uri}"))
+        .arg(format!("--output={}", out.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(fio.try_wait().unwrap().is_none(), "fio ended before the failover");
+    common::sigkill(&dir, "osd.1");
+    common::sigkill(&dir, "osd.2");
+    // Longer than a client operation waits for the cluster (30 s) and than the lease: writes
+    // and lock renewals fail, and the server must hold the writes rather than refuse them.
+    std::thread::sleep(std::time::Duration::from_secs(36));
+    assert!(fio.try_wait().unwrap().is_none(), "fio ended while the PGs could not serve (an I/O error?)");
+    let restarted = [1, 2].map(|id| common::start_block_osd(&dir, id, "256M", &[]));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = fio.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "fio did not finish within 180 s of the OSDs' restart");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let mut stderr = String::new();
+    fio.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(status.success(), "fio failed across the failover: {stderr}");
+    let report = json(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(report["jobs"][0]["error"], 0, "{report}");
+    assert!(report["jobs"][0]["write"]["total_ios"].as_u64().unwrap() >= 4608, "{report}");
+    // The writes did wait: the server saw the cluster unable to serve them and kept them, and
+    // its lock went unrenewed for longer than a lease, then was renewed again.
+    let log = std::fs::read_to_string(dir.join(format!("nbd-{port}.log"))).unwrap();
+    assert!(log.contains("cannot serve an image operation yet; waiting"), "no write waited for the cluster:\n{log}");
+    assert!(log.contains("could not be renewed within its lease: writes wait"), "the lease never lapsed:\n{log}");
+    assert!(log.contains("renewed again: writes go on"), "the lock was never renewed again:\n{log}");
+    common::wait_clean(&dir, 3, std::time::Duration::from_secs(120));
+    // The cluster stopped (`shoal down`), the restarted OSDs exit.
+    drop(down);
+    for mut osd in restarted {
+        osd.wait().expect("a restarted OSD exits");
+    }
+}

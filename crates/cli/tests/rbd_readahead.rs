@@ -6,7 +6,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use bytes::Bytes;
 use common::{Down, ok, shoal};
@@ -36,7 +35,7 @@ fn a_sequential_reader_is_served_ahead_and_sees_every_write_acknowledged_before_
         let image = Image::open(&client, "data", "img", false)
             .await
             .expect("open")
-            .with_fence(Arc::new(AtomicBool::new(false)))
+            .with_fence(Arc::new(shoal_rbd::Fence::new()))
             .with_readahead(16 * MIB);
         let mut expected = pattern(64 * MIB, 1);
         image.write(0, Bytes::from(expected.clone())).await.expect("fill");

@@ -18,6 +18,11 @@ pub enum RbdError {
     Locked { name: String, holder: String, id: String },
     #[error("image {0:?}: this server lost its exclusive lock; writes are refused")]
     Fenced(String),
+    #[error(
+        "image {name:?}: this server's exclusive lock has not been renewed for {waited_ms} ms (the cluster cannot \
+         serve the image's header); the write is refused"
+    )]
+    LockUnrenewed { name: String, waited_ms: u64 },
     #[error("{0}")]
     Busy(String),
     #[error("{0}")]

@@ -21,6 +21,7 @@ use shoal_proto::osd::{ObjOp, OpOutput};
 use tokio::sync::RwLock;
 
 use crate::error::RbdError;
+use crate::fence::{Fence, Refused};
 use crate::header::{self, ImageInfo, data_object};
 use crate::readahead::Readahead;
 use crate::striping::Extent;
@@ -58,7 +59,7 @@ pub struct Image {
     /// only the first write to each object pays for the check. Bounded by the object count.
     copied_up: Arc<std::sync::Mutex<std::collections::HashSet<u64>>>,
     /// Set when this writer lost the image's exclusive lock: writes are refused from then on.
-    fenced: Option<Arc<std::sync::atomic::AtomicBool>>,
+    fence: Option<Arc<Fence>>,
     /// Held shared by every write and zero while it runs, exclusively by a flush: a flush thus
     /// returns only after every write that started before it has completed.
     writes: Arc<RwLock<()>>,
@@ -127,7 +128,7 @@ impl Image {
             at_snap,
             parent,
             copied_up: Arc::default(),
-            fenced: None,
+            fence: None,
             writes: Arc::new(RwLock::new(())),
             readahead: None,
         })
@@ -176,20 +177,21 @@ impl Image {
         self
     }
 
-    /// Refuses writes once `fenced` is set (by the holder of the image's lock, when it loses
-    /// it).
-    pub fn with_fence(mut self, fenced: Arc<std::sync::atomic::AtomicBool>) -> Image {
-        self.fenced = Some(fenced);
+    /// Lets writes through only while `fence` is open (its state is set by the holder of the
+    /// image's lock, see [`crate::fence`]): they wait while it is suspended, up to the handle's
+    /// wait limit, and fail once it is closed.
+    pub fn with_fence(mut self, fence: Arc<Fence>) -> Image {
+        self.fence = Some(fence);
         self
     }
 
     /// Reads ahead for sequential readers, holding at most `window_bytes` (0: never; see
     /// [`crate::readahead`]). Kept only where nobody else can change what this handle reads:
     /// a snapshot, or a writable handle fenced by the image's lock ([`Image::with_fence`]
-    /// first), and dropped the moment the fence is set. Other handles ignore it: another
+    /// first), and dropped whenever the fence is not open. Other handles ignore it: another
     /// writer could change the image under what they fetched.
     pub fn with_readahead(mut self, window_bytes: u64) -> Image {
-        let sole_reader = self.at_snap.is_some() || (!self.read_only && self.fenced.is_some());
+        let sole_reader = self.at_snap.is_some() || (!self.read_only && self.fence.is_some());
         self.readahead = (sole_reader && window_bytes > 0).then(|| {
             Arc::new(Readahead::new(self.info.size_bytes, self.info.spec.layout.object_size_bytes, window_bytes))
         });
@@ -268,14 +270,20 @@ impl Image {
         }
     }
 
-    fn check_writable(&self) -> Result<(), RbdError> {
+    /// Refuses writes to a read-only handle, or once its fence is closed; waits while the fence
+    /// is suspended (up to the wait limit).
+    async fn check_writable(&self) -> Result<(), RbdError> {
         if self.read_only {
             return Err(RbdError::Invalid(format!("image {:?} is open read-only", self.info.spec.name)));
         }
-        if self.fenced.as_ref().is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire)) {
-            return Err(RbdError::Fenced(self.info.spec.name.clone()));
+        let Some(fence) = &self.fence else { return Ok(()) };
+        match fence.writable(Duration::from_millis(self.wait_ms)).await {
+            Ok(()) => Ok(()),
+            Err(Refused::Closed) => Err(RbdError::Fenced(self.info.spec.name.clone())),
+            Err(Refused::StillSuspended { waited_ms }) => {
+                Err(RbdError::LockUnrenewed { name: self.info.spec.name.clone(), waited_ms })
+            }
         }
-        Ok(())
     }
 
     /// One cluster operation on data object `object_no`, resent while the cluster cannot serve
@@ -309,7 +317,7 @@ impl Image {
     pub async fn read(&self, offset: u64, len_bytes: u64) -> Result<Bytes, RbdError> {
         self.check_range(offset, len_bytes)?;
         if let Some(ra) = &self.readahead {
-            if self.fenced.as_ref().is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire)) {
+            if self.fence.as_ref().is_some_and(|f| !f.is_open()) {
                 ra.clear();
             } else if let Some(bytes) = self.read_ahead(ra, offset, len_bytes).await {
                 return Ok(bytes);
@@ -441,7 +449,7 @@ impl Image {
     /// them; parent and child share their layout): the others read as zeros and need nothing. A
     /// clone of a clone visits every number (its bytes may come from further up the chain).
     pub async fn copy_up_all(&self, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<(), RbdError> {
-        self.check_writable()?;
+        self.check_writable().await?;
         let Some((parent, overlap)) = &self.parent else { return Ok(()) };
         let count = overlap.div_ceil(self.info.spec.layout.object_size_bytes);
         if parent.parent.is_none() {
@@ -483,7 +491,7 @@ impl Image {
     /// Writes `data` at `offset`; durable on every replica when it returns. Each object's piece
     /// is sent from `data` itself (no copy on the way to the cluster).
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), RbdError> {
-        self.check_writable()?;
+        self.check_writable().await?;
         self.check_range(offset, data.len() as u64)?;
         let _running = self.writes.read().await;
         let _unread = self.readahead.as_ref().map(|ra| ra.write_begins(offset, data.len() as u64));
@@ -508,7 +516,7 @@ impl Image {
     }
 
     async fn zero_range(&self, offset: u64, len_bytes: u64) -> Result<(), RbdError> {
-        self.check_writable()?;
+        self.check_writable().await?;
         self.check_range(offset, len_bytes)?;
         let _running = self.writes.read().await;
         let _unread = self.readahead.as_ref().map(|ra| ra.write_begins(offset, len_bytes));

@@ -6,6 +6,7 @@
 //! - [`image`]: an open image's reads, writes, zeroing and allocation map.
 //! - [`manage`]: resize, remove and usage of whole images.
 //! - [`lock`]: the exclusive lock that keeps one writer per image.
+//! - [`fence`]: whether a writable handle may write, as its lock's holder decides.
 //! - [`transfer`]: whole images to and from files or streams, sparse (export, import).
 //! - [`bench`]: a load generator over an image (`shoal rbd bench`).
 //! - [`snap`]: snapshots (object snapshots in the cluster), rollback, clones and flatten.
@@ -15,6 +16,7 @@
 
 pub mod bench;
 pub mod error;
+pub mod fence;
 pub mod header;
 pub mod image;
 pub mod lock;
@@ -25,6 +27,7 @@ pub mod striping;
 pub mod transfer;
 
 pub use error::RbdError;
+pub use fence::Fence;
 pub use header::{ImageInfo, ImageSpec, ParentSpec, SnapInfo};
 pub use image::{Image, Run};
 pub use striping::Layout;

@@ -135,15 +135,41 @@ pub async fn acquire(
 }
 
 /// Renews `held`; returns the new record, or `None` if the lock is no longer this holder's (it
-/// was broken or taken over): the caller must stop writing.
+/// was broken or taken over): the caller must stop writing. See [`replace_own`] for a record
+/// an earlier renewal changed.
 pub async fn renew(client: &Client, pool: &str, name: &str, held: &LockRecord) -> Result<Option<LockRecord>, RbdError> {
     let next = LockRecord { renewed_unix_ms: now_unix_ms(), ..held.clone() };
-    Ok(swap(client, pool, name, Some(encode(held)), Some(&next)).await?.then_some(next))
+    Ok(replace_own(client, pool, name, held, Some(&next)).await?.then_some(next))
 }
 
 /// Releases `held` (nothing happens if it is no longer this holder's).
 pub async fn release(client: &Client, pool: &str, name: &str, held: &LockRecord) -> Result<(), RbdError> {
-    swap(client, pool, name, Some(encode(held)), None).await.map(|_| ())
+    replace_own(client, pool, name, held, None).await.map(|_| ())
+}
+
+/// Replaces this holder's record with `new` (compare-and-swap); `false` if the lock is no longer
+/// this holder's. A record that is not `held` but names this holder and the same acquisition is
+/// still this holder's: an earlier renewal whose answer was lost (a client timeout while the
+/// cluster could not answer) was applied after all. It is replaced in turn rather than taken for
+/// a takeover (holder ids are unique per process, so nobody else writes such a record).
+async fn replace_own(
+    client: &Client,
+    pool: &str,
+    name: &str,
+    held: &LockRecord,
+    new: Option<&LockRecord>,
+) -> Result<bool, RbdError> {
+    if swap(client, pool, name, Some(encode(held)), new).await? {
+        return Ok(true);
+    }
+    match read(client, pool, name).await? {
+        Some((current, bytes))
+            if current.holder == held.holder && current.acquired_unix_ms == held.acquired_unix_ms =>
+        {
+            swap(client, pool, name, Some(bytes), new).await
+        }
+        _ => Ok(false),
+    }
 }
 
 /// Removes image `name`'s lock whoever holds it (`shoal rbd lock break`); returns the record

@@ -1,0 +1,53 @@
+//! The exclusive lock of a block image (`shoal_rbd::lock`) against a real cluster: a renewal whose
+//! answer was lost but which was applied leaves a record this holder must still recognise as its
+//! own (decision 0061), while a record another holder wrote is a takeover, and a release of a
+//! lock no longer this holder's changes nothing.
+
+mod common;
+
+use common::{Down, ok, shoal};
+use shoal_client::{Client, ClusterConfig};
+use shoal_rbd::lock;
+
+#[test]
+fn a_holder_recognises_its_own_record_after_a_lost_renewal_answer_and_nobody_elses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--osd-size", "256M", "--no-gateway"]));
+    let _down = Down(dir.clone());
+    ok(&shoal(&dir, &["rbd", "create", "data/img", "--size", "8M"]));
+
+    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(cfg).await.expect("connect");
+        let held = lock::acquire(&client, "data", "img", "me:1:aa", "test", 60_000).await.expect("acquire");
+        // A renewal applied in the cluster whose answer never came back: the holder still has
+        // `held`, the cluster the renewed record.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let applied = lock::renew(&client, "data", "img", &held).await.expect("renew").expect("still mine");
+        assert!(applied.renewed_unix_ms > held.renewed_unix_ms);
+        // Renewing from the stale record finds the holder's own record and renews it.
+        let again = lock::renew(&client, "data", "img", &held).await.expect("renew again");
+        let again = again.expect("the holder's own record was taken for a takeover");
+        assert_eq!((again.holder.as_str(), again.acquired_unix_ms), ("me:1:aa", held.acquired_unix_ms));
+        let (now, _) = lock::read(&client, "data", "img").await.expect("read").expect("locked");
+        assert_eq!(now, again);
+
+        // Another holder takes over (the lock broken, then acquired): a renewal from either of
+        // this holder's records now finds the lock gone, and a release changes nothing.
+        lock::break_lock(&client, "data", "img").await.expect("break").expect("a record");
+        let other = lock::acquire(&client, "data", "img", "other:2:bb", "test", 60_000).await.expect("acquire");
+        assert_eq!(lock::renew(&client, "data", "img", &again).await.expect("renew"), None);
+        assert_eq!(lock::renew(&client, "data", "img", &held).await.expect("renew"), None);
+        lock::release(&client, "data", "img", &again).await.expect("release");
+        let (now, _) = lock::read(&client, "data", "img").await.expect("read").expect("still locked");
+        assert_eq!(now, other);
+        // Its own release, from a record a lost renewal answer left behind, does release it.
+        let renewed = lock::renew(&client, "data", "img", &other).await.expect("renew").expect("mine");
+        assert!(renewed.renewed_unix_ms >= other.renewed_unix_ms);
+        lock::release(&client, "data", "img", &other).await.expect("release");
+        assert!(lock::read(&client, "data", "img").await.expect("read").is_none(), "the lock was not released");
+    });
+}
