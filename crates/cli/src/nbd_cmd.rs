@@ -203,8 +203,9 @@ async fn keep_locks(client: shoal_client::Client, held: Vec<Arc<HeldLock>>, leas
 /// the record still this server's (nobody took it) and opens the fence again (decision 0061).
 async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64) {
     let every = std::time::Duration::from_millis(lease_s * 1000 / 3);
+    let mut pause = every;
     loop {
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(pause).await;
         if h.fence.is_closed() {
             return;
         }
@@ -227,9 +228,17 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
         };
         match result {
             Ok(Some(next)) => {
+                // A renewal that waited long for the cluster wrote the time it started, which
+                // may be a lease ago already: others may take such a record for stale, so it is
+                // renewed again at once, and the fence opens only on a record still in its lease.
+                let fresh = lock::now_unix_ms().saturating_sub(next.renewed_unix_ms) < next.lease_ms;
                 *rec = next;
-                if h.fence.reopen() {
+                pause = if fresh { every } else { std::time::Duration::ZERO };
+                if fresh && h.fence.reopen() {
                     tracing::warn!(image = %h.name, "the image's lock is renewed again: writes go on");
+                }
+                if !fresh && h.fence.suspend() {
+                    tracing::warn!(image = %h.name, "the image's lock could not be renewed within its lease: writes wait until it is");
                 }
             }
             Ok(None) => {
@@ -237,7 +246,10 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
                 tracing::error!(image = %h.name, "the image's lock was broken or taken over; refusing writes");
                 return;
             }
-            Err(e) => tracing::warn!(image = %h.name, error = %e, "renewing the image's lock failed; retrying"),
+            Err(e) => {
+                pause = every;
+                tracing::warn!(image = %h.name, error = %e, "renewing the image's lock failed; retrying");
+            }
         }
     }
 }

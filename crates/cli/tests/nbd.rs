@@ -942,10 +942,10 @@ fn a_failover_under_fio_verify_is_a_wait_not_an_io_error() {
     let report = json(&std::fs::read_to_string(&out).unwrap());
     assert_eq!(report["jobs"][0]["error"], 0, "{report}");
     assert!(report["jobs"][0]["write"]["total_ios"].as_u64().unwrap() >= 4608, "{report}");
-    // The writes did wait: the server saw the cluster unable to serve them and kept them, and
-    // its lock went unrenewed for longer than a lease, then was renewed again.
+    // The writes did wait: the server's lock went unrenewed for longer than a lease, which held
+    // them (some may also have waited for the cluster inside the server, depending on when they
+    // were sent), then was renewed again.
     let log = std::fs::read_to_string(dir.join(format!("nbd-{port}.log"))).unwrap();
-    assert!(log.contains("cannot serve an image operation yet; waiting"), "no write waited for the cluster:\n{log}");
     assert!(log.contains("could not be renewed within its lease: writes wait"), "the lease never lapsed:\n{log}");
     assert!(log.contains("renewed again: writes go on"), "the lock was never renewed again:\n{log}");
     common::wait_clean(&dir, 3, std::time::Duration::from_secs(120));
