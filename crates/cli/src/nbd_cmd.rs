@@ -195,12 +195,13 @@ async fn keep_locks(client: shoal_client::Client, held: Vec<Arc<HeldLock>>, leas
     while tasks.join_next().await.is_some() {}
 }
 
-/// Renews one lock every third of a lease. A lock found taken or broken closes its image's
-/// fence (writes refused for good). A lock whose lease lapses before a renewal gets through —
-/// the cluster cannot serve the image's header, and a renewal waits for it — suspends the fence
-/// the moment the lease lapses, whether or not a renewal is still waiting: writes wait, since
-/// another server may take the lock over from then on. A renewal that then gets through finds
-/// the record still this server's (nobody took it) and opens the fence again (decision 0061).
+/// Renews one lock every third of a lease; each renewal moves the fence's write deadline to
+/// half a lease after it started. A lock found taken or broken closes its image's fence (writes
+/// refused for good). A lock whose write deadline passes before a renewal gets through — the
+/// cluster cannot serve the image's header, and a renewal waits for it — suspends the fence the
+/// moment it passes, whether or not a renewal is still waiting: writes wait, since another server
+/// may take the lock over half a lease later. A renewal that then gets through finds the record
+/// still this server's (nobody took it) and opens the fence again (decision 0061).
 async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64) {
     let every = std::time::Duration::from_millis(lease_s * 1000 / 3);
     let mut pause = every;
@@ -215,12 +216,12 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
             let renewal = lock::renew(&client, &h.pool, &h.name, &last);
             tokio::pin!(renewal);
             loop {
-                let lapse_in_ms = (last.renewed_unix_ms + last.lease_ms).saturating_sub(lock::now_unix_ms());
+                let lapse_in_ms = (last.renewed_unix_ms + last.lease_ms / 2).saturating_sub(lock::now_unix_ms());
                 tokio::select! {
                     r = &mut renewal => break r,
                     () = tokio::time::sleep(std::time::Duration::from_millis(lapse_in_ms)), if h.fence.is_open() => {
                         if h.fence.suspend() {
-                            tracing::warn!(image = %h.name, "the image's lock could not be renewed within its lease: writes wait until it is");
+                            tracing::warn!(image = %h.name, "the image's lock was not renewed within half its lease: writes wait until it is");
                         }
                     }
                 }
@@ -229,16 +230,19 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
         match result {
             Ok(Some(next)) => {
                 // A renewal that waited long for the cluster wrote the time it started, which
-                // may be a lease ago already: others may take such a record for stale, so it is
-                // renewed again at once, and the fence opens only on a record still in its lease.
-                let fresh = lock::now_unix_ms().saturating_sub(next.renewed_unix_ms) < next.lease_ms;
+                // may be half a lease ago already (past the write deadline it gives): it is
+                // renewed again at once, and the fence opens only on a record within its deadline.
+                let age_ms = lock::now_unix_ms().saturating_sub(next.renewed_unix_ms);
+                let fresh = age_ms < next.lease_ms / 2;
+                h.fence
+                    .renewed(std::time::Duration::from_millis(age_ms), std::time::Duration::from_millis(next.lease_ms));
                 *rec = next;
                 pause = if fresh { every } else { std::time::Duration::ZERO };
                 if fresh && h.fence.reopen() {
                     tracing::warn!(image = %h.name, "the image's lock is renewed again: writes go on");
                 }
                 if !fresh && h.fence.suspend() {
-                    tracing::warn!(image = %h.name, "the image's lock could not be renewed within its lease: writes wait until it is");
+                    tracing::warn!(image = %h.name, "the image's lock was not renewed within half its lease: writes wait until it is");
                 }
             }
             Ok(None) => {
@@ -297,6 +301,10 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 // first write. (One taken after the lock waits for this server's acknowledgement.)
                 image.refresh_snaps().await.with_context(|| format!("reading {spec}'s snapshots"))?;
                 let fence = Arc::new(Fence::new());
+                fence.renewed(
+                    std::time::Duration::from_millis(lock::now_unix_ms().saturating_sub(rec.renewed_unix_ms)),
+                    std::time::Duration::from_millis(rec.lease_ms),
+                );
                 image = image.with_fence(fence.clone()).with_readahead(args.readahead);
                 held.push(Arc::new(HeldLock {
                     pool: pool.to_string(),

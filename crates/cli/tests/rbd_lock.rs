@@ -1,7 +1,8 @@
 //! The exclusive lock of a block image (`shoal_rbd::lock`) against a real cluster: a renewal whose
 //! answer was lost but which was applied leaves a record this holder must still recognise as its
 //! own (decision 0061), while a record another holder wrote is a takeover, and a release of a
-//! lock no longer this holder's changes nothing.
+//! lock no longer this holder's changes nothing; and a write under a fence carries the lock's
+//! write deadline, so one past it is never applied.
 
 mod common;
 
@@ -49,5 +50,39 @@ fn a_holder_recognises_its_own_record_after_a_lost_renewal_answer_and_nobody_els
         assert!(renewed.renewed_unix_ms >= other.renewed_unix_ms);
         lock::release(&client, "data", "img", &other).await.expect("release");
         assert!(lock::read(&client, "data", "img").await.expect("read").is_none(), "the lock was not released");
+    });
+}
+
+#[test]
+fn a_write_past_its_locks_write_deadline_is_never_applied() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--osd-size", "256M", "--no-gateway"]));
+    let _down = Down(dir.clone());
+    ok(&shoal(&dir, &["rbd", "create", "data/img", "--size", "8M"]));
+
+    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(cfg).await.expect("connect");
+        let fence = std::sync::Arc::new(shoal_rbd::Fence::new());
+        let image = shoal_rbd::Image::open(&client, "data", "img", false)
+            .await
+            .expect("open")
+            .with_fence(fence.clone())
+            .with_wait_ms(300);
+        let lease = std::time::Duration::from_secs(10);
+        // The last renewal started a whole lease ago: its deadline has passed, though the fence
+        // is still open (the holder has not noticed yet). The write is never sent.
+        fence.renewed(lease, lease);
+        let data = bytes::Bytes::from(vec![0x5a; 4096]);
+        let refused = image.write(4096, data.clone()).await.expect_err("a write past the deadline");
+        assert!(matches!(refused, shoal_rbd::RbdError::Client(shoal_client::ClientError::Expired)), "{refused}");
+        assert!(image.read(4096, 4096).await.expect("read").iter().all(|b| *b == 0), "the write was applied");
+        // Renewed: the same write goes through.
+        fence.renewed(std::time::Duration::ZERO, lease);
+        image.write(4096, data.clone()).await.expect("a write within the deadline");
+        assert_eq!(image.read(4096, 4096).await.expect("read"), data);
     });
 }

@@ -10,9 +10,16 @@
 //! the lock was taken over or broken, or the server is stopping; writes fail at once, for good.
 //!
 //! Only Open → Suspended → Open and any state → Closed happen; Closed is final.
+//!
+//! An open fence also carries a **write deadline**: half a lease after the last renewal started
+//! (another server takes the lock over a whole lease after that time, by its own clock; the other
+//! half is the margin for the two servers' clocks). Every write is sent with it as its expiry
+//! (decision 0032), so a write the cluster holds (a PG peering) can take effect only before it,
+//! never after another server took over (decision 0061). The holder suspends the fence when the
+//! deadline passes without a renewal.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -34,13 +41,31 @@ pub enum Refused {
 pub struct Fence {
     state: AtomicU8,
     changed: Notify,
+    /// The write deadline (`None`: writes carry none, as for a handle whose lock nobody renews).
+    deadline: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Fence {
-    /// An open fence (the lock was just taken).
+    /// An open fence (the lock was just taken) whose writes carry no deadline until
+    /// [`Fence::renewed`] sets one.
     #[must_use]
     pub fn new() -> Fence {
         Fence::default()
+    }
+
+    /// The lock was renewed (or taken) with a record `age` old when it landed (how long ago the
+    /// renewal that wrote it started) and a lease of `lease`: writes may take effect until half a
+    /// lease after the record's time.
+    pub fn renewed(&self, age: Duration, lease: Duration) {
+        let deadline = Instant::now() + (lease / 2).saturating_sub(age);
+        if let Ok(mut d) = self.deadline.lock() {
+            *d = Some(deadline);
+        }
+    }
+
+    /// The write deadline, if the holder sets one.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.lock().ok().and_then(|d| *d)
     }
 
     /// Whether the lock is held and renewed: only then may the handle keep what it read ahead
@@ -131,5 +156,18 @@ mod tests {
         assert!(!fence.reopen() && !fence.suspend());
         assert!(fence.is_closed());
         assert_eq!(fence.writable(Duration::from_secs(1)).await, Err(Refused::Closed));
+    }
+
+    #[test]
+    fn the_write_deadline_is_half_a_lease_after_the_renewal_started() {
+        let fence = Fence::new();
+        assert_eq!(fence.deadline(), None, "no deadline until the lock is renewed");
+        let before = Instant::now();
+        fence.renewed(Duration::from_secs(1), Duration::from_secs(10));
+        let deadline = fence.deadline().expect("a deadline");
+        assert!(deadline >= before + Duration::from_secs(4) && deadline <= Instant::now() + Duration::from_secs(4));
+        // A renewal that took longer than half a lease gives a deadline already passed.
+        fence.renewed(Duration::from_secs(6), Duration::from_secs(10));
+        assert!(fence.deadline().expect("a deadline") <= Instant::now());
     }
 }

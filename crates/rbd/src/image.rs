@@ -295,13 +295,29 @@ impl Image {
         data: Bytes,
     ) -> Result<Option<shoal_client::OpResult>, RbdError> {
         let object = data_object(&self.info.spec.id, object_no);
+        let fenced_write = self.fence.as_ref().filter(|_| ops.iter().any(ObjOp::is_write));
         let ops = self.with_snap(ops);
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.wait_ms);
         let mut pause_ms = 50;
         loop {
-            match self.client.op_bytes(&self.pool, &object, ops.clone(), data.clone()).await {
+            // A write under the image's lock takes effect before the lock's write deadline or
+            // never (decision 0061); each attempt waits for the fence and takes its deadline then.
+            let expiry = match fenced_write {
+                Some(fence) => {
+                    self.check_writable().await?;
+                    fence.deadline()
+                }
+                None => None,
+            };
+            match self.client.op_parts_before(&self.pool, &object, ops.clone(), vec![data.clone()], expiry).await {
                 Ok(r) => return Ok(Some(r)),
                 Err(e) if e.is_not_found() && !matches!(e, ClientError::UnknownPool(_)) => return Ok(None),
+                // Past the write deadline: not applied, and never will be. The fence is
+                // suspended by then or about to be; the next attempt waits for it.
+                Err(ClientError::Expired) if fenced_write.is_some() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                    pause_ms = (pause_ms * 2).min(1000);
+                }
                 Err(e) if transient(&e) && tokio::time::Instant::now() < deadline => {
                     tracing::warn!(object, error = %e, "the cluster cannot serve an image operation yet; waiting");
                     tokio::time::sleep(Duration::from_millis(pause_ms)).await;
