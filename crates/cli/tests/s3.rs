@@ -1232,3 +1232,79 @@ fn a_full_cluster_takes_deletes_through_the_gateway_and_gives_their_space_back()
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+#[test]
+fn s3_writes_across_an_outage_of_two_of_three_osds_wait_and_every_acknowledged_one_reads_back() {
+    // Three `block` OSDs (the gateway's pools keep three copies, min_size 2) and the gateway of
+    // `shoal up`. A writer PUTs distinct 16 KiB objects one after another while two of the three
+    // OSDs are killed with SIGKILL for 12 s and started again on their stores: every PG stops
+    // serving meanwhile. Each PUT must be answered 200 or 503 (retry later), never another error
+    // or a dropped connection, and afterwards every acknowledged object reads back whole and is
+    // listed.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    let out = ok(&shoal(
+        tmp.path(),
+        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "256M", "--json"],
+    ));
+    let down = common::Down(dir.clone());
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let gw = &report["gateway"];
+    let ep = gw["endpoint"].as_str().unwrap().to_string();
+    let keys = (gw["access_key"].as_str().unwrap().to_string(), gw["secret_key"].as_str().unwrap().to_string());
+    assert_eq!(s3_request(&ep, (&keys.0, &keys.1), "PUT", "/outage", "", b"").0, 200);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (ep, keys, stop) = (ep.clone(), keys.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut answers = Vec::new();
+            // Bounded: at most 2,000 PUTs, however fast the gateway answers.
+            for i in 0..2_000u32 {
+                if stop.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                let body = pattern(16 << 10, (i % 251) as u8);
+                let started = std::time::Instant::now();
+                let (status, _, _) = s3_request(&ep, (&keys.0, &keys.1), "PUT", &format!("/outage/k{i:04}"), "", &body);
+                answers.push((i, status, started.elapsed()));
+            }
+            answers
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    common::sigkill(&dir, "osd.1");
+    common::sigkill(&dir, "osd.2");
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    let restarted = [1, 2].map(|id| common::start_block_osd(&dir, id, "256M", &[]));
+    common::wait_clean(&dir, 3, std::time::Duration::from_secs(120));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let answers = writer.join().expect("the writer");
+
+    let bad: Vec<_> = answers.iter().filter(|(_, status, _)| ![200, 503].contains(status)).collect();
+    assert!(bad.is_empty(), "PUTs answered other than 200 or 503 across the outage: {bad:?}");
+    let acked: Vec<u32> = answers.iter().filter(|(_, status, _)| *status == 200).map(|(i, _, _)| *i).collect();
+    // The outage was seen (a PUT waited for the cluster) and writes went on after it.
+    let longest = answers.iter().map(|(_, _, took)| *took).max().unwrap_or_default();
+    assert!(longest >= std::time::Duration::from_secs(5), "no PUT waited out the outage (longest {longest:?})");
+    assert!(answers.last().is_some_and(|(_, status, _)| *status == 200), "{:?}", answers.last());
+    for i in &acked {
+        let (status, _, got) = s3_request(&ep, (&keys.0, &keys.1), "GET", &format!("/outage/k{i:04}"), "", b"");
+        assert_eq!(status, 200, "k{i:04}");
+        assert!(got == pattern(16 << 10, (i % 251) as u8), "k{i:04} reads back other bytes");
+    }
+    let (status, _, listing) = s3_request(&ep, (&keys.0, &keys.1), "GET", "/outage", "list-type=2&max-keys=1000", b"");
+    assert_eq!(status, 200);
+    let listing = String::from_utf8_lossy(&listing);
+    let listed = listing.matches("<Key>").count();
+    // The first page holds k0000..k0999 of those that exist: every acknowledged one among them.
+    let missing: Vec<_> =
+        acked.iter().filter(|i| **i < 1000 && !listing.contains(&format!("<Key>k{i:04}</Key>"))).collect();
+    assert!(missing.is_empty(), "acknowledged objects not listed ({listed} listed): {missing:?}");
+    drop(down);
+    for mut osd in restarted {
+        osd.wait().expect("a restarted OSD exits");
+    }
+}
