@@ -273,11 +273,16 @@ impl Image {
     /// Refuses writes to a read-only handle, or once its fence is closed; waits while the fence
     /// is suspended (up to the wait limit).
     async fn check_writable(&self) -> Result<(), RbdError> {
+        self.check_writable_within(Duration::from_millis(self.wait_ms)).await
+    }
+
+    /// [`Image::check_writable`], waiting at most `wait` for a suspended fence.
+    async fn check_writable_within(&self, wait: Duration) -> Result<(), RbdError> {
         if self.read_only {
             return Err(RbdError::Invalid(format!("image {:?} is open read-only", self.info.spec.name)));
         }
         let Some(fence) = &self.fence else { return Ok(()) };
-        match fence.writable(Duration::from_millis(self.wait_ms)).await {
+        match fence.writable(wait).await {
             Ok(()) => Ok(()),
             Err(Refused::Closed) => Err(RbdError::Fenced(self.info.spec.name.clone())),
             Err(Refused::StillSuspended { waited_ms }) => {
@@ -304,7 +309,10 @@ impl Image {
             // never (decision 0061); each attempt waits for the fence and takes its deadline then.
             let expiry = match fenced_write {
                 Some(fence) => {
-                    self.check_writable().await?;
+                    // Within what is left of the operation's wait, so that the fence and the
+                    // cluster together hold it no longer than the wait limit.
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    self.check_writable_within(left).await?;
                     fence.deadline()
                 }
                 None => None,
