@@ -210,20 +210,22 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
         if h.fence.is_closed() {
             return;
         }
+        let suspend = || {
+            if h.fence.suspend() {
+                tracing::warn!(image = %h.name, "the image's lock was not renewed within half its lease: writes wait until it is");
+            }
+        };
         let mut rec = h.rec.lock().await;
         let last = rec.clone();
+        // Set when the lock was taken and by every renewal since; none would be a deadline passed.
+        let deadline = h.fence.deadline().unwrap_or_else(std::time::Instant::now);
         let result = {
             let renewal = lock::renew(&client, &h.pool, &h.name, &last);
             tokio::pin!(renewal);
             loop {
-                let lapse_in_ms = (last.renewed_unix_ms + last.lease_ms / 2).saturating_sub(lock::now_unix_ms());
                 tokio::select! {
                     r = &mut renewal => break r,
-                    () = tokio::time::sleep(std::time::Duration::from_millis(lapse_in_ms)), if h.fence.is_open() => {
-                        if h.fence.suspend() {
-                            tracing::warn!(image = %h.name, "the image's lock was not renewed within half its lease: writes wait until it is");
-                        }
-                    }
+                    () = tokio::time::sleep_until(deadline.into()), if h.fence.is_open() => suspend(),
                 }
             }
         };
@@ -232,17 +234,14 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
                 // A renewal that waited long for the cluster wrote the time it started, which
                 // may be half a lease ago already (past the write deadline it gives): it is
                 // renewed again at once, and the fence opens only on a record within its deadline.
-                let age_ms = lock::now_unix_ms().saturating_sub(next.renewed_unix_ms);
-                let fresh = age_ms < next.lease_ms / 2;
-                h.fence
-                    .renewed(std::time::Duration::from_millis(age_ms), std::time::Duration::from_millis(next.lease_ms));
+                h.fence.renewed_by(&next);
                 *rec = next;
+                let fresh = h.fence.before_deadline();
                 pause = if fresh { every } else { std::time::Duration::ZERO };
-                if fresh && h.fence.reopen() {
+                if !fresh {
+                    suspend();
+                } else if h.fence.reopen() {
                     tracing::warn!(image = %h.name, "the image's lock is renewed again: writes go on");
-                }
-                if !fresh && h.fence.suspend() {
-                    tracing::warn!(image = %h.name, "the image's lock was not renewed within half its lease: writes wait until it is");
                 }
             }
             Ok(None) => {
@@ -301,10 +300,7 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 // first write. (One taken after the lock waits for this server's acknowledgement.)
                 image.refresh_snaps().await.with_context(|| format!("reading {spec}'s snapshots"))?;
                 let fence = Arc::new(Fence::new());
-                fence.renewed(
-                    std::time::Duration::from_millis(lock::now_unix_ms().saturating_sub(rec.renewed_unix_ms)),
-                    std::time::Duration::from_millis(rec.lease_ms),
-                );
+                fence.renewed_by(&rec);
                 image = image.with_fence(fence.clone()).with_readahead(args.readahead);
                 held.push(Arc::new(HeldLock {
                     pool: pool.to_string(),

@@ -7,22 +7,25 @@
 mod common;
 
 use common::{Down, ok, shoal};
-use shoal_client::{Client, ClusterConfig};
+use shoal_client::Client;
 use shoal_rbd::lock;
+
+/// A one-OSD RAM cluster in `tmp/c` with an 8 MiB image `data/img`, and an admin client.
+fn cluster_with_image(tmp: &std::path::Path) -> (Down, tokio::runtime::Runtime, Client) {
+    let dir = tmp.join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(tmp, &["up", "--dir", &d, "--osds", "1", "--osd-size", "256M", "--no-gateway"]));
+    let down = Down(dir.clone());
+    ok(&shoal(&dir, &["rbd", "create", "data/img", "--size", "8M"]));
+    let (rt, client) = common::admin_client(&dir);
+    (down, rt, client)
+}
 
 #[test]
 fn a_holder_recognises_its_own_record_after_a_lost_renewal_answer_and_nobody_elses() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--osd-size", "256M", "--no-gateway"]));
-    let _down = Down(dir.clone());
-    ok(&shoal(&dir, &["rbd", "create", "data/img", "--size", "8M"]));
-
-    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (_down, rt, client) = cluster_with_image(tmp.path());
     rt.block_on(async {
-        let client = Client::connect(cfg).await.expect("connect");
         let held = lock::acquire(&client, "data", "img", "me:1:aa", "test", 60_000).await.expect("acquire");
         // A renewal applied in the cluster whose answer never came back: the holder still has
         // `held`, the cluster the renewed record.
@@ -56,16 +59,8 @@ fn a_holder_recognises_its_own_record_after_a_lost_renewal_answer_and_nobody_els
 #[test]
 fn a_write_past_its_locks_write_deadline_is_never_applied() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "1", "--osd-size", "256M", "--no-gateway"]));
-    let _down = Down(dir.clone());
-    ok(&shoal(&dir, &["rbd", "create", "data/img", "--size", "8M"]));
-
-    let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (_down, rt, client) = cluster_with_image(tmp.path());
     rt.block_on(async {
-        let client = Client::connect(cfg).await.expect("connect");
         let fence = std::sync::Arc::new(shoal_rbd::Fence::new());
         let image = shoal_rbd::Image::open(&client, "data", "img", false)
             .await

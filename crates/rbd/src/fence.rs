@@ -63,6 +63,18 @@ impl Fence {
         }
     }
 
+    /// [`Fence::renewed`] by the lock record `rec` that just landed (its age by this host's
+    /// clock, which wrote it).
+    pub fn renewed_by(&self, rec: &crate::lock::LockRecord) {
+        let age_ms = crate::lock::now_unix_ms().saturating_sub(rec.renewed_unix_ms);
+        self.renewed(Duration::from_millis(age_ms), Duration::from_millis(rec.lease_ms));
+    }
+
+    /// Whether the write deadline is still ahead (a holder that sets none never has one).
+    pub fn before_deadline(&self) -> bool {
+        self.deadline().is_some_and(|d| d > Instant::now())
+    }
+
     /// The write deadline, if the holder sets one.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline.lock().ok().and_then(|d| *d)
