@@ -60,6 +60,11 @@ pub struct OsdArgs {
     /// or as a size such as 256M (0: none).
     #[arg(long, env = "SHOAL_BLOCK_CACHE_LARGE_BYTES", default_value_t = shoal_store::engine::device::DEFAULT_LARGE_CACHE_BYTES, value_parser = crate::conf::parse_size_arg)]
     block_cache_large: u64,
+    /// How long a peer may leave this OSD's pings unanswered before the OSD reports it
+    /// unreachable to the monitors (decision 0062); pings go out every tenth of it, at most
+    /// once a second.
+    #[arg(long, env = "SHOAL_PEER_GRACE_MS", default_value_t = shoal_osd::HeartbeatConfig::daemon().grace_ms)]
+    peer_grace_ms: u64,
 }
 
 /// Daemons log to stderr, which `shoal up` points at `DIR/NAME.log`: one line per event, with
@@ -134,6 +139,15 @@ pub fn run_mon(args: &MonArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Peer heartbeats for a grace of `grace_ms`: pings every tenth of it, at most once a second.
+fn heartbeat_config(grace_ms: u64) -> Result<shoal_osd::HeartbeatConfig> {
+    if grace_ms < 100 {
+        bail!("--peer-grace-ms {grace_ms} is too short: at least 100 ms");
+    }
+    let interval_ms = (grace_ms / 10).clamp(10, 1_000);
+    Ok(shoal_osd::HeartbeatConfig { interval_ms, grace_ms })
+}
+
 pub fn run_osd(args: &OsdArgs) -> Result<ExitCode> {
     init_logging();
     let conf_path = args.conf.path();
@@ -159,6 +173,7 @@ pub fn run_osd(args: &OsdArgs) -> Result<ExitCode> {
         cluster,
         keyring,
         stats_interval_ms: 1000,
+        heartbeat: heartbeat_config(args.peer_grace_ms)?,
         block_cache: shoal_store::CacheSizes { small_bytes: args.block_cache, large_bytes: args.block_cache_large },
     };
     runtime(2)?.block_on(shoal_osd::run(cfg, stop_signal()))?;

@@ -32,6 +32,8 @@ use shoal_map::{
 use shoal_proto::mon::{MapUpdate, OsdStats, StatusReply};
 use shoal_proto::{ErrorCode, RemoteError};
 
+use crate::failures::FailureReports;
+
 /// Identifies one client connection of the monitor (the messenger's connection id in the daemon).
 pub type ConnId = u64;
 
@@ -59,11 +61,17 @@ pub struct CoreConfig {
     pub no_leader_wait_ms: u64,
     /// Connections subscribed to map updates; further subscriptions get the map but no pushes.
     pub max_subscribers: usize,
+    /// An up OSD is marked down once OSDs on at least this many distinct hosts report that they
+    /// cannot reach it (decision 0062, [`crate::failures`]).
+    pub min_down_reporter_hosts: usize,
+    /// A peer's failure report counts for this long after it arrived (OSDs report every second;
+    /// one that stops reporting is marked down by its own silence).
+    pub failure_report_window_ms: u64,
 }
 
 impl CoreConfig {
     /// The defaults: 5 s OSD grace, 500 incrementals of history, 1024 queued commands, 2 s wait
-    /// for a leader, 65536 subscribers.
+    /// for a leader, 65536 subscribers, failure reports from two hosts within 5 s.
     #[must_use]
     pub fn new(rank: u32) -> CoreConfig {
         CoreConfig {
@@ -73,6 +81,8 @@ impl CoreConfig {
             max_queued_commands: 1024,
             no_leader_wait_ms: 2000,
             max_subscribers: 65536,
+            min_down_reporter_hosts: 2,
+            failure_report_window_ms: 5000,
         }
     }
 }
@@ -227,6 +237,8 @@ pub struct MonCore {
     down_since_ms: BTreeMap<OsdId, u64>,
     /// OSDs this leader asked to mark out, not yet out in the map.
     out_pending: BTreeSet<OsdId>,
+    /// Which OSDs peers report they cannot reach (soft state, like `stats`).
+    failures: FailureReports,
 }
 
 impl MonCore {
@@ -251,6 +263,7 @@ impl MonCore {
             down_pending: BTreeSet::new(),
             down_since_ms: BTreeMap::new(),
             out_pending: BTreeSet::new(),
+            failures: FailureReports::default(),
         }
     }
 
@@ -525,11 +538,14 @@ impl MonCore {
         match &inc.change {
             Change::OsdUp { id, .. } => {
                 self.down_pending.remove(id);
+                // Reports about its earlier incarnation no longer apply.
+                self.failures.forget(*id);
                 // Grace starts at boot: the OSD's first report may still be on its way.
                 self.last_heard_ms.insert(*id, self.now_ms);
             }
             Change::OsdDown { id } => {
                 self.down_pending.remove(id);
+                self.failures.forget(*id);
             }
             _ => {}
         }
@@ -565,6 +581,7 @@ impl MonCore {
             out.push(Action::ForwardStats { leader, stats: stats.clone() });
         }
         self.flag_fullness(&stats, out);
+        self.failures.record(&self.map, osd, stats.map_epoch, &stats.unreachable_peers, self.now_ms);
         self.stats.insert(osd, stats);
     }
 
@@ -605,6 +622,7 @@ impl MonCore {
                 *t = now;
             }
             self.down_pending.clear();
+            self.failures.clear();
             // The down-out clock starts over too: this monitor cannot know how long before it
             // led an OSD went down, and marking out late is safe where early is not.
             self.down_since_ms.clear();
@@ -660,6 +678,18 @@ impl MonCore {
         }
         for id in late {
             tracing::info!(osd = %id, grace_ms = grace, "no report within the grace period: marking down");
+            self.down_pending.insert(id);
+            self.on_command(None, Command::OsdDown { id }, false, out);
+        }
+        let reported = self.failures.due(
+            &self.map,
+            &self.down_pending,
+            now,
+            self.cfg.failure_report_window_ms,
+            self.cfg.min_down_reporter_hosts,
+        );
+        for id in reported {
+            tracing::warn!(osd = %id, "peers on distinct hosts report it unreachable: marking down");
             self.down_pending.insert(id);
             self.on_command(None, Command::OsdDown { id }, false, out);
         }

@@ -43,6 +43,7 @@
 pub mod core;
 mod daemon;
 mod error;
+pub mod failures;
 pub mod raft;
 pub mod store;
 

@@ -173,6 +173,7 @@ async fn one_monitor_end_to_end() {
         unfound_objects: 0,
         recovery_objects_per_s: 0.0,
         stray_pgs: 0,
+        unreachable_peers: Vec::new(),
     };
     let ack = osd.call(OsdStats::TYPE, shoal_proto::encode(&stats, vec![])).await.unwrap();
     assert!(ack.payload.is_empty());

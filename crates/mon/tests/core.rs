@@ -39,6 +39,7 @@ fn stats(osd: u32) -> OsdStats {
         unfound_objects: 0,
         recovery_objects_per_s: 0.0,
         stray_pgs: 0,
+        unreachable_peers: Vec::new(),
     }
 }
 
@@ -547,4 +548,84 @@ fn pg_commands_waiting_behind_a_proposal_are_merged_into_one_epoch() {
     // Each PG's record carries the epoch of the change that recorded it.
     assert_eq!(core.map().pg_active[&ys[0]].epoch, epoch0 + 2);
     assert_eq!(core.map().pg_active[&xs[1]].epoch, epoch0 + 2);
+}
+
+/// A report from `osd` with its map at `epoch`, naming `unreachable`.
+fn report(core: &mut MonCore, osd: u32, epoch: u64, unreachable: &[u32], now_ms: u64) {
+    let mut s = stats(osd);
+    s.map_epoch = epoch;
+    s.unreachable_peers = unreachable.iter().map(|o| OsdId(*o)).collect();
+    core.handle(Event::OsdStats { stats: s, now_ms, forwarded: false });
+}
+
+/// `n` OSDs on hosts h0..h{n-1}, all booted at `now_ms`; returns the map's epoch.
+fn cluster_of(core: &mut MonCore, n: u32, now_ms: u64) -> u64 {
+    create_osds(core, n);
+    for i in 0..n {
+        boot(core, i, now_ms);
+    }
+    core.map().epoch
+}
+
+#[test]
+fn an_osd_is_marked_down_once_peers_on_two_hosts_report_it_unreachable() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    let epoch = cluster_of(&mut core, 4, 0);
+    // osd.3 is cut off from its peers: it names them all, they name it. Its own reports name
+    // three OSDs but come from one host: never enough.
+    report(&mut core, 3, epoch, &[0, 1, 2], 100);
+    report(&mut core, 0, epoch, &[3], 100);
+    for osd in 0..4 {
+        report(&mut core, osd, epoch, if osd == 3 { &[0, 1, 2] } else { &[] }, 200);
+    }
+    assert!(proposals(&core.handle(Event::Tick { now_ms: 300 })).is_empty(), "one reporter's host is not enough");
+    report(&mut core, 0, epoch, &[3], 400);
+    report(&mut core, 1, epoch, &[3], 400);
+    assert_eq!(proposals(&core.handle(Event::Tick { now_ms: 500 })), vec![Change::OsdDown { id: OsdId(3) }]);
+    assert!(proposals(&core.handle(Event::Tick { now_ms: 600 })).is_empty(), "proposed once while in flight");
+}
+
+#[test]
+fn two_osds_cut_off_from_everyone_go_down_and_their_reports_of_the_rest_do_not_count() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    let epoch = cluster_of(&mut core, 5, 0);
+    // osd.0 and osd.1 reach nobody (not even each other); the three others reach each other.
+    report(&mut core, 0, epoch, &[1, 2, 3, 4], 100);
+    report(&mut core, 1, epoch, &[0, 2, 3, 4], 100);
+    for osd in 2..5 {
+        report(&mut core, osd, epoch, &[0, 1], 100);
+    }
+    // One proposal at a time: the second is queued behind the first.
+    let a = core.handle(Event::Tick { now_ms: 200 });
+    let downs = proposals(&commit_all(&mut core, a));
+    assert_eq!(downs, vec![Change::OsdDown { id: OsdId(0) }, Change::OsdDown { id: OsdId(1) }]);
+    assert!((2..5).all(|o| core.map().osds[&OsdId(o)].up));
+    assert!(proposals(&core.handle(Event::Tick { now_ms: 300 })).is_empty());
+}
+
+#[test]
+fn stale_reports_and_reports_about_an_earlier_boot_do_not_count() {
+    let mut cfg = CoreConfig::new(0);
+    // Silence is not what this test is about.
+    cfg.osd_grace_ms = u64::MAX / 2;
+    let window = cfg.failure_report_window_ms;
+    let mut core = MonCore::standalone(cfg, map());
+    let epoch = cluster_of(&mut core, 3, 0);
+    report(&mut core, 0, epoch, &[2], 100);
+    report(&mut core, 1, epoch, &[2], 100);
+    // Too late: the reports are older than the window (the reporters stopped naming osd.2
+    // without the monitor hearing it, say).
+    assert!(proposals(&core.handle(Event::Tick { now_ms: 100 + window + 1 })).is_empty());
+
+    // Reports made with a map from before osd.2's latest boot name an earlier incarnation.
+    let t = 200 + window;
+    core.handle(Event::Applied { index: 50, change: Change::OsdDown { id: OsdId(2) } });
+    boot(&mut core, 2, t);
+    let booted = core.map().osds[&OsdId(2)].up_from;
+    report(&mut core, 0, booted - 1, &[2], t);
+    report(&mut core, 1, booted - 1, &[2], t);
+    assert!(proposals(&core.handle(Event::Tick { now_ms: t + 10 })).is_empty());
+    report(&mut core, 0, booted, &[2], t + 20);
+    report(&mut core, 1, booted, &[2], t + 20);
+    assert_eq!(proposals(&core.handle(Event::Tick { now_ms: t + 30 })), vec![Change::OsdDown { id: OsdId(2) }]);
 }

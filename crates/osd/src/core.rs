@@ -44,11 +44,13 @@ use crate::pglog::{LogEntry, PgLog};
 use crate::pgmeta::PgMeta;
 
 mod clones;
+mod heartbeat;
 mod peering;
 mod purge;
 mod recovery;
 mod scrub;
 mod unfound;
+pub use heartbeat::{HeartbeatConfig, MAX_NEIGHBOUR_PINGS};
 pub use peering::{MAX_BLOCKED_OPS_PER_PG, MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
 use peering::{PgState, Phase, Primary, Role};
 pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
@@ -137,6 +139,8 @@ pub enum PeerCall {
         pg: PgId,
         attempt: u64,
     },
+    /// A liveness probe (decision 0062, [`heartbeat`]).
+    Ping,
     /// A backfill target's answer to which objects it holds at the primary's versions.
     ScanVersions {
         pg: PgId,
@@ -373,6 +377,8 @@ pub struct OsdCore {
     writes_of: HashMap<(PgId, String), u32>,
     /// The last primary term handed out ([`Primary::term`]).
     last_term: u64,
+    /// Pings to peers and their answers (decision 0062).
+    heartbeats: heartbeat::Heartbeats,
 }
 
 /// Whether a write request only gives space back (removals), and so is served even when a
@@ -421,6 +427,7 @@ impl OsdCore {
             reads_of: HashMap::new(),
             writes_of: HashMap::new(),
             last_term: 0,
+            heartbeats: heartbeat::Heartbeats::default(),
         };
         // Pools deleted while this OSD was down (or before a purge finished) are purged now.
         core.queue_orphans();
@@ -535,6 +542,7 @@ impl OsdCore {
                 self.scrub_tick(out);
                 self.ask_strays(out);
                 self.flush_mon(out);
+                self.heartbeat_tick(out);
                 out.push(Action::Stats(self.stats(now_ms)));
             }
             Event::PeerMsg { from, request_id, msg_type, payload } => {
@@ -1505,6 +1513,7 @@ impl OsdCore {
             unfound_objects: unfound,
             recovery_objects_per_s: rec,
             stray_pgs: (self.strays() + self.purge_backlog()) as u64,
+            unreachable_peers: self.unreachable_peers(),
         }
     }
 }

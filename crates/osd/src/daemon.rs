@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,9 @@ pub struct OsdConfig {
     /// Keys of the entities allowed to connect (clients and peers).
     pub keyring: Arc<Keyring>,
     pub stats_interval_ms: u64,
+    /// Pings to the OSDs this one shares PGs with, and when to report them unreachable
+    /// (decision 0062).
+    pub heartbeat: crate::HeartbeatConfig,
     /// How much a disk store's device caches (decision 0030); unused for `mem`.
     pub block_cache: shoal_store::CacheSizes,
 }
@@ -144,7 +148,9 @@ impl Handler for OsdHandler {
             shoal_proto::osd::PgCommand::TYPE => decode_bytes::<shoal_proto::osd::PgCommand>(payload)
                 .map(|(req, _)| Event::PgCommand { from: token, request_id, req }),
             // Peering, recovery and scrub: the core decodes them.
-            40..=49 | shoal_proto::osd::PgScanVersions::TYPE if conn.peer_entity().starts_with("osd.") => {
+            40..=49 | shoal_proto::osd::PgScanVersions::TYPE | shoal_proto::osd::PeerPing::TYPE
+                if conn.peer_entity().starts_with("osd.") =>
+            {
                 Ok(Event::PeerMsg { from: token, request_id, msg_type, payload })
             }
             other => {
@@ -193,6 +199,10 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     let started = Instant::now();
     let shared = Arc::new(Shared { events: tx.clone(), conns: conns.clone(), started });
     let mut core = OsdCore::new(cfg.id, store.clone(), monc.map()).context("loading the store's collections")?;
+    core.set_heartbeats(cfg.heartbeat);
+    // Whether the OSD reaches its peers, as of its latest tick: an OSD marked down while it
+    // runs boots again only then (decision 0062).
+    let reachable = Arc::new(AtomicBool::new(true));
     let runtime = tokio::runtime::Handle::current();
     // Peers hold a weak sender: the worker (which owns them) must see its queue close once the
     // server and the tasks feeding it are gone, or it would never end.
@@ -213,9 +223,11 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         // The worker gets the connections but no sender of its own queue, so that the queue
         // closes (and the worker ends) once the server and the feeding tasks are gone.
         let ended = WorkerEnded(Some(ended_tx));
+        let reachable = reachable.clone();
         let work = async move {
             let _ended = ended;
-            worker_loop(core, rx, conns, peers, monc, runtime, mode, started, reads).await;
+            let io = WorkerIo { conns, peers, monc, runtime, reachable };
+            worker_loop(core, rx, io, mode, started, reads).await;
         };
         match mode {
             WorkerMode::Thread => {
@@ -283,7 +295,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
         osd = %cfg.id, %addr, host = %cfg.host, backend = cfg.backend.name(), store = %cfg.store_dir.display(),
         epoch, "up and serving"
     );
-    let reboot = tokio::spawn(boot_again_when_marked_down(monc.clone(), cfg.id, addr, epoch));
+    let reboot = tokio::spawn(boot_again_when_marked_down(monc.clone(), cfg.id, addr, epoch, reachable));
 
     // A worker that ended before shutdown (a panic: a broken invariant) takes the daemon down
     // with it: an OSD that answers heartbeats but handles nothing would hold its PGs hostage.
@@ -447,10 +459,20 @@ impl Drop for WorkerEnded {
 }
 
 /// The monitors mark an OSD down when its reports stop reaching them (a partition, a stalled
-/// host) even if it still runs. Once it sees a map saying so, it boots again (at most once per
-/// `REBOOT_INTERVAL`), which starts a new interval for its PGs, as a restart would.
-async fn boot_again_when_marked_down(monc: MonClient, id: OsdId, addr: SocketAddr, boot_epoch: u64) {
+/// host) or when its peers report that they cannot reach it (decision 0062), even if it still
+/// runs. Once it sees a map saying so, it boots again (at most once per `REBOOT_INTERVAL`), which
+/// starts a new interval for its PGs, as a restart would; but only once it reaches its peers
+/// (`reachable`, kept by the worker), or it would be reported and marked down again for as long
+/// as it is cut off from them, each boot stalling its PGs once more.
+async fn boot_again_when_marked_down(
+    monc: MonClient,
+    id: OsdId,
+    addr: SocketAddr,
+    boot_epoch: u64,
+    reachable: Arc<AtomicBool>,
+) {
     const REBOOT_INTERVAL: Duration = Duration::from_secs(1);
+    const REACHABLE_POLL: Duration = Duration::from_millis(200);
     let mut watch = monc.watch();
     let mut last_try: Option<Instant> = None;
     while watch.changed().await.is_ok() {
@@ -463,6 +485,12 @@ async fn boot_again_when_marked_down(monc: MonClient, id: OsdId, addr: SocketAdd
         }
         if let Some(t) = last_try {
             tokio::time::sleep(REBOOT_INTERVAL.saturating_sub(t.elapsed())).await;
+        }
+        if !reachable.load(Ordering::Relaxed) {
+            tracing::warn!(osd = %id, "marked down and cut off from its peers: booting again once it reaches them");
+            while !reachable.load(Ordering::Relaxed) {
+                tokio::time::sleep(REACHABLE_POLL).await;
+            }
         }
         last_try = Some(Instant::now());
         tracing::warn!(osd = %id, "the monitors marked this OSD down while it runs: booting again");
@@ -516,18 +544,25 @@ async fn connect_monitors(cluster: &ClusterConfig) -> Result<MonClient> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn worker_loop(
-    mut core: OsdCore,
-    mut rx: mpsc::Receiver<Event>,
+/// What the worker carries its actions out with.
+struct WorkerIo {
     conns: Conns,
     peers: Peers,
     monc: MonClient,
     runtime: tokio::runtime::Handle,
+    /// Set after each tick from [`OsdCore::peers_reachable`].
+    reachable: Arc<AtomicBool>,
+}
+
+async fn worker_loop(
+    mut core: OsdCore,
+    mut rx: mpsc::Receiver<Event>,
+    io: WorkerIo,
     mode: WorkerMode,
     clock: Instant,
     reads: Option<ReadPool>,
 ) {
+    let WorkerIo { conns, peers, monc, runtime, reachable } = io;
     let mut actions = Vec::new();
     // What a batch does after its sync (its actions but the replicated writes and reads, which
     // start before it).
@@ -572,12 +607,13 @@ async fn worker_loop(
             continue;
         }
         let started = Instant::now();
-        let (mut client, mut background) = (false, false);
+        let (mut client, mut background, mut tick) = (false, false, false);
         for e in &batch {
             match crate::lanes::lane(e) {
                 Lane::Foreground(_) => client = true,
                 Lane::Background(..) => background = true,
-                Lane::Timer | Lane::Barrier => {}
+                Lane::Timer => tick = true,
+                Lane::Barrier => {}
             }
         }
         // The clock requests' expiries are judged on, as of this batch (a tick may be queued
@@ -585,6 +621,9 @@ async fn worker_loop(
         core.advance_clock(clock.elapsed().as_millis() as u64);
         for ev in batch.drain(..) {
             core.handle(ev, &mut actions);
+        }
+        if tick {
+            reachable.store(core.peers_reachable(), Ordering::Relaxed);
         }
         // Replicated writes go out before this batch's sync, so that the replicas write while
         // the primary does (one disk write and flush on the write's path instead of two in a

@@ -29,5 +29,8 @@ pub mod pgmeta;
 pub mod scrub;
 pub mod snaps;
 
-pub use core::{Action, Event, MAX_BLOCKED_OPS_PER_PG, Mutations, OsdCore, PeerCall, ReadJob, Token};
+pub use core::{
+    Action, Event, HeartbeatConfig, MAX_BLOCKED_OPS_PER_PG, MAX_NEIGHBOUR_PINGS, Mutations, OsdCore, PeerCall, ReadJob,
+    Token,
+};
 pub use daemon::{OsdConfig, run};

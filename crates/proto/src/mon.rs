@@ -117,6 +117,9 @@ pub struct OsdStats {
     /// PGs this OSD holds a copy of without acting for them, kept until the PG is clean without
     /// it and then removed, plus collections whose removal is still under way.
     pub stray_pgs: u64,
+    /// Peers this OSD pings that have not answered for the peer grace (decision 0062). The
+    /// leading monitor marks an OSD down once OSDs on enough distinct hosts name it here.
+    pub unreachable_peers: Vec<OsdId>,
 }
 impl Message for OsdStats {
     const TYPE: u16 = 22;

@@ -969,6 +969,18 @@ impl Message for PgScanVersionsReply {
     const TYPE: u16 = 54;
 }
 
+/// A liveness probe between OSDs that share PGs (decision 0062), sent on the same ordered link
+/// as replicated writes and answered by the peer's worker, so that an answer proves the peer
+/// both reachable and handling its work. Answered with a [`PeerAck`], whatever either map says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerPing {
+    /// The sender's map epoch (informational: a ping never waits for a map).
+    pub epoch: u64,
+}
+impl Message for PeerPing {
+    const TYPE: u16 = 55;
+}
+
 #[cfg(test)]
 mod state_tests {
     use super::state_is_clean;

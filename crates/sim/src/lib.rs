@@ -151,7 +151,16 @@ pub struct SimConfig {
     /// end with every acknowledged write readable, resends of writes the revert gave up
     /// included.
     pub revert_unfound: bool,
+    /// OSDs ping the peers they share PGs with and report those that stop answering
+    /// (decision 0062); the monitor gets every report and a tick with each OSD tick, and marks
+    /// down an OSD that peers on two hosts report (its silence is left to the nemesis, as in
+    /// every run). An OSD marked down while it runs boots again only once it reaches its peers.
+    pub peer_heartbeats: bool,
 }
+
+/// Peer heartbeats in [`SimConfig::peer_heartbeats`] runs: a ping each OSD tick, a peer reported
+/// after 40 ms of silence (eight ticks, beyond the replication timeout).
+pub const SIM_HEARTBEAT: shoal_osd::HeartbeatConfig = shoal_osd::HeartbeatConfig { interval_ms: 5, grace_ms: 40 };
 
 /// Backfill pushes refused in [`SimConfig::toofull`] runs, per thousand.
 pub const TOOFULL_REFUSED_PER_MILLE: u64 = 250;
@@ -240,6 +249,7 @@ impl Default for SimConfig {
             snaps: false,
             early_replacement: false,
             revert_unfound: false,
+            peer_heartbeats: false,
         }
     }
 }
@@ -397,6 +407,18 @@ impl SimConfig {
         })
     }
 
+    /// Sets up a new OSD core (at start, and at each restart) as this configuration asks.
+    fn configure(&self, core: &mut OsdCore) {
+        core.set_mutations(self.mutations);
+        core.set_read_offload(self.read_offload);
+        if let Some(bounds) = self.log_bounds() {
+            core.set_log_bounds(bounds);
+        }
+        if self.peer_heartbeats {
+            core.set_heartbeats(SIM_HEARTBEAT);
+        }
+    }
+
     /// [`SimConfig::nemesis`] with backfill in parts of 64 or 200 bytes (drawn from `seed`), so
     /// that the simulated objects (512 bytes, or a few appends) are sent in parts and writes land
     /// between them.
@@ -467,6 +489,26 @@ impl SimConfig {
             self.faults.push((at, Fault::CutLink(a, b)));
             self.faults.push((at + r.range(5_000, 80_000), Fault::HealLink(a, b)));
         }
+        self.faults.sort_by_key(|(at, _)| *at);
+        self
+    }
+
+    /// This configuration with peer heartbeats ([`SimConfig::peer_heartbeats`]) and one OSD
+    /// (drawn from the seed, apart from the faults) cut off from its peers, but not from the
+    /// monitors, for 100 to 400 ms from some time in the first 150 ms: far longer than the peer
+    /// grace ([`SIM_HEARTBEAT`]), so its peers report it and it is marked down while the cut
+    /// lasts, and it boots again once the cut heals. Every acknowledged write must survive.
+    #[must_use]
+    pub fn with_peer_heartbeats(mut self) -> SimConfig {
+        self.peer_heartbeats = true;
+        if self.osds < 3 {
+            return self;
+        }
+        let mut r = Rng::new(self.seed ^ 0x6865_6172_7462);
+        let osd = OsdId(r.range(0, u64::from(self.osds) - 1) as u32);
+        let at = r.range(1_000, 150_000);
+        self.faults.push((at, Fault::Isolate(osd)));
+        self.faults.push((at + r.range(100_000, 400_000), Fault::Heal(osd)));
         self.faults.sort_by_key(|(at, _)| *at);
         self
     }
@@ -584,6 +626,11 @@ pub struct Outcome {
     /// Needs of "whatever the authority holds" that peering named with a version (decision
     /// 0053), over every OSD incarnation.
     pub needs_named: u64,
+    /// OSDs the monitor marked down on its peers' reports ([`SimConfig::peer_heartbeats`]).
+    pub marked_down_by_peers: u64,
+    /// Simulated time of the last answer a client accepted (a write acknowledged, a read
+    /// checked), in microseconds: how long the clients' work took, faults included.
+    pub last_answer_us: u64,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Final map epoch.
@@ -763,6 +810,9 @@ pub struct Simulation {
     cut_links: BTreeMap<(u32, u32), u32>,
     /// OSDs cut off from the monitors.
     mon_cut: std::collections::BTreeSet<u32>,
+    /// Running OSDs marked down that wait to reach their peers before they boot again
+    /// ([`SimConfig::peer_heartbeats`]).
+    awaiting_peers: std::collections::BTreeSet<u32>,
     next_rep_request: u64,
     hash: xxhash_rust::xxh3::Xxh3,
     outcome: Outcome,
@@ -839,18 +889,20 @@ impl Simulation {
             map.execute(&Command::ConfigSet { key, value: Some(TOOFULL_RETRY_MS) }).expect("set the backfill retry");
         }
         let shared = Arc::new(map.clone());
-        let mon = MonCore::standalone(CoreConfig::new(0), map);
+        let mut mon_cfg = CoreConfig::new(0);
+        if cfg.peer_heartbeats {
+            // Silence stays the nemesis's to judge (`MarkDown`); reports arrive every 5 ms.
+            mon_cfg.osd_grace_ms = u64::MAX / 2;
+            mon_cfg.failure_report_window_ms = 20;
+        }
+        let mon = MonCore::standalone(mon_cfg, map);
         let mut engines = BTreeMap::new();
         for i in 0..cfg.osds {
             let engine = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
             engines.insert(i, engine.clone());
             let store: Arc<dyn ObjectStore> = engine;
             let mut core = OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core");
-            core.set_mutations(cfg.mutations);
-            core.set_read_offload(cfg.read_offload);
-            if let Some(bounds) = cfg.log_bounds() {
-                core.set_log_bounds(bounds);
-            }
+            cfg.configure(&mut core);
             osds.insert(i, core);
         }
         let mut clients = Vec::new();
@@ -907,6 +959,8 @@ impl Simulation {
             acked_writes: 0,
             dropped: 0,
             dropped_by_link_cuts: 0,
+            marked_down_by_peers: 0,
+            last_answer_us: 0,
             pushes_refused: 0,
             backfills_started: 0,
             backfills_resumed: 0,
@@ -950,6 +1004,7 @@ impl Simulation {
             isolated: std::collections::BTreeSet::new(),
             cut_links: BTreeMap::new(),
             mon_cut: std::collections::BTreeSet::new(),
+            awaiting_peers: std::collections::BTreeSet::new(),
             next_rep_request: 1,
             hash: xxhash_rust::xxh3::Xxh3::new(),
             outcome,
@@ -1110,7 +1165,12 @@ impl Simulation {
                         // A running OSD the monitors marked down boots again, as the daemon does.
                         let mon_says_down = self.mon.map().osds.get(&OsdId(i)).is_some_and(|o| !o.up);
                         if down && mon_says_down && self.osds.contains_key(&i) {
-                            self.boot(OsdId(i));
+                            if self.osds.get(&i).is_some_and(OsdCore::peers_reachable) {
+                                self.boot(OsdId(i));
+                            } else {
+                                // As the daemon does: not until it reaches its peers.
+                                self.awaiting_peers.insert(i);
+                            }
                         }
                     }
                     Node::Operator => {}
@@ -1147,6 +1207,16 @@ impl Simulation {
                     let now_ms = self.now_us / 1000;
                     self.osd_event(i, Event::Tick { now_ms });
                 }
+                if self.cfg.peer_heartbeats {
+                    let now_ms = self.now_us / 1000;
+                    let actions = self.mon.handle(MonEvent::Tick { now_ms });
+                    self.outcome.marked_down_by_peers += actions
+                        .iter()
+                        .filter(|a| matches!(a, MonAction::Propose { change: shoal_map::Change::OsdDown { .. }, .. }))
+                        .count() as u64;
+                    self.mon_actions(actions);
+                    self.boot_when_peers_reachable();
+                }
                 if self.rotted > 0 {
                     self.repair_every_pg();
                 }
@@ -1155,7 +1225,9 @@ impl Simulation {
                 }
                 // Ticks go on while anything may still change: a map or message still in flight
                 // can start peering again after the cluster looked clean.
-                if !self.quiescent() || !self.pending.is_empty() {
+                // Pings go on for ever; only they left means nothing else will change.
+                let settled = self.pending.is_empty() || (self.cfg.peer_heartbeats && self.only_pings_pending());
+                if !self.quiescent() || !settled {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Tick);
                 }
             }
@@ -1274,7 +1346,13 @@ impl Simulation {
                     let delay = self.rng.range(self.cfg.min_delay_us, self.cfg.max_delay_us * 5);
                     self.schedule(self.now_us + delay, Delivery::MonDone { osd, epoch });
                 }
-                Action::Stats(_) => {}
+                Action::Stats(stats) => {
+                    if self.cfg.peer_heartbeats && !self.mon_cut.contains(&osd) {
+                        let now_ms = self.now_us / 1000;
+                        let actions = self.mon.handle(MonEvent::OsdStats { stats, now_ms, forwarded: false });
+                        self.mon_actions(actions);
+                    }
+                }
                 Action::Read(job) => {
                     // The read runs when it is delivered, not now: writes to other objects
                     // may be applied in between, as on a real OSD's read threads.
@@ -1329,17 +1407,49 @@ impl Simulation {
         let map = Arc::new(self.mon.map().clone());
         match OsdCore::new(osd, store, map.clone()) {
             Ok(mut core) => {
-                core.set_mutations(self.cfg.mutations);
-                core.set_read_offload(self.cfg.read_offload);
-                if let Some(bounds) = self.cfg.log_bounds() {
-                    core.set_log_bounds(bounds);
-                }
+                self.cfg.configure(&mut core);
                 self.osds.insert(osd.0, core);
                 self.osd_event(osd.0, Event::Map(map));
             }
             Err(e) => return self.outcome.violations.push(format!("{osd} does not restart: {e}")),
         }
         self.boot(osd);
+    }
+
+    /// Whether every delivery still to come is a ping, its answer, its timeout, or the timeout of
+    /// a call already answered.
+    fn only_pings_pending(&self) -> bool {
+        let ping = |rid: &u64| matches!(self.peer_calls.get(rid), Some((_, _, shoal_osd::PeerCall::Ping)));
+        self.pending.values().all(|d| match d {
+            Delivery::Frame { frame, .. } => {
+                frame.msg_type == shoal_proto::osd::PeerPing::TYPE || ping(&frame.request_id)
+            }
+            // A timeout of a call already answered does nothing.
+            Delivery::ReplicationTimeout { rid } => {
+                ping(rid) || (!self.peer_calls.contains_key(rid) && !self.rep_requests.contains_key(rid))
+            }
+            _ => false,
+        })
+    }
+
+    /// Boots the running OSDs that were marked down while cut off from their peers and now
+    /// reach them (see [`SimConfig::peer_heartbeats`]).
+    fn boot_when_peers_reachable(&mut self) {
+        let waiting: Vec<u32> = self.awaiting_peers.iter().copied().collect();
+        for i in waiting {
+            let still_down = self.mon.map().osds.get(&OsdId(i)).is_some_and(|o| !o.up);
+            let Some(core) = self.osds.get(&i) else {
+                // Crashed meanwhile: its restart boots it.
+                self.awaiting_peers.remove(&i);
+                continue;
+            };
+            if !still_down {
+                self.awaiting_peers.remove(&i);
+            } else if core.peers_reachable() && !self.mon_cut.contains(&i) {
+                self.awaiting_peers.remove(&i);
+                self.boot(OsdId(i));
+            }
+        }
     }
 
     /// The OSD boots: the map records the new incarnation, a new interval for its PGs.
@@ -1675,7 +1785,7 @@ impl Simulation {
                     Err(e) => return self.outcome.violations.push(format!("bad RepOpReply: {e}")),
                 }
             }
-            40 | 42 | 44 | 46 | 47 | 49 | 53 => Event::PeerMsg {
+            40 | 42 | 44 | 46 | 47 | 49 | 53 | 55 => Event::PeerMsg {
                 from: from_token,
                 request_id: frame.request_id,
                 msg_type: frame.msg_type,
@@ -1808,6 +1918,7 @@ impl Simulation {
         };
         match reply.result {
             Ok(outputs) => {
+                self.outcome.last_answer_us = self.now_us;
                 let key = op.object;
                 if !matches!(op.work, Work::Write(_) | Work::Read) {
                     tracing::info!(

@@ -18,6 +18,7 @@
 //! shoal-sim --osds 9 --hosts 3       # three OSDs per host: copies placed on distinct hosts
 //! shoal-sim --osds 9 --hosts 3 --host-crashes  # and crashes that take a whole host
 //! shoal-sim --link-cuts             # links between two OSDs cut for a while (partial partitions)
+//! shoal-sim --peer-heartbeats       # OSDs ping peers; one cut off from them for long is marked down
 //! shoal-sim --clients 6 --writes 200  # more clients, longer runs (the scenario's: 3 and 40)
 //! shoal-sim --pg-num 32              # more PGs per OSD (the nemesis's default is 8)
 //! ```
@@ -63,6 +64,8 @@ struct Args {
     host_crashes: bool,
     /// Links between two OSDs cut for a while (`SimConfig::with_link_cuts`).
     link_cuts: bool,
+    /// Peer heartbeats and a long cut of one OSD from its peers (`SimConfig::with_peer_heartbeats`).
+    peer_heartbeats: bool,
     /// Clients and the writes each issues instead of the scenario's (3 and 40).
     clients: Option<u32>,
     writes: Option<u32>,
@@ -129,6 +132,7 @@ fn parse() -> Result<Args, String> {
         pg_num: None,
         host_crashes: false,
         link_cuts: false,
+        peer_heartbeats: false,
         clients: None,
         writes: None,
     };
@@ -177,6 +181,7 @@ fn parse() -> Result<Args, String> {
             "--pg-num" => args.pg_num = Some(num_in("--pg-num", 0, 65_536)? as u32),
             "--host-crashes" => args.host_crashes = true,
             "--link-cuts" => args.link_cuts = true,
+            "--peer-heartbeats" => args.peer_heartbeats = true,
             "--clients" => args.clients = Some(num_in("--clients", 1, 16)? as u32),
             "--writes" => args.writes = Some(num_in("--writes per client", 1, 1000)? as u32),
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
@@ -185,7 +190,7 @@ fn parse() -> Result<Args, String> {
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
                      [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
-                     [--host-crashes] [--link-cuts] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
+                     [--host-crashes] [--link-cuts] [--peer-heartbeats] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
                         .into(),
                 );
             }
@@ -294,6 +299,7 @@ fn main() -> ExitCode {
     let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let snap_reads = AtomicU64::new(0);
     let needs_named = AtomicU64::new(0);
+    let peer_downs = AtomicU64::new(0);
     let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -342,6 +348,7 @@ fn main() -> ExitCode {
                     let cfg = if cfg.pool_size == 1 { cfg.without_store_loss() } else { cfg };
                     let cfg = if args.host_crashes { cfg.with_host_crashes() } else { cfg };
                     let cfg = if args.link_cuts { cfg.with_link_cuts() } else { cfg };
+                    let cfg = if args.peer_heartbeats { cfg.with_peer_heartbeats() } else { cfg };
                     if args.verbose {
                         println!("seed {seed}: {} OSDs, appends {}, faults:", cfg.osds, cfg.appends);
                         for (at, f) in &cfg.faults {
@@ -355,6 +362,7 @@ fn main() -> ExitCode {
                     backfills.2.fetch_add(out.backfill_objects_kept, Ordering::Relaxed);
                     snap_reads.fetch_add(out.snap_reads_verified, Ordering::Relaxed);
                     needs_named.fetch_add(out.needs_named, Ordering::Relaxed);
+                    peer_downs.fetch_add(out.marked_down_by_peers, Ordering::Relaxed);
                     let mut problems = out.violations.clone();
                     if problems.is_empty() && out.acked_writes != expected {
                         problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
@@ -378,7 +386,7 @@ fn main() -> ExitCode {
     failed.sort_by_key(|(s, _)| *s);
     println!(
         "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} reads at \
-         snapshots checked; {} needs of 0'0 named)",
+         snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
@@ -388,6 +396,7 @@ fn main() -> ExitCode {
         backfills.2.load(Ordering::Relaxed),
         snap_reads.load(Ordering::Relaxed),
         needs_named.load(Ordering::Relaxed),
+        peer_downs.load(Ordering::Relaxed),
     );
     // The replay line repeats every flag the run was given.
     let switches = [
@@ -399,6 +408,7 @@ fn main() -> ExitCode {
         (args.revert_unfound, " --revert-unfound"),
         (args.host_crashes, " --host-crashes"),
         (args.link_cuts, " --link-cuts"),
+        (args.peer_heartbeats, " --peer-heartbeats"),
     ];
     let numbers = [
         ("--observers", (args.observers > 0).then_some(u64::from(args.observers))),

@@ -516,6 +516,50 @@ fn nemesis_seeds_with_links_between_two_osds_cut_keep_every_acknowledged_write()
     assert!((1..=40).all(|seed| config(seed).faults.iter().any(|(_, f)| matches!(f, Fault::CutLink(..)))));
 }
 
+/// An OSD cut off from its peers but not from the monitors, from 2 ms into the run for 2 s of
+/// simulated time: far longer than the clients' work takes without the cut.
+fn cut_off_for_long(seed: u64, heartbeats: bool) -> SimConfig {
+    SimConfig {
+        seed,
+        min_size: 2,
+        peer_heartbeats: heartbeats,
+        faults: vec![(2_000, Fault::Isolate(OsdId(1))), (2_002_000, Fault::Heal(OsdId(1)))],
+        ..SimConfig::default()
+    }
+}
+
+#[test]
+fn an_osd_its_peers_cannot_reach_is_marked_down_on_their_reports_and_writes_go_on_without_it() {
+    // Without peer reports the monitors, which still hear osd.1, keep it up: every PG it is a
+    // member of waits for it until the cut heals 2 s in, and so do the clients' writes there.
+    // With them, its peers report it after the grace, the monitor marks it down, its PGs peer
+    // without it and the clients finish long before the cut heals; osd.1 boots again only once
+    // it reaches its peers, and catches up.
+    const HEAL_US: u64 = 2_002_000;
+    let with = run_seeds(1..=6, |seed| cut_off_for_long(seed, true));
+    for (seed, out) in (1..=6).zip(&with) {
+        assert!(out.marked_down_by_peers >= 1, "seed {seed}: osd.1 never marked down on reports");
+        assert!(out.last_answer_us < HEAL_US / 4, "seed {seed}: clients done at {} us only", out.last_answer_us);
+        assert!(out.end_us > HEAL_US, "seed {seed}: the run ended before the cut healed");
+    }
+    let without = run_seeds(1..=6, |seed| cut_off_for_long(seed, false));
+    for (seed, out) in (1..=6).zip(&without) {
+        assert_eq!(out.marked_down_by_peers, 0);
+        assert!(out.last_answer_us > HEAL_US, "seed {seed}: clients done at {} us despite the cut", out.last_answer_us);
+    }
+}
+
+#[test]
+fn nemesis_seeds_with_peer_heartbeats_and_an_osd_cut_off_from_its_peers_keep_every_acknowledged_write() {
+    // The nemesis's faults, peer heartbeats, and one OSD cut off from its peers (not from the
+    // monitors) for 100 to 400 ms, which its peers report: it is marked down while cut off and
+    // boots again once it reaches them.
+    let config = |seed| SimConfig::nemesis(seed).with_peer_heartbeats();
+    let outs = run_seeds(1..=40, config);
+    let reported = outs.iter().filter(|o| o.marked_down_by_peers > 0).count();
+    assert!(reported >= 30, "only {reported} of 40 seeds marked an OSD down on its peers' reports");
+}
+
 /// One copy, as the transient HPC cluster's pools (seed 004): every PG has a single member.
 fn one_copy(seed: u64) -> SimConfig {
     SimConfig { pool_size: 1, min_size: 1, ..SimConfig::nemesis(seed) }.without_store_loss()

@@ -1180,6 +1180,7 @@ impl OsdCore {
                 }
                 Err(e) => out.push(ack(Err(bad(e)))),
             },
+            shoal_proto::osd::PeerPing::TYPE => self.on_ping(from, request_id, out),
             other => out.push(ack(Err(RemoteError::new(ErrorCode::Invalid, format!("not a peer message: {other}"))))),
         }
     }
@@ -1245,6 +1246,7 @@ impl OsdCore {
                 let r = payload::<shoal_proto::osd::PgScrubReply>(result).and_then(|(m, _)| m.result);
                 self.scrub_answered(pg, attempt, from, r, out);
             }
+            PeerCall::Ping => self.pinged(from, super::heartbeat::ping_result(result)),
             PeerCall::ScanVersions { pg, attempt, upto } => {
                 let r = payload::<shoal_proto::osd::PgScanVersionsReply>(result).and_then(|(m, _)| m.result);
                 self.scanned(pg, attempt, from, upto, r, out);
