@@ -49,6 +49,16 @@ pub fn ops_header_bytes(object: &str, ops: &[ObjOp]) -> usize {
     shoal_proto::encoded_len(&ops).saturating_add(object.len() + 8)
 }
 
+/// How one attempt of an operation ended.
+enum Attempt {
+    /// The primary answered (or the connection failed).
+    Answered(Result<shoal_net::Frame, ClientError>),
+    /// The map moved the PG to another primary while the attempt waited: resend there.
+    Moved,
+    /// The operation's deadline or expiry passed while the attempt waited.
+    GaveUp,
+}
+
 /// A connected client: a monitor subscription plus connections to the OSDs it talks to.
 #[derive(Clone)]
 pub struct Client {
@@ -200,8 +210,32 @@ impl Client {
                     };
                     sent = true;
                     // Each attempt sends the shared data by reference (it stays here for a
-                    // resend) followed by the encoded header.
-                    match self.send(&map, primary, OsdOp::TYPE, parts.clone(), encode(&msg, Vec::new())).await {
+                    // resend) followed by the encoded header. An OSD that stops answering without
+                    // closing the connection (cut off, stopped, its worker stuck) would hold the
+                    // call for ever: it is given up once the map moves the PG to another primary
+                    // (or a new incarnation of this one), and resent there with the same request
+                    // id, so it is still applied once; and at the deadline or the expiry.
+                    let up_from = map.osds.get(&primary).map_or(0, |i| i.up_from);
+                    let call = self.send(&map, primary, OsdOp::TYPE, parts.clone(), encode(&msg, Vec::new()));
+                    let give_up = expiry.map_or(deadline, |e| e.min(deadline));
+                    let attempt = tokio::select! {
+                        answer = call => Attempt::Answered(answer),
+                        () = self.target_moved(pool_now.id, object, (primary, up_from), map.epoch) => Attempt::Moved,
+                        () = tokio::time::sleep_until(give_up) => Attempt::GaveUp,
+                    };
+                    let answer = match attempt {
+                        Attempt::Answered(answer) => answer,
+                        // The map already says where to resend.
+                        Attempt::Moved => continue,
+                        Attempt::GaveUp if expiry.is_some_and(|e| e <= deadline) => return Err(ClientError::Expired),
+                        Attempt::GaveUp => {
+                            return Err(match last_error {
+                                Some(e) => ClientError::Remote(e),
+                                None => ClientError::Timeout(timeout_ms),
+                            });
+                        }
+                    };
+                    match answer {
                         Ok(frame) => {
                             let (reply, bytes): (OsdOpReply, Vec<u8>) = decode_frame(frame)?;
                             match reply.result {
@@ -238,6 +272,29 @@ impl Client {
             // Wait for a newer map (or a short pause: the OSD may simply have restarted).
             let wait_ms = (deadline - now).as_millis().min(500) as u64;
             let _ = self.mon.wait_for_epoch(retry_epoch, wait_ms).await;
+        }
+    }
+
+    /// Resolves once a map newer than `epoch` no longer sends `object` of pool `pool` to
+    /// `primary` as booted at `up_from` (another primary, a new incarnation of it, or none);
+    /// never otherwise. Costs a subscription per call and nothing per map until one is newer
+    /// than `epoch` (placement is computed only then).
+    async fn target_moved(&self, pool: u32, object: &str, (primary, up_from): (OsdId, u64), epoch: u64) {
+        let mut watch = self.mon.watch();
+        loop {
+            let moved = watch.borrow_and_update().as_ref().is_some_and(|m| {
+                m.epoch > epoch && {
+                    let now = m.locate(pool, object).ok().and_then(|l| l.osds.first().copied());
+                    now != Some(primary) || m.osds.get(&primary).map(|i| i.up_from) != Some(up_from)
+                }
+            });
+            if moved {
+                return;
+            }
+            if watch.changed().await.is_err() {
+                // The monitor client is gone: no map will ever move it.
+                return std::future::pending().await;
+            }
         }
     }
 

@@ -90,6 +90,10 @@ pub enum Event {
     Map(Arc<ClusterMap>),
     /// Time passes; the core reports its statistics.
     Tick { now_ms: u64 },
+    /// Time for the peer heartbeats (decision 0062): pings go out to the peers due. Separate
+    /// from [`Event::Tick`], which does far more work and comes once a second, so that a ping's
+    /// interval and grace can be shorter than a tick.
+    Heartbeat { now_ms: u64 },
     /// A request from a peer OSD about a PG (peering, recovery, strays, scrub: message types
     /// 40..=49; backfill scans: 53), decoded by the core.
     PeerMsg { from: Token, request_id: u64, msg_type: u16, payload: bytes::Bytes },
@@ -519,6 +523,7 @@ impl OsdCore {
                     }
                     self.update_intervals(out);
                     self.check_records(out);
+                    self.fail_writes_to_down_replicas(out);
                     let waiting: Vec<Event> = self.waiting_for_map.drain(..).collect();
                     for ev in waiting {
                         self.handle(ev, out);
@@ -542,8 +547,11 @@ impl OsdCore {
                 self.scrub_tick(out);
                 self.ask_strays(out);
                 self.flush_mon(out);
-                self.heartbeat_tick(out);
                 out.push(Action::Stats(self.stats(now_ms)));
+            }
+            Event::Heartbeat { now_ms } => {
+                self.now_ms = self.now_ms.max(now_ms);
+                self.heartbeat_tick(out);
             }
             Event::PeerMsg { from, request_id, msg_type, payload } => {
                 if Self::peer_msg_epoch(msg_type, &payload) > self.map.epoch {
@@ -1190,6 +1198,25 @@ impl OsdCore {
         }
         check_precondition(&*self.store, coll, &op.object, op.precondition)?;
         self.commit(pg, coll, &op.ops, data, &entry)
+    }
+
+    /// Fails the replicated writes still waiting for a replica the map now says is down, as a
+    /// lost connection to it would. A replica that stops answering without closing its
+    /// connection (cut off, stopped, its worker stuck) would otherwise hold them, and every
+    /// resend of them, for ever, even once its peers' reports had it marked down (decision
+    /// 0062). Failed writes are answered `Timeout`; the clients resend them, and a resend is
+    /// answered from the PG log once peering made every member of the new interval hold it.
+    fn fail_writes_to_down_replicas(&mut self, out: &mut Vec<Action>) {
+        let down = |o: &OsdId| !self.map.osds.get(o).is_some_and(|i| i.up);
+        let gone: Vec<(ReqId, OsdId)> = self
+            .pending
+            .iter()
+            .flat_map(|(reqid, p)| p.waiting.iter().filter(|o| down(o)).map(move |o| (*reqid, *o)))
+            .collect();
+        for (reqid, osd) in gone {
+            let why = RemoteError::new(ErrorCode::Timeout, format!("{osd} is down at epoch {}", self.map.epoch));
+            self.rep_reply(osd, reqid, Err(why), out);
+        }
     }
 
     fn rep_reply(&mut self, from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError>, out: &mut Vec<Action>) {

@@ -258,6 +258,20 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
             }
         }
     });
+    // Peer heartbeats, at their own interval (decision 0062).
+    let beat_tx = tx.clone();
+    let beat_ms = cfg.heartbeat.interval_ms.max(1);
+    let beats = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(beat_ms));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let now_ms = started.elapsed().as_millis() as u64;
+            if beat_tx.send(Event::Heartbeat { now_ms }).await.is_err() {
+                return;
+            }
+        }
+    });
     // Report statistics (also the OSD's heartbeat to the monitors).
     let tick_tx = tx.clone();
     let interval_ms = cfg.stats_interval_ms.max(100);
@@ -313,6 +327,7 @@ pub async fn run(cfg: OsdConfig, shutdown: impl Future<Output = ()> + Send + 'st
     let _ = tokio::time::timeout(Duration::from_millis(500), monc.command(Command::OsdDown { id: cfg.id })).await;
     let _ = stop_tx.send(());
     ticker.abort();
+    beats.abort();
     follow.abort();
     let _ = server.await;
     drop(shared);
@@ -463,7 +478,10 @@ impl Drop for WorkerEnded {
 /// runs. Once it sees a map saying so, it boots again (at most once per `REBOOT_INTERVAL`), which
 /// starts a new interval for its PGs, as a restart would; but only once it reaches its peers
 /// (`reachable`, kept by the worker), or it would be reported and marked down again for as long
-/// as it is cut off from them, each boot stalling its PGs once more.
+/// as it is cut off from them, each boot stalling its PGs once more. An OSD marked down more
+/// than `MAX_MARKDOWNS` times within `MARKDOWN_PERIOD` stays down (as Ceph's
+/// `osd_max_markdown_count`): a link that fails one way only (peers cannot reach it, it reaches
+/// them) would otherwise make it flap for as long as the fault lasts.
 async fn boot_again_when_marked_down(
     monc: MonClient,
     id: OsdId,
@@ -473,29 +491,54 @@ async fn boot_again_when_marked_down(
 ) {
     const REBOOT_INTERVAL: Duration = Duration::from_secs(1);
     const REACHABLE_POLL: Duration = Duration::from_millis(200);
+    const MAX_MARKDOWNS: usize = 5;
+    const MARKDOWN_PERIOD: Duration = Duration::from_secs(600);
     let mut watch = monc.watch();
     let mut last_try: Option<Instant> = None;
-    while watch.changed().await.is_ok() {
+    let mut markdowns: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
+    // Whether the latest map seen said up: a markdown counts once, however many maps show it.
+    let mut was_up = true;
+    // The map as it is now counts too: a markdown that came before this task subscribed would
+    // otherwise go unseen until the next map.
+    loop {
         let marked_down = watch
             .borrow_and_update()
             .as_ref()
             .is_some_and(|m| m.epoch > boot_epoch && m.osds.get(&id).is_some_and(|o| !o.up));
-        if !marked_down {
-            continue;
-        }
-        if let Some(t) = last_try {
-            tokio::time::sleep(REBOOT_INTERVAL.saturating_sub(t.elapsed())).await;
-        }
-        if !reachable.load(Ordering::Relaxed) {
-            tracing::warn!(osd = %id, "marked down and cut off from its peers: booting again once it reaches them");
-            while !reachable.load(Ordering::Relaxed) {
-                tokio::time::sleep(REACHABLE_POLL).await;
+        if marked_down {
+            let now = Instant::now();
+            while markdowns.front().is_some_and(|t| now.duration_since(*t) > MARKDOWN_PERIOD) {
+                markdowns.pop_front();
             }
+            if std::mem::replace(&mut was_up, false) {
+                markdowns.push_back(now);
+            }
+            if markdowns.len() > MAX_MARKDOWNS {
+                tracing::error!(
+                    osd = %id, markdowns = markdowns.len(), period_s = MARKDOWN_PERIOD.as_secs(),
+                    "marked down too often while running: staying down; restart this OSD once its network is sound"
+                );
+                return;
+            }
+            if let Some(t) = last_try {
+                tokio::time::sleep(REBOOT_INTERVAL.saturating_sub(t.elapsed())).await;
+            }
+            if !reachable.load(Ordering::Relaxed) {
+                tracing::warn!(osd = %id, "marked down and cut off from its peers: booting again once it reaches them");
+                while !reachable.load(Ordering::Relaxed) {
+                    tokio::time::sleep(REACHABLE_POLL).await;
+                }
+            }
+            last_try = Some(Instant::now());
+            tracing::warn!(osd = %id, "the monitors marked this OSD down while it runs: booting again");
+            if let Err(e) = monc.command(Command::OsdBoot { id, addr }).await {
+                tracing::warn!(osd = %id, error = %e, "booting again failed; retried with the next map");
+            }
+        } else {
+            was_up = true;
         }
-        last_try = Some(Instant::now());
-        tracing::warn!(osd = %id, "the monitors marked this OSD down while it runs: booting again");
-        if let Err(e) = monc.command(Command::OsdBoot { id, addr }).await {
-            tracing::warn!(osd = %id, error = %e, "booting again failed; retried with the next map");
+        if watch.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -93,7 +93,7 @@ pub fn lane(event: &Event) -> Lane {
         Event::RepReply { .. } => Lane::Foreground(None),
         // An answer, like a replica's: it changes no object (the read ran already).
         Event::ReadDone { .. } => Lane::Foreground(None),
-        Event::Tick { .. } => Lane::Timer,
+        Event::Tick { .. } | Event::Heartbeat { .. } => Lane::Timer,
         // A payload that does not decode is handled (and refused) in order.
         Event::PeerMsg { msg_type, payload, .. } if *msg_type == PgPush::TYPE => {
             // Read in place: names and range only (the core decodes the push in full later).

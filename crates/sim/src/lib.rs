@@ -1206,6 +1206,9 @@ impl Simulation {
                 for i in ids {
                     let now_ms = self.now_us / 1000;
                     self.osd_event(i, Event::Tick { now_ms });
+                    if self.cfg.peer_heartbeats {
+                        self.osd_event(i, Event::Heartbeat { now_ms });
+                    }
                 }
                 if self.cfg.peer_heartbeats {
                     let now_ms = self.now_us / 1000;

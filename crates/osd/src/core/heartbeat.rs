@@ -131,7 +131,8 @@ impl OsdCore {
         peers
     }
 
-    /// At each tick: brings the peer set up to date with the map and pings the peers due.
+    /// At each heartbeat ([`super::Event::Heartbeat`]): brings the peer set up to date with the
+    /// map and pings the peers due.
     pub(super) fn heartbeat_tick(&mut self, out: &mut Vec<Action>) {
         let Some(cfg) = self.heartbeats.cfg else { return };
         let now = self.now_ms;
@@ -174,8 +175,9 @@ impl OsdCore {
         let now = self.now_ms;
         let Some(beat) = self.heartbeats.peers.get_mut(&from) else { return };
         beat.in_flight = false;
-        if result.is_ok() {
-            beat.answered_ms = Some(now);
+        match result {
+            Ok(()) => beat.answered_ms = Some(now),
+            Err(e) => tracing::debug!(peer = %from, error = %e, "ping not answered"),
         }
     }
 
