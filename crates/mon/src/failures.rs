@@ -14,48 +14,50 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shoal_map::{ClusterMap, OsdId};
 
-/// One reporter's latest word on one target.
-#[derive(Debug, Clone, Copy)]
+/// One reporter's latest report naming peers.
+#[derive(Debug, Clone)]
 struct Report {
     /// When the leader received it (its own clock).
     at_ms: u64,
-    /// The reporter's map epoch when it reported: a report from before the target's latest
-    /// boot is about an earlier incarnation.
+    /// The reporter's map epoch when it reported: a report from before a target's latest boot
+    /// is about an earlier incarnation.
     epoch: u64,
+    /// The peers it names, each in the map when the report arrived.
+    targets: Vec<OsdId>,
 }
 
 /// The reports the leader holds (soft state: rebuilt from the next reports after a leadership
-/// change). Bounded by the square of the number of OSDs in the map: one entry per reporter and
-/// target, both in the map.
+/// change). One entry per reporter in the map, each naming at most every other OSD in it.
 #[derive(Debug, Default)]
 pub struct FailureReports {
-    /// Target → reporter → its latest report naming the target.
-    by_target: BTreeMap<OsdId, BTreeMap<OsdId, Report>>,
+    by_reporter: BTreeMap<OsdId, Report>,
 }
 
 impl FailureReports {
     /// Records `reporter`'s latest report, made with its map at `epoch`: it names exactly
-    /// `unreachable` now (reports it made earlier about other targets are withdrawn).
+    /// `unreachable` now (what it named before is withdrawn).
     pub fn record(&mut self, map: &ClusterMap, reporter: OsdId, epoch: u64, unreachable: &[OsdId], now_ms: u64) {
-        for reporters in self.by_target.values_mut() {
-            reporters.remove(&reporter);
+        let targets: Vec<OsdId> =
+            unreachable.iter().copied().filter(|t| *t != reporter && map.osds.contains_key(t)).collect();
+        if targets.is_empty() {
+            self.by_reporter.remove(&reporter);
+        } else {
+            self.by_reporter.insert(reporter, Report { at_ms: now_ms, epoch, targets });
         }
-        for target in unreachable {
-            if *target != reporter && map.osds.contains_key(target) {
-                self.by_target.entry(*target).or_default().insert(reporter, Report { at_ms: now_ms, epoch });
-            }
-        }
-        self.by_target.retain(|_, r| !r.is_empty());
     }
 
     /// Forgets every report (a new leader starts from the next reports).
     pub fn clear(&mut self) {
-        self.by_target.clear();
+        self.by_reporter.clear();
     }
 
-    /// Forgets the reports about `target` (it booted again, or left the map).
+    /// Forgets the reports about `target` (it booted again, or went down) and its own.
     pub fn forget(&mut self, target: OsdId) {
-        self.by_target.remove(&target);
+        self.by_reporter.remove(&target);
+        for report in self.by_reporter.values_mut() {
+            report.targets.retain(|t| *t != target);
+        }
+        self.by_reporter.retain(|_, r| !r.targets.is_empty());
     }
 
     /// The up OSDs to mark down now, in the order to propose them: each named, in reports
@@ -72,20 +74,19 @@ impl FailureReports {
         min_hosts: usize,
     ) -> Vec<OsdId> {
         let up = |o: &OsdId| map.osds.get(o).is_some_and(|i| i.up) && !going_down.contains(o);
-        let mut candidates: Vec<(OsdId, Vec<OsdId>)> = self
-            .by_target
-            .iter()
-            .filter(|(target, _)| up(target))
-            .map(|(target, reporters)| {
-                let up_from = map.osds.get(target).map_or(0, |i| i.up_from);
-                let fresh = reporters
-                    .iter()
-                    .filter(|(r, rep)| up(r) && now_ms.saturating_sub(rep.at_ms) <= window_ms && rep.epoch >= up_from)
-                    .map(|(r, _)| *r)
-                    .collect();
-                (*target, fresh)
-            })
-            .collect();
+        let mut by_target: BTreeMap<OsdId, Vec<OsdId>> = BTreeMap::new();
+        for (reporter, report) in &self.by_reporter {
+            if !up(reporter) || now_ms.saturating_sub(report.at_ms) > window_ms {
+                continue;
+            }
+            for target in &report.targets {
+                let up_from = map.osds.get(target).map_or(u64::MAX, |i| i.up_from);
+                if up(target) && report.epoch >= up_from {
+                    by_target.entry(*target).or_default().push(*reporter);
+                }
+            }
+        }
+        let mut candidates: Vec<(OsdId, Vec<OsdId>)> = by_target.into_iter().collect();
         // Most reported first; ties in id order, so every monitor decides alike.
         candidates.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
         let mut marked: Vec<OsdId> = Vec::new();
