@@ -210,19 +210,12 @@ impl Client {
                     };
                     sent = true;
                     // Each attempt sends the shared data by reference (it stays here for a
-                    // resend) followed by the encoded header. An OSD that stops answering without
-                    // closing the connection (cut off, stopped, its worker stuck) would hold the
-                    // call for ever: it is given up once the map moves the PG to another primary
-                    // (or a new incarnation of this one), and resent there with the same request
-                    // id, so it is still applied once; and at the deadline or the expiry.
-                    let up_from = map.osds.get(&primary).map_or(0, |i| i.up_from);
-                    let call = self.send(&map, primary, OsdOp::TYPE, parts.clone(), encode(&msg, Vec::new()));
+                    // resend) followed by the encoded header. One the map moves elsewhere while
+                    // it waits is resent there with the same request id (applied once).
                     let give_up = expiry.map_or(deadline, |e| e.min(deadline));
-                    let attempt = tokio::select! {
-                        answer = call => Attempt::Answered(answer),
-                        () = self.target_moved(pool_now.id, object, (primary, up_from), map.epoch) => Attempt::Moved,
-                        () = tokio::time::sleep_until(give_up) => Attempt::GaveUp,
-                    };
+                    let payload = encode(&msg, Vec::new());
+                    let attempt =
+                        self.call_primary(&map, loc.pg, primary, (OsdOp::TYPE, parts.clone(), payload), give_up).await;
                     let answer = match attempt {
                         Attempt::Answered(answer) => answer,
                         // The map already says where to resend.
@@ -275,16 +268,39 @@ impl Client {
         }
     }
 
-    /// Resolves once a map newer than `epoch` no longer sends `object` of pool `pool` to
-    /// `primary` as booted at `up_from` (another primary, a new incarnation of it, or none);
-    /// never otherwise. Costs a subscription per call and nothing per map until one is newer
-    /// than `epoch` (placement is computed only then).
-    async fn target_moved(&self, pool: u32, object: &str, (primary, up_from): (OsdId, u64), epoch: u64) {
+    /// Sends a request (`msg_type`, data `parts`, encoded header `payload`) to `primary`, the
+    /// primary of `pg` in `map`, and waits for its answer. An OSD that stops answering without
+    /// closing the connection (cut off, stopped, its worker stuck) would hold the call for ever,
+    /// so the attempt is given up once a newer map sends the PG to another primary or another
+    /// incarnation of this one ([`Attempt::Moved`]: resend where the map now says), or at
+    /// `give_up` ([`Attempt::GaveUp`]). The request may still reach the OSD it was sent to and
+    /// be handled there; callers resend only what is safe to (a write with the same request id).
+    async fn call_primary(
+        &self,
+        map: &ClusterMap,
+        pg: shoal_map::PgId,
+        primary: OsdId,
+        (msg_type, parts, payload): (u16, Vec<Bytes>, Vec<u8>),
+        give_up: tokio::time::Instant,
+    ) -> Attempt {
+        let up_from = map.osds.get(&primary).map_or(0, |i| i.up_from);
+        tokio::select! {
+            answer = self.send(map, primary, msg_type, parts, payload) => Attempt::Answered(answer),
+            () = self.target_moved(pg, (primary, up_from), map.epoch) => Attempt::Moved,
+            () = tokio::time::sleep_until(give_up) => Attempt::GaveUp,
+        }
+    }
+
+    /// Resolves once a map newer than `epoch` no longer names `primary` as booted at `up_from`
+    /// the primary of `pg` (another primary, a new incarnation of it, or none); never otherwise.
+    /// Costs a subscription per call and nothing per map until one is newer than `epoch`
+    /// (placement is computed only then).
+    async fn target_moved(&self, pg: shoal_map::PgId, (primary, up_from): (OsdId, u64), epoch: u64) {
         let mut watch = self.mon.watch();
         loop {
             let moved = watch.borrow_and_update().as_ref().is_some_and(|m| {
                 m.epoch > epoch && {
-                    let now = m.locate(pool, object).ok().and_then(|l| l.osds.first().copied());
+                    let now = m.pg_osds(pg).ok().and_then(|osds| osds.first().copied());
                     now != Some(primary) || m.osds.get(&primary).map(|i| i.up_from) != Some(up_from)
                 }
             });
@@ -370,7 +386,14 @@ impl Client {
                 prefix: prefix.to_string(),
                 with_clones,
             };
-            let frame = self.send(&map, primary, PgList::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
+            let give_up = tokio::time::Instant::now() + Duration::from_millis(self.mon.config().op_timeout_ms);
+            let request = (PgList::TYPE, Vec::new(), encode(&msg, Vec::new()));
+            let frame = match self.call_primary(&map, pg, primary, request, give_up).await {
+                Attempt::Answered(answer) => answer?,
+                // Listing reads only: ask the PG's new primary.
+                Attempt::Moved => continue,
+                Attempt::GaveUp => return Err(ClientError::Timeout(self.mon.config().op_timeout_ms)),
+            };
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok((page, next)) => {
@@ -396,7 +419,13 @@ impl Client {
     pub async fn pg_query(&self, osd: shoal_map::OsdId, pg: shoal_map::PgId) -> Result<PgInfo, ClientError> {
         let map = self.mon.map();
         let msg = PgQuery { epoch: map.epoch, pool: pg.pool, pg: pg.seed };
-        let frame = self.send(&map, osd, PgQuery::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
+        // Any OSD answers, so a map change does not move the question; an OSD that stopped
+        // answering is given up after the operation timeout.
+        let timeout_ms = self.mon.config().op_timeout_ms;
+        let call = self.send(&map, osd, PgQuery::TYPE, Vec::new(), encode(&msg, Vec::new()));
+        let frame = tokio::time::timeout(Duration::from_millis(timeout_ms), call)
+            .await
+            .map_err(|_| ClientError::Timeout(timeout_ms))??;
         let (reply, _): (PgQueryReply, _) = decode_frame(frame)?;
         reply.result.map_err(ClientError::Remote)
     }
@@ -420,7 +449,14 @@ impl Client {
                 return Err(ClientError::NoActing { pool: pg.pool.to_string(), pg: pg.to_string() });
             };
             let msg = PgCommand { epoch: map.epoch, pool: pg.pool, pg: pg.seed, cmd: cmd.clone() };
-            let frame = self.send(&map, primary, PgCommand::TYPE, Vec::new(), encode(&msg, Vec::new())).await?;
+            let give_up = tokio::time::Instant::now() + Duration::from_millis(self.mon.config().op_timeout_ms);
+            let request = (PgCommand::TYPE, Vec::new(), encode(&msg, Vec::new()));
+            let frame = match self.call_primary(&map, pg, primary, request, give_up).await {
+                Attempt::Answered(answer) => answer?,
+                // Counted as an attempt: the PG's new primary is asked next.
+                Attempt::Moved => continue,
+                Attempt::GaveUp => return Err(ClientError::Timeout(self.mon.config().op_timeout_ms)),
+            };
             let (reply, _): (PgCommandReply, _) = decode_frame(frame)?;
             match reply.result {
                 Ok(out) => return Ok(out),
