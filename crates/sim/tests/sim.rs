@@ -960,6 +960,12 @@ fn an_operator_cannot_revert_unfound_objects_while_an_earlier_holder_is_up_but_u
     // went ahead: osd.1 was neither down nor a stray that had made itself known, so nothing said
     // it might hold them, and acknowledged writes were rolled back. Records now name such OSDs as
     // holders, and a revert waits for each holder that is up to answer (decision 0060).
+    //
+    // Since decision 0062 (a primary fails the writes waiting for a replica the map marks down)
+    // the seed's schedule no longer reaches that window, with or without the guard; no seed of
+    // 20,000 in three shapes near it did (`forget_holders` sweeps in the twenty-first session's
+    // note), so this is a regression run only until one is found: the guard's mutation check is
+    // in the note's open items, not here.
     let config = |seed| SimConfig {
         pool_size: 2,
         min_size: 1,
@@ -971,9 +977,6 @@ fn an_operator_cannot_revert_unfound_objects_while_an_earlier_holder_is_up_but_u
         ..SimConfig::nemesis(seed)
     };
     run_seeds(632..=632, config);
-    let mutated = SimConfig { mutations: Mutations { forget_holders: true, ..Mutations::default() }, ..config(632) };
-    let out = Simulation::new(mutated).run(MAX_EVENTS);
-    assert!(!out.violations.is_empty(), "the seed no longer reverts while an earlier holder is unreachable");
 }
 
 #[test]
