@@ -895,7 +895,12 @@ impl OsdCore {
         let given_up = match applied {
             Some(_) if self.mutations.answer_given_up_resends => false,
             Some((version, _)) => match self.given_up_by_revert(pg, version, &op.object) {
-                Ok(given_up) => given_up,
+                Ok(given_up) => {
+                    if given_up {
+                        tracing::info!(%pg, object = %op.object, reqid = ?op.reqid, ?version, "a write an operator's revert gave up is sent again: applying it again");
+                    }
+                    given_up
+                }
                 Err(e) => return out.push(fail(e)),
             },
             None => false,
