@@ -291,6 +291,25 @@ impl Client {
         }
     }
 
+    /// [`Client::call_primary`] for a request with no data, given the operation timeout:
+    /// `Ok(None)` when the map moved the PG while it waited (ask again where it now says).
+    async fn ask_primary(
+        &self,
+        map: &ClusterMap,
+        pg: shoal_map::PgId,
+        primary: OsdId,
+        msg_type: u16,
+        payload: Vec<u8>,
+    ) -> Result<Option<shoal_net::Frame>, ClientError> {
+        let timeout_ms = self.mon.config().op_timeout_ms;
+        let give_up = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        match self.call_primary(map, pg, primary, (msg_type, Vec::new(), payload), give_up).await {
+            Attempt::Answered(answer) => answer.map(Some),
+            Attempt::Moved => Ok(None),
+            Attempt::GaveUp => Err(ClientError::Timeout(timeout_ms)),
+        }
+    }
+
     /// Resolves once a map newer than `epoch` no longer names `primary` as booted at `up_from`
     /// the primary of `pg` (another primary, a new incarnation of it, or none); never otherwise.
     /// Costs a subscription per call and nothing per map until one is newer than `epoch`
@@ -386,13 +405,9 @@ impl Client {
                 prefix: prefix.to_string(),
                 with_clones,
             };
-            let give_up = tokio::time::Instant::now() + Duration::from_millis(self.mon.config().op_timeout_ms);
-            let request = (PgList::TYPE, Vec::new(), encode(&msg, Vec::new()));
-            let frame = match self.call_primary(&map, pg, primary, request, give_up).await {
-                Attempt::Answered(answer) => answer?,
-                // Listing reads only: ask the PG's new primary.
-                Attempt::Moved => continue,
-                Attempt::GaveUp => return Err(ClientError::Timeout(self.mon.config().op_timeout_ms)),
+            // Listing reads only: a PG moved meanwhile is asked at its new primary.
+            let Some(frame) = self.ask_primary(&map, pg, primary, PgList::TYPE, encode(&msg, Vec::new())).await? else {
+                continue;
             };
             let (reply, _): (PgListReply, _) = decode_frame(frame)?;
             match reply.result {
@@ -449,13 +464,10 @@ impl Client {
                 return Err(ClientError::NoActing { pool: pg.pool.to_string(), pg: pg.to_string() });
             };
             let msg = PgCommand { epoch: map.epoch, pool: pg.pool, pg: pg.seed, cmd: cmd.clone() };
-            let give_up = tokio::time::Instant::now() + Duration::from_millis(self.mon.config().op_timeout_ms);
-            let request = (PgCommand::TYPE, Vec::new(), encode(&msg, Vec::new()));
-            let frame = match self.call_primary(&map, pg, primary, request, give_up).await {
-                Attempt::Answered(answer) => answer?,
-                // Counted as an attempt: the PG's new primary is asked next.
-                Attempt::Moved => continue,
-                Attempt::GaveUp => return Err(ClientError::Timeout(self.mon.config().op_timeout_ms)),
+            // A PG moved meanwhile counts as an attempt: its new primary is asked next.
+            let Some(frame) = self.ask_primary(&map, pg, primary, PgCommand::TYPE, encode(&msg, Vec::new())).await?
+            else {
+                continue;
             };
             let (reply, _): (PgCommandReply, _) = decode_frame(frame)?;
             match reply.result {

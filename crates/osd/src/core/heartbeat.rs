@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shoal_map::{OsdId, PgId};
 use shoal_proto::osd::PeerPing;
-use shoal_proto::{ErrorCode, Message, RemoteError, encode};
+use shoal_proto::{Message, RemoteError, encode};
 
 use super::{Action, OsdCore, PeerCall};
 
@@ -69,9 +69,10 @@ pub(super) struct Heartbeats {
     epoch: Option<u64>,
 }
 
-impl Heartbeats {
-    fn silent_for(&self, beat: &Beat, now_ms: u64) -> u64 {
-        now_ms.saturating_sub(beat.answered_ms.unwrap_or(beat.since_ms).max(beat.since_ms))
+impl Beat {
+    /// How long the peer has been silent: since its last answer, or since it became one to ping.
+    fn silent_for(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.answered_ms.map_or(self.since_ms, |t| t.max(self.since_ms)))
     }
 }
 
@@ -104,7 +105,7 @@ impl OsdCore {
     pub(super) fn unreachable_peers(&self) -> Vec<OsdId> {
         let Some(cfg) = self.heartbeats.cfg else { return Vec::new() };
         let hb = &self.heartbeats;
-        hb.peers.iter().filter(|(_, b)| hb.silent_for(b, self.now_ms) >= cfg.grace_ms).map(|(id, _)| *id).collect()
+        hb.peers.iter().filter(|(_, b)| b.silent_for(self.now_ms) >= cfg.grace_ms).map(|(id, _)| *id).collect()
     }
 
     /// The OSDs to ping under the current map: the up members of every PG this OSD is an acting
@@ -190,12 +191,4 @@ impl OsdCore {
             after_sync: false,
         });
     }
-}
-
-/// A ping's answer as the heartbeat sees it: any frame that decodes as an acknowledgement.
-pub(super) fn ping_result(result: Result<shoal_proto::Frame, RemoteError>) -> Result<(), RemoteError> {
-    let frame = result?;
-    shoal_proto::decode_frame::<shoal_proto::osd::PeerAck>(frame)
-        .map_err(|e| RemoteError::new(ErrorCode::Io, format!("bad ping answer: {e}")))
-        .and_then(|(m, _)| m.result)
 }

@@ -1246,7 +1246,10 @@ impl OsdCore {
                 let r = payload::<shoal_proto::osd::PgScrubReply>(result).and_then(|(m, _)| m.result);
                 self.scrub_answered(pg, attempt, from, r, out);
             }
-            PeerCall::Ping => self.pinged(from, super::heartbeat::ping_result(result)),
+            PeerCall::Ping => {
+                let r = payload::<shoal_proto::osd::PeerAck>(result).and_then(|(m, _)| m.result);
+                self.pinged(from, r);
+            }
             PeerCall::ScanVersions { pg, attempt, upto } => {
                 let r = payload::<shoal_proto::osd::PgScanVersionsReply>(result).and_then(|(m, _)| m.result);
                 self.scanned(pg, attempt, from, upto, r, out);

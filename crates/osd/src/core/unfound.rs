@@ -78,7 +78,16 @@ impl OsdCore {
         self.check_every_holder_asked(pg, out)?;
         let mut report = RevertReport::default();
         let coll = pg_collection(pg);
-        for object in self.unfound_objects(pg) {
+        let unfound = self.unfound_objects(pg);
+        // Read once: the reverts below add entries only at new versions, never at a kept
+        // copy's older one.
+        let entries = if unfound.is_empty() {
+            Vec::new()
+        } else {
+            crate::pglog::read_entries(&*self.store, pg).map_err(|e| store_error(&e))?
+        };
+        let log_tail = entries.first().map(|e| e.version);
+        for object in unfound {
             let held = match self.whole_copy_version(&coll, &object) {
                 Ok(held) => held,
                 Err(why) => {
@@ -89,9 +98,7 @@ impl OsdCore {
             // Whether the PG's log names the kept copy's version as a write of this object: a
             // copy at a version the log does not have holds a write its history rolled back
             // (the twenty-first session's note, seed 3050). Reported, not yet acted on.
-            let entries = crate::pglog::read_entries(&*self.store, pg).map_err(|e| store_error(&e))?;
             let in_log = entries.iter().any(|e| e.version == held && e.object == object);
-            let log_tail = entries.first().map(|e| e.version);
             let mut txn = Transaction::new();
             PgMeta::write_recovered(&mut txn, pg, &object);
             self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
