@@ -320,6 +320,10 @@ pub struct Mutations {
     /// Activation records never name holders (decision 0060 undone): an OSD that held objects a
     /// member lacks is not asked for them unless it makes itself known as a stray.
     pub forget_holders: bool,
+    /// An operator's revert keeps a copy holding writes the PG's history rolled back as it keeps
+    /// any older copy (decision 0063 undone): a resend of one of those writes is applied to it a
+    /// second time.
+    pub keep_rolled_back: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -881,7 +885,7 @@ impl OsdCore {
         // A marked resend the log does not know may be older than the log: its request id is
         // then among those of trimmed entries (a few point lookups; new requests skip them).
         let (known, last_update) = match self.log_mut(pg) {
-            Ok(log) => (log.lookup(&op.reqid), log.last_update()),
+            Ok(log) => (log.lookup(&op.reqid).filter(|_| !unfound::is_decision(from)), log.last_update()),
             Err(e) => return out.push(fail(e)),
         };
         let applied = match (known, self.logs.get(&pg)) {

@@ -549,6 +549,43 @@ impl PgLog {
         after
     }
 
+    /// The entries of this log, as stored for PG `pg`, that a replacement by the authoritative
+    /// `entries` past `tail` rolls back (divergent: past the tail, and not in `entries` with the
+    /// same version and request), oldest first, with the common point: the newest version of
+    /// this log that the replacement keeps (its tail if it keeps none). Reads only those entries
+    /// from the store (the log in memory keeps no object names); at most the log's bound.
+    pub fn rolled_back(
+        &self,
+        store: &dyn ObjectStore,
+        pg: PgId,
+        entries: &[shoal_proto::osd::PgLogEntry],
+        tail: Eversion,
+    ) -> Result<(Eversion, Vec<LogEntry>), StoreError> {
+        if !self.created {
+            return Ok((self.tail, Vec::new()));
+        }
+        let keep: std::collections::HashSet<(Eversion, ReqId)> = entries.iter().map(|e| (e.version, e.reqid)).collect();
+        let divergent = |(v, r): &&(Eversion, ReqId)| *v > tail && !keep.contains(&(*v, *r));
+        let common = self.entries.iter().filter(|e| !divergent(e)).map(|(v, _)| *v).max().unwrap_or(self.tail);
+        let coll = log_collection(pg);
+        let mut out = Vec::new();
+        for (version, _) in self.entries.iter().filter(divergent) {
+            let key = version.to_key();
+            let value = store
+                .omap_get(&coll, LOG_OBJECT, &key)?
+                .ok_or_else(|| StoreError::Corrupt(format!("PG {pg}: log entry {version} is in memory, not stored")))?;
+            out.push(LogEntry::decode(&key, &value)?);
+        }
+        // Past the common point only: anything else is a log out of order, which no primary writes.
+        if let Some(e) = out.iter().find(|e| e.version <= common) {
+            return Err(StoreError::Corrupt(format!(
+                "PG {pg}: log entry {} would be rolled back but is not past the common point {common}",
+                e.version
+            )));
+        }
+        Ok((common, out))
+    }
+
     /// Updates the in-memory log after the transaction built by [`write_whole`] or
     /// [`PgLog::write_replacement`] committed; `dups` is what the latter returned
     /// (`DupsAfter::Now` of none after [`write_whole`] on a log without dups objects).
@@ -754,6 +791,15 @@ mod tests {
 
         // The authority: 1..=20, then its own 21..=25 of epoch 5.
         let auth: Vec<PgLogEntry> = (1..=20).map(|i| entry(3, i, 9)).chain((21..=25).map(|i| entry(5, i, 8))).collect();
+        // What replacing the log by it rolls back: the two divergent entries, read with their
+        // objects, past the common point 3'20; the same log, or one trimmed past them, none.
+        let (common, rolled) = log.rolled_back(&store, pg, &auth, Eversion::default()).expect("rolled back");
+        assert_eq!(common, Eversion { epoch: 3, seq: 20 });
+        let named: Vec<(u64, &str)> = rolled.iter().map(|e| (e.version.seq, e.object.as_str())).collect();
+        assert_eq!(named, vec![(21, "o21"), (22, "o22")]);
+        assert!(log.rolled_back(&store, pg, &held, Eversion::default()).expect("same").1.is_empty());
+        let past = Eversion { epoch: 3, seq: 22 };
+        assert!(log.rolled_back(&store, pg, &[], past).expect("trimmed").1.is_empty(), "up to the tail: shared");
         let mut txn = Transaction::new();
         assert_eq!(log.write_replacement(&mut txn, pg, &auth, Eversion::default(), None), DupsAfter::Kept);
         let (removed, added) = txn.ops.iter().fold((0, 0), |(r, a), op| match op {

@@ -1698,6 +1698,69 @@ fn a_write_given_up_by_a_revert_is_applied_again_when_resent_after_its_entry_was
 }
 
 #[test]
+fn a_revert_to_a_copy_holding_a_rolled_back_write_answers_its_resend_as_done() {
+    // Decision 0063 (the simulation's seeds 3050 and 4449): a primary applies an append its
+    // replica never gets (never acknowledged), then goes down; the replica leads alone and writes
+    // on, so at the primary's return its log is the authority's and the append is rolled back
+    // from the primary's log, not from its copy. With the replica's copy damaged, no member holds
+    // the version needed: unfound. The revert keeps the primary's copy, which holds the append
+    // once; the client's resend of it is answered as done, not applied a second time.
+    let mut net = Net::new();
+    let acting = net.acting();
+    let (primary, replica) = (acting[0], acting[1]);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let coll = shoal_osd::exec::pg_collection(pg);
+    let other = net.names_in_pg(pg, 1).remove(0);
+    net.append(1, b"abc").result.expect("acknowledged append");
+    net.drop_rep_to = vec![replica.0];
+    let lost = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+    let never_answered = net.submit(primary.0, lost, b"def", 0);
+    net.drop_rep_to.clear();
+    net.change(Command::OsdDown { id: primary });
+    assert_eq!(net.acting(), vec![replica]);
+    assert!(!net.replies.contains_key(&never_answered), "the append is never acknowledged");
+    write_object(&mut net, 3, &other, b"one").result.expect("a write while the primary is down");
+    assert!(net.engines[&replica.0].inject_bit_rot(&coll, "obj").unwrap(), "the replica's copy to damage");
+    net.restart(primary);
+    for _ in 0..5 {
+        net.tick();
+    }
+    assert_eq!(net.acting()[0], primary, "the primary leads again");
+    assert_eq!(net.content(primary).as_deref(), Some(&b"abcdef"[..]), "its copy still holds the append");
+    let meta = shoal_osd::pgmeta::PgMeta::load(&**net.core(primary).store(), pg).unwrap();
+    let held = meta.held_divergent.get("obj").expect("the rolled-back append is recorded with the missing entry");
+    assert_eq!(held.writes.iter().map(|w| w.reqid).collect::<Vec<_>>(), vec![ReqId { client: 7, tid: 2 }]);
+    let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::ListUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert_eq!(report.objects.iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+
+    let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::RevertUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Reverted(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert_eq!(report.reverted.len(), 1, "{report:?}");
+    for _ in 0..10 {
+        net.tick();
+    }
+    for osd in [primary, replica] {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcdef"[..]), "{osd}: the kept copy everywhere");
+        let log = shoal_osd::pglog::read_entries(&**net.core(osd).store(), pg).unwrap();
+        let last = log.last().expect("a log entry");
+        assert_eq!((last.object.as_str(), last.reqid), ("obj", ReqId { client: 7, tid: 2 }), "{osd}: logged again");
+    }
+    // The resend (twice: a lost answer) is answered as done and changes nothing.
+    for _ in 0..2 {
+        let resend = OsdOp { resend: true, ..client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]) };
+        let rid = net.submit(primary.0, resend, b"def", 0);
+        net.replies.remove(&rid).expect("answered").result.expect("the resend of the rolled-back append");
+        for osd in [primary, replica] {
+            assert_eq!(net.content(osd).as_deref(), Some(&b"abcdef"[..]), "{osd}: applied once");
+        }
+    }
+    net.append(4, b"ghi").result.expect("an append after the revert");
+    assert_eq!(net.content(replica).as_deref(), Some(&b"abcdefghi"[..]));
+}
+
+#[test]
 fn a_revert_leaves_unfound_what_its_primary_holds_no_copy_of() {
     // Both copies rot: the primary holds a copy, but not one that reads back whole, so a revert
     // keeps nothing and says why; the object stays unfound (delete is the operator's call).

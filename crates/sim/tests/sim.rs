@@ -980,6 +980,40 @@ fn an_operator_cannot_revert_unfound_objects_while_an_earlier_holder_is_up_but_u
 }
 
 #[test]
+fn a_revert_to_a_copy_holding_rolled_back_writes_applies_none_of_them_twice() {
+    // Seeds 3050 and 4449 (two copies, min_size 1, six clients of 200 writes, early replacement,
+    // operator reverts; twenty-first session): the primary's append to c5-o3 at 22'43 failed on
+    // its replica, whose copy was damaged; peering rolled the write back (the authority's log
+    // did not have it) but the primary's copy still held it, and with the replica's copy bad the
+    // object was unfound. The operator's revert kept that copy, and the client's resend of the
+    // append, which no log named any more, was applied a second time: the object read 48 bytes
+    // longer than its last acknowledged write. An OSD now records the writes its copy holds when
+    // its log rolls them back, and a revert logs each again under its request id, so the resend
+    // is answered as done (decision 0063). Undone (`keep_rolled_back`), the seeds fail again.
+    let config = |seed| SimConfig {
+        pool_size: 2,
+        min_size: 1,
+        clients: 6,
+        writes_per_client: 200,
+        early_replacement: true,
+        revert_unfound: true,
+        ..SimConfig::nemesis(seed)
+    };
+    for seed in [3050, 4449] {
+        let outs = run_seeds(seed..=seed, config);
+        assert!(outs[0].reverts_asked > 0, "seed {seed}: the operator was never asked to decide");
+        let mutated =
+            SimConfig { mutations: Mutations { keep_rolled_back: true, ..Mutations::default() }, ..config(seed) };
+        let out = Simulation::new(mutated).run(MAX_EVENTS);
+        assert!(
+            out.violations.iter().any(|v| v.contains("not its last acknowledged write")),
+            "seed {seed} no longer keeps a copy holding a rolled-back write: {:?}",
+            out.violations
+        );
+    }
+}
+
+#[test]
 fn a_member_caught_up_from_a_trimmed_log_still_knows_the_requests_it_applied() {
     // Seed 130488 `--snaps --short-logs 2` (130584 and 130693 too): a removal applied before a
     // member's log was replaced by an authority's that had trimmed past it; the replacement

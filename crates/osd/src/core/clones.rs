@@ -108,7 +108,7 @@ impl OsdCore {
             return false;
         }
         if let Some(meta) = self.metas.get_mut(&pg) {
-            meta.missing.remove(head);
+            meta.recovered(head);
         }
         let me = self.id;
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {

@@ -812,7 +812,7 @@ impl OsdCore {
         p.phase_ticks = 0;
         let attempt = p.attempt;
         // The primary activates itself like any member.
-        let own = PgMeta { les: epoch, backfill: None, missing: own_missing };
+        let own = PgMeta { les: epoch, backfill: None, missing: own_missing, ..PgMeta::default() };
         if let Err(e) = self.activate_local(pg, (&auth_log, auth_tail), &own, &own_remove, None) {
             tracing::error!(%pg, error = %e, "activating the primary's own copy failed; peering retried");
             return;
@@ -825,7 +825,9 @@ impl OsdCore {
     /// Replaces this OSD's log and peering record for `pg` and removes the objects of `remove`
     /// (with their snapshot clones), in one transaction, durable once the driver syncs (the
     /// answer to the primary waits for that sync). With `dups` (a member being backfilled), its
-    /// dups objects become those.
+    /// dups objects become those. The record also names, for each missing object whose copy here
+    /// holds writes this replacement rolls back, those writes (decision 0063); such records of
+    /// objects still missing carry over from the record replaced.
     pub(super) fn activate_local(
         &mut self,
         pg: PgId,
@@ -852,6 +854,7 @@ impl OsdCore {
             crate::copy::remove_whole(&mut txn, &*self.store, &data_coll, &objects)?;
             tracing::info!(%pg, objects = ?remove, "removing objects the PG's history never wrote (rolled back)");
         }
+        let meta = &self.with_rolled_back(pg, (log, tail), meta)?;
         // Only what differs from the log this member holds (loaded from the store if need be).
         let kept_dups = self.log_mut(pg)?.write_replacement(&mut txn, pg, log, tail, dups);
         meta.write_whole(&mut txn, pg);
@@ -861,6 +864,42 @@ impl OsdCore {
         self.logs.entry(pg).or_insert_with(|| crate::pglog::PgLog::empty(bounds)).replaced(log, tail, kept_dups);
         self.metas.insert(pg, meta.clone());
         Ok(())
+    }
+
+    /// `meta` with the writes each of its missing objects' copies here holds that replacing this
+    /// OSD's log for `pg` by the authoritative `log` rolls back (what an operator's revert needs
+    /// to keep such a copy: decision 0063), and the records of objects still missing that this
+    /// OSD's current record has.
+    fn with_rolled_back(
+        &mut self,
+        pg: PgId,
+        (log, tail): (&[PgLogEntry], shoal_proto::osd::Eversion),
+        meta: &PgMeta,
+    ) -> Result<PgMeta, RemoteError> {
+        let mut meta = meta.clone();
+        if let Some(old) = self.metas.get(&pg) {
+            for (object, held) in &old.held_divergent {
+                if meta.missing.contains_key(object) {
+                    meta.held_divergent.insert(object.clone(), held.clone());
+                }
+            }
+        }
+        self.log_mut(pg)?;
+        let rolled = match self.logs.get(&pg) {
+            Some(own) => own.rolled_back(&*self.store, pg, log, tail).map_err(|e| crate::exec::store_error(&e))?,
+            None => (shoal_proto::osd::Eversion::default(), Vec::new()),
+        };
+        let (common, rolled) = rolled;
+        let mut by_object: BTreeMap<String, Vec<crate::pgmeta::DivergentWrite>> = BTreeMap::new();
+        for e in rolled.into_iter().filter(|e| meta.missing.contains_key(&e.object)) {
+            let write = crate::pgmeta::DivergentWrite { version: e.version, reqid: e.reqid, op_count: e.op_count };
+            by_object.entry(e.object).or_default().push(write);
+        }
+        for (object, writes) in by_object {
+            tracing::info!(%pg, object, %common, writes = writes.len(), "this OSD's copy holds writes the PG's history rolls back: recorded");
+            meta.record_divergent(&object, common, writes);
+        }
+        Ok(meta)
     }
 
     /// A member's answer to an activation.
@@ -1099,6 +1138,7 @@ impl OsdCore {
             les: a.activated_at,
             backfill: a.backfill.then(|| a.backfill_after.clone()),
             missing: a.missing.into_iter().collect(),
+            ..PgMeta::default()
         };
         let remove: BTreeSet<String> = a.remove.into_iter().collect();
         if keeps_objects && !a.dups.is_empty() {

@@ -1229,7 +1229,7 @@ impl OsdCore {
         self.collections.insert(lcoll);
         let meta = self.meta_mut(pg)?;
         for c in &copies {
-            meta.missing.remove(&c.name);
+            meta.recovered(&c.name);
         }
         if let Some(range) = backfill {
             meta.backfill = range.upto;
@@ -1515,7 +1515,7 @@ impl OsdCore {
         self.collections.insert(lcoll);
         let meta = self.meta_mut(pg)?;
         for name in &recovered {
-            meta.missing.remove(name);
+            meta.recovered(name);
         }
         if part.last && backfill.is_some() {
             meta.backfill = Some(copy.name.clone());
@@ -1561,7 +1561,7 @@ impl OsdCore {
                 if self.store.exists(&lcoll, crate::pglog::LOG_OBJECT).unwrap_or(true) {
                     txn.remove(&lcoll, crate::pglog::LOG_OBJECT);
                 }
-                PgMeta { les: 0, backfill: Some(String::new()), missing: Default::default() }.write_whole(&mut txn, pg);
+                PgMeta { les: 0, backfill: Some(String::new()), ..PgMeta::default() }.write_whole(&mut txn, pg);
                 if let Err(e) = self.store.commit(txn, Durability::Batch) {
                     tracing::error!(%pg, error = %e, "marking a stray copy for removal failed; kept");
                     return;

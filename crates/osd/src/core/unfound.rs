@@ -22,11 +22,20 @@ use crate::pgmeta::PgMeta;
 /// client ids are random, and one of these two values comes up once in 2^63 clients).
 const LOST_CLIENT: u64 = u64::MAX - 1;
 /// The client id of the writes that revert an unfound object; their request's `tid` is the
-/// sequence of the copy kept (the version's `seq`, unique in a PG's history), so that a later
-/// resend of a write given up can be told from one the kept copy holds.
+/// sequence of the newest write of the PG's history the kept copy holds (its own version's,
+/// or for a copy holding writes the history rolled back, that of the common point before them),
+/// so that a later resend of a write given up can be told from one the kept copy holds. Two
+/// reverts may share a request id: decisions skip the check for resends (see [`is_decision`]).
 const REVERT_CLIENT: u64 = u64::MAX - 2;
 /// Where the answers to those writes go: nowhere (no connection has this token).
 const NOBODY: Token = u64::MAX;
+
+/// Whether a write from `from` is an operator's decision logged by this primary (never a resend:
+/// it is issued once, so it is applied even when its request id is already in the log — a
+/// revert's id may repeat, and a rolled-back write logged again may be there already).
+pub(super) fn is_decision(from: Token) -> bool {
+    from == NOBODY
+}
 /// Bytes of an object's data read at once while checking that a copy reads back whole.
 const CHECK_READ_BYTES: u64 = 4 << 20;
 
@@ -56,7 +65,7 @@ impl OsdCore {
             self.lost_removals = self.lost_removals.wrapping_add(1);
             // Whatever the members hold (a stale copy, nothing): created if absent, then removed.
             let ops = vec![ObjOp::Create { exclusive: false }, ObjOp::Remove];
-            if !self.log_decision(pg, object, reqid, ops, out)? {
+            if !self.log_decisions(pg, object, vec![(reqid, ops)], out)? {
                 break;
             }
         }
@@ -74,6 +83,13 @@ impl OsdCore {
     ///
     /// A resend of a write that was given up is applied again, on the kept copy (see
     /// [`OsdCore::given_up_by_revert`]).
+    ///
+    /// A copy at a version the PG's log does not name, though the log reaches back that far,
+    /// holds writes the history rolled back (decision 0063): their clients were never answered
+    /// and resend them. It is kept only if this OSD recorded those writes when its log rolled
+    /// them back; then each is logged again after the revert, under its own request id, with
+    /// writes that change nothing, so that a resend is answered as done (the copy holds it)
+    /// instead of applied a second time. Without a record it stays unfound, with the reason.
     pub(super) fn revert_unfound(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<RevertReport, RemoteError> {
         self.check_every_holder_asked(pg, out)?;
         let mut report = RevertReport::default();
@@ -95,21 +111,62 @@ impl OsdCore {
                     continue;
                 }
             };
-            // Whether the PG's log names the kept copy's version as a write of this object: a
-            // copy at a version the log does not have holds a write its history rolled back
-            // (the twenty-first session's note, seed 3050). Reported, not yet acted on.
-            let in_log = entries.iter().any(|e| e.version == held && e.object == object);
+            let decisions = match self.revert_decisions(pg, &object, held, &entries, log_tail) {
+                Ok(decisions) => decisions,
+                Err(why) => {
+                    report.unfound.push((object, why));
+                    continue;
+                }
+            };
             let mut txn = Transaction::new();
             PgMeta::write_recovered(&mut txn, pg, &object);
             self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
-            tracing::warn!(%pg, object, version = %held, in_log, ?log_tail, "unfound object reverted by an operator to the copy its primary holds");
-            let reqid = ReqId { client: REVERT_CLIENT, tid: held.seq };
-            if !self.log_decision(pg, &object, reqid, vec![ObjOp::Create { exclusive: false }], out)? {
+            tracing::warn!(%pg, object, version = %held, rolled_back_writes = decisions.len() - 1, "unfound object reverted by an operator to the copy its primary holds");
+            if !self.log_decisions(pg, &object, decisions, out)? {
                 break;
             }
             report.reverted.push((object, held));
         }
         Ok(report)
+    }
+
+    /// The writes that record the revert of `object` to this OSD's copy at version `held`, in
+    /// order (see [`OsdCore::revert_unfound`]; `entries`: the PG's log, `log_tail`: its oldest
+    /// entry's version): the revert itself, then for a copy holding writes the PG's history rolled
+    /// back, each of those writes again. Or why the copy cannot be kept.
+    fn revert_decisions(
+        &self,
+        pg: PgId,
+        object: &str,
+        held: Eversion,
+        entries: &[crate::pglog::LogEntry],
+        log_tail: Option<Eversion>,
+    ) -> Result<Vec<(ReqId, Vec<ObjOp>)>, String> {
+        let create = ObjOp::Create { exclusive: false };
+        let in_log = entries.iter().any(|e| e.version == held && e.object == object);
+        // A copy older than the log's oldest entry is taken as history (the log no longer shows
+        // which writes it held; a rolled-back one that old would have to outlive a whole log).
+        let below_log = log_tail.is_none_or(|oldest| held < oldest);
+        if in_log || below_log || self.mutations.keep_rolled_back {
+            return Ok(vec![(ReqId { client: REVERT_CLIENT, tid: held.seq }, vec![create])]);
+        }
+        let meta = self.metas.get(&pg);
+        let Some(copy) =
+            meta.and_then(|m| m.held_divergent.get(object)).filter(|c| c.writes.iter().any(|w| w.version == held))
+        else {
+            let need = meta.and_then(|m| m.missing.get(object)).copied().unwrap_or_default();
+            return Err(format!(
+                "{}'s copy is at version {held}, a write the PG's history rolled back, and which such writes it holds is                  not recorded: keeping it could apply a client's resend of one twice (delete it, or bring back an OSD                  that holds version {need})",
+                self.id
+            ));
+        };
+        let mut decisions = vec![(ReqId { client: REVERT_CLIENT, tid: copy.common.seq }, vec![create.clone()])];
+        for w in copy.writes.iter().filter(|w| w.version <= held) {
+            // As many operations as the write had (bounded when recorded): its resend is
+            // answered with one result per operation.
+            decisions.push((w.reqid, vec![create.clone(); w.op_count as usize]));
+        }
+        Ok(decisions)
     }
 
     /// Refuses an operator's decision on `pg`'s unfound objects while an OSD that may hold them
@@ -228,18 +285,17 @@ impl OsdCore {
     }
 
     /// Records an operator's decision on unfound `object` of `pg`: it is no longer missing here
-    /// nor unfound, and `ops` go through the PG's replicated write path as request `reqid`,
-    /// ahead of every operation waiting for it. Returns `false` if this OSD no longer leads the
-    /// PG.
-    fn log_decision(
+    /// nor unfound, and each of `writes` (request id, operations) goes through the PG's
+    /// replicated write path, in order, ahead of every operation waiting for it. Returns `false`
+    /// if this OSD no longer leads the PG.
+    fn log_decisions(
         &mut self,
         pg: PgId,
         object: &str,
-        reqid: ReqId,
-        ops: Vec<ObjOp>,
+        writes: Vec<(ReqId, Vec<ObjOp>)>,
         out: &mut Vec<Action>,
     ) -> Result<bool, RemoteError> {
-        self.meta_mut(pg)?.missing.remove(object);
+        self.meta_mut(pg)?.recovered(object);
         let epoch = self.map.epoch;
         let now_ms = self.now_ms;
         let me = self.id;
@@ -248,27 +304,30 @@ impl OsdCore {
         if let Some(lacks) = p.sources.get_mut(&me) {
             lacks.remove(object);
         }
-        let op = OsdOp {
-            reqid,
-            epoch,
-            pool: pg.pool,
-            pg: pg.seed,
-            object: object.to_string(),
-            ops,
-            expires_in_ms: None,
-            resend: false,
-            frees_space: false,
-        };
-        let event = Event::ClientOp {
-            from: NOBODY,
-            request_id: 0,
-            op,
-            data: bytes::Bytes::new(),
-            data_crc: None,
-            arrived_ms: now_ms,
-        };
-        p.blocked.entry(object.to_string()).or_default().insert(0, event);
-        p.blocked_ops += 1;
+        let waiting = p.blocked.entry(object.to_string()).or_default();
+        for (at, (reqid, ops)) in writes.into_iter().enumerate() {
+            let op = OsdOp {
+                reqid,
+                epoch,
+                pool: pg.pool,
+                pg: pg.seed,
+                object: object.to_string(),
+                ops,
+                expires_in_ms: None,
+                resend: false,
+                frees_space: false,
+            };
+            let event = Event::ClientOp {
+                from: NOBODY,
+                request_id: 0,
+                op,
+                data: bytes::Bytes::new(),
+                data_crc: None,
+                arrived_ms: now_ms,
+            };
+            waiting.insert(at, event);
+            p.blocked_ops += 1;
+        }
         self.unblock(pg, object, out);
         Ok(true)
     }
