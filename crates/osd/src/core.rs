@@ -324,6 +324,9 @@ pub struct Mutations {
     /// any older copy (decision 0063 undone): a resend of one of those writes is applied to it a
     /// second time.
     pub keep_rolled_back: bool,
+    /// A primary lacking a head with no member holding it whole never pulls it from a member
+    /// that lacks it only for damage to clones the primary holds (decision 0064 undone).
+    pub no_pull_around_damage: bool,
 }
 
 /// One OSD's state. See the module docs.

@@ -1224,6 +1224,58 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
     assert_eq!(pg_objects(&net, acting[0]), pg_objects(&net, acting[1]), "the trimmed clone is gone everywhere");
 }
 
+#[test]
+fn a_head_is_pulled_around_a_members_damaged_clone_that_the_primary_holds() {
+    // Decision 0064 (the simulation's seed 9704): the replica leads alone and writes the head on
+    // while its copy of clone 1 rots; the primary comes back with clone 1 whole under an older
+    // head. No member holds the head whole, but every byte of it exists: the primary pulls the
+    // replica's head, leaving clone 1 out, and then pushes the whole object back. Undone
+    // (`no_pull_around_damage`), the object stays unfound.
+    for undone in [false, true] {
+        let mut net = Net::new();
+        let acting = net.acting();
+        let (primary, replica) = (acting[0], acting[1]);
+        let pool = net.map.pool_by_name("p").unwrap().id;
+        let pg = net.map.locate(pool, "obj").unwrap().pg;
+        let coll = shoal_osd::exec::pg_collection(pg);
+        let put = |n: usize| ObjOp::WriteFull { len_bytes: n as u64 };
+        net.request(1, vec![ctx(0, &[]), put(3)], b"old").result.unwrap();
+        net.request(2, vec![ctx(1, &[1]), put(3)], b"new").result.unwrap();
+        net.change(Command::OsdDown { id: primary });
+        assert_eq!(net.acting(), vec![replica]);
+        net.request(3, vec![ctx(1, &[1]), put(3)], b"nw3").result.expect("a write while the primary is down");
+        let clone1 = shoal_osd::snaps::clone_name("obj", 1);
+        assert!(net.engines[&replica.0].inject_bit_rot(&coll, &clone1).unwrap(), "clone 1 to damage");
+        let op = client_op(&net.map, 4, vec![ObjOp::ReadSnap { snap: 1 }, ObjOp::Read { offset: 0, len_bytes: 3 }]);
+        let waiting = net.submit(replica.0, op, &[], 0);
+        assert!(!net.replies.contains_key(&waiting), "the read of the damaged clone waits for a copy");
+
+        let store = net.core(primary).store().clone();
+        let mut core = net.new_core(primary, store);
+        core.set_mutations(shoal_osd::core::Mutations { no_pull_around_damage: undone, ..Default::default() });
+        net.cores.insert(primary.0, core);
+        let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+        net.change(Command::OsdBoot { id: primary, addr });
+        for _ in 0..5 {
+            net.tick();
+        }
+        assert_eq!(net.acting()[0], primary);
+        let unfound = net.core(primary).pg_states().iter().any(|(s, _)| s.contains("unfound"));
+        if undone {
+            assert!(unfound, "without the pull around damage the head is unfound");
+            continue;
+        }
+        assert!(!unfound, "{:?}", net.core(primary).pg_states());
+        for osd in [primary, replica] {
+            let objects = pg_objects(&net, osd);
+            let get = |name: &str| objects.iter().find(|(n, _)| n == name).map(|(_, d)| d.as_slice());
+            assert_eq!((get("obj"), get(&clone1)), (Some(&b"nw3"[..]), Some(&b"old"[..])), "{osd}: whole");
+        }
+        assert_eq!(read_at(&mut net, 5, Some(1)).as_deref(), Ok(&b"old"[..]));
+        assert_eq!(read_at(&mut net, 6, None).as_deref(), Ok(&b"nw3"[..]));
+    }
+}
+
 /// A request held on the OSD (here: waiting for the map its client already has) is executed
 /// when its turn comes only if it has not outlived its expiry; past it, it is refused and
 /// changes nothing, so its sender knows it can never take effect later. A write applied

@@ -1014,6 +1014,33 @@ fn a_revert_to_a_copy_holding_rolled_back_writes_applies_none_of_them_twice() {
 }
 
 #[test]
+fn a_head_missing_for_a_damaged_clone_is_pulled_around_it_from_the_primary_that_wrote_it_last() {
+    // Seed 9704 (the shape above, with snapshots): osd.0 led PG 1.1 alone and wrote c2-o0 on
+    // (seven acknowledged writes) while its copy of the head's clone 1 rotted; osd.4, back as
+    // primary, held clone 1 whole under a head 40 writes older. Neither held the object whole,
+    // so it was unfound, and the operator's revert kept osd.4's old head: the acknowledged
+    // writes were gone, and reads at snapshot 6 saw old data. The primary now pulls osd.0's head
+    // leaving out the clones it holds (decision 0064); undone (`no_pull_around_damage`), the seed
+    // fails again.
+    let config = |seed| SimConfig {
+        pool_size: 2,
+        min_size: 1,
+        clients: 6,
+        writes_per_client: 200,
+        snaps: true,
+        early_replacement: true,
+        revert_unfound: true,
+        ..SimConfig::nemesis(seed)
+    };
+    let outs = run_seeds(9704..=9704, config);
+    assert!(outs[0].snap_reads_verified > 0);
+    let mutated =
+        SimConfig { mutations: Mutations { no_pull_around_damage: true, ..Mutations::default() }, ..config(9704) };
+    let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(!out.violations.is_empty(), "seed 9704 no longer needs the pull around damage");
+}
+
+#[test]
 fn a_member_caught_up_from_a_trimmed_log_still_knows_the_requests_it_applied() {
     // Seed 130488 `--snaps --short-logs 2` (130584 and 130693 too): a removal applied before a
     // member's log was replaced by an authority's that had trimmed past it; the replacement

@@ -91,6 +91,48 @@ impl OsdCore {
         true
     }
 
+    /// For head `head`, missing here with no member holding it whole and no clone-by-clone
+    /// repair possible (this OSD's head is older than the version needed): pulls it from an
+    /// acting member that records it missing too, in case that member's copy is missing only
+    /// for damage to clones this OSD holds whole (decision 0064). The pull leaves out those
+    /// clones (`PgPull::kept`); the member answers only if its head is at the version its own
+    /// record needs and everything else reads back whole, and the copy is taken only at the
+    /// version this OSD needs. Each member is asked once per head and attempt. Returns whether
+    /// a pull went out; `false` leaves the head unfound.
+    ///
+    /// The simulation's seed 9704 (`--snaps`): the member that led the PG wrote a head on alone
+    /// while its copy of the head's oldest clone rotted; the new primary held that clone whole
+    /// under an older head. Every byte of the newest version existed, split over two members.
+    pub(super) fn pull_around_damaged_clones(&mut self, pg: PgId, head: &str, out: &mut Vec<Action>) -> bool {
+        if snaps::is_companion(head) || self.mutations.no_pull_around_damage {
+            return false;
+        }
+        let need = self.metas.get(&pg).and_then(|m| m.missing.get(head).copied());
+        let Some(need) = need.filter(|v| *v != Eversion::default()) else { return false };
+        if self.clones_held_whole(pg, head).is_empty() {
+            return false;
+        }
+        let me = self.id;
+        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return false };
+        let missed = p.around_damage_misses.get(head);
+        let lacking = |o: &OsdId| p.sources.get(o).is_some_and(|lacks| lacks.contains(head));
+        let source = p
+            .acting
+            .iter()
+            .copied()
+            .find(|o| *o != me && up(o) && lacking(o) && !missed.is_some_and(|m| m.contains(o)));
+        let Some(source) = source else { return false };
+        tracing::info!(%pg, head, %source, %need, "no member holds the head whole: pulling it around the clones held here");
+        // Found, unless the member cannot send it (then unfound again, by `recover_object`).
+        p.unfound.remove(head);
+        p.recovering.insert(head.to_string(), BTreeSet::from([source]));
+        p.around_damage.insert(head.to_string(), need);
+        let attempt = p.attempt;
+        self.send_pull(pg, attempt, source, head, None, out);
+        true
+    }
+
     /// The version a pulled clone must carry to replace this OSD's copy: the one stored with
     /// the local copy (its metadata outlives damage to its data). `None` for heads, which are
     /// pulled at the version their missing record names.

@@ -215,6 +215,12 @@ pub(crate) struct Primary {
     /// provide them at their version this attempt (`OsdCore::repair_clones_alone` asks each
     /// such OSD once; at most a PG's members and strays per clone).
     pub clone_misses: BTreeMap<String, BTreeSet<OsdId>>,
+    /// Heads this primary is pulling from a member that lacks them too, perhaps only for damage
+    /// to clones this primary holds whole (`OsdCore::pull_around_damaged_clones`), with the
+    /// version the pulled head must carry; and the members that failed to provide one this
+    /// attempt (each asked once per head; at most a PG's members per head).
+    pub around_damage: BTreeMap<String, Eversion>,
+    pub around_damage_misses: BTreeMap<String, BTreeSet<OsdId>>,
     /// Backfill targets whose next chunk waits for the writes of an object on their way to the
     /// members (`OsdCore::send_backfill_chunk`): sent again when the last of them is answered.
     /// At most one object per target.
@@ -270,6 +276,8 @@ impl Primary {
             recovery_only: false,
             versions_asked: None,
             clone_misses: BTreeMap::new(),
+            around_damage: BTreeMap::new(),
+            around_damage_misses: BTreeMap::new(),
             backfill_waits: BTreeMap::new(),
         }
     }

@@ -145,7 +145,7 @@ impl OsdCore {
             let source = from_sources.or_else(holder).map(|(o, _)| *o);
             let Some(source) = source else {
                 // A copy missing only for damage to its clones is repaired clone by clone.
-                if self.repair_clones_alone(pg, object, out) {
+                if self.repair_clones_alone(pg, object, out) || self.pull_around_damaged_clones(pg, object, out) {
                     return;
                 }
                 if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg)
@@ -915,8 +915,14 @@ impl OsdCore {
         let clone_version = self.clone_version_needed(pg, &object);
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
-        let matches =
-            |c: &ObjectCopy| c.name == object && clone_version.is_none_or(|want| c.exists && want == Some(c.version));
+        // A head pulled around a member's damaged clones must be at the version needed (the
+        // member's own record is all that said it might be).
+        let around = p.around_damage.remove(&object);
+        let matches = |c: &ObjectCopy| {
+            c.name == object
+                && clone_version.is_none_or(|want| c.exists && want == Some(c.version))
+                && around.is_none_or(|need| c.exists && c.version == need)
+        };
         let pulled = match result {
             Ok(v) if v.copies.first().is_some_and(matches) => v,
             Err(e) if e.code == ErrorCode::TooLarge => {
@@ -942,6 +948,9 @@ impl OsdCore {
                 }
                 if clone_version.is_some() {
                     p.clone_misses.entry(object.clone()).or_default().insert(from);
+                }
+                if around.is_some() {
+                    p.around_damage_misses.entry(object.clone()).or_default().insert(from);
                 }
                 let error = other.err().map_or_else(|| "a copy of another object".to_string(), |e| e.to_string());
                 tracing::info!(%pg, object, source = %from, %error, "pull failed; trying another source");
@@ -1013,7 +1022,7 @@ impl OsdCore {
     /// damaged can still send the head (the copy it could not read is then repaired by scrub).
     /// Empty for a companion pulled alone. Reading each clone back costs a local read per clone
     /// instead of a transfer of it.
-    fn clones_held_whole(&self, pg: PgId, object: &str) -> KeptClones {
+    pub(super) fn clones_held_whole(&self, pg: PgId, object: &str) -> KeptClones {
         if snaps::is_companion(object) || self.mutations.recover_heads_only {
             return Vec::new();
         }
@@ -1283,6 +1292,10 @@ impl OsdCore {
         let cursor = if held { self.meta_mut(pg).ok().and_then(|m| m.backfill.clone()) } else { None };
         let split = cursor.as_deref().is_some_and(|c| crate::snaps::cursor_splits(c, &pull.object))
             && clones_may_be_past_cursor(&*self.store, &pg_collection(pg), &pull.object);
+        // A head missing here only for damage may still be sent around it (decision 0064).
+        let around = held && may_send_around_damage(&pull) && !self.mutations.no_pull_around_damage;
+        let head_version =
+            around.then(|| crate::objver::stored(&*self.store, &pg_collection(pg), &pull.object)).flatten();
         let result = match self.meta_mut(pg) {
             _ if !held => Err(RemoteError::new(ErrorCode::NotFound, format!("{} does not hold PG {pg}", self.id))),
             _ if unactivated => Err(not_there_yet(format!("{} is not an activated member of PG {pg}", self.id))),
@@ -1291,7 +1304,11 @@ impl OsdCore {
                 ErrorCode::NotFound,
                 format!("{}'s backfill of PG {pg} has not passed all clones of {} yet", self.id, pull.object),
             )),
-            Ok(meta) if !meta.has(&pull.object) && !vouched_past_cursor(meta, &pull) => {
+            Ok(meta)
+                if !meta.has(&pull.object)
+                    && !vouched_past_cursor(meta, &pull)
+                    && !missing_only_for_damage(meta, &pull.object, head_version) =>
+            {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }
             Ok(_) => match &pull.part {
@@ -1701,6 +1718,24 @@ impl OsdCore {
 
 /// Whether `pull` is vouched for by the primary and only this member's backfill cursor (not a
 /// recorded missing object) stands in its way.
+/// Whether `pull` may be answered although this member records its object missing, if the record
+/// is for damage only (decision 0064): a whole head (not a part; a part pull never leaves clones
+/// out) for a puller that holds clones whole, whose left-out clones may be the damaged ones here.
+fn may_send_around_damage(pull: &PgPull) -> bool {
+    pull.part.is_none() && !pull.kept.is_empty() && !crate::snaps::is_companion(&pull.object)
+}
+
+/// Whether `object`, recorded missing here, is so only because a copy here was found damaged
+/// (`OsdCore::mark_own_missing` records the version stored with the copy as the one needed, so
+/// the head here is at it; a member lacking writes needs a newer version than the one it stores),
+/// and not past a backfill cursor. The copy is sent only if every part of it the pull does not
+/// leave out reads back whole: the damaged clones must be among those the puller holds.
+fn missing_only_for_damage(meta: &PgMeta, object: &str, head_version: Option<Eversion>) -> bool {
+    let recorded = meta.missing.get(object).copied();
+    let within_cursor = meta.backfill.as_deref().is_none_or(|c| object <= c);
+    within_cursor && recorded.is_some_and(|need| need != Eversion::default() && Some(need) == head_version)
+}
+
 fn vouched_past_cursor(meta: &PgMeta, pull: &PgPull) -> bool {
     pull.vouched && meta.backfill.is_some() && !meta.missing.contains_key(&pull.object)
 }
