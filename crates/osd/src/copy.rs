@@ -267,7 +267,23 @@ pub fn read_copies(
 /// Clones a copy leaves out, by name, at the versions both sides hold them.
 pub type KeptClones = Vec<(String, Eversion)>;
 
-/// [`read_copies`] for a pull whose primary holds clones `kept` at those versions: each
+/// Checks that object `name` of `coll` reads back whole here (every checksum holds), a piece of
+/// at most 4 MiB at a time so that nothing the size of the object is held in memory.
+pub fn check_reads_whole(store: &dyn ObjectStore, coll: &str, name: &str) -> Result<(), StoreError> {
+    const PIECE_BYTES: u64 = 4 << 20;
+    let size = store.stat(coll, name)?.size_bytes;
+    let mut at = 0;
+    // Bounded by the object's size, a piece at a time.
+    while at < size {
+        let len = PIECE_BYTES.min(size - at);
+        store.read(coll, name, at, len)?;
+        at += len;
+    }
+    Ok(())
+}
+
+/// [`read_copies`] for a pull whose primary holds (or a recovery push whose
+/// targets hold) clones `kept` at those versions: each
 /// companion held here at the same version is left out (not even read: a copy here with a
 /// damaged block does not stand in the way of one the primary holds whole) and returned in the
 /// second list instead.

@@ -327,6 +327,8 @@ pub struct Mutations {
     /// A primary lacking a head with no member holding it whole never pulls it from a member
     /// that lacks it only for damage to clones the primary holds (decision 0064 undone).
     pub no_pull_around_damage: bool,
+    /// Recovery pushes carry every clone of the head, as before decision 0065.
+    pub push_every_clone: bool,
 }
 
 /// One OSD's state. See the module docs.

@@ -1225,6 +1225,53 @@ fn clones_move_with_their_head_in_recovery_and_trimmed_ones_go() {
 }
 
 #[test]
+fn a_recovery_push_leaves_out_the_clones_its_target_holds_and_repairs_a_damaged_one() {
+    // Decision 0065: a replica away while a head was written after a new snapshot is pushed the
+    // head and the clone that write made, not the clones it held before; if one of those does
+    // not read back whole there, it refuses the push and gets the object whole.
+    for damaged in [false, true] {
+        let mut net = Net::new();
+        let acting = net.acting();
+        let (primary, replica) = (acting[0], acting[1]);
+        let pool = net.map.pool_by_name("p").unwrap().id;
+        let pg = net.map.locate(pool, "obj").unwrap().pg;
+        let coll = shoal_osd::exec::pg_collection(pg);
+        let put = |n: usize| ObjOp::WriteFull { len_bytes: n as u64 };
+        net.request(1, vec![ctx(0, &[]), put(2)], b"v1").result.unwrap();
+        net.request(2, vec![ctx(1, &[1]), put(2)], b"v2").result.unwrap();
+        net.request(3, vec![ctx(2, &[2, 1]), put(2)], b"v3").result.unwrap();
+        net.change(Command::OsdDown { id: replica });
+        net.request(4, vec![ctx(3, &[3, 2, 1]), put(2)], b"v4").result.expect("a write while the replica is away");
+        let clone = |id| shoal_osd::snaps::clone_name("obj", id);
+        if damaged {
+            assert!(net.engines[&replica.0].inject_bit_rot(&coll, &clone(1)).unwrap(), "clone 1 to damage");
+        }
+        net.names_pushed.clear();
+        net.restart(replica);
+        for _ in 0..3 {
+            net.tick();
+        }
+        let expected =
+            [("obj", b"v4"), (clone(1).as_str(), b"v1"), (clone(2).as_str(), b"v2"), (clone(3).as_str(), b"v3")]
+                .map(|(n, d)| (n.to_string(), d.to_vec()));
+        for osd in [primary, replica] {
+            let mut held = pg_objects(&net, osd);
+            held.sort();
+            let mut want = expected.to_vec();
+            want.sort();
+            assert_eq!(held, want, "{osd}: the object whole (damaged: {damaged})");
+        }
+        let sent: Vec<&str> = net.names_pushed.iter().map(String::as_str).collect();
+        if damaged {
+            // Refused (clone 1 does not read back), then pushed whole.
+            assert_eq!(sent, vec!["obj", &clone(3), "obj", &clone(1), &clone(2), &clone(3)], "{sent:?}");
+        } else {
+            assert_eq!(sent, vec!["obj", &clone(3)], "only the head and the clone made while it was away");
+        }
+    }
+}
+
+#[test]
 fn a_head_is_pulled_around_a_members_damaged_clone_that_the_primary_holds() {
     // Decision 0064 (the simulation's seed 9704): the replica leads alone and writes the head on
     // while its copy of clone 1 rots; the primary comes back with clone 1 whole under an older

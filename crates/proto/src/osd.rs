@@ -642,10 +642,11 @@ pub struct PgPush {
     pub backfill: Option<BackfillRange>,
     /// Set when the push is one part of an object too large for one message: see [`PushPart`].
     pub part: Option<PushPart>,
-    /// Backfill only, never with `part`: objects in the range the member keeps as it holds them,
-    /// each with the version its copy must have (a [`PgScanVersions`] answer said it holds that
-    /// version, and the primary's copy still has it; decision 0049). A member whose copy is
-    /// missing or at another version refuses the push whole.
+    /// Never with `part`. A backfill chunk: objects in the range the member keeps as it holds
+    /// them, each with the version its copy must have (a [`PgScanVersions`] answer said it holds
+    /// that version, and the primary's copy still has it; decision 0049). A recovery push of a
+    /// head: snapshot clones of it the member keeps (made by writes it applied; decision 0065).
+    /// A member whose copy of one is missing or at another version refuses the push whole.
     pub kept: Vec<(String, Eversion)>,
 }
 

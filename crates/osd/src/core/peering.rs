@@ -101,6 +101,14 @@ pub(crate) struct PeerPlan {
     /// activation, for the line logged when the backfill finishes.
     pub backfill_sent: u64,
     pub backfill_kept: u64,
+    /// The member's newest log entry when it answered this attempt's query: the snapshot clones
+    /// of an object it lacks that were made up to that version are on it already, and a recovery
+    /// push leaves them out (decision 0065; the member checks and refuses otherwise). `None`: no
+    /// guess (every clone is sent).
+    pub last_update: Option<shoal_proto::osd::Eversion>,
+    /// Objects whose last recovery push to it left clones out and was refused: they go whole.
+    /// At most the objects it lacks.
+    pub push_whole: BTreeSet<String>,
 }
 
 /// A large object a backfill target is being sent in parts (`shoal_proto::osd::PushPart`).
@@ -765,7 +773,13 @@ impl OsdCore {
                 && !self.mutations.no_backfill_compare;
             p.peers.insert(
                 osd,
-                PeerPlan { missing: missing.clone(), backfill: backfill.clone(), compare, ..PeerPlan::default() },
+                PeerPlan {
+                    missing: missing.clone(),
+                    backfill: backfill.clone(),
+                    compare,
+                    last_update: p.answers.get(&osd).and_then(|s| s.log.last()).map(|e| e.version),
+                    ..PeerPlan::default()
+                },
             );
             if let Some(after) = &backfill {
                 let objects = crate::copy::count_objects_after(&*self.store, &crate::exec::pg_collection(pg), after);

@@ -32,8 +32,8 @@ use shoal_store::{Durability, Transaction};
 use super::peering::{MAX_BLOCKED_OPS_PER_PG, PartPush, PgState, Phase, Role};
 use super::{Action, Event, OsdCore, PeerCall, reply_frame};
 use crate::copy::{
-    COPY_METADATA_MAX_BYTES, KeptClones, Part, apply_copy, apply_part, list_range, read_copies, read_copies_keeping,
-    read_copy_sized, read_part, read_part_copies, remove_stale_companions, split_data,
+    COPY_METADATA_MAX_BYTES, KeptClones, Part, apply_copy, apply_part, check_reads_whole, list_range,
+    read_copies_keeping, read_copy_sized, read_part, read_part_copies, remove_stale_companions, split_data,
 };
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
@@ -182,7 +182,14 @@ impl OsdCore {
         let attempt = p.attempt;
         let mut data = Vec::new();
         let max_metadata = self.whole_metadata_bytes();
-        let copies = match read_copies(&*self.store, &pg_collection(pg), object, max_metadata, &mut data) {
+        // Clones every target holds already stay out of the push (decision 0065).
+        let held = self.clones_targets_hold(pg, object, &targets);
+        let read = read_copies_keeping(&*self.store, &pg_collection(pg), object, max_metadata, &held, &mut data);
+        let mut kept = Vec::new();
+        let copies = match read.map(|(copies, left_out)| {
+            kept = left_out;
+            copies
+        }) {
             Ok(c) if self.mutations.recover_heads_only => head_only(c, &mut data),
             Ok(c) => c,
             Err(e) if e.code == ErrorCode::TooLarge => {
@@ -222,7 +229,7 @@ impl OsdCore {
                 objects: copies.clone(),
                 backfill: None,
                 part: None,
-                kept: Vec::new(),
+                kept: kept.clone(),
             };
             out.push(Action::Peer {
                 osd,
@@ -231,6 +238,38 @@ impl OsdCore {
                 call: PeerCall::Push { pg, attempt, objects: vec![object.to_string()], backfill: false, next: None },
             });
         }
+    }
+
+    /// The snapshot clones of head `object` that every one of `targets` (members lacking it)
+    /// holds already, as far as this primary can tell (decision 0065): those made by writes up
+    /// to the newest log entry each target had when it answered this attempt's query — it
+    /// applied those writes, and a clone never changes once made — with the version this OSD's
+    /// copy stores. A recovery push leaves them out; the target checks each and refuses the push
+    /// if it holds one at another version, and the object is then pushed whole
+    /// (`PeerPlan::push_whole`). Empty when a target has no such entry, or was refused before.
+    fn clones_targets_hold(&self, pg: PgId, object: &str, targets: &BTreeSet<OsdId>) -> KeptClones {
+        if snaps::is_companion(object) || self.mutations.recover_heads_only || self.mutations.push_every_clone {
+            return Vec::new();
+        }
+        let Some(p) = self.primary(pg) else { return Vec::new() };
+        let mut upto: Option<Eversion> = None;
+        for target in targets {
+            let Some(pp) = p.peers.get(target) else { return Vec::new() };
+            let Some(last) = pp.last_update.filter(|_| !pp.push_whole.contains(object)) else { return Vec::new() };
+            upto = Some(upto.map_or(last, |u| u.min(last)));
+        }
+        let Some(upto) = upto else { return Vec::new() };
+        let coll = pg_collection(pg);
+        let Ok(companions) = snaps::companions(&*self.store, &coll, object) else { return Vec::new() };
+        let snapdir = snaps::snapdir_name(object);
+        companions
+            .into_iter()
+            .filter(|c| *c != snapdir)
+            .filter_map(|c| {
+                let version = crate::objver::stored(&*self.store, &coll, &c)?;
+                (version <= upto).then_some((c, version))
+            })
+            .collect()
     }
 
     /// Where a recovery of `object` in parts to `osd` starts: where its last refused part started,
@@ -1034,10 +1073,32 @@ impl OsdCore {
             .filter(|c| *c != snapdir)
             .filter_map(|c| {
                 let version = crate::objver::stored(&*self.store, &coll, &c)?;
-                self.store.read_all(&coll, &c).ok()?;
+                check_reads_whole(&*self.store, &coll, &c).ok()?;
                 Some((c, version))
             })
             .collect()
+    }
+
+    /// After `from` refused a recovery push of `objects` (one object) that left clones out:
+    /// marks it to be sent whole and no longer waited for by this push. `false` if it was sent
+    /// whole already (the refusal is then for another reason, and the PG peers again).
+    fn push_whole_next(&mut self, pg: PgId, attempt: u64, from: OsdId, objects: &[String]) -> bool {
+        let Some(p) = self.primary_at(pg, attempt) else { return false };
+        let Some(pp) = p.peers.get_mut(&from) else { return false };
+        if objects.len() != 1 || objects.iter().any(|o| pp.push_whole.contains(o) || !pp.missing.contains_key(o)) {
+            return false;
+        }
+        pp.push_whole.extend(objects.iter().cloned());
+        for object in objects {
+            if let Some(waiting) = p.recovering.get_mut(object) {
+                waiting.remove(&from);
+                if waiting.is_empty() {
+                    p.recovering.remove(object);
+                    p.push_bytes.remove(object);
+                }
+            }
+        }
+        true
     }
 
     /// A member's answer to a push (recovery or backfill).
@@ -1062,6 +1123,17 @@ impl OsdCore {
                 }
                 let names = objects.into_iter().chain(next.map(|(name, _)| name)).collect();
                 return self.recovery_toofull(pg, attempt, from, names, &e);
+            }
+            if !backfill
+                && next.is_none()
+                && e.code == ErrorCode::Invalid
+                && self.push_whole_next(pg, attempt, from, &objects)
+            {
+                tracing::info!(%pg, peer = %from, ?objects, error = %e, "push leaving clones out refused: sending it whole");
+                for object in &objects {
+                    self.recover_object(pg, object, out);
+                }
+                return;
             }
             tracing::info!(%pg, peer = %from, error = %e, "push refused: peering again");
             self.start_peering(pg, out);
@@ -1361,11 +1433,40 @@ impl OsdCore {
                 ));
             }
         }
-        if !push.kept.is_empty() && (push.backfill.is_none() || push.part.is_some()) {
+        // A backfill chunk keeps objects of its range; a whole recovery push keeps clones of the
+        // head it carries (decision 0065). Parts keep nothing.
+        let head = push.objects.first().map(|c| c.name.as_str()).filter(|h| !crate::snaps::is_companion(h));
+        let clones_of_head = |name: &str| {
+            head.is_some_and(|h| crate::snaps::is_companion(name) && crate::snaps::head_of(name) == h)
+                && head.is_some_and(|h| name != crate::snaps::snapdir_name(h))
+        };
+        let keeps_ok =
+            push.part.is_none() && (push.backfill.is_some() || push.kept.iter().all(|(name, _)| clones_of_head(name)));
+        if !push.kept.is_empty() && !keeps_ok {
             return Err(RemoteError::new(
                 ErrorCode::Invalid,
-                format!("push for PG {pg} keeps objects but is not a whole backfill chunk"),
+                format!(
+                    "push for PG {pg} keeps objects but is neither a whole backfill chunk nor a whole head keeping its \
+                     clones"
+                ),
             ));
+        }
+        // A clone kept in recovery must read back whole here: the primary only guessed that this
+        // member holds it, and a whole push is what repairs a damaged one (a member recovering a
+        // head missing for damage holds the damaged clone at the right version). Bounded by the
+        // head's clones, read a piece at a time by the store.
+        if push.backfill.is_none() {
+            let coll = pg_collection(pg);
+            if let Some((name, e)) = push
+                .kept
+                .iter()
+                .find_map(|(name, _)| check_reads_whole(&*self.store, &coll, name).err().map(|e| (name, e)))
+            {
+                return Err(RemoteError::new(
+                    ErrorCode::Invalid,
+                    format!("recovered copy keeps {name}, which does not read back whole here ({e}); nothing applied"),
+                ));
+            }
         }
         self.check_push_room(push.backfill.is_some(), data.len() as u64)?;
         match push.part {
@@ -1404,7 +1505,7 @@ impl OsdCore {
                 ErrorCode::Invalid,
                 format!(
                     "{} keeps {name} ({why}); nothing applied",
-                    if range.is_some() { "backfill chunk" } else { "pulled copy" }
+                    if range.is_some() { "backfill chunk" } else { "recovered copy" }
                 ),
             ));
         }
