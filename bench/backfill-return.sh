@@ -8,11 +8,14 @@
 # work directory's disk meanwhile (/proc/diskstats: nearly all of it the restarted OSD's
 # backfill), and the peak of the misplaced count after it.
 #
-#   bench/backfill-return.sh [--rounds N] [--gib G] [--small N] [--hot N] [--rbd] [--osd-size SIZE] [--workdir DIR] BIN...
+#   bench/backfill-return.sh [--rounds N] [--gib G] [--small N] [--hot N] [--rbd [--hot-snaps S]] [--osd-size SIZE] [--workdir DIR] BIN...
 #
 # With --rbd the data is a block image with a snapshot instead: an image of GIB GiB written
 # whole, snapshotted, and written whole again (so every object has a clone beside it), and the
 # writes while osd.3 is away are SMALL random 4 KiB writes to a second image of HOT objects.
+# With --hot-snaps S that second image is written whole and then, S times, snapshotted and
+# written whole again before osd.3 goes away: each of its objects has S clones beside its head,
+# none of them made while osd.3 is away (what its recovery must send: the heads only).
 #
 # Builds alternate within each round, each on a fresh cluster; everything runs on 127.0.0.1
 # under --workdir (default /tmp/backfill-return, on disk) and is removed at exit. Prints one JSON
@@ -26,9 +29,10 @@ SMALL=40000
 HOT=100
 OSD_SIZE=8G
 RBD=0
+HOT_SNAPS=0
 WORK=/tmp/backfill-return
 TIMEOUT_S=${TIMEOUT_S:-1200}
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
     --small) SMALL=$2; shift 2 ;;
     --hot) HOT=$2; shift 2 ;;
     --rbd) RBD=1; shift ;;
+    --hot-snaps) HOT_SNAPS=$2; shift 2 ;;
     --osd-size) OSD_SIZE=$2; shift 2 ;;
     --workdir) WORK=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -57,6 +62,14 @@ run_one() {
     S rbd snap create data/big@before --json >/dev/null
     S rbd bench --io-type write --io-size 4M --io-threads 16 --io-total "${GIB}G" --io-pattern seq data/big --json >"$WORK/load.json"
     S rbd create data/hot --size "$((HOT * 4))M" --json >/dev/null
+    if [ "$HOT_SNAPS" -gt 0 ]; then
+      S rbd bench --io-type write --io-size 4M --io-threads 16 --io-total "$((HOT * 4))M" --io-pattern seq data/hot --json >/dev/null
+      local snap
+      for snap in $(seq "$HOT_SNAPS"); do
+        S rbd snap create "data/hot@s$snap" --json >/dev/null
+        S rbd bench --io-type write --io-size 4M --io-threads 16 --io-total "$((HOT * 4))M" --io-pattern seq data/hot --json >/dev/null
+      done
+    fi
   else
     S bench --pool data write -b 4M -t 16 --objects $((GIB * 256)) --prefix big_ --seconds 36000 --json >"$WORK/load.json"
   fi
@@ -95,7 +108,8 @@ run_one() {
     awk 'BEGIN { n = 0 } { s += $1; k += $2; n++ } END { if (n) printf "{\"sent\": %d, \"kept\": %d}", s, k; else printf "null" }')
   jq -nc --arg bin "$BIN" --argjson big $((GIB * 256)) --argjson small "$SMALL" --argjson peak "$peak" \
     --argjson s "$(elapsed "$t_restart" "$t_clean")" --argjson w "$written" --argjson rbd "$RBD" --argjson c "$counts" \
-    '{bin: $bin, rbd: ($rbd == 1), big_objects: $big, writes_while_away: $small,
+    --argjson hs "$HOT_SNAPS" \
+    '{bin: $bin, rbd: ($rbd == 1), hot_snaps: $hs, big_objects: $big, writes_while_away: $small,
       misplaced_peak_after_restart: $peak, restart_to_clean_s: $s, disk_written_mib: ($w / 1048576 | floor),
       objects_sent_to_osd3: $c.sent, objects_kept_on_osd3: $c.kept}'
   cleanup
