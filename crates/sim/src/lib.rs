@@ -2081,7 +2081,11 @@ impl Simulation {
                 self.finish(c, tid, op.object);
             }
             Err(e) => {
-                self.outcome.violations.push(format!("{} failed: {e}", object_name(op.object)));
+                self.outcome.violations.push(format!(
+                    "{} failed: {e} ({:?}, client {c}'s request {tid})",
+                    object_name(op.object),
+                    op.work
+                ));
                 self.finish(c, tid, op.object);
             }
         }
