@@ -614,6 +614,8 @@ pub struct Outcome {
     pub backfills_resumed: u64,
     /// Objects backfill chunks kept on their targets instead of sending them (decision 0049).
     pub backfill_objects_kept: u64,
+    /// Clones recovery pushes left out because their targets held them (decision 0065).
+    pub recovery_clones_kept: u64,
     pub verified_reads: u64,
     /// Reads at a snapshot checked against the model (`SimConfig::snaps`), by clients during the
     /// run and of every member's store at the end.
@@ -965,6 +967,7 @@ impl Simulation {
             backfills_started: 0,
             backfills_resumed: 0,
             backfill_objects_kept: 0,
+            recovery_clones_kept: 0,
             verified_reads: 0,
             snap_reads_verified: 0,
             resends: 0,
@@ -1749,7 +1752,11 @@ impl Simulation {
         if frame.msg_type == PgPush::TYPE
             && let Ok((push, _)) = decode::<PgPush>(frame.payload.clone())
         {
-            self.outcome.backfill_objects_kept += push.kept.len() as u64;
+            if push.backfill.is_some() {
+                self.outcome.backfill_objects_kept += push.kept.len() as u64;
+            } else {
+                self.outcome.recovery_clones_kept += push.kept.len() as u64;
+            }
         }
         if frame.msg_type == PgActivate::TYPE
             && let Ok((a, _)) = decode::<PgActivate>(frame.payload.clone())

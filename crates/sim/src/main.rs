@@ -299,7 +299,7 @@ fn main() -> ExitCode {
     let done = AtomicU64::new(0);
     // Backfills started from the first object and resumed past a cursor, over all seeds: shows
     // what the runs exercised.
-    let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let snap_reads = AtomicU64::new(0);
     let needs_named = AtomicU64::new(0);
     let peer_downs = AtomicU64::new(0);
@@ -363,6 +363,7 @@ fn main() -> ExitCode {
                     backfills.0.fetch_add(out.backfills_started, Ordering::Relaxed);
                     backfills.1.fetch_add(out.backfills_resumed, Ordering::Relaxed);
                     backfills.2.fetch_add(out.backfill_objects_kept, Ordering::Relaxed);
+                    backfills.3.fetch_add(out.recovery_clones_kept, Ordering::Relaxed);
                     snap_reads.fetch_add(out.snap_reads_verified, Ordering::Relaxed);
                     needs_named.fetch_add(out.needs_named, Ordering::Relaxed);
                     peer_downs.fetch_add(out.marked_down_by_peers, Ordering::Relaxed);
@@ -388,8 +389,8 @@ fn main() -> ExitCode {
     let mut failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
     failed.sort_by_key(|(s, _)| *s);
     println!(
-        "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} reads at \
-         snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports)",
+        "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} clones kept by \
+         recovery pushes; {} reads at snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
@@ -397,6 +398,7 @@ fn main() -> ExitCode {
         backfills.0.load(Ordering::Relaxed),
         backfills.1.load(Ordering::Relaxed),
         backfills.2.load(Ordering::Relaxed),
+        backfills.3.load(Ordering::Relaxed),
         snap_reads.load(Ordering::Relaxed),
         needs_named.load(Ordering::Relaxed),
         peer_downs.load(Ordering::Relaxed),

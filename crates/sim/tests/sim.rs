@@ -694,6 +694,16 @@ fn without_clones_in_recovery_snapshots_are_lost() {
 }
 
 #[test]
+fn recovery_pushes_leave_out_the_clones_their_targets_hold_and_snapshots_read_back() {
+    // Decision 0065: recovery pushes name the clones their targets hold instead of sending them
+    // (the targets check each); every seed still ends with every snapshot of every member's
+    // store reading as the model says.
+    let outs = run_seeds(1..=20, |seed| SimConfig { snaps: true, ..SimConfig::nemesis(seed) });
+    assert!(total(&outs, |o| o.recovery_clones_kept) > 0, "no recovery push kept a clone");
+    assert!(total(&outs, |o| o.snap_reads_verified) > 0);
+}
+
+#[test]
 fn without_the_log_comparison_a_resumed_backfill_keeps_stale_copies() {
     // A member peered again mid-backfill keeps what it holds up to its cursor; the writes to
     // those objects it missed while away must still be recovered (decision 0048).
