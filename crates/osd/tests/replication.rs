@@ -1860,6 +1860,50 @@ fn a_revert_to_a_copy_holding_a_rolled_back_write_answers_its_resend_as_done() {
 }
 
 #[test]
+fn a_revert_refuses_a_copy_holding_rolled_back_writes_it_cannot_name() {
+    // Decision 0063's fallback: the shape above, but the record of the rolled-back append is gone
+    // (a store written before records were kept): the copy holds a write no log names, and which
+    // ones is unknown, so the revert keeps nothing and says why; the object stays unfound.
+    let mut net = Net::new();
+    let acting = net.acting();
+    let (primary, replica) = (acting[0], acting[1]);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let coll = shoal_osd::exec::pg_collection(pg);
+    let other = net.names_in_pg(pg, 1).remove(0);
+    net.append(1, b"abc").result.expect("acknowledged append");
+    net.drop_rep_to = vec![replica.0];
+    let lost = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+    net.submit(primary.0, lost, b"def", 0);
+    net.drop_rep_to.clear();
+    net.change(Command::OsdDown { id: primary });
+    write_object(&mut net, 3, &other, b"one").result.expect("a write while the primary is down");
+    assert!(net.engines[&replica.0].inject_bit_rot(&coll, "obj").unwrap(), "the replica's copy to damage");
+    net.restart(primary);
+    for _ in 0..5 {
+        net.tick();
+    }
+    // The record goes; the primary restarts on that store and peers again.
+    let store = net.core(primary).store().clone();
+    let mut meta = shoal_osd::pgmeta::PgMeta::load(&*store, pg).unwrap();
+    assert!(meta.held_divergent.remove("obj").is_some(), "the rolled-back append was recorded");
+    let mut txn = shoal_store::Transaction::new();
+    meta.write_whole(&mut txn, pg);
+    store.commit(txn, shoal_store::Durability::Sync).unwrap();
+    net.restart(primary);
+    for _ in 0..5 {
+        net.tick();
+    }
+    let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::RevertUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Reverted(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert!(report.reverted.is_empty(), "{report:?}");
+    assert_eq!(report.unfound.len(), 1, "{report:?}");
+    assert!(report.unfound[0].1.contains("rolled back"), "{report:?}");
+    assert!(net.core(primary).pg_states().iter().any(|(s, _)| s.contains("unfound")));
+    assert_eq!(net.content(primary).as_deref(), Some(&b"abcdef"[..]), "nothing changed");
+}
+
+#[test]
 fn a_revert_leaves_unfound_what_its_primary_holds_no_copy_of() {
     // Both copies rot: the primary holds a copy, but not one that reads back whole, so a revert
     // keeps nothing and says why; the object stays unfound (delete is the operator's call).
