@@ -1899,6 +1899,7 @@ fn a_revert_refuses_a_copy_holding_rolled_back_writes_it_cannot_name() {
     assert!(report.reverted.is_empty(), "{report:?}");
     assert_eq!(report.unfound.len(), 1, "{report:?}");
     assert!(report.unfound[0].1.contains("rolled back"), "{report:?}");
+    assert!(!report.unfound[0].1.contains("  "), "one line, single spaces: {report:?}");
     assert!(net.core(primary).pg_states().iter().any(|(s, _)| s.contains("unfound")));
     assert_eq!(net.content(primary).as_deref(), Some(&b"abcdef"[..]), "nothing changed");
 }

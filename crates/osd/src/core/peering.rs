@@ -899,11 +899,10 @@ impl OsdCore {
         meta: &PgMeta,
     ) -> Result<PgMeta, RemoteError> {
         let mut meta = meta.clone();
-        if let Some(old) = self.metas.get(&pg) {
-            for (object, held) in &old.held_divergent {
-                if meta.missing.contains_key(object) {
-                    meta.held_divergent.insert(object.clone(), held.clone());
-                }
+        // (Loaded from the store if this OSD has not read the record since it started.)
+        for (object, held) in &self.meta_mut(pg)?.held_divergent {
+            if meta.missing.contains_key(object) {
+                meta.held_divergent.insert(object.clone(), held.clone());
             }
         }
         self.log_mut(pg)?;

@@ -156,7 +156,9 @@ impl OsdCore {
         else {
             let need = meta.and_then(|m| m.missing.get(object)).copied().unwrap_or_default();
             return Err(format!(
-                "{}'s copy is at version {held}, a write the PG's history rolled back, and which such writes it holds is                  not recorded: keeping it could apply a client's resend of one twice (delete it, or bring back an OSD                  that holds version {need})",
+                "{}'s copy is at version {held}, a write the PG's history rolled back, and which such writes it holds is \
+                 not recorded: keeping it could apply a client's resend of one twice (delete it, or bring back an OSD \
+                 that holds version {need})",
                 self.id
             ));
         };
