@@ -1081,9 +1081,14 @@ impl OsdCore {
 
     /// After `from` refused a recovery push of `objects` (one object) that left clones out:
     /// marks it to be sent whole and no longer waited for by this push. `false` if it was sent
-    /// whole already (the refusal is then for another reason, and the PG peers again).
+    /// whole (it left no clone out, or was sent whole already): the refusal is then for another
+    /// reason, and the PG peers again.
     fn push_whole_next(&mut self, pg: PgId, attempt: u64, from: OsdId, objects: &[String]) -> bool {
+        let left_out = objects.iter().all(|o| !self.clones_targets_hold(pg, o, &BTreeSet::from([from])).is_empty());
         let Some(p) = self.primary_at(pg, attempt) else { return false };
+        if !left_out {
+            return false;
+        }
         let Some(pp) = p.peers.get_mut(&from) else { return false };
         if objects.len() != 1 || objects.iter().any(|o| pp.push_whole.contains(o) || !pp.missing.contains_key(o)) {
             return false;
