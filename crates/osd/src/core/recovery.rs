@@ -1822,8 +1822,6 @@ impl OsdCore {
     }
 }
 
-/// Whether `pull` is vouched for by the primary and only this member's backfill cursor (not a
-/// recorded missing object) stands in its way.
 /// Whether `pull` may be answered although this member records its object missing, if the record
 /// is for damage only (decision 0064): a whole head (not a part; a part pull never leaves clones
 /// out) for a puller that holds clones whole, whose left-out clones may be the damaged ones here.
@@ -1842,6 +1840,8 @@ fn missing_only_for_damage(meta: &PgMeta, object: &str, head_version: Option<Eve
     within_cursor && recorded.is_some_and(|need| need != Eversion::default() && Some(need) == head_version)
 }
 
+/// Whether `pull` is vouched for by the primary and only this member's backfill cursor (not a
+/// recorded missing object) stands in its way.
 fn vouched_past_cursor(meta: &PgMeta, pull: &PgPull) -> bool {
     pull.vouched && meta.backfill.is_some() && !meta.missing.contains_key(&pull.object)
 }
