@@ -1474,6 +1474,9 @@ impl OsdCore {
             }
         }
         self.check_push_room(push.backfill.is_some(), data.len() as u64)?;
+        if push.backfill.is_none() && !push.kept.is_empty() {
+            tracing::debug!(%pg, head = ?head, kept = push.kept.len(), "recovered copy keeps clones held here");
+        }
         match push.part {
             Some(part) => self.install_part(pg, push.objects, data, push.backfill, part),
             None => self.install_copies(pg, push.objects, data, push.backfill, &push.kept),

@@ -1,0 +1,118 @@
+//! A replica back among snapshotted objects (decision 0065), on real OSD processes with
+//! disk-backed stores: objects of a one-PG size-3 pool are written under two snapshots (each
+//! with two clones beside its head), a replica is killed with SIGKILL, and while it is away some
+//! heads are rewritten under the same snapshots (no new clone) and some under a third (a new
+//! clone). Back, it is recovered from the log: recovery pushes leave out the clones it holds and
+//! send the heads and the new clones. Once the cluster is clean every member's store holds
+//! exactly the same bytes and stored version for every head and clone, and the bytes each write
+//! left (read offline, after fsck).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Down, ok, shoal};
+use shoal_proto::osd::ObjOp;
+
+const OBJECTS: u32 = 8;
+const BYTES: usize = 128 << 10;
+/// Objects rewritten under the same snapshots while the replica is away, and those rewritten
+/// under a new one (making a third clone).
+const SAME_SNAPS: std::ops::Range<u32> = 0..3;
+const NEW_SNAP: std::ops::Range<u32> = 3..5;
+
+fn content(tag: u64, i: u32) -> Vec<u8> {
+    shoal_util::pattern::xorshift_bytes((tag << 32 | u64::from(i)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, BYTES)
+}
+
+fn ctx(seq: u64, snaps: &[u64]) -> ObjOp {
+    ObjOp::SnapContext { seq, snaps: snaps.to_vec() }
+}
+
+#[test]
+fn a_replica_back_among_snapshotted_objects_ends_with_every_clone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(
+        tmp.path(),
+        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "512M", "--no-gateway"],
+    ));
+    let _down = Down(dir.clone());
+    ok(&shoal(&dir, &["pool", "create", "snapped", "--size", "3", "--min-size", "2", "--pg-num", "1"]));
+    ok(&shoal(&dir, &["osd", "set", "noout"]));
+    let (rt, client) = common::admin_client(&dir);
+    let write = |i: u32, snapc: ObjOp, tag: u64| {
+        let ops = vec![snapc, ObjOp::WriteFull { len_bytes: BYTES as u64 }];
+        rt.block_on(client.op("snapped", &format!("obj-{i}"), ops, content(tag, i)))
+            .unwrap_or_else(|e| panic!("obj-{i}, tag {tag}: {e}"));
+    };
+    // Heads written, then rewritten after snapshot 1 and after snapshot 2: clones 1 and 2.
+    for i in 0..OBJECTS {
+        write(i, ctx(0, &[]), 1);
+        write(i, ctx(1, &[1]), 2);
+        write(i, ctx(2, &[2, 1]), 3);
+    }
+    // The replica to kill: the PG's last acting OSD (the primary stays where it is).
+    let shown = common::json(&ok(&shoal(&dir, &["osd", "map", "snapped", "obj-0", "--json"])));
+    let acting: Vec<u32> =
+        shown["acting"].as_array().expect("acting").iter().map(|o| o.as_u64().expect("id") as u32).collect();
+    assert_eq!(acting.len(), 3, "{shown}");
+    let away = acting[2];
+    common::sigkill(&dir, &format!("osd.{away}"));
+    common::wait_osd(&client, away, false, Duration::from_secs(30));
+    for i in SAME_SNAPS {
+        write(i, ctx(2, &[2, 1]), 4);
+    }
+    for i in NEW_SNAP {
+        write(i, ctx(3, &[3, 2, 1]), 5);
+    }
+    // (At debug level, to see that recovery kept its clones.)
+    let mut back = common::start_block_osd(&dir, away, "512M", &[("SHOAL_LOG", "debug")]);
+    common::wait_osd(&client, away, true, Duration::from_secs(30));
+    common::wait_clean(&dir, 3, Duration::from_secs(120));
+    ok(&shoal(&dir, &["osd", "unset", "noout"]));
+    // Every rewritten head came back with its older clones kept, not sent.
+    let log = std::fs::read_to_string(dir.join(format!("osd.{away}.log"))).expect("the OSD's log");
+    let kept = log.lines().filter(|l| l.contains("recovered copy keeps clones held here")).count();
+    assert_eq!(kept, SAME_SNAPS.len() + NEW_SNAP.len(), "recovery pushes that kept clones on osd.{away}");
+    drop(client);
+    drop(rt);
+    ok(&shoal(&dir, &["down", "--dir", &d]));
+    // `shoal down` stopped the restarted OSD too (by its pid file): reap it.
+    back.wait().expect("the restarted OSD exits");
+
+    let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
+    let coll = stores[0]
+        .list_collections()
+        .expect("collections")
+        .into_iter()
+        .find(|c| c.starts_with("pg.") && stores[0].stat(c, "obj-0").is_ok())
+        .expect("the pool's PG on osd.0");
+    for i in 0..OBJECTS {
+        let head = format!("obj-{i}");
+        let head_tag = if SAME_SNAPS.contains(&i) {
+            4
+        } else if NEW_SNAP.contains(&i) {
+            5
+        } else {
+            3
+        };
+        let clone = |id| shoal_osd::snaps::clone_name(&head, id);
+        let mut expected = vec![(head.clone(), Some(head_tag)), (clone(1), Some(1)), (clone(2), Some(2))];
+        expected.push((clone(3), NEW_SNAP.contains(&i).then_some(3)));
+        for (name, tag) in expected {
+            for (osd, store) in stores.iter().enumerate() {
+                match tag {
+                    Some(tag) => {
+                        let data = store.read_all(&coll, &name).unwrap_or_else(|e| panic!("osd.{osd} {name}: {e}"));
+                        assert!(data == content(tag, i), "osd.{osd}'s {name} is not the bytes of write {tag}");
+                    }
+                    None => assert!(store.stat(&coll, &name).is_err(), "osd.{osd} holds {name}, never made"),
+                }
+            }
+            let versions: Vec<_> = stores.iter().map(|s| s.version(&coll, &name).ok()).collect();
+            assert!(versions.iter().all(|v| *v == versions[0]), "{name}: stored versions differ: {versions:?}");
+        }
+    }
+}
