@@ -269,9 +269,22 @@ fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode>
         Ok(other) => bail!("PG {pg}'s primary answered {other:?} to a request for its unfound objects"),
         Err(e) => return Err(e).with_context(|| format!("asking PG {pg}'s primary for its unfound objects")),
     };
+    // What a revert would do with each object (an older primary may not say: nothing shown).
+    let revert = |i: usize| r.revert.get(i);
     if json_out {
-        let objects: Vec<_> =
-            r.objects.iter().map(|(o, need)| json!({"object": o, "need": need.to_string()})).collect();
+        let objects: Vec<_> = r
+            .objects
+            .iter()
+            .enumerate()
+            .map(|(i, (o, need))| {
+                let revert = match revert(i) {
+                    Some(Ok(keeps)) => json!({"keeps": keeps.to_string()}),
+                    Some(Err(why)) => json!({"refused": why}),
+                    None => serde_json::Value::Null,
+                };
+                json!({"object": o, "need": need.to_string(), "revert": revert})
+            })
+            .collect();
         let ids = |v: &[shoal_map::OsdId]| v.iter().map(|o| o.0).collect::<Vec<_>>();
         println!(
             "{}",
@@ -288,8 +301,14 @@ fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode>
         "PG {pg}: {} unfound object(s); requests on them wait until an OSD that holds them is up again",
         r.objects.len()
     );
-    for (object, need) in &r.objects {
-        println!("  {object}  (needs {need})");
+    for (i, (object, need)) in r.objects.iter().enumerate() {
+        match revert(i) {
+            Some(Ok(keeps)) => {
+                println!("  {object}  (needs {need}; a revert would keep the primary's copy at {keeps})")
+            }
+            Some(Err(why)) => println!("  {object}  (needs {need}; a revert would keep nothing: {why})"),
+            None => println!("  {object}  (needs {need})"),
+        }
     }
     let names = |v: &[shoal_map::OsdId]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
     if !r.strays.is_empty() {

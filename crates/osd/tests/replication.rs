@@ -1700,6 +1700,9 @@ fn lose_the_newest_write(net: &mut Net) -> LostWrite {
     let reply = net.pg_command(replica, pg, shoal_proto::osd::PgCmd::ListUnfound);
     let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
     assert_eq!(report.objects.iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+    // The listing says what a revert would keep: the replica's copy, at its version.
+    let at = shoal_proto::osd::Eversion { epoch: kept.0, seq: kept.1 };
+    assert_eq!(report.revert, vec![Ok(at)], "{report:?}");
     net.hold_pushes = false;
     LostWrite { primary, replica, pg, coll, kept }
 }
@@ -1833,6 +1836,7 @@ fn a_revert_to_a_copy_holding_a_rolled_back_write_answers_its_resend_as_done() {
     let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::ListUnfound);
     let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
     assert_eq!(report.objects.iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), vec!["obj"]);
+    assert_eq!(report.revert, vec![Ok(held.writes[0].version)], "the listing: a revert keeps the copy, {report:?}");
 
     let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::RevertUnfound);
     let Ok(shoal_proto::osd::PgCmdOutput::Reverted(report)) = reply.result else { panic!("{:?}", reply.result) };
@@ -1894,6 +1898,12 @@ fn a_revert_refuses_a_copy_holding_rolled_back_writes_it_cannot_name() {
     for _ in 0..5 {
         net.tick();
     }
+    let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::ListUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Unfound(listed)) = reply.result else { panic!("{:?}", reply.result) };
+    assert!(
+        matches!(&listed.revert[..], [Err(why)] if why.contains("rolled back")),
+        "the listing says why: {listed:?}"
+    );
     let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::RevertUnfound);
     let Ok(shoal_proto::osd::PgCmdOutput::Reverted(report)) = reply.result else { panic!("{:?}", reply.result) };
     assert!(report.reverted.is_empty(), "{report:?}");

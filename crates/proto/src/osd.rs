@@ -929,6 +929,9 @@ pub struct UnfoundReport {
     /// and those asked and not answered yet.
     pub strays: Vec<shoal_map::OsdId>,
     pub probing: Vec<shoal_map::OsdId>,
+    /// For each object of `objects`, in order, what `mark-unfound-lost revert` would do now: keep
+    /// the primary's copy at this version (if it then reads back whole), or why it cannot.
+    pub revert: Vec<Result<Eversion, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

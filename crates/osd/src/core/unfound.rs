@@ -36,8 +36,6 @@ const NOBODY: Token = u64::MAX;
 pub(super) fn is_decision(from: Token) -> bool {
     from == NOBODY
 }
-/// Bytes of an object's data read at once while checking that a copy reads back whole.
-const CHECK_READ_BYTES: u64 = 4 << 20;
 
 impl OsdCore {
     /// Gives `pg`'s unfound objects up as lost (an operator's decision: no member that holds
@@ -104,7 +102,7 @@ impl OsdCore {
         };
         let log_tail = entries.first().map(|e| e.version);
         for object in unfound {
-            let held = match self.whole_copy_version(&coll, &object) {
+            let held = match self.kept_copy_version(&coll, &object, true) {
                 Ok(held) => held,
                 Err(why) => {
                     report.unfound.push((object, why));
@@ -211,19 +209,30 @@ impl OsdCore {
         Err(RemoteError::new(ErrorCode::Other, message))
     }
 
-    /// `pg`'s unfound objects with the versions needed, and the strays known and being asked.
+    /// `pg`'s unfound objects with the versions needed, the strays known and being asked, and
+    /// what a revert would do with each (`revert_preview`).
     pub(super) fn unfound_report(&self, pg: PgId) -> UnfoundReport {
         let needs = self.metas.get(&pg).map(|m| &m.missing);
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return UnfoundReport::default() };
-        UnfoundReport {
-            objects: p
-                .unfound
-                .iter()
-                .map(|o| (o.clone(), needs.and_then(|n| n.get(o)).copied().unwrap_or_default()))
-                .collect(),
-            strays: p.known_strays.iter().copied().collect(),
-            probing: p.probing.iter().copied().collect(),
-        }
+        let objects: Vec<(String, Eversion)> =
+            p.unfound.iter().map(|o| (o.clone(), needs.and_then(|n| n.get(o)).copied().unwrap_or_default())).collect();
+        let strays = p.known_strays.iter().copied().collect();
+        let probing = p.probing.iter().copied().collect();
+        let entries = if objects.is_empty() { Ok(Vec::new()) } else { crate::pglog::read_entries(&*self.store, pg) };
+        let revert = match entries {
+            Ok(entries) => objects.iter().map(|(o, _)| self.revert_preview(pg, o, &entries)).collect(),
+            Err(e) => objects.iter().map(|_| Err(format!("{} cannot read the PG's log: {e}", self.id))).collect(),
+        };
+        UnfoundReport { objects, strays, probing, revert }
+    }
+
+    /// What a revert of unfound `object` would keep now — the version of this primary's copy —
+    /// or why it would keep nothing, without reading the copy's data (the revert itself checks
+    /// that it reads back whole). `entries`: the PG's log.
+    fn revert_preview(&self, pg: PgId, object: &str, entries: &[crate::pglog::LogEntry]) -> Result<Eversion, String> {
+        let held = self.kept_copy_version(&pg_collection(pg), object, false)?;
+        let log_tail = entries.first().map(|e| e.version);
+        self.revert_decisions(pg, object, held, entries, log_tail).map(|_| held)
     }
 
     fn unfound_objects(&self, pg: PgId) -> Vec<String> {
@@ -233,10 +242,10 @@ impl OsdCore {
         }
     }
 
-    /// The version stored with this OSD's copy of `object` (`0'0` for a copy written before
-    /// versions were stored), if the copy exists and it and its clones read back whole; else
-    /// why it cannot be kept. Reads the data a piece at a time: nothing is kept in memory.
-    fn whole_copy_version(&self, coll: &str, object: &str) -> Result<Eversion, String> {
+    /// The version stored with this OSD's copy of `object`, if the copy exists and carries one
+    /// and, with `check_data`, it and its clones read back whole; else why it cannot be kept.
+    /// Reads the data a piece at a time: nothing is kept in memory.
+    fn kept_copy_version(&self, coll: &str, object: &str, check_data: bool) -> Result<Eversion, String> {
         let me = self.id;
         if crate::snaps::is_companion(object) {
             return Err(format!("{object} is a clone or a snapshot directory: its head is reverted with it"));
@@ -246,18 +255,14 @@ impl OsdCore {
             Ok(false) => return Err(format!("{me} holds no copy of it (delete it, or bring back an OSD that does)")),
             Err(e) => return Err(format!("{me} cannot tell whether it holds a copy: {e}")),
         }
-        let companions = crate::snaps::companions(&*self.store, coll, object)
-            .map_err(|e| format!("{me} cannot read its snapshot state: {}", e.message))?;
-        for name in std::iter::once(object).chain(companions.iter().map(String::as_str)) {
-            let size = self.store.stat(coll, name).map_err(|e| format!("{me} cannot read {name}: {e}"))?.size_bytes;
-            let mut at = 0;
-            // Bounded by the object's size, a piece at a time.
-            while at < size {
-                let len = CHECK_READ_BYTES.min(size - at);
-                self.store.read(coll, name, at, len).map_err(|e| format!("{me}'s copy of {name} is damaged: {e}"))?;
-                at += len;
+        if check_data {
+            let companions = crate::snaps::companions(&*self.store, coll, object)
+                .map_err(|e| format!("{me} cannot read its snapshot state: {}", e.message))?;
+            for name in std::iter::once(object).chain(companions.iter().map(String::as_str)) {
+                crate::copy::check_reads_whole(&*self.store, coll, name)
+                    .map_err(|e| format!("{me}'s copy of {name} is damaged: {e}"))?;
+                self.store.list_xattrs(coll, name).map_err(|e| format!("{me} cannot read {name}'s xattrs: {e}"))?;
             }
-            self.store.list_xattrs(coll, name).map_err(|e| format!("{me} cannot read {name}'s xattrs: {e}"))?;
         }
         // The version names the copy in the revert's request id (see `REVERT_CLIENT`).
         crate::objver::stored(&*self.store, coll, object).ok_or_else(|| {
