@@ -304,7 +304,7 @@ fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode>
     for (i, (object, need)) in r.objects.iter().enumerate() {
         match revert(i) {
             Some(Ok(keeps)) => {
-                println!("  {object}  (needs {need}; a revert would keep the primary's copy at {keeps})")
+                println!("  {object}  (needs {need}; a revert would keep a copy at {keeps})")
             }
             Some(Err(why)) => println!("  {object}  (needs {need}; a revert would keep nothing: {why})"),
             None => println!("  {object}  (needs {need})"),
@@ -339,10 +339,34 @@ fn decide_unfound(
             refusal(pg)
         );
     }
-    let answer = client.runtime().block_on(client.client().pg_command(pg, cmd.clone()));
-    let output =
-        answer.with_context(|| format!("asking PG {pg}'s primary to decide on its unfound objects ({cmd:?})"))?;
-    Ok((pg, output))
+    // The primary may first ask other OSDs what they hold (strays, the copies a revert could
+    // keep) and refuse until they answer: the command is repeated, a few times a second, for
+    // at most DECIDE_WAIT (what is left waiting then is reported as the primary says it).
+    const DECIDE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let answer = client.runtime().block_on(client.client().pg_command(pg, cmd.clone()));
+        match answer {
+            Err(shoal_client::ClientError::Remote(e))
+                if e.message.ends_with(shoal_proto::osd::DECIDE_AGAIN) && started.elapsed() < DECIDE_WAIT =>
+            {
+                if !said {
+                    eprintln!(
+                        "{}; waiting",
+                        e.message.trim_end_matches(shoal_proto::osd::DECIDE_AGAIN).trim_end_matches([':', ' '])
+                    );
+                    said = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            answer => {
+                let output = answer
+                    .with_context(|| format!("asking PG {pg}'s primary to decide on its unfound objects ({cmd:?})"))?;
+                return Ok((pg, output));
+            }
+        }
+    }
 }
 
 fn mark_unfound_lost(conf: &ConfArgs, pgid: &str, confirmed: bool, json_out: bool) -> Result<ExitCode> {

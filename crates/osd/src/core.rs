@@ -138,6 +138,12 @@ pub enum PeerCall {
         pg: PgId,
         attempt: u64,
     },
+    /// A query for the versions of the unfound objects an OSD stores, for an operator's revert
+    /// (decision 0066).
+    CopiesElsewhere {
+        pg: PgId,
+        attempt: u64,
+    },
     /// A member's scrub map of one chunk.
     Scrub {
         pg: PgId,
@@ -329,6 +335,9 @@ pub struct Mutations {
     pub no_pull_around_damage: bool,
     /// Recovery pushes carry every clone of the head, as before decision 0065.
     pub push_every_clone: bool,
+    /// An operator's revert keeps only the primary's own copy, never a newer one another OSD
+    /// holds (decision 0066 undone).
+    pub revert_primary_copy_only: bool,
 }
 
 /// One OSD's state. See the module docs.

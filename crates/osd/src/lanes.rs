@@ -397,8 +397,16 @@ mod tests {
         assert_eq!(lane(&push(9)), Lane::Background(pg(9), all));
         let objects = Scope::Objects(vec!["a".into(), "b".into()]);
         assert_eq!(lane(&recovery_push(9, &["a", "b"])), Lane::Background(pg(9), objects));
-        let pull =
-            PgPull { epoch: 3, pool: 1, pg: 5, object: "x".into(), vouched: false, part: None, kept: Vec::new() };
+        let pull = PgPull {
+            epoch: 3,
+            pool: 1,
+            pg: 5,
+            object: "x".into(),
+            vouched: false,
+            part: None,
+            kept: Vec::new(),
+            stale_at: None,
+        };
         let pull =
             Event::PeerMsg { from: 0, request_id: 0, msg_type: PgPull::TYPE, payload: encode(&pull, vec![]).into() };
         assert_eq!(lane(&pull), Lane::Background(pg(5), Scope::Objects(vec!["x".into()])));

@@ -372,13 +372,22 @@ impl Net {
         pg: shoal_map::PgId,
         cmd: shoal_proto::osd::PgCmd,
     ) -> shoal_proto::osd::PgCommandReply {
-        let req = shoal_proto::osd::PgCommand { epoch: self.map.epoch, pool: pg.pool, pg: pg.seed, cmd };
-        let request_id = self.next_rid;
-        self.next_rid += 1;
-        self.run(VecDeque::from([(osd.0, Event::PgCommand { from: OPERATOR, request_id, req })]));
-        let frame = self.operator.pop().expect("the primary answered");
-        assert_eq!(frame.request_id, request_id);
-        decode::<shoal_proto::osd::PgCommandReply>(frame.into_payload()).unwrap().0
+        // Repeated while the primary only waits for other OSDs' answers, as `shoal pg` does
+        // (here they arrive with the command's own delivery).
+        for _ in 0..5 {
+            let req =
+                shoal_proto::osd::PgCommand { epoch: self.map.epoch, pool: pg.pool, pg: pg.seed, cmd: cmd.clone() };
+            let request_id = self.next_rid;
+            self.next_rid += 1;
+            self.run(VecDeque::from([(osd.0, Event::PgCommand { from: OPERATOR, request_id, req })]));
+            let frame = self.operator.pop().expect("the primary answered");
+            assert_eq!(frame.request_id, request_id);
+            let reply = decode::<shoal_proto::osd::PgCommandReply>(frame.into_payload()).unwrap().0;
+            if !matches!(&reply.result, Err(e) if e.message.ends_with(shoal_proto::osd::DECIDE_AGAIN)) {
+                return reply;
+            }
+        }
+        panic!("the primary still waits for other OSDs after five tries");
     }
 
     fn content(&self, osd: OsdId) -> Option<Vec<u8>> {
@@ -1912,6 +1921,77 @@ fn a_revert_refuses_a_copy_holding_rolled_back_writes_it_cannot_name() {
     assert!(!report.unfound[0].1.contains("  "), "one line, single spaces: {report:?}");
     assert!(net.core(primary).pg_states().iter().any(|(s, _)| s.contains("unfound")));
     assert_eq!(net.content(primary).as_deref(), Some(&b"abcdef"[..]), "nothing changed");
+}
+
+#[test]
+fn a_revert_keeps_the_newest_copy_of_the_history_another_member_holds() {
+    // Decision 0066: the primary alone holds the object's newest write (never acknowledged: its
+    // replica missed it) and its copy rots; the replica still holds the acknowledged copy before
+    // it. A revert used to keep only the primary's own copy (damaged: nothing to keep, so the
+    // operator's only way out threw the acknowledged write away too). It now asks the replica
+    // which copy it stores, pulls it, and the next revert keeps it on both members; the client's
+    // resend of the write given up is applied again. Undone (`revert_primary_copy_only`), the
+    // object stays unfound.
+    for undone in [false, true] {
+        let mut net = Net::new();
+        let acting = net.acting();
+        let (primary, replica) = (acting[0], acting[1]);
+        let pool = net.map.pool_by_name("p").unwrap().id;
+        let pg = net.map.locate(pool, "obj").unwrap().pg;
+        let coll = shoal_osd::exec::pg_collection(pg);
+        net.append(1, b"abc").result.expect("acknowledged append");
+        net.drop_rep_to = vec![replica.0];
+        let lost = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+        net.submit(primary.0, lost, b"def", 0);
+        net.drop_rep_to.clear();
+        // Peering again makes the primary's log the PG's: the replica needs the append, and the
+        // push that would bring it is held back.
+        net.hold_pushes = true;
+        let store = net.core(primary).store().clone();
+        let mut core = net.new_core(primary, store);
+        core.set_mutations(shoal_osd::core::Mutations { revert_primary_copy_only: undone, ..Default::default() });
+        net.cores.insert(primary.0, core);
+        let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+        net.change(Command::OsdBoot { id: primary, addr });
+        net.tick();
+        net.held_pushes.clear();
+        assert!(net.engines[&primary.0].inject_bit_rot(&coll, "obj").unwrap(), "the primary's copy to damage");
+        // The replica restarts (the lost push forgotten): recovery meets the damaged copy.
+        net.hold_pushes = false;
+        net.restart(replica);
+        for _ in 0..3 {
+            net.tick();
+        }
+        assert!(net.core(primary).pg_states().iter().any(|(s, _)| s.contains("unfound")));
+        let read = client_op(&net.map, 3, vec![ObjOp::Read { offset: 0, len_bytes: 100 }]);
+        let waiting = net.submit(primary.0, read, &[], 0);
+        assert!(!net.replies.contains_key(&waiting), "the read waits: no member holds the version needed");
+
+        let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::RevertUnfound);
+        let Ok(shoal_proto::osd::PgCmdOutput::Reverted(first)) = reply.result else { panic!("{:?}", reply.result) };
+        assert!(first.reverted.is_empty(), "{first:?}");
+        if undone {
+            assert!(first.unfound[0].1.contains("damaged"), "only its own copy was considered: {first:?}");
+            assert!(net.core(primary).pg_states().iter().any(|(s, _)| s.contains("unfound")));
+            continue;
+        }
+        assert!(first.unfound[0].1.contains(&format!("{replica} holds it")), "{first:?}");
+        let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::RevertUnfound);
+        let Ok(shoal_proto::osd::PgCmdOutput::Reverted(second)) = reply.result else { panic!("{:?}", reply.result) };
+        assert_eq!(second.reverted.len(), 1, "the replica's copy, pulled, is kept: {second:?}");
+        for _ in 0..10 {
+            net.tick();
+        }
+        assert_eq!(net.read_answer(waiting), b"abc", "the read that waited sees the acknowledged bytes");
+        for osd in [primary, replica] {
+            assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
+        }
+        // The append given up, resent, is applied again: once.
+        net.append(2, b"def").result.expect("the resend of the write given up");
+        for osd in [primary, replica] {
+            assert_eq!(net.content(osd).as_deref(), Some(&b"abcdef"[..]), "{osd}");
+        }
+    }
 }
 
 #[test]

@@ -593,6 +593,10 @@ pub struct PgPull {
     /// version is an equal clone) and names it in the answer's `kept`. Empty for a part or a
     /// companion pulled alone.
     pub kept: Vec<(String, Eversion)>,
+    /// For an operator's revert (decision 0066): the source sends its copy of the head if it
+    /// stores exactly this version, even though it records the object missing (an older version
+    /// than the PG's log needs, which the primary keeps as the object). Never with `part`.
+    pub stale_at: Option<Eversion>,
 }
 impl Message for PgPull {
     const TYPE: u16 = 44;
@@ -918,6 +922,11 @@ pub struct RevertReport {
     pub unfound: Vec<(String, String)>,
 }
 
+/// How a PG's primary ends a refusal of an operator's decision on unfound objects that only
+/// waits for answers from other OSDs (strays asked whether they hold the objects, OSDs asked
+/// which copies they store): the same command, repeated shortly, goes ahead.
+pub const DECIDE_AGAIN: &str = "decide again in a moment";
+
 /// A PG's unfound objects, as its primary sees them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct UnfoundReport {
@@ -930,7 +939,8 @@ pub struct UnfoundReport {
     pub strays: Vec<shoal_map::OsdId>,
     pub probing: Vec<shoal_map::OsdId>,
     /// For each object of `objects`, in order, what `mark-unfound-lost revert` would do now: keep
-    /// the primary's copy at this version (if it then reads back whole), or why it cannot.
+    /// a copy at this version (the primary's, or a newer one another OSD reported to an earlier
+    /// revert; if it then reads back whole), or why it cannot.
     pub revert: Vec<Result<Eversion, String>>,
 }
 

@@ -229,6 +229,14 @@ pub(crate) struct Primary {
     /// attempt (each asked once per head; at most a PG's members per head).
     pub around_damage: BTreeMap<String, Eversion>,
     pub around_damage_misses: BTreeMap<String, BTreeSet<OsdId>>,
+    /// For an operator's revert (decision 0066): the stored versions other OSDs reported for
+    /// this primary's unfound objects (at most its unfound objects times the members and strays
+    /// asked), the OSDs asked this attempt and those not answered yet, and the copies being
+    /// pulled to be kept (object → source and version).
+    pub elsewhere: BTreeMap<String, BTreeMap<OsdId, Eversion>>,
+    pub elsewhere_asked: BTreeSet<OsdId>,
+    pub elsewhere_waiting: BTreeSet<OsdId>,
+    pub revert_pulls: BTreeMap<String, (OsdId, Eversion)>,
     /// Backfill targets whose next chunk waits for the writes of an object on their way to the
     /// members (`OsdCore::send_backfill_chunk`): sent again when the last of them is answered.
     /// At most one object per target.
@@ -286,6 +294,10 @@ impl Primary {
             clone_misses: BTreeMap::new(),
             around_damage: BTreeMap::new(),
             around_damage_misses: BTreeMap::new(),
+            elsewhere: BTreeMap::new(),
+            elsewhere_asked: BTreeSet::new(),
+            elsewhere_waiting: BTreeSet::new(),
+            revert_pulls: BTreeMap::new(),
             backfill_waits: BTreeMap::new(),
         }
     }
@@ -1302,6 +1314,10 @@ impl OsdCore {
             PeerCall::Probe { pg, attempt } => {
                 let r = payload::<PeerInfo>(result).and_then(|(m, _)| m.result);
                 self.probed(pg, attempt, from, r, out);
+            }
+            PeerCall::CopiesElsewhere { pg, attempt } => {
+                let r = payload::<PeerInfo>(result).and_then(|(m, _)| m.result);
+                self.copies_reported(pg, attempt, from, r);
             }
             PeerCall::Scrub { pg, attempt } => {
                 let r = payload::<shoal_proto::osd::PgScrubReply>(result).and_then(|(m, _)| m.result);

@@ -957,13 +957,27 @@ impl OsdCore {
         // A head pulled around a member's damaged clones must be at the version needed (the
         // member's own record is all that said it might be).
         let around = p.around_damage.remove(&object);
+        // A copy pulled for an operator's revert must be at the version asked (decision 0066).
+        let revert = p.revert_pulls.remove(&object).filter(|(source, _)| *source == from);
         let matches = |c: &ObjectCopy| {
             c.name == object
                 && clone_version.is_none_or(|want| c.exists && want == Some(c.version))
                 && around.is_none_or(|need| c.exists && c.version == need)
+                && revert.is_none_or(|(_, v)| c.exists && c.version == v)
         };
         let pulled = match result {
             Ok(v) if v.copies.first().is_some_and(matches) => v,
+            Err(e) if revert.is_some() && e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
+                // Lost on the way, or too large for one message: the operator's next revert
+                // asks again (a copy too large stays where it is; parts are not pulled for this).
+                tracing::info!(%pg, object, source = %from, error = %e, "pull of a copy to revert to failed");
+                if e.code == ErrorCode::TooLarge
+                    && let Some(copies) = p.elsewhere.get_mut(&object)
+                {
+                    copies.remove(&from);
+                }
+                return;
+            }
             Err(e) if e.code == ErrorCode::TooLarge => {
                 // Too much metadata for one message: pulled in parts from the same source.
                 tracing::info!(%pg, object, source = %from, "pulling an object in parts");
@@ -990,6 +1004,11 @@ impl OsdCore {
                 }
                 if around.is_some() {
                     p.around_damage_misses.entry(object.clone()).or_default().insert(from);
+                }
+                if revert.is_some()
+                    && let Some(copies) = p.elsewhere.get_mut(&object)
+                {
+                    copies.remove(&from);
                 }
                 let error = other.err().map_or_else(|| "a copy of another object".to_string(), |e| e.to_string());
                 tracing::info!(%pg, object, source = %from, %error, "pull failed; trying another source");
@@ -1018,8 +1037,14 @@ impl OsdCore {
                 }
                 return self.send_pull(pg, attempt, from, &object, Some(next), out);
             }
-        } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None, &kept) {
+        } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None, &kept, revert.is_some())
+        {
             self.report_stuck(pg, &object, &e, "storing a pulled object failed");
+            return;
+        }
+        if let Some((_, version)) = revert {
+            // Still missing (older than the log needs) and unfound: the next revert keeps it.
+            tracing::warn!(%pg, object, source = %from, %version, "pulled a copy for an operator's revert: the next revert keeps it");
             return;
         }
         self.counters.recovered_objects += 1;
@@ -1046,7 +1071,16 @@ impl OsdCore {
         // backfill) answers for an object the primary knows it holds (see `PgPull::vouched`).
         let vouched = p.sources.get(&source).is_none_or(|lacks| lacks.contains(object));
         let kept = if part.is_none() { self.clones_held_whole(pg, object) } else { Vec::new() };
-        let pull = PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part, kept };
+        let pull = PgPull {
+            epoch,
+            pool: pg.pool,
+            pg: pg.seed,
+            object: object.to_string(),
+            vouched,
+            part,
+            kept,
+            stale_at: None,
+        };
         out.push(Action::Peer {
             osd: source,
             msg_type: PgPull::TYPE,
@@ -1269,6 +1303,9 @@ impl OsdCore {
     }
 
     /// Stores received copies (and a backfill range's removals and cursor) in one transaction.
+    /// The copies' missing records go with it, unless `keep_missing` (a copy older than the one
+    /// needed, pulled for an operator's revert: decision 0066).
+    #[allow(clippy::too_many_arguments)]
     fn install_copies(
         &mut self,
         pg: PgId,
@@ -1276,6 +1313,7 @@ impl OsdCore {
         data: bytes::Bytes,
         backfill: Option<BackfillRange>,
         kept: &[(String, Eversion)],
+        keep_missing: bool,
     ) -> Result<(), RemoteError> {
         let datas = split_data(&copies, data)?;
         let (coll, lcoll, mut txn) = self.install_txn(pg);
@@ -1299,7 +1337,7 @@ impl OsdCore {
         // not free (a tombstone in the KV store), and backfill copies objects nobody recorded.
         let recorded: Vec<bool> = {
             let meta = self.meta_mut(pg)?;
-            copies.iter().map(|c| meta.missing.contains_key(&c.name)).collect()
+            copies.iter().map(|c| !keep_missing && meta.missing.contains_key(&c.name)).collect()
         };
         for ((copy, bytes), recorded) in copies.iter().zip(datas).zip(recorded) {
             apply_copy(&mut txn, &*self.store, &coll, copy, bytes)?;
@@ -1314,7 +1352,7 @@ impl OsdCore {
         self.collections.insert(coll);
         self.collections.insert(lcoll);
         let meta = self.meta_mut(pg)?;
-        for c in &copies {
+        for c in copies.iter().filter(|_| !keep_missing) {
             meta.recovered(&c.name);
         }
         if let Some(range) = backfill {
@@ -1371,8 +1409,11 @@ impl OsdCore {
             && clones_may_be_past_cursor(&*self.store, &pg_collection(pg), &pull.object);
         // A head missing here only for damage may still be sent around it (decision 0064).
         let around = held && may_send_around_damage(&pull) && !self.mutations.no_pull_around_damage;
+        let stale = held && pull.stale_at.is_some() && pull.part.is_none() && !crate::snaps::is_companion(&pull.object);
         let head_version =
-            around.then(|| crate::objver::stored(&*self.store, &pg_collection(pg), &pull.object)).flatten();
+            (around || stale).then(|| crate::objver::stored(&*self.store, &pg_collection(pg), &pull.object)).flatten();
+        // An operator's revert asks for the copy at exactly the version it stores (decision 0066).
+        let stale_ok = stale && head_version.is_some() && head_version == pull.stale_at;
         let result = match self.meta_mut(pg) {
             _ if !held => Err(RemoteError::new(ErrorCode::NotFound, format!("{} does not hold PG {pg}", self.id))),
             _ if unactivated => Err(not_there_yet(format!("{} is not an activated member of PG {pg}", self.id))),
@@ -1384,7 +1425,8 @@ impl OsdCore {
             Ok(meta)
                 if !meta.has(&pull.object)
                     && !vouched_past_cursor(meta, &pull)
-                    && !missing_only_for_damage(meta, &pull.object, head_version) =>
+                    && !missing_only_for_damage(meta, &pull.object, head_version)
+                    && !stale_copy_asked(meta, &pull.object, stale_ok) =>
             {
                 Err(RemoteError::new(ErrorCode::NotFound, format!("{} lacks {} of PG {pg} too", self.id, pull.object)))
             }
@@ -1479,7 +1521,7 @@ impl OsdCore {
         }
         match push.part {
             Some(part) => self.install_part(pg, push.objects, data, push.backfill, part),
-            None => self.install_copies(pg, push.objects, data, push.backfill, &push.kept),
+            None => self.install_copies(pg, push.objects, data, push.backfill, &push.kept, false),
         }
     }
 
@@ -1841,6 +1883,13 @@ fn missing_only_for_damage(meta: &PgMeta, object: &str, head_version: Option<Eve
     let recorded = meta.missing.get(object).copied();
     let within_cursor = meta.backfill.as_deref().is_none_or(|c| object <= c);
     within_cursor && recorded.is_some_and(|need| need != Eversion::default() && Some(need) == head_version)
+}
+
+/// Whether an operator's revert asks for this member's copy of `object` at exactly the version
+/// it stores (`stale_ok`, decision 0066), and the copy is within any backfill cursor (past it,
+/// the copy may be from before writes the member never got).
+fn stale_copy_asked(meta: &PgMeta, object: &str, stale_ok: bool) -> bool {
+    stale_ok && meta.backfill.as_deref().is_none_or(|c| object <= c)
 }
 
 /// Whether `pull` is vouched for by the primary and only this member's backfill cursor (not a

@@ -9,8 +9,10 @@
 //! back later rolls forward to it like any write it missed).
 
 use shoal_map::{OsdId, PgId};
-use shoal_proto::osd::{Eversion, ObjOp, OsdOp, ReqId, RevertReport, UnfoundReport};
-use shoal_proto::{ErrorCode, RemoteError};
+use std::collections::BTreeSet;
+
+use shoal_proto::osd::{DECIDE_AGAIN, Eversion, ObjOp, OsdOp, ReqId, RevertReport, UnfoundReport};
+use shoal_proto::{ErrorCode, Message, RemoteError};
 use shoal_store::{Durability, Transaction};
 
 use super::peering::{PgState, Role};
@@ -90,6 +92,7 @@ impl OsdCore {
     /// instead of applied a second time. Without a record it stays unfound, with the reason.
     pub(super) fn revert_unfound(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<RevertReport, RemoteError> {
         self.check_every_holder_asked(pg, out)?;
+        self.check_copies_elsewhere_known(pg, out)?;
         let mut report = RevertReport::default();
         let coll = pg_collection(pg);
         let unfound = self.unfound_objects(pg);
@@ -102,7 +105,18 @@ impl OsdCore {
         };
         let log_tail = entries.first().map(|e| e.version);
         for object in unfound {
-            let held = match self.kept_copy_version(&coll, &object, true) {
+            let local = self.kept_copy_version(&coll, &object, true);
+            // A newer copy of the object's history on another OSD is kept instead: pulled here
+            // first, and kept by the operator's next revert (decision 0066).
+            let newer = self
+                .newest_copy_elsewhere(pg, &object, &entries, log_tail)
+                .filter(|(_, v)| local.as_ref().is_err() || local.as_ref().is_ok_and(|held| v > held));
+            if let Some((osd, version)) = newer {
+                let why = self.pull_to_revert(pg, &object, osd, version, &local, out);
+                report.unfound.push((object, why));
+                continue;
+            }
+            let held = match local {
                 Ok(held) => held,
                 Err(why) => {
                     report.unfound.push((object, why));
@@ -126,6 +140,153 @@ impl OsdCore {
             report.reverted.push((object, held));
         }
         Ok(report)
+    }
+
+    /// Refuses a revert until every other OSD that is up and acts for `pg`, or is a known stray
+    /// of it, has said which versions of the unfound objects it stores (asked once per attempt;
+    /// decision 0066): a revert keeps the newest copy of each object's history, wherever it is.
+    fn check_copies_elsewhere_known(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<(), RemoteError> {
+        if self.mutations.revert_primary_copy_only {
+            return Ok(());
+        }
+        let epoch = self.map.epoch;
+        let me = self.id;
+        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return Ok(()) };
+        if p.unfound.is_empty() {
+            return Ok(());
+        }
+        let ask: Vec<OsdId> = p
+            .acting
+            .iter()
+            .chain(p.known_strays.iter())
+            .copied()
+            .filter(|o| *o != me && up(o) && !p.elsewhere_asked.contains(o))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let versions_of: Vec<String> =
+            p.unfound.iter().take(shoal_proto::osd::PEER_QUERY_VERSIONS_MAX).cloned().collect();
+        for osd in ask {
+            p.elsewhere_asked.insert(osd);
+            p.elsewhere_waiting.insert(osd);
+            let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of: versions_of.clone() };
+            out.push(Action::Peer {
+                osd,
+                msg_type: shoal_proto::osd::PeerQuery::TYPE,
+                payload: shoal_proto::encode(&q, Vec::new()),
+                call: super::PeerCall::CopiesElsewhere { pg, attempt: p.attempt },
+            });
+        }
+        if p.elsewhere_waiting.is_empty() {
+            return Ok(());
+        }
+        let waiting: Vec<String> = p.elsewhere_waiting.iter().map(ToString::to_string).collect();
+        Err(RemoteError::new(
+            ErrorCode::Other,
+            format!(
+                "PG {pg}'s primary is asking {} which copies of its unfound objects they hold (a revert keeps the newest): \
+                 {DECIDE_AGAIN}",
+                waiting.join(", ")
+            ),
+        ))
+    }
+
+    /// An OSD's answer to [`OsdCore::check_copies_elsewhere_known`]: the versions it stores of
+    /// the unfound objects. An OSD that cannot answer counts as holding none of them.
+    pub(super) fn copies_reported(
+        &mut self,
+        pg: PgId,
+        attempt: u64,
+        from: OsdId,
+        result: Result<shoal_proto::osd::PeerState, RemoteError>,
+    ) {
+        let Some(p) = self.primary_at(pg, attempt) else { return };
+        p.elsewhere_waiting.remove(&from);
+        match result {
+            Ok(state) => {
+                for (object, version) in state.versions {
+                    if p.unfound.contains(&object) {
+                        p.elsewhere.entry(object).or_default().insert(from, version);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::info!(%pg, osd = %from, error = %e, "no answer about copies of unfound objects: counted as none")
+            }
+        }
+    }
+
+    /// The OSD (other than this one, up) storing the newest copy of `object` that is a version
+    /// of its history — one the PG's log names for it, or older than the log reaches — and that
+    /// version. A copy at a version the log does not name holds writes the history rolled back,
+    /// whose records are on that OSD: never pulled to be kept here.
+    fn newest_copy_elsewhere(
+        &self,
+        pg: PgId,
+        object: &str,
+        entries: &[crate::pglog::LogEntry],
+        log_tail: Option<Eversion>,
+    ) -> Option<(OsdId, Eversion)> {
+        let p = self.primary(pg)?;
+        let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
+        let of_history = |v: &Eversion| {
+            log_tail.is_none_or(|oldest| *v < oldest) || entries.iter().any(|e| e.version == *v && e.object == object)
+        };
+        p.elsewhere
+            .get(object)?
+            .iter()
+            .filter(|(o, v)| **o != self.id && up(o) && of_history(v))
+            .max_by_key(|(_, v)| **v)
+            .map(|(o, v)| (*o, *v))
+    }
+
+    /// Pulls `osd`'s copy of `object` at `version` to be kept by the next revert (unless a pull
+    /// of it is on its way already), and says so for the report (`local`: why this primary's own
+    /// copy is not kept, or its version).
+    fn pull_to_revert(
+        &mut self,
+        pg: PgId,
+        object: &str,
+        osd: OsdId,
+        version: Eversion,
+        local: &Result<Eversion, String>,
+        out: &mut Vec<Action>,
+    ) -> String {
+        let own = match local {
+            Ok(held) => format!("newer than {}'s, at {held}", self.id),
+            Err(why) => format!("and {why}"),
+        };
+        let kept = self.clones_held_whole(pg, object);
+        let epoch = self.map.epoch;
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else {
+            return format!("{osd} holds it at {version}, {own}: this OSD no longer leads the PG");
+        };
+        if p.revert_pulls.contains_key(object) || p.recovering.contains_key(object) {
+            return format!(
+                "{osd} holds it at {version}, {own}: its copy is on its way here; decide again once it has arrived"
+            );
+        }
+        p.revert_pulls.insert(object.to_string(), (osd, version));
+        p.recovering.insert(object.to_string(), BTreeSet::from([osd]));
+        let pull = shoal_proto::osd::PgPull {
+            epoch,
+            pool: pg.pool,
+            pg: pg.seed,
+            object: object.to_string(),
+            vouched: false,
+            part: None,
+            kept,
+            stale_at: Some(version),
+        };
+        out.push(Action::Peer {
+            osd,
+            msg_type: shoal_proto::osd::PgPull::TYPE,
+            payload: shoal_proto::encode(&pull, Vec::new()),
+            call: super::PeerCall::Pull { pg, attempt: p.attempt, object: object.to_string() },
+        });
+        tracing::warn!(%pg, object, source = %osd, %version, "revert: pulling the newest copy of the object's history to keep it");
+        format!("{osd} holds it at {version}, {own}: pulling that copy here; decide again once it has arrived")
     }
 
     /// The writes that record the revert of `object` to this OSD's copy at version `held`, in
@@ -202,7 +363,7 @@ impl OsdCore {
         let asking: Vec<String> = unasked.iter().chain(&p.probing).map(ToString::to_string).collect();
         let message = format!(
             "PG {pg}'s primary is still asking {} (strays holding copies of the PG, or members being backfilled) whether they \
-             hold its unfound objects: decide again in a moment",
+             hold its unfound objects: {DECIDE_AGAIN}",
             asking.join(", ")
         );
         self.probe_strays(pg, out);
@@ -226,13 +387,21 @@ impl OsdCore {
         UnfoundReport { objects, strays, probing, revert }
     }
 
-    /// What a revert of unfound `object` would keep now — the version of this primary's copy —
-    /// or why it would keep nothing, without reading the copy's data (the revert itself checks
-    /// that it reads back whole). `entries`: the PG's log.
+    /// What a revert of unfound `object` would keep now — the version of this primary's copy, or
+    /// of a newer one another OSD reported to an earlier revert — or why it would keep nothing,
+    /// without reading the copy's data (the revert itself checks that it reads back whole).
+    /// `entries`: the PG's log.
     fn revert_preview(&self, pg: PgId, object: &str, entries: &[crate::pglog::LogEntry]) -> Result<Eversion, String> {
-        let held = self.kept_copy_version(&pg_collection(pg), object, false)?;
         let log_tail = entries.first().map(|e| e.version);
-        self.revert_decisions(pg, object, held, entries, log_tail).map(|_| held)
+        let own = self
+            .kept_copy_version(&pg_collection(pg), object, false)
+            .and_then(|held| self.revert_decisions(pg, object, held, entries, log_tail).map(|_| held));
+        // A newer copy another OSD reported (decision 0066; known once a revert asked).
+        match (own, self.newest_copy_elsewhere(pg, object, entries, log_tail)) {
+            (Ok(held), Some((_, v))) if v > held => Ok(v),
+            (Err(_), Some((_, v))) => Ok(v),
+            (own, _) => own,
+        }
     }
 
     fn unfound_objects(&self, pg: PgId) -> Vec<String> {
