@@ -947,15 +947,23 @@ fn an_operator_cannot_revert_unfound_objects_while_an_osd_that_may_hold_them_is_
     // unfound objects while any OSD is down or a stray has not answered whether it holds them;
     // the operator's repeated command finds nothing left to revert once the OSD is back. The
     // scenario moved to seed 90673 when backfill began to wait for writes on their way (decision
-    // 0054), and to 92840 with decisions 0055–0058 (eighteenth session); without the guard
-    // (`skip_holder_check`) that seed reads a rolled-back write. If a change moves it again,
-    // search with `shoal-sim --revert-unfound --early-replace --mutate skip_holder_check --from
-    // 90000 --seeds 4000`.
-    let config = |seed| SimConfig { early_replacement: true, revert_unfound: true, ..SimConfig::nemesis(seed) };
-    let outs = run_seeds(92_840..=92_840, config);
+    // 0054), and to 92840 with decisions 0055–0058 (eighteenth session). Decision 0066 (a revert
+    // first asks the OSDs that are up which copies they hold) moved it off every seed of 90000 to
+    // 100000 of that shape (twenty-second session); with two copies and min_size 1 (`--pool-size 2
+    // --min-size 1`) seed 58 shows it: without the guard (`skip_holder_check`) it reads a
+    // rolled-back append (173 and 205 fail too). If a change moves it again, search with
+    // `shoal-sim --revert-unfound --early-replace --pool-size 2 --min-size 1 --mutate
+    // skip_holder_check --seeds 4000`.
+    let config = |seed| SimConfig {
+        pool_size: 2,
+        min_size: 1,
+        early_replacement: true,
+        revert_unfound: true,
+        ..SimConfig::nemesis(seed)
+    };
+    let outs = run_seeds(58..=58, config);
     assert!(outs[0].reverts_asked > 0, "the operator was never asked to decide");
-    let mutated =
-        SimConfig { mutations: Mutations { skip_holder_check: true, ..Mutations::default() }, ..config(92_840) };
+    let mutated = SimConfig { mutations: Mutations { skip_holder_check: true, ..Mutations::default() }, ..config(58) };
     let out = Simulation::new(mutated).run(MAX_EVENTS);
     assert!(!out.violations.is_empty(), "the seed no longer reverts while a holder is away");
 }
@@ -1030,8 +1038,8 @@ fn a_head_missing_for_a_damaged_clone_is_pulled_around_it_from_the_primary_that_
     // primary, held clone 1 whole under a head 40 writes older. Neither held the object whole,
     // so it was unfound, and the operator's revert kept osd.4's old head: the acknowledged
     // writes were gone, and reads at snapshot 6 saw old data. The primary now pulls osd.0's head
-    // leaving out the clones it holds (decision 0064); undone (`no_pull_around_damage`), the seed
-    // fails again.
+    // leaving out the clones it holds (decision 0064); undone (`no_pull_around_damage`) together
+    // with decision 0066 (`revert_primary_copy_only`), the seed fails again.
     let config = |seed| SimConfig {
         pool_size: 2,
         min_size: 1,
@@ -1044,10 +1052,20 @@ fn a_head_missing_for_a_damaged_clone_is_pulled_around_it_from_the_primary_that_
     };
     let outs = run_seeds(9704..=9704, config);
     assert!(outs[0].snap_reads_verified > 0);
-    let mutated =
-        SimConfig { mutations: Mutations { no_pull_around_damage: true, ..Mutations::default() }, ..config(9704) };
-    let out = Simulation::new(mutated).run(MAX_EVENTS);
-    assert!(!out.violations.is_empty(), "seed 9704 no longer needs the pull around damage");
+    // Decision 0066 saves the seed too (the revert pulls osd.0's newer head, leaving out the
+    // clone osd.4 holds), so each decision alone passes and only both undone fail.
+    let mutated = |m: Mutations| SimConfig { mutations: m, ..config(9704) };
+    let around_only = Mutations { revert_primary_copy_only: true, ..Mutations::default() };
+    let revert_only = Mutations { no_pull_around_damage: true, ..Mutations::default() };
+    let neither = Mutations { no_pull_around_damage: true, revert_primary_copy_only: true, ..Mutations::default() };
+    for (m, what) in
+        [(around_only, "the pull around damage alone"), (revert_only, "the revert of the newest copy alone")]
+    {
+        let out = Simulation::new(mutated(m)).run(MAX_EVENTS);
+        assert!(out.violations.is_empty(), "with {what}: {:?}", out.violations);
+    }
+    let out = Simulation::new(mutated(neither)).run(MAX_EVENTS);
+    assert!(!out.violations.is_empty(), "seed 9704 no longer needs either decision");
 }
 
 #[test]
