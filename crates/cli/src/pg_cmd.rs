@@ -349,7 +349,7 @@ fn decide_unfound(
         let answer = client.runtime().block_on(client.client().pg_command(pg, cmd.clone()));
         match answer {
             Err(shoal_client::ClientError::Remote(e))
-                if e.message.ends_with(shoal_proto::osd::DECIDE_AGAIN) && started.elapsed() < DECIDE_WAIT =>
+                if e.code == shoal_proto::ErrorCode::TryAgain && started.elapsed() < DECIDE_WAIT =>
             {
                 if !said {
                     eprintln!(

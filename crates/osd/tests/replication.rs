@@ -383,7 +383,7 @@ impl Net {
             let frame = self.operator.pop().expect("the primary answered");
             assert_eq!(frame.request_id, request_id);
             let reply = decode::<shoal_proto::osd::PgCommandReply>(frame.into_payload()).unwrap().0;
-            if !matches!(&reply.result, Err(e) if e.message.ends_with(shoal_proto::osd::DECIDE_AGAIN)) {
+            if !matches!(&reply.result, Err(e) if e.code == ErrorCode::TryAgain) {
                 return reply;
             }
         }

@@ -33,6 +33,10 @@ pub enum ErrorCode {
     /// A guard of the request ([`crate::osd::ObjOp::AssertXattr`], `AssertOmap`) did not hold:
     /// the object changed since the caller looked; nothing was applied.
     Conflict,
+    /// The receiver waits for answers it has just asked other daemons for: the same request,
+    /// repeated shortly, goes ahead (an operator's decision on unfound objects; nothing was
+    /// changed).
+    TryAgain,
 }
 
 /// An error reported by a peer.

@@ -922,9 +922,10 @@ pub struct RevertReport {
     pub unfound: Vec<(String, String)>,
 }
 
-/// How a PG's primary ends a refusal of an operator's decision on unfound objects that only
-/// waits for answers from other OSDs (strays asked whether they hold the objects, OSDs asked
-/// which copies they store): the same command, repeated shortly, goes ahead.
+/// How a PG's primary ends the message of a refusal of an operator's decision on unfound objects
+/// that only waits for answers from other OSDs (strays asked whether they hold the objects, OSDs
+/// asked which copies they store); its code is [`crate::ErrorCode::TryAgain`]: the same command,
+/// repeated shortly, goes ahead.
 pub const DECIDE_AGAIN: &str = "decide again in a moment";
 
 /// A PG's unfound objects, as its primary sees them.

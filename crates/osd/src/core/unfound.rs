@@ -183,7 +183,7 @@ impl OsdCore {
         }
         let waiting: Vec<String> = p.elsewhere_waiting.iter().map(ToString::to_string).collect();
         Err(RemoteError::new(
-            ErrorCode::Other,
+            ErrorCode::TryAgain,
             format!(
                 "PG {pg}'s primary is asking {} which copies of its unfound objects they hold (a revert keeps the newest): \
                  {DECIDE_AGAIN}",
@@ -367,7 +367,7 @@ impl OsdCore {
             asking.join(", ")
         );
         self.probe_strays(pg, out);
-        Err(RemoteError::new(ErrorCode::Other, message))
+        Err(RemoteError::new(ErrorCode::TryAgain, message))
     }
 
     /// `pg`'s unfound objects with the versions needed, the strays known and being asked, and
