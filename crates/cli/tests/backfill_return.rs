@@ -78,15 +78,9 @@ fn a_replica_back_after_the_log_moved_on_is_sent_only_what_changed() {
     for i in 0..OLD {
         write(format!("old-{i:02}"), 1, content(1, i, OLD_BYTES));
     }
-    // The replica to kill: the PG's last acting OSD, so that the primary stays where it is and a
-    // single peering (the replica coming back up) starts the backfill.
-    let shown = common::json(&ok(&shoal(&dir, &["osd", "map", "back", "old-00", "--json"])));
-    let acting: Vec<u32> =
-        shown["acting"].as_array().expect("acting").iter().map(|o| o.as_u64().expect("id") as u32).collect();
-    assert_eq!(acting.len(), 3, "{shown}");
-    let away = acting[2];
-    common::sigkill(&dir, &format!("osd.{away}"));
-    common::wait_osd(&client, away, false, Duration::from_secs(30));
+    // The replica to kill: the PG's last acting OSD, so that a single peering (the replica
+    // coming back up) starts the backfill.
+    let away = common::kill_last_replica(&dir, &client, "back", "old-00");
 
     write(format!("old-{REWRITTEN:02}"), 2, content(2, REWRITTEN, OLD_BYTES));
     rt.block_on(client.op("back", &format!("old-{REMOVED:02}"), vec![ObjOp::Remove], vec![])).expect("remove");

@@ -53,14 +53,7 @@ fn a_replica_back_among_snapshotted_objects_ends_with_every_clone() {
         write(i, ctx(1, &[1]), 2);
         write(i, ctx(2, &[2, 1]), 3);
     }
-    // The replica to kill: the PG's last acting OSD (the primary stays where it is).
-    let shown = common::json(&ok(&shoal(&dir, &["osd", "map", "snapped", "obj-0", "--json"])));
-    let acting: Vec<u32> =
-        shown["acting"].as_array().expect("acting").iter().map(|o| o.as_u64().expect("id") as u32).collect();
-    assert_eq!(acting.len(), 3, "{shown}");
-    let away = acting[2];
-    common::sigkill(&dir, &format!("osd.{away}"));
-    common::wait_osd(&client, away, false, Duration::from_secs(30));
+    let away = common::kill_last_replica(&dir, &client, "snapped", "obj-0");
     for i in SAME_SNAPS {
         write(i, ctx(2, &[2, 1]), 4);
     }

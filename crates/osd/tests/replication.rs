@@ -1808,15 +1808,12 @@ fn a_write_given_up_by_a_revert_is_applied_again_when_resent_after_its_entry_was
     }
 }
 
-#[test]
-fn a_revert_to_a_copy_holding_a_rolled_back_write_answers_its_resend_as_done() {
-    // Decision 0063 (the simulation's seeds 3050 and 4449): a primary applies an append its
-    // replica never gets (never acknowledged), then goes down; the replica leads alone and writes
-    // on, so at the primary's return its log is the authority's and the append is rolled back
-    // from the primary's log, not from its copy. With the replica's copy damaged, no member holds
-    // the version needed: unfound. The revert keeps the primary's copy, which holds the append
-    // once; the client's resend of it is answered as done, not applied a second time.
-    let mut net = Net::new();
+/// Decision 0063's shape: the primary applies client 7's append (tid 2, "def") that its replica
+/// never gets (never acknowledged), then goes down; the replica leads alone and writes another
+/// object, and its copy of "obj" rots; the primary comes back, its log replaced by the replica's
+/// (the append rolled back from the log, not from its copy, "abcdef"), and "obj" is unfound.
+/// Returns the primary, the replica and the PG.
+fn roll_back_an_append(net: &mut Net) -> (OsdId, OsdId, shoal_map::PgId) {
     let acting = net.acting();
     let (primary, replica) = (acting[0], acting[1]);
     let pool = net.map.pool_by_name("p").unwrap().id;
@@ -1831,7 +1828,7 @@ fn a_revert_to_a_copy_holding_a_rolled_back_write_answers_its_resend_as_done() {
     net.change(Command::OsdDown { id: primary });
     assert_eq!(net.acting(), vec![replica]);
     assert!(!net.replies.contains_key(&never_answered), "the append is never acknowledged");
-    write_object(&mut net, 3, &other, b"one").result.expect("a write while the primary is down");
+    write_object(net, 3, &other, b"one").result.expect("a write while the primary is down");
     assert!(net.engines[&replica.0].inject_bit_rot(&coll, "obj").unwrap(), "the replica's copy to damage");
     net.restart(primary);
     for _ in 0..5 {
@@ -1839,6 +1836,19 @@ fn a_revert_to_a_copy_holding_a_rolled_back_write_answers_its_resend_as_done() {
     }
     assert_eq!(net.acting()[0], primary, "the primary leads again");
     assert_eq!(net.content(primary).as_deref(), Some(&b"abcdef"[..]), "its copy still holds the append");
+    (primary, replica, pg)
+}
+
+#[test]
+fn a_revert_to_a_copy_holding_a_rolled_back_write_answers_its_resend_as_done() {
+    // Decision 0063 (the simulation's seeds 3050 and 4449): a primary applies an append its
+    // replica never gets (never acknowledged), then goes down; the replica leads alone and writes
+    // on, so at the primary's return its log is the authority's and the append is rolled back
+    // from the primary's log, not from its copy. With the replica's copy damaged, no member holds
+    // the version needed: unfound. The revert keeps the primary's copy, which holds the append
+    // once; the client's resend of it is answered as done, not applied a second time.
+    let mut net = Net::new();
+    let (primary, replica, pg) = roll_back_an_append(&mut net);
     let meta = shoal_osd::pgmeta::PgMeta::load(&**net.core(primary).store(), pg).unwrap();
     let held = meta.held_divergent.get("obj").expect("the rolled-back append is recorded with the missing entry");
     assert_eq!(held.writes.iter().map(|w| w.reqid).collect::<Vec<_>>(), vec![ReqId { client: 7, tid: 2 }]);
@@ -1878,24 +1888,7 @@ fn a_revert_refuses_a_copy_holding_rolled_back_writes_it_cannot_name() {
     // (a store written before records were kept): the copy holds a write no log names, and which
     // ones is unknown, so the revert keeps nothing and says why; the object stays unfound.
     let mut net = Net::new();
-    let acting = net.acting();
-    let (primary, replica) = (acting[0], acting[1]);
-    let pool = net.map.pool_by_name("p").unwrap().id;
-    let pg = net.map.locate(pool, "obj").unwrap().pg;
-    let coll = shoal_osd::exec::pg_collection(pg);
-    let other = net.names_in_pg(pg, 1).remove(0);
-    net.append(1, b"abc").result.expect("acknowledged append");
-    net.drop_rep_to = vec![replica.0];
-    let lost = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
-    net.submit(primary.0, lost, b"def", 0);
-    net.drop_rep_to.clear();
-    net.change(Command::OsdDown { id: primary });
-    write_object(&mut net, 3, &other, b"one").result.expect("a write while the primary is down");
-    assert!(net.engines[&replica.0].inject_bit_rot(&coll, "obj").unwrap(), "the replica's copy to damage");
-    net.restart(primary);
-    for _ in 0..5 {
-        net.tick();
-    }
+    let (primary, _, pg) = roll_back_an_append(&mut net);
     // The record goes; the primary restarts on that store and peers again.
     let store = net.core(primary).store().clone();
     let mut meta = shoal_osd::pgmeta::PgMeta::load(&*store, pg).unwrap();

@@ -984,17 +984,21 @@ fn an_operator_cannot_revert_unfound_objects_while_an_earlier_holder_is_up_but_u
     // 20,000 in three shapes near it did (`forget_holders` sweeps in the twenty-first session's
     // note), so this is a regression run only until one is found: the guard's mutation check is
     // in the note's open items, not here.
-    let config = |seed| SimConfig {
+    run_seeds(632..=632, |seed| SimConfig { snaps: true, ..reverting_six_clients(seed) });
+}
+
+/// The shape the twenty-first session's revert findings came from: two copies, min_size 1, six
+/// clients of 200 writes, early disk replacement, an operator who reverts unfound objects.
+fn reverting_six_clients(seed: u64) -> SimConfig {
+    SimConfig {
         pool_size: 2,
         min_size: 1,
         clients: 6,
         writes_per_client: 200,
-        snaps: true,
         early_replacement: true,
         revert_unfound: true,
         ..SimConfig::nemesis(seed)
-    };
-    run_seeds(632..=632, config);
+    }
 }
 
 #[test]
@@ -1008,15 +1012,7 @@ fn a_revert_to_a_copy_holding_rolled_back_writes_applies_none_of_them_twice() {
     // longer than its last acknowledged write. An OSD now records the writes its copy holds when
     // its log rolls them back, and a revert logs each again under its request id, so the resend
     // is answered as done (decision 0063). Undone (`keep_rolled_back`), the seeds fail again.
-    let config = |seed| SimConfig {
-        pool_size: 2,
-        min_size: 1,
-        clients: 6,
-        writes_per_client: 200,
-        early_replacement: true,
-        revert_unfound: true,
-        ..SimConfig::nemesis(seed)
-    };
+    let config = reverting_six_clients;
     for seed in [3050, 4449] {
         let outs = run_seeds(seed..=seed, config);
         assert!(outs[0].reverts_asked > 0, "seed {seed}: the operator was never asked to decide");
@@ -1040,16 +1036,7 @@ fn a_head_missing_for_a_damaged_clone_is_pulled_around_it_from_the_primary_that_
     // writes were gone, and reads at snapshot 6 saw old data. The primary now pulls osd.0's head
     // leaving out the clones it holds (decision 0064); undone (`no_pull_around_damage`) together
     // with decision 0066 (`revert_primary_copy_only`), the seed fails again.
-    let config = |seed| SimConfig {
-        pool_size: 2,
-        min_size: 1,
-        clients: 6,
-        writes_per_client: 200,
-        snaps: true,
-        early_replacement: true,
-        revert_unfound: true,
-        ..SimConfig::nemesis(seed)
-    };
+    let config = |seed| SimConfig { snaps: true, ..reverting_six_clients(seed) };
     let outs = run_seeds(9704..=9704, config);
     assert!(outs[0].snap_reads_verified > 0);
     // Decision 0066 saves the seed too (the revert pulls osd.0's newer head, leaving out the

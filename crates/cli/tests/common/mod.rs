@@ -66,6 +66,20 @@ pub fn sigkill(dir: &Path, name: &str) {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {name}");
 }
 
+/// Kills with SIGKILL the last acting OSD of `object`'s PG in `pool` (a size-3 pool: the primary
+/// stays where it is, so the OSD's return is a single peering) and waits until the monitors mark
+/// it down; returns its id.
+pub fn kill_last_replica(dir: &Path, client: &shoal_client::Client, pool: &str, object: &str) -> u32 {
+    let shown = json(&ok(&shoal(dir, &["osd", "map", pool, object, "--json"])));
+    let acting: Vec<u32> =
+        shown["acting"].as_array().expect("acting").iter().map(|o| o.as_u64().expect("id") as u32).collect();
+    assert_eq!(acting.len(), 3, "{shown}");
+    let away = acting[2];
+    sigkill(dir, &format!("osd.{away}"));
+    wait_osd(client, away, false, Duration::from_secs(30));
+    away
+}
+
 /// A self-signed TLS identity for `localhost` and 127.0.0.1, made with openssl in `dir`:
 /// (certificate, key), PEM. Clients trust it by taking the certificate as their CA.
 pub fn tls_identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {

@@ -259,6 +259,12 @@ impl OsdCore {
             upto = Some(upto.map_or(last, |u| u.min(last)));
         }
         let Some(upto) = upto else { return Vec::new() };
+        self.versioned_clones(pg, object, |_, version| version <= upto)
+    }
+
+    /// The snapshot clones of head `object` here (its snapshot directory aside) that carry a
+    /// stored version, with it, and for which `keep(name, version)` holds.
+    fn versioned_clones(&self, pg: PgId, object: &str, keep: impl Fn(&str, Eversion) -> bool) -> KeptClones {
         let coll = pg_collection(pg);
         let Ok(companions) = snaps::companions(&*self.store, &coll, object) else { return Vec::new() };
         let snapdir = snaps::snapdir_name(object);
@@ -267,7 +273,7 @@ impl OsdCore {
             .filter(|c| *c != snapdir)
             .filter_map(|c| {
                 let version = crate::objver::stored(&*self.store, &coll, &c)?;
-                (version <= upto).then_some((c, version))
+                keep(&c, version).then_some((c, version))
             })
             .collect()
     }
@@ -1100,17 +1106,7 @@ impl OsdCore {
             return Vec::new();
         }
         let coll = pg_collection(pg);
-        let Ok(companions) = snaps::companions(&*self.store, &coll, object) else { return Vec::new() };
-        let snapdir = snaps::snapdir_name(object);
-        companions
-            .into_iter()
-            .filter(|c| *c != snapdir)
-            .filter_map(|c| {
-                let version = crate::objver::stored(&*self.store, &coll, &c)?;
-                check_reads_whole(&*self.store, &coll, &c).ok()?;
-                Some((c, version))
-            })
-            .collect()
+        self.versioned_clones(pg, object, |name, _| check_reads_whole(&*self.store, &coll, name).is_ok())
     }
 
     /// After `from` refused a recovery push of `objects` (one object) that left clones out:
