@@ -8,6 +8,9 @@ pub enum RbdError {
     NoSuchImage(String),
     #[error("image {0:?} already exists")]
     Exists(String),
+    /// A snapshot of that name (`IMAGE@SNAP`) is already taken.
+    #[error("snapshot {0:?} already exists")]
+    SnapExists(String),
     #[error("invalid argument: {0}")]
     Invalid(String),
     #[error("range {offset}+{len_bytes} is past the end of the image ({size_bytes} bytes)")]

@@ -119,7 +119,7 @@ pub async fn create(client: &Client, pool: &str, name: &str, snap: &str, wait_ms
     header::validate_label("snapshot", snap)?;
     let info = header::open(client, pool, name).await?;
     if info.snaps.iter().any(|s| s.name == snap) {
-        return Err(RbdError::Exists(format!("{name}@{snap}")));
+        return Err(RbdError::SnapExists(format!("{name}@{snap}")));
     }
     if info.snaps.len() >= MAX_SNAPS {
         return Err(RbdError::Invalid(format!("image {name:?} already has the most snapshots allowed ({MAX_SNAPS})")));
