@@ -109,3 +109,85 @@ fn a_replica_back_among_snapshotted_objects_ends_with_every_clone() {
         }
     }
 }
+
+/// An OSD back after a large object got new clones: the object with the clones it lacks holds
+/// more than one message carries (a 24 MiB head with two new 24 MiB clones, and a head deleted
+/// after two such snapshots, its clones left), so recovery sends each in parts with the clones
+/// spread over them. Before, the push was refused at the sender for its size and retried
+/// forever: the PG never became clean and writes to those objects waited for good.
+#[test]
+fn a_replica_back_after_large_clones_were_made_gets_them_in_parts() {
+    const BIG: usize = 24 << 20;
+    let big = |name: &str, tag: u64| {
+        // Distinct per object (by its name's length) and per write.
+        let seed = (tag << 8 | name.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        shoal_util::pattern::xorshift_bytes(seed | 1, BIG)
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let d = dir.display().to_string();
+    ok(&shoal(
+        tmp.path(),
+        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "1G", "--no-gateway"],
+    ));
+    let _down = Down(dir.clone());
+    ok(&shoal(&dir, &["pool", "create", "snapped", "--size", "3", "--min-size", "2", "--pg-num", "1"]));
+    ok(&shoal(&dir, &["osd", "set", "noout"]));
+    let (rt, client) = common::admin_client(&dir);
+    let op = |name: &str, ops: Vec<ObjOp>, data: Vec<u8>| {
+        rt.block_on(client.op("snapped", name, ops, data)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    };
+    let write = |name: &str, snapc: ObjOp, tag: u64| {
+        op(name, vec![snapc, ObjOp::WriteFull { len_bytes: BIG as u64 }], big(name, tag));
+    };
+    for name in ["big", "gone"] {
+        write(name, ctx(0, &[]), 1);
+    }
+    let away = common::kill_last_replica(&dir, &client, "snapped", "big");
+    for name in ["big", "gone"] {
+        write(name, ctx(1, &[1]), 2);
+        write(name, ctx(2, &[2, 1]), 3);
+    }
+    op("gone", vec![ctx(3, &[3, 2, 1]), ObjOp::Remove], Vec::new());
+    let mut back = common::start_block_osd(&dir, away, "1G", &[]);
+    common::wait_osd(&client, away, true, Duration::from_secs(30));
+    common::wait_clean(&dir, 3, Duration::from_secs(120));
+    ok(&shoal(&dir, &["osd", "unset", "noout"]));
+    drop(client);
+    drop(rt);
+    ok(&shoal(&dir, &["down", "--dir", &d]));
+    back.wait().expect("the restarted OSD exits");
+
+    let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
+    let coll = stores[0]
+        .list_collections()
+        .expect("collections")
+        .into_iter()
+        .find(|c| c.starts_with("pg.") && stores[0].stat(c, "big").is_ok())
+        .expect("the pool's PG on osd.0");
+    let clone = |head: &str, id| shoal_osd::snaps::clone_name(head, id);
+    // Each clone holds the head's bytes from before the snapshot it was made for: clone 1 the
+    // first write, clone 2 the second; "gone"'s clone 3 its last write, kept by its removal.
+    let expected = [
+        ("big".to_string(), Some(("big", 3))),
+        (clone("big", 1), Some(("big", 1))),
+        (clone("big", 2), Some(("big", 2))),
+        ("gone".to_string(), None),
+        (clone("gone", 1), Some(("gone", 1))),
+        (clone("gone", 2), Some(("gone", 2))),
+        (clone("gone", 3), Some(("gone", 3))),
+    ];
+    for (name, bytes) in expected {
+        for (osd, store) in stores.iter().enumerate() {
+            match bytes {
+                Some((head, tag)) => {
+                    let data = store.read_all(&coll, &name).unwrap_or_else(|e| panic!("osd.{osd} {name}: {e}"));
+                    assert!(data == big(head, tag), "osd.{osd}'s {name} is not the bytes of write {tag}");
+                }
+                None => assert!(store.stat(&coll, &name).is_err(), "osd.{osd} holds {name}, removed"),
+            }
+        }
+        let versions: Vec<_> = stores.iter().map(|s| s.version(&coll, &name).ok()).collect();
+        assert!(versions.iter().all(|v| *v == versions[0]), "{name}: stored versions differ: {versions:?}");
+    }
+}

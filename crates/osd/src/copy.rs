@@ -92,6 +92,26 @@ pub const COPY_METADATA_MAX_BYTES: usize = shoal_proto::msg::MAX_HEADER_BYTES / 
 /// message's other fields.
 pub const COPIES_MAX_BYTES: usize = shoal_proto::msg::MAX_HEADER_BYTES - (64 << 10);
 
+/// Most bytes of object data one message of copies carries: what a frame holds beside the
+/// largest header. A head whose copies (with its companions) hold more goes in parts, its
+/// companions spread over them ([`read_part_copies`]).
+pub const COPIES_DATA_MAX_BYTES: u64 =
+    shoal_proto::MAX_PAYLOAD_BYTES as u64 - shoal_proto::msg::MAX_HEADER_BYTES as u64;
+
+/// Refuses, before reading any of it, a copy of objects `names` holding `size_bytes` of data
+/// together: more than one message carries, to be sent in parts.
+fn check_data_fits(names: &[&str], size_bytes: u64) -> Result<(), RemoteError> {
+    if size_bytes > COPIES_DATA_MAX_BYTES {
+        return Err(RemoteError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "copies of {names:?} hold {size_bytes} bytes of data, over the {COPIES_DATA_MAX_BYTES} one message carries"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses copies that would not fit one message: the object cannot be copied whole, which is
 /// reported (and its recovery or backfill stalls, naming it) rather than failing the sender.
 pub fn check_copies_fit(copies: &[ObjectCopy]) -> Result<usize, RemoteError> {
@@ -246,7 +266,8 @@ pub fn read_part(
     // recovered object's writes wait; a write to an object being backfilled starts it over).
     let version = if last { crate::objver::stored(store, coll, name).unwrap_or_default() } else { Default::default() };
     let copy = ObjectCopy { name: name.to_string(), exists: true, size_bytes: size, xattrs, omap, version };
-    Ok(Some(Part { copy, part: PushPart { at: at.clone(), last }, next: PartCursor { offset: end, omap_after } }))
+    let next = PartCursor { offset: end, omap_after, clones_after: at.clones_after.clone() };
+    Ok(Some(Part { copy, part: PushPart { at: at.clone(), last }, next }))
 }
 
 /// Reads object `name` whole and, when it is a head, its companions (snapshot clones and snap
@@ -295,21 +316,33 @@ pub fn read_copies_keeping(
     kept: &[(String, Eversion)],
     data: &mut Vec<u8>,
 ) -> Result<(Vec<ObjectCopy>, KeptClones), RemoteError> {
-    let mut copies = vec![read_sized(store, coll, name, max_metadata_bytes, data)?];
-    let mut left_out = Vec::new();
-    if !snaps::is_companion(name) {
-        // Companions always travel whole, as with the first part of an object sent in parts:
-        // the bound is the head's. (A head that does not exist has nothing to send in parts,
-        // so a snapshot directory's state larger than a backfill chunk must not turn its
-        // recovery into one.)
-        for companion in snaps::companions(store, coll, name)? {
-            let same = kept.iter().find(|(k, v)| *k == companion && crate::objver::stored(store, coll, k) == Some(*v));
-            if let Some(entry) = same {
-                left_out.push(entry.clone());
-                continue;
-            }
-            copies.push(read_sized(store, coll, &companion, COPY_METADATA_MAX_BYTES, data)?);
+    let head_bytes = stored_size(store, coll, name)?;
+    let companions = if snaps::is_companion(name) { Vec::new() } else { snaps::companions(store, coll, name)? };
+    // Each companion held here at the version the other side holds is left out (not even read:
+    // a copy here with a damaged block does not stand in the way of one held whole there).
+    let mut left_out = KeptClones::new();
+    let mut sent = Vec::new();
+    for companion in companions {
+        match kept.iter().find(|(k, v)| *k == companion && crate::objver::stored(store, coll, k) == Some(*v)) {
+            Some(entry) => left_out.push(entry.clone()),
+            None => sent.push(companion),
         }
+    }
+    // Sized before anything is read: a head and the clones it takes along may hold far more
+    // than one message, and reading them whole first would hold it all in memory.
+    let mut sizes = Vec::with_capacity(sent.len());
+    for companion in &sent {
+        sizes.push(stored_size(store, coll, companion)?);
+    }
+    let mut names = vec![name];
+    names.extend(sent.iter().map(String::as_str));
+    check_data_fits(&names, head_bytes.unwrap_or(0) + sizes.iter().flatten().sum::<u64>())?;
+    let mut copies = vec![read_copy_sized(store, coll, name, head_bytes, max_metadata_bytes, data)?];
+    // Companions travel whole, here as beside the parts of an object sent in parts: the metadata
+    // bound is the head's. (A snapshot directory's state larger than a backfill chunk does not
+    // turn its head's recovery into one in parts.)
+    for (companion, size_bytes) in sent.iter().zip(sizes) {
+        copies.push(read_copy_sized(store, coll, companion, size_bytes, COPY_METADATA_MAX_BYTES, data)?);
     }
     check_copies_fit(&copies)?;
     Ok((copies, left_out))
@@ -335,9 +368,11 @@ fn stored_size(store: &dyn ObjectStore, coll: &str, name: &str) -> Result<Option
     }
 }
 
-/// The part of object `name` at `at` ([`read_part`]) for a recovery push or pull: its first
-/// part goes with the copies of the object's companions (snapshot clones move with their head),
-/// whole, after it (their bytes after the part's in `data`). `None`: the object does not exist.
+/// The part of object `name` at `at` ([`read_part`]) for a recovery push or pull, with the
+/// copies of the head's companions (snapshot clones move with their head) not sent yet that fit
+/// beside it within `budget_bytes`, each whole, after it (their bytes after the part's in
+/// `data`). The head's last part comes only after its last companion. `None`: the object does
+/// not exist, and neither do companions of it.
 pub fn read_part_copies(
     store: &dyn ObjectStore,
     coll: &str,
@@ -346,17 +381,68 @@ pub fn read_part_copies(
     budget_bytes: u64,
     data: &mut Vec<u8>,
 ) -> Result<Option<(Vec<ObjectCopy>, PushPart, PartCursor)>, RemoteError> {
-    let Some(Part { copy, part, next }) = read_part(store, coll, name, at, budget_bytes, data)? else {
-        return Ok(None);
+    let base = data.len();
+    let companions = if snaps::is_companion(name) { Vec::new() } else { snaps::companions(store, coll, name)? };
+    let (mut copy, mut part, mut next) = match read_part(store, coll, name, at, budget_bytes, data)? {
+        Some(Part { copy, part, next }) => (copy, part, next),
+        // A head that no longer exists, with clones kept for snapshots: its parts carry only
+        // them (the first also removes the receiver's head).
+        None if !companions.is_empty() && at.offset == 0 && at.omap_after.is_none() => {
+            (absent_copy(name), PushPart { at: at.clone(), last: true }, at.clone())
+        }
+        None => return Ok(None),
     };
-    let mut copies = vec![copy];
-    if at.is_start() && !snaps::is_companion(name) {
-        for companion in snaps::companions(store, coll, name)? {
-            copies.push(read_sized(store, coll, &companion, COPY_METADATA_MAX_BYTES, data)?);
+    let mut copies = Vec::new();
+    {
+        // The companions not sent yet, in name order, each whole, as many as fit beside this
+        // part's bytes within its budget; a part with no data of its own takes at least one,
+        // up to what one message carries, so that parts advance. Those left go with later parts.
+        let left: Vec<String> =
+            companions.into_iter().filter(|c| at.clones_after.as_ref().is_none_or(|after| c > after)).collect();
+        let mut sent = 0;
+        for companion in &left {
+            let size_bytes = stored_size(store, coll, companion)?.unwrap_or(0);
+            let part_bytes = (data.len() - base) as u64;
+            if part_bytes == 0 {
+                check_data_fits(&[companion.as_str()], size_bytes)?;
+            } else if part_bytes + size_bytes > budget_bytes.min(COPIES_DATA_MAX_BYTES) {
+                break;
+            }
+            copies.push(read_copy_sized(store, coll, companion, Some(size_bytes), COPY_METADATA_MAX_BYTES, data)?);
+            next.clones_after = Some(companion.clone());
+            sent += 1;
+        }
+        if sent < left.len() && part.last {
+            // The head's bytes are all sent but some companions are not: the part that ends the
+            // copy (and vouches for it with the head's version) is a later one.
+            part.last = false;
+            copy.version = Eversion::default();
         }
     }
+    copies.insert(0, copy);
     check_copies_fit(&copies)?;
     Ok(Some((copies, part, next)))
+}
+
+/// Where the part after the received part `part` starts: past its data (`data_bytes`, the
+/// companions' included) and omap entries, and past the companions it carried (`copies` after
+/// the first). The receiver of a pull in parts asks for the next part from here.
+#[must_use]
+pub fn cursor_after(part: &PushPart, copies: &[ObjectCopy], data_bytes: usize) -> PartCursor {
+    let companion_bytes: u64 = copies.iter().skip(1).map(|c| c.size_bytes).sum();
+    PartCursor {
+        offset: part.at.offset + (data_bytes as u64).saturating_sub(companion_bytes),
+        omap_after: copies
+            .first()
+            .and_then(|c| c.omap.last())
+            .map(|(k, _)| k.clone())
+            .or_else(|| part.at.omap_after.clone()),
+        clones_after: copies
+            .last()
+            .filter(|_| copies.len() > 1)
+            .map(|c| c.name.clone())
+            .or_else(|| part.at.clones_after.clone()),
+    }
 }
 
 /// Adds to `txn` the removal of the local companions of each head among `copies` that the
@@ -456,9 +542,26 @@ pub fn apply_part(
     copy: &ObjectCopy,
     part: &PushPart,
     data: bytes::Bytes,
+    with_companions: bool,
 ) -> Result<(), RemoteError> {
     let invalid = |why: String| Err(RemoteError::new(ErrorCode::Invalid, format!("part of {}: {why}", copy.name)));
     let at = &part.at;
+    if !copy.exists {
+        // A head that no longer exists, sent in parts for its companions: the first part
+        // removes the local head, and no part carries anything of it.
+        if !data.is_empty()
+            || !copy.omap.is_empty()
+            || !copy.xattrs.is_empty()
+            || at.offset != 0
+            || at.omap_after.is_some()
+        {
+            return invalid("a part of an absent object carries data, xattrs or omap".to_string());
+        }
+        if !with_companions && !part.last {
+            return invalid("a part of an absent object carries nothing".to_string());
+        }
+        return if at.is_start() { replace_object(txn, store, coll, copy, data, part.last) } else { Ok(()) };
+    }
     let end = at.offset + data.len() as u64;
     if !copy.exists || end > copy.size_bytes || (part.last && end != copy.size_bytes) {
         return invalid(format!(
@@ -472,7 +575,9 @@ pub fn apply_part(
     if (!copy.omap.is_empty() || at.omap_after.is_some()) && end != copy.size_bytes {
         return invalid(format!("omap entries before the end of its data (at {}, ending at {end})", at.offset));
     }
-    if !at.is_start() && (!copy.xattrs.is_empty() || (data.is_empty() && copy.omap.is_empty() && !part.last)) {
+    // A later part advances the object, or ends it, or brings companions of a head.
+    let empty = data.is_empty() && copy.omap.is_empty() && !part.last && !with_companions;
+    if !at.is_start() && (!copy.xattrs.is_empty() || empty) {
         return invalid(format!("a later part at {} carries xattrs or nothing", at.offset));
     }
     if !part.last && copy.version != Default::default() {
@@ -638,7 +743,7 @@ mod tests {
                 read_part(from, "c", name, &at, budget, &mut data).expect("read").expect("there");
             assert_eq!(copy.version != Default::default(), part.last, "the version goes with the last part only");
             let mut txn = Transaction::new();
-            apply_part(&mut txn, to, "c", &copy, &part, bytes::Bytes::from(data)).expect("apply");
+            apply_part(&mut txn, to, "c", &copy, &part, bytes::Bytes::from(data), false).expect("apply");
             to.commit(txn, Durability::Batch).expect("commit");
             if part.last {
                 return n;
@@ -685,7 +790,7 @@ mod tests {
         let read = |at: &PartCursor, data: &mut Vec<u8>| read_part(&from, "c", "o", at, 400, data).unwrap().unwrap();
         let try_apply = |p: &Part, data: Vec<u8>| {
             let mut txn = Transaction::new();
-            apply_part(&mut txn, &to, "c", &p.copy, &p.part, bytes::Bytes::from(data)).map(|()| txn)
+            apply_part(&mut txn, &to, "c", &p.copy, &p.part, bytes::Bytes::from(data), false).map(|()| txn)
         };
         let (mut d0, mut d1, mut d2) = (Vec::new(), Vec::new(), Vec::new());
         let first = read(&PartCursor::default(), &mut d0);
@@ -737,6 +842,94 @@ mod tests {
         let backwards = Part { copy: reversed, ..parts_left[omap_part + 1].clone() };
         if backwards.copy.omap.len() > 1 {
             assert!(try_apply(&backwards, Vec::new()).unwrap_err().message.contains("key order"));
+        }
+    }
+
+    /// A head whose clones hold more data together than one message carries is refused whole
+    /// (before anything is read) and goes in parts instead: each part within one message, its
+    /// clones spread over them whole, the head's version only on the last, which comes after
+    /// every clone. Applied in order, as a recovery target does, they rebuild the head and every
+    /// clone, and remove the receiver's stale ones. A head that no longer exists goes the same
+    /// way, its parts carrying only its clones.
+    #[test]
+    fn a_head_with_clones_over_one_message_goes_in_parts_that_carry_them() {
+        const CLONE_BYTES: usize = 14 << 20;
+        let from = shoal_store::engine::MemEngine::new_mem(512 << 20).expect("store");
+        let to = shoal_store::engine::MemEngine::new_mem(512 << 20).expect("store");
+        let fill = |store: &dyn ObjectStore, name: &str, tag: u8, size: usize| {
+            let mut txn = Transaction::new();
+            if !store.collection_exists("c").unwrap() {
+                txn.create_collection("c");
+            }
+            txn.touch("c", name);
+            txn.write("c", name, 0, bytes::Bytes::from(vec![tag; size]));
+            txn.set_version("c", name, (3, u64::from(tag)));
+            store.commit(txn, Durability::Batch).expect("commit");
+        };
+        for (head, exists) in [("big", true), ("gone", false)] {
+            let clones: Vec<String> = (1..=3).map(|id| snaps::clone_name(head, id)).collect();
+            if exists {
+                fill(&from, head, 9, 5 << 20);
+            }
+            for (i, clone) in clones.iter().enumerate() {
+                fill(&from, clone, i as u8 + 1, CLONE_BYTES);
+            }
+            // The receiver holds an older head and a clone the sender no longer has.
+            fill(&to, head, 1, 1000);
+            let stale = snaps::clone_name(head, 7);
+            fill(&to, &stale, 7, 1000);
+
+            let mut data = Vec::new();
+            let e = read_copies(&from, "c", head, COPY_METADATA_MAX_BYTES, &mut data).expect_err("over one message");
+            assert_eq!(e.code, ErrorCode::TooLarge, "{e}");
+            assert!(data.is_empty(), "refused before reading");
+            // Leaving out two clones the other side holds, the rest goes whole.
+            let kept: KeptClones = clones[..2]
+                .iter()
+                .map(|c| (c.clone(), crate::objver::stored(&from, "c", c).expect("a version")))
+                .collect();
+            let (copies, left_out) =
+                read_copies_keeping(&from, "c", head, COPY_METADATA_MAX_BYTES, &kept, &mut data).expect("fits");
+            assert_eq!((copies.len(), left_out), (2, kept));
+
+            let mut at = PartCursor::default();
+            let mut parts = 0;
+            loop {
+                parts += 1;
+                assert!(parts < 100, "parts advance");
+                let mut data = Vec::new();
+                let (copies, part, next) =
+                    read_part_copies(&from, "c", head, &at, 4 << 20, &mut data).expect("read").expect("there");
+                assert!(data.len() as u64 <= COPIES_DATA_MAX_BYTES, "part {parts}: {} bytes", data.len());
+                assert_eq!(copies[0].version != Default::default(), part.last && exists, "the head's version last");
+                // As `OsdCore::install_part` splits them: the head's part, then the clones.
+                let data = bytes::Bytes::from(data);
+                let part_bytes = data.len() - copies[1..].iter().map(|c| c.size_bytes as usize).sum::<usize>();
+                let datas = split_data(&copies[1..], data.slice(part_bytes..)).expect("split");
+                let mut txn = Transaction::new();
+                if part.at.is_start() {
+                    remove_stale_companions(&mut txn, &to, "c", &copies, &[]).expect("stale");
+                }
+                let head_data = data.slice(..part_bytes);
+                apply_part(&mut txn, &to, "c", &copies[0], &part, head_data, copies.len() > 1).expect("apply");
+                for (c, d) in copies[1..].iter().zip(datas) {
+                    apply_copy(&mut txn, &to, "c", c, d).expect("apply a clone");
+                }
+                to.commit(txn, Durability::Batch).expect("commit");
+                if part.last {
+                    break;
+                }
+                at = next;
+            }
+            assert!(parts >= 2, "{head}: {parts} parts");
+            assert_eq!(to.exists("c", head).unwrap(), exists, "{head}");
+            if exists {
+                assert!(state(&to, head) == state(&from, head), "{head}");
+            }
+            for clone in &clones {
+                assert!(state(&to, clone) == state(&from, clone), "{clone}");
+            }
+            assert!(!to.exists("c", &stale).unwrap(), "{stale} removed");
         }
     }
 

@@ -621,8 +621,8 @@ pub struct PgPullReply {
     pub epoch: u64,
     /// The object's copy, then its companions' (snapshot clones move with their head).
     pub result: Result<Vec<ObjectCopy>, RemoteError>,
-    /// For a pull of a part: the part the first copy is (the companions travel whole with the
-    /// first part).
+    /// For a pull of a part: the part the first copy is (the companions after it travel whole
+    /// beside the parts, as [`PartCursor`] says).
     pub part: Option<PushPart>,
     /// Clones of the pull's `kept` that the source holds at exactly those versions, left out of
     /// `result`: the primary keeps its own copies. A clone of `kept` the source does not name
@@ -655,18 +655,22 @@ pub struct PgPush {
 }
 
 /// Where a part of an object sent in parts starts: its data first, from `offset`, then its
-/// omap entries in key order, after `omap_after` (`None`: none sent yet).
+/// omap entries in key order, after `omap_after` (`None`: none sent yet). A head recovered in
+/// parts also brings its companions (snapshot clones and directory), each whole, in name order
+/// beside its own parts, as many to a part as one message carries: those named up to
+/// `clones_after` are sent (`None`: none yet).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartCursor {
     pub offset: u64,
     pub omap_after: Option<Vec<u8>>,
+    pub clones_after: Option<String>,
 }
 
 impl PartCursor {
     /// Whether a part starting here is the object's first.
     #[must_use]
     pub fn is_start(&self) -> bool {
-        self.offset == 0 && self.omap_after.is_none()
+        self.offset == 0 && self.omap_after.is_none() && self.clones_after.is_none()
     }
 }
 
@@ -678,7 +682,9 @@ impl PartCursor {
 /// parts extend it. In a backfill push the part's object is the range's last (`upto`): the first
 /// part removes the member's other objects in the range, and only the last one moves its backfill
 /// cursor to the object, so that a partly sent object stays above the cursor, where nothing
-/// trusts it. In a recovery push (or pull), the object stays missing until its last part.
+/// trusts it. In a recovery push (or pull), the object stays missing until its last part, and
+/// a head's companions travel whole beside its parts (after the part's own bytes), the last part
+/// coming only once every one of them is sent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushPart {
     pub at: PartCursor,

@@ -616,6 +616,8 @@ pub struct Outcome {
     pub backfill_objects_kept: u64,
     /// Clones recovery pushes left out because their targets held them (decision 0065).
     pub recovery_clones_kept: u64,
+    /// Clones sent beside a later part of their head, not its first (decision 0067).
+    pub clones_in_later_parts: u64,
     pub verified_reads: u64,
     /// Reads at a snapshot checked against the model (`SimConfig::snaps`), by clients during the
     /// run and of every member's store at the end.
@@ -968,6 +970,7 @@ impl Simulation {
             backfills_resumed: 0,
             backfill_objects_kept: 0,
             recovery_clones_kept: 0,
+            clones_in_later_parts: 0,
             verified_reads: 0,
             snap_reads_verified: 0,
             resends: 0,
@@ -1757,6 +1760,16 @@ impl Simulation {
             } else {
                 self.outcome.recovery_clones_kept += push.kept.len() as u64;
             }
+            if push.part.as_ref().is_some_and(|p| !p.at.is_start()) {
+                self.outcome.clones_in_later_parts += push.objects.len().saturating_sub(1) as u64;
+            }
+        }
+        if frame.msg_type == shoal_proto::osd::PgPullReply::TYPE
+            && let Ok((reply, _)) = decode::<shoal_proto::osd::PgPullReply>(frame.payload.clone())
+            && let (Some(part), Ok(copies)) = (&reply.part, &reply.result)
+            && !part.at.is_start()
+        {
+            self.outcome.clones_in_later_parts += copies.len().saturating_sub(1) as u64;
         }
         if frame.msg_type == PgActivate::TYPE
             && let Ok((a, _)) = decode::<PgActivate>(frame.payload.clone())

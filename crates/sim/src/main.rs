@@ -300,7 +300,7 @@ fn main() -> ExitCode {
     let done = AtomicU64::new(0);
     // Backfills started from the first object and resumed past a cursor, over all seeds: shows
     // what the runs exercised.
-    let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let backfills = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let snap_reads = AtomicU64::new(0);
     let needs_named = AtomicU64::new(0);
     let peer_downs = AtomicU64::new(0);
@@ -365,6 +365,7 @@ fn main() -> ExitCode {
                     backfills.1.fetch_add(out.backfills_resumed, Ordering::Relaxed);
                     backfills.2.fetch_add(out.backfill_objects_kept, Ordering::Relaxed);
                     backfills.3.fetch_add(out.recovery_clones_kept, Ordering::Relaxed);
+                    backfills.4.fetch_add(out.clones_in_later_parts, Ordering::Relaxed);
                     snap_reads.fetch_add(out.snap_reads_verified, Ordering::Relaxed);
                     needs_named.fetch_add(out.needs_named, Ordering::Relaxed);
                     peer_downs.fetch_add(out.marked_down_by_peers, Ordering::Relaxed);
@@ -391,7 +392,7 @@ fn main() -> ExitCode {
     failed.sort_by_key(|(s, _)| *s);
     println!(
         "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} clones kept by \
-         recovery pushes; {} reads at snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports)",
+         recovery pushes, {} sent beside later parts; {} reads at snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
@@ -400,6 +401,7 @@ fn main() -> ExitCode {
         backfills.1.load(Ordering::Relaxed),
         backfills.2.load(Ordering::Relaxed),
         backfills.3.load(Ordering::Relaxed),
+        backfills.4.load(Ordering::Relaxed),
         snap_reads.load(Ordering::Relaxed),
         needs_named.load(Ordering::Relaxed),
         peer_downs.load(Ordering::Relaxed),

@@ -193,8 +193,9 @@ impl OsdCore {
             Ok(c) if self.mutations.recover_heads_only => head_only(c, &mut data),
             Ok(c) => c,
             Err(e) if e.code == ErrorCode::TooLarge => {
-                // Too much metadata for one message: each target gets it in parts, one after
-                // another (the object stays `recovering`, so no write reaches it meanwhile).
+                // Too much for one message (metadata, or data with the clones that go along):
+                // each target gets it in parts, one after another (the object stays
+                // `recovering`, so no write reaches it meanwhile).
                 if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
                     p.recovering.insert(object.to_string(), targets.clone());
                 }
@@ -985,7 +986,8 @@ impl OsdCore {
                 return;
             }
             Err(e) if e.code == ErrorCode::TooLarge => {
-                // Too much metadata for one message: pulled in parts from the same source.
+                // Too much for one message (metadata, or data with the clones that go along):
+                // pulled in parts from the same source.
                 tracing::info!(%pg, object, source = %from, "pulling an object in parts");
                 p.recovering.insert(object.clone(), BTreeSet::from([from]));
                 self.send_pull(pg, attempt, from, &object, Some(PartCursor::default()), out);
@@ -1024,12 +1026,8 @@ impl OsdCore {
         };
         let PulledCopies { copies, data, part, kept } = pulled;
         if let Some(part) = part {
-            // The next part starts after this one's data and omap entries.
-            let companion_bytes: u64 = copies.iter().skip(1).map(|c| c.size_bytes).sum();
-            let next = PartCursor {
-                offset: part.at.offset + (data.len() as u64).saturating_sub(companion_bytes),
-                omap_after: copies[0].omap.last().map(|(k, _)| k.clone()).or_else(|| part.at.omap_after.clone()),
-            };
+            // The next part starts after this one's data, omap entries and companions.
+            let next = crate::copy::cursor_after(&part, &copies, data.len());
             let last = part.last;
             if let Err(e) = self.install_part(pg, copies, bytes::Bytes::from(data), None, part) {
                 // Retried by background recovery every tick (a store out of space fails the same
@@ -1630,8 +1628,12 @@ impl OsdCore {
         let Some((copy, companions)) = copies.split_first() else {
             return invalid("it must carry an object");
         };
-        if !companions.is_empty() && (backfill.is_some() || !part.at.is_start()) {
-            return invalid("only a recovery's first part carries other objects (the companions)");
+        if !companions.is_empty() && backfill.is_some() {
+            return invalid("only a recovery's parts carry other objects (the companions)");
+        }
+        let prefix = crate::snaps::companion_prefix(&copy.name);
+        if companions.iter().any(|c| !c.name.starts_with(&prefix)) {
+            return invalid("it carries objects that are not its object's companions");
         }
         if let Some(range) = &backfill
             && range.upto.as_deref() != Some(copy.name.as_str())
@@ -1658,7 +1660,7 @@ impl OsdCore {
                 None => remove_stale_companions(&mut txn, &*self.store, &coll, &copies, &[])?,
             }
         }
-        apply_part(&mut txn, &*self.store, &coll, copy, &part, part_data)?;
+        apply_part(&mut txn, &*self.store, &coll, copy, &part, part_data, !companions.is_empty())?;
         for (c, bytes) in companions.iter().zip(companion_datas) {
             apply_copy(&mut txn, &*self.store, &coll, c, bytes)?;
         }
