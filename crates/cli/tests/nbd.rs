@@ -475,7 +475,7 @@ fn snapshots_clones_and_rollback_of_a_live_image() {
     // A snapshot of the image while its server writes it: the server adopts it first.
     let s1 = json(&ok(&shoal(&dir, &["rbd", "snap", "create", "data/base@s1", "--json"])));
     assert_eq!((s1["name"].as_str(), s1["size_bytes"].as_u64()), (Some("s1"), Some(16 << 20)), "{s1}");
-    fails_with(&shoal(&dir, &["rbd", "snap", "create", "data/base@s1"]), "already exists");
+    fails_with(&shoal(&dir, &["rbd", "snap", "create", "data/base@s1"]), "snapshot \"base@s1\" already exists");
     fails_with(&shoal(&dir, &["rbd", "snap", "create", "data/base@a/b"]), "POOL/IMAGE@SNAP");
     qemu_io(&base, &["write -P 0x22 0 1M", "write -P 0x22 5M 1M", "write -z 12M 4M"]);
     qemu_io(&base, &["read -P 0x22 0 1M", "read -P 0x11 1M 4M", "read -P 0x22 5M 1M", "read -P 0 12M 4M"]);
