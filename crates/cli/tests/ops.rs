@@ -48,6 +48,33 @@ async fn answers_over_a_message_are_refused_and_the_osd_stays_up(client: &Client
     assert!(matches!(&out[0], OpOutput::OmapList(page) if page.len() == 10), "a page that fits is answered");
 }
 
+/// A request of more bytes than one message carries (its data and operations together) is
+/// refused by size at once; it used to be refused by the sender at every attempt until the
+/// operation timed out. One just under the bound is written on every member of a size-3 pool
+/// (the replicas' copies of it carry a few fields more).
+async fn requests_over_a_message_are_refused_by_size(client: &Client) {
+    let data = vec![7u8; 64 << 20];
+    let ops = |xattr_bytes: usize| {
+        vec![
+            ObjOp::SetXattr { name: "x".into(), value: vec![1; xattr_bytes] },
+            ObjOp::WriteFull { len_bytes: data.len() as u64 },
+        ]
+    };
+    let started = std::time::Instant::now();
+    let e = client.op("big", "o", ops(70_000), data.clone()).await.unwrap_err();
+    assert!(matches!(e, ClientError::MessageTooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("one message carries"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "refused at once");
+    let fits = ops(60_000);
+    assert!(
+        shoal_client::objecter::ops_header_bytes("o", &fits) as u64 + data.len() as u64
+            <= shoal_client::objecter::REQUEST_MAX_BYTES
+    );
+    client.op("big", "o", fits, data.clone()).await.expect("a request just under the bound");
+    let r = client.op("big", "o", vec![ObjOp::Read { offset: 0, len_bytes: u64::MAX }], vec![]).await.expect("read");
+    assert!(r.data == data, "the large write reads back");
+}
+
 /// Polls `f` once: its answer if it already has one.
 async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     tokio::select! {
@@ -174,6 +201,7 @@ fn all_operations_on_a_replicated_pool() {
     ok(&shoal(tmp.path(), &["up", "--dir", &d, "--osds", "4", "--mons", "3", "--backend", "mem", "--osd-size", "1G"]));
     let _down = Down(dir.clone());
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--pg-num", "16", "--max-object-size", "1M"]));
+    ok(&shoal(&dir, &["pool", "create", "big", "--size", "3", "--pg-num", "1"]));
     let pools = ok(&shoal(&dir, &["pool", "ls", "--json"]));
     assert!(pools.contains("\"rep\"") && pools.contains("\"data\""), "{pools}");
     // OSDs do not split PGs: a new pg_num would hide the pool's objects, so it is refused.
@@ -350,6 +378,7 @@ fn all_operations_on_a_replicated_pool() {
 
         combined_requests_each_get_their_own_answer(&client).await;
         answers_over_a_message_are_refused_and_the_osd_stays_up(&client).await;
+        requests_over_a_message_are_refused_by_size(&client).await;
 
         // Writes keep succeeding while an OSD is marked out (clients follow the new map).
         let writer = {

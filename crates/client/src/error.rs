@@ -32,6 +32,9 @@ pub enum ClientError {
     /// The request's operations (their keys, values and names) do not fit one message.
     #[error("request of {header_bytes} bytes of operations exceeds the limit of {max_bytes} bytes")]
     RequestTooLarge { header_bytes: usize, max_bytes: usize },
+    /// The request's data and operations together do not fit one message.
+    #[error("request of {request_bytes} bytes (data and operations) exceeds the {max_bytes} bytes one message carries")]
+    MessageTooLarge { request_bytes: u64, max_bytes: u64 },
     #[error("malformed reply: {0}")]
     BadReply(String),
 }

@@ -44,6 +44,11 @@ pub fn validate_object_name(name: &str) -> Result<(), ClientError> {
 /// request header less room for the request's other fields.
 pub const OPS_MAX_HEADER_BYTES: usize = shoal_proto::msg::CLIENT_HEADER_MAX_BYTES - 4096;
 
+/// Most bytes a request may take whole, its data and its header: what one message carries less
+/// the same room as [`OPS_MAX_HEADER_BYTES`] leaves, for the request's other fields and for the
+/// fields a primary's replication of a write adds.
+pub const REQUEST_MAX_BYTES: u64 = shoal_proto::MAX_PAYLOAD_BYTES as u64 - 4096;
+
 /// Bytes `ops` on `object` take in a request's header (an upper bound within a few bytes).
 pub fn ops_header_bytes(object: &str, ops: &[ObjOp]) -> usize {
     shoal_proto::encoded_len(&ops).saturating_add(object.len() + 8)
@@ -172,6 +177,12 @@ impl Client {
         let header_bytes = ops_header_bytes(object, &ops);
         if header_bytes > OPS_MAX_HEADER_BYTES {
             return Err(ClientError::RequestTooLarge { header_bytes, max_bytes: OPS_MAX_HEADER_BYTES });
+        }
+        // A request over what one message carries would be refused by the sender at every
+        // attempt, and the caller would see only a timeout: refused here, by size.
+        let request_bytes = header_bytes as u64 + data_len;
+        if request_bytes > REQUEST_MAX_BYTES {
+            return Err(ClientError::MessageTooLarge { request_bytes, max_bytes: REQUEST_MAX_BYTES });
         }
         let frees_space = crate::freeing::is_freeing_space();
         let reqid = ReqId { client: self.client_id, tid: self.next_tid.fetch_add(1, Ordering::Relaxed) };
