@@ -109,12 +109,7 @@ fn a_replica_back_after_the_log_moved_on_is_sent_only_what_changed() {
     back.wait().expect("the restarted OSD exits");
 
     let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
-    let coll = stores[0]
-        .list_collections()
-        .expect("collections")
-        .into_iter()
-        .find(|c| c.starts_with("pg.") && stores[0].stat(c, "old-00").is_ok())
-        .expect("the pool's PG on osd.0");
+    let coll = common::pg_collection_holding(&stores[0], "old-00");
     let names: Vec<String> =
         (0..OLD).map(|i| format!("old-{i:02}")).chain((0..HOT).map(|h| format!("hot-{h}"))).collect();
     for name in &names {

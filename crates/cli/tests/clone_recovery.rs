@@ -76,12 +76,7 @@ fn a_replica_back_among_snapshotted_objects_ends_with_every_clone() {
     back.wait().expect("the restarted OSD exits");
 
     let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
-    let coll = stores[0]
-        .list_collections()
-        .expect("collections")
-        .into_iter()
-        .find(|c| c.starts_with("pg.") && stores[0].stat(c, "obj-0").is_ok())
-        .expect("the pool's PG on osd.0");
+    let coll = common::pg_collection_holding(&stores[0], "obj-0");
     for i in 0..OBJECTS {
         let head = format!("obj-{i}");
         let head_tag = if SAME_SNAPS.contains(&i) {
@@ -159,12 +154,7 @@ fn a_replica_back_after_large_clones_were_made_gets_them_in_parts() {
     back.wait().expect("the restarted OSD exits");
 
     let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
-    let coll = stores[0]
-        .list_collections()
-        .expect("collections")
-        .into_iter()
-        .find(|c| c.starts_with("pg.") && stores[0].stat(c, "big").is_ok())
-        .expect("the pool's PG on osd.0");
+    let coll = common::pg_collection_holding(&stores[0], "big");
     let clone = |head: &str, id| shoal_osd::snaps::clone_name(head, id);
     // Each clone holds the head's bytes from before the snapshot it was made for: clone 1 the
     // first write, clone 2 the second; "gone"'s clone 3 its last write, kept by its removal.

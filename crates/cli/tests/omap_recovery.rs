@@ -72,14 +72,7 @@ fn objects_with_large_omaps_recover_whole_on_every_member() {
     osd2.wait().expect("osd.2 exits");
 
     let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();
-    let map_pool = |name: &str| {
-        // The PG collection holding `name`: found by looking, since the stores are offline.
-        let colls = stores[0].list_collections().expect("collections");
-        colls
-            .into_iter()
-            .find(|c| c.starts_with("pg.") && stores[0].stat(c, name).is_ok())
-            .unwrap_or_else(|| panic!("{name} is on osd.0's store"))
-    };
+    let map_pool = |name: &str| common::pg_collection_holding(&stores[0], name);
     for i in 0..OBJECTS + 2 {
         let name = format!("wide-{i}");
         let coll = map_pool(&name);

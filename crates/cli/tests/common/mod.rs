@@ -184,3 +184,13 @@ pub fn fsck_and_open_store(dir: &Path, osd: u32) -> shoal_store::Store {
     assert_eq!(fsck["errors"].as_array().map(Vec::len), Some(0), "osd.{osd}: {fsck}");
     shoal_store::open(&store_dir).expect("open store")
 }
+
+/// The name of the PG collection holding `object` in an offline `store` (found by looking, since
+/// no map says it without the cluster).
+pub fn pg_collection_holding(store: &shoal_store::Store, object: &str) -> String {
+    let colls = store.list_collections().expect("collections");
+    colls
+        .into_iter()
+        .find(|c| c.starts_with("pg.") && store.stat(c, object).is_ok())
+        .unwrap_or_else(|| panic!("no PG collection of this store holds {object}"))
+}
