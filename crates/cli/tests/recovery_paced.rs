@@ -44,6 +44,8 @@ fn recovery_under_client_writes_is_paced_and_finishes() {
     assert_eq!(ok(&shoal(&dir, &["config", "get", "osd_recovery_busy_share_pct"])).trim(), "5");
     // Parts of 64 KiB: each object goes in four, and writes land between them.
     fails_with(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "63"]), "osd_backfill_chunk_bytes");
+    // Over 16 MiB a chunk of whole objects could outgrow one message (twice the setting).
+    fails_with(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "16777217"]), "between 64 and 16777216");
     ok(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "65536"]));
 
     let (rt, client) = common::admin_client(&dir);

@@ -36,6 +36,11 @@ pub const RECOVERY_MAX_BYTES: &str = "osd_recovery_max_inflight_bytes";
 /// goes down to 64 bytes so that the simulation can send its small objects in parts. An object
 /// with more xattrs and omap than this is recovered and backfilled in parts too (decision 0044).
 pub const BACKFILL_CHUNK_BYTES: &str = "osd_backfill_chunk_bytes";
+/// The largest backfill chunk allowed. A chunk of small objects can end up to twice the setting
+/// (the last object goes in whole while the chunk is under it), and twice this must stay within
+/// the object data one message carries beside its header (the OSD asserts it), or a chunk would
+/// be refused by its own sender at every attempt and the PG would never finish backfilling.
+pub const BACKFILL_CHUNK_BYTES_MAX: u64 = 16 << 20;
 /// Objects in one backfill push at most (each costs its reads on the primary and its metadata
 /// updates on the target, so small objects bound a push's length by their number). Measured with
 /// 4 KiB objects (decision 0021): 16 gave a client p99 of 3.5x quiet during a recovery, 8 2.1x,
@@ -83,7 +88,7 @@ pub const SETTINGS: &[Setting] = &[
         name: BACKFILL_CHUNK_BYTES,
         default: 1 << 20,
         min: 64,
-        max: 64 << 20,
+        max: BACKFILL_CHUNK_BYTES_MAX,
         help: "bytes of data in one backfill push; larger objects (data, or xattrs and omap) are sent in parts of this size",
     },
     Setting {

@@ -51,6 +51,10 @@ pub const MAX_PART_RESTARTS: u32 = 3;
 const SCAN_NAMES: usize = 256;
 const _: () = assert!(SCAN_NAMES <= SCAN_VERSIONS_MAX);
 
+// A backfill chunk of whole objects stops once it holds a chunk's worth, so its last object (at
+// most a chunk itself) can take it to twice the setting: that must still go in one message.
+const _: () = assert!(2 * shoal_map::config::BACKFILL_CHUNK_BYTES_MAX <= crate::copy::COPIES_DATA_MAX_BYTES);
+
 /// A member's answer to a pull: the copies, their bytes, and which part of the object the first
 /// copy is (for a pull in parts).
 #[derive(Debug)]
@@ -106,9 +110,11 @@ impl OsdCore {
         p.blocked.entry(object.to_string()).or_default().push(event);
     }
 
-    /// Bytes of one push or pull part (the backfill chunk setting).
+    /// Bytes of one push or pull part (the backfill chunk setting). A map written before the
+    /// setting's bound came down to [`shoal_map::config::BACKFILL_CHUNK_BYTES_MAX`] may hold more:
+    /// it is held to the bound, so that a chunk always fits one message.
     fn chunk_bytes(&self) -> u64 {
-        self.map.setting(shoal_map::config::BACKFILL_CHUNK_BYTES).max(1)
+        self.map.setting(shoal_map::config::BACKFILL_CHUNK_BYTES).clamp(1, shoal_map::config::BACKFILL_CHUNK_BYTES_MAX)
     }
 
     /// Most bytes of xattrs and omap an object may have to be copied whole in recovery or
@@ -580,7 +586,7 @@ impl OsdCore {
     /// [`MAX_PART_RESTARTS`] restarts).
     fn send_backfill_chunk(&mut self, pg: PgId, osd: OsdId, out: &mut Vec<Action>) {
         let epoch = self.map.epoch;
-        let chunk_bytes = self.map.setting(shoal_map::config::BACKFILL_CHUNK_BYTES).max(1);
+        let chunk_bytes = self.chunk_bytes();
         let coll = pg_collection(pg);
         let Some(p) = self.primary(pg) else { return };
         let Some(pp) = p.peers.get(&osd) else { return };
