@@ -403,6 +403,19 @@ pub fn read_part_copies(
         for companion in &left {
             let size_bytes = stored_size(store, coll, companion)?.unwrap_or(0);
             let part_bytes = (data.len() - base) as u64;
+            if part_bytes == 0 && size_bytes > COPIES_DATA_MAX_BYTES {
+                // A clone of an object over half a message (a pool's objects may hold up to 64
+                // MiB) goes alone, beside a header that is small in fact, not at its bound. A part
+                // carrying omap entries of the head leaves it to a later one, which carries fewer
+                // and in the end none.
+                if !copy.omap.is_empty() {
+                    break;
+                }
+                copies.push(read_alone(store, coll, companion, size_bytes, (&copy, &part), (base, data))?);
+                next.clones_after = Some(companion.clone());
+                sent += 1;
+                break;
+            }
             if part_bytes == 0 {
                 check_data_fits(&[companion.as_str()], size_bytes)?;
             } else if part_bytes + size_bytes > budget_bytes.min(COPIES_DATA_MAX_BYTES) {
@@ -422,6 +435,56 @@ pub fn read_part_copies(
     copies.insert(0, copy);
     check_copies_fit(&copies)?;
     Ok(Some((copies, part, next)))
+}
+
+/// Room in a frame for the fields of a push or pull answer other than its copies and part
+/// cursor (epoch, PG, flags, an empty list of kept clones) and the message's own framing.
+const FRAME_FIELDS_BYTES: usize = 4 << 10;
+
+/// Most bytes of xattrs and omap a copy of an object holding `size_bytes` of data may take to
+/// go alone in one message (no other copy beside it): what a frame holds past its data and the
+/// message's other fields, and never more than [`COPY_METADATA_MAX_BYTES`].
+#[must_use]
+pub fn metadata_room_alone(size_bytes: u64) -> usize {
+    let data_bytes = usize::try_from(size_bytes).unwrap_or(usize::MAX);
+    (shoal_proto::MAX_PAYLOAD_BYTES as usize)
+        .saturating_sub(data_bytes.saturating_add(FRAME_FIELDS_BYTES))
+        .min(COPY_METADATA_MAX_BYTES)
+}
+
+/// Reads companion `name` (`size_bytes` of data, more than [`COPIES_DATA_MAX_BYTES`]) whole to
+/// go alone beside the part `head` of its head at `part` (the message's data starts at `base` in
+/// `data`, and the companion's bytes are appended), and checks that they fit one frame
+/// together with their actual header; refused with `TooLarge` by name otherwise (its metadata is
+/// too large to go beside that much data), before its data is read when its metadata alone says
+/// so.
+fn read_alone(
+    store: &dyn ObjectStore,
+    coll: &str,
+    name: &str,
+    size_bytes: u64,
+    (head, part): (&ObjectCopy, &PushPart),
+    (base, data): (usize, &mut Vec<u8>),
+) -> Result<ObjectCopy, RemoteError> {
+    let frame_bytes = shoal_proto::MAX_PAYLOAD_BYTES as usize;
+    let around = shoal_proto::encoded_len(head) + shoal_proto::encoded_len(part) + FRAME_FIELDS_BYTES;
+    let data_bytes = (data.len() - base).saturating_add(usize::try_from(size_bytes).unwrap_or(usize::MAX));
+    let too_large = |header_bytes: usize| {
+        RemoteError::new(
+            ErrorCode::TooLarge,
+            format!(
+                "{name} holds {size_bytes} bytes of data and {header_bytes} of header, over the {frame_bytes} one \
+                 message carries"
+            ),
+        )
+    };
+    let room = frame_bytes.checked_sub(data_bytes.saturating_add(around)).ok_or_else(|| too_large(around))?;
+    let copy = read_copy_sized(store, coll, name, Some(size_bytes), room, data)?;
+    let header_bytes = around + shoal_proto::encoded_len(&copy);
+    if data.len() - base + header_bytes > frame_bytes {
+        return Err(too_large(header_bytes));
+    }
+    Ok(copy)
 }
 
 /// Where the part after the received part `part` starts: past its data (`data_bytes`, the
@@ -892,35 +955,7 @@ mod tests {
                 read_copies_keeping(&from, "c", head, COPY_METADATA_MAX_BYTES, &kept, &mut data).expect("fits");
             assert_eq!((copies.len(), left_out), (2, kept));
 
-            let mut at = PartCursor::default();
-            let mut parts = 0;
-            loop {
-                parts += 1;
-                assert!(parts < 100, "parts advance");
-                let mut data = Vec::new();
-                let (copies, part, next) =
-                    read_part_copies(&from, "c", head, &at, 4 << 20, &mut data).expect("read").expect("there");
-                assert!(data.len() as u64 <= COPIES_DATA_MAX_BYTES, "part {parts}: {} bytes", data.len());
-                assert_eq!(copies[0].version != Default::default(), part.last && exists, "the head's version last");
-                // As `OsdCore::install_part` splits them: the head's part, then the clones.
-                let data = bytes::Bytes::from(data);
-                let part_bytes = data.len() - copies[1..].iter().map(|c| c.size_bytes as usize).sum::<usize>();
-                let datas = split_data(&copies[1..], data.slice(part_bytes..)).expect("split");
-                let mut txn = Transaction::new();
-                if part.at.is_start() {
-                    remove_stale_companions(&mut txn, &to, "c", &copies, &[]).expect("stale");
-                }
-                let head_data = data.slice(..part_bytes);
-                apply_part(&mut txn, &to, "c", &copies[0], &part, head_data, copies.len() > 1).expect("apply");
-                for (c, d) in copies[1..].iter().zip(datas) {
-                    apply_copy(&mut txn, &to, "c", c, d).expect("apply a clone");
-                }
-                to.commit(txn, Durability::Batch).expect("commit");
-                if part.last {
-                    break;
-                }
-                at = next;
-            }
+            let parts = send_head_in_parts(&from, &to, head, 4 << 20, exists);
             assert!(parts >= 2, "{head}: {parts} parts");
             assert_eq!(to.exists("c", head).unwrap(), exists, "{head}");
             if exists {
@@ -931,6 +966,115 @@ mod tests {
             }
             assert!(!to.exists("c", &stale).unwrap(), "{stale} removed");
         }
+    }
+
+    /// [`send_in_parts`] for a head with its companions: sends `head` from `from` to `to` in parts of `budget_bytes` as a
+    /// recovery does, the receiver applying each as `OsdCore::install_part` does, and checks
+    /// that each part's message fits one frame; returns the number of parts.
+    fn send_head_in_parts(
+        from: &dyn ObjectStore,
+        to: &dyn ObjectStore,
+        head: &str,
+        budget_bytes: u64,
+        exists: bool,
+    ) -> usize {
+        let mut at = PartCursor::default();
+        let mut parts = 0;
+        loop {
+            parts += 1;
+            assert!(parts < 1000, "parts advance");
+            let mut data = Vec::new();
+            let (copies, part, next) =
+                read_part_copies(from, "c", head, &at, budget_bytes, &mut data).expect("read").expect("there");
+            let push = shoal_proto::osd::PgPush {
+                epoch: u64::MAX,
+                pool: u32::MAX,
+                pg: u32::MAX,
+                objects: copies.clone(),
+                backfill: None,
+                part: Some(part.clone()),
+                kept: Vec::new(),
+            };
+            let frame_bytes = shoal_proto::encode(&push, data.clone()).len();
+            assert!(frame_bytes <= shoal_proto::MAX_PAYLOAD_BYTES as usize, "part {parts}: a {frame_bytes}-byte frame");
+            assert_eq!(copies[0].version != Default::default(), part.last && exists, "the head's version last");
+            // As `OsdCore::install_part` splits them: the head's part, then the clones.
+            let data = bytes::Bytes::from(data);
+            let part_bytes = data.len() - copies[1..].iter().map(|c| c.size_bytes as usize).sum::<usize>();
+            let datas = split_data(&copies[1..], data.slice(part_bytes..)).expect("split");
+            let mut txn = Transaction::new();
+            if part.at.is_start() {
+                remove_stale_companions(&mut txn, to, "c", &copies, &[]).expect("stale");
+            }
+            let head_data = data.slice(..part_bytes);
+            apply_part(&mut txn, to, "c", &copies[0], &part, head_data, copies.len() > 1).expect("apply");
+            for (c, d) in copies[1..].iter().zip(datas) {
+                apply_copy(&mut txn, to, "c", c, d).expect("apply a clone");
+            }
+            to.commit(txn, Durability::Batch).expect("commit");
+            if part.last {
+                return parts;
+            }
+            at = next;
+        }
+    }
+
+    /// Clones as large as a pool's objects may be (64 MiB: more than a message carries beside
+    /// the largest header) each go alone in a part beside a small header, after the parts that
+    /// carry the head's omap entries; one whose metadata leaves no room beside its data is
+    /// refused by name.
+    #[test]
+    fn clones_of_the_largest_objects_go_alone_in_parts_and_one_too_large_is_refused() {
+        const LARGEST: usize = 64 << 20;
+        let from = shoal_store::engine::MemEngine::new_mem(512 << 20).expect("store");
+        let to = shoal_store::engine::MemEngine::new_mem(512 << 20).expect("store");
+        let mut txn = Transaction::new();
+        txn.create_collection("c");
+        txn.touch("c", "big");
+        txn.write("c", "big", 0, bytes::Bytes::from(vec![9u8; 3 << 20]));
+        // Omap entries over two parts of the budget below.
+        txn.omap_set("c", "big", (0..40u32).map(|i| (i.to_be_bytes().to_vec(), vec![5u8; 60 << 10])).collect());
+        txn.set_version("c", "big", (3, 9));
+        for (id, size) in [(1, LARGEST), (2, 1000), (3, LARGEST)] {
+            let clone = snaps::clone_name("big", id);
+            txn.touch("c", &clone);
+            txn.write("c", &clone, 0, bytes::Bytes::from(vec![id as u8; size]));
+            txn.set_xattr("c", &clone, "user.a", vec![id as u8; 100]);
+            txn.set_version("c", &clone, (3, id));
+        }
+        from.commit(txn, Durability::Batch).expect("commit");
+        let mut txn = Transaction::new();
+        txn.create_collection("c");
+        to.commit(txn, Durability::Batch).expect("commit");
+
+        let parts = send_head_in_parts(&from, &to, "big", 1 << 20, true);
+        assert!(parts >= 6, "{parts} parts");
+        for name in
+            ["big".to_string(), snaps::clone_name("big", 1), snaps::clone_name("big", 2), snaps::clone_name("big", 3)]
+        {
+            assert!(state(&to, &name) == state(&from, &name), "{name}");
+        }
+
+        // A largest clone with more xattrs than leave room beside its data in one frame.
+        let mut txn = Transaction::new();
+        for i in 0..4 {
+            txn.set_xattr("c", &snaps::clone_name("big", 3), &format!("user.wide{i}"), vec![7u8; 60 << 10]);
+        }
+        from.commit(txn, Durability::Batch).expect("commit");
+        let mut at = PartCursor::default();
+        let refused = loop {
+            let mut data = Vec::new();
+            match read_part_copies(&from, "c", "big", &at, 1 << 20, &mut data) {
+                Ok(Some((_, part, next))) => {
+                    assert!(!part.last, "the last part comes only after every clone");
+                    at = next;
+                }
+                Ok(None) => panic!("the head is there"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(refused.code, ErrorCode::TooLarge, "{refused}");
+        assert!(refused.message.contains(&snaps::clone_name("big", 3)), "{refused}");
     }
 
     /// An object with more xattrs and omap than one message carries is refused by name when it

@@ -683,9 +683,13 @@ impl OsdCore {
                 tracing::info!(%pg, object = %name, restarts, "written to while sent in parts: sending it whole");
             }
             let data_before = data.len();
-            // After the restarts, whole if one message can carry it at all.
-            let max_metadata =
-                if restarts > MAX_PART_RESTARTS { COPY_METADATA_MAX_BYTES } else { self.whole_metadata_bytes() };
+            // After the restarts, whole if one message can carry it at all: alone, its metadata
+            // within what the frame leaves beside its data (else in parts again).
+            let max_metadata = if restarts > MAX_PART_RESTARTS {
+                crate::copy::metadata_room_alone(size_bytes)
+            } else {
+                self.whole_metadata_bytes()
+            };
             match read_copy_sized(&*self.store, &coll, &name, Some(size_bytes), max_metadata, &mut data) {
                 Err(e) if e.code == ErrorCode::TooLarge => {
                     // Metadata over a chunk (or over a message): alone, in parts, like a large
