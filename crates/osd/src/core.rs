@@ -52,7 +52,7 @@ mod scrub;
 mod unfound;
 pub use heartbeat::{HeartbeatConfig, MAX_NEIGHBOUR_PINGS};
 pub use peering::{MAX_BLOCKED_OPS_PER_PG, MAX_QUEUED_OPS_PER_PG, PEERING_RETRY_TICKS};
-use peering::{PgState, Phase, Primary, Role};
+use peering::{PgState, Phase, Primary, RevertPull, Role};
 pub use purge::{PURGE_OBJECTS_PER_TICK, PURGE_OBJECTS_PER_TICK_BUSY};
 pub use recovery::MAX_PART_RESTARTS;
 use recovery::Need;

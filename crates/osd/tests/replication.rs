@@ -1924,15 +1924,25 @@ fn a_revert_keeps_the_newest_copy_of_the_history_another_member_holds() {
     // operator's only way out threw the acknowledged write away too). It now asks the replica
     // which copy it stores, pulls it, and the next revert keeps it on both members; the client's
     // resend of the write given up is applied again. Undone (`revert_primary_copy_only`), the
-    // object stays unfound.
-    for undone in [false, true] {
+    // object stays unfound. In parts: the copy has more omap than one backfill chunk (64 bytes
+    // here), so the pull goes in parts, each asking for the copy at the version chosen (before,
+    // such a copy stayed where it was and the object unfound).
+    let omap: Vec<(Vec<u8>, Vec<u8>)> = (0..8u64).map(|i| (i.to_be_bytes().to_vec(), vec![i as u8; 40])).collect();
+    for (undone, in_parts) in [(false, false), (true, false), (false, true)] {
         let mut net = Net::new();
         let acting = net.acting();
         let (primary, replica) = (acting[0], acting[1]);
         let pool = net.map.pool_by_name("p").unwrap().id;
         let pg = net.map.locate(pool, "obj").unwrap().pg;
         let coll = shoal_osd::exec::pg_collection(pg);
-        net.append(1, b"abc").result.expect("acknowledged append");
+        if in_parts {
+            let key = shoal_map::config::BACKFILL_CHUNK_BYTES.to_string();
+            net.change(Command::ConfigSet { key, value: Some(64) });
+            let ops = vec![ObjOp::Append { len_bytes: 3 }, ObjOp::OmapSet { entries: omap.clone() }];
+            net.request(1, ops, b"abc").result.expect("acknowledged append with omap");
+        } else {
+            net.append(1, b"abc").result.expect("acknowledged append");
+        }
         net.drop_rep_to = vec![replica.0];
         let lost = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
         net.submit(primary.0, lost, b"def", 0);
@@ -1978,6 +1988,10 @@ fn a_revert_keeps_the_newest_copy_of_the_history_another_member_holds() {
         assert_eq!(net.read_answer(waiting), b"abc", "the read that waited sees the acknowledged bytes");
         for osd in [primary, replica] {
             assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
+            if in_parts {
+                let held = net.cores[&osd.0].store().omap_list(&coll, "obj", None, 100).expect("omap");
+                assert_eq!(held, omap, "{osd}'s omap");
+            }
         }
         // The append given up, resent, is applied again: once.
         net.append(2, b"def").result.expect("the resend of the write given up");

@@ -87,7 +87,7 @@ impl OsdCore {
         tracing::info!(%pg, head, %clone, %source, %version, "head unfound at its version: pulling its damaged clone alone");
         p.recovering.insert(clone.clone(), BTreeSet::from([source]));
         let attempt = p.attempt;
-        self.send_pull(pg, attempt, source, &clone, None, out);
+        self.send_pull(pg, attempt, source, &clone, None, None, out);
         true
     }
 
@@ -129,7 +129,7 @@ impl OsdCore {
         p.recovering.insert(head.to_string(), BTreeSet::from([source]));
         p.around_damage.insert(head.to_string(), need);
         let attempt = p.attempt;
-        self.send_pull(pg, attempt, source, head, None, out);
+        self.send_pull(pg, attempt, source, head, None, None, out);
         true
     }
 

@@ -232,11 +232,11 @@ pub(crate) struct Primary {
     /// For an operator's revert (decision 0066): the stored versions other OSDs reported for
     /// this primary's unfound objects (at most its unfound objects times the members and strays
     /// asked), the OSDs asked this attempt and those not answered yet, and the copies being
-    /// pulled to be kept (object → source and version).
+    /// pulled to be kept.
     pub elsewhere: BTreeMap<String, BTreeMap<OsdId, Eversion>>,
     pub elsewhere_asked: BTreeSet<OsdId>,
     pub elsewhere_waiting: BTreeSet<OsdId>,
-    pub revert_pulls: BTreeMap<String, (OsdId, Eversion)>,
+    pub revert_pulls: BTreeMap<String, RevertPull>,
     /// Backfill targets whose next chunk waits for the writes of an object on their way to the
     /// members (`OsdCore::send_backfill_chunk`): sent again when the last of them is answered.
     /// At most one object per target.
@@ -1333,4 +1333,16 @@ impl OsdCore {
             }
         }
     }
+}
+
+/// A copy an operator's revert pulls to keep (decision 0066): from `source`, at exactly
+/// `version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevertPull {
+    pub source: OsdId,
+    pub version: Eversion,
+    /// Whether the copy may come in parts, should it not fit one message: only when the
+    /// primary holds no copy it could keep, since the first part replaces the primary's copy
+    /// before the last has arrived (a whole copy replaces it at once, or not at all).
+    pub in_parts: bool,
 }

@@ -166,7 +166,7 @@ impl OsdCore {
             p.unfound.remove(object);
             p.recovering.insert(object.to_string(), BTreeSet::from([source]));
             let attempt = p.attempt;
-            self.send_pull(pg, attempt, source, object, None, out);
+            self.send_pull(pg, attempt, source, object, None, None, out);
             return;
         }
         let missing_on: Vec<(OsdId, bool)> = p
@@ -975,18 +975,32 @@ impl OsdCore {
         // member's own record is all that said it might be).
         let around = p.around_damage.remove(&object);
         // A copy pulled for an operator's revert must be at the version asked (decision 0066).
-        let revert = p.revert_pulls.remove(&object).filter(|(source, _)| *source == from);
-        let matches = |c: &ObjectCopy| {
+        let revert = p.revert_pulls.remove(&object).filter(|r| r.source == from);
+        // The head's version comes with its last part only (a revert's source checks it at
+        // every part).
+        let matches = |c: &ObjectCopy, part: Option<&PushPart>| {
+            let whole = part.is_none_or(|part| part.last);
             c.name == object
                 && clone_version.is_none_or(|want| c.exists && want == Some(c.version))
                 && around.is_none_or(|need| c.exists && c.version == need)
-                && revert.is_none_or(|(_, v)| c.exists && c.version == v)
+                && revert.is_none_or(|r| c.exists && (c.version == r.version || !whole))
         };
         let pulled = match result {
-            Ok(v) if v.copies.first().is_some_and(matches) => v,
+            Ok(v) if v.copies.first().is_some_and(|c| matches(c, v.part.as_ref())) => v,
+            Err(e) if e.code == ErrorCode::TooLarge && revert.is_some_and(|r| r.in_parts) => {
+                // A copy to revert to that does not fit one message, over a copy here that could
+                // not be kept anyway: pulled in parts, each asking for that version.
+                tracing::info!(%pg, object, source = %from, "pulling a copy to revert to in parts");
+                let stale_at = revert.map(|r| r.version);
+                p.revert_pulls.extend(revert.map(|r| (object.clone(), r)));
+                p.recovering.insert(object.clone(), BTreeSet::from([from]));
+                self.send_pull(pg, attempt, from, &object, Some(PartCursor::default()), stale_at, out);
+                return;
+            }
             Err(e) if revert.is_some() && e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
-                // Lost on the way, or too large for one message: the operator's next revert
-                // asks again (a copy too large stays where it is; parts are not pulled for this).
+                // Lost on the way, or too large for one message over a copy here that a part
+                // would replace too early: the operator's next revert asks again (a copy too
+                // large then stays where it is).
                 tracing::info!(%pg, object, source = %from, error = %e, "pull of a copy to revert to failed");
                 if e.code == ErrorCode::TooLarge
                     && let Some(copies) = p.elsewhere.get_mut(&object)
@@ -1000,7 +1014,7 @@ impl OsdCore {
                 // pulled in parts from the same source.
                 tracing::info!(%pg, object, source = %from, "pulling an object in parts");
                 p.recovering.insert(object.clone(), BTreeSet::from([from]));
-                self.send_pull(pg, attempt, from, &object, Some(PartCursor::default()), out);
+                self.send_pull(pg, attempt, from, &object, Some(PartCursor::default()), None, out);
                 return;
             }
             Err(e) if e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
@@ -1039,24 +1053,28 @@ impl OsdCore {
             // The next part starts after this one's data, omap entries and companions.
             let next = crate::copy::cursor_after(&part, &copies, data.len());
             let last = part.last;
-            if let Err(e) = self.install_part(pg, copies, bytes::Bytes::from(data), None, part) {
+            // A revert's copy stays missing (and unfound) once in, as a whole one does.
+            let keep_missing = revert.is_some();
+            if let Err(e) = self.install_part(pg, copies, bytes::Bytes::from(data), None, part, keep_missing) {
                 // Retried by background recovery every tick (a store out of space fails the same
-                // way each time): reported once a minute.
+                // way each time): reported once a minute. (A revert's: by the operator's next.)
                 self.report_stuck(pg, &object, &e, "storing a part of a pulled object failed");
                 return;
             }
             if !last {
                 if let Some(p) = self.primary_at(pg, attempt) {
                     p.recovering.insert(object.clone(), BTreeSet::from([from]));
+                    p.revert_pulls.extend(revert.map(|r| (object.clone(), r)));
                 }
-                return self.send_pull(pg, attempt, from, &object, Some(next), out);
+                let stale_at = revert.map(|r| r.version);
+                return self.send_pull(pg, attempt, from, &object, Some(next), stale_at, out);
             }
         } else if let Err(e) = self.install_copies(pg, copies, bytes::Bytes::from(data), None, &kept, revert.is_some())
         {
             self.report_stuck(pg, &object, &e, "storing a pulled object failed");
             return;
         }
-        if let Some((_, version)) = revert {
+        if let Some(super::RevertPull { version, .. }) = revert {
             // Still missing (older than the log needs) and unfound: the next revert keeps it.
             tracing::warn!(%pg, object, source = %from, %version, "pulled a copy for an operator's revert: the next revert keeps it");
             return;
@@ -1069,7 +1087,9 @@ impl OsdCore {
     }
 
     /// Asks `source` for `object`, which the primary lacks: whole, or (`part`) the part at that
-    /// cursor of an object too large for one message.
+    /// cursor of an object too large for one message; `stale_at`: for an operator's revert, the
+    /// version the source must store (see `PgPull::stale_at`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn send_pull(
         &mut self,
         pg: PgId,
@@ -1077,6 +1097,7 @@ impl OsdCore {
         source: OsdId,
         object: &str,
         part: Option<PartCursor>,
+        stale_at: Option<Eversion>,
         out: &mut Vec<Action>,
     ) {
         let epoch = self.map.epoch;
@@ -1085,16 +1106,8 @@ impl OsdCore {
         // backfill) answers for an object the primary knows it holds (see `PgPull::vouched`).
         let vouched = p.sources.get(&source).is_none_or(|lacks| lacks.contains(object));
         let kept = if part.is_none() { self.clones_held_whole(pg, object) } else { Vec::new() };
-        let pull = PgPull {
-            epoch,
-            pool: pg.pool,
-            pg: pg.seed,
-            object: object.to_string(),
-            vouched,
-            part,
-            kept,
-            stale_at: None,
-        };
+        let pull =
+            PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part, kept, stale_at };
         out.push(Action::Peer {
             osd: source,
             msg_type: PgPull::TYPE,
@@ -1413,7 +1426,8 @@ impl OsdCore {
             && clones_may_be_past_cursor(&*self.store, &pg_collection(pg), &pull.object);
         // A head missing here only for damage may still be sent around it (decision 0064).
         let around = held && may_send_around_damage(&pull) && !self.mutations.no_pull_around_damage;
-        let stale = held && pull.stale_at.is_some() && pull.part.is_none() && !crate::snaps::is_companion(&pull.object);
+        // Asked again at every part of a copy sent in parts, so that all come from that version.
+        let stale = held && pull.stale_at.is_some() && !crate::snaps::is_companion(&pull.object);
         let head_version =
             (around || stale).then(|| crate::objver::stored(&*self.store, &pg_collection(pg), &pull.object)).flatten();
         // An operator's revert asks for the copy at exactly the version it stores (decision 0066).
@@ -1524,7 +1538,7 @@ impl OsdCore {
             tracing::debug!(%pg, head = ?head, kept = push.kept.len(), "recovered copy keeps clones held here");
         }
         match push.part {
-            Some(part) => self.install_part(pg, push.objects, data, push.backfill, part),
+            Some(part) => self.install_part(pg, push.objects, data, push.backfill, part, false),
             None => self.install_copies(pg, push.objects, data, push.backfill, &push.kept, false),
         }
     }
@@ -1624,8 +1638,9 @@ impl OsdCore {
     /// the push's only object: the first part also removes this member's other objects in the
     /// range, the last also moves the backfill cursor to the object. In a recovery push (or this
     /// primary's own pull) the first part may bring the object's companions whole, after it, and
-    /// removes the local ones it does not bring; the object stays missing until its last part.
-    /// Each part in one transaction.
+    /// removes the local ones it does not bring; the object stays missing until its last part
+    /// (`keep_missing`: after it too — a copy an operator's revert pulls stays unfound until
+    /// the next revert keeps it). Each part in one transaction.
     pub(super) fn install_part(
         &mut self,
         pg: PgId,
@@ -1633,6 +1648,7 @@ impl OsdCore {
         data: bytes::Bytes,
         backfill: Option<BackfillRange>,
         part: PushPart,
+        keep_missing: bool,
     ) -> Result<(), RemoteError> {
         let invalid = |why: &str| Err(RemoteError::new(ErrorCode::Invalid, format!("part push for PG {pg}: {why}")));
         let Some((copy, companions)) = copies.split_first() else {
@@ -1678,7 +1694,7 @@ impl OsdCore {
         let recovered: Vec<String> = {
             let meta = self.meta_mut(pg)?;
             let done = companions.iter().chain(part.last.then_some(copy));
-            done.filter(|c| meta.missing.contains_key(&c.name)).map(|c| c.name.clone()).collect()
+            done.filter(|c| !keep_missing && meta.missing.contains_key(&c.name)).map(|c| c.name.clone()).collect()
         };
         for name in &recovered {
             PgMeta::write_recovered(&mut txn, pg, name);

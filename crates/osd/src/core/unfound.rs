@@ -267,7 +267,8 @@ impl OsdCore {
                 "{osd} holds it at {version}, {own}: its copy is on its way here; decide again once it has arrived"
             );
         }
-        p.revert_pulls.insert(object.to_string(), (osd, version));
+        // In parts only over a copy here that could not be kept anyway (see `RevertPull`).
+        p.revert_pulls.insert(object.to_string(), super::RevertPull { source: osd, version, in_parts: local.is_err() });
         p.recovering.insert(object.to_string(), BTreeSet::from([osd]));
         let pull = shoal_proto::osd::PgPull {
             epoch,
