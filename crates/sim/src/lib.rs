@@ -627,6 +627,11 @@ pub struct Outcome {
     /// Revert commands sent to primaries of PGs with unfound objects
     /// ([`SimConfig::revert_unfound`]).
     pub reverts_asked: u64,
+    /// Pulls of a copy an operator's revert keeps from another OSD (decision 0066), whole, and
+    /// of parts of one (a copy too large for one message, over a primary's copy it could not
+    /// keep).
+    pub revert_pulls: u64,
+    pub revert_parts_pulled: u64,
     /// Needs of "whatever the authority holds" that peering named with a version (decision
     /// 0053), over every OSD incarnation.
     pub needs_named: u64,
@@ -975,6 +980,8 @@ impl Simulation {
             snap_reads_verified: 0,
             resends: 0,
             reverts_asked: 0,
+            revert_pulls: 0,
+            revert_parts_pulled: 0,
             needs_named: 0,
             end_us: 0,
             epoch: 0,
@@ -1762,6 +1769,15 @@ impl Simulation {
             }
             if push.part.as_ref().is_some_and(|p| !p.at.is_start()) {
                 self.outcome.clones_in_later_parts += push.objects.len().saturating_sub(1) as u64;
+            }
+        }
+        if frame.msg_type == shoal_proto::osd::PgPull::TYPE
+            && let Ok((pull, _)) = decode::<shoal_proto::osd::PgPull>(frame.payload.clone())
+            && pull.stale_at.is_some()
+        {
+            match pull.part {
+                None => self.outcome.revert_pulls += 1,
+                Some(_) => self.outcome.revert_parts_pulled += 1,
             }
         }
         if frame.msg_type == shoal_proto::osd::PgPullReply::TYPE

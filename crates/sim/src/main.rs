@@ -9,6 +9,7 @@
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
 //! shoal-sim --toofull                # a quarter of pushes refused as too full (with any of the above)
+//! shoal-sim --rot-and-replace --chunk 64  # any scenario with backfill and recovery in parts of 64 bytes
 //! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
 //! shoal-sim --short-logs 4            # PG logs of 4 entries: peering meets trimmed logs
 //! shoal-sim --short-logs 1 --dups-objects 64  # and request ids kept for 64 writes past the log
@@ -48,6 +49,8 @@ struct Args {
     snaps: bool,
     /// Pushes refused as too full (`SimConfig::refuse_push_per_mille`).
     toofull: bool,
+    /// `--chunk`: the backfill chunk for any scenario (`None`: the scenario's).
+    chunk_bytes: Option<u64>,
     log_keep: Option<usize>,
     /// Dups objects kept beyond short logs (`SimConfig::dups_objects`).
     dups_objects: Option<u64>,
@@ -125,6 +128,7 @@ fn parse() -> Result<Args, String> {
         omap: false,
         snaps: false,
         toofull: false,
+        chunk_bytes: None,
         log_keep: None,
         dups_objects: None,
         early_replacement: false,
@@ -160,6 +164,8 @@ fn parse() -> Result<Args, String> {
             "--verbose" | "-v" => args.verbose = true,
             "--parts" => (args.config, args.scenario_flag) = (SimConfig::nemesis_in_parts, " --parts"),
             "--toofull" => args.toofull = true,
+            // The setting's own bounds (64 bytes to 16 MiB).
+            "--chunk" => args.chunk_bytes = Some(num_in("--chunk", 64, shoal_map::config::BACKFILL_CHUNK_BYTES_MAX)?),
             "--rot-and-replace" => {
                 (args.config, args.scenario_flag) = (SimConfig::rot_and_replace, " --rot-and-replace");
             }
@@ -191,7 +197,7 @@ fn parse() -> Result<Args, String> {
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
-                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--toofull] \
+                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--chunk BYTES] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
                      [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
                      [--host-crashes] [--link-cuts] [--peer-heartbeats] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
@@ -304,6 +310,7 @@ fn main() -> ExitCode {
     let snap_reads = AtomicU64::new(0);
     let needs_named = AtomicU64::new(0);
     let peer_downs = AtomicU64::new(0);
+    let reverts = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -351,6 +358,7 @@ fn main() -> ExitCode {
                     };
                     let cfg = if cfg.pool_size == 1 { cfg.without_store_loss() } else { cfg };
                     let cfg = if args.host_crashes { cfg.with_host_crashes() } else { cfg };
+                    let cfg = SimConfig { backfill_chunk_bytes: args.chunk_bytes.or(cfg.backfill_chunk_bytes), ..cfg };
                     let cfg = if args.link_cuts { cfg.with_link_cuts() } else { cfg };
                     let cfg = if args.peer_heartbeats { cfg.with_peer_heartbeats() } else { cfg };
                     if args.verbose {
@@ -369,6 +377,9 @@ fn main() -> ExitCode {
                     snap_reads.fetch_add(out.snap_reads_verified, Ordering::Relaxed);
                     needs_named.fetch_add(out.needs_named, Ordering::Relaxed);
                     peer_downs.fetch_add(out.marked_down_by_peers, Ordering::Relaxed);
+                    reverts.0.fetch_add(out.reverts_asked, Ordering::Relaxed);
+                    reverts.1.fetch_add(out.revert_pulls, Ordering::Relaxed);
+                    reverts.2.fetch_add(out.revert_parts_pulled, Ordering::Relaxed);
                     let mut problems = out.violations.clone();
                     if problems.is_empty() && out.acked_writes != expected {
                         problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
@@ -392,7 +403,8 @@ fn main() -> ExitCode {
     failed.sort_by_key(|(s, _)| *s);
     println!(
         "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} clones kept by \
-         recovery pushes, {} sent beside later parts; {} reads at snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports)",
+         recovery pushes, {} sent beside later parts; {} reads at snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports; {} reverts asked, {} copies to revert to \
+         pulled whole and {} parts of them)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
@@ -405,6 +417,9 @@ fn main() -> ExitCode {
         snap_reads.load(Ordering::Relaxed),
         needs_named.load(Ordering::Relaxed),
         peer_downs.load(Ordering::Relaxed),
+        reverts.0.load(Ordering::Relaxed),
+        reverts.1.load(Ordering::Relaxed),
+        reverts.2.load(Ordering::Relaxed),
     );
     // The replay line repeats every flag the run was given.
     let switches = [
@@ -419,6 +434,7 @@ fn main() -> ExitCode {
         (args.peer_heartbeats, " --peer-heartbeats"),
     ];
     let numbers = [
+        ("--chunk", args.chunk_bytes),
         ("--observers", (args.observers > 0).then_some(u64::from(args.observers))),
         ("--short-logs", args.log_keep.map(|k| k as u64)),
         ("--dups-objects", args.dups_objects),
