@@ -677,8 +677,14 @@ impl OsdCore {
                 after_sync: false,
             })
         };
+        // An operator's decision on unfound objects goes through while backfill runs below
+        // min_size: that backfill may be stopped at the very object decided on, and the
+        // decision's logged write is what tells a later resend of a write given up from one
+        // stored (`given_up_by_decision`). Refused here, it was lost without a word while the
+        // object was already removed (simulation seed 169 of `--rot-unacked`).
+        let decision = matches!(&event, Event::ClientOp { from, .. } if unfound::is_decision(*from));
         match &p.phase {
-            Phase::Active if p.recovery_only => {
+            Phase::Active if p.recovery_only && !decision => {
                 out.extend(refuse(format!(
                     "PG {pg} is undersized+degraded+peered: backfilling members to reach min_size"
                 )));
@@ -909,13 +915,14 @@ impl OsdCore {
             },
             (known, _) => known,
         };
-        // (A write an operator's revert gave up is applied again: see `given_up_by_revert`.)
+        // (A write an operator's revert or deletion gave up is applied again: see
+        // `given_up_by_decision`.)
         let given_up = match applied {
             Some(_) if self.mutations.answer_given_up_resends => false,
-            Some((version, _)) => match self.given_up_by_revert(pg, version, &op.object) {
+            Some((version, _)) => match self.given_up_by_decision(pg, version, &op.object) {
                 Ok(given_up) => {
                     if given_up {
-                        tracing::info!(%pg, object = %op.object, reqid = ?op.reqid, ?version, "a write an operator's revert gave up is sent again: applying it again");
+                        tracing::info!(%pg, object = %op.object, reqid = ?op.reqid, ?version, "a write an operator's revert or deletion gave up is sent again: applying it again");
                     }
                     given_up
                 }
@@ -1381,7 +1388,9 @@ impl OsdCore {
     }
 
     /// The state of PG `pg` as this OSD sees it, if it is the PG's primary: `peering`, `down`,
-    /// `incomplete`, `undersized+degraded+peered`, or `active` with `+recovering`,
+    /// `incomplete`, `undersized+degraded+peered` (`+backfilling`, and `+unfound` when it
+    /// lacks objects no member can provide, while backfilling below `min_size`), or `active`
+    /// with `+recovering`,
     /// `+backfilling`, `+backfill_toofull` and `+recovery_toofull` (a target refused backfill or
     /// recovery as too full: it waits),
     /// `+undersized+degraded` and `+clean` as they apply.
@@ -1398,6 +1407,11 @@ impl OsdCore {
                 let mut state = String::from("undersized+degraded+peered+backfilling");
                 if p.peers.values().any(|pp| pp.toofull_until_ms.is_some()) {
                     state.push_str("+backfill_toofull");
+                }
+                // Backfill stops at an object the primary cannot provide: only the operator's
+                // decision moves it on, so it must show here too.
+                if !p.unfound.is_empty() {
+                    state.push_str("+unfound");
                 }
                 state
             }

@@ -45,6 +45,10 @@ impl OsdCore {
     /// missing record cleared, in one transaction; then a removal of the object is logged and
     /// replicated (see the module's comment), and the replicas drop their copies. The operations
     /// waiting for the object run after it and see it absent. Returns the objects given up.
+    ///
+    /// A resend of a write the removal gave up is applied again, on the absent object (see
+    /// [`OsdCore::given_up_by_decision`]): answered from the log, its client would take a write
+    /// for stored that is gone.
     pub(super) fn mark_unfound_lost(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<Vec<String>, RemoteError> {
         self.check_every_holder_asked(pg, out)?;
         let objects = self.unfound_objects(pg);
@@ -82,7 +86,7 @@ impl OsdCore {
     /// agree again. Objects with no readable copy here stay unfound, with the reason.
     ///
     /// A resend of a write that was given up is applied again, on the kept copy (see
-    /// [`OsdCore::given_up_by_revert`]).
+    /// [`OsdCore::given_up_by_decision`]).
     ///
     /// A copy at a version the PG's log does not name, though the log reaches back that far,
     /// holds writes the history rolled back (decision 0063): their clients were never answered
@@ -441,24 +445,25 @@ impl OsdCore {
     }
 
     /// Whether a resent write on `object` that `pg`'s log (or its dups, once trimmed) knows at
-    /// `version` is one a revert gave up: a revert of the same object is logged after it and
-    /// kept a copy older than it. Such a write is not in the object any more, and its client
+    /// `version` is one an operator's decision gave up: a revert of the same object logged after
+    /// it that kept a copy older than it, or a removal of the object as lost (`mark-unfound-lost
+    /// delete`) logged after it. Such a write is not in the object any more, and its client
     /// never heard that it was applied (or it would not resend it): it is applied again instead
-    /// of answered from the log. Reads the log's entries from the store only when a revert is
-    /// logged after the write (the log in memory keeps no object names; the resend names the
-    /// write's object).
-    pub(super) fn given_up_by_revert(&self, pg: PgId, version: Eversion, object: &str) -> Result<bool, RemoteError> {
+    /// of answered from the log. Reads the log's entries from the store only when such a
+    /// decision is logged after the write (the log in memory keeps no object names; the resend
+    /// names the write's object).
+    pub(super) fn given_up_by_decision(&self, pg: PgId, version: Eversion, object: &str) -> Result<bool, RemoteError> {
         let Some(log) = self.logs.get(&pg) else { return Ok(false) };
-        let reverts: Vec<Eversion> = log
+        let decisions: Vec<Eversion> = log
             .entries_after(version)
-            .filter(|(_, r)| r.client == REVERT_CLIENT && r.tid < version.seq)
+            .filter(|(_, r)| (r.client == REVERT_CLIENT && r.tid < version.seq) || r.client == LOST_CLIENT)
             .map(|(v, _)| *v)
             .collect();
-        if reverts.is_empty() {
+        if decisions.is_empty() {
             return Ok(false);
         }
         let entries = crate::pglog::read_entries(&*self.store, pg).map_err(|e| store_error(&e))?;
-        Ok(entries.iter().any(|e| e.object == object && reverts.contains(&e.version)))
+        Ok(entries.iter().any(|e| e.object == object && decisions.contains(&e.version)))
     }
 
     /// Records an operator's decision on unfound `object` of `pg`: it is no longer missing here
