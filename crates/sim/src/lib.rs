@@ -162,6 +162,11 @@ pub struct SimConfig {
 /// after 40 ms of silence (eight ticks, beyond the replication timeout).
 pub const SIM_HEARTBEAT: shoal_osd::HeartbeatConfig = shoal_osd::HeartbeatConfig { interval_ms: 5, grace_ms: 40 };
 
+/// Ticks a PG stays unfound under the operator's reverts, with every OSD up and reachable,
+/// before the operator gives its unfound objects up ([`SimConfig::revert_unfound`]): far longer
+/// than a revert's pull of a copy takes.
+pub const DELETE_AFTER_TICKS: u32 = 200;
+
 /// Backfill pushes refused in [`SimConfig::toofull`] runs, per thousand.
 pub const TOOFULL_REFUSED_PER_MILLE: u64 = 250;
 
@@ -202,6 +207,14 @@ pub enum Fault {
     /// A medium error on the OSD's disk: one block of one object copy it holds fails every read
     /// with EIO until rewritten. Same rules and expectations as `BitRotWhenClean`.
     ReadErrorWhenClean(OsdId),
+    /// Silent damage to the one copy of an unacknowledged write: one bit flips in the OSD's copy
+    /// of an object it leads with a write in flight, when that copy is newer than every other
+    /// member's (the write reached no other member yet). Retried each tick until such a copy
+    /// exists, the clients are done, or the simulated time passes the second field (µs). If the write then reaches no other member either, the
+    /// object's newest version is lost and it is unfound; the operator's revert
+    /// ([`SimConfig::revert_unfound`], required) keeps the newest copy of its history another
+    /// member holds (decision 0066), and the writer's resend of the write is applied again.
+    BitRotUnacked(OsdId, u64),
     /// The OSD is cut off from the monitors: map updates stop reaching it and its commands to
     /// them fail, while it keeps serving clients and peers with the map it has. The monitors
     /// notice by its silence (a `MarkDown` the nemesis schedules after the grace).
@@ -450,6 +463,22 @@ impl SimConfig {
         SimConfig { faults, ..base }
     }
 
+    /// [`SimConfig::nemesis`] (its faults too) with three `BitRotUnacked` faults at times drawn
+    /// from `seed` (each tried for 50 ms), and the operator's revert on: the shape of decision 0066, where the newest
+    /// copy of an object's history is on an OSD other than its primary.
+    pub fn rot_unacked(seed: u64) -> SimConfig {
+        let base = SimConfig::nemesis(seed);
+        let mut r = Rng::new(seed ^ 0x756e_6163_6b21);
+        let mut faults = base.faults.clone();
+        for _ in 0..3 {
+            let x = r.range(0, u64::from(base.osds) - 1) as u32;
+            let t = r.range(5_000, 60_000);
+            faults.push((t, Fault::BitRotUnacked(OsdId(x), t + 50_000)));
+        }
+        faults.sort_by_key(|(t, _)| *t);
+        SimConfig { faults, revert_unfound: true, ..base }
+    }
+
     /// This configuration without the faults that lose or damage a store (a replaced disk, a
     /// flipped bit, an unreadable block), for a pool of one copy, which no code could keep
     /// through them: what is left (crashes on kept stores, OSDs marked down, out and in, cut off
@@ -465,6 +494,7 @@ impl SimConfig {
                     | Fault::RotAndReplacePeerWhenClean(_)
                     | Fault::BitRotWhenClean(_)
                     | Fault::ReadErrorWhenClean(_)
+                    | Fault::BitRotUnacked(..)
                     | Fault::RestartEmpty(_)
             )
         });
@@ -534,6 +564,7 @@ impl SimConfig {
                         matches!(f,
                             Fault::ReplaceWhenClean(o) | Fault::RotAndReplacePeerWhenClean(o)
                             | Fault::BitRotWhenClean(o) | Fault::ReadErrorWhenClean(o) | Fault::RestartEmpty(o)
+                            | Fault::BitRotUnacked(o, _)
                             if o.0 == z)
                     })
             })
@@ -588,6 +619,7 @@ fn fault_osd(f: &Fault) -> Option<OsdId> {
         | Fault::Heal(o)
         | Fault::BitRotWhenClean(o)
         | Fault::ReadErrorWhenClean(o)
+        | Fault::BitRotUnacked(o, _)
         | Fault::CutFromMons(o)
         | Fault::HealMons(o) => Some(o),
         // Two OSDs, neither of them stopped or damaged: nothing a host crash must keep clear of.
@@ -632,6 +664,10 @@ pub struct Outcome {
     /// keep).
     pub revert_pulls: u64,
     pub revert_parts_pulled: u64,
+    /// Copies damaged by `BitRotUnacked`.
+    pub unacked_rotted: u64,
+    /// PGs whose unfound objects the operator gave up as lost once reverts could do no more.
+    pub unfound_deleted: u64,
     /// Needs of "whatever the authority holds" that peering named with a version (decision
     /// 0053), over every OSD incarnation.
     pub needs_named: u64,
@@ -811,6 +847,9 @@ pub struct Simulation {
     engines: BTreeMap<u32, Arc<MemEngine>>,
     /// Object copies damaged by `BitRotWhenClean`.
     rotted: u32,
+    /// Per PG: consecutive ticks the operator's revert left it unfound with everything up
+    /// ([`Simulation::revert_unfound`]).
+    unfound_ticks: BTreeMap<shoal_map::PgId, u32>,
 
     /// OSDs cut off from their peers.
     isolated: std::collections::BTreeSet<u32>,
@@ -982,6 +1021,8 @@ impl Simulation {
             reverts_asked: 0,
             revert_pulls: 0,
             revert_parts_pulled: 0,
+            unacked_rotted: 0,
+            unfound_deleted: 0,
             needs_named: 0,
             end_us: 0,
             epoch: 0,
@@ -1014,6 +1055,7 @@ impl Simulation {
             incarnations: BTreeMap::new(),
             engines,
             rotted: 0,
+            unfound_ticks: BTreeMap::new(),
             isolated: std::collections::BTreeSet::new(),
             cut_links: BTreeMap::new(),
             mon_cut: std::collections::BTreeSet::new(),
@@ -1147,7 +1189,13 @@ impl Simulation {
                 match to {
                     Node::Osd(i) => self.deliver_to_osd(i, from, frame),
                     Node::Client(c) => self.deliver_to_client(c, from, frame),
-                    Node::Operator => {}
+                    // The operator's commands are repeated on every tick; their answers are only
+                    // logged, for a replay.
+                    Node::Operator => {
+                        if let Ok((reply, _)) = decode::<shoal_proto::osd::PgCommandReply>(frame.payload.clone()) {
+                            tracing::debug!(t_us = self.now_us, ?from, result = ?reply.result, "operator: answer");
+                        }
+                    }
                 }
             }
             Delivery::Map { to, update } => {
@@ -1534,6 +1582,13 @@ impl Simulation {
                     self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
                 }
             }
+            Fault::BitRotUnacked(osd, until_us) => {
+                let clients_done =
+                    self.clients.iter().all(|c| c.queue.is_empty() && c.in_flight.is_empty() && c.parked.is_empty());
+                if !clients_done && self.now_us < until_us && !self.damage_unacked(osd) {
+                    self.schedule(self.now_us + self.cfg.tick_us, Delivery::Fault(f));
+                }
+            }
             Fault::Heal(osd) => {
                 self.isolated.remove(&osd.0);
             }
@@ -1588,6 +1643,66 @@ impl Simulation {
             }
         }
         out
+    }
+
+    /// `BitRotUnacked`: flips a bit of `osd`'s copy of an object it leads with a write in flight,
+    /// newer than every other member's copy. Whether one was damaged.
+    fn damage_unacked(&mut self, osd: OsdId) -> bool {
+        if !self.osds.contains_key(&osd.0) {
+            return false;
+        }
+        let Some(engine) = self.engines.get(&osd.0).cloned() else { return false };
+        let map = self.mon.map().clone();
+        let Ok(pool) = map.pool_by_name(POOL).map(|p| p.id) else { return false };
+        let writing: std::collections::BTreeSet<String> = self
+            .clients
+            .iter()
+            .flat_map(|c| c.in_flight.values())
+            .filter(|f| f.work.writes())
+            .map(|f| object_name(f.object))
+            .collect();
+        let mut candidates = Vec::new();
+        for name in writing {
+            let Ok(loc) = map.locate(pool, &name) else { continue };
+            if loc.osds.first() != Some(&osd) {
+                continue;
+            }
+            // Only in a PG its primary sees clean: every other member holds every acknowledged
+            // write, so the damage loses the unacknowledged one alone (in a PG that is
+            // backfilling, the one copy of an acknowledged version may be the damaged one too,
+            // a double fault nothing recovers).
+            let clean = self.osds.get(&osd.0).and_then(|core| core.pg_state(loc.pg));
+            if !clean.as_deref().is_some_and(shoal_proto::osd::state_is_clean) {
+                continue;
+            }
+            let coll = shoal_osd::exec::pg_collection(loc.pg);
+            let Some(mine) = shoal_osd::objver::stored(&*engine, &coll, &name) else { continue };
+            let newest = loc.osds[1..].iter().all(|o| {
+                self.engines.get(&o.0).is_none_or(|e| shoal_osd::objver::stored(&**e, &coll, &name) < Some(mine))
+            });
+            if newest {
+                candidates.push((coll, name));
+            }
+        }
+        if candidates.is_empty() {
+            return false;
+        }
+        let (coll, obj) = candidates[self.rng.range(0, candidates.len() as u64 - 1) as usize].clone();
+        self.trace(&[format!("damage unacked {osd} {coll}/{obj}").as_bytes()]);
+        match engine.inject_bit_rot(&coll, &obj) {
+            Ok(true) => {
+                // Repaired by the deep scrubs at the end like any damage, if the copy survives.
+                self.rotted += 1;
+                self.outcome.unacked_rotted += 1;
+                tracing::info!(t_us = self.now_us, %osd, %coll, %obj, "nemesis: damaged the newest copy of an unacknowledged write");
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                self.outcome.violations.push(format!("could not damage {coll}/{obj} on {osd}: {e}"));
+                true
+            }
+        }
     }
 
     /// Damages one object copy on `osd`'s store, picked by the seed among the copies it holds:
@@ -1687,20 +1802,50 @@ impl Simulation {
         }
     }
 
-    /// The operator's revert of every PG whose primary reports unfound objects.
+    /// The operator's revert of every PG whose primary reports unfound objects. An object no
+    /// copy of which can be kept (its one copy damaged, and no older one of its history on any
+    /// OSD: an object a write the revert gives up created) stays unfound under reverts; once a
+    /// PG stays so for [`DELETE_AFTER_TICKS`] ticks with every fault applied (but those waiting for a clean cluster) and every OSD
+    /// running and reachable (every copy there is can be asked for), the operator gives its
+    /// unfound objects up as lost, as `shoal pg mark-unfound-lost PGID delete` does. The run's
+    /// checks still require every acknowledged write: a deletion that loses one fails the seed.
     fn revert_unfound(&mut self) {
         let epoch = self.mon.map().epoch;
+        // Faults that wait for a clean cluster do not count: a PG stays unfound until the
+        // operator gives it up, so waiting for them here would wait for ever (seed 169).
+        let faults_done = self.pending.values().all(|d| {
+            !matches!(d, Delivery::Fault(f) if !matches!(f,
+                Fault::ReplaceWhenClean(_) | Fault::RotAndReplacePeerWhenClean(_)
+                | Fault::BitRotWhenClean(_) | Fault::ReadErrorWhenClean(_)))
+        });
+        let all_reachable = self.isolated.is_empty()
+            && self.mon_cut.is_empty()
+            && self.cut_links.values().all(|n| *n == 0)
+            && self.mon.map().osds.keys().all(|o| self.osds.contains_key(&o.0));
+        let mut unfound_now = std::collections::BTreeSet::new();
         for (pg, primary, state) in self.primary_states() {
             if let (Some(primary), Some(state)) = (primary, state)
                 && state.contains("unfound")
             {
-                self.outcome.reverts_asked += 1;
-                self.trace(&[format!("revert {pg} at {primary}").as_bytes()]);
-                let cmd = shoal_proto::osd::PgCmd::RevertUnfound;
+                unfound_now.insert(pg);
+                let ticks = self.unfound_ticks.entry(pg).or_insert(0);
+                *ticks = if faults_done && all_reachable { *ticks + 1 } else { 0 };
+                let cmd = if *ticks >= DELETE_AFTER_TICKS {
+                    *ticks = 0;
+                    self.outcome.unfound_deleted += 1;
+                    self.trace(&[format!("delete unfound {pg} at {primary}").as_bytes()]);
+                    tracing::info!(t_us = self.now_us, %pg, "operator: reverts kept nothing; unfound objects given up");
+                    shoal_proto::osd::PgCmd::MarkUnfoundLost
+                } else {
+                    self.outcome.reverts_asked += 1;
+                    self.trace(&[format!("revert {pg} at {primary}").as_bytes()]);
+                    shoal_proto::osd::PgCmd::RevertUnfound
+                };
                 let req = shoal_proto::osd::PgCommand { epoch, pool: pg.pool, pg: pg.seed, cmd };
                 self.osd_event(primary.0, Event::PgCommand { from: Node::Operator.token(), request_id: 0, req });
             }
         }
+        self.unfound_ticks.retain(|pg, _| unfound_now.contains(pg));
     }
 
     /// Every PG of the monitors' map with its primary there, if any, and the state that OSD

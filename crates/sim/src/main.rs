@@ -8,6 +8,7 @@
 //! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
+//! shoal-sim --rot-unacked            # the one copy of an unacknowledged write damaged; reverts
 //! shoal-sim --toofull                # a quarter of pushes refused as too full (with any of the above)
 //! shoal-sim --rot-and-replace --chunk 64  # any scenario with backfill and recovery in parts of 64 bytes
 //! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
@@ -169,6 +170,7 @@ fn parse() -> Result<Args, String> {
             "--rot-and-replace" => {
                 (args.config, args.scenario_flag) = (SimConfig::rot_and_replace, " --rot-and-replace");
             }
+            "--rot-unacked" => (args.config, args.scenario_flag) = (SimConfig::rot_unacked, " --rot-unacked"),
             "--observers" => {
                 args.observers = num_in("--observers", 0, 16)? as u32;
             }
@@ -197,7 +199,7 @@ fn parse() -> Result<Args, String> {
             "--mutate" => mutate(&mut args.mutations, &it.next().ok_or("--mutate needs a mutation name")?)?,
             "--help" | "-h" => {
                 return Err(
-                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace] [--chunk BYTES] [--toofull] \
+                    "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace | --rot-unacked] [--chunk BYTES] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
                      [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
                      [--host-crashes] [--link-cuts] [--peer-heartbeats] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
@@ -311,6 +313,8 @@ fn main() -> ExitCode {
     let needs_named = AtomicU64::new(0);
     let peer_downs = AtomicU64::new(0);
     let reverts = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let unacked_rotted = AtomicU64::new(0);
+    let unfound_deleted = AtomicU64::new(0);
     let failed: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
@@ -336,7 +340,7 @@ fn main() -> ExitCode {
                         log_keep: args.log_keep,
                         dups_objects: args.dups_objects,
                         early_replacement: args.early_replacement,
-                        revert_unfound: args.revert_unfound,
+                        revert_unfound: args.revert_unfound || base.revert_unfound,
                         // Short logs forget resent writes sooner than the resends come (see
                         // `SimConfig::log_keep`): writes replace objects instead.
                         appends: base.appends && args.log_keep.is_none(),
@@ -380,6 +384,8 @@ fn main() -> ExitCode {
                     reverts.0.fetch_add(out.reverts_asked, Ordering::Relaxed);
                     reverts.1.fetch_add(out.revert_pulls, Ordering::Relaxed);
                     reverts.2.fetch_add(out.revert_parts_pulled, Ordering::Relaxed);
+                    unacked_rotted.fetch_add(out.unacked_rotted, Ordering::Relaxed);
+                    unfound_deleted.fetch_add(out.unfound_deleted, Ordering::Relaxed);
                     let mut problems = out.violations.clone();
                     if problems.is_empty() && out.acked_writes != expected {
                         problems.push(format!("{} of {expected} writes acknowledged", out.acked_writes));
@@ -404,7 +410,8 @@ fn main() -> ExitCode {
     println!(
         "{} seeds from {} in {:.1} s: {} failed (backfills: {} started, {} resumed, {} objects kept; {} clones kept by \
          recovery pushes, {} sent beside later parts; {} reads at snapshots checked; {} needs of 0'0 named; {} OSDs marked down on peers' reports; {} reverts asked, {} copies to revert to \
-         pulled whole and {} parts of them)",
+         pulled whole and {} parts of them; {} copies of unacknowledged writes damaged; {} PGs' \
+         unfound objects given up after reverts)",
         args.seeds,
         args.from,
         started.elapsed().as_secs_f64(),
@@ -420,6 +427,8 @@ fn main() -> ExitCode {
         reverts.0.load(Ordering::Relaxed),
         reverts.1.load(Ordering::Relaxed),
         reverts.2.load(Ordering::Relaxed),
+        unacked_rotted.load(Ordering::Relaxed),
+        unfound_deleted.load(Ordering::Relaxed),
     );
     // The replay line repeats every flag the run was given.
     let switches = [

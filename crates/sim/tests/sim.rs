@@ -1119,3 +1119,35 @@ fn a_backfill_push_does_not_carry_a_write_that_was_never_acknowledged() {
     // Backfill now waits for the writes of an object on their way before reading it.
     run_seeds(232_212..=232_212, SimConfig::nemesis);
 }
+
+#[test]
+fn the_one_copy_of_an_unacknowledged_write_damaged_is_reverted_or_given_up_without_lying_to_its_writer() {
+    // `--rot-unacked`: the only copy of a write no client has heard back about is damaged, so
+    // the object is unfound; the operator's revert keeps the newest older copy any OSD holds
+    // (decision 0066, pulled from another member when the primary has none), and an object with
+    // nothing to keep is given up as lost. Thirty seeds hold at least one pull.
+    let outs = run_seeds(1..=30, SimConfig::rot_unacked);
+    assert!(outs.iter().map(|o| o.unacked_rotted).sum::<u64>() > 0, "no unacknowledged write was damaged");
+    assert!(outs.iter().map(|o| o.revert_pulls).sum::<u64>() > 0, "no revert pulled a copy from another OSD");
+
+    // Seed 169: osd.4, cut off from its peers, applied c2-o0's first append alone, and that copy
+    // rotted. Nothing older exists, so the operator gave the object up while its PG was
+    // backfilling below min_size. The logged removal was refused there (not active), so the
+    // append's resend was answered from the log as done and the following appends were stored
+    // without it: reads returned 48 bytes fewer than acknowledged. Decisions now pass that gate,
+    // and a resend of a write logged before a removal as lost is applied again (decision 0052,
+    // amended). With resends of writes given up answered from the log
+    // (`answer_given_up_resends`), the seed fails again.
+    let outs = run_seeds(169..=169, SimConfig::rot_unacked);
+    assert_eq!(outs[0].unfound_deleted, 1, "seed 169 no longer gives an object up");
+    let mutated = SimConfig {
+        mutations: Mutations { answer_given_up_resends: true, ..Mutations::default() },
+        ..SimConfig::rot_unacked(169)
+    };
+    let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(
+        out.violations.iter().any(|v| v.contains("not its last acknowledged write")),
+        "seed 169 no longer loses an append whose resend is answered from the log: {:?}",
+        out.violations
+    );
+}
