@@ -210,10 +210,11 @@ pub enum Fault {
     /// Silent damage to the one copy of an unacknowledged write: one bit flips in the OSD's copy
     /// of an object it leads with a write in flight, when that copy is newer than every other
     /// member's (the write reached no other member yet). Retried each tick until such a copy
-    /// exists, the clients are done, or the simulated time passes the second field (µs). If the write then reaches no other member either, the
-    /// object's newest version is lost and it is unfound; the operator's revert
-    /// ([`SimConfig::revert_unfound`], required) keeps the newest copy of its history another
-    /// member holds (decision 0066), and the writer's resend of the write is applied again.
+    /// exists, the clients are done, or the simulated time passes the second field (µs). If the
+    /// write then reaches no other member either, the object's newest version is lost and it is
+    /// unfound; the operator's revert ([`SimConfig::revert_unfound`], required) keeps the newest
+    /// copy of its history another member holds (decision 0066), or with none gives the object
+    /// up, and the writer's resend of the write is applied again.
     BitRotUnacked(OsdId, u64),
     /// The OSD is cut off from the monitors: map updates stop reaching it and its commands to
     /// them fail, while it keeps serving clients and peers with the map it has. The monitors
@@ -464,8 +465,8 @@ impl SimConfig {
     }
 
     /// [`SimConfig::nemesis`] (its faults too) with three `BitRotUnacked` faults at times drawn
-    /// from `seed` (each tried for 50 ms), and the operator's revert on: the shape of decision 0066, where the newest
-    /// copy of an object's history is on an OSD other than its primary.
+    /// from `seed` (each tried for 50 ms), and the operator's revert on: the shape of decision
+    /// 0066, where the newest copy of an object's history is on an OSD other than its primary.
     pub fn rot_unacked(seed: u64) -> SimConfig {
         let base = SimConfig::nemesis(seed);
         let mut r = Rng::new(seed ^ 0x756e_6163_6b21);
@@ -602,6 +603,17 @@ impl SimConfig {
         self.faults.sort_by_key(|(at, _)| *at);
         self
     }
+}
+
+/// Whether `f` is applied only once the cluster is clean (it is retried every tick until then).
+fn waits_for_clean(f: &Fault) -> bool {
+    matches!(
+        f,
+        Fault::ReplaceWhenClean(_)
+            | Fault::RotAndReplacePeerWhenClean(_)
+            | Fault::BitRotWhenClean(_)
+            | Fault::ReadErrorWhenClean(_)
+    )
 }
 
 /// The OSD a fault acts on.
@@ -1805,19 +1817,15 @@ impl Simulation {
     /// The operator's revert of every PG whose primary reports unfound objects. An object no
     /// copy of which can be kept (its one copy damaged, and no older one of its history on any
     /// OSD: an object a write the revert gives up created) stays unfound under reverts; once a
-    /// PG stays so for [`DELETE_AFTER_TICKS`] ticks with every fault applied (but those waiting for a clean cluster) and every OSD
-    /// running and reachable (every copy there is can be asked for), the operator gives its
-    /// unfound objects up as lost, as `shoal pg mark-unfound-lost PGID delete` does. The run's
+    /// PG stays so for [`DELETE_AFTER_TICKS`] ticks with every fault applied (but those waiting
+    /// for a clean cluster) and every OSD running and reachable (every copy there is can be
+    /// asked for), the operator gives its unfound objects up as lost, as `shoal pg mark-unfound-lost PGID delete` does. The run's
     /// checks still require every acknowledged write: a deletion that loses one fails the seed.
     fn revert_unfound(&mut self) {
         let epoch = self.mon.map().epoch;
         // Faults that wait for a clean cluster do not count: a PG stays unfound until the
         // operator gives it up, so waiting for them here would wait for ever (seed 169).
-        let faults_done = self.pending.values().all(|d| {
-            !matches!(d, Delivery::Fault(f) if !matches!(f,
-                Fault::ReplaceWhenClean(_) | Fault::RotAndReplacePeerWhenClean(_)
-                | Fault::BitRotWhenClean(_) | Fault::ReadErrorWhenClean(_)))
-        });
+        let faults_done = self.pending.values().all(|d| !matches!(d, Delivery::Fault(f) if !waits_for_clean(f)));
         let all_reachable = self.isolated.is_empty()
             && self.mon_cut.is_empty()
             && self.cut_links.values().all(|n| *n == 0)
