@@ -958,7 +958,7 @@ impl Simulation {
         let mon = MonCore::standalone(mon_cfg, map);
         let mut engines = BTreeMap::new();
         for i in 0..cfg.osds {
-            let engine = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+            let engine = Arc::new(MemEngine::new_mem_without_reserve(256 << 20).expect("mem store"));
             engines.insert(i, engine.clone());
             let store: Arc<dyn ObjectStore> = engine;
             let mut core = OsdCore::new(OsdId(i), store, shared.clone()).expect("osd core");
@@ -1476,7 +1476,7 @@ impl Simulation {
         self.trace(&[format!("restart {osd} empty={empty}").as_bytes()]);
         let Some(mut store) = self.crashed.remove(&osd.0) else { return };
         if empty {
-            let engine = Arc::new(MemEngine::new_mem(256 << 20).expect("mem store"));
+            let engine = Arc::new(MemEngine::new_mem_without_reserve(256 << 20).expect("mem store"));
             self.engines.insert(osd.0, engine.clone());
             store = engine;
         }

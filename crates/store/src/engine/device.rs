@@ -448,6 +448,8 @@ pub struct MemDevice {
     chunks: RwLock<HashMap<u64, Arc<Box<[u8]>>>>,
     reserve: Arc<ChunkReserve>,
     warmer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Whether the first chunk needed starts the warmer ([`MemDevice::without_reserve`]).
+    reserve_wanted: bool,
     /// Blocks (device offsets) that fail to read with EIO until written again, as a disk's
     /// pending sectors do; set only by tests ([`MemDevice::make_unreadable`]). `any_unreadable`
     /// keeps the common case to one atomic load.
@@ -536,9 +538,21 @@ impl MemDevice {
                 stop: AtomicBool::new(false),
             }),
             warmer: Mutex::new(None),
+            reserve_wanted: true,
             unreadable: RwLock::new(std::collections::BTreeSet::new()),
             any_unreadable: AtomicBool::new(false),
         }
+    }
+
+    /// A device that never starts the reserve's thread: every new chunk is allocated by the
+    /// writer that needs it, and discarded chunks are still kept for reuse. For short-lived
+    /// devices holding little data (the cluster simulation opens thousands of them), where a
+    /// thread faulting 16 MiB in per device costs far more than the writes it would speed up.
+    #[must_use]
+    pub fn without_reserve(size_bytes: u64) -> Self {
+        let mut dev = Self::new(size_bytes);
+        dev.reserve_wanted = false;
+        dev
     }
 
     /// Makes the block at `offset` fail every read with EIO until it is written again (a medium
@@ -578,6 +592,9 @@ impl MemDevice {
         }
         if let Some(c) = taken {
             return c;
+        }
+        if !self.reserve_wanted {
+            return vec![0u8; MEM_CHUNK_BYTES as usize].into_boxed_slice();
         }
         let mut warmer = self.warmer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if warmer.is_none() {

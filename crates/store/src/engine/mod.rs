@@ -1201,8 +1201,18 @@ impl MemEngine {
     /// the process, so its commits write no commit log; a commit is complete (and visible to
     /// every later read) when it returns, and "durable" means no more than that.
     pub fn new_mem(size_bytes: u64) -> Result<Self> {
-        let mut engine =
-            Self::format(BackendKind::Mem, kv::MemKv::default(), device::MemDevice::new(size_bytes), None)?;
+        Self::on_mem_device(device::MemDevice::new(size_bytes))
+    }
+
+    /// [`Self::new_mem`] on a device without a reserve of chunks faulted in ahead
+    /// ([`device::MemDevice::without_reserve`]): no background thread, each new chunk allocated
+    /// by its writer. For short-lived stores holding little data, such as the simulation's.
+    pub fn new_mem_without_reserve(size_bytes: u64) -> Result<Self> {
+        Self::on_mem_device(device::MemDevice::without_reserve(size_bytes))
+    }
+
+    fn on_mem_device(dev: device::MemDevice) -> Result<Self> {
+        let mut engine = Self::format(BackendKind::Mem, kv::MemKv::default(), dev, None)?;
         engine.volatile = true;
         Ok(engine)
     }
