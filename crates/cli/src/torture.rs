@@ -1,5 +1,5 @@
 //! `shoal store-torture PATH --seed N`: a hidden subcommand driven by the crash test
-//! (`crates/cli/tests/crash.rs`). It mounts an existing store and commits random transactions
+//! (`crates/cli/tests/it/crash.rs`). It mounts an existing store and commits random transactions
 //! with `Durability::Sync`, one after another, until it is killed or reaches `--max-txns`.
 //!
 //! The transactions are a pure function of the seed and their number (1, 2, ...): nothing about

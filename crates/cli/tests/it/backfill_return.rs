@@ -8,7 +8,7 @@
 //! data, xattrs and stored version of every object, and the removed one nowhere (read offline,
 //! after fsck).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! exactly the same bytes and stored version for every head and clone, and the bytes each write
 //! left (read offline, after fsck).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 
 use common::{Down, fails_with, ok, shoal};
 use shoal_client::{Client, ClientError, ClusterConfig};

@@ -6,7 +6,7 @@
 //! remaps its PGs onto the fourth OSD, which is backfilled, and the cluster is clean without it;
 //! every object reads back.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

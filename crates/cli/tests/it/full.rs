@@ -4,7 +4,7 @@
 //! still work, and writes are taken again once space is freed. Backfill after an OSD goes out
 //! stops short of filling the OSDs left (`backfill_toofull`) instead of flagging them full.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

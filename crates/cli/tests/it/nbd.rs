@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-mod common;
+use crate::common;
 
 use common::{fails_with, ok, shoal, up_mem};
 

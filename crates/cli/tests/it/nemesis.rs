@@ -11,7 +11,7 @@
 //!
 //! The victims come from a seed printed at the start; `SHOAL_NEMESIS_SEED=N` replays a choice.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

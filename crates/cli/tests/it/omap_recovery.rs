@@ -5,7 +5,7 @@
 //! once the cluster is clean, every member's store holds exactly the same data, xattrs, omap and
 //! stored version of every object (read offline, after fsck).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-mod common;
+use crate::common;
 
 use common::{Down, fails_with, ok, shoal};
 use shoal_client::{Client, ClientError, ClusterConfig};

@@ -5,7 +5,7 @@
 //! from the store, recognises them) and the missing tail once; and offline, the PG log holds one
 //! entry per append, in order, in a store that passes fsck, and `shoal osd pglog` shows it.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

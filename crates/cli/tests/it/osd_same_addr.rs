@@ -2,7 +2,7 @@
 //! gone (a fixed `--addr`, or the kernel handing out the same port), boots as a new
 //! incarnation: the map records a new `up_from`, so its PGs start a new interval.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@
 //! down-out interval, set short here with `shoal config set`. First, an OSD marked down while it
 //! runs boots again by itself.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! finds itself down, reaches its peers again, boots, and the cluster ends clean with every write
 //! readable.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! lock no longer this holder's changes nothing; and a write under a fence carries the lock's
 //! write deadline, so one past it is never applied.
 
-mod common;
+use crate::common;
 
 use common::{Down, ok, shoal};
 use shoal_client::Client;

@@ -3,7 +3,7 @@
 //! next read of it, and a snapshot's handle reads ahead too. The image is opened the way `nbd
 //! serve` opens a writable export (fenced by its lock), with read-ahead on.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! snapshot still reads its old bytes while the image reads its new ones (issue 10). Recovery
 //! moving clones between members is covered in `crates/osd/tests/replication.rs`.
 
-mod common;
+use crate::common;
 
 use common::{Down, ok, shoal, sigkill};
 

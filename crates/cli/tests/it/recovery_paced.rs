@@ -6,7 +6,7 @@
 //! Backfill chunks are set smaller than the objects, so every object moves in parts while the
 //! writer overwrites some of them; a deep scrub of every PG then finds every member identical.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

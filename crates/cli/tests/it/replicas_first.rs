@@ -5,7 +5,7 @@
 //! again on its store behind its replicas, and once the cluster is clean every object reads back
 //! its content and, offline, every copy is identical and every store passes fsck.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The S3 gateway on real processes: a RAM cluster and its gateway from `shoal up`, driven by
 //! boto3 at its defaults (`tests/s3/boto3_basic.py`), and the S3 user commands.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,7 +6,7 @@
 //! `pg ls`, HEALTH_ERR in `status`), and `shoal pg repair` replaces it; a deep scrub then finds
 //! the PG clean, and offline every store passes fsck with three identical copies of every object.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
