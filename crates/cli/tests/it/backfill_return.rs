@@ -12,7 +12,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Down, ok, shoal};
+use common::{ok, shoal};
 use shoal_proto::osd::ObjOp;
 
 /// Objects written before the replica goes away.
@@ -60,13 +60,7 @@ fn finished_backfills(dir: &std::path::Path, osd: u32) -> Vec<(u64, u64)> {
 #[test]
 fn a_replica_back_after_the_log_moved_on_is_sent_only_what_changed() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(
-        tmp.path(),
-        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "512M", "--no-gateway"],
-    ));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_block(tmp.path(), 3, "512M");
     ok(&shoal(&dir, &["pool", "create", "back", "--size", "3", "--min-size", "2", "--pg-num", "1"]));
     // Nothing moves while the replica is away: it stays in, its PG degraded.
     ok(&shoal(&dir, &["osd", "set", "noout"]));
@@ -104,7 +98,7 @@ fn a_replica_back_after_the_log_moved_on_is_sent_only_what_changed() {
 
     drop(client);
     drop(rt);
-    ok(&shoal(&dir, &["down", "--dir", &d]));
+    ok(&shoal(&dir, &["down", "--dir", &dir.display().to_string()]));
     // `shoal down` stopped the restarted OSD too (by its pid file): reap it.
     back.wait().expect("the restarted OSD exits");
 

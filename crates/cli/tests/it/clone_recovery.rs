@@ -11,7 +11,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Down, ok, shoal};
+use common::{ok, shoal};
 use shoal_proto::osd::ObjOp;
 
 const OBJECTS: u32 = 8;
@@ -32,13 +32,7 @@ fn ctx(seq: u64, snaps: &[u64]) -> ObjOp {
 #[test]
 fn a_replica_back_among_snapshotted_objects_ends_with_every_clone() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(
-        tmp.path(),
-        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "512M", "--no-gateway"],
-    ));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_block(tmp.path(), 3, "512M");
     ok(&shoal(&dir, &["pool", "create", "snapped", "--size", "3", "--min-size", "2", "--pg-num", "1"]));
     ok(&shoal(&dir, &["osd", "set", "noout"]));
     let (rt, client) = common::admin_client(&dir);
@@ -71,7 +65,7 @@ fn a_replica_back_among_snapshotted_objects_ends_with_every_clone() {
     assert_eq!(kept, SAME_SNAPS.len() + NEW_SNAP.len(), "recovery pushes that kept clones on osd.{away}");
     drop(client);
     drop(rt);
-    ok(&shoal(&dir, &["down", "--dir", &d]));
+    ok(&shoal(&dir, &["down", "--dir", &dir.display().to_string()]));
     // `shoal down` stopped the restarted OSD too (by its pid file): reap it.
     back.wait().expect("the restarted OSD exits");
 
@@ -134,13 +128,7 @@ fn replica_back_after_large_clones(big_bytes: usize, names: &[&str]) {
         shoal_util::pattern::xorshift_bytes(seed | 1, big_bytes)
     };
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(
-        tmp.path(),
-        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "1G", "--no-gateway"],
-    ));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_block(tmp.path(), 3, "1G");
     ok(&shoal(&dir, &["pool", "create", "snapped", "--size", "3", "--min-size", "2", "--pg-num", "1"]));
     ok(&shoal(&dir, &["osd", "set", "noout"]));
     let (rt, client) = common::admin_client(&dir);
@@ -168,7 +156,7 @@ fn replica_back_after_large_clones(big_bytes: usize, names: &[&str]) {
     ok(&shoal(&dir, &["osd", "unset", "noout"]));
     drop(client);
     drop(rt);
-    ok(&shoal(&dir, &["down", "--dir", &d]));
+    ok(&shoal(&dir, &["down", "--dir", &dir.display().to_string()]));
     back.wait().expect("the restarted OSD exits");
 
     let stores: Vec<shoal_store::Store> = (0..3).map(|osd| common::fsck_and_open_store(&dir, osd)).collect();

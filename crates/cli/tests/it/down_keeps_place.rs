@@ -10,7 +10,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Down, ok, shoal};
+use common::{ok, shoal};
 use shoal_proto::osd::ObjOp;
 
 const OBJECTS: u32 = 24;
@@ -30,13 +30,7 @@ fn backfills_finished(dir: &std::path::Path) -> usize {
 #[test]
 fn a_down_osd_keeps_its_place_until_it_goes_out() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(
-        tmp.path(),
-        &["up", "--dir", &d, "--osds", "4", "--backend", "block", "--osd-size", "256M", "--no-gateway"],
-    ));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_block(tmp.path(), 4, "256M");
     ok(&shoal(&dir, &["pool", "create", "keep", "--size", "3", "--min-size", "2", "--pg-num", "8"]));
     let (rt, client) = common::admin_client(&dir);
     let write = |i: u32, tag: u64| {

@@ -9,7 +9,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Down, ok, shoal};
+use common::{ok, shoal};
 use shoal_proto::osd::ObjOp;
 
 const OBJECTS: u32 = 6;
@@ -35,13 +35,7 @@ fn round_ops(i: u32, round: u32) -> (Vec<ObjOp>, Vec<u8>) {
 #[test]
 fn objects_with_large_omaps_recover_whole_on_every_member() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(
-        tmp.path(),
-        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", "1G", "--no-gateway"],
-    ));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_block(tmp.path(), 3, "1G");
     ok(&shoal(&dir, &["pool", "create", "wide", "--size", "3", "--min-size", "2", "--pg-num", "4"]));
     ok(&shoal(&dir, &["config", "set", "osd_backfill_chunk_bytes", "65536"]));
     let (rt, client) = common::admin_client(&dir);
@@ -67,7 +61,7 @@ fn objects_with_large_omaps_recover_whole_on_every_member() {
     common::wait_clean(&dir, 3, Duration::from_secs(120));
     drop(client);
     drop(rt);
-    ok(&shoal(&dir, &["down", "--dir", &d]));
+    ok(&shoal(&dir, &["down", "--dir", &dir.display().to_string()]));
     // `shoal down` stopped the restarted OSD too (by its pid file): reap it.
     osd2.wait().expect("osd.2 exits");
 

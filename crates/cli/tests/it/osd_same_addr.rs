@@ -6,20 +6,14 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Down, ok, shoal, sigkill, start_daemon};
+use common::{ok, shoal, sigkill, start_daemon};
 use shoal_client::{Client, ClusterConfig};
 use shoal_map::OsdId;
 
 #[test]
 fn an_osd_restarted_at_its_old_address_boots_as_a_new_incarnation() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(
-        tmp.path(),
-        &["up", "--dir", &d, "--osds", "1", "--backend", "block", "--osd-size", "256M", "--no-gateway"],
-    ));
-    let _down = Down(dir.clone());
+    let (dir, _down) = common::up_block(tmp.path(), 1, "256M");
     ok(&shoal(&dir, &["obj", "put", "--pool", "data", "before", "/etc/hostname"]));
 
     let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");

@@ -9,7 +9,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Down, ok, shoal, start_block_osd, wait_clean, wait_osd};
+use common::{ok, shoal, start_block_osd, wait_clean, wait_osd};
 use shoal_client::{Client, ClusterConfig};
 use shoal_map::OsdId;
 use shoal_proto::osd::ObjOp;
@@ -26,13 +26,7 @@ fn content(i: u32) -> Vec<u8> {
 #[test]
 fn writes_a_primary_lost_before_its_sync_come_back_from_its_replicas() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let d = dir.display().to_string();
-    ok(&shoal(
-        tmp.path(),
-        &["up", "--dir", &d, "--osds", "3", "--backend", "block", "--osd-size", OSD_SIZE, "--no-gateway"],
-    ));
-    let down = Down(dir.clone());
+    let (dir, down) = common::up_block(tmp.path(), 3, OSD_SIZE);
     ok(&shoal(&dir, &["pool", "create", "rep", "--size", "3", "--min-size", "2", "--pg-num", "8"]));
     let cfg = ClusterConfig::from_conf_file(&dir.join("shoal.toml"), "client.admin").expect("conf");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");

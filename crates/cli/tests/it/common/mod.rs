@@ -58,6 +58,17 @@ pub fn up_mem(tmp: &Path, osds: u32, osd_size: &str) -> (std::path::PathBuf, Dow
     (dir.clone(), Down(dir))
 }
 
+/// Starts a cluster of `osds` disk-backed OSDs (`block` stores of `osd_size` each) without a
+/// gateway in `tmp/c` (`shoal up`) and returns its directory with a guard that stops it.
+pub fn up_block(tmp: &Path, osds: u32, osd_size: &str) -> (std::path::PathBuf, Down) {
+    let dir = tmp.join("c");
+    let d = dir.display().to_string();
+    let n = osds.to_string();
+    let up = ["up", "--dir", &d, "--osds", &n, "--backend", "block", "--osd-size", osd_size, "--no-gateway"];
+    ok(&shoal(tmp, &up));
+    (dir.clone(), Down(dir))
+}
+
 /// Kills daemon `name` (`osd.2`, ...) of the cluster in `dir` with SIGKILL, using its pid file.
 pub fn sigkill(dir: &Path, name: &str) {
     let pid: i32 =
