@@ -561,17 +561,23 @@ fn a_gateway_killed_at_any_point_of_a_write_leaves_no_half_object_and_no_leak() 
     }
     assert_eq!(s3_request(&ep, keys, "DELETE", "/bkt", "", b"").0, 204);
     assert_eq!(s3_request(&ep, keys, "PUT", "/bkt/late", "", b"x").0, 404, "a deleted bucket takes no writes");
+    wait_gateway_pools_empty(&dir);
+    gw.kill().unwrap();
+    gw.wait().unwrap();
+}
+
+/// Waits up to 60 s for the gateway's data and index pools to hold nothing (every object and
+/// bucket deleted, the collector's delay passed); fails naming what is left.
+fn wait_gateway_pools_empty(dir: &Path) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let (data, index) = (pool_objects(&dir, ".gw.data"), pool_objects(&dir, ".gw.index"));
+        let (data, index) = (pool_objects(dir, ".gw.data"), pool_objects(dir, ".gw.index"));
         if data.is_empty() && index.is_empty() {
-            break;
+            return;
         }
         assert!(std::time::Instant::now() < deadline, "left behind: data {data:?}, index {index:?}");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    gw.kill().unwrap();
-    gw.wait().unwrap();
 }
 
 /// The version ids in a ListObjectVersions answer, in order.
@@ -643,15 +649,7 @@ fn a_versioned_write_killed_mid_way_is_decided_by_its_version_object_and_removed
         assert_eq!(status, 204, "{key} {id}: {head}");
     }
     assert_eq!(s3_request(&ep, keys, "DELETE", "/vbk", "", b"").0, 204);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let (data, index) = (pool_objects(&dir, ".gw.data"), pool_objects(&dir, ".gw.index"));
-        if data.is_empty() && index.is_empty() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "left behind: data {data:?}, index {index:?}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_gateway_pools_empty(&dir);
     gw.kill().unwrap();
     gw.wait().unwrap();
 }
