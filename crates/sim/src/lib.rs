@@ -1532,6 +1532,14 @@ impl Simulation {
     fn boot(&mut self, osd: OsdId) {
         self.trace(&[format!("boot {osd}").as_bytes()]);
         let addr = format!("127.0.0.1:{}", 17000 + self.now_us % 10000).parse().expect("literal address");
+        // As the daemon does before it boots: an earlier run the map still shows up at this same
+        // address is marked down first, or the boot would change nothing and the OSD's peers
+        // would go on with the state they had with that run (seed 1310595 of `--snaps
+        // --link-cuts --peer-heartbeats`: a disk replaced right after a boot at the same
+        // simulated port left four PGs clean with an empty member).
+        if self.mon.map().osds.get(&osd).is_some_and(|o| o.up && o.addr == Some(addr)) {
+            self.mon_command(Command::OsdDown { id: osd });
+        }
         self.mon_command(Command::OsdBoot { id: osd, addr });
     }
 

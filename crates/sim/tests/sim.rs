@@ -560,6 +560,18 @@ fn nemesis_seeds_with_peer_heartbeats_and_an_osd_cut_off_from_its_peers_keep_eve
     assert!(reported >= 30, "only {reported} of 40 seeds marked an OSD down on its peers' reports");
 }
 
+#[test]
+fn a_disk_replaced_right_after_a_boot_at_the_same_address_is_a_new_incarnation() {
+    // Seed 1310595 of `--snaps --link-cuts --peer-heartbeats`: osd.4's disk is replaced just
+    // after the cluster is clean, and its boot comes at the same simulated address as its
+    // previous one. A boot that changes nothing in the map left four PGs clean with osd.4, empty,
+    // as a member; the harness now marks the earlier run down first, as the daemon does.
+    let outs = run_seeds(1_310_595..=1_310_595, |seed| {
+        SimConfig { snaps: true, ..SimConfig::nemesis(seed) }.with_link_cuts().with_peer_heartbeats()
+    });
+    assert!(outs[0].snap_reads_verified > 0);
+}
+
 /// One copy, as the transient HPC cluster's pools (seed 004): every PG has a single member.
 fn one_copy(seed: u64) -> SimConfig {
     SimConfig { pool_size: 1, min_size: 1, ..SimConfig::nemesis(seed) }.without_store_loss()
