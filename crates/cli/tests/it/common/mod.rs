@@ -51,21 +51,22 @@ impl Drop for Down {
 /// Starts a RAM cluster of `osds` OSDs of `osd_size` each in `tmp/c` (`shoal up`) and returns its
 /// directory with a guard that stops it.
 pub fn up_mem(tmp: &Path, osds: u32, osd_size: &str) -> (std::path::PathBuf, Down) {
-    let dir = tmp.join("c");
-    let d = dir.display().to_string();
-    let n = osds.to_string();
-    ok(&shoal(tmp, &["up", "--dir", &d, "--osds", &n, "--backend", "mem", "--osd-size", osd_size]));
-    (dir.clone(), Down(dir))
+    up(tmp, osds, "mem", osd_size, &[])
 }
 
 /// Starts a cluster of `osds` disk-backed OSDs (`block` stores of `osd_size` each) without a
 /// gateway in `tmp/c` (`shoal up`) and returns its directory with a guard that stops it.
 pub fn up_block(tmp: &Path, osds: u32, osd_size: &str) -> (std::path::PathBuf, Down) {
+    up(tmp, osds, "block", osd_size, &["--no-gateway"])
+}
+
+/// `shoal up` of `osds` OSDs on `backend` in `tmp/c`, with `extra` arguments.
+fn up(tmp: &Path, osds: u32, backend: &str, osd_size: &str, extra: &[&str]) -> (std::path::PathBuf, Down) {
     let dir = tmp.join("c");
     let d = dir.display().to_string();
     let n = osds.to_string();
-    let up = ["up", "--dir", &d, "--osds", &n, "--backend", "block", "--osd-size", osd_size, "--no-gateway"];
-    ok(&shoal(tmp, &up));
+    let args = [&["up", "--dir", &d, "--osds", &n, "--backend", backend, "--osd-size", osd_size][..], extra].concat();
+    ok(&shoal(tmp, &args));
     (dir.clone(), Down(dir))
 }
 
