@@ -70,12 +70,33 @@ fn up(tmp: &Path, osds: u32, backend: &str, osd_size: &str, extra: &[&str]) -> (
     (dir.clone(), Down(dir))
 }
 
-/// Kills daemon `name` (`osd.2`, ...) of the cluster in `dir` with SIGKILL, using its pid file.
+/// Kills daemon `name` (`osd.2`, ...) of the cluster in `dir` with SIGKILL, using its pid file,
+/// and returns once it has exited: SIGKILL is delivered asynchronously, and until the exit the
+/// daemon still holds its files (a store's lock), so a restart at once could find them in use.
 pub fn sigkill(dir: &Path, name: &str) {
     let pid: i32 =
         std::fs::read_to_string(dir.join(format!("{name}.pid"))).expect("pid file").trim().parse().expect("pid");
     // SAFETY: kill(2) with a pid read from the cluster's own pid file.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {name}");
+    wait_exited(pid, name, Duration::from_secs(30));
+}
+
+/// Waits until process `pid` has exited: gone, or a zombie its parent has not reaped yet (an
+/// exited process has closed its files either way).
+pub fn wait_exited(pid: i32, name: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return,
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            Ok(stat) if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])) => {
+                return;
+            }
+            Ok(_) => {}
+        }
+        assert!(Instant::now() < deadline, "{name} (pid {pid}) still runs {timeout:?} after SIGKILL");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Kills with SIGKILL the last acting OSD of `object`'s PG in `pool` (a size-3 pool: the primary
