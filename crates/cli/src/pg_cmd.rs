@@ -77,7 +77,7 @@ pub enum PgCommand {
     /// Gives up a PG's unfound objects when no OSD that holds them will come back. `revert`
     /// keeps the copy of each that the PG's primary holds, older than the version its log names
     /// (the newest writes of the object are given up; objects the primary holds no readable copy
-    /// of stay unfound); `delete` removes them on every member. Either is recorded in the PG log,
+    /// of stay unfound); `delete` removes them on every member (their snapshots stay). Either is recorded in the PG log,
     /// and the requests waiting for the objects are answered then. Refused while any OSD is down
     /// (start it again, or `shoal osd rm` it if its disk is lost) or a stray copy's OSD has not
     /// answered yet.

@@ -338,6 +338,9 @@ pub struct Mutations {
     /// An operator's revert keeps only the primary's own copy, never a newer one another OSD
     /// holds (decision 0066 undone).
     pub revert_primary_copy_only: bool,
+    /// An operator's decision to give an unfound head up removes the primary's clones and snap
+    /// directory with it, as before decision 0069: members then pushed that copy lose them too.
+    pub lose_clones_with_lost_head: bool,
 }
 
 /// One OSD's state. See the module docs.

@@ -275,8 +275,12 @@ pub fn resolve_writes(
         exists = true;
         out.push(resolved);
     }
+    // A request that writes an absent head and removes it again (an operator's decision
+    // logged as a create and a removal) rewrites a directory that stays: while the head does
+    // not exist, the directory carries the version of the head's last write (`objver::stamp`).
+    let rewrites_dir = snap.as_ref().is_some_and(|(_, snapdir_exists, _)| *snapdir_exists) && !out.is_empty();
     if let Some((set, snapdir_exists, dirty)) = snap
-        && (dirty || exists != head_existed || (exists && snapdir_exists))
+        && (dirty || exists != head_existed || (exists && snapdir_exists) || rewrites_dir)
     {
         // The state goes where the next request looks for it: on the head if it exists, else on
         // the snap directory while clones need it, else nowhere.

@@ -270,6 +270,53 @@ pub fn load(
     Ok((set, snapdir_exists))
 }
 
+/// Adds to `txn` the removal of the local head `head` alone, leaving what a client's removal
+/// leaves: its clones stay, and its snapshot state moves to the snap directory while clones need
+/// it. The directory gets the version stored with the head: while the head does not exist, the
+/// directory carries the version of the head's last write (`objver::stamp`). Nothing when the head
+/// is not here (its clones and directory, if any, stay as they are).
+///
+/// For an operator's decision to give an unfound head up (`mark-unfound-lost delete`): the head's
+/// newest write is lost, but its clones hold snapshots that were acknowledged, and removing them
+/// too would lose those on every member the primary's copy is then pushed to.
+pub fn remove_head_keeping_clones(
+    txn: &mut shoal_store::Transaction,
+    store: &dyn ObjectStore,
+    coll: &str,
+    head: &str,
+) -> Result<(), RemoteError> {
+    let absent = |e: &StoreError| matches!(e, StoreError::NoSuchObject { .. } | StoreError::NoSuchCollection(_));
+    match store.exists(coll, head) {
+        Ok(true) => {}
+        Ok(false) => return Ok(()),
+        Err(e) if absent(&e) => return Ok(()),
+        Err(e) => return Err(store_error(&e)),
+    }
+    if head.len() > MAX_HEAD_NAME_BYTES {
+        txn.remove(coll, head);
+        return Ok(());
+    }
+    let (set, _) = load(store, coll, head, true)?;
+    let version = crate::objver::stored(store, coll, head);
+    txn.remove(coll, head);
+    let dir = snapdir_name(head);
+    match store.exists(coll, &dir) {
+        Ok(true) => {
+            txn.remove(coll, &dir);
+        }
+        Ok(false) => {}
+        Err(e) if absent(&e) => {}
+        Err(e) => return Err(store_error(&e)),
+    }
+    if !set.is_empty() {
+        txn.touch(coll, &dir).set_xattr(coll, &dir, SNAPSET_XATTR, set.encode());
+        if let Some(version) = version {
+            crate::objver::install(txn, coll, &dir, version);
+        }
+    }
+    Ok(())
+}
+
 /// Names of `head`'s companions in the store, in name order (bounded by [`MAX_SNAPS`] + 1).
 pub fn companions(store: &dyn ObjectStore, coll: &str, head: &str) -> Result<Vec<String>, RemoteError> {
     let prefix = companion_prefix(head);

@@ -1163,3 +1163,28 @@ fn the_one_copy_of_an_unacknowledged_write_damaged_is_reverted_or_given_up_witho
         out.violations
     );
 }
+
+#[test]
+fn an_unfound_head_given_up_as_lost_keeps_its_snapshots() {
+    // `--rot-unacked --snaps`, seeds 1214047, 1214415 and 1214451: the one copy of a write that
+    // made a head again after a removal (its clones held on every member) rotted, nothing older
+    // could be kept, and the operator gave the head up. The primary removed the head with its
+    // clones and snap directory, and pushed that copy to the members lacking the head: reads at
+    // an acknowledged snapshot found nothing on every member. The decision now removes the head
+    // alone and moves its snapshot state to the snap directory (decision 0069).
+    for seed in [1_214_047, 1_214_415, 1_214_451] {
+        let outs = run_seeds(seed..=seed, |seed| SimConfig { snaps: true, ..SimConfig::rot_unacked(seed) });
+        assert_eq!(outs[0].unfound_deleted, 1, "seed {seed} no longer gives an object up");
+        let mutated = SimConfig {
+            snaps: true,
+            mutations: Mutations { lose_clones_with_lost_head: true, ..Mutations::default() },
+            ..SimConfig::rot_unacked(seed)
+        };
+        let out = Simulation::new(mutated).run(MAX_EVENTS);
+        assert!(
+            out.violations.iter().any(|v| v.contains("at snapshot")),
+            "seed {seed} no longer loses a snapshot when the clones go with the head: {:?}",
+            out.violations
+        );
+    }
+}

@@ -41,10 +41,13 @@ pub(super) fn is_decision(from: Token) -> bool {
 
 impl OsdCore {
     /// Gives `pg`'s unfound objects up as lost (an operator's decision: no member that holds
-    /// them will come back). For each: the primary's own copy is replaced by "absent" and its
-    /// missing record cleared, in one transaction; then a removal of the object is logged and
-    /// replicated (see the module's comment), and the replicas drop their copies. The operations
-    /// waiting for the object run after it and see it absent. Returns the objects given up.
+    /// them will come back). For each: the primary's own head is removed and its missing record
+    /// cleared, in one transaction, its snapshot clones kept (they hold acknowledged snapshots;
+    /// the state moves to the snap directory, as a client's removal moves it); then a removal of
+    /// the object is logged and replicated (see the module's comment): members that lack the
+    /// object are pushed the primary's copy first (no head, the same clones), and the replicas
+    /// drop their heads. The operations waiting for the object run after it and see it absent.
+    /// Returns the objects given up.
     ///
     /// A resend of a write the removal gave up is applied again, on the absent object (see
     /// [`OsdCore::given_up_by_decision`]): answered from the log, its client would take a write
@@ -55,10 +58,18 @@ impl OsdCore {
         let coll = pg_collection(pg);
         for object in &objects {
             let mut txn = Transaction::new();
-            crate::copy::remove_whole(&mut txn, &*self.store, &coll, std::slice::from_ref(object))?;
+            if self.mutations.lose_clones_with_lost_head {
+                crate::copy::remove_whole(&mut txn, &*self.store, &coll, std::slice::from_ref(object))?;
+            } else {
+                crate::snaps::remove_head_keeping_clones(&mut txn, &*self.store, &coll, object)?;
+            }
             PgMeta::write_recovered(&mut txn, pg, object);
             self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
-            tracing::warn!(%pg, object, "unfound object given up as lost by an operator: removed on every member");
+            tracing::warn!(
+                %pg,
+                object,
+                "unfound object given up as lost by an operator: its head removed on every member, its snapshots kept"
+            );
             // A request id no client uses, unique in the PG's history: the epoch and a count of
             // such removals issued here (one OSD alone leads a PG at an epoch, and an OSD that
             // restarts comes back at a later one). Not the sequence the PG's log has reached: a
