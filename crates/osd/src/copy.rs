@@ -994,6 +994,7 @@ mod tests {
                 backfill: None,
                 part: Some(part.clone()),
                 kept: Vec::new(),
+                decided: false,
             };
             let frame_bytes = shoal_proto::encode(&push, data.clone()).len();
             assert!(frame_bytes <= shoal_proto::MAX_PAYLOAD_BYTES as usize, "part {parts}: a {frame_bytes}-byte frame");

@@ -341,6 +341,9 @@ pub struct Mutations {
     /// An operator's decision to give an unfound head up removes the primary's clones and snap
     /// directory with it, as before decision 0069: members then pushed that copy lose them too.
     pub lose_clones_with_lost_head: bool,
+    /// A member pushed the copy an operator's decision keeps removes its missing record at once,
+    /// before the decision is logged (decision 0070 undone on the member's side).
+    pub decided_push_clears_missing: bool,
 }
 
 /// One OSD's state. See the module docs.
@@ -835,8 +838,22 @@ impl OsdCore {
         }
     }
 
-    /// Serves a client's request (an [`Event::ClientOp`]; any other event is ignored).
+    /// Serves a client's request (an [`Event::ClientOp`]; any other event is ignored), or an
+    /// operator's decision on an unfound object, which is then checked for having been refused.
     fn client_op(&mut self, event: Event, out: &mut Vec<Action>) {
+        let decision = match &event {
+            Event::ClientOp { from, op, .. } if unfound::is_decision(*from) => {
+                Some((PgId { pool: op.pool, seed: op.pg }, op.object.clone(), op.reqid))
+            }
+            _ => None,
+        };
+        self.serve_client_op(event, out);
+        if let Some((pg, object, reqid)) = decision {
+            self.decision_settled(pg, &object, reqid);
+        }
+    }
+
+    fn serve_client_op(&mut self, event: Event, out: &mut Vec<Action>) {
         let Event::ClientOp { from, request_id, op, data, data_crc, arrived_ms } = event else {
             debug_assert!(false, "client_op takes client requests only");
             return;
@@ -869,7 +886,12 @@ impl OsdCore {
             }
             return;
         }
-        let need = if read_only { Need::Primary } else { Need::All };
+        let decision = unfound::is_decision(from);
+        let need = match (read_only, decision) {
+            (true, _) => Need::Primary,
+            (false, true) => Need::Decision,
+            (false, false) => Need::All,
+        };
         // In the object's order: behind what already waits for the object, and a write behind
         // the reads of it still running beside the worker.
         let split = !read_only && self.backfill_splits(pg, &op.object);
@@ -1015,7 +1037,9 @@ impl OsdCore {
             log_only.iter().map(|only| if *only { bytes::Bytes::new() } else { data.clone() }).collect();
         let data_len = data.len() as u64;
         let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
-        if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry) {
+        // An operator's decision removes its object's missing record with its log entry.
+        let decided = decision && self.primary(pg).is_some_and(|p| p.decided.contains(&op.object));
+        if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry, decided) {
             if e.code == ErrorCode::Corrupt && self.copies_elsewhere(pg) && !self.mutations.no_repair_on_access {
                 // A partial write met damaged data here (nothing was applied, and the commit
                 // consumed the data, which is not copied for this rare case): the copy is
@@ -1029,6 +1053,9 @@ impl OsdCore {
                 }
             }
             return out.push(fail(e));
+        }
+        if decided {
+            self.decision_committed(pg, &op.object);
         }
         self.counters.write_ops += 1;
         self.counters.write_bytes += data_len;
@@ -1052,6 +1079,7 @@ impl OsdCore {
                 op_count: op.ops.len() as u32,
                 prev: last_update,
                 log_only: only,
+                decided,
             };
             // A copy with data carries the checksum the data arrived with, when known.
             let crc = if copy.is_empty() { None } else { data_crc };
@@ -1140,9 +1168,13 @@ impl OsdCore {
         resolved: &[shoal_proto::osd::ObjOp],
         data: bytes::Bytes,
         entry: &LogEntry,
+        recovered: bool,
     ) -> Result<(), RemoteError> {
         let create = !self.collections.contains(coll);
         let mut txn = build_transaction(&*self.store, coll, &entry.object, resolved, data, create)?;
+        if recovered {
+            PgMeta::write_recovered(&mut txn, pg, &entry.object);
+        }
         // A member being backfilled vouches only for its copies up to its cursor (see `stamp`).
         let past_cursor = self
             .metas
@@ -1157,6 +1189,9 @@ impl OsdCore {
         self.store.commit(txn, Durability::Deferred).map_err(|e| store_error(&e))?;
         if let Some(log) = self.logs.get_mut(&pg) {
             log.applied(entry);
+        }
+        if recovered && let Some(meta) = self.metas.get_mut(&pg) {
+            meta.recovered(&entry.object);
         }
         if create {
             self.collections.insert(coll.to_string());
@@ -1226,11 +1261,13 @@ impl OsdCore {
             ));
         }
         let entry = LogEntry { version: op.version, reqid: op.reqid, object: op.object.clone(), op_count: op.op_count };
+        // An operator's decision removes the missing record of a copy it pushed here before.
+        let recovered = op.decided && self.meta_mut(pg)?.missing.contains_key(&op.object);
         if op.log_only {
-            return self.commit(pg, coll, &[], bytes::Bytes::new(), &entry);
+            return self.commit(pg, coll, &[], bytes::Bytes::new(), &entry, recovered);
         }
         check_precondition(&*self.store, coll, &op.object, op.precondition)?;
-        self.commit(pg, coll, &op.ops, data, &entry)
+        self.commit(pg, coll, &op.ops, data, &entry, recovered)
     }
 
     /// Fails the replicated writes still waiting for a replica the map now says is down, as a

@@ -289,7 +289,16 @@ mod tests {
 
     fn chunk(pg: u32, after: Option<&str>, upto: Option<&str>) -> Event {
         let backfill = Some(BackfillRange { after: after.map(String::from), upto: upto.map(String::from) });
-        push_msg(&PgPush { epoch: 3, pool: 1, pg, objects: Vec::new(), backfill, part: None, kept: Vec::new() })
+        push_msg(&PgPush {
+            epoch: 3,
+            pool: 1,
+            pg,
+            objects: Vec::new(),
+            backfill,
+            part: None,
+            kept: Vec::new(),
+            decided: false,
+        })
     }
 
     fn recovery_push(pg: u32, names: &[&str]) -> Event {
@@ -304,7 +313,16 @@ mod tests {
                 version: Default::default(),
             })
             .collect();
-        push_msg(&PgPush { epoch: 3, pool: 1, pg, objects, backfill: None, part: None, kept: Vec::new() })
+        push_msg(&PgPush {
+            epoch: 3,
+            pool: 1,
+            pg,
+            objects,
+            backfill: None,
+            part: None,
+            kept: Vec::new(),
+            decided: false,
+        })
     }
 
     fn push_reply(pg: u32) -> Event {

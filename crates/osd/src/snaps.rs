@@ -272,9 +272,12 @@ pub fn load(
 
 /// Adds to `txn` the removal of the local head `head` alone, leaving what a client's removal
 /// leaves: its clones stay, and its snapshot state moves to the snap directory while clones need
-/// it. The directory gets the version stored with the head: while the head does not exist, the
-/// directory carries the version of the head's last write (`objver::stamp`). Nothing when the head
-/// is not here (its clones and directory, if any, stay as they are).
+/// it. The directory gets no version: while the head does not exist, the directory carries the
+/// version of the head's last write (`objver::stamp`), and this removal is no write of the PG's
+/// history — the decision's logged write that follows stamps it. (With the head's version, a
+/// decision dropped before it was logged left a copy that passed for the head's newest write as
+/// a removal of it: simulation seed 1210974 of `--rot-unacked --snaps`.) Nothing when the head is
+/// not here (its clones and directory, if any, stay as they are).
 ///
 /// For an operator's decision to give an unfound head up (`mark-unfound-lost delete`): the head's
 /// newest write is lost, but its clones hold snapshots that were acknowledged, and removing them
@@ -297,7 +300,6 @@ pub fn remove_head_keeping_clones(
         return Ok(());
     }
     let (set, _) = load(store, coll, head, true)?;
-    let version = crate::objver::stored(store, coll, head);
     txn.remove(coll, head);
     let dir = snapdir_name(head);
     match store.exists(coll, &dir) {
@@ -310,9 +312,6 @@ pub fn remove_head_keeping_clones(
     }
     if !set.is_empty() {
         txn.touch(coll, &dir).set_xattr(coll, &dir, SNAPSET_XATTR, set.encode());
-        if let Some(version) = version {
-            crate::objver::install(txn, coll, &dir, version);
-        }
     }
     Ok(())
 }
@@ -330,6 +329,48 @@ pub fn companions(store: &dyn ObjectStore, coll: &str, head: &str) -> Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_store::engine::MemEngine;
+    use shoal_store::{Durability, Transaction};
+
+    #[test]
+    fn a_head_removed_alone_leaves_its_clones_read_through_the_snap_directory() {
+        let store = MemEngine::new_mem(64 << 20).expect("store");
+        let set = SnapSet { seq: 4, clones: vec![CloneInfo { id: 2, snaps: vec![1, 2], size_bytes: 3 }] };
+        let mut txn = Transaction::new();
+        txn.create_collection("c");
+        txn.touch("c", "o").write("c", "o", 0, b"new".to_vec());
+        txn.set_xattr("c", "o", SNAPSET_XATTR, set.encode());
+        txn.set_version("c", "o", (7, 9));
+        txn.touch("c", &clone_name("o", 2)).write("c", &clone_name("o", 2), 0, b"old".to_vec());
+        store.commit(txn, Durability::Batch).expect("commit");
+
+        let mut txn = Transaction::new();
+        remove_head_keeping_clones(&mut txn, &store, "c", "o").expect("plan");
+        store.commit(txn, Durability::Batch).expect("commit");
+        assert!(!store.exists("c", "o").expect("exists"), "the head is gone");
+        let (held, dir) = load(&store, "c", "o", false).expect("load");
+        assert!(dir, "the state moved to the snap directory");
+        assert_eq!(held, set, "the same state");
+        assert_eq!(resolve_read(&held, false, 1), SnapTarget::Clone(2));
+        assert_eq!(store.read_all("c", &clone_name("o", 2)).expect("clone"), b"old");
+        assert_eq!(crate::objver::stored(&store, "c", &snapdir_name("o")), None, "no write of the history made it");
+
+        // Again, with the head gone: nothing changes.
+        let mut txn = Transaction::new();
+        remove_head_keeping_clones(&mut txn, &store, "c", "o").expect("plan");
+        store.commit(txn, Durability::Batch).expect("commit");
+        assert_eq!(load(&store, "c", "o", false).expect("load"), (set, true));
+
+        // A head without clones leaves no directory.
+        let mut txn = Transaction::new();
+        txn.touch("c", "p").write("c", "p", 0, b"x".to_vec());
+        store.commit(txn, Durability::Batch).expect("commit");
+        let mut txn = Transaction::new();
+        remove_head_keeping_clones(&mut txn, &store, "c", "p").expect("plan");
+        store.commit(txn, Durability::Batch).expect("commit");
+        assert!(companions(&store, "c", "p").expect("companions").is_empty());
+        assert!(!store.exists("c", "p").expect("exists"));
+    }
 
     #[test]
     fn a_cursor_splits_a_head_from_its_companions_only_between_them() {

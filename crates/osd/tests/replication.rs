@@ -932,6 +932,7 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
         op_count: 1,
         prev: shoal_proto::osd::Eversion::default(),
         log_only: false,
+        decided: false,
     };
     let mut out = Vec::new();
     restarted.handle(Event::RepOp { from: 1, request_id: 1, op, data: bytes::Bytes::from(b"z".to_vec()) }, &mut out);
@@ -2461,6 +2462,7 @@ fn a_backfill_chunk_keeping_an_object_the_member_holds_otherwise_is_refused_whol
             backfill: Some(BackfillRange { after: None, upto: Some("zzz".into()) }),
             part: None,
             kept,
+            decided: false,
         };
         let event = Event::PeerMsg {
             from: 0,

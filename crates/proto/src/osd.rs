@@ -360,6 +360,9 @@ pub struct RepOp {
     /// Record the log entry only: the replica is being backfilled and has not been given this
     /// object yet (backfill will copy it), or the primary pushed the object whole just before.
     pub log_only: bool,
+    /// The logged write of an operator's decision on an unfound object: the member's missing
+    /// record of it goes with this entry (see [`PgPush::decided`]).
+    pub decided: bool,
 }
 
 /// What a replica must find before applying a replicated write: the primary resolved the
@@ -652,6 +655,11 @@ pub struct PgPush {
     /// head: snapshot clones of it the member keeps (made by writes it applied; decision 0065).
     /// A member whose copy of one is missing or at another version refuses the push whole.
     pub kept: Vec<(String, Eversion)>,
+    /// The copy an operator's decision on an unfound object keeps (`mark-unfound-lost`), sent
+    /// ahead of the decision's logged write: the member installs it and keeps its missing
+    /// record until that write ([`RepOp::decided`]) removes it, so that a decision that is never
+    /// logged leaves the object unfound here too, not "held" at a version its copy is not.
+    pub decided: bool,
 }
 
 /// Where a part of an object sent in parts starts: its data first, from `offset`, then its
@@ -1038,7 +1046,8 @@ mod push_scope_tests {
     fn a_push_scope_reads_the_names_and_range_of_the_push_as_encoded() {
         let backfill = Some(BackfillRange { after: Some("b".into()), upto: Some("e\u{1}dir".into()) });
         let objects = vec![copy("c", 300, 0), copy("d", 0, 1000), copy("e\u{1}dir", 1, 1)];
-        let push = PgPush { epoch: 9, pool: 2, pg: 31, objects, backfill, part: None, kept: Vec::new() };
+        let push =
+            PgPush { epoch: 9, pool: 2, pg: 31, objects, backfill, part: None, kept: Vec::new(), decided: false };
         let payload = crate::encode(&push, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
         let scope: PgPushScope<'_> = crate::peek(&payload).expect("peek");
         assert_eq!((scope.epoch, scope.pool, scope.pg), (9, 2, 31));
@@ -1056,13 +1065,23 @@ mod push_scope_tests {
             backfill: None,
             part: None,
             kept: Vec::new(),
+            decided: false,
         };
         let payload = crate::encode(&push, Vec::new());
         let scope: PgPushScope<'_> = crate::peek(&payload).expect("peek");
         assert_eq!(scope.objects.iter().map(|o| o.name).collect::<Vec<_>>(), ["x"]);
         assert!(scope.backfill.is_none());
         let open = Some(BackfillRange { after: None, upto: None });
-        let push = PgPush { epoch: 1, pool: 1, pg: 0, objects: vec![], backfill: open, part: None, kept: Vec::new() };
+        let push = PgPush {
+            epoch: 1,
+            pool: 1,
+            pg: 0,
+            objects: vec![],
+            backfill: open,
+            part: None,
+            kept: Vec::new(),
+            decided: false,
+        };
         let payload = crate::encode(&push, Vec::new());
         let range = crate::peek::<PgPushScope<'_>>(&payload).expect("peek").backfill.expect("range");
         assert_eq!((range.after, range.upto), (None, None));

@@ -1188,3 +1188,34 @@ fn an_unfound_head_given_up_as_lost_keeps_its_snapshots() {
         );
     }
 }
+
+#[test]
+fn an_operators_decision_takes_effect_with_its_log_entry_or_not_at_all() {
+    // `--rot-unacked --snaps`, seed 1208721: the one copy of an append (never acknowledged) rotted
+    // on the primary; the operator's revert kept the copy before it, pulled from a member. The
+    // primary cleared its missing record and pushed that copy to a member, which cleared its own;
+    // then the other member's push failed, the PG peered again, and the decision's logged write
+    // was dropped. Both copies now passed for the version the log named, the append's: its
+    // resend was answered from the log as done, and a read returned 48 bytes fewer than
+    // acknowledged. A decision now removes missing records only with its log entry, on the
+    // primary and on every member it was pushed to (decision 0070), and the object stays
+    // unfound until the operator decides again. With the member clearing its record at the
+    // push, the seed fails again.
+    let outs = run_seeds(1_208_721..=1_208_721, |seed| SimConfig { snaps: true, ..SimConfig::rot_unacked(seed) });
+    assert!(outs[0].revert_pulls > 0, "seed 1208721 no longer pulls a copy for a revert");
+    let mutated = SimConfig {
+        snaps: true,
+        mutations: Mutations { decided_push_clears_missing: true, ..Mutations::default() },
+        ..SimConfig::rot_unacked(1_208_721)
+    };
+    let out = Simulation::new(mutated).run(MAX_EVENTS);
+    assert!(
+        out.violations.iter().any(|v| v.contains("not its last acknowledged write")),
+        "seed 1208721 no longer loses an acknowledged append when a member clears its record at the push: {:?}",
+        out.violations
+    );
+    // Seed 1210974: a deletion dropped so after the primary removed its head. The snap directory
+    // that removal wrote must not carry the head's version: with it, the copy passed for the
+    // head's newest write as a removal of it, and acknowledged snapshots read as absent.
+    run_seeds(1_210_974..=1_210_974, |seed| SimConfig { snaps: true, ..SimConfig::rot_unacked(seed) });
+}

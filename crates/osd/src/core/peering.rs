@@ -192,6 +192,12 @@ pub(crate) struct Primary {
     pub backfill_bytes: BTreeMap<OsdId, u64>,
     /// Objects missing on the primary that no member can provide.
     pub unfound: BTreeSet<String>,
+    /// Objects an operator decided on (`mark-unfound-lost`) whose logged write has not been
+    /// committed here yet: this primary's copy stands as the object's for that write and for
+    /// the recovery pushes it waits for, while the missing record, in memory and on disk, stays
+    /// until the write commits, in the same transaction as its log entry. A decision that does
+    /// not get that far (refused, or dropped with its interval) leaves the object unfound.
+    pub decided: BTreeSet<String>,
     /// OSDs that said they hold a stray copy of the PG (they ask whether they may remove it):
     /// where unfound objects are looked for.
     pub known_strays: BTreeSet<OsdId>,
@@ -280,6 +286,7 @@ impl Primary {
             push_bytes: BTreeMap::new(),
             backfill_bytes: BTreeMap::new(),
             unfound: BTreeSet::new(),
+            decided: BTreeSet::new(),
             known_strays: BTreeSet::new(),
             probing: BTreeSet::new(),
             probe_answered: BTreeSet::new(),
@@ -480,7 +487,7 @@ impl OsdCore {
         for (_, evs) in p.blocked {
             events.extend(evs);
         }
-        for ev in events {
+        for ev in super::unfound::drop_decisions(events) {
             self.handle(ev, out);
         }
     }
@@ -509,10 +516,13 @@ impl OsdCore {
             fresh.known_strays = r.holders.iter().copied().filter(|o| !acting.contains(o)).collect();
         }
         fresh.record_members_optional = self.mutations.skip_record_extension;
-        fresh.queued = queued;
+        // An operator's decision does not outlive the attempt it was made in: its object's
+        // state may be another once peering is done (see `Primary::decided`).
+        let mut carried: Vec<Event> = queued.into_iter().collect();
         for (_, evs) in blocked {
-            fresh.queued.extend(evs);
+            carried.extend(evs);
         }
+        fresh.queued = super::unfound::drop_decisions(carried).into();
         **p = fresh;
         let mut targets: BTreeSet<OsdId> = acting.iter().copied().collect();
         if let Some(r) = &record {

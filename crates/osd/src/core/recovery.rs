@@ -73,6 +73,9 @@ pub(crate) enum Need {
     Primary,
     /// Every acting member's copy (writes, and answers from the log that confirm a write).
     All,
+    /// An operator's decision on an unfound object: every acting member's copy, the primary's
+    /// standing as the object's while the decision waits (`Primary::decided`).
+    Decision,
 }
 
 impl OsdCore {
@@ -81,7 +84,8 @@ impl OsdCore {
     pub(super) fn object_ready(&mut self, pg: PgId, object: &str, need: Need, out: &mut Vec<Action>) -> bool {
         let own_missing = self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg) else { return true };
-        let peers_missing = need == Need::All && p.peers.values().any(|pp| pp.missing.contains_key(object));
+        let own_missing = own_missing && !(need == Need::Decision && p.decided.contains(object));
+        let peers_missing = need != Need::Primary && p.peers.values().any(|pp| pp.missing.contains_key(object));
         if !own_missing && !peers_missing && !p.recovering.contains_key(object) {
             return true;
         }
@@ -127,7 +131,9 @@ impl OsdCore {
     /// Starts recovering one object: a pull if the primary lacks it, else pushes to the replicas
     /// that do.
     pub(super) fn recover_object(&mut self, pg: PgId, object: &str, out: &mut Vec<Action>) {
-        let own_missing = self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
+        // A copy an operator's decision keeps is pushed as the object's (`Primary::decided`).
+        let decided = self.primary(pg).is_some_and(|p| p.decided.contains(object));
+        let own_missing = !decided && self.metas.get(&pg).is_some_and(|m| m.missing.contains_key(object));
         // A copy marked missing here for damage while a write of it is on its way to the members
         // waits for that write: the members' copies are older than the version this one needs
         // until it lands (or fails, and peering decides), and a pull now would install an older
@@ -237,6 +243,7 @@ impl OsdCore {
                 backfill: None,
                 part: None,
                 kept: kept.clone(),
+                decided,
             };
             out.push(Action::Peer {
                 osd,
@@ -353,6 +360,7 @@ impl OsdCore {
             }
         }
         let last = part.last;
+        let decided = self.primary(pg).is_some_and(|p| p.decided.contains(object));
         let push = PgPush {
             epoch,
             pool: pg.pool,
@@ -361,6 +369,7 @@ impl OsdCore {
             backfill: None,
             part: Some(part),
             kept: Vec::new(),
+            decided,
         };
         let (objects, next) =
             if last { (vec![object.to_string()], None) } else { (Vec::new(), Some((object.to_string(), next))) };
@@ -734,7 +743,16 @@ impl OsdCore {
         let range = BackfillRange { after, upto: upto.clone() };
         let names: Vec<String> = objects.iter().map(|c| c.name.clone()).collect();
         let kept_count = kept.len() as u64;
-        let push = PgPush { epoch, pool: pg.pool, pg: pg.seed, objects, backfill: Some(range), part: None, kept };
+        let push = PgPush {
+            epoch,
+            pool: pg.pool,
+            pg: pg.seed,
+            objects,
+            backfill: Some(range),
+            part: None,
+            kept,
+            decided: false,
+        };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.backfilling.insert(osd);
             p.backfill_bytes.insert(osd, data.len() as u64);
@@ -929,6 +947,7 @@ impl OsdCore {
             backfill: Some(range),
             part: Some(header),
             kept: Vec::new(),
+            decided: false,
         };
         if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
             p.backfilling.insert(osd);
@@ -1537,9 +1556,11 @@ impl OsdCore {
         if push.backfill.is_none() && !push.kept.is_empty() {
             tracing::debug!(%pg, head = ?head, kept = push.kept.len(), "recovered copy keeps clones held here");
         }
+        // A decided copy's missing records go with the decision's logged write (`RepOp::decided`).
+        let keep_missing = push.decided && !self.mutations.decided_push_clears_missing;
         match push.part {
-            Some(part) => self.install_part(pg, push.objects, data, push.backfill, part, false),
-            None => self.install_copies(pg, push.objects, data, push.backfill, &push.kept, false),
+            Some(part) => self.install_part(pg, push.objects, data, push.backfill, part, keep_missing),
+            None => self.install_copies(pg, push.objects, data, push.backfill, &push.kept, keep_missing),
         }
     }
 

@@ -18,7 +18,6 @@ use shoal_store::{Durability, Transaction};
 use super::peering::{PgState, Role};
 use super::{Action, Event, OsdCore, Token};
 use crate::exec::{pg_collection, store_error};
-use crate::pgmeta::PgMeta;
 
 /// The client id of the removals that record an unfound object given up (no client has it:
 /// client ids are random, and one of these two values comes up once in 2^63 clients).
@@ -39,15 +38,36 @@ pub(super) fn is_decision(from: Token) -> bool {
     from == NOBODY
 }
 
+/// `events` without the operator's decisions among them, each dropped with a warning: a
+/// decision is made for one peering attempt of its PG (see `Primary::decided`), and its object
+/// stays unfound until the operator decides again.
+pub(super) fn drop_decisions(events: Vec<Event>) -> Vec<Event> {
+    events
+        .into_iter()
+        .filter(|ev| match ev {
+            Event::ClientOp { from, op, .. } if is_decision(*from) => {
+                tracing::warn!(
+                    pg = %PgId { pool: op.pool, seed: op.pg },
+                    object = %op.object,
+                    "an operator's decision was not logged before its PG peered again: the object stays unfound; decide again"
+                );
+                false
+            }
+            _ => true,
+        })
+        .collect()
+}
+
 impl OsdCore {
     /// Gives `pg`'s unfound objects up as lost (an operator's decision: no member that holds
-    /// them will come back). For each: the primary's own head is removed and its missing record
-    /// cleared, in one transaction, its snapshot clones kept (they hold acknowledged snapshots;
-    /// the state moves to the snap directory, as a client's removal moves it); then a removal of
-    /// the object is logged and replicated (see the module's comment): members that lack the
-    /// object are pushed the primary's copy first (no head, the same clones), and the replicas
-    /// drop their heads. The operations waiting for the object run after it and see it absent.
-    /// Returns the objects given up.
+    /// them will come back). For each: the primary's own head is removed, its snapshot clones
+    /// kept (they hold acknowledged snapshots; the state moves to the snap directory, as a
+    /// client's removal moves it); then a removal of the object is logged and replicated (see
+    /// the module's comment): members that lack the object are pushed the primary's copy first
+    /// (no head, the same clones), and the replicas drop their heads. Missing records, here and
+    /// on the members pushed to, go with the removal's log entry (`Primary::decided`, decision
+    /// 0070): a removal that is never logged leaves the object unfound. The operations waiting
+    /// for the object run after it and see it absent. Returns the objects given up.
     ///
     /// A resend of a write the removal gave up is applied again, on the absent object (see
     /// [`OsdCore::given_up_by_decision`]): answered from the log, its client would take a write
@@ -63,7 +83,8 @@ impl OsdCore {
             } else {
                 crate::snaps::remove_head_keeping_clones(&mut txn, &*self.store, &coll, object)?;
             }
-            PgMeta::write_recovered(&mut txn, pg, object);
+            // The missing record stays until the logged removal commits (`Primary::decided`):
+            // should that never happen, the object is still unfound here, its head gone.
             self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
             tracing::warn!(
                 %pg,
@@ -89,9 +110,10 @@ impl OsdCore {
 
     /// Reverts `pg`'s unfound objects to the copies this primary holds (an operator's decision:
     /// the newest writes of each, which no member that is up holds, are given up). For each
-    /// object whose copy here reads back whole (with its clones): its missing record is cleared
-    /// (durable before anything else sees the object), then a write that changes nothing is
-    /// logged and replicated (see the module's comment). Members that lack the object are pushed
+    /// object whose copy here reads back whole (with its clones): a write that changes nothing is
+    /// logged and replicated (see the module's comment), and its log entry removes the object's
+    /// missing record, here and on every member the copy was pushed to, in the same transaction
+    /// (decision 0070; a revert that is never logged leaves the object unfound). Members that lack the object are pushed
     /// this copy before the write applies, as for any write of an object a member lacks, so every
     /// copy ends as this one, stored at the new write's version, and the PG's log and its stores
     /// agree again. Objects with no readable copy here stay unfound, with the reason.
@@ -145,9 +167,6 @@ impl OsdCore {
                     continue;
                 }
             };
-            let mut txn = Transaction::new();
-            PgMeta::write_recovered(&mut txn, pg, &object);
-            self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
             tracing::warn!(%pg, object, version = %held, rolled_back_writes = decisions.len() - 1, "unfound object reverted by an operator to the copy its primary holds");
             if !self.log_decisions(pg, &object, decisions, out)? {
                 break;
@@ -481,6 +500,40 @@ impl OsdCore {
     /// nor unfound, and each of `writes` (request id, operations) goes through the PG's
     /// replicated write path, in order, ahead of every operation waiting for it. Returns `false`
     /// if this OSD no longer leads the PG.
+    /// After the operator's decision `reqid` on `object` went through the primary's front door:
+    /// if it neither committed (which ends `Primary::decided` for the object) nor waits (for
+    /// the PG or the object), it was refused, and the object is unfound again, as its missing
+    /// record still says.
+    pub(super) fn decision_settled(&mut self, pg: PgId, object: &str, reqid: ReqId) {
+        if self.pending.contains_key(&reqid) {
+            return;
+        }
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
+        if !p.decided.contains(object) {
+            return;
+        }
+        let this =
+            |ev: &Event| matches!(ev, Event::ClientOp { from, op, .. } if is_decision(*from) && op.reqid == reqid);
+        if p.queued.iter().any(this) || p.blocked.get(object).is_some_and(|evs| evs.iter().any(this)) {
+            return;
+        }
+        p.decided.remove(object);
+        tracing::warn!(%pg, object, "an operator's decision was refused before it was logged: the object stays unfound; decide again");
+    }
+
+    /// The operator's decision on `object` committed here with its log entry, which removed its
+    /// missing record in the same transaction: this copy is the object's now.
+    pub(super) fn decision_committed(&mut self, pg: PgId, object: &str) {
+        let me = self.id;
+        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+            p.decided.remove(object);
+            p.unfound.remove(object);
+            if let Some(lacks) = p.sources.get_mut(&me) {
+                lacks.remove(object);
+            }
+        }
+    }
+
     fn log_decisions(
         &mut self,
         pg: PgId,
@@ -488,15 +541,11 @@ impl OsdCore {
         writes: Vec<(ReqId, Vec<ObjOp>)>,
         out: &mut Vec<Action>,
     ) -> Result<bool, RemoteError> {
-        self.meta_mut(pg)?.recovered(object);
         let epoch = self.map.epoch;
         let now_ms = self.now_ms;
-        let me = self.id;
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return Ok(false) };
         p.unfound.remove(object);
-        if let Some(lacks) = p.sources.get_mut(&me) {
-            lacks.remove(object);
-        }
+        p.decided.insert(object.to_string());
         let waiting = p.blocked.entry(object.to_string()).or_default();
         for (at, (reqid, ops)) in writes.into_iter().enumerate() {
             let op = OsdOp {
