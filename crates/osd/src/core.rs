@@ -344,6 +344,9 @@ pub struct Mutations {
     /// A member pushed the copy an operator's decision keeps removes its missing record at once,
     /// before the decision is logged (decision 0070 undone on the member's side).
     pub decided_push_clears_missing: bool,
+    /// The first part of a recovery in parts removes every companion the member holds that it
+    /// does not carry, as before the parts covered ranges of them.
+    pub first_part_clears_companions: bool,
 }
 
 /// One OSD's state. See the module docs.

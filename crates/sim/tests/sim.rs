@@ -1219,3 +1219,28 @@ fn an_operators_decision_takes_effect_with_its_log_entry_or_not_at_all() {
     // head's newest write as a removal of it, and acknowledged snapshots read as absent.
     run_seeds(1_210_974..=1_210_974, |seed| SimConfig { snaps: true, ..SimConfig::rot_unacked(seed) });
 }
+
+#[test]
+fn a_recovery_in_parts_leaves_a_members_clones_it_has_not_covered_yet() {
+    // `--parts --snaps --host-crashes --osds 6 --hosts 3`, seed 1012007: the primary's copy of a
+    // clone was unreadable; the first part of the head's recovery to each lagging member removed
+    // every clone the member held, and the part that was to carry that clone could not be read.
+    // No member held the clone any more, the head stayed unfound, and a client's write was resent
+    // for ever. Parts now remove only the companions in the range they cover (their cursor to
+    // their last companion); the primary then pulls the clone alone from a member. With the
+    // first part clearing every companion, the seed does not finish.
+    let cfg =
+        |seed| SimConfig { snaps: true, osds: 6, hosts: 3, ..SimConfig::nemesis_in_parts(seed) }.with_host_crashes();
+    let outs = run_seeds(1_012_007..=1_012_007, cfg);
+    let mutated = SimConfig {
+        mutations: Mutations { first_part_clears_companions: true, ..Mutations::default() },
+        ..cfg(1_012_007)
+    };
+    // Ten times the events the seed takes to finish (a livelock runs to any bound).
+    let out = Simulation::new(mutated).run(outs[0].delivered * 10);
+    assert!(
+        out.violations.iter().any(|v| v.contains("did not finish")),
+        "seed 1012007 finishes although a first part clears every companion: {:?}",
+        out.violations
+    );
+}

@@ -1662,6 +1662,37 @@ impl OsdCore {
     /// removes the local ones it does not bring; the object stays missing until its last part
     /// (`keep_missing`: after it too — a copy an operator's revert pulls stays unfound until
     /// the next revert keeps it). Each part in one transaction.
+    /// Adds to `txn` the removal of `head`'s local companions that a recovery part covers and
+    /// does not carry. Parts carry the companions in name order, each whole, from the one after
+    /// the part's cursor (`PartCursor::clones_after`) on; a part covers that range up to the last
+    /// companion it carries, and the last part to the end. A member's companion outside what the
+    /// parts so far covered stays: the primary may not be able to send it (its own copy may turn
+    /// out unreadable at a later part), and this one may be the one good copy left (simulation
+    /// seed 1012007 of `--parts --snaps --host-crashes`: a first part removed every clone a
+    /// member held, the primary's copy of one was unreadable, and no member held it any more).
+    fn remove_companions_a_part_covers(
+        &self,
+        txn: &mut Transaction,
+        coll: &str,
+        head: &ObjectCopy,
+        carried: &[ObjectCopy],
+        part: &PushPart,
+    ) -> Result<(), RemoteError> {
+        let after = part.at.clones_after.as_deref();
+        let upto = if part.last { None } else { carried.last().map(|c| c.name.as_str()) };
+        if !part.last && upto.is_none() {
+            return Ok(());
+        }
+        let sent: BTreeSet<&str> = carried.iter().map(|c| c.name.as_str()).collect();
+        for local in snaps::companions(&*self.store, coll, &head.name)? {
+            let covered = after.is_none_or(|a| local.as_str() > a) && upto.is_none_or(|u| local.as_str() <= u);
+            if covered && !sent.contains(local.as_str()) {
+                txn.remove(coll, &local);
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn install_part(
         &mut self,
         pg: PgId,
@@ -1694,17 +1725,19 @@ impl OsdCore {
         let part_data = data.slice(..part_bytes as usize);
         let companion_datas = split_data(companions, data.slice(part_bytes as usize..))?;
         let (coll, lcoll, mut txn) = self.install_txn(pg);
-        if part.at.is_start() && self.collections.contains(&coll) {
-            match &backfill {
-                Some(range) => {
-                    for local in list_range(&*self.store, &coll, range.after.as_deref(), Some(&copy.name), usize::MAX)?
-                    {
-                        if local != copy.name {
-                            txn.remove(&coll, &local);
-                        }
-                    }
+        if let Some(range) = backfill.as_ref().filter(|_| part.at.is_start() && self.collections.contains(&coll)) {
+            for local in list_range(&*self.store, &coll, range.after.as_deref(), Some(&copy.name), usize::MAX)? {
+                if local != copy.name {
+                    txn.remove(&coll, &local);
                 }
-                None => remove_stale_companions(&mut txn, &*self.store, &coll, &copies, &[])?,
+            }
+        } else if backfill.is_none() && self.collections.contains(&coll) {
+            if self.mutations.first_part_clears_companions {
+                if part.at.is_start() {
+                    remove_stale_companions(&mut txn, &*self.store, &coll, &copies, &[])?;
+                }
+            } else {
+                self.remove_companions_a_part_covers(&mut txn, &coll, copy, companions, &part)?;
             }
         }
         apply_part(&mut txn, &*self.store, &coll, copy, &part, part_data, !companions.is_empty())?;
