@@ -17,6 +17,10 @@ use crate::error::ClientError;
 /// Pause between attempts to reach a monitor after a connection failed.
 const RECONNECT_PAUSE_MS: u64 = 50;
 
+/// Pause before resending a repeatable command the monitors could not commit for want of a
+/// leader: an election takes a few hundred milliseconds.
+const NO_LEADER_RETRY_PAUSE_MS: u64 = 100;
+
 /// A handle on the monitors. Cheap to clone; the subscription task stops when the last handle
 /// is dropped.
 #[derive(Clone)]
@@ -85,12 +89,25 @@ impl MonClient {
     }
 
     /// Sends a command to the monitors and returns the epoch at which its effect is in the map.
-    /// Retries on another monitor if the connection breaks or there is no quorum yet, until the
-    /// operation timeout.
+    /// Retries on another monitor if the connection breaks, until the operation timeout. A
+    /// [`Command::repeatable`] command is also retried, until the same deadline, when the
+    /// monitors answer that they have no leader or lost it while the command was in flight
+    /// (elections happen under load); any other command returns that error, because whether it
+    /// was applied is unknown and only the caller can check the map.
     pub async fn command(&self, command: Command) -> Result<u64, ClientError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.op_timeout_ms);
+        let repeatable = command.repeatable();
         let msg = MonCommand { command };
-        let reply: MonCommandReply = self.call(&msg).await?;
-        reply.result.map_err(ClientError::Remote)
+        loop {
+            let reply: MonCommandReply = self.call(&msg).await?;
+            match reply.result {
+                Err(e) if repeatable && e.code == ErrorCode::NoQuorum && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "monitor command retried after a leadership change");
+                    tokio::time::sleep(Duration::from_millis(NO_LEADER_RETRY_PAUSE_MS)).await;
+                }
+                result => return result.map_err(ClientError::Remote),
+            }
+        }
     }
 
     /// The cluster's status from the monitor this client talks to.

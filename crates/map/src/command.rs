@@ -103,6 +103,38 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether sending the command again after it may already have been applied is safe: the
+    /// second application finds the map as the first left it and succeeds without a change
+    /// (it sets a state rather than creating or removing something). A client that lost the
+    /// answer to such a command — the monitor it spoke to lost the leadership, or could not
+    /// reach the leader — may simply retry it; for any other command the outcome is unknown and
+    /// the caller must look at the map before retrying (a repeated `RemovePool` would report an
+    /// unknown pool that the first attempt removed).
+    pub fn repeatable(&self) -> bool {
+        match self {
+            Command::OsdBoot { .. }
+            | Command::OsdDown { .. }
+            | Command::OsdOut { .. }
+            | Command::OsdIn { .. }
+            | Command::OsdFull { .. }
+            | Command::SetPool { .. }
+            | Command::AuthAdd { .. }
+            | Command::PgTemp { .. }
+            | Command::ConfigSet { .. }
+            | Command::SetFlag { .. } => true,
+            // An activation carries the epoch of the record it replaces: a repeat after it was
+            // applied is dropped as stale, which is what the proposer wants.
+            Command::PgActivated { .. } => true,
+            Command::CreateOsd { .. }
+            | Command::CreatePool { .. }
+            | Command::RemovePool { .. }
+            | Command::AuthRemove { .. }
+            | Command::RemoveOsd { .. } => false,
+        }
+    }
+}
+
 /// One PG's activation, as its primary proposes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActivationProposal {
@@ -365,7 +397,8 @@ impl ClusterMap {
             }
             Command::RemovePool { name } => Change::RemovePool { id: self.pool_by_name(name)?.id },
             Command::SetPool { name, setting } => {
-                let mut pool = self.pool_by_name(name)?.clone();
+                let current = self.pool_by_name(name)?;
+                let mut pool = current.clone();
                 match *setting {
                     PoolSetting::Size(size) => {
                         pool.size = size;
@@ -388,6 +421,9 @@ impl ClusterMap {
                     PoolSetting::MaxObjectBytes(max) => pool.max_object_bytes = max,
                 }
                 validate_pool(self, &pool)?;
+                if pool == *current {
+                    return Ok(None);
+                }
                 Change::PutPool(pool)
             }
             Command::AuthAdd { entity, key } => {

@@ -75,6 +75,48 @@ fn idempotent_commands_make_no_epoch() {
     assert_eq!(map.execute(&Command::OsdDown { id: OsdId(9) }), Err(MapError::UnknownOsd(OsdId(9))));
 }
 
+/// A client that lost the answer to a repeatable command resends it (`MonClient::command`): the
+/// repeat must succeed and change nothing. The others must not be resent blindly: their repeat
+/// fails, or would create a second thing.
+#[test]
+fn repeatable_commands_succeed_unchanged_when_repeated_and_the_others_are_not_repeatable() {
+    let mut map = map_with_osds(3);
+    map.execute(&create_pool("data", 2)).unwrap();
+    let addr = "127.0.0.1:7100".parse().unwrap();
+    let repeatable = [
+        Command::OsdOut { id: OsdId(1) },
+        Command::OsdIn { id: OsdId(1) },
+        Command::OsdDown { id: OsdId(2) },
+        Command::OsdBoot { id: OsdId(2), addr },
+        Command::OsdFull { id: OsdId(0), full: true },
+        Command::SetPool { name: "data".into(), setting: PoolSetting::Size(3) },
+        Command::SetPool { name: "data".into(), setting: PoolSetting::MinSize(2) },
+        Command::AuthAdd { entity: "client.app".into(), key: [7; 32] },
+        Command::ConfigSet { key: "osd_recovery_max_ops".into(), value: Some(2) },
+        Command::SetFlag { flag: "noout".into(), on: true },
+    ];
+    for cmd in &repeatable {
+        assert!(cmd.repeatable(), "{cmd:?}");
+        assert!(map.execute(cmd).expect("first").is_some(), "{cmd:?} changed nothing the first time");
+        let epoch = map.epoch;
+        assert_eq!(map.execute(cmd), Ok(None), "{cmd:?} repeated");
+        assert_eq!(map.epoch, epoch);
+    }
+    let once_only = [
+        Command::CreateOsd { id: None, host: "host-9".into(), weight: Weight::ONE },
+        create_pool("more", 2),
+        Command::AuthRemove { entity: "client.app".into() },
+        Command::RemovePool { name: "more".into() },
+    ];
+    for cmd in &once_only {
+        assert!(!cmd.repeatable(), "{cmd:?}");
+        let before = map.osds.len();
+        map.execute(cmd).expect("first");
+        let again = map.execute(cmd);
+        assert!(again.is_err() || map.osds.len() > before + 1, "{cmd:?} repeated harmlessly: {again:?}");
+    }
+}
+
 #[test]
 fn placement_uses_only_up_and_in_osds_on_distinct_hosts() {
     let mut map = map_with_osds(4);

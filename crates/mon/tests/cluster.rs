@@ -325,6 +325,43 @@ async fn three_monitors_fail_over_and_recover() {
     }
 }
 
+/// The monitors answer "no quorum" when the leader dies under a command: a follower that has not
+/// noticed yet forwards it to the dead leader and cannot reach it. The client library resends a
+/// repeatable command (`Command::repeatable`) until the survivors have elected a new leader, so
+/// marking an OSD out during a monitor failure neither fails nor needs a retry from its caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeatable_command_sent_as_the_leader_dies_is_resent_by_the_client_until_it_applies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = keyring();
+    let (mut running, conns, mons, _dirs) = three_mons(tmp.path(), "fsid-resend", &keys).await;
+    let epoch = command_retry(&conns[0].1, create_osd("h0"), Duration::from_secs(5)).await;
+    converge(&conns, epoch, Duration::from_secs(5)).await;
+    let leader = leader_of(&conns, Duration::from_secs(5)).await;
+    // The client speaks to a follower first.
+    let follower = (0..3u32).find(|r| *r != leader).expect("a follower");
+    let mut order: Vec<SocketAddr> = vec![mons[&follower]];
+    order.extend(mons.iter().filter(|(r, _)| **r != follower).map(|(_, a)| *a));
+    let cfg = shoal_client::ClusterConfig {
+        fsid: "fsid-resend".into(),
+        mons: order,
+        entity: "client.admin".into(),
+        key: Key(keys.get("client.admin").expect("admin key").0),
+        op_timeout_ms: 15_000,
+        max_in_flight: 16,
+        local_sockets: false,
+    };
+    let monc = shoal_client::monc::MonClient::connect(cfg).await.expect("connect");
+    running.remove(&leader).unwrap().stop().await;
+    let epoch = monc.command(Command::OsdOut { id: OsdId(0) }).await.expect("marked out across the election");
+    let map = monc.wait_for_epoch(epoch, 5_000).await.expect("map");
+    assert!(!map.osds[&OsdId(0)].in_cluster);
+    // Applied once: the repeat changed nothing, so the epoch is the one after the OSD's creation.
+    assert_eq!(epoch, 3, "{map:?}");
+    for (_, m) in running {
+        m.stop().await;
+    }
+}
+
 /// Enough changes to make every monitor snapshot and purge its log (policy: every 256 entries):
 /// a follower that was down meanwhile is brought back by a snapshot, and a restarted monitor
 /// recovers from snapshot plus log.
