@@ -18,7 +18,9 @@
 //! log, and the requests that waited for them answered (the objects no longer exist). `revert`
 //! instead keeps the copy of each the primary holds (older than the version the log names),
 //! rewritten on every member under a new version (decision 0052); objects with no readable copy
-//! there stay unfound, named with the reason, and the command exits 2.
+//! there stay unfound, named with the reason, and the command exits 2. Both answer once every
+//! member has logged the decision; a PG that peers again before that drops it (decision 0070),
+//! and the command fails naming the objects, unfound again.
 
 use std::process::ExitCode;
 
@@ -289,9 +291,15 @@ fn list_unfound(conf: &ConfArgs, pgid: &str, json_out: bool) -> Result<ExitCode>
         println!(
             "{}",
             json!({"pg": pg.to_string(), "primary": primary, "unfound": objects,
-                   "strays": ids(&r.strays), "probing": ids(&r.probing)})
+                   "strays": ids(&r.strays), "probing": ids(&r.probing), "deciding": r.deciding})
         );
         return Ok(ExitCode::SUCCESS);
+    }
+    if !r.deciding.is_empty() {
+        println!(
+            "PG {pg}: decided on, not yet logged on every member: {} (they are unfound again if the PG peers first)",
+            r.deciding.join(", ")
+        );
     }
     if r.objects.is_empty() {
         println!("PG {pg}: no unfound objects");
@@ -363,9 +371,67 @@ fn decide_unfound(
             answer => {
                 let output = answer
                     .with_context(|| format!("asking PG {pg}'s primary to decide on its unfound objects ({cmd:?})"))?;
+                let decided: Vec<String> = match &output {
+                    PgCmdOutput::Lost(objects) => objects.clone(),
+                    PgCmdOutput::Reverted(r) => r.reverted.iter().map(|(o, _)| o.clone()).collect(),
+                    _ => Vec::new(),
+                };
+                wait_decisions_logged(&client, pg, &decided)?;
                 return Ok((pg, output));
             }
         }
+    }
+}
+
+/// Waits until PG `pg`'s primary has logged its decision on each of `objects` and every member
+/// has answered the write that carries it (its report no longer names them as deciding). A
+/// decision takes effect with its log entry or not at all (decision 0070): the primary answers
+/// the command when it has made it, and should the PG peer again before the write is logged,
+/// the objects are unfound again — which is reported as an error, so that the operator is
+/// never told objects were given up or reverted when they were not.
+fn wait_decisions_logged(client: &shoal_client::blocking::BlockingClient, pg: PgId, objects: &[String]) -> Result<()> {
+    // Long enough for a PG to finish recovering the members a decision pushes its copy to
+    // first; each poll is one small request to the primary.
+    const LOGGED_WAIT: Duration = Duration::from_secs(60);
+    const POLL: Duration = Duration::from_millis(100);
+    if objects.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let last = match client.runtime().block_on(client.client().pg_command(pg, PgCmd::ListUnfound)) {
+            Ok(PgCmdOutput::Unfound(r)) => {
+                let again: Vec<&str> =
+                    r.objects.iter().map(|(o, _)| o.as_str()).filter(|o| objects.iter().any(|d| d == o)).collect();
+                if !again.is_empty() {
+                    bail!(
+                        "PG {pg} peered again before the decision on {} was logged: {} still unfound (see `shoal                          pg list-unfound {pg}`); decide again",
+                        again.join(", "),
+                        if again.len() == 1 { "it is" } else { "they are" }
+                    );
+                }
+                let waiting = objects.iter().filter(|o| r.deciding.contains(o)).count();
+                if waiting == 0 {
+                    return Ok(());
+                }
+                format!("{waiting} of {} decision(s) not logged on every member yet", objects.len())
+            }
+            Ok(other) => bail!("PG {pg}'s primary answered {other:?} to a request for its unfound objects"),
+            // The PG may be peering (a member came or went): ask again.
+            Err(e) => e.to_string(),
+        };
+        if started.elapsed() > LOGGED_WAIT {
+            bail!(
+                "PG {pg}'s decision on its unfound objects is not logged on every member after {} s ({last}); see                  `shoal pg list-unfound {pg}` and `shoal pg ls`",
+                LOGGED_WAIT.as_secs()
+            );
+        }
+        if !said {
+            eprintln!("waiting for PG {pg} to log the decision on {} object(s) on every member", objects.len());
+            said = true;
+        }
+        std::thread::sleep(POLL);
     }
 }
 

@@ -1318,6 +1318,9 @@ impl OsdCore {
             return;
         }
         let Some(p) = self.pending.remove(&reqid) else { return };
+        if unfound::is_decision(p.client) {
+            self.decision_answered(p.pg, &p.object);
+        }
         let epoch = self.map.epoch.max(p.epoch_sent);
         let result = match p.error {
             // A failed write is reported as a timeout: the client resends it, and the resend is

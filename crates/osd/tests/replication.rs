@@ -1622,11 +1622,36 @@ fn objects_given_up_while_a_member_lacks_them_are_each_removed_under_a_request_i
     let names: Vec<String> = report.objects.iter().map(|(o, _)| o.clone()).collect();
     assert_eq!(names, both, "unfound");
 
+    // The pushes that come before the removals are held: until the removals are logged, the
+    // report names the objects as decided on and no longer unfound (what `shoal pg
+    // mark-unfound-lost` waits for before it answers).
+    // So are the removals' replicated writes, logged on the primary once the pushes are in:
+    // decided on until the replica has answered them too.
+    net.hold_pushes = true;
+    net.capture = true;
     let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::MarkUnfoundLost);
     assert_eq!(reply.result, Ok(shoal_proto::osd::PgCmdOutput::Lost(both.clone())));
+    let deciding = |net: &mut Net| {
+        let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::ListUnfound);
+        let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
+        assert_eq!(report.objects.len(), 0, "{report:?}");
+        report.deciding
+    };
+    assert_eq!(deciding(&mut net), both, "pushes held");
+    net.hold_pushes = false;
+    while deliver_held_pushes(&mut net) > 0 {}
+    assert!(!net.captured.is_empty(), "no removal replicated");
+    assert_eq!(deciding(&mut net), both, "replicated writes held");
+    while !net.captured.is_empty() {
+        net.deliver_captured(acting[0].0);
+    }
+    net.capture = false;
     for _ in 0..5 {
         net.tick();
     }
+    let reply = net.pg_command(acting[0], pg, shoal_proto::osd::PgCmd::ListUnfound);
+    let Ok(shoal_proto::osd::PgCmdOutput::Unfound(report)) = reply.result else { panic!("{:?}", reply.result) };
+    assert_eq!(report, shoal_proto::osd::UnfoundReport::default(), "decisions logged");
     for osd in &acting {
         for name in &both {
             assert!(net.cores[&osd.0].store().read_all(&coll, name).is_err(), "{osd} still holds {name}");

@@ -957,6 +957,10 @@ pub struct UnfoundReport {
     /// a copy at this version (the primary's, or a newer one another OSD reported to an earlier
     /// revert; if it then reads back whole), or why it cannot.
     pub revert: Vec<Result<Eversion, String>>,
+    /// Objects an operator gave up or reverted whose decision is not logged yet: the decision
+    /// takes effect with its log entry, and is dropped, leaving them unfound again, if the PG
+    /// peers before that (decision 0070). Not among `objects`.
+    pub deciding: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -135,6 +135,44 @@ fn damaged_copies_are_read_around_found_by_deep_scrub_and_repaired() {
     let clean = json(&ok(&shoal(&dir, &["pg", "deep-scrub", &first, "--wait", "--json"])));
     assert_eq!(clean["last"]["inconsistent"], 0, "{clean}");
 
+    // Object u: every copy is damaged. A read finds no good copy and waits (the object is
+    // unfound); the operator gives it up, and the command answers once every member has logged
+    // the removal: the read is answered "not found", and nothing is left deciding.
+    let u = (1..OBJECTS).find(|i| *i != v).expect("a third object");
+    let loc = locate(u);
+    let upg = loc.pg.to_string();
+    for osd in &loc.osds {
+        rot(&block(*osd), u);
+    }
+    let name = format!("o{u}");
+    let waiting = {
+        let client = client.clone();
+        let name = name.clone();
+        let read = read.clone();
+        rt.spawn(async move { client.op("rep", &name, read, vec![]).await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let unfound = loop {
+        let unfound = json(&ok(&shoal(&dir, &["pg", "list-unfound", &upg, "--json"])));
+        if unfound["unfound"].as_array().is_some_and(|a| !a.is_empty()) || std::time::Instant::now() > deadline {
+            break unfound;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(unfound["unfound"][0]["object"], name.as_str(), "{unfound}");
+    assert!(!waiting.is_finished(), "a read of an unfound object waits");
+    let lost =
+        json(&ok(&shoal(&dir, &["pg", "mark-unfound-lost", &upg, "delete", "--yes-i-really-mean-it", "--json"])));
+    assert_eq!(lost["lost"], serde_json::json!([name.as_str()]), "{lost}");
+    let after = json(&ok(&shoal(&dir, &["pg", "list-unfound", &upg, "--json"])));
+    assert_eq!((&after["unfound"], &after["deciding"]), (&serde_json::json!([]), &serde_json::json!([])), "{after}");
+    let answer = rt.block_on(waiting).expect("the waiting read");
+    let err = answer.expect_err("the object given up is gone");
+    assert_eq!(err.code(), Some(shoal_proto::ErrorCode::NotFound), "{err}");
+    // It takes writes again (and is whole on every OSD for the offline check below).
+    let op = ObjOp::WriteFull { len_bytes: OBJECT_BYTES as u64 };
+    rt.block_on(client.op("rep", &name, vec![op], content(u))).expect("write after the loss");
+
     // Bad input is refused with the problem named.
     fails_with(&shoal(&dir, &["pg", "scrub", "9.0"]), "no pool with id 9");
     fails_with(&shoal(&dir, &["pg", "deep-scrub", &format!("{pool}.ff")]), "does not exist");

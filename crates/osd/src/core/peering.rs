@@ -198,6 +198,11 @@ pub(crate) struct Primary {
     /// until the write commits, in the same transaction as its log entry. A decision that does
     /// not get that far (refused, or dropped with its interval) leaves the object unfound.
     pub decided: BTreeSet<String>,
+    /// By object, the operator's decision writes issued and not answered yet (acknowledged by
+    /// every member, or failed): with `decided`, what `shoal pg list-unfound` reports as
+    /// deciding, and what `mark-unfound-lost` waits for before it answers. Like `decided`, it
+    /// ends with the interval.
+    pub unacked_decisions: BTreeMap<String, u32>,
     /// OSDs that said they hold a stray copy of the PG (they ask whether they may remove it):
     /// where unfound objects are looked for.
     pub known_strays: BTreeSet<OsdId>,
@@ -287,6 +292,7 @@ impl Primary {
             backfill_bytes: BTreeMap::new(),
             unfound: BTreeSet::new(),
             decided: BTreeSet::new(),
+            unacked_decisions: BTreeMap::new(),
             known_strays: BTreeSet::new(),
             probing: BTreeSet::new(),
             probe_answered: BTreeSet::new(),

@@ -15,7 +15,7 @@ use shoal_proto::osd::{DECIDE_AGAIN, Eversion, ObjOp, OsdOp, ReqId, RevertReport
 use shoal_proto::{ErrorCode, Message, RemoteError};
 use shoal_store::{Durability, Transaction};
 
-use super::peering::{PgState, Role};
+use super::peering::{PgState, Primary, Role};
 use super::{Action, Event, OsdCore, Token};
 use crate::exec::{pg_collection, store_error};
 
@@ -56,6 +56,16 @@ pub(super) fn drop_decisions(events: Vec<Event>) -> Vec<Event> {
             _ => true,
         })
         .collect()
+}
+
+/// Counts one of the decision writes on `object` answered (see `Primary::unacked_decisions`).
+fn answered(p: &mut Primary, object: &str) {
+    if let Some(left) = p.unacked_decisions.get_mut(object) {
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            p.unacked_decisions.remove(object);
+        }
+    }
 }
 
 impl OsdCore {
@@ -419,7 +429,9 @@ impl OsdCore {
             Ok(entries) => objects.iter().map(|(o, _)| self.revert_preview(pg, o, &entries)).collect(),
             Err(e) => objects.iter().map(|_| Err(format!("{} cannot read the PG's log: {e}", self.id))).collect(),
         };
-        UnfoundReport { objects, strays, probing, revert }
+        let deciding: BTreeSet<&String> = p.decided.iter().chain(p.unacked_decisions.keys()).collect();
+        let deciding = deciding.into_iter().cloned().collect();
+        UnfoundReport { objects, strays, probing, revert, deciding }
     }
 
     /// What a revert of unfound `object` would keep now — the version of this primary's copy, or
@@ -496,29 +508,38 @@ impl OsdCore {
         Ok(entries.iter().any(|e| e.object == object && decisions.contains(&e.version)))
     }
 
-    /// Records an operator's decision on unfound `object` of `pg`: it is no longer missing here
-    /// nor unfound, and each of `writes` (request id, operations) goes through the PG's
-    /// replicated write path, in order, ahead of every operation waiting for it. Returns `false`
-    /// if this OSD no longer leads the PG.
     /// After the operator's decision `reqid` on `object` went through the primary's front door:
     /// if it neither committed (which ends `Primary::decided` for the object) nor waits (for
     /// the PG or the object), it was refused, and the object is unfound again, as its missing
     /// record still says.
+    ///
+    /// A decision write that is neither waiting nor replicating was answered: it counts as such
+    /// for [`Primary::unacked_decisions`] (one replicating is counted by
+    /// [`OsdCore::decision_answered`] when its members have answered).
     pub(super) fn decision_settled(&mut self, pg: PgId, object: &str, reqid: ReqId) {
         if self.pending.contains_key(&reqid) {
             return;
         }
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
-        if !p.decided.contains(object) {
-            return;
-        }
         let this =
             |ev: &Event| matches!(ev, Event::ClientOp { from, op, .. } if is_decision(*from) && op.reqid == reqid);
         if p.queued.iter().any(this) || p.blocked.get(object).is_some_and(|evs| evs.iter().any(this)) {
             return;
         }
+        answered(p, object);
+        if !p.decided.contains(object) {
+            return;
+        }
         p.decided.remove(object);
         tracing::warn!(%pg, object, "an operator's decision was refused before it was logged: the object stays unfound; decide again");
+    }
+
+    /// One of the operator's decision writes on `object` was answered once every member had
+    /// answered it (see [`Primary::unacked_decisions`]).
+    pub(super) fn decision_answered(&mut self, pg: PgId, object: &str) {
+        if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) {
+            answered(p, object);
+        }
     }
 
     /// The operator's decision on `object` committed here with its log entry, which removed its
@@ -534,6 +555,11 @@ impl OsdCore {
         }
     }
 
+    /// Records an operator's decision on unfound `object` of `pg`: it is no longer unfound, it
+    /// is decided on until the first of `writes` commits here with its log entry (which removes
+    /// its missing record), and each of `writes` (request id, operations) goes through the PG's
+    /// replicated write path, in order, ahead of every operation waiting for it. Returns `false`
+    /// if this OSD no longer leads the PG.
     fn log_decisions(
         &mut self,
         pg: PgId,
@@ -546,6 +572,7 @@ impl OsdCore {
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return Ok(false) };
         p.unfound.remove(object);
         p.decided.insert(object.to_string());
+        *p.unacked_decisions.entry(object.to_string()).or_default() += writes.len() as u32;
         let waiting = p.blocked.entry(object.to_string()).or_default();
         for (at, (reqid, ops)) in writes.into_iter().enumerate() {
             let op = OsdOp {
