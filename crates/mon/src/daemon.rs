@@ -205,15 +205,22 @@ async fn watch_raft(shared: Arc<Shared>, raft: MonRaft, mut stop: watch::Receive
             _ = tick.tick() => true,
             _ = stop.wait_for(|s| *s) => return,
         };
-        let (leader, ready) = {
+        let (leader, ready, term) = {
             let m = metrics.borrow_and_update();
             let leader = m.current_leader.map(|l| l as u32);
             // A new leader first commits a blank entry of its term; once that is applied, every
             // entry of earlier terms is in the map and proposals can be prepared against it.
             let ready =
                 m.state == ServerState::Leader && m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
-            (leader, ready)
+            (leader, ready, m.current_term)
         };
+        // Leadership changes are rare and each stalls map changes: worth a line in the log.
+        if last.as_ref().is_none_or(|(l, _, _)| *l != leader) {
+            match leader {
+                Some(l) => tracing::info!(rank = shared.rank, term, leader = l, "monitor leader elected"),
+                None => tracing::info!(rank = shared.rank, term, "monitor leader lost: electing"),
+            }
+        }
         let quorum = match leader {
             Some(l) if l == shared.rank => {
                 let mut q = shared.peers.heard_within(Duration::from_millis(QUORUM_WINDOW_MS));
