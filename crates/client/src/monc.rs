@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_map::{ClusterMap, Command};
+use shoal_map::{ClusterMap, Command, CommandSession};
 use shoal_net::Connection;
 use shoal_proto::mon::{GetMap, GetStatus, MapUpdate, MonCommand, MonCommandReply, OsdStats, StatusReply};
 use shoal_proto::{ErrorCode, Message, decode_frame, encode};
@@ -17,8 +17,8 @@ use crate::error::ClientError;
 /// Pause between attempts to reach a monitor after a connection failed.
 const RECONNECT_PAUSE_MS: u64 = 50;
 
-/// Pause before resending a repeatable command the monitors could not commit for want of a
-/// leader: an election takes a few hundred milliseconds.
+/// Pause before resending a command the monitors could not commit for want of a leader: an
+/// election takes a few hundred milliseconds.
 const NO_LEADER_RETRY_PAUSE_MS: u64 = 100;
 
 /// A handle on the monitors. Cheap to clone; the subscription task stops when the last handle
@@ -30,6 +30,11 @@ pub struct MonClient {
 
 struct Inner {
     cfg: ClusterConfig,
+    /// This client's name in command sessions (decision 0072): random, so that two clients (or
+    /// two runs of one) never share it.
+    session_client: u64,
+    /// The last sequence number given to a non-repeatable command.
+    session_seq: std::sync::atomic::AtomicU64,
     conn: Mutex<Option<Connection>>,
     map_tx: watch::Sender<Option<Arc<ClusterMap>>>,
     subscriber: std::sync::Mutex<Option<JoinHandle<()>>>,
@@ -50,7 +55,16 @@ impl MonClient {
     /// Returns once a map is known.
     pub async fn connect(cfg: ClusterConfig) -> Result<MonClient, ClientError> {
         let (map_tx, _) = watch::channel(None);
-        let inner = Arc::new(Inner { cfg, conn: Mutex::new(None), map_tx, subscriber: std::sync::Mutex::new(None) });
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).map_err(|e| ClientError::BadReply(format!("no randomness for a session id: {e}")))?;
+        let inner = Arc::new(Inner {
+            cfg,
+            session_client: u64::from_le_bytes(b),
+            session_seq: std::sync::atomic::AtomicU64::new(0),
+            conn: Mutex::new(None),
+            map_tx,
+            subscriber: std::sync::Mutex::new(None),
+        });
         let first = subscribe_once(&inner).await?;
         let weak = Arc::downgrade(&inner);
         let task = tokio::spawn(async move { follow_map(weak, first).await });
@@ -89,19 +103,23 @@ impl MonClient {
     }
 
     /// Sends a command to the monitors and returns the epoch at which its effect is in the map.
-    /// Retries on another monitor if the connection breaks, until the operation timeout. A
-    /// [`Command::repeatable`] command is also retried, until the same deadline, when the
-    /// monitors answer that they have no leader or lost it while the command was in flight
-    /// (elections happen under load); any other command returns that error, because whether it
-    /// was applied is unknown and only the caller can check the map.
+    /// Takes effect at most once however often it is sent: retried on another monitor if the
+    /// connection breaks, and again (until the operation timeout) when the monitors answer that
+    /// they have no leader or lost it while the command was in flight (elections happen under
+    /// load). A [`Command::repeatable`] command may simply be applied again; any other carries a
+    /// [`CommandSession`], the same on every resend, and the monitors answer a resend of an
+    /// applied one with its first answer (decision 0072).
     pub async fn command(&self, command: Command) -> Result<u64, ClientError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.inner.cfg.op_timeout_ms);
-        let repeatable = command.repeatable();
-        let msg = MonCommand { command };
+        let session = (!command.repeatable()).then(|| CommandSession {
+            client: self.inner.session_client,
+            seq: self.inner.session_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+        });
+        let msg = MonCommand { command, session };
         loop {
             let reply: MonCommandReply = self.call(&msg).await?;
             match reply.result {
-                Err(e) if repeatable && e.code == ErrorCode::NoQuorum && tokio::time::Instant::now() < deadline => {
+                Err(e) if e.code == ErrorCode::NoQuorum && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %e, "monitor command retried after a leadership change");
                     tokio::time::sleep(Duration::from_millis(NO_LEADER_RETRY_PAUSE_MS)).await;
                 }

@@ -135,6 +135,17 @@ impl Command {
     }
 }
 
+/// Names one command of one client so that the monitors apply it at most once however often it
+/// is sent (decision 0072). A client picks `client` at random when it starts and numbers its
+/// commands with `seq`; a resend carries the same pair. The monitors remember, in their replicated
+/// state, which pairs they applied and at which epoch, and answer a resend of an applied command
+/// with that epoch instead of preparing it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CommandSession {
+    pub client: u64,
+    pub seq: u64,
+}
+
 /// One PG's activation, as its primary proposes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActivationProposal {

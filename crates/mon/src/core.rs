@@ -27,12 +27,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use shoal_map::{
-    Change, ClusterMap, Command, FULL_CLEAR_PERMILLE, FULL_PERMILLE, Incremental, MapError, OsdId, PgId, used_permille,
+    Change, ClusterMap, Command, CommandSession, FULL_CLEAR_PERMILLE, FULL_PERMILLE, Incremental, MapError, OsdId,
+    PgId, used_permille,
 };
 use shoal_proto::mon::{MapUpdate, OsdStats, StatusReply};
 use shoal_proto::{ErrorCode, RemoteError};
 
 use crate::failures::FailureReports;
+use crate::sessions::{Seen, SessionTable};
 
 /// Identifies one client connection of the monitor (the messenger's connection id in the daemon).
 pub type ConnId = u64;
@@ -91,16 +93,19 @@ impl CoreConfig {
 #[derive(Debug, Clone)]
 pub enum Event {
     /// A client (or, with `forwarded`, another monitor on a client's behalf) asks for a map
-    /// change. `to: None` is an internal command with nobody to answer.
-    Command { to: Option<ReplyTo>, command: Command, forwarded: bool, now_ms: u64 },
+    /// change. `to: None` is an internal command with nobody to answer. `session`: the client's
+    /// name for a non-repeatable command, so that a resend is applied at most once (decision
+    /// 0072).
+    Command { to: Option<ReplyTo>, command: Command, session: Option<CommandSession>, forwarded: bool, now_ms: u64 },
     /// Raft committed a change and it must be applied now (entries arrive in log order, each
-    /// exactly once per process lifetime after the snapshot the core was built from).
-    Applied { index: u64, change: Change },
+    /// exactly once per process lifetime after the snapshot the core was built from), with the
+    /// session of the command it came from, if any.
+    Applied { index: u64, change: Change, session: Option<CommandSession> },
     /// Proposal `id` could not be committed (lost leadership, Raft shut down). Ignored if that
     /// proposal is no longer in flight.
     ProposalFailed { id: u64, error: RemoteError },
     /// The state was replaced by a snapshot received from the leader, taken at Raft `index`.
-    MapInstalled { index: u64, map: Box<ClusterMap> },
+    MapInstalled { index: u64, map: Box<ClusterMap>, sessions: Box<SessionTable> },
     /// An OSD's periodic report (also its heartbeat). `forwarded`: relayed by another monitor.
     OsdStats { stats: OsdStats, now_ms: u64, forwarded: bool },
     /// A client asks for the map newer than `have_epoch` and maybe to subscribe.
@@ -130,11 +135,12 @@ pub enum Reply {
 /// Something the caller must do.
 #[derive(Debug, Clone)]
 pub enum Action {
-    /// Replicate `change` through Raft; feed it back as [`Event::Applied`] once committed, or
-    /// report [`Event::ProposalFailed`] with the same `id`.
+    /// Replicate `change` and `session` through Raft; feed them back as [`Event::Applied`] once
+    /// committed, or report [`Event::ProposalFailed`] with the same `id`.
     Propose {
         id: u64,
         change: Change,
+        session: Option<CommandSession>,
     },
     Reply {
         to: ReplyTo,
@@ -146,11 +152,12 @@ pub enum Action {
         conns: Vec<ConnId>,
         update: Arc<MapUpdate>,
     },
-    /// Send `command` to the leader and relay its answer to `to`.
+    /// Send `command` (with its session) to the leader and relay its answer to `to`.
     Forward {
         to: ReplyTo,
         leader: u32,
         command: Command,
+        session: Option<CommandSession>,
     },
     /// Ask the leader for the status (it alone holds every OSD's latest report: a follower hears
     /// only the OSDs connected to it) and relay its answer to `to`; `local`, this monitor's own
@@ -190,8 +197,16 @@ pub fn remote_error(e: &MapError) -> RemoteError {
 struct Queued {
     to: Option<ReplyTo>,
     command: Command,
+    session: Option<CommandSession>,
     forwarded: bool,
     deadline_ms: u64,
+}
+
+impl Queued {
+    /// A command of the leader's own, with nobody to answer.
+    fn internal(command: Command) -> Queued {
+        Queued { to: None, command, session: None, forwarded: false, deadline_ms: 0 }
+    }
 }
 
 struct InFlight {
@@ -216,6 +231,8 @@ const MAX_MERGED_COMMANDS: usize = 64;
 pub struct MonCore {
     cfg: CoreConfig,
     map: ClusterMap,
+    /// Which clients' commands were applied: replicated with the map (decision 0072).
+    sessions: SessionTable,
     /// The newest incrementals, oldest first, at most `cfg.history_len`.
     history: VecDeque<Incremental>,
     applied_index: u64,
@@ -242,12 +259,14 @@ pub struct MonCore {
 }
 
 impl MonCore {
-    /// A core holding `map` (applied up to Raft index `applied_index`), with no known leader.
+    /// A core holding `map` and `sessions` (applied up to Raft index `applied_index`), with no
+    /// known leader.
     #[must_use]
-    pub fn new(cfg: CoreConfig, map: ClusterMap, applied_index: u64) -> MonCore {
+    pub fn new(cfg: CoreConfig, map: ClusterMap, sessions: SessionTable, applied_index: u64) -> MonCore {
         MonCore {
             cfg,
             map,
+            sessions,
             history: VecDeque::new(),
             applied_index,
             leader: None,
@@ -271,7 +290,7 @@ impl MonCore {
     #[must_use]
     pub fn standalone(cfg: CoreConfig, map: ClusterMap) -> MonCore {
         let rank = cfg.rank;
-        let mut core = MonCore::new(cfg, map, 0);
+        let mut core = MonCore::new(cfg, map, SessionTable::default(), 0);
         core.leader = Some(rank);
         core.ready = true;
         core.quorum = vec![rank];
@@ -281,6 +300,12 @@ impl MonCore {
     #[must_use]
     pub fn map(&self) -> &ClusterMap {
         &self.map
+    }
+
+    /// The applied commands' sessions (replicated state, saved in snapshots with the map).
+    #[must_use]
+    pub fn sessions(&self) -> &SessionTable {
+        &self.sessions
     }
 
     #[must_use]
@@ -313,11 +338,11 @@ impl MonCore {
     pub fn handle(&mut self, event: Event) -> Vec<Action> {
         let mut out = Vec::new();
         match event {
-            Event::Command { to, command, forwarded, now_ms } => {
+            Event::Command { to, command, session, forwarded, now_ms } => {
                 self.advance(now_ms);
-                self.on_command(to, command, forwarded, &mut out);
+                self.on_command(Queued { to, command, session, forwarded, deadline_ms: 0 }, &mut out);
             }
-            Event::Applied { index, change } => self.on_applied(index, change, &mut out),
+            Event::Applied { index, change, session } => self.on_applied(index, change, session, &mut out),
             Event::ProposalFailed { id, error } => {
                 if self.in_flight.as_ref().is_some_and(|f| f.id == id)
                     && let Some(f) = self.in_flight.take()
@@ -331,11 +356,12 @@ impl MonCore {
                 }
                 self.pump(&mut out);
             }
-            Event::MapInstalled { index, map } => {
+            Event::MapInstalled { index, map, sessions } => {
                 self.applied_index = index;
                 // The history no longer leads to this map: subscribers get the whole map.
                 self.history.clear();
                 self.map = *map;
+                self.sessions = *sessions;
                 let update = Arc::new(MapUpdate { full: Some(self.map.clone()), incrementals: Vec::new() });
                 self.push(update, &mut out);
             }
@@ -402,11 +428,13 @@ impl MonCore {
         self.now_ms = self.now_ms.max(now_ms);
     }
 
-    fn on_command(&mut self, to: Option<ReplyTo>, command: Command, forwarded: bool, out: &mut Vec<Action>) {
+    /// Forwards `q` to the leader, or queues it here (its deadline starts now).
+    fn on_command(&mut self, q: Queued, out: &mut Vec<Action>) {
+        let Queued { to, command, session, forwarded, .. } = q;
         match self.leader {
             Some(leader) if leader != self.cfg.rank => {
                 match (to, forwarded) {
-                    (Some(to), false) => out.push(Action::Forward { to, leader, command }),
+                    (Some(to), false) => out.push(Action::Forward { to, leader, command, session }),
                     (Some(to), true) => {
                         // One hop only: leadership moved while the command travelled; the
                         // client retries against the new leader.
@@ -434,7 +462,7 @@ impl MonCore {
             return;
         }
         let deadline_ms = self.now_ms.saturating_add(self.cfg.no_leader_wait_ms);
-        self.queue.push_back(Queued { to, command, forwarded, deadline_ms });
+        self.queue.push_back(Queued { to, command, session, forwarded, deadline_ms });
         self.pump(out);
     }
 
@@ -444,13 +472,37 @@ impl MonCore {
     fn pump(&mut self, out: &mut Vec<Action>) {
         while self.in_flight.is_none() && self.is_ready_leader() {
             let Some(q) = self.queue.pop_front() else { return };
+            // A resend of a command already applied gets the first answer; nothing is proposed.
+            // Every entry of earlier terms is applied before a leader is ready, so a first
+            // attempt still in the log is either in the table by now or can never commit.
+            match q.session.map(|s| self.sessions.seen(s)) {
+                Some(Seen::Applied { epoch }) => {
+                    if let Some(to) = q.to {
+                        out.push(Action::Reply { to, reply: Reply::Command(Ok(epoch)) });
+                    }
+                    continue;
+                }
+                Some(Seen::Forgotten) => {
+                    if let Some(to) = q.to {
+                        let e = RemoteError::new(
+                            ErrorCode::Other,
+                            "a command resent after the monitors forgot whether it was applied: check the map",
+                        );
+                        out.push(Action::Reply { to, reply: Reply::Command(Err(e)) });
+                    }
+                    continue;
+                }
+                Some(Seen::New) | None => {}
+            }
             match self.map.prepare(&q.command) {
                 Ok(Some(mut change)) => {
                     let mut to: Vec<ReplyTo> = q.to.into_iter().collect();
-                    self.merge_queued(&mut change, &mut to, out);
+                    if q.session.is_none() {
+                        self.merge_queued(&mut change, &mut to, out);
+                    }
                     let id = self.next_proposal;
                     self.next_proposal += 1;
-                    out.push(Action::Propose { id, change: change.clone() });
+                    out.push(Action::Propose { id, change: change.clone(), session: q.session });
                     self.in_flight = Some(InFlight { id, to, change });
                 }
                 Ok(None) => self.answer_unchanged(q.to, out),
@@ -484,6 +536,10 @@ impl MonCore {
         while merged < MAX_MERGED_COMMANDS
             && let Some(next) = self.queue.front()
         {
+            if next.session.is_some() {
+                // A command with a session is applied alone, so its session names one change.
+                return;
+            }
             let next_pgs: Vec<PgId> = match (&*change, &next.command) {
                 (Change::PgActivated { .. }, Command::PgActivated { records, .. }) => {
                     records.iter().map(|r| r.pg).collect()
@@ -518,7 +574,7 @@ impl MonCore {
         }
     }
 
-    fn on_applied(&mut self, index: u64, change: Change, out: &mut Vec<Action>) {
+    fn on_applied(&mut self, index: u64, change: Change, session: Option<CommandSession>, out: &mut Vec<Action>) {
         self.applied_index = self.applied_index.max(index);
         if let Err(e) = self.map.apply(&change) {
             // Every monitor fails the same way on the same entry, so skipping it keeps them
@@ -533,6 +589,9 @@ impl MonCore {
             }
             self.pump(out);
             return;
+        }
+        if let Some(session) = session {
+            self.sessions.record(session, self.map.epoch);
         }
         let inc = Incremental { epoch: self.map.epoch, change };
         match &inc.change {
@@ -606,7 +665,7 @@ impl MonCore {
             return;
         }
         tracing::info!(osd = %id, used_permille = permille, full, "OSD crossed the full threshold");
-        self.on_command(None, Command::OsdFull { id, full }, false, out);
+        self.on_command(Queued::internal(Command::OsdFull { id, full }), out);
     }
 
     fn on_leadership(&mut self, leader: Option<u32>, ready: bool, quorum: Vec<u32>, out: &mut Vec<Action>) {
@@ -635,7 +694,7 @@ impl MonCore {
         if leader.is_some_and(|l| l != self.cfg.rank) {
             // Hand the waiting commands to the new leader.
             for q in std::mem::take(&mut self.queue) {
-                self.on_command(q.to, q.command, q.forwarded, out);
+                self.on_command(q, out);
             }
         }
     }
@@ -679,7 +738,7 @@ impl MonCore {
         for id in late {
             tracing::info!(osd = %id, grace_ms = grace, "no report within the grace period: marking down");
             self.down_pending.insert(id);
-            self.on_command(None, Command::OsdDown { id }, false, out);
+            self.on_command(Queued::internal(Command::OsdDown { id }), out);
         }
         let reported = self.failures.due(
             &self.map,
@@ -691,7 +750,7 @@ impl MonCore {
         for id in reported {
             tracing::warn!(osd = %id, "peers on distinct hosts report it unreachable: marking down");
             self.down_pending.insert(id);
-            self.on_command(None, Command::OsdDown { id }, false, out);
+            self.on_command(Queued::internal(Command::OsdDown { id }), out);
         }
         self.down_out(out);
     }
@@ -720,7 +779,7 @@ impl MonCore {
         for id in due {
             tracing::info!(osd = %id, interval_ms, "down for the down-out interval: marking out");
             self.out_pending.insert(id);
-            self.on_command(None, Command::OsdOut { id }, false, out);
+            self.on_command(Queued::internal(Command::OsdOut { id }), out);
         }
     }
 }

@@ -12,7 +12,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use shoal_map::{Change, ClusterMap, MonInfo};
+use shoal_map::{Change, ClusterMap, CommandSession, MonInfo};
 use shoal_net::{ClientConfig, Handler, Keyring, ServerConfig, ServerConn, error_frame, serve};
 use shoal_proto::mon::{GetMap, GetStatus, MonCommand, MonCommandReply, OsdStats, StatusReply};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError};
@@ -23,8 +23,9 @@ use crate::core::{Action, CoreConfig, Event, MonCore, Reply, ReplyTo};
 use crate::error::MonError;
 use crate::raft::{
     MSG_APPEND, MSG_APPEND_REPLY, MSG_FORWARD, MSG_SNAPSHOT, MSG_SNAPSHOT_REPLY, MSG_VOTE, MSG_VOTE_REPLY, MonRaft,
-    Network, Peers, StateMachine, raft_config,
+    Network, Peers, Proposal, SnapshotState, StateMachine, raft_config,
 };
+use crate::sessions::SessionTable;
 use crate::store::{self, LogStore, Meta};
 
 /// How long a follower waits for the leader to answer a forwarded command.
@@ -120,14 +121,15 @@ pub async fn run_with_listener(
     let peers = Arc::new(Peers::new(addrs, client));
 
     let snapshot = store::read_snapshot(&dir)?;
-    let (map, index) = match &snapshot {
+    let (state, index) = match &snapshot {
         Some(s) => {
-            let map: ClusterMap = postcard::from_bytes(&s.data)
+            let state: SnapshotState = postcard::from_bytes(&s.data)
                 .map_err(|e| MonError::corrupt(dir.join("snapshot"), format!("map does not decode: {e}")))?;
-            (map, s.meta.last_log_id.map_or(0, |l| l.index))
+            (state, s.meta.last_log_id.map_or(0, |l| l.index))
         }
-        None => (genesis(&meta), 0),
+        None => (SnapshotState { map: genesis(&meta), sessions: SessionTable::default() }, 0),
     };
+    let SnapshotState { map, sessions } = state;
     if map.fsid != meta.fsid {
         return Err(MonError::corrupt(&dir, format!("snapshot of cluster {} in cluster {}", map.fsid, meta.fsid)))?;
     }
@@ -137,7 +139,7 @@ pub async fn run_with_listener(
     let shared = Arc::new(Shared {
         rank,
         keyring: cfg.keyring.clone(),
-        core: Mutex::new(MonCore::new(core_cfg, map, index)),
+        core: Mutex::new(MonCore::new(core_cfg, map, sessions, index)),
         conns: Mutex::new(HashMap::new()),
         raft: OnceLock::new(),
         peers: peers.clone(),
@@ -337,15 +339,17 @@ impl Shared {
         lock(&self.core).map().epoch
     }
 
-    pub(crate) fn map_clone(&self) -> ClusterMap {
-        lock(&self.core).map().clone()
+    /// The replicated state, for a snapshot.
+    pub(crate) fn state_clone(&self) -> SnapshotState {
+        let core = lock(&self.core);
+        SnapshotState { map: core.map().clone(), sessions: core.sessions().clone() }
     }
 
-    /// Applies a committed change; returns the epoch after it.
-    pub(crate) fn apply(self: &Arc<Self>, index: u64, change: Change) -> u64 {
+    /// Applies a committed change (from `session`'s command, if any); returns the epoch after it.
+    pub(crate) fn apply(self: &Arc<Self>, index: u64, change: Change, session: Option<CommandSession>) -> u64 {
         let mut core = lock(&self.core);
         let auth_changed = matches!(change, Change::AuthSet { .. } | Change::AuthRemove { .. });
-        let actions = core.handle(Event::Applied { index, change });
+        let actions = core.handle(Event::Applied { index, change, session });
         for conn in self.dispatch(actions) {
             core.handle(Event::Closed { conn });
         }
@@ -355,10 +359,10 @@ impl Shared {
         core.map().epoch
     }
 
-    /// Replaces the map with a snapshot's.
-    pub(crate) fn install(self: &Arc<Self>, map: ClusterMap, index: u64) {
-        self.keyring.set_learned(map.auth.clone());
-        self.drive(Event::MapInstalled { index, map: Box::new(map) });
+    /// Replaces the map and sessions with a snapshot's.
+    pub(crate) fn install(self: &Arc<Self>, state: SnapshotState, index: u64) {
+        self.keyring.set_learned(state.map.auth.clone());
+        self.drive(Event::MapInstalled { index, map: Box::new(state.map), sessions: Box::new(state.sessions) });
     }
 
     /// Starts `actions`; returns connections that could not take a push (to unsubscribe).
@@ -366,7 +370,7 @@ impl Shared {
         let mut dropped = Vec::new();
         for action in actions {
             match action {
-                Action::Propose { id, change } => self.propose(id, change),
+                Action::Propose { id, change, session } => self.propose(id, Proposal { change, session }),
                 Action::Reply { to, reply } => {
                     if let Some(conn) = lock(&self.conns).get(&to.conn).cloned()
                         && let Err(e) = conn.try_send(reply_frame(to.request_id, &reply, conn.peer_entity()))
@@ -400,7 +404,7 @@ impl Shared {
                         }
                     }
                 }
-                Action::Forward { to, leader, command } => self.forward(to, leader, command),
+                Action::Forward { to, leader, command, session } => self.forward(to, leader, command, session),
                 Action::ForwardStatus { to, leader, local } => self.forward_status(to, leader, *local),
                 Action::ForwardStats { leader, stats } => {
                     let Ok(permit) = self.forwards.clone().try_acquire_owned() else {
@@ -422,13 +426,13 @@ impl Shared {
         dropped
     }
 
-    fn propose(self: &Arc<Self>, id: u64, change: Change) {
+    fn propose(self: &Arc<Self>, id: u64, proposal: Proposal) {
         let Some(raft) = self.raft.get().cloned() else { return };
         let shared = self.clone();
         tokio::spawn(async move {
             // Success is reported by the state machine applying the entry; only failure is
             // reported from here.
-            if let Err(e) = raft.client_write(change).await {
+            if let Err(e) = raft.client_write(proposal).await {
                 let error = match &e {
                     RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RemoteError::new(
                         ErrorCode::NoQuorum,
@@ -446,7 +450,13 @@ impl Shared {
         });
     }
 
-    fn forward(self: &Arc<Self>, to: ReplyTo, leader: u32, command: shoal_map::Command) {
+    fn forward(
+        self: &Arc<Self>,
+        to: ReplyTo,
+        leader: u32,
+        command: shoal_map::Command,
+        session: Option<CommandSession>,
+    ) {
         let Ok(permit) = self.forwards.clone().try_acquire_owned() else {
             let e = RemoteError::new(
                 ErrorCode::Other,
@@ -459,7 +469,7 @@ impl Shared {
         tokio::spawn(async move {
             let _permit = permit;
             let timeout = Duration::from_millis(FORWARD_TIMEOUT_MS);
-            let payload = shoal_proto::encode(&MonCommand { command }, Vec::new());
+            let payload = shoal_proto::encode(&MonCommand { command, session }, Vec::new());
             let result = match shared.peers.call(leader, MSG_FORWARD, payload, timeout).await {
                 Ok(frame) => match shoal_proto::decode_frame::<MonCommandReply>(frame) {
                     Ok((reply, _)) => reply.result,
@@ -549,7 +559,13 @@ impl MonHandler {
                     let _ = conn.send(reply_frame(rid, &Reply::Command(Err(e)), conn.peer_entity())).await;
                     return Ok(());
                 }
-                shared.drive(Event::Command { to: Some(to), command: m.command, forwarded, now_ms });
+                shared.drive(Event::Command {
+                    to: Some(to),
+                    command: m.command,
+                    session: m.session,
+                    forwarded,
+                    now_ms,
+                });
             }
             GetMap::TYPE => {
                 let m: GetMap = decode(&frame)?;

@@ -7,8 +7,10 @@
 //!   commands): the leader validates a [`shoal_map::Command`] with `ClusterMap::prepare` against
 //!   its applied map, and every monitor applies the resulting change with `ClusterMap::apply`, so
 //!   all of them hold bit-identical maps. One proposal is in flight at a time (see [`core`]), so
-//!   a change is always prepared against the map it will be applied to. A snapshot is the
-//!   postcard-encoded `ClusterMap`.
+//!   a change is always prepared against the map it will be applied to. An entry also carries the
+//!   client's session of the command it came from, if any ([`sessions`], decision 0072): applying
+//!   it records the session, so a resent command is answered instead of applied twice. A snapshot
+//!   is the postcard-encoded `ClusterMap` with the session table.
 //! * **What is soft state.** OSD reports (`OsdStats`), the time each OSD was last heard from,
 //!   subscriptions and queued commands live in memory only. A new leader gives every OSD a fresh
 //!   grace period, and reports are rebuilt from the next round of them.
@@ -45,6 +47,7 @@ mod daemon;
 mod error;
 pub mod failures;
 pub mod raft;
+pub mod sessions;
 pub mod store;
 
 pub use crate::core::{Action, CoreConfig, Event, MonCore, Reply, ReplyTo};

@@ -20,12 +20,13 @@ use openraft::{
     StorageError, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
-use shoal_map::{Change, ClusterMap};
+use shoal_map::{Change, ClusterMap, CommandSession};
 use shoal_net::{ClientConfig, Connection, NetError};
 use shoal_proto::Frame;
 
 use crate::daemon::Shared;
 use crate::error::MonError;
+use crate::sessions::SessionTable;
 use crate::store::{self, SnapshotFile};
 
 /// What a committed entry yields to the proposer: the map epoch after applying it.
@@ -34,10 +35,25 @@ pub struct Applied {
     pub epoch: u64,
 }
 
+/// One entry of the monitors' log: a map change, and the session of the client command it was
+/// prepared from (decision 0072), recorded when the entry is applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub change: Change,
+    pub session: Option<CommandSession>,
+}
+
+/// The replicated state a snapshot holds: the map and the applied commands' sessions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotState {
+    pub map: ClusterMap,
+    pub sessions: SessionTable,
+}
+
 openraft::declare_raft_types!(
-    /// The monitors' Raft: entries are map [`Change`]s, nodes are ranks with their address.
+    /// The monitors' Raft: entries are [`Proposal`]s, nodes are ranks with their address.
     pub TypeConfig:
-        D = Change,
+        D = Proposal,
         R = Applied,
         NodeId = u64,
         Node = BasicNode,
@@ -113,20 +129,21 @@ impl StateMachine {
     }
 }
 
-/// Builds a snapshot from the map captured when the builder was made.
+/// Builds a snapshot from the state captured when the builder was made.
 pub(crate) struct SnapshotBuilder {
     dir: PathBuf,
-    map: ClusterMap,
+    state: SnapshotState,
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
-        let data = postcard::to_allocvec(&self.map).map_err(sm_err)?;
+        let data = postcard::to_allocvec(&self.state).map_err(sm_err)?;
+        let epoch = self.state.map.epoch;
         let snapshot_id = match self.last_applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, self.map.epoch),
-            None => format!("0-0-{}", self.map.epoch),
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, epoch),
+            None => format!("0-0-{epoch}"),
         };
         let meta =
             SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id };
@@ -159,7 +176,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for entry in entries {
             let epoch = match entry.payload {
                 EntryPayload::Blank => self.shared.epoch(),
-                EntryPayload::Normal(change) => self.shared.apply(entry.log_id.index, change),
+                EntryPayload::Normal(p) => self.shared.apply(entry.log_id.index, p.change, p.session),
                 EntryPayload::Membership(m) => {
                     self.lock().membership = StoredMembership::new(Some(entry.log_id), m);
                     self.shared.epoch()
@@ -176,7 +193,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let s = self.lock();
         SnapshotBuilder {
             dir: self.dir.clone(),
-            map: self.shared.map_clone(),
+            state: self.shared.state_clone(),
             last_applied: s.last_applied,
             membership: s.membership.clone(),
         }
@@ -192,7 +209,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<u64>> {
         let data = snapshot.into_inner();
-        let map: ClusterMap = postcard::from_bytes(&data)
+        let state: SnapshotState = postcard::from_bytes(&data)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e.to_string())))?;
         let file = SnapshotFile { meta: meta.clone(), data };
         let dir = self.dir.clone();
@@ -205,7 +222,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             s.last_applied = meta.last_log_id;
             s.membership = meta.last_membership.clone();
         }
-        self.shared.install(map, meta.last_log_id.map_or(0, |l| l.index));
+        self.shared.install(state, meta.last_log_id.map_or(0, |l| l.index));
         Ok(())
     }
 

@@ -4,7 +4,8 @@
 //! mon.meta     identity written by mkfs: fsid, rank, the initial monitors (never changes)
 //! raft.state   vote, last committed log id, last purged log id (replaced atomically)
 //! raft.log     Raft entries, appended; a torn tail record is cut off on open
-//! snapshot     the latest snapshot: its Raft metadata and the postcard-encoded ClusterMap
+//! snapshot     the latest snapshot: its Raft metadata and the postcard-encoded ClusterMap with
+//!              the session table (`raft::SnapshotState`)
 //! ```
 //!
 //! Every file is a sequence of records `len (u32 LE) | crc32c(bytes) (u32 LE) | bytes`, where
@@ -47,8 +48,10 @@ const MAX_RECORD_BYTES: usize = 256 << 20;
 /// snapshot. Records are postcard, which is not self-describing, so any change to the shape of
 /// [`Meta`], the cluster map or its changes must bump this; a monitor then refuses a directory of
 /// another format by name instead of misreading it. 0: before the number existed. 1: OSDs carry
-/// a full flag. 2: the map holds temporary acting sets and PG activation records.
-pub const MON_STORE_FORMAT: u32 = 3;
+/// a full flag. 2: the map holds temporary acting sets and PG activation records. 3: cluster settings
+/// and flags in the map. 4: log entries carry the command's session and snapshots the session table
+/// (decision 0072).
+pub const MON_STORE_FORMAT: u32 = 4;
 
 /// The identity mkfs writes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,7 +92,7 @@ struct HardState {
     last_purged: Option<LogId<u64>>,
 }
 
-/// The snapshot as stored: Raft's metadata and the encoded map.
+/// The snapshot as stored: Raft's metadata and the encoded map and session table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct SnapshotFile {
     pub meta: SnapshotMeta<u64, BasicNode>,
@@ -470,7 +473,10 @@ mod tests {
     fn entry(index: u64) -> Entry<TypeConfig> {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 0), index),
-            payload: EntryPayload::Normal(Change::OsdDown { id: OsdId(index as u32) }),
+            payload: EntryPayload::Normal(crate::raft::Proposal {
+                change: Change::OsdDown { id: OsdId(index as u32) },
+                session: Some(shoal_map::CommandSession { client: 9, seq: index }),
+            }),
         }
     }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shoal_map::{ClusterMap, Command, OsdId, Weight};
+use shoal_map::{ClusterMap, Command, CommandSession, OsdId, Weight};
 use shoal_mon::{MonConfig, mkfs, run_with_listener};
 use shoal_net::{ClientConfig, Connection, Key, Keyring, NetError};
 use shoal_proto::mon::{GetMap, GetStatus, MapUpdate, MonCommand, MonCommandReply, OsdStats, StatusReply};
@@ -63,7 +63,11 @@ async fn connect(addr: SocketAddr, keys: &Keyring, entity: &str) -> Connection {
 }
 
 async fn command(c: &Connection, command: Command) -> Result<u64, RemoteError> {
-    let f = c.call(MonCommand::TYPE, shoal_proto::encode(&MonCommand { command }, vec![])).await.unwrap();
+    command_in(c, command, None).await
+}
+
+async fn command_in(c: &Connection, command: Command, session: Option<CommandSession>) -> Result<u64, RemoteError> {
+    let f = c.call(MonCommand::TYPE, shoal_proto::encode(&MonCommand { command, session }, vec![])).await.unwrap();
     shoal_proto::decode_frame::<MonCommandReply>(f).unwrap().0.result
 }
 
@@ -357,6 +361,92 @@ async fn a_repeatable_command_sent_as_the_leader_dies_is_resent_by_the_client_un
     assert!(!map.osds[&OsdId(0)].in_cluster);
     // Applied once: the repeat changed nothing, so the epoch is the one after the OSD's creation.
     assert_eq!(epoch, 3, "{map:?}");
+    for (_, m) in running {
+        m.stop().await;
+    }
+}
+
+/// Sends `cmd` with `session` until the monitors answer anything but "no quorum".
+async fn command_in_retry(
+    c: &Connection,
+    cmd: &Command,
+    session: CommandSession,
+    timeout: Duration,
+) -> Result<u64, RemoteError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match command_in(c, cmd.clone(), Some(session)).await {
+            Err(e) if e.code == ErrorCode::NoQuorum && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// A non-repeatable command resent with its session is answered with the epoch of its first
+/// application, not applied again and not refused as a duplicate: by a new leader after the one
+/// that applied it died, after snapshots replaced the log, and after every monitor restarted
+/// (the sessions are replicated state, decision 0072). Without its session the same command is
+/// refused ("exists"), as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_command_is_answered_with_its_first_epoch_across_failover_snapshots_and_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = keyring();
+    let (mut running, mut conns, mons, dirs) = three_mons(tmp.path(), "fsid-session", &keys).await;
+    command_retry(&conns[0].1, create_osd("h0"), Duration::from_secs(5)).await;
+    let leader = leader_of(&conns, Duration::from_secs(5)).await;
+    let pool = Command::CreatePool { name: "p".into(), size: 1, min_size: None, pg_num: 8, max_object_bytes: None };
+    let session = CommandSession { client: 0x5eed, seq: 1 };
+    let at = |conns: &[(u32, Connection)], r: u32| conns.iter().position(|(x, _)| *x == r).unwrap();
+    let epoch = command_in_retry(&conns[at(&conns, leader)].1, &pool, session, Duration::from_secs(5))
+        .await
+        .expect("pool created");
+    assert_eq!(epoch, 3);
+
+    running.remove(&leader).unwrap().stop().await;
+    conns.retain(|(r, _)| *r != leader);
+    for (_, c) in &conns {
+        let again = command_in_retry(c, &pool, session, Duration::from_secs(10)).await;
+        assert_eq!(again, Ok(epoch), "resent to a survivor");
+    }
+    let e = command(&conns[0].1, pool.clone()).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Exists, "{e:?}");
+
+    // Enough changes for the survivors to snapshot and purge the entry that recorded it.
+    let new_leader = leader_of(&conns, Duration::from_secs(5)).await;
+    let c = &conns[at(&conns, new_leader)].1;
+    let mut last = 0;
+    for i in 0..300 {
+        let cmd = if i % 2 == 0 { Command::OsdOut { id: OsdId(0) } } else { Command::OsdIn { id: OsdId(0) } };
+        last = command_retry(c, cmd, Duration::from_secs(5)).await;
+    }
+    assert!(dirs[new_leader as usize].join("snapshot").exists(), "the leader took a snapshot");
+    for (_, m) in running {
+        m.stop().await;
+    }
+
+    let mut running = BTreeMap::new();
+    for r in 0..3u32 {
+        let listener = TcpListener::bind(mons[&r]).await.unwrap();
+        running.insert(r, start(&dirs[r as usize], r, listener, &mons, &keys));
+    }
+    let mut conns = Vec::new();
+    for r in 0..3u32 {
+        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
+    }
+    converge(&conns, last, Duration::from_secs(10)).await;
+    for (r, c) in &conns {
+        let again = command_in_retry(c, &pool, session, Duration::from_secs(10)).await;
+        assert_eq!(again, Ok(epoch), "resent to mon.{r} after every monitor restarted");
+    }
+    // The client's next command is a new one.
+    let other = Command::CreatePool { name: "q".into(), size: 1, min_size: None, pg_num: 8, max_object_bytes: None };
+    let next =
+        command_in_retry(&conns[0].1, &other, CommandSession { client: 0x5eed, seq: 2 }, Duration::from_secs(10))
+            .await
+            .expect("a new command");
+    assert_eq!(next, last + 1);
     for (_, m) in running {
         m.stop().await;
     }

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use shoal_map::{ActivationProposal, Change, ClusterMap, Command, MonInfo, OsdId, PgId, Weight};
+use shoal_map::{ActivationProposal, Change, ClusterMap, Command, CommandSession, MonInfo, OsdId, PgId, Weight};
 use shoal_mon::core::{Action, CoreConfig, Event, MonCore, Reply, ReplyTo};
+use shoal_mon::sessions::SessionTable;
 use shoal_proto::ErrorCode;
 use shoal_proto::mon::{MapUpdate, OsdStats};
 
@@ -19,7 +20,11 @@ fn to(conn: u64, request_id: u64) -> ReplyTo {
 }
 
 fn cmd(core: &mut MonCore, t: ReplyTo, command: Command, now_ms: u64) -> Vec<Action> {
-    core.handle(Event::Command { to: Some(t), command, forwarded: false, now_ms })
+    core.handle(Event::Command { to: Some(t), command, session: None, forwarded: false, now_ms })
+}
+
+fn cmd_in(core: &mut MonCore, t: ReplyTo, command: Command, session: CommandSession) -> Vec<Action> {
+    core.handle(Event::Command { to: Some(t), command, session: Some(session), forwarded: false, now_ms: 0 })
 }
 
 fn stats(osd: u32) -> OsdStats {
@@ -49,10 +54,10 @@ fn commit_all(core: &mut MonCore, mut actions: Vec<Action>) -> Vec<Action> {
     let mut all = Vec::new();
     let mut index = core.applied_index();
     for _ in 0..1000 {
-        let proposals: Vec<Change> = actions
+        let proposals: Vec<(Change, Option<CommandSession>)> = actions
             .iter()
             .filter_map(|a| match a {
-                Action::Propose { change, .. } => Some(change.clone()),
+                Action::Propose { change, session, .. } => Some((change.clone(), *session)),
                 _ => None,
             })
             .collect();
@@ -60,9 +65,9 @@ fn commit_all(core: &mut MonCore, mut actions: Vec<Action>) -> Vec<Action> {
         if proposals.is_empty() {
             return all;
         }
-        for change in proposals {
+        for (change, session) in proposals {
             index += 1;
-            actions.extend(core.handle(Event::Applied { index, change }));
+            actions.extend(core.handle(Event::Applied { index, change, session }));
         }
     }
     panic!("proposals never stop");
@@ -275,7 +280,7 @@ fn silent_osd_is_marked_down_once_after_the_grace() {
         }
     }
     assert_eq!(downs, vec![Change::OsdDown { id: OsdId(0) }], "proposed once while in flight");
-    let r = core.handle(Event::Applied { index: 100, change: Change::OsdDown { id: OsdId(0) } });
+    let r = core.handle(Event::Applied { index: 100, change: Change::OsdDown { id: OsdId(0) }, session: None });
     assert!(proposals(&r).is_empty());
     assert!(!core.map().osds[&OsdId(0)].up);
     assert!(core.map().osds[&OsdId(1)].up);
@@ -342,12 +347,13 @@ fn stats_of_unknown_osds_are_not_kept() {
 
 #[test]
 fn non_leader_forwards_commands_and_stats_and_serves_maps() {
-    let mut core = MonCore::new(CoreConfig::new(0), map(), 0);
+    let mut core = MonCore::new(CoreConfig::new(0), map(), SessionTable::default(), 0);
     core.handle(Event::Leadership { leader: Some(1), ready: false, quorum: vec![1, 0], now_ms: 0 });
     // Applied entries from the leader still update the map.
     core.handle(Event::Applied {
         index: 1,
         change: Change::AddOsd { id: OsdId(0), host: "h".into(), weight: Weight::ONE },
+        session: None,
     });
     assert_eq!(core.map().epoch, 2);
 
@@ -357,6 +363,7 @@ fn non_leader_forwards_commands_and_stats_and_serves_maps() {
     let a = core.handle(Event::Command {
         to: Some(to(1, 2)),
         command: Command::OsdIn { id: OsdId(0) },
+        session: None,
         forwarded: true,
         now_ms: 0,
     });
@@ -372,6 +379,7 @@ fn non_leader_forwards_commands_and_stats_and_serves_maps() {
     core.handle(Event::Applied {
         index: 2,
         change: Change::OsdUp { id: OsdId(0), addr: "127.0.0.1:1".parse().unwrap() },
+        session: None,
     });
     assert!(core.handle(Event::Tick { now_ms: 100_000 }).is_empty());
 
@@ -398,7 +406,7 @@ fn non_leader_forwards_commands_and_stats_and_serves_maps() {
 fn commands_wait_for_a_leader_then_time_out() {
     let mut cfg = CoreConfig::new(0);
     cfg.no_leader_wait_ms = 1000;
-    let mut core = MonCore::new(cfg, map(), 0);
+    let mut core = MonCore::new(cfg, map(), SessionTable::default(), 0);
     let create = Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE };
     assert!(cmd(&mut core, to(1, 1), create.clone(), 100).is_empty());
     assert!(core.handle(Event::Tick { now_ms: 500 }).is_empty());
@@ -406,7 +414,8 @@ fn commands_wait_for_a_leader_then_time_out() {
     let a = core.handle(Event::Leadership { leader: Some(0), ready: true, quorum: vec![0], now_ms: 600 });
     assert_eq!(proposals(&a).len(), 1);
 
-    let mut core = MonCore::new(CoreConfig { no_leader_wait_ms: 1000, ..CoreConfig::new(0) }, map(), 0);
+    let mut core =
+        MonCore::new(CoreConfig { no_leader_wait_ms: 1000, ..CoreConfig::new(0) }, map(), SessionTable::default(), 0);
     assert!(cmd(&mut core, to(1, 1), create.clone(), 100).is_empty());
     let a = core.handle(Event::Tick { now_ms: 1100 });
     let e = command_replies(&a)[0].1.clone().unwrap_err();
@@ -414,7 +423,7 @@ fn commands_wait_for_a_leader_then_time_out() {
     assert!(e.message.contains("no leader"), "{}", e.message);
 
     // Leader known elsewhere: queued commands are forwarded.
-    let mut core = MonCore::new(CoreConfig::new(0), map(), 0);
+    let mut core = MonCore::new(CoreConfig::new(0), map(), SessionTable::default(), 0);
     assert!(cmd(&mut core, to(1, 1), create, 100).is_empty());
     let a = core.handle(Event::Leadership { leader: Some(2), ready: false, quorum: vec![], now_ms: 200 });
     assert!(matches!(&a[..], [Action::Forward { leader: 2, .. }]));
@@ -422,7 +431,7 @@ fn commands_wait_for_a_leader_then_time_out() {
 
 #[test]
 fn elected_but_not_ready_leader_holds_commands() {
-    let mut core = MonCore::new(CoreConfig::new(0), map(), 0);
+    let mut core = MonCore::new(CoreConfig::new(0), map(), SessionTable::default(), 0);
     core.handle(Event::Leadership { leader: Some(0), ready: false, quorum: vec![0], now_ms: 0 });
     let create = Command::CreateOsd { id: None, host: "h".into(), weight: Weight::ONE };
     assert!(cmd(&mut core, to(1, 1), create, 10).is_empty(), "not forwarded to itself, not proposed");
@@ -619,7 +628,7 @@ fn stale_reports_and_reports_about_an_earlier_boot_do_not_count() {
 
     // Reports made with a map from before osd.2's latest boot name an earlier incarnation.
     let t = 200 + window;
-    core.handle(Event::Applied { index: 50, change: Change::OsdDown { id: OsdId(2) } });
+    core.handle(Event::Applied { index: 50, change: Change::OsdDown { id: OsdId(2) }, session: None });
     boot(&mut core, 2, t);
     let booted = core.map().osds[&OsdId(2)].up_from;
     report(&mut core, 0, booted - 1, &[2], t);
@@ -628,4 +637,58 @@ fn stale_reports_and_reports_about_an_earlier_boot_do_not_count() {
     report(&mut core, 0, booted, &[2], t + 20);
     report(&mut core, 1, booted, &[2], t + 20);
     assert_eq!(proposals(&core.handle(Event::Tick { now_ms: t + 30 })), vec![Change::OsdDown { id: OsdId(2) }]);
+}
+
+/// A non-repeatable command resent with its session (the client lost the answer) is answered with
+/// the first attempt's epoch and proposed once: whether the resend arrives after the first was
+/// applied or while it is still in flight, and on a monitor built from a snapshot of the state
+/// (a new leader). Without a session the repeat is refused as it always was (decision 0072).
+#[test]
+fn a_resent_command_with_its_session_is_applied_once_and_answered_with_the_first_epoch() {
+    let mut core = MonCore::standalone(CoreConfig::new(0), map());
+    create_osds(&mut core, 1);
+    let pool = |name: &str| Command::CreatePool {
+        name: name.into(),
+        size: 1,
+        min_size: None,
+        pg_num: 8,
+        max_object_bytes: None,
+    };
+    let s1 = CommandSession { client: 77, seq: 1 };
+
+    // The resend arrives while the first attempt is in flight: it waits behind it.
+    let first = cmd_in(&mut core, to(1, 1), pool("a"), s1);
+    assert_eq!(proposals(&first).len(), 1);
+    let again = cmd_in(&mut core, to(2, 1), pool("a"), s1);
+    assert!(again.is_empty(), "{again:?}");
+    let all = commit_all(&mut core, first);
+    let replies = command_replies(&all);
+    assert_eq!(proposals(&all).len(), 1, "{all:?}");
+    let epoch = replies.iter().find(|(t, _)| *t == to(1, 1)).unwrap().1.clone().unwrap();
+    assert_eq!(replies.iter().find(|(t, _)| *t == to(2, 1)).unwrap().1.clone().unwrap(), epoch);
+    assert_eq!(core.map().pools.len(), 1);
+
+    // After it was applied, on this monitor and on one built from its state.
+    let late = cmd_in(&mut core, to(3, 1), pool("a"), s1);
+    assert!(proposals(&late).is_empty());
+    assert_eq!(command_replies(&late)[0].1.clone().unwrap(), epoch);
+    let snapshot = core.sessions().clone();
+    let mut heir = MonCore::new(CoreConfig::new(1), core.map().clone(), snapshot, core.applied_index());
+    heir.handle(Event::Leadership { leader: Some(1), ready: true, quorum: vec![1], now_ms: 0 });
+    let late = cmd_in(&mut heir, to(4, 1), pool("a"), s1);
+    assert!(proposals(&late).is_empty());
+    assert_eq!(command_replies(&late)[0].1.clone().unwrap(), epoch);
+
+    // Another command of the same client, and the same command without a session.
+    let next = cmd_in(&mut core, to(5, 1), pool("b"), CommandSession { client: 77, seq: 2 });
+    let next = command_replies(&commit_all(&mut core, next))[0].1.clone().unwrap();
+    assert!(next > epoch);
+    let e = command_replies(&cmd(&mut core, to(6, 1), pool("a"), 0))[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::Exists);
+    // The same sequence number from another client is another command.
+    let e = command_replies(&cmd_in(&mut core, to(7, 1), pool("a"), CommandSession { client: 78, seq: 1 }))[0]
+        .1
+        .clone()
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Exists);
 }

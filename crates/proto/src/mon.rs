@@ -1,7 +1,7 @@
 //! Messages between monitors, daemons and clients about the cluster map (types 16..=31).
 
 use serde::{Deserialize, Serialize};
-use shoal_map::{ClusterMap, Command, Incremental, OsdId};
+use shoal_map::{ClusterMap, Command, CommandSession, Incremental, OsdId};
 
 use crate::error::RemoteError;
 use crate::msg::Message;
@@ -10,6 +10,9 @@ use crate::msg::Message;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MonCommand {
     pub command: Command,
+    /// Set by clients on commands that are not [`Command::repeatable`], so that a resend after a
+    /// lost answer is applied at most once (decision 0072).
+    pub session: Option<CommandSession>,
 }
 impl Message for MonCommand {
     const TYPE: u16 = 16;

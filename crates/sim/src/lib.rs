@@ -1342,9 +1342,9 @@ impl Simulation {
         let mut index = self.mon.applied_index();
         while let Some(action) = queue.pop_front() {
             match action {
-                MonAction::Propose { change, .. } => {
+                MonAction::Propose { change, session, .. } => {
                     index += 1;
-                    queue.extend(self.mon.handle(MonEvent::Applied { index, change }));
+                    queue.extend(self.mon.handle(MonEvent::Applied { index, change, session }));
                 }
                 MonAction::Push { conns, update } => {
                     for conn in conns {
@@ -1414,7 +1414,13 @@ impl Simulation {
                 }
                 Action::MonCommand(command) => {
                     let before = self.mon.map().epoch;
-                    let cmd = MonEvent::Command { to: None, command, forwarded: false, now_ms: self.now_us / 1000 };
+                    let cmd = MonEvent::Command {
+                        to: None,
+                        command,
+                        session: None,
+                        forwarded: false,
+                        now_ms: self.now_us / 1000,
+                    };
                     let actions = self.mon.handle(cmd);
                     self.mon_actions(actions);
                     let after = self.mon.map().epoch;
@@ -1553,7 +1559,7 @@ impl Simulation {
     }
 
     fn mon_command(&mut self, command: Command) {
-        let cmd = MonEvent::Command { to: None, command, forwarded: false, now_ms: self.now_us / 1000 };
+        let cmd = MonEvent::Command { to: None, command, session: None, forwarded: false, now_ms: self.now_us / 1000 };
         let actions = self.mon.handle(cmd);
         self.mon_actions(actions);
     }
