@@ -843,11 +843,48 @@ fn locate(bucket_id: u64, meta: &ObjectMeta, manifest: Option<&Manifest>, at: u6
     }
 }
 
-/// A stream of an object's bytes in `range` (end exclusive, within the object), read one chunk
-/// at a time in a task that stays one chunk ahead of the consumer. `manifest` lists a multipart
-/// object's parts. Each read reserves its bytes from `budget`; with `None` the caller has
-/// reserved [`COPY_READ_AHEAD_BYTES`] for them (the stream holds at most the chunk waiting in
-/// the channel and the one being read).
+/// The bytes of a range of an object, as [`read_stream`] yields them: the part read with the
+/// metadata first, then what a reading task sends, if the range needs more. Its size hint is
+/// exact (the bytes still to come), which the HTTP layer uses as the body's length.
+pub struct ObjectStream {
+    first: Option<Bytes>,
+    rx: Option<tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>>,
+    remaining: u64,
+}
+
+impl futures::Stream for ObjectStream {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let p = match self.first.take() {
+            Some(b) => std::task::Poll::Ready(Some(Ok(b))),
+            None => match self.rx.as_mut() {
+                Some(rx) => rx.poll_recv(cx),
+                None => std::task::Poll::Ready(None),
+            },
+        };
+        if let std::task::Poll::Ready(Some(Ok(b))) = &p {
+            self.remaining = self.remaining.saturating_sub(b.len() as u64);
+        }
+        p
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        (n, Some(n))
+    }
+}
+
+/// A stream of an object's bytes in `range` (end exclusive, within the object). What the head
+/// read with the metadata ([`open`]) comes first; the rest is read one chunk at a time in a task
+/// that stays one chunk ahead of the consumer. A range the head's share covers (every small
+/// object) is served with no task and no channel: half of a small GET's wake-ups went to them.
+/// `manifest` lists a multipart object's parts. Each read reserves its bytes from `budget`; with
+/// `None` the caller has reserved [`COPY_READ_AHEAD_BYTES`] for them (the stream holds at most the
+/// chunk waiting in the channel and the one being read).
 pub fn read_stream(
     client: Client,
     budget: Option<MemoryBudget>,
@@ -855,7 +892,19 @@ pub fn read_stream(
     obj: OpenObject,
     manifest: Option<Manifest>,
     range: std::ops::Range<u64>,
-) -> tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>> {
+) -> ObjectStream {
+    let remaining = range.end.saturating_sub(range.start);
+    let mut obj = obj;
+    // The head's share was read for this range, so it lies within it; a head holding more than
+    // its metadata says (damage) must still not make the body longer than its stated length.
+    if obj.first.len() as u64 > remaining {
+        tracing::warn!(key = %obj.meta.key, "the head holds more bytes than the object's size: cut to the range");
+        obj.first.truncate(usize::try_from(remaining).unwrap_or(usize::MAX));
+    }
+    if obj.first.len() as u64 == remaining {
+        let first = (!obj.first.is_empty()).then_some(obj.first);
+        return ObjectStream { first, rx: None, remaining };
+    }
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         let meta = obj.meta;
@@ -899,7 +948,7 @@ pub fn read_stream(
             at += len;
         }
     });
-    rx
+    ObjectStream { first: None, rx: Some(rx), remaining }
 }
 
 #[cfg(test)]

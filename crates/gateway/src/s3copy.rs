@@ -12,8 +12,8 @@ use crate::layout::{BucketRecord, Checksums, Manifest};
 use crate::multipart;
 use crate::objects::{self, BodyCheck, BodyShape, COPY_READ_AHEAD_BYTES, OpenObject, WriteArgs};
 use crate::s3impl::{
-    CHECKSUM_ALGORITHMS, Gateway, ReceiverStream, check_read_conditions, checksum_name, content_headers,
-    enable_checksum, etag_of, http_date, timestamp, user_meta_of, write_condition, write_error,
+    CHECKSUM_ALGORITHMS, Gateway, check_read_conditions, checksum_name, content_headers, enable_checksum, etag_of,
+    http_date, timestamp, user_meta_of, write_condition, write_error,
 };
 
 /// The largest source CopyObject copies, and the largest range UploadPartCopy copies (S3's
@@ -233,10 +233,10 @@ impl Gateway {
     }
 
     /// The source's bytes as a body stream, and the memory shape a write of it reserves.
-    fn source_body(&self, source: Source) -> (ReceiverStream, BodyShape) {
+    fn source_body(&self, source: Source) -> (objects::ObjectStream, BodyShape) {
         let len = source.range.end - source.range.start;
         let shape = BodyShape { size_hint: Some(len), read_ahead_bytes: len.min(COPY_READ_AHEAD_BYTES) };
-        let rx = objects::read_stream(
+        let stream = objects::read_stream(
             self.client.clone(),
             None,
             source.bucket.id,
@@ -244,7 +244,7 @@ impl Gateway {
             source.manifest,
             source.range,
         );
-        (ReceiverStream::new(rx, len), shape)
+        (stream, shape)
     }
 
     pub(crate) async fn copy(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {

@@ -701,8 +701,9 @@ impl S3 for Gateway {
         let whole = content_range.is_none() || meta.parts == 0 && input.part_number == Some(1);
         let sums = returned_checksums(&meta, manifest.as_ref(), input.part_number, input.checksum_mode.as_ref(), whole);
         let checksum_type = crate::s3multipart::checksum_type_of(&sums);
-        let rx = objects::read_stream(self.client.clone(), Some(self.budget.clone()), bucket.id, obj, manifest, range);
-        let body = StreamingBlob::wrap(ReceiverStream::new(rx, length));
+        let stream =
+            objects::read_stream(self.client.clone(), Some(self.budget.clone()), bucket.id, obj, manifest, range);
+        let body = StreamingBlob::wrap(stream);
         let c = content_of(&meta);
         let (lock_mode, lock_until, legal_hold) = crate::s3lock::lock_fields(&meta.lock);
         let out = GetObjectOutput {
@@ -1217,36 +1218,4 @@ fn objects_of(
             ..Default::default()
         })
         .collect()
-}
-
-/// An object body stream fed by the reading task, which knows its length.
-pub(crate) struct ReceiverStream {
-    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
-    remaining: u64,
-}
-
-impl ReceiverStream {
-    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>, len: u64) -> Self {
-        ReceiverStream { rx, remaining: len }
-    }
-}
-
-impl futures::Stream for ReceiverStream {
-    type Item = Result<bytes::Bytes, std::io::Error>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        let p = self.rx.poll_recv(cx);
-        if let std::task::Poll::Ready(Some(Ok(b))) = &p {
-            self.remaining = self.remaining.saturating_sub(b.len() as u64);
-        }
-        p
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
-        (n, Some(n))
-    }
 }
