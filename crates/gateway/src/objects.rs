@@ -881,7 +881,8 @@ impl futures::Stream for ObjectStream {
 /// A stream of an object's bytes in `range` (end exclusive, within the object). What the head
 /// read with the metadata ([`open`]) comes first; the rest is read one chunk at a time in a task
 /// that stays one chunk ahead of the consumer. A range the head's share covers (every small
-/// object) is served with no task and no channel: half of a small GET's wake-ups went to them.
+/// object) is served with no task and no channel, which cost every small GET a spawn and the
+/// wake-ups of a channel (docs/BENCHMARKS.md, "Small GETs without a reading task").
 /// `manifest` lists a multipart object's parts. Each read reserves its bytes from `budget`; with
 /// `None` the caller has reserved [`COPY_READ_AHEAD_BYTES`] for them (the stream holds at most the
 /// chunk waiting in the channel and the one being read).
@@ -889,12 +890,11 @@ pub fn read_stream(
     client: Client,
     budget: Option<MemoryBudget>,
     bucket_id: u64,
-    obj: OpenObject,
+    mut obj: OpenObject,
     manifest: Option<Manifest>,
     range: std::ops::Range<u64>,
 ) -> ObjectStream {
     let remaining = range.end.saturating_sub(range.start);
-    let mut obj = obj;
     // The head's share was read for this range, so it lies within it; a head holding more than
     // its metadata says (damage) must still not make the body longer than its stated length.
     if obj.first.len() as u64 > remaining {

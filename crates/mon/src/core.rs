@@ -475,24 +475,19 @@ impl MonCore {
             // A resend of a command already applied gets the first answer; nothing is proposed.
             // Every entry of earlier terms is applied before a leader is ready, so a first
             // attempt still in the log is either in the table by now or can never commit.
-            match q.session.map(|s| self.sessions.seen(s)) {
-                Some(Seen::Applied { epoch }) => {
-                    if let Some(to) = q.to {
-                        out.push(Action::Reply { to, reply: Reply::Command(Ok(epoch)) });
-                    }
-                    continue;
+            let resent = match q.session.map(|s| self.sessions.seen(s)) {
+                Some(Seen::Applied { epoch }) => Some(Ok(epoch)),
+                Some(Seen::Forgotten) => Some(Err(RemoteError::new(
+                    ErrorCode::Other,
+                    "a command resent after the monitors forgot whether it was applied: check the map",
+                ))),
+                Some(Seen::New) | None => None,
+            };
+            if let Some(answer) = resent {
+                if let Some(to) = q.to {
+                    out.push(Action::Reply { to, reply: Reply::Command(answer) });
                 }
-                Some(Seen::Forgotten) => {
-                    if let Some(to) = q.to {
-                        let e = RemoteError::new(
-                            ErrorCode::Other,
-                            "a command resent after the monitors forgot whether it was applied: check the map",
-                        );
-                        out.push(Action::Reply { to, reply: Reply::Command(Err(e)) });
-                    }
-                    continue;
-                }
-                Some(Seen::New) | None => {}
+                continue;
             }
             match self.map.prepare(&q.command) {
                 Ok(Some(mut change)) => {

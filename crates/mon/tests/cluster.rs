@@ -275,6 +275,25 @@ async fn three_mons(
     (running, conns, mons, dirs)
 }
 
+/// Starts again the three monitors of [`three_mons`] (all stopped) at their addresses, with a
+/// `client.admin` connection to each.
+async fn restart_three(
+    dirs: &[std::path::PathBuf],
+    mons: &BTreeMap<u32, SocketAddr>,
+    keys: &Arc<Keyring>,
+) -> (BTreeMap<u32, Mon>, Vec<(u32, Connection)>) {
+    let mut running = BTreeMap::new();
+    for r in 0..3u32 {
+        let listener = TcpListener::bind(mons[&r]).await.unwrap();
+        running.insert(r, start(&dirs[r as usize], r, listener, mons, keys));
+    }
+    let mut conns = Vec::new();
+    for r in 0..3u32 {
+        conns.push((r, connect(mons[&r], keys, "client.admin").await));
+    }
+    (running, conns)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_monitors_fail_over_and_recover() {
     let tmp = tempfile::tempdir().unwrap();
@@ -426,15 +445,7 @@ async fn a_resent_command_is_answered_with_its_first_epoch_across_failover_snaps
         m.stop().await;
     }
 
-    let mut running = BTreeMap::new();
-    for r in 0..3u32 {
-        let listener = TcpListener::bind(mons[&r]).await.unwrap();
-        running.insert(r, start(&dirs[r as usize], r, listener, &mons, &keys));
-    }
-    let mut conns = Vec::new();
-    for r in 0..3u32 {
-        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
-    }
+    let (running, conns) = restart_three(&dirs, &mons, &keys).await;
     converge(&conns, last, Duration::from_secs(10)).await;
     for (r, c) in &conns {
         let again = command_in_retry(c, &pool, session, Duration::from_secs(10)).await;
@@ -490,15 +501,7 @@ async fn snapshots_bound_the_log_and_catch_up_a_lagging_monitor() {
     }
 
     // Everyone restarts: recovery from snapshot + log gives the same map.
-    let mut running = BTreeMap::new();
-    for r in 0..3u32 {
-        let listener = TcpListener::bind(mons[&r]).await.unwrap();
-        running.insert(r, start(&dirs[r as usize], r, listener, &mons, &keys));
-    }
-    let mut conns = Vec::new();
-    for r in 0..3u32 {
-        conns.push((r, connect(mons[&r], &keys, "client.admin").await));
-    }
+    let (running, conns) = restart_three(&dirs, &mons, &keys).await;
     converge(&conns, 302, Duration::from_secs(5)).await;
     let epoch = command_retry(&conns[2].1, Command::OsdOut { id: OsdId(0) }, Duration::from_secs(5)).await;
     assert_eq!(epoch, 303);
