@@ -214,12 +214,18 @@ fn free_port() -> Result<SocketAddr> {
 }
 
 /// Whether process `pid` is running. A zombie (exited, not yet reaped: daemons outlive the
-/// `up` that started them, and not every init reaps promptly) counts as stopped.
+/// `up` that started them, and not every init reaps promptly) counts as stopped, but only once
+/// every thread of it has exited: the main thread of a process being killed or exiting can be a
+/// zombie while its other threads still run and still hold its files (and so the lock on its
+/// store), which `down`'s callers rely on being released when it returns.
 fn pid_alive(pid: i32) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    // The state follows the command name, which is in parentheses and may contain spaces.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, None | Some("Z") | Some("X"))
+    let Ok(threads) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    threads.flatten().any(|t| {
+        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else { return false };
+        // The state follows the command name, which is in parentheses and may contain spaces.
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        !matches!(state, None | Some("Z") | Some("X"))
+    })
 }
 
 fn read_pids(dir: &Path) -> Vec<(String, i32)> {
@@ -523,6 +529,11 @@ pub fn up(args: &UpArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How long `down` waits for a daemon to stop after SIGTERM before killing it.
+const STOP_GRACE_MS: u64 = 5_000;
+/// How long `down` waits for a killed daemon's threads to exit.
+const KILL_WAIT_MS: u64 = 10_000;
+
 pub fn down(args: &DownArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let dir = args.dir.clone().unwrap_or_else(default_cluster_dir);
@@ -537,25 +548,28 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
     let (gateways, daemons): (Vec<_>, Vec<_>) = pids.into_iter().partition(|(n, _)| n == "gateway");
     let (osds, others): (Vec<_>, Vec<_>) = daemons.into_iter().partition(|(n, _)| n.starts_with("osd."));
     let mut stopped = 0;
+    let mut stuck = Vec::new();
     for group in [gateways, osds, others] {
         for (_, pid) in &group {
             if pid_alive(*pid) {
                 unsafe { libc::kill(*pid, libc::SIGTERM) };
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_millis(STOP_GRACE_MS);
         for (name, pid) in &group {
-            while pid_alive(*pid) && !reap(*pid) {
-                if Instant::now() >= deadline {
-                    eprintln!("shoal: {name} (pid {pid}) did not stop in 5 s; killing it");
-                    unsafe { libc::kill(*pid, libc::SIGKILL) };
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(2));
+            if stop_or_kill(name, *pid, deadline) {
+                let _ = fs::remove_file(dir.join(format!("{name}.pid")));
+                stopped += 1;
+            } else {
+                stuck.push(format!("{name} (pid {pid})"));
             }
-            let _ = fs::remove_file(dir.join(format!("{name}.pid")));
-            stopped += 1;
         }
+    }
+    if !stuck.is_empty() {
+        bail!(
+            "{} did not exit {KILL_WAIT_MS} ms after SIGKILL (stuck in the kernel?); the other daemons stopped",
+            stuck.join(", ")
+        );
     }
     let mem = info.as_ref().is_some_and(|i| i.backend == "mem");
     let removed = mem && !args.keep;
@@ -573,6 +587,29 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for daemon `name` (`pid`, sent SIGTERM) to exit, killing it with SIGKILL at `deadline`;
+/// returns whether it exited. SIGKILL is delivered at once, but the process's threads take time
+/// to exit and release its store; returning before then would let the next `up` or `store fsck`
+/// find the store in use. A process that outlives SIGKILL by `KILL_WAIT_MS` is stuck in the
+/// kernel, and is reported rather than waited for.
+fn stop_or_kill(name: &str, pid: i32, deadline: Instant) -> bool {
+    let mut killed_at = None;
+    while pid_alive(pid) && !reap(pid) {
+        let now = Instant::now();
+        match killed_at {
+            None if now >= deadline => {
+                eprintln!("shoal: {name} (pid {pid}) did not stop in {STOP_GRACE_MS} ms; killing it");
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                killed_at = Some(now);
+            }
+            Some(at) if now.duration_since(at) >= Duration::from_millis(KILL_WAIT_MS) => return false,
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
 }
 
 /// Reaps `pid` if it is our exited child (it is not when `down` runs in another process than

@@ -81,18 +81,22 @@ pub fn sigkill(dir: &Path, name: &str) {
     wait_exited(pid, name, Duration::from_secs(30));
 }
 
-/// Waits until process `pid` has exited: gone, or a zombie its parent has not reaped yet (an
-/// exited process has closed its files either way).
+/// Waits until process `pid` has exited: gone, or every thread of it a zombie its parent has
+/// not reaped yet. The main thread alone is not enough: under SIGKILL it can be a zombie while
+/// the other threads still run and hold the process's files (its store's lock).
 pub fn wait_exited(pid: i32, name: &str, timeout: Duration) {
     let deadline = Instant::now() + timeout;
+    let thread_runs = |stat: &str| {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+    };
     loop {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return,
-            // The state follows the command name, which is in parentheses and may hold spaces.
-            Ok(stat) if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])) => {
-                return;
-            }
-            Ok(_) => {}
+        let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+        let running = threads
+            .flatten()
+            .any(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| thread_runs(&stat)));
+        if !running {
+            return;
         }
         assert!(Instant::now() < deadline, "{name} (pid {pid}) still runs {timeout:?} after SIGKILL");
         std::thread::sleep(Duration::from_millis(10));
