@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::handshake::Session;
@@ -188,9 +188,32 @@ where
 }
 
 /// Reads a write's `len_bytes` of data into `data` (empty on entry) without zeroing the buffer
-/// first: a large payload is read straight into it past what the connection buffered.
-async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len_bytes: usize, data: &mut Vec<u8>) -> std::io::Result<()> {
+/// first. What the connection's buffer already holds is copied out of it; a remainder of at
+/// least `DIRECT_PAYLOAD_BYTES` is then read from the socket straight into `data`. Through the
+/// buffer, every read that wants less than a whole buffer (a large payload's tail) is copied
+/// twice, into the buffer and out of it; a small remainder still goes through it, since the
+/// read that fetches it also brings in the requests behind it.
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    len_bytes: usize,
+    data: &mut Vec<u8>,
+) -> std::io::Result<()> {
     data.reserve_exact(len_bytes);
+    if len_bytes >= DIRECT_PAYLOAD_BYTES {
+        let buffered = r.buffer();
+        let taken = buffered.len().min(len_bytes);
+        data.extend_from_slice(&buffered[..taken]);
+        std::pin::Pin::new(&mut *r).consume(taken);
+        // The buffer is empty unless it held the whole payload, so reading past it loses nothing.
+        debug_assert!(taken == len_bytes || r.buffer().is_empty());
+        let inner = r.get_mut();
+        while len_bytes - data.len() >= DIRECT_PAYLOAD_BYTES {
+            let want = (len_bytes - data.len()) as u64;
+            if (&mut *inner).take(want).read_buf(data).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
     while data.len() < len_bytes {
         let want = (len_bytes - data.len()) as u64;
         if (&mut *r).take(want).read_buf(data).await? == 0 {
@@ -406,5 +429,58 @@ mod tests {
             assert!(w.buf.is_empty(), "a flush left bytes in the buffer");
             assert!(w.w.took == expected, "socket taking {step} bytes at a time: the bytes differ");
         }
+    }
+
+    /// A socket that hands out at most `step` bytes per read.
+    struct Dribble {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Dribble {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = buf.remaining().min(self.step).min(self.bytes.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.bytes[at..at + n]);
+            self.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Payloads small and large, each followed by the bytes of the next request, come out whole
+    /// and leave the next request's bytes in place, however the socket hands them out; a large
+    /// payload's tail is read past the buffer.
+    #[tokio::test]
+    async fn payloads_are_read_whole_and_leave_the_next_request_in_place() {
+        let sizes = [0usize, 1, 4096, DIRECT_PAYLOAD_BYTES - 1, DIRECT_PAYLOAD_BYTES, 512 << 10, IO_BUFFER_BYTES + 7];
+        let mut wire = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            wire.extend((0..n).map(|b| (b * 7 + i) as u8));
+            wire.extend_from_slice(&[0xEE; REQUEST_BYTES]);
+        }
+        for step in [1usize, 28, 4096, 100_000, 1 << 20] {
+            let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, Dribble { bytes: wire.clone(), at: 0, step });
+            for (i, &n) in sizes.iter().enumerate() {
+                let mut data = Vec::new();
+                read_payload(&mut r, n, &mut data).await.unwrap();
+                assert!(
+                    data.iter().enumerate().all(|(b, &v)| v == (b * 7 + i) as u8),
+                    "payload {i} differs at step {step}"
+                );
+                assert_eq!(data.len(), n);
+                let mut next = [0u8; REQUEST_BYTES];
+                r.read_exact(&mut next).await.unwrap();
+                assert_eq!(next, [0xEE; REQUEST_BYTES], "the bytes after payload {i} at step {step}");
+            }
+        }
+        // A truncated payload is an error, not a short payload.
+        let mut r = BufReader::new(Dribble { bytes: vec![1; 100_000], at: 0, step: 4096 });
+        let err = read_payload(&mut r, 200_000, &mut Vec::new()).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 }
