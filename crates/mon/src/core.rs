@@ -194,19 +194,30 @@ pub fn remote_error(e: &MapError) -> RemoteError {
     RemoteError::new(code, e.to_string())
 }
 
+/// A command as it arrives: from a client (`to` answers it), forwarded by another monitor, or
+/// the leader's own.
+struct Request {
+    to: Option<ReplyTo>,
+    command: Command,
+    session: Option<CommandSession>,
+    forwarded: bool,
+}
+
+impl Request {
+    /// A command of the leader's own, with nobody to answer.
+    fn internal(command: Command) -> Request {
+        Request { to: None, command, session: None, forwarded: false }
+    }
+}
+
+/// A command waiting for the ready leader: answered with `NoQuorum` once `deadline_ms` passes
+/// without one.
 struct Queued {
     to: Option<ReplyTo>,
     command: Command,
     session: Option<CommandSession>,
     forwarded: bool,
     deadline_ms: u64,
-}
-
-impl Queued {
-    /// A command of the leader's own, with nobody to answer.
-    fn internal(command: Command) -> Queued {
-        Queued { to: None, command, session: None, forwarded: false, deadline_ms: 0 }
-    }
 }
 
 struct InFlight {
@@ -340,7 +351,7 @@ impl MonCore {
         match event {
             Event::Command { to, command, session, forwarded, now_ms } => {
                 self.advance(now_ms);
-                self.on_command(Queued { to, command, session, forwarded, deadline_ms: 0 }, &mut out);
+                self.on_command(Request { to, command, session, forwarded }, &mut out);
             }
             Event::Applied { index, change, session } => self.on_applied(index, change, session, &mut out),
             Event::ProposalFailed { id, error } => {
@@ -429,8 +440,8 @@ impl MonCore {
     }
 
     /// Forwards `q` to the leader, or queues it here (its deadline starts now).
-    fn on_command(&mut self, q: Queued, out: &mut Vec<Action>) {
-        let Queued { to, command, session, forwarded, .. } = q;
+    fn on_command(&mut self, r: Request, out: &mut Vec<Action>) {
+        let Request { to, command, session, forwarded } = r;
         match self.leader {
             Some(leader) if leader != self.cfg.rank => {
                 match (to, forwarded) {
@@ -660,7 +671,7 @@ impl MonCore {
             return;
         }
         tracing::info!(osd = %id, used_permille = permille, full, "OSD crossed the full threshold");
-        self.on_command(Queued::internal(Command::OsdFull { id, full }), out);
+        self.on_command(Request::internal(Command::OsdFull { id, full }), out);
     }
 
     fn on_leadership(&mut self, leader: Option<u32>, ready: bool, quorum: Vec<u32>, out: &mut Vec<Action>) {
@@ -688,8 +699,8 @@ impl MonCore {
         }
         if leader.is_some_and(|l| l != self.cfg.rank) {
             // Hand the waiting commands to the new leader.
-            for q in std::mem::take(&mut self.queue) {
-                self.on_command(q, out);
+            for Queued { to, command, session, forwarded, .. } in std::mem::take(&mut self.queue) {
+                self.on_command(Request { to, command, session, forwarded }, out);
             }
         }
     }
@@ -733,7 +744,7 @@ impl MonCore {
         for id in late {
             tracing::info!(osd = %id, grace_ms = grace, "no report within the grace period: marking down");
             self.down_pending.insert(id);
-            self.on_command(Queued::internal(Command::OsdDown { id }), out);
+            self.on_command(Request::internal(Command::OsdDown { id }), out);
         }
         let reported = self.failures.due(
             &self.map,
@@ -745,7 +756,7 @@ impl MonCore {
         for id in reported {
             tracing::warn!(osd = %id, "peers on distinct hosts report it unreachable: marking down");
             self.down_pending.insert(id);
-            self.on_command(Queued::internal(Command::OsdDown { id }), out);
+            self.on_command(Request::internal(Command::OsdDown { id }), out);
         }
         self.down_out(out);
     }
@@ -774,7 +785,7 @@ impl MonCore {
         for id in due {
             tracing::info!(osd = %id, interval_ms, "down for the down-out interval: marking out");
             self.out_pending.insert(id);
-            self.on_command(Queued::internal(Command::OsdOut { id }), out);
+            self.on_command(Request::internal(Command::OsdOut { id }), out);
         }
     }
 }
