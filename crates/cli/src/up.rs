@@ -619,3 +619,36 @@ fn reap(pid: i32) -> bool {
     let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
     r == pid
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn main_thread_state(pid: i32) -> Option<String> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(stat.rsplit_once(')')?.1.split_whitespace().next()?.to_string())
+    }
+
+    /// A process whose main thread has exited while another thread still runs (as while a
+    /// daemon exits or is killed: its threads end one by one) still holds its files, so it is
+    /// alive; once every thread has exited it is not. Python stands in for the daemon: its main
+    /// thread calls `pthread_exit` and a second thread exits the process a moment later.
+    #[test]
+    fn a_process_is_alive_until_its_last_thread_exits() {
+        let script = "import threading, time, os, ctypes\n\
+                      def rest():\n    time.sleep(1.5)\n    os._exit(0)\n\
+                      threading.Thread(target=rest).start()\n\
+                      ctypes.CDLL(None).pthread_exit(None)\n";
+        let mut child = std::process::Command::new("python3").args(["-c", script]).spawn().expect("python3 runs");
+        let pid = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while main_thread_state(pid).as_deref() != Some("Z") {
+            assert!(Instant::now() < deadline, "the main thread of {pid} did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(pid_alive(pid), "a process with a running thread counted as stopped");
+        let status = child.wait().expect("wait");
+        assert!(status.success());
+        assert!(!pid_alive(pid), "a reaped process counted as running");
+    }
+}
