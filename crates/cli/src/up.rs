@@ -548,6 +548,7 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
     let (gateways, daemons): (Vec<_>, Vec<_>) = pids.into_iter().partition(|(n, _)| n == "gateway");
     let (osds, others): (Vec<_>, Vec<_>) = daemons.into_iter().partition(|(n, _)| n.starts_with("osd."));
     let mut stopped = 0;
+    let mut killed = Vec::new();
     let mut stuck = Vec::new();
     for group in [gateways, osds, others] {
         for (_, pid) in &group {
@@ -557,12 +558,16 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
         }
         let deadline = Instant::now() + Duration::from_millis(STOP_GRACE_MS);
         for (name, pid) in &group {
-            if stop_or_kill(name, *pid, deadline) {
-                let _ = fs::remove_file(dir.join(format!("{name}.pid")));
-                stopped += 1;
-            } else {
+            let ending = stop_or_kill(name, *pid, deadline);
+            if ending == Ending::Stuck {
                 stuck.push(format!("{name} (pid {pid})"));
+                continue;
             }
+            if ending == Ending::Killed {
+                killed.push(name.clone());
+            }
+            let _ = fs::remove_file(dir.join(format!("{name}.pid")));
+            stopped += 1;
         }
     }
     if !stuck.is_empty() {
@@ -578,23 +583,37 @@ pub fn down(args: &DownArgs) -> Result<ExitCode> {
     }
     let elapsed_ms = started.elapsed().as_millis() as u64;
     if args.json {
-        let doc = serde_json::json!({"dir": dir, "stopped": stopped, "removed": removed, "elapsed_ms": elapsed_ms});
+        let doc = serde_json::json!({
+            "dir": dir, "stopped": stopped, "killed": killed, "removed": removed, "elapsed_ms": elapsed_ms
+        });
         println!("{doc}");
     } else {
         println!(
-            "stopped {stopped} daemon(s) in {elapsed_ms} ms{}",
+            "stopped {stopped} daemon(s) in {elapsed_ms} ms{}{}",
+            if killed.is_empty() { String::new() } else { format!(" ({} killed after the grace)", killed.join(", ")) },
             if removed { format!("; removed {}", dir.display()) } else { String::new() }
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Waits for daemon `name` (`pid`, sent SIGTERM) to exit, killing it with SIGKILL at `deadline`;
-/// returns whether it exited. SIGKILL is delivered at once, but the process's threads take time
-/// to exit and release its store; returning before then would let the next `up` or `store fsck`
-/// find the store in use. A process that outlives SIGKILL by `KILL_WAIT_MS` is stuck in the
-/// kernel, and is reported rather than waited for.
-fn stop_or_kill(name: &str, pid: i32, deadline: Instant) -> bool {
+/// How a daemon `down` stopped ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// It exited after SIGTERM.
+    Stopped,
+    /// It did not exit within the grace, and exited after SIGKILL.
+    Killed,
+    /// It outlived SIGKILL by `KILL_WAIT_MS`.
+    Stuck,
+}
+
+/// Waits for daemon `name` (`pid`, sent SIGTERM) to exit, killing it with SIGKILL at `deadline`.
+/// SIGKILL is delivered at once, but the process's threads take time to exit and release its
+/// store; returning before then would let the next `up` or `store fsck` find the store in use. A
+/// process that outlives SIGKILL by `KILL_WAIT_MS` is stuck in the kernel, and is reported rather
+/// than waited for.
+fn stop_or_kill(name: &str, pid: i32, deadline: Instant) -> Ending {
     let mut killed_at = None;
     while pid_alive(pid) && !reap(pid) {
         let now = Instant::now();
@@ -604,12 +623,12 @@ fn stop_or_kill(name: &str, pid: i32, deadline: Instant) -> bool {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
                 killed_at = Some(now);
             }
-            Some(at) if now.duration_since(at) >= Duration::from_millis(KILL_WAIT_MS) => return false,
+            Some(at) if now.duration_since(at) >= Duration::from_millis(KILL_WAIT_MS) => return Ending::Stuck,
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    true
+    if killed_at.is_some() { Ending::Killed } else { Ending::Stopped }
 }
 
 /// Reaps `pid` if it is our exited child (it is not when `down` runs in another process than

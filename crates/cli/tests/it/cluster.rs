@@ -269,3 +269,24 @@ fn three_replicas_across_three_hosts() {
     fails_with(&shoal(tmp.path(), &["up", "--dir", &other.display().to_string()]), "holds no Shoal cluster");
     assert!(other.join("precious").exists());
 }
+
+/// `shoal down` kills a daemon that does not stop on SIGTERM (here an OSD stopped with SIGSTOP)
+/// once the grace has passed, says so in `--json`, and returns only once it has exited: its store
+/// opens at once, without "store is in use".
+#[test]
+fn down_kills_a_daemon_that_does_not_stop_and_returns_once_its_store_is_free() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, _down) = common::up_block(tmp.path(), 2, "256M");
+    let pid: i32 = std::fs::read_to_string(dir.join("osd.1.pid")).expect("pid file").trim().parse().expect("pid");
+    // SAFETY: kill(2) with a pid read from the cluster's own pid file.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "stop osd.1");
+    let started = std::time::Instant::now();
+    let out = ok(&shoal(&dir, &["down", "--dir", &dir.display().to_string(), "--keep", "--json"]));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("down --json");
+    assert_eq!(doc["killed"], serde_json::json!(["osd.1"]), "{doc}");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(5), "killed before the grace: {doc}");
+    assert!(!dir.join("osd.1.pid").exists(), "the killed OSD's pid file is left");
+    for osd in 0..2 {
+        common::fsck_and_open_store(&dir, osd);
+    }
+}
