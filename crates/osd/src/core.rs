@@ -347,6 +347,9 @@ pub struct Mutations {
     /// The first part of a recovery in parts removes every companion the member holds that it
     /// does not carry, as before the parts covered ranges of them.
     pub first_part_clears_companions: bool,
+    /// Members apply pushes sent before their activation in the current interval (from a primary
+    /// of an earlier one, cut off from the maps that ended it), as before decision 0073.
+    pub accept_stale_pushes: bool,
 }
 
 /// One OSD's state. See the module docs.

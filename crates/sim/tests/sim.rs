@@ -846,6 +846,23 @@ fn with_stale_activations_accepted_pgs_lose_their_history() {
 }
 
 #[test]
+fn with_pushes_from_an_earlier_activation_applied_a_member_trusts_a_partial_copy() {
+    // A primary cut off from the monitors keeps backfilling a member in parts after the member
+    // was activated for a newer interval by another primary; both send the same object in
+    // parts. Applied, the old primary's last part moves the member's cursor past the object
+    // while the new primary's restart of it (first part, a replacement) is still on its way, and
+    // a later peering resumes past an object the member holds only partly (decision 0073).
+    // Found by a sweep of 20,000 `--parts --toofull` seeds (thirty-first session): seed 100892
+    // alone. If a change moves it, search with `shoal-sim --parts --toofull --mutate
+    // accept_stale_pushes --seeds 20000 --from 100000` and put the range around the seed found.
+    some_seed_fails_among(
+        Mutations { accept_stale_pushes: true, ..Mutations::default() },
+        SimConfig::toofull,
+        100_890..=100_895,
+    );
+}
+
+#[test]
 fn with_stale_parts_kept_backfilled_objects_diverge() {
     // A write to an object being backfilled in parts reaches the target as a log entry only; if
     // the primary went on with the next part instead of starting the object over, the target

@@ -1505,17 +1505,27 @@ impl OsdCore {
         out.push(Action::Reply { to: from, frame: reply_frame(request_id, &reply, data), after_sync: false });
     }
 
-    /// A push from the primary: refused unless this OSD is an activated replica of the PG.
+    /// A push from the primary: refused unless this OSD is an activated replica of the PG, and
+    /// the push was sent with a map at or past its activation (decision 0073). A push sent
+    /// before then comes from a primary of an earlier interval, one cut off from the maps that
+    /// ended it: applied, its backfill chunk would move this member's cursor over objects the
+    /// current primary then never sends, and it may carry copies older than the current ones.
     pub(super) fn on_push(&mut self, push: PgPush, data: bytes::Bytes) -> Result<(), RemoteError> {
         let pg = PgId { pool: push.pool, seed: push.pg };
-        match self.pgs.get(&pg) {
-            Some(PgState { role: Role::Replica { activated_at: Some(_) }, .. }) => {}
+        let activated_at = match self.pgs.get(&pg) {
+            Some(PgState { role: Role::Replica { activated_at: Some(a) }, .. }) => *a,
             _ => {
                 return Err(RemoteError::new(
                     ErrorCode::WrongPrimary,
                     format!("{} is not an activated replica of PG {pg}", self.id),
                 ));
             }
+        };
+        if push.epoch < activated_at && !self.mutations.accept_stale_pushes {
+            return Err(RemoteError::new(
+                ErrorCode::WrongPrimary,
+                format!("push of epoch {} to PG {pg} predates its activation at {activated_at}", push.epoch),
+            ));
         }
         // A backfill chunk keeps objects of its range; a whole recovery push keeps clones of the
         // head it carries (decision 0065). Parts keep nothing.
