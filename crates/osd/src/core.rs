@@ -350,6 +350,9 @@ pub struct Mutations {
     /// Members apply pushes sent before their activation in the current interval (from a primary
     /// of an earlier one, cut off from the maps that ended it), as before decision 0073.
     pub accept_stale_pushes: bool,
+    /// A primary shares the request ids kept beyond its log with a member it backfills only if
+    /// it has the log loaded already (after a restart it may not), as before decision 0074.
+    pub share_loaded_dups_only: bool,
 }
 
 /// One OSD's state. See the module docs.

@@ -862,6 +862,32 @@ fn with_pushes_from_an_earlier_activation_applied_a_member_trusts_a_partial_copy
     );
 }
 
+/// Short logs (two entries), snapshots, a disk replaced early, link cuts and peer heartbeats:
+/// `shoal-sim --snaps --early-replace --link-cuts --peer-heartbeats --short-logs 2`.
+fn short_logs_with_snaps_and_cuts(seed: u64) -> SimConfig {
+    let base = SimConfig::nemesis(seed);
+    SimConfig { snaps: true, early_replacement: true, log_keep: Some(2), appends: false, ..base }
+        .with_link_cuts()
+        .with_peer_heartbeats()
+}
+
+#[test]
+fn a_primary_that_has_not_loaded_its_log_still_shares_its_dups_with_a_member_it_backfills() {
+    // A primary restarted since it last touched a PG peers from its stored state without
+    // loading the PG's log; it backfilled a member and sent it none of the request ids kept
+    // beyond the log. That member, primary later, applied a client's resend of a trimmed removal
+    // a second time ("does not exist"), and the model's snapshots disagreed with every copy
+    // (decision 0074). Found by a sweep of 10,000 seeds of this configuration (thirty-first
+    // session): 102013 and 107100. With the mutation, both fail again; without it, both pass.
+    run_seeds(102_013..=102_013, short_logs_with_snaps_and_cuts);
+    run_seeds(107_100..=107_100, short_logs_with_snaps_and_cuts);
+    some_seed_fails_among(
+        Mutations { share_loaded_dups_only: true, ..Mutations::default() },
+        short_logs_with_snaps_and_cuts,
+        102_013..=102_013,
+    );
+}
+
 #[test]
 fn with_stale_parts_kept_backfilled_objects_diverge() {
     // A write to an object being backfilled in parts reaches the target as a log entry only; if

@@ -769,9 +769,23 @@ impl OsdCore {
         // 0039): the primary's, which are shared history (its log overlaps the authority's).
         // Unreadable, they go without, as if none were kept.
         // A member resuming its backfill shares the history and keeps its own, like `Log`.
+        // The log is loaded first if this OSD has not touched the PG since it started (peering
+        // reads its own state from the store): taking "not loaded" for "none kept" sent the
+        // members nothing, and a resend of a trimmed write reaching one of them as primary later
+        // was applied a second time (decision 0074).
         let dups = if plans.values().any(|plan| matches!(plan, MemberPlan::Backfill)) {
-            let shared = self.logs.get(&pg).map(|log| log.dups_to_share(&*self.store, pg));
-            shared.unwrap_or(Ok(Vec::new())).unwrap_or_else(|e| {
+            let shared = if self.mutations.share_loaded_dups_only && !self.logs.contains_key(&pg) {
+                Ok(Vec::new())
+            } else {
+                let log = match self.logs.entry(pg) {
+                    std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        crate::pglog::PgLog::load(&*self.store, pg, self.log_bounds).map(|log| e.insert(log))
+                    }
+                };
+                log.and_then(|log| log.dups_to_share(&*self.store, pg))
+            };
+            shared.unwrap_or_else(|e| {
                 tracing::error!(%pg, error = %e, "reading the request ids kept beyond the log failed: backfilled members go without");
                 Vec::new()
             })
