@@ -1287,31 +1287,3 @@ fn a_recovery_in_parts_leaves_a_members_clones_it_has_not_covered_yet() {
         out.violations
     );
 }
-
-/// Open (found in the thirty-first session, not yet traced): with short logs, snapshots, an
-/// early disk replacement, link cuts and peer heartbeats these two seeds never finish — a PG
-/// stays `active+recovering+backfilling` with a member lacking an object, and its activation
-/// record names fewer members than its acting set. They failed the same before decisions 0073 and
-/// 0074. Run with `cargo test --release -p shoal-sim -- --ignored` once fixed, and drop the
-/// `ignore` then.
-#[test]
-#[ignore = "open: these seeds do not finish (see the thirty-first session's note)"]
-fn short_logs_with_snaps_and_cuts_seeds_that_do_not_finish_yet() {
-    run_seeds(110_135..=110_135, short_logs_with_snaps_and_cuts);
-    run_seeds(116_114..=116_114, short_logs_with_snaps_and_cuts);
-}
-
-/// Open (found in the thirty-first session, not yet traced): `shoal-sim --parts --snaps --toofull
-/// --short-logs 1 --dups-objects 64`, seed 104355, ends with "osd.3 holds a stale c1-o0". It
-/// failed the same before decisions 0073 and 0074, and with any dups window.
-#[test]
-#[ignore = "open: a stale copy after backfill in parts with one-entry logs (see the thirty-first session's note)"]
-fn one_entry_logs_in_parts_seed_that_ends_with_a_stale_copy_yet() {
-    run_seeds(104_355..=104_355, |seed| SimConfig {
-        snaps: true,
-        log_keep: Some(1),
-        dups_objects: Some(64),
-        appends: false,
-        ..SimConfig::toofull(seed)
-    });
-}
