@@ -213,10 +213,7 @@ impl Request {
 /// A command waiting for the ready leader: answered with `NoQuorum` once `deadline_ms` passes
 /// without one.
 struct Queued {
-    to: Option<ReplyTo>,
-    command: Command,
-    session: Option<CommandSession>,
-    forwarded: bool,
+    request: Request,
     deadline_ms: u64,
 }
 
@@ -473,7 +470,7 @@ impl MonCore {
             return;
         }
         let deadline_ms = self.now_ms.saturating_add(self.cfg.no_leader_wait_ms);
-        self.queue.push_back(Queued { to, command, session, forwarded, deadline_ms });
+        self.queue.push_back(Queued { request: Request { to, command, session, forwarded }, deadline_ms });
         self.pump(out);
     }
 
@@ -486,7 +483,7 @@ impl MonCore {
             // A resend of a command already applied gets the first answer; nothing is proposed.
             // Every entry of earlier terms is applied before a leader is ready, so a first
             // attempt still in the log is either in the table by now or can never commit.
-            let resent = match q.session.map(|s| self.sessions.seen(s)) {
+            let resent = match q.request.session.map(|s| self.sessions.seen(s)) {
                 Some(Seen::Applied { epoch }) => Some(Ok(epoch)),
                 Some(Seen::Forgotten) => Some(Err(RemoteError::new(
                     ErrorCode::Other,
@@ -495,24 +492,24 @@ impl MonCore {
                 Some(Seen::New) | None => None,
             };
             if let Some(answer) = resent {
-                if let Some(to) = q.to {
+                if let Some(to) = q.request.to {
                     out.push(Action::Reply { to, reply: Reply::Command(answer) });
                 }
                 continue;
             }
-            match self.map.prepare(&q.command) {
+            match self.map.prepare(&q.request.command) {
                 Ok(Some(mut change)) => {
-                    let mut to: Vec<ReplyTo> = q.to.into_iter().collect();
-                    if q.session.is_none() {
+                    let mut to: Vec<ReplyTo> = q.request.to.into_iter().collect();
+                    if q.request.session.is_none() {
                         self.merge_queued(&mut change, &mut to, out);
                     }
                     let id = self.next_proposal;
                     self.next_proposal += 1;
-                    out.push(Action::Propose { id, change: change.clone(), session: q.session });
+                    out.push(Action::Propose { id, change: change.clone(), session: q.request.session });
                     self.in_flight = Some(InFlight { id, to, change });
                 }
-                Ok(None) => self.answer_unchanged(q.to, out),
-                Err(e) => answer_refused(q.to, &e, out),
+                Ok(None) => self.answer_unchanged(q.request.to, out),
+                Err(e) => answer_refused(q.request.to, &e, out),
             }
         }
     }
@@ -542,11 +539,11 @@ impl MonCore {
         while merged < MAX_MERGED_COMMANDS
             && let Some(next) = self.queue.front()
         {
-            if next.session.is_some() {
+            if next.request.session.is_some() {
                 // A command with a session is applied alone, so its session names one change.
                 return;
             }
-            let next_pgs: Vec<PgId> = match (&*change, &next.command) {
+            let next_pgs: Vec<PgId> = match (&*change, &next.request.command) {
                 (Change::PgActivated { .. }, Command::PgActivated { records, .. }) => {
                     records.iter().map(|r| r.pg).collect()
                 }
@@ -558,17 +555,17 @@ impl MonCore {
             }
             let Some(q) = self.queue.pop_front() else { return };
             merged += 1;
-            match (self.map.prepare(&q.command), &mut *change) {
+            match (self.map.prepare(&q.request.command), &mut *change) {
                 (Ok(Some(Change::PgActivated { records: more })), Change::PgActivated { records }) => {
                     records.extend(more);
-                    to.extend(q.to);
+                    to.extend(q.request.to);
                 }
                 (Ok(Some(Change::PgTemp { entries: more })), Change::PgTemp { entries }) => {
                     entries.extend(more);
-                    to.extend(q.to);
+                    to.extend(q.request.to);
                 }
-                (Ok(None), _) => self.answer_unchanged(q.to, out),
-                (Err(e), _) => answer_refused(q.to, &e, out),
+                (Ok(None), _) => self.answer_unchanged(q.request.to, out),
+                (Err(e), _) => answer_refused(q.request.to, &e, out),
                 // A PG command prepares to a change of its own kind; should another ever appear,
                 // it goes back to wait for a proposal of its own.
                 (Ok(Some(_)), _) => {
@@ -667,7 +664,7 @@ impl MonCore {
         let is_full_change = |c: &Command| matches!(c, Command::OsdFull { id: i, .. } if *i == id);
         let in_flight =
             self.in_flight.as_ref().is_some_and(|f| matches!(f.change, Change::OsdFull { id: i, .. } if i == id));
-        if in_flight || self.queue.iter().any(|q| is_full_change(&q.command)) {
+        if in_flight || self.queue.iter().any(|q| is_full_change(&q.request.command)) {
             return;
         }
         tracing::info!(osd = %id, used_permille = permille, full, "OSD crossed the full threshold");
@@ -699,8 +696,8 @@ impl MonCore {
         }
         if leader.is_some_and(|l| l != self.cfg.rank) {
             // Hand the waiting commands to the new leader.
-            for Queued { to, command, session, forwarded, .. } in std::mem::take(&mut self.queue) {
-                self.on_command(Request { to, command, session, forwarded }, out);
+            for q in std::mem::take(&mut self.queue) {
+                self.on_command(q.request, out);
             }
         }
     }
@@ -712,7 +709,7 @@ impl MonCore {
             let mut keep = VecDeque::with_capacity(self.queue.len());
             for q in std::mem::take(&mut self.queue) {
                 if q.deadline_ms <= now {
-                    if let Some(to) = q.to {
+                    if let Some(to) = q.request.to {
                         let e = RemoteError::new(
                             ErrorCode::NoQuorum,
                             format!(

@@ -355,6 +355,21 @@ pub struct Mutations {
     pub share_loaded_dups_only: bool,
 }
 
+/// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it
+/// started (logs are loaded on first use). Takes the fields it needs rather than the core, so
+/// that a caller holding a PG's state can still reach the log.
+pub(crate) fn loaded_log<'a>(
+    logs: &'a mut HashMap<PgId, PgLog>,
+    store: &dyn ObjectStore,
+    pg: PgId,
+    bounds: crate::pglog::LogBounds,
+) -> Result<&'a mut PgLog, StoreError> {
+    match logs.entry(pg) {
+        std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+        std::collections::hash_map::Entry::Vacant(e) => PgLog::load(store, pg, bounds).map(|log| e.insert(log)),
+    }
+}
+
 /// One OSD's state. See the module docs.
 pub struct OsdCore {
     id: OsdId,
@@ -1162,11 +1177,7 @@ impl OsdCore {
 
     /// PG `pg`'s log, read from the store on first use.
     fn log_mut(&mut self, pg: PgId) -> Result<&mut PgLog, RemoteError> {
-        if !self.logs.contains_key(&pg) {
-            let log = PgLog::load(&*self.store, pg, self.log_bounds).map_err(|e| store_error(&e))?;
-            self.logs.insert(pg, log);
-        }
-        self.logs.get_mut(&pg).ok_or_else(|| RemoteError::new(ErrorCode::Other, "PG log vanished"))
+        loaded_log(&mut self.logs, &*self.store, pg, self.log_bounds).map_err(|e| store_error(&e))
     }
 
     /// Applies a resolved write and its PG log entry in one transaction (loading the log if needed).

@@ -777,13 +777,8 @@ impl OsdCore {
             let shared = if self.mutations.share_loaded_dups_only && !self.logs.contains_key(&pg) {
                 Ok(Vec::new())
             } else {
-                let log = match self.logs.entry(pg) {
-                    std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        crate::pglog::PgLog::load(&*self.store, pg, self.log_bounds).map(|log| e.insert(log))
-                    }
-                };
-                log.and_then(|log| log.dups_to_share(&*self.store, pg))
+                super::loaded_log(&mut self.logs, &*self.store, pg, self.log_bounds)
+                    .and_then(|log| log.dups_to_share(&*self.store, pg))
             };
             shared.unwrap_or_else(|e| {
                 tracing::error!(%pg, error = %e, "reading the request ids kept beyond the log failed: backfilled members go without");
