@@ -353,6 +353,12 @@ pub struct Mutations {
     /// A primary shares the request ids kept beyond its log with a member it backfills only if
     /// it has the log loaded already (after a restart it may not), as before decision 0074.
     pub share_loaded_dups_only: bool,
+    /// A member activated to be backfilled forgets which objects its replaced log showed it held
+    /// removed, as before decision 0075.
+    pub forget_held_absent: bool,
+    /// A member reports the stored versions of heads only, not of the snapshot directory of a
+    /// head removed with clones, as before decision 0075.
+    pub head_versions_only: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

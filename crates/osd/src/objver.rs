@@ -114,9 +114,52 @@ pub fn stored(store: &dyn ObjectStore, coll: &str, obj: &str) -> Option<Eversion
     }
 }
 
+/// The version of the last write of `head`'s name that this member's copy reflects: the head's
+/// stored version, or, while the head does not exist, its snapshot directory's (a write that
+/// removes a head with clones leaves its state, stamped with the write's version, on the
+/// directory; see [`stamp`]). `None` when neither holds one — no copy, or one nobody vouches for.
+/// A directory exists only while its head does not, so the two never disagree.
+#[must_use]
+pub fn stored_of_name(store: &dyn ObjectStore, coll: &str, head: &str) -> Option<Eversion> {
+    stored(store, coll, head).or_else(|| stored(store, coll, &crate::snaps::snapdir_name(head)))
+}
+
+/// Whether nothing of `head`'s name is here: neither the head nor a snapshot directory (which
+/// exists while the head does not and it has clones). A store error counts as "something": a
+/// caller vouching for an absence must not vouch by mistake.
+#[must_use]
+pub fn name_is_empty(store: &dyn ObjectStore, coll: &str, head: &str) -> bool {
+    matches!(store.exists(coll, head), Ok(false))
+        && matches!(store.exists(coll, &crate::snaps::snapdir_name(head)), Ok(false))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_store::Durability;
+    use shoal_store::engine::MemEngine;
+
+    #[test]
+    fn a_removed_head_is_known_by_its_snapshot_directory_or_not_at_all() {
+        let store = MemEngine::new_mem(64 << 20).expect("store");
+        let dir = crate::snaps::snapdir_name("removed");
+        let mut txn = Transaction::new();
+        txn.create_collection("c");
+        txn.touch("c", "head").set_version("c", "head", (4, 2));
+        txn.touch("c", &dir).set_version("c", &dir, (5, 7));
+        txn.touch("c", "unvouched");
+        store.commit(txn, Durability::Sync).expect("commit");
+        let at = |epoch, seq| Some(Eversion { epoch, seq });
+        assert_eq!(stored_of_name(&store, "c", "head"), at(4, 2));
+        assert_eq!(stored_of_name(&store, "c", "removed"), at(5, 7), "the directory's version");
+        assert_eq!(stored_of_name(&store, "c", "unvouched"), None);
+        assert_eq!(stored_of_name(&store, "c", "never"), None);
+        assert!(name_is_empty(&store, "c", "never"));
+        for something in ["head", "removed", "unvouched"] {
+            assert!(!name_is_empty(&store, "c", something), "{something}");
+        }
+        assert!(!name_is_empty(&store, "no-such-collection", "never"), "an error is not an absence");
+    }
 
     #[test]
     fn the_last_operation_on_the_head_decides_whether_it_is_there() {

@@ -889,6 +889,36 @@ fn a_primary_that_has_not_loaded_its_log_still_shares_its_dups_with_a_member_it_
 }
 
 #[test]
+fn a_member_backfilled_from_the_start_still_vouches_for_the_removals_its_log_showed() {
+    // A primary removed an object (no clones left) and was cut off before its push reached the
+    // others, which then recorded the object missing at that removal; it came back to be
+    // backfilled from the start, and its activation replaced the log that showed it held the
+    // removal. A removal leaves nothing to store a version on, so from then on no member could
+    // be recognised as holding it: the object stayed unfound and the client's write on it waited
+    // for ever (decision 0075). Found by a sweep (thirty-first session): 110135.
+    run_seeds(110_135..=110_135, short_logs_with_snaps_and_cuts);
+    some_seed_fails_among(
+        Mutations { forget_held_absent: true, ..Mutations::default() },
+        short_logs_with_snaps_and_cuts,
+        110_135..=110_135,
+    );
+}
+
+#[test]
+fn a_head_removed_with_clones_is_vouched_for_by_its_snapshot_directory() {
+    // A head removed while snapshots kept clones of it leaves its state, and the removal's
+    // version, on its snapshot directory. A member reporting only heads' stored versions could
+    // not be recognised as holding such a removal once its log no longer showed it, and the
+    // object stayed unfound (decision 0075). Found by the same sweep: 116114.
+    run_seeds(116_114..=116_114, short_logs_with_snaps_and_cuts);
+    some_seed_fails_among(
+        Mutations { head_versions_only: true, ..Mutations::default() },
+        short_logs_with_snaps_and_cuts,
+        116_114..=116_114,
+    );
+}
+
+#[test]
 fn with_stale_parts_kept_backfilled_objects_diverge() {
     // A write to an object being backfilled in parts reaches the target as a log entry only; if
     // the primary went on with the next part instead of starting the object over, the target

@@ -1382,7 +1382,7 @@ impl OsdCore {
             }
         }
         if let Some(range) = &backfill {
-            PgMeta::write_backfill(&mut txn, pg, range.upto.as_deref());
+            self.meta_mut(pg)?.write_cursor(&mut txn, pg, range.upto.as_deref());
         }
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
         self.collections.insert(coll);
@@ -1392,7 +1392,7 @@ impl OsdCore {
             meta.recovered(&c.name);
         }
         if let Some(range) = backfill {
-            meta.backfill = range.upto;
+            meta.backfill_moved(range.upto);
         }
         Ok(())
     }

@@ -561,9 +561,7 @@ impl OsdCore {
         // A head that does not exist but has clones keeps its state, and the version of its last
         // write, on its snapshot directory.
         let coll = crate::exec::pg_collection(pg);
-        let need = crate::objver::stored(&*self.store, &coll, object)
-            .or_else(|| crate::objver::stored(&*self.store, &coll, &crate::snaps::snapdir_name(object)))
-            .unwrap_or_default();
+        let need = crate::objver::stored_of_name(&*self.store, &coll, object).unwrap_or_default();
         let mut txn = Transaction::new();
         PgMeta::write_missing(&mut txn, pg, object, need);
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
