@@ -359,6 +359,10 @@ pub struct Mutations {
     /// A member reports the stored versions of heads only, not of the snapshot directory of a
     /// head removed with clones, as before decision 0075.
     pub head_versions_only: bool,
+    /// Writes of a head wait for a backfill cursor that splits it from its clones only as the
+    /// primary moved it when sending, not while the push that moved it is unanswered, as before
+    /// decision 0076.
+    pub split_by_sent_cursor_only: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -918,6 +918,29 @@ fn a_head_removed_with_clones_is_vouched_for_by_its_snapshot_directory() {
     );
 }
 
+/// Backfill in parts with a quarter of the pushes refused as too full, snapshots, one-entry logs
+/// and 64 dups objects: `shoal-sim --parts --snaps --toofull --short-logs 1 --dups-objects 64`.
+fn toofull_parts_with_snaps_and_short_logs(seed: u64) -> SimConfig {
+    SimConfig { snaps: true, log_keep: Some(1), dups_objects: Some(64), appends: false, ..SimConfig::toofull(seed) }
+}
+
+#[test]
+fn a_head_waits_while_the_push_of_its_last_clone_is_unanswered() {
+    // The primary moves a backfill target's cursor when it sends an object's last part, so that
+    // a write of the object sent behind the part is applied in full. The last part of a head's
+    // clone was refused as too full, the cursor went back between the head and that clone, but a
+    // rollback of the head, let through while the push was unanswered (the cursor no longer
+    // split the head from its clones), had restored the head on the target from the clone's
+    // first parts only: a stale head that backfill, past it, never sent again (decision 0076).
+    // Found by a sweep (thirty-first session): 104355.
+    run_seeds(104_355..=104_355, toofull_parts_with_snaps_and_short_logs);
+    some_seed_fails_among(
+        Mutations { split_by_sent_cursor_only: true, ..Mutations::default() },
+        toofull_parts_with_snaps_and_short_logs,
+        104_355..=104_355,
+    );
+}
+
 #[test]
 fn with_stale_parts_kept_backfilled_objects_diverge() {
     // A write to an object being backfilled in parts reaches the target as a log entry only; if

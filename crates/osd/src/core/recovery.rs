@@ -384,13 +384,20 @@ impl OsdCore {
     /// Whether a backfill target's cursor stands between head `object` and its clones
     /// (`snaps::cursor_splits`): the target holds the head but maybe not all the clones, so a
     /// write of the head — which may restore, trim or copy a clone — waits until the next chunk
-    /// has passed them, as Ceph holds writes to objects in its backfill window.
+    /// has passed them, as Ceph holds writes to objects in its backfill window. The cursor of a
+    /// push not yet answered counts too (decision 0076): the cursor moves when the push is sent,
+    /// and if the target refuses it as too full, it goes back; a write let through meanwhile
+    /// would have restored the head, on the target, from a clone it never got.
     pub(super) fn backfill_splits(&self, pg: PgId, object: &str) -> bool {
         let Some(p) = self.primary(pg) else { return false };
+        let acked_too = !self.mutations.split_by_sent_cursor_only;
         let cursors: Vec<&str> = p
             .peers
             .values()
-            .filter_map(|pp| pp.backfill.as_deref())
+            .flat_map(|pp| {
+                let unacked = pp.unacked_from.as_deref().filter(|_| acked_too);
+                pp.backfill.as_deref().into_iter().chain(unacked)
+            })
             .filter(|c| crate::snaps::cursor_splits(c, object))
             .collect();
         if cursors.is_empty() {
