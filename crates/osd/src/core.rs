@@ -353,9 +353,6 @@ pub struct Mutations {
     /// A primary shares the request ids kept beyond its log with a member it backfills only if
     /// it has the log loaded already (after a restart it may not), as before decision 0074.
     pub share_loaded_dups_only: bool,
-    /// A member activated to be backfilled forgets which objects its replaced log showed it held
-    /// removed, as before decision 0075.
-    pub forget_held_absent: bool,
     /// A member reports the stored versions of heads only, not of the snapshot directory of a
     /// head removed with clones, as before decision 0075.
     pub head_versions_only: bool,
@@ -363,6 +360,12 @@ pub struct Mutations {
     /// primary moved it when sending, not while the push that moved it is unanswered, as before
     /// decision 0076.
     pub split_by_sent_cursor_only: bool,
+    /// Peering plans a member that lacks a write which left nothing of its object's name as
+    /// missing the object (to be copied from a member that holds it), as before decision 0077.
+    pub removals_need_copies: bool,
+    /// A write that changes nothing leaves the copy's stored version as it was, as before
+    /// decision 0077.
+    pub no_stamp_unchanged: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it
@@ -1070,10 +1073,13 @@ impl OsdCore {
         let copies: Vec<bytes::Bytes> =
             log_only.iter().map(|only| if *only { bytes::Bytes::new() } else { data.clone() }).collect();
         let data_len = data.len() as u64;
-        let entry = LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32 };
+        // Whether the write leaves nothing of the name: a member that lacks it then needs no copy.
+        let empties = crate::objver::leaves_name_empty(&*self.store, &coll, &op.object, &resolved);
+        let entry =
+            LogEntry { version, reqid: op.reqid, object: op.object.clone(), op_count: op.ops.len() as u32, empties };
         // An operator's decision removes its object's missing record with its log entry.
         let decided = decision && self.primary(pg).is_some_and(|p| p.decided.contains(&op.object));
-        if let Err(e) = self.commit(pg, &coll, &resolved, data, &entry, decided) {
+        if let Err(e) = self.commit(pg, &coll, Some(&resolved), data, &entry, decided) {
             if e.code == ErrorCode::Corrupt && self.copies_elsewhere(pg) && !self.mutations.no_repair_on_access {
                 // A partial write met damaged data here (nothing was applied, and the commit
                 // consumed the data, which is not copied for this rare case): the copy is
@@ -1114,6 +1120,7 @@ impl OsdCore {
                 prev: last_update,
                 log_only: only,
                 decided,
+                empties,
             };
             // A copy with data carries the checksum the data arrived with, when known.
             let crc = if copy.is_empty() { None } else { data_crc };
@@ -1191,15 +1198,20 @@ impl OsdCore {
     }
 
     /// Applies a resolved write and its PG log entry in one transaction (loading the log if needed).
+    /// `resolved` is `None` for a log-only write (the entry without touching the object: a member
+    /// being backfilled that has not been sent it yet), and may be empty for a write that changes
+    /// nothing (a trim with nothing to trim), which still stamps the copy with its version.
     fn commit(
         &mut self,
         pg: PgId,
         coll: &str,
-        resolved: &[shoal_proto::osd::ObjOp],
+        resolved: Option<&[shoal_proto::osd::ObjOp]>,
         data: bytes::Bytes,
         entry: &LogEntry,
         recovered: bool,
     ) -> Result<(), RemoteError> {
+        let log_only = resolved.is_none();
+        let resolved = resolved.unwrap_or_default();
         let create = !self.collections.contains(coll);
         let mut txn = build_transaction(&*self.store, coll, &entry.object, resolved, data, create)?;
         if recovered {
@@ -1212,6 +1224,11 @@ impl OsdCore {
             .and_then(|m| m.backfill.as_deref())
             .is_some_and(|cursor| entry.object.as_str() > cursor && !self.mutations.vouch_past_cursor);
         crate::objver::stamp(&mut txn, &*self.store, coll, &entry.object, resolved, entry.version, !past_cursor);
+        // A write that changed nothing still makes the copy the write's: without its version, a
+        // member holding exactly the content it needs could not be recognised (decision 0077).
+        if resolved.is_empty() && !log_only && !past_cursor && !self.mutations.no_stamp_unchanged {
+            crate::objver::stamp_unchanged(&mut txn, &*self.store, coll, &entry.object, entry.version);
+        }
         let log = self.log_mut(pg)?;
         log.record(&mut txn, pg, entry);
         // Deferred: on a disk-backed store the batch's writes then reach the device together at
@@ -1290,14 +1307,20 @@ impl OsdCore {
                 ),
             ));
         }
-        let entry = LogEntry { version: op.version, reqid: op.reqid, object: op.object.clone(), op_count: op.op_count };
+        let entry = LogEntry {
+            version: op.version,
+            reqid: op.reqid,
+            object: op.object.clone(),
+            op_count: op.op_count,
+            empties: op.empties,
+        };
         // An operator's decision removes the missing record of a copy it pushed here before.
         let recovered = op.decided && self.meta_mut(pg)?.missing.contains_key(&op.object);
         if op.log_only {
-            return self.commit(pg, coll, &[], bytes::Bytes::new(), &entry, recovered);
+            return self.commit(pg, coll, None, bytes::Bytes::new(), &entry, recovered);
         }
         check_precondition(&*self.store, coll, &op.object, op.precondition)?;
-        self.commit(pg, coll, &op.ops, data, &entry, recovered)
+        self.commit(pg, coll, Some(&op.ops), data, &entry, recovered)
     }
 
     /// Fails the replicated writes still waiting for a replica the map now says is down, as a

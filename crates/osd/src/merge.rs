@@ -95,7 +95,10 @@ pub fn name_unnamed_needs(
 /// the oldest) and never names the object. Such an object goes to `remove`, not `missing`: a
 /// missing object needs a member to copy it from, and once the authority that rolled it back is
 /// gone, none may be left that "holds" an object nobody wrote (an authority that itself carries
-/// such a need, from an earlier rollback, would keep it unfound forever).
+/// such a need, from an earlier rollback, would keep it unfound forever). So does an object whose
+/// newest write in the authoritative log left nothing of its name (`PgLogEntry::empties`,
+/// decision 0077): the member removes what it holds of it, as a copy would have it do, and no
+/// source is needed — a removal leaves no copy whose version could show who holds it.
 ///
 /// A member being backfilled (cursor `c`) is planned the same way with two differences: only
 /// objects up to `c` are named, and its missing objects need not have a source among the
@@ -141,6 +144,11 @@ fn plan_from_log(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -
     };
     // The authority's newest entry per object (entries are oldest first).
     let newest: HashMap<&str, Eversion> = auth.iter().map(|e| (e.object.as_str(), e.version)).collect();
+    let emptied: BTreeSet<&str> = auth
+        .iter()
+        .filter(|e| e.empties && newest.get(e.object.as_str()) == Some(&e.version))
+        .map(|e| e.object.as_str())
+        .collect();
     for e in member_after {
         let need = newest.get(e.object.as_str()).copied().unwrap_or_default();
         missing.insert(e.object.clone(), need);
@@ -151,6 +159,13 @@ fn plan_from_log(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -
     // (Logs written before tails were kept read a tail of 0'0: the sequence check stands alone.)
     let whole_history = auth_tail == Eversion::default() && auth.first().is_none_or(|e| e.version.seq == 1);
     let mut remove = BTreeSet::new();
+    missing.retain(|object, _| {
+        let empty = emptied.contains(object.as_str());
+        if empty {
+            remove.insert(object.clone());
+        }
+        !empty
+    });
     if whole_history {
         missing.retain(|object, _| {
             let absent = !newest.contains_key(object.as_str());
@@ -246,6 +261,7 @@ mod tests {
             reqid: ReqId { client: 1, tid },
             object: obj.into(),
             op_count: 1,
+            empties: false,
         }
     }
     fn state(log: Vec<PgLogEntry>) -> PeerState {
@@ -492,5 +508,39 @@ mod tests {
         tie.insert(OsdId(2), state(vec![e(8, 1, 1, "a")]));
         assert_eq!(choose_authority(&tie, None, OsdId(2)), Some(OsdId(2)));
         assert_eq!(choose_authority(&tie, None, OsdId(7)), Some(OsdId(1)));
+    }
+
+    #[test]
+    fn an_object_whose_newest_write_emptied_its_name_is_removed_not_missing() {
+        // The member stopped at 1'2; the authority went on: 1'3 writes x, 1'4 removes y (nothing
+        // of its name left), 1'5 removes x but keeps clones of it (its name not empty).
+        let emptying = |mut entry: PgLogEntry| {
+            entry.empties = true;
+            entry
+        };
+        let auth = vec![e(1, 1, 1, "y"), e(1, 2, 2, "x"), e(1, 3, 3, "x"), emptying(e(1, 4, 4, "y")), e(1, 5, 5, "x")];
+        let member = PeerState {
+            tail: Eversion::default(),
+            les: 1,
+            backfill: None,
+            log: auth[..2].to_vec(),
+            missing: Vec::new(),
+            versions: Vec::new(),
+        };
+        let MemberPlan::Log { missing, remove } = plan_member(&auth, v(1, 0), &member) else { panic!("log") };
+        assert_eq!(missing, BTreeMap::from([("x".to_string(), v(1, 5))]));
+        assert_eq!(remove, BTreeSet::from(["y".to_string()]));
+        // A write of y after its removal makes it missing again; the emptying entry no longer
+        // decides, being no longer the newest.
+        let mut again = auth.clone();
+        again.push(e(1, 6, 6, "y"));
+        let MemberPlan::Log { missing, remove } = plan_member(&again, v(1, 0), &member) else { panic!("log") };
+        assert_eq!(missing.get("y"), Some(&v(1, 6)));
+        assert!(remove.is_empty());
+        // A member that recorded y missing before, at an older version, removes it too.
+        let recorded = PeerState { missing: vec![("y".to_string(), v(1, 1))], log: auth.clone(), ..member.clone() };
+        let MemberPlan::Log { missing, remove } = plan_member(&auth, v(1, 0), &recorded) else { panic!("log") };
+        assert!(missing.is_empty());
+        assert_eq!(remove, BTreeSet::from(["y".to_string()]));
     }
 }

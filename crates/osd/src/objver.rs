@@ -71,6 +71,22 @@ pub fn stamp(
     }
 }
 
+/// Records `version` on what `head`'s name holds after a write that changed nothing (its
+/// resolved operations are none: a trim with nothing to trim): the head if it exists, else its
+/// snapshot directory if that does; nothing for an empty name. The copy is the same, but it now
+/// reflects that write too, so it is what a member needing exactly that version needs.
+pub fn stamp_unchanged(txn: &mut Transaction, store: &dyn ObjectStore, coll: &str, head: &str, version: Eversion) {
+    let dir = crate::snaps::snapdir_name(head);
+    let target = if matches!(store.exists(coll, head), Ok(true)) {
+        head
+    } else if matches!(store.exists(coll, &dir), Ok(true)) {
+        dir.as_str()
+    } else {
+        return;
+    };
+    txn.set_version(coll, target, (version.epoch, version.seq));
+}
+
 /// Records `version` (a copy's) on `obj`, which `txn` creates; nothing for `0'0`.
 pub fn install(txn: &mut Transaction, coll: &str, obj: &str, version: Eversion) {
     if version != Eversion::default() {
@@ -124,13 +140,29 @@ pub fn stored_of_name(store: &dyn ObjectStore, coll: &str, head: &str) -> Option
     stored(store, coll, head).or_else(|| stored(store, coll, &crate::snaps::snapdir_name(head)))
 }
 
-/// Whether nothing of `head`'s name is here: neither the head nor a snapshot directory (which
-/// exists while the head does not and it has clones). A store error counts as "something": a
-/// caller vouching for an absence must not vouch by mistake.
+/// Whether the write of `resolved` (see `exec::build_transaction`) leaves nothing of `head`'s
+/// name in `store`: no head and no snapshot directory — a head that does not exist keeps its
+/// clones' state on its directory, so no clones either (decision 0077). Decided as [`stamp`]
+/// does: the write's last operation on the head or on the directory, else what the store holds
+/// now. A write that makes a clone leaves something; a store error counts as "something" too,
+/// since a caller treats an empty name as needing no copy.
 #[must_use]
-pub fn name_is_empty(store: &dyn ObjectStore, coll: &str, head: &str) -> bool {
-    matches!(store.exists(coll, head), Ok(false))
-        && matches!(store.exists(coll, &crate::snaps::snapdir_name(head)), Ok(false))
+pub fn leaves_name_empty(store: &dyn ObjectStore, coll: &str, head: &str, resolved: &[ObjOp]) -> bool {
+    if resolved.iter().any(|op| matches!(op, ObjOp::SnapCloneHead { .. })) {
+        return false;
+    }
+    let head_after = match presence_after(resolved) {
+        Some(present) => present,
+        None => !matches!(store.exists(coll, head), Ok(false)),
+    };
+    let dir_after = match resolved.iter().rev().find_map(|op| match op {
+        ObjOp::SnapsetWrite { value, on_head, .. } => Some(value.is_some() && !on_head),
+        _ => None,
+    }) {
+        Some(present) => present,
+        None => !matches!(store.exists(coll, &crate::snaps::snapdir_name(head)), Ok(false)),
+    };
+    !head_after && !dir_after
 }
 
 #[cfg(test)]
@@ -154,11 +186,26 @@ mod tests {
         assert_eq!(stored_of_name(&store, "c", "removed"), at(5, 7), "the directory's version");
         assert_eq!(stored_of_name(&store, "c", "unvouched"), None);
         assert_eq!(stored_of_name(&store, "c", "never"), None);
-        assert!(name_is_empty(&store, "c", "never"));
-        for something in ["head", "removed", "unvouched"] {
-            assert!(!name_is_empty(&store, "c", something), "{something}");
-        }
-        assert!(!name_is_empty(&store, "no-such-collection", "never"), "an error is not an absence");
+
+        // A write that changes nothing stamps what the name holds.
+        let mut txn = Transaction::new();
+        stamp_unchanged(&mut txn, &store, "c", "head", Eversion { epoch: 6, seq: 1 });
+        stamp_unchanged(&mut txn, &store, "c", "removed", Eversion { epoch: 6, seq: 2 });
+        stamp_unchanged(&mut txn, &store, "c", "never", Eversion { epoch: 6, seq: 3 });
+        store.commit(txn, Durability::Sync).expect("commit");
+        assert_eq!(stored_of_name(&store, "c", "head"), at(6, 1));
+        assert_eq!(stored_of_name(&store, "c", "removed"), at(6, 2));
+        assert_eq!(stored_of_name(&store, "c", "never"), None, "nothing made for an empty name");
+
+        // Whether a write leaves the name empty: by its last operation on the head or directory,
+        // else by what is there.
+        let remove = [ObjOp::Remove];
+        assert!(leaves_name_empty(&store, "c", "head", &remove), "a head without clones removed");
+        assert!(!leaves_name_empty(&store, "c", "head", &[]), "nothing changes a present head");
+        assert!(!leaves_name_empty(&store, "c", "removed", &remove), "its directory stays");
+        assert!(leaves_name_empty(&store, "c", "never", &[]));
+        assert!(!leaves_name_empty(&store, "c", "head", &[ObjOp::SnapCloneHead { id: 3 }, ObjOp::Remove]));
+        assert!(!leaves_name_empty(&store, "no-such-collection", "never", &[]), "an error is not an absence");
     }
 
     #[test]

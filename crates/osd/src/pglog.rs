@@ -23,7 +23,9 @@
 //! recognised for about that many times the log's length. Nothing of them is kept in memory but which objects exist: only a request the client
 //! marks as a resend (`OsdOp::resend`) and that the log does not know looks there.
 //!
-//! Entry value layout (all integers big-endian): `client u64 | tid u64 | op_count u32 | object`.
+//! Entry value layout (all integers big-endian): `client u64 | tid u64 | op_count u32 | object`;
+//! the top bit of `op_count` is set for a write that left nothing of the object's name
+//! (`LogEntry::empties`; entries written before decision 0077 have it clear, as if they had not).
 //! Dups entry: key `client u64 | tid u64`, value `version (16 bytes) | op_count u32`.
 
 use std::collections::{HashMap, VecDeque};
@@ -151,6 +153,10 @@ pub fn check_dups(dups: &[DupsObject], bounds: LogBounds) -> Result<(), String> 
 const TAIL_XATTR: &str = "tail";
 /// Fixed bytes of an entry's value before the object name.
 const ENTRY_FIXED_BYTES: usize = 20;
+/// The bit of a stored entry's operation count that says the write emptied the object's name. A
+/// request's operations arrive in one frame of at most `shoal_proto::frame::MAX_PAYLOAD_BYTES`, a few
+/// bytes each, so a real count never reaches it.
+const EMPTIES_BIT: u32 = 1 << 31;
 
 /// The store collection holding PG `pg`'s log.
 pub fn log_collection(pg: PgId) -> String {
@@ -165,14 +171,47 @@ pub struct LogEntry {
     pub object: String,
     /// Operations of the request, so that a resend can be answered with one result per operation.
     pub op_count: u32,
+    /// The write left nothing of the object's name (see `PgLogEntry::empties`).
+    pub empties: bool,
+}
+
+impl From<&shoal_proto::osd::PgLogEntry> for LogEntry {
+    fn from(e: &shoal_proto::osd::PgLogEntry) -> LogEntry {
+        LogEntry {
+            version: e.version,
+            reqid: e.reqid,
+            object: e.object.clone(),
+            op_count: e.op_count,
+            empties: e.empties,
+        }
+    }
+}
+
+impl From<LogEntry> for shoal_proto::osd::PgLogEntry {
+    fn from(e: LogEntry) -> shoal_proto::osd::PgLogEntry {
+        shoal_proto::osd::PgLogEntry {
+            version: e.version,
+            reqid: e.reqid,
+            object: e.object,
+            op_count: e.op_count,
+            empties: e.empties,
+        }
+    }
 }
 
 impl LogEntry {
     fn encode_value(&self) -> Vec<u8> {
+        assert!(
+            self.op_count < EMPTIES_BIT,
+            "PG log entry {}: operation count {} out of range",
+            self.version,
+            self.op_count
+        );
         let mut v = Vec::with_capacity(ENTRY_FIXED_BYTES + self.object.len());
         v.extend_from_slice(&self.reqid.client.to_be_bytes());
         v.extend_from_slice(&self.reqid.tid.to_be_bytes());
-        v.extend_from_slice(&self.op_count.to_be_bytes());
+        let flagged = if self.empties { self.op_count | EMPTIES_BIT } else { self.op_count };
+        v.extend_from_slice(&flagged.to_be_bytes());
         v.extend_from_slice(self.object.as_bytes());
         v
     }
@@ -191,11 +230,13 @@ impl LogEntry {
         let mut count = [0u8; 4];
         count.copy_from_slice(&value[16..20]);
         let object = std::str::from_utf8(&value[ENTRY_FIXED_BYTES..]).map_err(|_| bad("object name is not UTF-8"))?;
+        let flagged = u32::from_be_bytes(count);
         Ok(LogEntry {
             version,
             reqid: ReqId { client: u64_at(0), tid: u64_at(8) },
             object: object.to_string(),
-            op_count: u32::from_be_bytes(count),
+            op_count: flagged & !EMPTIES_BIT,
+            empties: flagged & EMPTIES_BIT != 0,
         })
     }
 }
@@ -534,11 +575,7 @@ impl PgLog {
         let add: Vec<(Vec<u8>, Vec<u8>)> = new
             .iter()
             .filter(|e| !held.contains(&(e.version, e.reqid)))
-            .map(|e| {
-                let entry =
-                    LogEntry { version: e.version, reqid: e.reqid, object: e.object.clone(), op_count: e.op_count };
-                (e.version.to_key().to_vec(), entry.encode_value())
-            })
+            .map(|e| (e.version.to_key().to_vec(), LogEntry::from(e).encode_value()))
             .collect();
         if !remove.is_empty() {
             txn.omap_remove(&coll, LOG_OBJECT, remove);
@@ -635,13 +672,8 @@ pub fn write_whole(
     txn.touch(&coll, LOG_OBJECT).omap_clear(&coll, LOG_OBJECT);
     write_tail(txn, &coll, entries, tail, bounds);
     let skip = entries.len().saturating_sub(bounds.max_entries());
-    let kv: Vec<(Vec<u8>, Vec<u8>)> = entries[skip..]
-        .iter()
-        .map(|e| {
-            let entry = LogEntry { version: e.version, reqid: e.reqid, object: e.object.clone(), op_count: e.op_count };
-            (e.version.to_key().to_vec(), entry.encode_value())
-        })
-        .collect();
+    let kv: Vec<(Vec<u8>, Vec<u8>)> =
+        entries[skip..].iter().map(|e| (e.version.to_key().to_vec(), LogEntry::from(e).encode_value())).collect();
     if !kv.is_empty() {
         txn.omap_set(&coll, LOG_OBJECT, kv);
     }
@@ -723,9 +755,17 @@ mod tests {
             reqid: ReqId { client: u64::MAX, tid: 3 },
             object: "obj/ü".into(),
             op_count: 2,
+            empties: false,
         };
         let back = LogEntry::decode(&e.version.to_key(), &e.encode_value()).expect("decode");
         assert_eq!(back, e);
+        // The flag of a write that emptied the name rides on the operation count's top bit, and
+        // an entry stored before it existed reads as not emptying.
+        let emptying = LogEntry { empties: true, ..e.clone() };
+        let value = emptying.encode_value();
+        assert_eq!(value[16] & 0x80, 0x80);
+        assert_eq!(LogEntry::decode(&e.version.to_key(), &value).expect("decode"), emptying);
+        assert_eq!(&value[..16], &e.encode_value()[..16]);
         assert!(LogEntry::decode(&[1, 2, 3], &e.encode_value()).is_err(), "short key");
         assert!(LogEntry::decode(&e.version.to_key(), &e.encode_value()[..19]).is_err(), "short value");
         let mut bad = e.encode_value();
@@ -744,6 +784,7 @@ mod tests {
                 reqid: ReqId { client: 9, tid: i },
                 object: format!("o{i}"),
                 op_count: 1,
+                empties: false,
             })
             .collect();
         let mut txn = Transaction::new();
@@ -768,6 +809,7 @@ mod tests {
             reqid: ReqId { client, tid: seq },
             object: format!("o{seq}"),
             op_count: 1,
+            empties: false,
         };
         let store = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
         let pg = PgId { pool: 1, seed: 2 };
@@ -831,6 +873,7 @@ mod tests {
                 reqid: ReqId { client: 7, tid: seq },
                 object: format!("o{}", seq % 5),
                 op_count: (seq % 3 + 1) as u32,
+                empties: seq % 4 == 0,
             };
             let mut txn = Transaction::new();
             log.record(&mut txn, pg, &entry);
@@ -902,6 +945,7 @@ mod tests {
                 reqid: id(seq),
                 object: "x".into(),
                 op_count: 1,
+                empties: false,
             })
             .collect();
         // (As an OSD holds it: loaded from the store, so known to match it.)
@@ -968,6 +1012,7 @@ mod tests {
             reqid: ReqId { client: if epoch == 1 { 7 } else { 8 }, tid: seq },
             object: format!("o{seq}"),
             op_count: 2,
+            empties: false,
         };
         // The authority's log: it trimmed to 1'3 and went on with 2'5..=2'10, six entries (one
         // past the bound of five, dropped here too); the member's 1'4 is divergent.

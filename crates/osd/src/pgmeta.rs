@@ -10,9 +10,7 @@
 //! backfilling; empty: nothing copied yet); `m` + object name → the needed version's key,
 //! followed, for a copy here that holds writes the PG's history rolled back, by the newest
 //! version of the history it holds (16 bytes) and those writes (36 bytes each: version, request
-//! id, operation count; decision 0063); `a` + object name → the version's key, for an object
-//! this OSD's copy holds removed at that version although its log no longer shows it (decision
-//! 0075).
+//! id, operation count; decision 0063).
 
 use std::collections::BTreeMap;
 
@@ -27,10 +25,6 @@ pub const INFO_OBJECT: &str = "info";
 const KEY_LES: &[u8] = b"les";
 const KEY_BACKFILL: &[u8] = b"backfill";
 const MISSING_PREFIX: u8 = b'm';
-const ABSENT_PREFIX: u8 = b'a';
-/// Objects recorded as held removed at most: they come from one log, which holds at most
-/// [`crate::pglog::MAX_LOG_ENTRIES`] entries.
-pub const MAX_HELD_ABSENT: usize = crate::pglog::MAX_LOG_ENTRIES;
 /// Writes of one object recorded as held by a divergent copy at most: a copy holding more has
 /// no record (an operator's revert then refuses it rather than keep writes it cannot name).
 pub const MAX_DIVERGENT_WRITES: usize = 64;
@@ -58,15 +52,6 @@ pub struct PgMeta {
     /// without applying a client's resend of one of those writes twice (decision 0063). Only
     /// for objects of `missing`; stored with their missing record, and gone with it.
     pub held_divergent: BTreeMap<String, DivergentCopy>,
-    /// Objects this OSD's copy holds removed — no head and no snapshot directory, so nothing of
-    /// the name — at the version of the write that removed them, as its own log showed when an
-    /// activation replaced that log to backfill it (decision 0075). A copy present here proves
-    /// its version by the version stored with it; a removal leaves nothing to store it on, and
-    /// without this record a primary that needs exactly that removal (its push lost with the
-    /// primary that made it) could not recognise this member as holding it: the object would stay
-    /// unfound. Kept while backfilling (at most [`MAX_HELD_ABSENT`]); dropped when backfill ends.
-    /// It vouches only while the name is still empty here (see `OsdCore::local_peer_state`).
-    pub held_absent: BTreeMap<String, Eversion>,
 }
 
 /// What a copy holding writes its PG's history rolled back holds (see
@@ -178,16 +163,6 @@ impl PgMeta {
                 self.held_divergent.insert(name.to_string(), held);
             }
             self.missing.insert(name.to_string(), need);
-        } else if k.first() == Some(&ABSENT_PREFIX) {
-            let name = std::str::from_utf8(&k[1..]).map_err(|_| bad("removed object name is not UTF-8"))?;
-            let at = Some(v.as_slice())
-                .filter(|v| v.len() == 16)
-                .and_then(Eversion::from_key)
-                .ok_or_else(|| bad("removed object's version is not 16 bytes"))?;
-            if self.held_absent.len() >= MAX_HELD_ABSENT {
-                return Err(bad("more objects held removed than the bound"));
-            }
-            self.held_absent.insert(name.to_string(), at);
         } else {
             return Err(bad("unknown key"));
         }
@@ -210,30 +185,7 @@ impl PgMeta {
             }
             entries.push((missing_key(name), value));
         }
-        debug_assert!(self.held_absent.len() <= MAX_HELD_ABSENT, "PG {pg}: too many objects held removed");
-        for (name, at) in &self.held_absent {
-            entries.push((prefixed_key(ABSENT_PREFIX, name), at.to_key().to_vec()));
-        }
         txn.omap_set(&coll, INFO_OBJECT, entries);
-    }
-
-    /// Adds to `txn` the new backfill cursor of this record (`None`: backfill complete, and the
-    /// records of objects held removed go with it: the log vouches for every object here again).
-    /// The caller updates `self` once `txn` commits ([`PgMeta::backfill_moved`]).
-    pub fn write_cursor(&self, txn: &mut Transaction, pg: PgId, cursor: Option<&str>) {
-        Self::write_backfill(txn, pg, cursor);
-        if cursor.is_none() && !self.held_absent.is_empty() {
-            let keys = self.held_absent.keys().map(|name| prefixed_key(ABSENT_PREFIX, name)).collect();
-            txn.omap_remove(&log_collection(pg), INFO_OBJECT, keys);
-        }
-    }
-
-    /// The in-memory counterpart of [`PgMeta::write_cursor`].
-    pub fn backfill_moved(&mut self, cursor: Option<String>) {
-        if cursor.is_none() {
-            self.held_absent.clear();
-        }
-        self.backfill = cursor;
     }
 
     /// Adds to `txn` that `object` is missing here, needing version `need`, with no rolled-back
@@ -303,12 +255,8 @@ impl PgMeta {
 }
 
 fn missing_key(name: &str) -> Vec<u8> {
-    prefixed_key(MISSING_PREFIX, name)
-}
-
-fn prefixed_key(prefix: u8, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + name.len());
-    k.push(prefix);
+    k.push(MISSING_PREFIX);
     k.extend_from_slice(name.as_bytes());
     k
 }
@@ -361,41 +309,6 @@ mod tests {
             store.commit(txn, Durability::Sync).expect("commit");
             assert!(PgMeta::load(&store, pg).is_err(), "a damaged missing record is an error");
         }
-    }
-
-    #[test]
-    fn objects_held_removed_last_until_backfill_ends() {
-        let store = MemEngine::new_mem(64 << 20).expect("store");
-        let pg = PgId { pool: 1, seed: 5 };
-        let mut meta = PgMeta { les: 7, backfill: Some(String::new()), ..PgMeta::default() };
-        meta.held_absent.insert("gone".into(), Eversion { epoch: 6, seq: 3 });
-        meta.held_absent.insert("m-also".into(), Eversion { epoch: 6, seq: 4 });
-        meta.missing.insert("gone".into(), Eversion { epoch: 6, seq: 9 });
-        let mut txn = Transaction::new();
-        txn.create_collection(&log_collection(pg));
-        meta.write_whole(&mut txn, pg);
-        store.commit(txn, Durability::Sync).expect("commit");
-        assert_eq!(PgMeta::load(&store, pg).expect("load"), meta, "a missing record and a removal's share a name");
-
-        // A cursor that moves keeps them; the end of backfill drops them with the cursor.
-        let mut txn = Transaction::new();
-        meta.write_cursor(&mut txn, pg, Some("k"));
-        store.commit(txn, Durability::Sync).expect("commit");
-        meta.backfill_moved(Some("k".into()));
-        assert_eq!(PgMeta::load(&store, pg).expect("load"), meta);
-        assert_eq!(meta.held_absent.len(), 2);
-        let mut txn = Transaction::new();
-        meta.write_cursor(&mut txn, pg, None);
-        store.commit(txn, Durability::Sync).expect("commit");
-        meta.backfill_moved(None);
-        assert!(meta.held_absent.is_empty() && meta.backfill.is_none());
-        assert_eq!(PgMeta::load(&store, pg).expect("load"), meta);
-
-        // A damaged record is refused, not half read.
-        let mut txn = Transaction::new();
-        txn.omap_set(&log_collection(pg), INFO_OBJECT, vec![(prefixed_key(ABSENT_PREFIX, "x"), vec![0u8; 17])]);
-        store.commit(txn, Durability::Sync).expect("commit");
-        assert!(PgMeta::load(&store, pg).is_err(), "a removal's version of 17 bytes is an error");
     }
 
     #[test]

@@ -933,6 +933,7 @@ fn collections_of_a_deleted_pool_are_purged_in_bounded_steps() {
         prev: shoal_proto::osd::Eversion::default(),
         log_only: false,
         decided: false,
+        empties: false,
     };
     let mut out = Vec::new();
     restarted.handle(Event::RepOp { from: 1, request_id: 1, op, data: bytes::Bytes::from(b"z".to_vec()) }, &mut out);

@@ -363,6 +363,9 @@ pub struct RepOp {
     /// The logged write of an operator's decision on an unfound object: the member's missing
     /// record of it goes with this entry (see [`PgPush::decided`]).
     pub decided: bool,
+    /// The write leaves nothing of the object's name on the primary ([`PgLogEntry::empties`]),
+    /// recorded with the replica's log entry.
+    pub empties: bool,
 }
 
 /// What a replica must find before applying a replicated write: the primary resolved the
@@ -460,6 +463,10 @@ pub struct PgLogEntry {
     pub reqid: ReqId,
     pub object: String,
     pub op_count: u32,
+    /// The write left nothing of the object's name: no head, no snapshot directory, so no
+    /// clones either. A member that lacks it needs no copy: it removes what it holds of the name
+    /// (decision 0077).
+    pub empties: bool,
 }
 
 /// Peering's first step: a PG's primary asks a peer what it holds of the PG (its info, log and

@@ -889,18 +889,34 @@ fn a_primary_that_has_not_loaded_its_log_still_shares_its_dups_with_a_member_it_
 }
 
 #[test]
-fn a_member_backfilled_from_the_start_still_vouches_for_the_removals_its_log_showed() {
+fn a_member_that_lacks_a_removal_removes_the_object_without_a_copy() {
     // A primary removed an object (no clones left) and was cut off before its push reached the
-    // others, which then recorded the object missing at that removal; it came back to be
-    // backfilled from the start, and its activation replaced the log that showed it held the
-    // removal. A removal leaves nothing to store a version on, so from then on no member could
-    // be recognised as holding it: the object stayed unfound and the client's write on it waited
-    // for ever (decision 0075). Found by a sweep (thirty-first session): 110135.
+    // others, which recorded the object missing at that removal; it came back to be backfilled
+    // from the start, and its activation replaced the log that showed it held the removal. A
+    // removal leaves nothing to store a version on, so no member could be recognised as holding
+    // it: the object stayed unfound and the client's write on it waited for ever. Log entries now
+    // say when a write left nothing of its object's name, and a member lacking such a write
+    // removes what it holds of it at activation (decision 0077). Found by a sweep (thirty-first
+    // session): 110135.
     run_seeds(110_135..=110_135, short_logs_with_snaps_and_cuts);
     some_seed_fails_among(
-        Mutations { forget_held_absent: true, ..Mutations::default() },
+        Mutations { removals_need_copies: true, ..Mutations::default() },
         short_logs_with_snaps_and_cuts,
         110_135..=110_135,
+    );
+}
+
+#[test]
+fn a_write_that_changes_nothing_still_stamps_the_copy_with_its_version() {
+    // A trim with nothing to trim is logged like any write but changes no copy. Its version
+    // became the one a member lacking it needed, and no copy carried it (every copy kept the
+    // version of the object's last real change): the object stayed unfound, though every copy
+    // held exactly what was needed (decision 0077). Found by a sweep: 128294.
+    run_seeds(128_294..=128_294, short_logs_with_snaps_and_cuts);
+    some_seed_fails_among(
+        Mutations { no_stamp_unchanged: true, ..Mutations::default() },
+        short_logs_with_snaps_and_cuts,
+        128_294..=128_294,
     );
 }
 

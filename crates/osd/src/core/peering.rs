@@ -593,14 +593,10 @@ impl OsdCore {
         let store = &*self.store;
         let version_of =
             if self.mutations.head_versions_only { crate::objver::stored } else { crate::objver::stored_of_name };
-        // A removal leaves nothing to store a version on: what this member's replaced log
-        // showed of it is recorded instead, and vouches while the name is still empty here.
-        let held_absent =
-            |o: &String| meta.held_absent.get(o).copied().filter(|_| crate::objver::name_is_empty(store, &coll, o));
         let versions = versions_of
             .iter()
             .take(PEER_QUERY_VERSIONS_MAX)
-            .filter_map(|o| version_of(store, &coll, o).or_else(|| held_absent(o)).map(|v| (o.clone(), v)))
+            .filter_map(|o| version_of(store, &coll, o).map(|v| (o.clone(), v)))
             .collect();
         let log = crate::pglog::read_entries(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
         let tail = crate::pglog::read_tail(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))?;
@@ -608,10 +604,7 @@ impl OsdCore {
             tail,
             les: meta.les,
             backfill: meta.backfill,
-            log: log
-                .into_iter()
-                .map(|e| PgLogEntry { version: e.version, reqid: e.reqid, object: e.object, op_count: e.op_count })
-                .collect(),
+            log: log.into_iter().map(PgLogEntry::from).collect(),
             missing: meta.missing.into_iter().collect(),
             versions,
         })
@@ -672,7 +665,10 @@ impl OsdCore {
             tracing::error!(%pg, member = %silent, "acting member did not answer; peering again at the next tick");
             return;
         }
-        let auth_log = p.answers[&auth].log.clone();
+        let mut auth_log = p.answers[&auth].log.clone();
+        if self.mutations.removals_need_copies {
+            auth_log.iter_mut().for_each(|e| e.empties = false);
+        }
         let auth_tail = p.answers[&auth].tail;
         if tracing::enabled!(tracing::Level::DEBUG) {
             // Per answer: OSD, last_epoch_started, backfilling, newest entry, objects it lacks.
@@ -960,63 +956,11 @@ impl OsdCore {
             let write = crate::pgmeta::DivergentWrite { version: e.version, reqid: e.reqid, op_count: e.op_count };
             by_object.entry(e.object).or_default().push(write);
         }
-        let rolled_objects: BTreeSet<String> = by_object.keys().cloned().collect();
         for (object, writes) in by_object {
             tracing::info!(%pg, object, %common, writes = writes.len(), "this OSD's copy holds writes the PG's history rolls back: recorded");
             meta.record_divergent(&object, common, writes);
         }
-        meta.held_absent = self.held_absent_after(pg, &meta, &rolled_objects)?;
         Ok(meta)
-    }
-
-    /// The objects this OSD's copy of `pg` holds removed, with the version of the removal, to be
-    /// recorded with `meta` (an activation's) when it replaces this OSD's log (decision 0075).
-    /// Only a member being backfilled keeps any: those its record had (still backfilling), and,
-    /// when its log was whole until now (not backfilling, so its copy holds every write in it
-    /// but the objects recorded missing), each object whose newest entry there left nothing of
-    /// its name in the store, unless that entry is one the PG's history rolls back (`rolled`).
-    fn held_absent_after(
-        &mut self,
-        pg: PgId,
-        meta: &PgMeta,
-        rolled: &BTreeSet<String>,
-    ) -> Result<BTreeMap<String, Eversion>, RemoteError> {
-        if meta.backfill.is_none() {
-            return Ok(BTreeMap::new());
-        }
-        let forget = self.mutations.forget_held_absent;
-        let old = self.meta_mut(pg)?;
-        let mut held = old.held_absent.clone();
-        if old.backfill.is_some() || forget {
-            return Ok(held);
-        }
-        // Dropped when backfill ends, so a record of a member not backfilling has none.
-        debug_assert!(held.is_empty(), "PG {pg}: objects held removed recorded outside a backfill");
-        let old_missing: BTreeSet<String> = old.missing.keys().cloned().collect();
-        let coll = crate::exec::pg_collection(pg);
-        if !self.collections.contains(&coll) {
-            return Ok(held);
-        }
-        let mut newest: BTreeMap<String, Eversion> = BTreeMap::new();
-        for e in crate::pglog::read_entries(&*self.store, pg).map_err(|e| crate::exec::store_error(&e))? {
-            let at = newest.entry(e.object).or_default();
-            *at = (*at).max(e.version);
-        }
-        for (object, at) in newest {
-            if held.len() >= crate::pgmeta::MAX_HELD_ABSENT {
-                break;
-            }
-            if !old_missing.contains(&object)
-                && !rolled.contains(&object)
-                && crate::objver::name_is_empty(&*self.store, &coll, &object)
-            {
-                held.insert(object, at);
-            }
-        }
-        if !held.is_empty() {
-            tracing::debug!(%pg, objects = held.len(), "backfilled from the start: objects held removed recorded");
-        }
-        Ok(held)
     }
 
     /// A member's answer to an activation.

@@ -1389,7 +1389,7 @@ impl OsdCore {
             }
         }
         if let Some(range) = &backfill {
-            self.meta_mut(pg)?.write_cursor(&mut txn, pg, range.upto.as_deref());
+            PgMeta::write_backfill(&mut txn, pg, range.upto.as_deref());
         }
         self.store.commit(txn, Durability::Batch).map_err(|e| store_error(&e))?;
         self.collections.insert(coll);
@@ -1399,7 +1399,7 @@ impl OsdCore {
             meta.recovered(&c.name);
         }
         if let Some(range) = backfill {
-            meta.backfill_moved(range.upto);
+            meta.backfill = range.upto;
         }
         Ok(())
     }
