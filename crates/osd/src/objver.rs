@@ -15,9 +15,10 @@ use shoal_store::{ObjectStore, Transaction};
 /// Records `version` on `obj` in `txn`, a write's transaction built from `resolved` (see
 /// `exec::build_transaction`), when the write leaves the object present — every write that
 /// changes it, snapshot-state changes included, so that the stored version always names the
-/// newest write the copy reflects. Nothing for a write that removes it, and nothing for a
-/// log-only write (`resolved` empty: a member being backfilled records the entry without touching
-/// its copy, which stays what its stored version says).
+/// newest write the copy reflects. Nothing for a write that removes it, and nothing for an empty
+/// `resolved`: a log-only write (a member being backfilled records the entry without touching its
+/// copy, which stays what its stored version says) or one that changed nothing, which the caller
+/// stamps with [`stamp_unchanged`] unless it is log-only.
 ///
 /// With `base_vouched` false — a member being backfilled applying a write in full to an object
 /// past its own recorded cursor, which happens only when the backfill push that covered the

@@ -991,9 +991,9 @@ impl OsdCore {
         out: &mut Vec<Action>,
     ) {
         // A clone pulled alone replaces this OSD's copy only at the same version (see `clones`).
-        // (A head's copy is not checked so: the stored version names the head's last write that
-        // changed it, and a logged write that changed nothing — a trim with nothing to trim —
-        // leaves the log's newest version of the object ahead of every copy's.)
+        // (A head's copy is not checked so: a copy stored before decision 0077 names the head's
+        // last write that changed it, while a later logged write that changed nothing — a trim
+        // with nothing to trim — left the log's newest version of the object ahead of it.)
         let clone_version = self.clone_version_needed(pg, &object);
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
