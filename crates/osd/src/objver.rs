@@ -156,6 +156,10 @@ pub fn leaves_name_empty(store: &dyn ObjectStore, coll: &str, head: &str, resolv
         Some(present) => present,
         None => !matches!(store.exists(coll, head), Ok(false)),
     };
+    // Most writes leave the head there: no lookup of the directory on their path.
+    if head_after {
+        return false;
+    }
     let dir_after = match resolved.iter().rev().find_map(|op| match op {
         ObjOp::SnapsetWrite { value, on_head, .. } => Some(value.is_some() && !on_head),
         _ => None,
@@ -163,7 +167,7 @@ pub fn leaves_name_empty(store: &dyn ObjectStore, coll: &str, head: &str, resolv
         Some(present) => present,
         None => !matches!(store.exists(coll, &crate::snaps::snapdir_name(head)), Ok(false)),
     };
-    !head_after && !dir_after
+    !dir_after
 }
 
 #[cfg(test)]
