@@ -21,6 +21,13 @@
 //! there stay unfound, named with the reason, and the command exits 2. Both answer once every
 //! member has logged the decision; a PG that peers again before that drops it (decision 0070),
 //! and the command fails naming the objects, unfound again.
+//!
+//! `shoal pg force-complete PGID --yes-i-really-mean-it` is the last resort for a PG that is
+//! `incomplete` (no member of its last activation holds it whole: their disks were lost) or
+//! `down` (none of them is up, and will not be): it gives up the history the monitors' record
+//! vouches for, and the PG peers again with the newest copy its acting members hold (decision
+//! 0078). The writes only the lost members held are gone for good. It waits, showing progress,
+//! until the PG is active again.
 
 use std::process::ExitCode;
 
@@ -95,6 +102,22 @@ pub enum PgCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Makes an `incomplete` or `down` PG usable again when the OSDs its last activation names
+    /// are lost for good: gives up the history they held, and the PG peers with the newest copy
+    /// its acting OSDs hold. The writes only the lost OSDs held are lost.
+    ForceComplete {
+        #[command(flatten)]
+        conf: ConfArgs,
+        /// The PG, as `shoal osd map` prints it: `POOL.SEED` with the seed in hex (`1.1d`).
+        pgid: String,
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+        /// Gives up after this many seconds if the PG is not active again.
+        #[arg(long, default_value_t = 120)]
+        timeout_secs: u64,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -134,7 +157,84 @@ pub fn run(cmd: &PgCommand) -> Result<ExitCode> {
         PgCommand::MarkUnfoundLost { conf, pgid, action: LostAction::Revert, yes_i_really_mean_it, json } => {
             revert_unfound(conf, pgid, *yes_i_really_mean_it, *json)
         }
+        PgCommand::ForceComplete { conf, pgid, yes_i_really_mean_it, timeout_secs, json } => {
+            force_complete(conf, pgid, *yes_i_really_mean_it, Duration::from_secs(*timeout_secs), *json)
+        }
     }
+}
+
+/// The state PG `pg`'s primary reports (`None` if it does not answer).
+fn primary_state(client: &shoal_client::blocking::BlockingClient, pg: PgId) -> Option<String> {
+    let map = client.client().mon().map();
+    let primary = *map.pg_osds(pg).ok()?.first()?;
+    client.runtime().block_on(client.client().pg_query(primary, pg)).ok()?.state
+}
+
+/// `shoal pg force-complete`: gives up PG `pgid`'s recorded history once `confirmed`, and waits
+/// until the PG is active again.
+fn force_complete(conf: &ConfArgs, pgid: &str, confirmed: bool, timeout: Duration, json_out: bool) -> Result<ExitCode> {
+    const POLL: Duration = Duration::from_millis(200);
+    let client = conf.connect()?;
+    let map = client.client().mon().map();
+    let pg = parse_pgid(&map, pgid)?;
+    let Some(record) = map.pg_active.get(&pg).cloned() else {
+        bail!("PG {pg} has no activation record: it has no history to give up (see `shoal pg ls`)");
+    };
+    let state = primary_state(&client, pg);
+    let stuck = state.as_deref().is_some_and(|s| s == "incomplete" || s == "down");
+    if !stuck {
+        bail!(
+            "PG {pg} is {}, not incomplete or down: nothing to force (only a PG whose last activation's OSDs              are lost needs this)",
+            state.as_deref().unwrap_or("not reported by its primary")
+        );
+    }
+    let members: Vec<String> = record.members.iter().map(ToString::to_string).collect();
+    if !confirmed {
+        bail!(
+            "forcing PG {pg} gives up the writes that only {} held (its last activation, at epoch {}): they are              lost for good, and the PG goes on from the newest copy its acting OSDs hold; add              --yes-i-really-mean-it if {} will not come back with {} data",
+            members.join(", "),
+            record.activated_at,
+            if members.len() == 1 { "it" } else { "none of them" },
+            if members.len() == 1 { "its" } else { "their" },
+        );
+    }
+    let command = shoal_map::Command::PgForgetHistory { pg, record_epoch: record.epoch };
+    let epoch = client
+        .runtime()
+        .block_on(client.client().mon().command(command))
+        .with_context(|| format!("giving up PG {pg}'s recorded history"))?;
+    if !json_out {
+        eprintln!("PG {pg}: history of epoch {} given up (map epoch {epoch}); waiting for it to peer", record.epoch);
+    }
+    let started = Instant::now();
+    let mut last = String::new();
+    let state = loop {
+        let now = primary_state(&client, pg).unwrap_or_else(|| "not reported".into());
+        if now.starts_with("active") {
+            break now;
+        }
+        if now != last && !json_out {
+            eprintln!("PG {pg}: {now}");
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "PG {pg} is {now} {} s after its history was given up; see `shoal pg ls` (its acting OSDs must be up)",
+                timeout.as_secs()
+            );
+        }
+        last = now;
+        std::thread::sleep(POLL);
+    };
+    if json_out {
+        println!(
+            "{}",
+            json!({"pg": pg.to_string(), "state": state, "given_up": {"record_epoch": record.epoch,
+                   "activated_at": record.activated_at, "members": record.members.iter().map(|o| o.0).collect::<Vec<_>>()}})
+        );
+    } else {
+        println!("PG {pg}: {state}; the writes only {} held are given up", members.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Parses a PG id and checks that the PG exists in `map`.

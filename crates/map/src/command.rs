@@ -91,6 +91,15 @@ pub enum Command {
     RemoveOsd {
         id: OsdId,
     },
+    /// An operator gives up the history PG `pg`'s activation record vouches for (`shoal pg
+    /// force-complete`, decision 0078): the record is removed, so that the PG's next peering
+    /// takes the newest copy among its acting members that answer, and the writes only the
+    /// record's members held are lost. Refused unless the PG's record is the one of epoch
+    /// `record_epoch` (the one the operator decided on, not a newer one).
+    PgForgetHistory {
+        pg: PgId,
+        record_epoch: u64,
+    },
     /// Sets a cluster-wide setting (`None`: back to its default).
     ConfigSet {
         key: String,
@@ -130,7 +139,8 @@ impl Command {
             | Command::CreatePool { .. }
             | Command::RemovePool { .. }
             | Command::AuthRemove { .. }
-            | Command::RemoveOsd { .. } => false,
+            | Command::RemoveOsd { .. }
+            | Command::PgForgetHistory { .. } => false,
         }
     }
 }
@@ -214,6 +224,10 @@ pub enum Change {
     /// Activations recorded; each record's epoch is the epoch this change produces.
     PgActivated {
         records: Vec<ActivationProposal>,
+    },
+    /// A PG's activation record removed by an operator ([`Command::PgForgetHistory`]).
+    PgHistoryForgotten {
+        pg: PgId,
     },
     RemoveOsd {
         id: OsdId,
@@ -493,6 +507,23 @@ impl ClusterMap {
                 }
                 Change::PgActivated { records: keep }
             }
+            Command::PgForgetHistory { pg, record_epoch } => {
+                let refuse = |reason: String| Err(MapError::PgHistory { pg: *pg, reason });
+                if !self.pg_exists(*pg) {
+                    return refuse("no such PG in the map".into());
+                }
+                match self.pg_active.get(pg) {
+                    None => return refuse("it has no activation record: no history to give up".into()),
+                    Some(r) if r.epoch != *record_epoch => {
+                        return refuse(format!(
+                            "its activation record is of epoch {}, not {record_epoch}: it peered since; look again",
+                            r.epoch
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                Change::PgHistoryForgotten { pg: *pg }
+            }
         }))
     }
 
@@ -573,6 +604,9 @@ impl ClusterMap {
                         self.pg_temp.insert(*pg, osds.clone());
                     }
                 }
+            }
+            Change::PgHistoryForgotten { pg } => {
+                self.pg_active.remove(pg);
             }
             Change::PgActivated { records } => {
                 let epoch = self.epoch + 1;

@@ -29,6 +29,8 @@ pub enum MapError {
     EpochGap { have: u64, got: u64 },
     #[error("{id} cannot be removed: {reason}")]
     OsdNotRemovable { id: OsdId, reason: String },
+    #[error("PG {pg}: {reason}")]
+    PgHistory { pg: crate::PgId, reason: String },
     #[error("invalid setting: {0}")]
     InvalidConfig(String),
     #[error(transparent)]

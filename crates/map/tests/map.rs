@@ -224,3 +224,36 @@ fn activation_records_name_holders_apart_from_members_and_forget_removed_ones() 
     assert!(map.pg_active[&pg].holders.is_empty());
     assert_eq!(map.pg_active[&pg].members, acting);
 }
+
+#[test]
+fn an_operator_gives_up_only_the_activation_record_seen() {
+    let mut map = map_with_osds(3);
+    map.execute(&create_pool("data", 2)).unwrap();
+    let pg = shoal_map::PgId { pool: 1, seed: 0 };
+    let forget = |record_epoch| Command::PgForgetHistory { pg, record_epoch };
+    let refused = |map: &ClusterMap, cmd: &Command, why: &str| {
+        let e = map.prepare(cmd).expect_err("refused");
+        assert!(e.to_string().contains(why), "{e}");
+    };
+    refused(&map, &forget(0), "no activation record");
+    let acting = map.pg_osds(pg).unwrap();
+    let record = shoal_map::ActivationProposal {
+        pg,
+        prior_epoch: 0,
+        activated_at: map.epoch,
+        members: acting.clone(),
+        holders: Vec::new(),
+    };
+    map.execute(&Command::PgActivated { by: acting[0], records: vec![record] }).unwrap().expect("a change");
+    let seen = map.pg_active[&pg].epoch;
+    refused(&map, &forget(seen - 1), "peered since");
+    refused(
+        &map,
+        &Command::PgForgetHistory { pg: shoal_map::PgId { pool: 1, seed: 999 }, record_epoch: seen },
+        "no such PG",
+    );
+    assert!(!forget(seen).repeatable(), "a repeat must look at the map first");
+    map.execute(&forget(seen)).unwrap().expect("a change");
+    assert!(!map.pg_active.contains_key(&pg), "the record is gone");
+    refused(&map, &forget(seen), "no activation record");
+}

@@ -187,6 +187,7 @@ pub fn remote_error(e: &MapError) -> RemoteError {
         | MapError::InvalidPoolSetting(_)
         | MapError::InvalidConfig(_)
         | MapError::OsdNotRemovable { .. }
+        | MapError::PgHistory { .. }
         | MapError::InvalidEntity { .. }
         | MapError::Placement(_) => ErrorCode::Invalid,
         MapError::EpochGap { .. } => ErrorCode::Other,

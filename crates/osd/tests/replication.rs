@@ -2635,3 +2635,55 @@ fn a_rolled_back_object_the_authoritys_log_no_longer_names_is_needed_at_the_auth
         assert_eq!(copy.as_slice(), b"abc", "the unacknowledged write was rolled back");
     }
 }
+
+#[test]
+fn an_incomplete_pg_activates_from_the_copy_left_once_the_operator_gives_up_its_history() {
+    // Two copies, min_size 1: the replica goes down and the primary takes a write alone, so the
+    // PG's activation record names the primary only. Its disk is then lost and replaced, and the
+    // replica comes back: no member of the record holds the PG, and the PG stays incomplete. The
+    // operator gives up the record (`shoal pg force-complete`, decision 0078): the PG peers again
+    // with the newest copy left, the replica's, and every member ends with it.
+    let mut net = Net::new();
+    let acting = net.acting();
+    let (primary, replica) = (acting[0], acting[1]);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    net.append(1, b"abc").result.expect("append on both");
+    net.change(Command::OsdDown { id: replica });
+    net.append(2, b"def").result.expect("append on the primary alone");
+    assert_eq!(net.map.pg_active[&pg].members, vec![primary], "the record names the primary alone");
+    net.change(Command::OsdDown { id: primary });
+    net.replace_disk(primary);
+    net.restart(replica);
+    for _ in 0..5 {
+        net.tick();
+    }
+    let leader = net.acting()[0];
+    assert_eq!(net.core(leader).pg_state(pg).as_deref(), Some("incomplete"));
+    assert_eq!(net.content(replica).as_deref(), Some(&b"abc"[..]), "the replica still holds the older copy");
+
+    // A stale decision (another record than the one the operator saw) is refused.
+    let epoch = net.map.pg_active[&pg].epoch;
+    let stale = Command::PgForgetHistory { pg, record_epoch: epoch - 1 };
+    assert!(net.map.execute(&stale).is_err(), "a decision on an older record was applied");
+    net.change(Command::PgForgetHistory { pg, record_epoch: epoch });
+    // (The PG may have peered and been recorded again already: the harness applies at once.)
+    assert_ne!(net.map.pg_active.get(&pg).map(|r| r.epoch), Some(epoch), "the record given up is still there");
+    // The pool's other PGs, empty, were recorded on the primary alone too: given up as well.
+    for seed in 0..net.map.pools[&pool].pg_num {
+        let other = shoal_map::PgId { pool, seed };
+        let leader = net.map.pg_osds(other).unwrap()[0];
+        if net.core(leader).pg_state(other).as_deref() == Some("incomplete") {
+            let record_epoch = net.map.pg_active[&other].epoch;
+            net.change(Command::PgForgetHistory { pg: other, record_epoch });
+        }
+    }
+    settle_clean(&mut net, &[primary, replica]);
+    for osd in [primary, replica] {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd} holds the copy left");
+    }
+    let record = &net.map.pg_active[&pg];
+    assert!(record.members.contains(&replica) && record.holders.is_empty(), "{record:?}");
+    let again = Command::PgForgetHistory { pg, record_epoch: epoch };
+    assert!(net.map.execute(&again).is_err(), "a repeated decision was applied to the new record");
+}

@@ -96,6 +96,8 @@ fn damaged_copies_are_read_around_found_by_deep_scrub_and_repaired() {
     fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "delete"]), "--yes-i-really-mean-it");
     fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "revert"]), "--yes-i-really-mean-it");
     fails_with(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "undo", "--yes-i-really-mean-it"]), "revert");
+    // Forcing a PG past its lost history is only for one that is incomplete or down.
+    fails_with(&shoal(&dir, &["pg", "force-complete", &pg, "--yes-i-really-mean-it"]), "not incomplete or down");
     let reverted =
         json(&ok(&shoal(&dir, &["pg", "mark-unfound-lost", &pg, "revert", "--yes-i-really-mean-it", "--json"])));
     assert_eq!(
