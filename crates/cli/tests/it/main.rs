@@ -16,6 +16,7 @@ mod clone_recovery;
 mod cluster;
 mod crash;
 mod down_keeps_place;
+mod force_complete;
 mod full;
 mod nbd;
 mod nemesis;
