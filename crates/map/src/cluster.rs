@@ -228,6 +228,13 @@ impl ClusterMap {
         self.pg_up_osds(pg)
     }
 
+    /// PG `pg`'s interval: its acting OSDs, primary first, each with the epoch it last came up
+    /// (`up_from`). It changes when the acting set does or a member restarts; an activation
+    /// belongs to the interval it was made in.
+    pub fn pg_interval(&self, pg: PgId) -> Result<Vec<(OsdId, u64)>, MapError> {
+        Ok(self.pg_osds(pg)?.into_iter().map(|o| (o, self.osds.get(&o).map_or(0, |i| i.up_from))).collect())
+    }
+
     /// The OSDs placement names for PG `pg` that are up, primary first, ignoring any temporary
     /// acting set.
     ///

@@ -79,12 +79,13 @@ pub enum Command {
         entries: Vec<(PgId, Vec<OsdId>)>,
     },
     /// A PG primary records activations (see [`crate::PgActivation`]). Entries whose `prior_epoch`
-    /// is not the PG's current record's epoch (0: none), or whose members are not the PG's acting
-    /// set led by `by`, are dropped: another primary got there first, or the interval changed
-    /// (and so are entries naming a member among their holders).
+    /// is not the PG's current record's epoch (0: none), whose interval is not the PG's current
+    /// one, or whose members are not the PG's acting set led by `by`, are dropped: another
+    /// primary got there first, or the interval changed (and so are entries naming a member among
+    /// their holders).
     PgActivated {
         by: OsdId,
-        records: Vec<ActivationProposal>,
+        records: Vec<ActivationRequest>,
     },
     /// Removes an OSD from the map for good (`shoal osd rm`): refused unless it is down and
     /// out. Whether its data is safe elsewhere is the caller's check (the map cannot know).
@@ -165,6 +166,17 @@ pub struct ActivationProposal {
     pub members: Vec<OsdId>,
     /// See [`crate::PgActivation::holders`]; never one of `members`.
     pub holders: Vec<OsdId>,
+}
+
+/// An activation as a primary sends it to the monitors: the record it proposes and the interval
+/// it was made in ([`crate::ClusterMap::pg_interval`] in the primary's map). The monitors record
+/// it only while the PG is still in that interval (decision 0079): its members may since have
+/// been activated by another primary, in an interval whose record never reached the map, and a
+/// record of the earlier activation would name members that no longer hold what it says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationRequest {
+    pub proposal: ActivationProposal,
+    pub interval: Vec<(OsdId, u64)>,
 }
 
 /// A pool property `shoal pool set` can change.
@@ -486,7 +498,7 @@ impl ClusterMap {
             }
             Command::PgActivated { by, records } => {
                 let mut keep = Vec::new();
-                for r in records {
+                for ActivationRequest { proposal: r, interval } in records {
                     if !self.pg_exists(r.pg) {
                         continue;
                     }
@@ -497,7 +509,8 @@ impl ClusterMap {
                         && r.members.first() == Some(by)
                         && r.members.iter().all(|m| acting.contains(m))
                         && r.holders.iter().all(|h| !r.members.contains(h))
-                        && r.activated_at <= self.epoch;
+                        && r.activated_at <= self.epoch
+                        && self.pg_interval(r.pg).is_ok_and(|now| now == *interval);
                     if valid {
                         keep.push(r.clone());
                     }

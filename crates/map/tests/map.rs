@@ -211,9 +211,10 @@ fn activation_records_name_holders_apart_from_members_and_forget_removed_ones() 
         holders,
     };
     // A holder that is also a member is refused: the record would say a member lacks what it holds.
-    let bad = Command::PgActivated { by: primary, records: vec![proposal(vec![acting[1]])] };
+    let request = |proposal| shoal_map::ActivationRequest { proposal, interval: map.pg_interval(pg).unwrap() };
+    let bad = Command::PgActivated { by: primary, records: vec![request(proposal(vec![acting[1]]))] };
     assert_eq!(map.prepare(&bad), Ok(None));
-    let good = Command::PgActivated { by: primary, records: vec![proposal(vec![other])] };
+    let good = Command::PgActivated { by: primary, records: vec![request(proposal(vec![other]))] };
     map.execute(&good).unwrap().expect("a change");
     assert_eq!(map.pg_active[&pg].holders, vec![other]);
     assert_eq!(map.pg_active[&pg].members, acting);
@@ -244,7 +245,8 @@ fn an_operator_gives_up_only_the_activation_record_seen() {
         members: acting.clone(),
         holders: Vec::new(),
     };
-    map.execute(&Command::PgActivated { by: acting[0], records: vec![record] }).unwrap().expect("a change");
+    let request = shoal_map::ActivationRequest { proposal: record, interval: map.pg_interval(pg).unwrap() };
+    map.execute(&Command::PgActivated { by: acting[0], records: vec![request] }).unwrap().expect("a change");
     let seen = map.pg_active[&pg].epoch;
     refused(&map, &forget(seen - 1), "peered since");
     refused(
@@ -256,4 +258,41 @@ fn an_operator_gives_up_only_the_activation_record_seen() {
     map.execute(&forget(seen)).unwrap().expect("a change");
     assert!(!map.pg_active.contains_key(&pg), "the record is gone");
     refused(&map, &forget(seen), "no activation record");
+}
+
+#[test]
+fn an_activation_is_recorded_only_in_the_interval_it_was_made_in() {
+    let mut map = map_with_osds(3);
+    map.execute(&create_pool("data", 2)).unwrap();
+    let pg = shoal_map::PgId { pool: 1, seed: 0 };
+    let acting = map.pg_osds(pg).unwrap();
+    let made_in = map.pg_interval(pg).unwrap();
+    assert_eq!(made_in.iter().map(|(o, _)| *o).collect::<Vec<_>>(), acting, "the interval lists the acting set");
+    let activated_at = map.epoch;
+    let request = |interval: Vec<(OsdId, u64)>| Command::PgActivated {
+        by: acting[0],
+        records: vec![shoal_map::ActivationRequest {
+            proposal: shoal_map::ActivationProposal {
+                pg,
+                prior_epoch: 0,
+                activated_at,
+                members: acting.clone(),
+                holders: Vec::new(),
+            },
+            interval,
+        }],
+    };
+    let in_time = request(made_in.clone());
+    // A member restarts: same acting set, a new interval. The activation of the old one is
+    // dropped; one made in the new interval is recorded.
+    let member = acting[1];
+    map.execute(&Command::OsdDown { id: member }).unwrap();
+    let addr = "127.0.0.1:7999".parse().unwrap();
+    map.execute(&Command::OsdBoot { id: member, addr }).unwrap();
+    assert_eq!(map.pg_osds(pg).unwrap(), acting, "the same acting set");
+    assert_ne!(map.pg_interval(pg).unwrap(), made_in, "a new interval");
+    assert_eq!(map.prepare(&in_time), Ok(None), "an activation of a past interval was recorded");
+    let now = request(map.pg_interval(pg).unwrap());
+    map.execute(&now).unwrap().expect("recorded");
+    assert_eq!(map.pg_active[&pg].members, acting);
 }

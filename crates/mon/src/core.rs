@@ -546,7 +546,7 @@ impl MonCore {
             }
             let next_pgs: Vec<PgId> = match (&*change, &next.request.command) {
                 (Change::PgActivated { .. }, Command::PgActivated { records, .. }) => {
-                    records.iter().map(|r| r.pg).collect()
+                    records.iter().map(|r| r.proposal.pg).collect()
                 }
                 (Change::PgTemp { .. }, Command::PgTemp { entries, .. }) => entries.iter().map(|e| e.0).collect(),
                 _ => return,

@@ -487,7 +487,9 @@ fn activations(core: &MonCore, by: u32, pgs: &[PgId]) -> Command {
         .map(|pg| {
             let members = map.pg_osds(*pg).unwrap();
             assert_eq!(members[0], OsdId(by), "{pg} has another primary");
-            ActivationProposal { pg: *pg, prior_epoch: 0, activated_at: map.epoch, members, holders: Vec::new() }
+            let proposal =
+                ActivationProposal { pg: *pg, prior_epoch: 0, activated_at: map.epoch, members, holders: Vec::new() };
+            shoal_map::ActivationRequest { proposal, interval: map.pg_interval(*pg).unwrap() }
         })
         .collect();
     Command::PgActivated { by: OsdId(by), records }

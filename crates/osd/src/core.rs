@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgId};
+use shoal_map::{ActivationRequest, ClusterMap, Command, OsdId, PgId};
 use shoal_proto::mon::OsdStats;
 use shoal_proto::osd::{
     Eversion, OsdOp, OsdOpReply, PgInfo, PgList, PgListReply, PgQuery, PgQueryReply, RepOp, RepOpReply, ReqId,
@@ -401,7 +401,7 @@ pub struct OsdCore {
     /// Every PG this OSD acts for or holds data of, with its peering state.
     pgs: BTreeMap<PgId, PgState>,
     /// Activation records and temporary acting sets waiting to be sent to the monitors.
-    pending_records: BTreeMap<PgId, ActivationProposal>,
+    pending_records: BTreeMap<PgId, ActivationRequest>,
     pending_temp: BTreeMap<PgId, Vec<OsdId>>,
     /// A command to the monitors is in flight.
     mon_busy: bool,

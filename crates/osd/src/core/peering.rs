@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use shoal_map::{ActivationProposal, ClusterMap, Command, OsdId, PgActivation, PgId};
+use shoal_map::{ActivationProposal, ActivationRequest, ClusterMap, Command, OsdId, PgActivation, PgId};
 use shoal_proto::osd::{Eversion, PEER_QUERY_VERSIONS_MAX, PeerInfo, PeerQuery, PeerState, PgActivate, PgLogEntry};
 use shoal_proto::{ErrorCode, Message, RemoteError, decode_bytes, encode, peek};
 use shoal_store::Transaction;
@@ -378,7 +378,7 @@ fn record_holders(
 
 /// The interval of `pg` in `map`: its acting OSDs with their boot epochs.
 pub(crate) fn interval_of(map: &ClusterMap, pg: PgId) -> Interval {
-    map.pg_osds(pg).unwrap_or_default().into_iter().map(|o| (o, map.osds.get(&o).map_or(0, |i| i.up_from))).collect()
+    map.pg_interval(pg).unwrap_or_default()
 }
 
 impl OsdCore {
@@ -989,8 +989,9 @@ impl OsdCore {
         }
         p.phase = Phase::Recording;
         p.phase_ticks = 0;
-        if let Some(prop) = p.proposal.clone() {
-            self.pending_records.insert(pg, prop);
+        if let Some(proposal) = p.proposal.clone() {
+            let interval = self.pgs.get(&pg).map(|s| s.interval.clone()).unwrap_or_default();
+            self.pending_records.insert(pg, ActivationRequest { proposal, interval });
         }
         self.flush_mon(out);
     }
@@ -1068,7 +1069,7 @@ impl OsdCore {
             return;
         }
         if !self.pending_records.is_empty() {
-            let records: Vec<ActivationProposal> = std::mem::take(&mut self.pending_records).into_values().collect();
+            let records: Vec<ActivationRequest> = std::mem::take(&mut self.pending_records).into_values().collect();
             self.mon_busy = true;
             out.push(Action::MonCommand(Command::PgActivated { by: self.id, records }));
         } else if !self.pending_temp.is_empty() {
