@@ -2687,3 +2687,107 @@ fn an_incomplete_pg_activates_from_the_copy_left_once_the_operator_gives_up_its_
     let again = Command::PgForgetHistory { pg, record_epoch: epoch };
     assert!(net.map.execute(&again).is_err(), "a repeated decision was applied to the new record");
 }
+
+#[test]
+fn a_member_lacking_a_removal_removes_the_object_at_activation_without_a_copy() {
+    // The primary removes "obj" and the replica misses the replicated write; at the next
+    // peering the primary's log is the authority and names the removal. Its push to the replica
+    // never arrives, and then the primary goes down. The removal left nothing of the object, so
+    // the replica removes it when it is activated and needs no copy from anyone (decision 0077);
+    // with the mutation (the object planned missing, as before) it waits for a copy only the
+    // primary could send, and the object is unfound while the primary is down.
+    for undone in [false, true] {
+        let mut net = Net::new();
+        for id in [0, 1] {
+            let store = net.cores[&id].store().clone();
+            let mut core = net.new_core(OsdId(id), store);
+            core.set_mutations(shoal_osd::core::Mutations { removals_need_copies: undone, ..Default::default() });
+            net.cores.insert(id, core);
+            let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+            net.change(Command::OsdBoot { id: OsdId(id), addr });
+        }
+        let acting = net.acting();
+        let (primary, replica) = (acting[0], acting[1]);
+        let pool = net.map.pool_by_name("p").unwrap().id;
+        let pg = net.map.locate(pool, "obj").unwrap().pg;
+        net.append(1, b"abc").result.expect("a write on both");
+        net.drop_rep_to = vec![replica.0];
+        let op = client_op(&net.map, 2, vec![ObjOp::Remove]);
+        net.submit(primary.0, op, &[], 0);
+        net.drop_rep_to.clear();
+        net.hold_pushes = true;
+        net.change(Command::OsdDown { id: replica });
+        net.restart(replica);
+        for _ in 0..5 {
+            net.tick();
+        }
+        let log = shoal_osd::pglog::read_entries(&**net.core(replica).store(), pg).unwrap();
+        let removal = log.iter().find(|e| e.reqid.tid == 2).expect("the replica logged the removal");
+        // (The mutation takes the flag out of the log the primary activates the replica with.)
+        assert_eq!(removal.empties, !undone, "the removal left nothing of the object: {removal:?}");
+        net.change(Command::OsdDown { id: primary });
+        for _ in 0..5 {
+            net.tick();
+        }
+        let states = net.core(replica).pg_states();
+        let unfound = states.iter().any(|(s, _)| s.contains("unfound"));
+        if undone {
+            assert!(unfound, "planned missing, the removal waits for the primary's copy: {states:?}");
+            continue;
+        }
+        assert!(!unfound, "{states:?}");
+        assert_eq!(net.content(replica), None, "the replica removed obj without a copy");
+    }
+}
+
+#[test]
+fn a_member_reports_a_removed_heads_version_from_its_snapshot_directory() {
+    // A head removed while a snapshot keeps a clone of it leaves its state, and the removal's
+    // version, on its snapshot directory. Asked for the object's stored version, a member
+    // reports that one (decision 0075): with only heads' versions reported (the mutation), no
+    // member could be recognised as holding the removal once its log no longer shows it.
+    for undone in [false, true] {
+        let mut net = Net::new();
+        let acting = net.acting();
+        let pool = net.map.pool_by_name("p").unwrap().id;
+        let pg = net.map.locate(pool, "obj").unwrap().pg;
+        let put = |n: usize| ObjOp::WriteFull { len_bytes: n as u64 };
+        net.request(1, vec![ctx(0, &[]), put(3)], b"old").result.expect("write");
+        net.request(2, vec![ctx(1, &[1]), ObjOp::Remove], &[]).result.expect("removal keeping a clone");
+        let log = shoal_osd::pglog::read_entries(&**net.core(acting[1]).store(), pg).unwrap();
+        let removal = log.iter().find(|e| e.reqid.tid == 2).expect("logged").clone();
+        assert!(!removal.empties, "a clone is left: {removal:?}");
+        let member = acting[1];
+        let store = net.core(member).store().clone();
+        let mut core = net.new_core(member, store);
+        core.set_mutations(shoal_osd::core::Mutations { head_versions_only: undone, ..Default::default() });
+        net.cores.insert(member.0, core);
+        net.broadcast();
+        let query = shoal_proto::osd::PeerQuery {
+            epoch: net.map.epoch,
+            pool,
+            pg: pg.seed,
+            versions_of: vec!["obj".to_string()],
+        };
+        let event = Event::PeerMsg {
+            from: 0,
+            request_id: 91,
+            msg_type: shoal_proto::osd::PeerQuery::TYPE,
+            payload: encode(&query, Vec::new()).into(),
+        };
+        let mut out = Vec::new();
+        net.cores.get_mut(&member.0).unwrap().handle(event, &mut out);
+        let state = out
+            .into_iter()
+            .find_map(|a| match a {
+                Action::Reply { frame, .. } if frame.request_id == 91 => {
+                    Some(decode::<shoal_proto::osd::PeerInfo>(frame.into_payload()).unwrap().0.result)
+                }
+                _ => None,
+            })
+            .expect("the member answered")
+            .expect("its state");
+        let reported = state.versions.iter().find(|(o, _)| o == "obj").map(|(_, v)| *v);
+        assert_eq!(reported, (!undone).then_some(removal.version), "undone: {undone}");
+    }
+}
