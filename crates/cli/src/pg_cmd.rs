@@ -184,14 +184,17 @@ fn force_complete(conf: &ConfArgs, pgid: &str, confirmed: bool, timeout: Duratio
     let stuck = state.as_deref().is_some_and(|s| s == "incomplete" || s == "down");
     if !stuck {
         bail!(
-            "PG {pg} is {}, not incomplete or down: nothing to force (only a PG whose last activation's OSDs              are lost needs this)",
+            "PG {pg} is {}, not incomplete or down: nothing to force (only a PG whose last activation's OSDs \
+            are lost needs this)",
             state.as_deref().unwrap_or("not reported by its primary")
         );
     }
     let members: Vec<String> = record.members.iter().map(ToString::to_string).collect();
     if !confirmed {
         bail!(
-            "forcing PG {pg} gives up the writes that only {} held (its last activation, at epoch {}): they are              lost for good, and the PG goes on from the newest copy its acting OSDs hold; add              --yes-i-really-mean-it if {} will not come back with {} data",
+            "forcing PG {pg} gives up the writes that only {} held (its last activation, at epoch {}): they are \
+            lost for good, and the PG goes on from the newest copy its acting OSDs hold; add \
+            --yes-i-really-mean-it if {} will not come back with {} data",
             members.join(", "),
             record.activated_at,
             if members.len() == 1 { "it" } else { "none of them" },
@@ -506,7 +509,8 @@ fn wait_decisions_logged(client: &shoal_client::blocking::BlockingClient, pg: Pg
                     r.objects.iter().map(|(o, _)| o.as_str()).filter(|o| objects.iter().any(|d| d == o)).collect();
                 if !again.is_empty() {
                     bail!(
-                        "PG {pg} peered again before the decision on {} was logged: {} still unfound (see `shoal                          pg list-unfound {pg}`); decide again",
+                        "PG {pg} peered again before the decision on {} was logged: {} still unfound (see `shoal \
+                        pg list-unfound {pg}`); decide again",
                         again.join(", "),
                         if again.len() == 1 { "it is" } else { "they are" }
                     );
@@ -523,7 +527,8 @@ fn wait_decisions_logged(client: &shoal_client::blocking::BlockingClient, pg: Pg
         };
         if started.elapsed() > LOGGED_WAIT {
             bail!(
-                "PG {pg}'s decision on its unfound objects is not logged on every member after {} s ({last}); see                  `shoal pg list-unfound {pg}` and `shoal pg ls`",
+                "PG {pg}'s decision on its unfound objects is not logged on every member after {} s ({last}); see \
+                `shoal pg list-unfound {pg}` and `shoal pg ls`",
                 LOGGED_WAIT.as_secs()
             );
         }

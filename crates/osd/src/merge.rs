@@ -158,23 +158,16 @@ fn plan_from_log(auth: &[PgLogEntry], auth_tail: Eversion, member: &PeerState) -
     }
     // (Logs written before tails were kept read a tail of 0'0: the sequence check stands alone.)
     let whole_history = auth_tail == Eversion::default() && auth.first().is_none_or(|e| e.version.seq == 1);
+    // Objects with nothing of their name left on the authority are removed, not copied: emptied
+    // by its newest write, or never written in a history that reaches back to the first write.
     let mut remove = BTreeSet::new();
     missing.retain(|object, _| {
-        let empty = emptied.contains(object.as_str());
-        if empty {
+        let absent = emptied.contains(object.as_str()) || (whole_history && !newest.contains_key(object.as_str()));
+        if absent {
             remove.insert(object.clone());
         }
-        !empty
+        !absent
     });
-    if whole_history {
-        missing.retain(|object, _| {
-            let absent = !newest.contains_key(object.as_str());
-            if absent {
-                remove.insert(object.clone());
-            }
-            !absent
-        });
-    }
     MemberPlan::Log { missing, remove }
 }
 

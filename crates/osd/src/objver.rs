@@ -63,13 +63,19 @@ pub fn stamp(
     // again: see `exec::build_transaction`), so its content is what the write's version names on
     // every member that applied the write, as a clone's is. Its last write decides whether it is
     // there.
-    let dir_after = resolved.iter().rev().find_map(|op| match op {
-        ObjOp::SnapsetWrite { value, on_head, .. } => Some(value.is_some() && !on_head),
-        _ => None,
-    });
-    if dir_after == Some(true) {
+    if dir_presence_after(resolved) == Some(true) {
         txn.set_version(coll, &crate::snaps::snapdir_name(obj), stored);
     }
+}
+
+/// Whether the transaction of `resolved` leaves the head's snapshot directory present, as decided
+/// by its last write of the snapshot state (on the directory, or moved to the head or removed);
+/// `None` when no operation writes it.
+fn dir_presence_after(resolved: &[ObjOp]) -> Option<bool> {
+    resolved.iter().rev().find_map(|op| match op {
+        ObjOp::SnapsetWrite { value, on_head, .. } => Some(value.is_some() && !on_head),
+        _ => None,
+    })
 }
 
 /// Records `version` on what `head`'s name holds after a write that changed nothing (its
@@ -160,10 +166,7 @@ pub fn leaves_name_empty(store: &dyn ObjectStore, coll: &str, head: &str, resolv
     if head_after {
         return false;
     }
-    let dir_after = match resolved.iter().rev().find_map(|op| match op {
-        ObjOp::SnapsetWrite { value, on_head, .. } => Some(value.is_some() && !on_head),
-        _ => None,
-    }) {
+    let dir_after = match dir_presence_after(resolved) {
         Some(present) => present,
         None => !matches!(store.exists(coll, &crate::snaps::snapdir_name(head)), Ok(false)),
     };

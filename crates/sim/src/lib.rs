@@ -2326,7 +2326,8 @@ impl Simulation {
         }
         if seen > acked_now + 1 {
             self.outcome.violations.push(format!(
-                "a read of {name} at {} us saw {seen} of its writes, but only {acked_now} are acknowledged and one                  is in flight",
+                "a read of {name} at {} us saw {seen} of its writes, but only {acked_now} are acknowledged and one \
+                is in flight",
                 self.now_us
             ));
         }
@@ -2336,7 +2337,8 @@ impl Simulation {
             && seen < before
         {
             self.outcome.violations.push(format!(
-                "a read of {name} sent at {} us saw {seen} of its writes, but a read that finished at {at} us, before                  it was sent, had seen {before}: a write that was seen was lost",
+                "a read of {name} sent at {} us saw {seen} of its writes, but a read that finished at {at} us, before \
+                it was sent, had seen {before}: a write that was seen was lost",
                 op.issued_us
             ));
         }

@@ -17,6 +17,19 @@ fn pg_state(dir: &std::path::Path, pg: &str) -> String {
     row["state"].as_str().expect("state").to_string()
 }
 
+/// Waits until `shoal pg ls` shows PG `pg` in state `want` (`why` names the step that waits).
+fn wait_pg_state(dir: &std::path::Path, pg: &str, want: &str, timeout: Duration, why: &str) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let state = pg_state(dir, pg);
+        if state == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "PG {pg} is {state}, not {want}, {why}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_pg_whose_only_recorded_osd_lost_its_disk_is_forced_back_to_the_copy_left() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -55,15 +68,7 @@ fn a_pg_whose_only_recorded_osd_lost_its_disk_is_forced_back_to_the_copy_left() 
     let mut back = common::start_block_osd(&dir, left, "256M", &[]);
     common::wait_osd(&client, lost, true, Duration::from_secs(30));
     common::wait_osd(&client, left, true, Duration::from_secs(30));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let state = pg_state(&dir, &pg);
-        if state == "incomplete" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "PG {pg} is {state}, not incomplete");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_pg_state(&dir, &pg, "incomplete", Duration::from_secs(60), "once its recorded OSD lost its disk");
 
     // Forcing it asks to be sure and names what is lost; then the PG goes on from the copy left.
     fails_with(&shoal(&dir, &["pg", "force-complete", &pg]), &format!("only osd.{lost} held"));
@@ -76,15 +81,7 @@ fn a_pg_whose_only_recorded_osd_lost_its_disk_is_forced_back_to_the_copy_left() 
     ok(&shoal(&dir, &["osd", "unset", "noout"]));
     // (The PGs of the cluster's other pool were last activated on that OSD alone too: they stay
     // incomplete, each for the operator to decide on; only this one is checked.)
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let state = pg_state(&dir, &pg);
-        if state == "active+clean" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "PG {pg} is {state}, not active+clean, after forcing");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_pg_state(&dir, &pg, "active+clean", Duration::from_secs(120), "after forcing");
     fails_with(&shoal(&dir, &["pg", "force-complete", &pg, "--yes-i-really-mean-it"]), "not incomplete or down");
 
     drop(client);

@@ -990,10 +990,19 @@ impl OsdCore {
         p.phase = Phase::Recording;
         p.phase_ticks = 0;
         if let Some(proposal) = p.proposal.clone() {
-            let interval = self.pgs.get(&pg).map(|s| s.interval.clone()).unwrap_or_default();
-            self.pending_records.insert(pg, ActivationRequest { proposal, interval });
+            self.queue_record(pg, proposal);
         }
         self.flush_mon(out);
+    }
+
+    /// Queues `proposal` for the monitors with the interval this OSD leads `pg` in, the one the
+    /// activation was made in: the monitors record it only while the PG is still in it
+    /// (decision 0079).
+    pub(super) fn queue_record(&mut self, pg: PgId, proposal: ActivationProposal) {
+        // A PG this OSD no longer holds sends an empty interval, which no PG it could lead has:
+        // the record is dropped.
+        let interval = self.pgs.get(&pg).map(|s| s.interval.clone()).unwrap_or_default();
+        self.pending_records.insert(pg, ActivationRequest { proposal, interval });
     }
 
     /// The map may now hold this primary's activation record: go active if so.

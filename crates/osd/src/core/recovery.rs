@@ -21,7 +21,7 @@
 
 use std::collections::BTreeSet;
 
-use shoal_map::{ActivationProposal, ActivationRequest, OsdId, PgId};
+use shoal_map::{ActivationProposal, OsdId, PgId};
 use shoal_proto::osd::{
     BackfillRange, Eversion, ObjectCopy, OsdOpReply, PartCursor, PgPull, PgPullReply, PgPush, PgScanVersions, PgStray,
     PgStrayReply, PushPart, SCAN_VERSIONS_MAX,
@@ -574,8 +574,7 @@ impl OsdCore {
             tracing::debug!(%pg, members = ?ext.members, "every acting member is whole: recording them");
         }
         p.extension = Some(ext.clone());
-        let interval = self.pgs.get(&pg).map(|s| s.interval.clone()).unwrap_or_default();
-        self.pending_records.insert(pg, ActivationRequest { proposal: ext, interval });
+        self.queue_record(pg, ext);
         self.flush_mon(out);
     }
 
