@@ -366,6 +366,12 @@ pub struct Mutations {
     /// A write that changes nothing leaves the copy's stored version as it was, as before
     /// decision 0077.
     pub no_stamp_unchanged: bool,
+    /// A primary keeps retrying pulls and scrub chunks that a member refuses because it no
+    /// longer holds the primary's activation, as before decision 0080.
+    pub ignore_lost_activation: bool,
+    /// A revert counts an OSD whose answer about copies of unfound objects was lost as
+    /// holding none of them, as before decision 0081.
+    pub unanswered_copies_count_as_none: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -73,6 +73,9 @@ struct Net {
     /// Backfill scans held instead of delivered (when `hold_scans` is set).
     held_scans: VecDeque<(u32, Action)>,
     hold_scans: bool,
+    /// Questions about copies of unfound objects (decision 0066) still to lose on the way: each
+    /// is answered "no answer", as the driver answers a call whose peer went silent.
+    lose_copies_queries: usize,
     /// The PG log bounds of every core, restarted ones too (the default if `None`).
     log_bounds: Option<shoal_osd::pglog::LogBounds>,
 }
@@ -120,6 +123,7 @@ impl Net {
             names_kept: Vec::new(),
             held_scans: VecDeque::new(),
             hold_scans: false,
+            lose_copies_queries: 0,
             log_bounds: bounds,
         };
         net.broadcast();
@@ -256,6 +260,11 @@ impl Net {
                 if self.hold_scans && msg_type == <shoal_proto::osd::PgScanVersions as shoal_proto::Message>::TYPE =>
             {
                 self.held_scans.push_back((from, action));
+            }
+            Action::Peer { osd, call: call @ PeerCall::CopiesElsewhere { .. }, .. } if self.lose_copies_queries > 0 => {
+                self.lose_copies_queries -= 1;
+                let result = Err(shoal_proto::RemoteError::new(ErrorCode::Timeout, "no answer"));
+                queue.push_back((from, Event::PeerReply { from: osd, call, result }));
             }
             Action::Peer { osd, msg_type, payload, call } => {
                 use shoal_proto::osd::{PgPull, PgPush};
@@ -1964,7 +1973,15 @@ fn a_revert_keeps_the_newest_copy_of_the_history_another_member_holds() {
     // here), so the pull goes in parts, each asking for the copy at the version chosen (before,
     // such a copy stayed where it was and the object unfound).
     let omap: Vec<(Vec<u8>, Vec<u8>)> = (0..8u64).map(|i| (i.to_be_bytes().to_vec(), vec![i as u8; 40])).collect();
-    for (undone, in_parts) in [(false, false), (true, false), (false, true)] {
+    //
+    // Lost answer (decision 0081): the replica's answer about the copy it holds is lost on the
+    // way. The revert refuses until the replica is asked again and answers; undone
+    // (`unanswered_copies_count_as_none`), the replica counted as holding nothing, and the
+    // revert reported the object damaged — the operator's cue to delete it and the acknowledged
+    // bytes with it.
+    for (undone, in_parts, lost_answer) in
+        [(false, false, false), (true, false, false), (false, true, false), (false, false, true), (true, false, true)]
+    {
         let mut net = Net::new();
         let acting = net.acting();
         let (primary, replica) = (acting[0], acting[1]);
@@ -1988,7 +2005,11 @@ fn a_revert_keeps_the_newest_copy_of_the_history_another_member_holds() {
         net.hold_pushes = true;
         let store = net.core(primary).store().clone();
         let mut core = net.new_core(primary, store);
-        core.set_mutations(shoal_osd::core::Mutations { revert_primary_copy_only: undone, ..Default::default() });
+        core.set_mutations(shoal_osd::core::Mutations {
+            revert_primary_copy_only: undone && !lost_answer,
+            unanswered_copies_count_as_none: undone && lost_answer,
+            ..Default::default()
+        });
         net.cores.insert(primary.0, core);
         let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
         net.change(Command::OsdBoot { id: primary, addr });
@@ -2006,8 +2027,11 @@ fn a_revert_keeps_the_newest_copy_of_the_history_another_member_holds() {
         let waiting = net.submit(primary.0, read, &[], 0);
         assert!(!net.replies.contains_key(&waiting), "the read waits: no member holds the version needed");
 
+        // The command is repeated while the primary waits for answers (as `shoal pg` does).
+        net.lose_copies_queries = usize::from(lost_answer);
         let reply = net.pg_command(primary, pg, shoal_proto::osd::PgCmd::RevertUnfound);
         let Ok(shoal_proto::osd::PgCmdOutput::Reverted(first)) = reply.result else { panic!("{:?}", reply.result) };
+        assert_eq!(net.lose_copies_queries, 0, "the question to lose was asked");
         assert!(first.reverted.is_empty(), "{first:?}");
         if undone {
             assert!(first.unfound[0].1.contains("damaged"), "only its own copy was considered: {first:?}");
@@ -2789,5 +2813,52 @@ fn a_member_reports_a_removed_heads_version_from_its_snapshot_directory() {
             .expect("its state");
         let reported = state.versions.iter().find(|(o, _)| o == "obj").map(|(_, v)| *v);
         assert_eq!(reported, (!undone).then_some(removal.version), "undone: {undone}");
+    }
+}
+
+#[test]
+fn a_primary_whose_map_skipped_an_interval_peers_again_when_a_member_lost_its_activation() {
+    // Decision 0080 (the simulation's seed 301566): the replica sees the PG move away from it
+    // and back, while the primary, cut off from the monitors, gets only the last map, where
+    // the PG's interval is the one it activated. The replica took two new intervals and holds
+    // no activation; the primary sees nothing to peer for. Its damaged copy then needs the
+    // replica's, which the replica refuses until it is activated: the primary peers again on
+    // that refusal, and the read is answered. Undone (`ignore_lost_activation`), the primary
+    // retries the pull for ever and the read never gets an answer.
+    for undone in [false, true] {
+        let mut net = Net::new();
+        let acting = net.acting();
+        let (primary, replica) = (acting[0], acting[1]);
+        let pool = net.map.pool_by_name("p").unwrap().id;
+        let pg = net.map.locate(pool, "obj").unwrap().pg;
+        let coll = shoal_osd::exec::pg_collection(pg);
+        net.request(1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"abc").result.expect("write");
+        net.cores
+            .get_mut(&primary.0)
+            .unwrap()
+            .set_mutations(shoal_osd::core::Mutations { ignore_lost_activation: undone, ..Default::default() });
+        // Only the replica sees the PG move away from it (out) and come back (in).
+        for cmd in [Command::OsdOut { id: replica }, Command::OsdIn { id: replica }] {
+            net.map.execute(&cmd).unwrap();
+            net.run(VecDeque::from([(replica.0, Event::Map(Arc::new(net.map.clone())))]));
+        }
+        net.run(VecDeque::from([(primary.0, Event::Map(Arc::new(net.map.clone())))]));
+        assert_eq!(net.acting(), vec![primary, replica], "the interval the primary activated");
+
+        assert!(net.engines[&primary.0].inject_bit_rot(&coll, "obj").unwrap(), "the primary's copy to damage");
+        let op = client_op(&net.map, 2, vec![ObjOp::Read { offset: 0, len_bytes: 3 }]);
+        let waiting = net.submit(primary.0, op, &[], 0);
+        for _ in 0..5 {
+            net.tick();
+        }
+        if undone {
+            assert!(!net.replies.contains_key(&waiting), "without peering again the read waits for ever");
+            continue;
+        }
+        assert!(net.replies.contains_key(&waiting), "the read is answered once the primary peered again");
+        assert_eq!(net.read_answer(waiting), b"abc");
+        for osd in [primary, replica] {
+            assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
+        }
     }
 }

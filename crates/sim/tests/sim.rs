@@ -1374,3 +1374,44 @@ fn a_recovery_in_parts_leaves_a_members_clones_it_has_not_covered_yet() {
         out.violations
     );
 }
+
+/// `--rot-unacked --omap --link-cuts --peer-heartbeats`, as the sweep that found decisions 0080
+/// and 0081 ran it.
+fn rot_unacked_omap_with_cuts(seed: u64) -> SimConfig {
+    SimConfig { omap: true, ..SimConfig::rot_unacked(seed) }.with_link_cuts().with_peer_heartbeats()
+}
+
+#[test]
+fn a_primary_peers_again_when_a_member_lost_its_activation() {
+    // PG 1.2 moved from osd.1 to osd.4 and back while its primary, osd.2, was cut off from the
+    // monitors: osd.2's map skipped that interval and showed the one it had activated, but
+    // osd.0 and osd.1 had taken both changes and waited for an activation that never came.
+    // osd.2's copy of an object then rotted, and the pull that would repair it was refused by
+    // the unactivated members for ever, so the writes queued behind it never finished. A
+    // primary now peers again when a member it activated says it no longer holds that
+    // activation (decision 0080); undone (`ignore_lost_activation`), the seed fails again. Found
+    // by a sweep (thirty-third session).
+    run_seeds(301_566..=301_566, rot_unacked_omap_with_cuts);
+    some_seed_fails_among(
+        Mutations { ignore_lost_activation: true, ..Mutations::default() },
+        rot_unacked_omap_with_cuts,
+        301_566..=301_566,
+    );
+}
+
+#[test]
+fn a_revert_asks_again_an_osd_whose_answer_about_copies_was_lost() {
+    // osd.1, the primary of PG 1.4, held the only copy of an unacknowledged write, and it
+    // rotted: the object was unfound. osd.3 and osd.4 held the copy before that write, with
+    // every acknowledged write, but their answers to the revert's question about copies were
+    // lost (a cut link), and a lost answer counted as holding nothing: every revert reported
+    // the object damaged, the operator deleted it, and its acknowledged writes were gone. A
+    // lost answer is now asked for again, the revert waiting meanwhile (decision 0081); undone
+    // (`unanswered_copies_count_as_none`), the seed fails again. Found by the same sweep.
+    run_seeds(318_056..=318_056, rot_unacked_omap_with_cuts);
+    some_seed_fails_among(
+        Mutations { unanswered_copies_count_as_none: true, ..Mutations::default() },
+        rot_unacked_omap_with_cuts,
+        318_056..=318_056,
+    );
+}

@@ -399,6 +399,27 @@ impl OsdCore {
         }
     }
 
+    /// The refusal of a member that holds no activation of `pg` in its current interval. It
+    /// restarted, or it took an interval change that its primary never saw: the primary's map
+    /// skipped the epochs of an interval in between (it was cut off from the monitors), and the
+    /// interval came back as it was (decision 0080).
+    pub(super) fn lost_activation(&self, pg: PgId) -> RemoteError {
+        RemoteError::new(
+            ErrorCode::WrongPrimary,
+            format!("{} is not an activated member of PG {pg} at epoch {}", self.id, self.map.epoch),
+        )
+    }
+
+    /// Whether `e`, a member's answer to a request of this primary, is [`Self::lost_activation`]
+    /// from a member that acknowledged the activation of the PG this primary serves. Nothing
+    /// else makes such a primary peer again while its map shows no new interval, so a request
+    /// that waited for the member's activation would wait for ever (decision 0080).
+    pub(super) fn activation_lost(&self, pg: PgId, from: OsdId, e: &RemoteError) -> bool {
+        e.code == ErrorCode::WrongPrimary
+            && !self.mutations.ignore_lost_activation
+            && self.primary(pg).is_some_and(|p| p.phase == Phase::Active && p.acting.contains(&from))
+    }
+
     /// Re-evaluates every PG against the current map: PGs whose interval changed start peering
     /// (primary), wait for activation (replica) or become strays.
     pub(super) fn update_intervals(&mut self, out: &mut Vec<Action>) {

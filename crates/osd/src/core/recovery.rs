@@ -38,7 +38,6 @@ use crate::copy::{
 use crate::exec::{pg_collection, store_error};
 use crate::pglog::log_collection;
 use crate::pgmeta::PgMeta;
-use crate::scrub::not_there_yet;
 use crate::snaps;
 
 /// Times an object being backfilled in parts is started over because of writes to it before
@@ -995,6 +994,16 @@ impl OsdCore {
         // last write that changed it, while a later logged write that changed nothing — a trim
         // with nothing to trim — left the log's newest version of the object ahead of it.)
         let clone_version = self.clone_version_needed(pg, &object);
+        if let Err(e) = &result
+            && self.primary_at(pg, attempt).is_some()
+            && self.activation_lost(pg, from, e)
+        {
+            // The source took an interval this primary did not see: only peering again
+            // activates it, and then the object is pulled again (decision 0080).
+            tracing::info!(%pg, object, source = %from, error = %e, "a member no longer holds this primary's activation: peering again");
+            self.start_peering(pg, out);
+            return;
+        }
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.recovering.remove(&object);
         // A head pulled around a member's damaged clones must be at the version needed (the
@@ -1460,7 +1469,7 @@ impl OsdCore {
         let stale_ok = stale && head_version.is_some() && head_version == pull.stale_at;
         let result = match self.meta_mut(pg) {
             _ if !held => Err(RemoteError::new(ErrorCode::NotFound, format!("{} does not hold PG {pg}", self.id))),
-            _ if unactivated => Err(not_there_yet(format!("{} is not an activated member of PG {pg}", self.id))),
+            _ if unactivated => Err(self.lost_activation(pg)),
             // A vouched pull overrides only the backfill cursor, never a recorded missing object.
             Ok(_) if split => Err(RemoteError::new(
                 ErrorCode::NotFound,

@@ -368,6 +368,7 @@ impl OsdCore {
         result: Result<Vec<ScrubObject>, RemoteError>,
         out: &mut Vec<Action>,
     ) {
+        let lost = result.as_ref().err().is_some_and(|e| self.activation_lost(pg, from, e));
         let Some(run) = self.scrubs.get_mut(&pg).and_then(|s| s.run.as_mut()) else { return };
         if run.attempt != attempt {
             return;
@@ -377,6 +378,15 @@ impl OsdCore {
             return;
         }
         match result {
+            Err(e) if lost => {
+                // The member took an interval this primary did not see: peering again
+                // activates it, and the chunk is asked again once the PG is active (decision
+                // 0080).
+                tracing::info!(%pg, member = %from, error = %e, "a member no longer holds this primary's activation: peering again");
+                run.chunk = None;
+                run.retries += 1;
+                self.start_peering(pg, out);
+            }
             Ok(map) => {
                 chunk.maps.insert(from, map);
                 self.scrub_chunk_maybe_done(pg, true, out);
@@ -586,7 +596,7 @@ impl OsdCore {
 
     fn scrub_map_here(&mut self, pg: PgId, req: &PgScrub) -> Result<Vec<ScrubObject>, RemoteError> {
         if !matches!(self.pgs.get(&pg), Some(PgState { role: Role::Replica { activated_at: Some(_) }, .. })) {
-            return Err(not_there_yet(format!("{} is not an activated replica of PG {pg}", self.id)));
+            return Err(self.lost_activation(pg));
         }
         let meta = self.meta_mut(pg)?;
         if !meta.missing.is_empty() || meta.backfill.is_some() {

@@ -237,7 +237,12 @@ impl OsdCore {
     }
 
     /// An OSD's answer to [`OsdCore::check_copies_elsewhere_known`]: the versions it stores of
-    /// the unfound objects. An OSD that cannot answer counts as holding none of them.
+    /// the unfound objects. An answer lost on the way (no answer, a broken connection) is asked
+    /// for again by the next revert, which refuses until then: the OSD is up and may hold the
+    /// only copy of acknowledged writes, and a revert that counted it as holding nothing would
+    /// report the object lost and lead the operator to delete it (decision 0081). An OSD that
+    /// refuses the question (it does not know the PG) counts as holding none of them; one that
+    /// is down is not asked (a revert waits for down OSDs to come back or be removed first).
     pub(super) fn copies_reported(
         &mut self,
         pg: PgId,
@@ -245,6 +250,7 @@ impl OsdCore {
         from: OsdId,
         result: Result<shoal_proto::osd::PeerState, RemoteError>,
     ) {
+        let forget_lost = !self.mutations.unanswered_copies_count_as_none;
         let Some(p) = self.primary_at(pg, attempt) else { return };
         p.elsewhere_waiting.remove(&from);
         match result {
@@ -255,8 +261,12 @@ impl OsdCore {
                     }
                 }
             }
+            Err(e) if e.code == ErrorCode::Timeout && forget_lost => {
+                tracing::info!(%pg, osd = %from, error = %e, "no answer about copies of unfound objects: asked again by the next revert");
+                p.elsewhere_asked.remove(&from);
+            }
             Err(e) => {
-                tracing::info!(%pg, osd = %from, error = %e, "no answer about copies of unfound objects: counted as none")
+                tracing::info!(%pg, osd = %from, error = %e, "an OSD refused to say which copies of unfound objects it holds: counted as none")
             }
         }
     }
