@@ -372,6 +372,9 @@ pub struct Mutations {
     /// A revert counts an OSD whose answer about copies of unfound objects was lost as
     /// holding none of them, as before decision 0081.
     pub unanswered_copies_count_as_none: bool,
+    /// A revert pulls a copy only from within its source's backfill cursor, whatever its
+    /// version, as before decision 0082.
+    pub revert_pulls_within_cursor_only: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -374,6 +374,28 @@ impl PgLog {
         Ok(out)
     }
 
+    /// Whether a dups object of this log holds a request trimmed at `version`: a write of the
+    /// PG's history at that version, when this log is the PG's (its primary's). Always `false`
+    /// while the dups may name writes the history rolled back (see [`PgLog::dups_to_share`]).
+    /// Reads every dups object: for an operator's revert, not for the I/O path.
+    pub fn dups_hold_version(&self, store: &dyn ObjectStore, pg: PgId, version: Eversion) -> Result<bool, StoreError> {
+        if !self.exact || !self.created {
+            return Ok(false);
+        }
+        let coll = log_collection(pg);
+        let most = self.bounds.keep.max(1);
+        for n in self.dups.iter().rev() {
+            let entries = store.omap_list(&coll, &dups_object(*n), None, most + 1)?;
+            if entries.len() > most {
+                return Err(StoreError::Corrupt(format!("dups object {n} of PG {pg} holds over {most} entries")));
+            }
+            if entries.iter().any(|(_, v)| v.get(..16).and_then(Eversion::from_key) == Some(version)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// What trimming the oldest `trim_batch` entries does to the dups objects.
     fn dups_trim(&self) -> DupsTrim {
         self.dups_adding(self.entries.iter().take(self.bounds.trim_batch).map(|(v, r)| (*v, *r, self.op_count(r))))
@@ -903,6 +925,24 @@ mod tests {
             check_dups(&shared, bounds).expect("within the bounds");
             assert_eq!(check_dups(&shared, LogBounds::new(1, 1)).is_err(), found, "over the default's count");
         }
+    }
+
+    #[test]
+    fn dups_name_the_versions_of_trimmed_writes_only_while_the_log_is_exact() {
+        let store = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let pg = PgId { pool: 1, seed: 5 };
+        let bounds = LogBounds::new(4, 2);
+        let mut log = PgLog::empty(bounds);
+        write_entries(&store, &mut log, pg, 1..=20);
+        let v = |seq| Eversion { epoch: 1, seq };
+        let mut log = PgLog::load(&store, pg, bounds).expect("load");
+        // Trimmed into the dups: named; still in the log, or never written: not in the dups.
+        assert!(log.dups_hold_version(&store, pg, v(3)).unwrap());
+        assert!(!log.dups_hold_version(&store, pg, v(20)).unwrap(), "in the log, not the dups");
+        assert!(!log.dups_hold_version(&store, pg, Eversion { epoch: 2, seq: 3 }).unwrap());
+        // A log whose dups may name rolled-back writes vouches for none.
+        log.exact = false;
+        assert!(!log.dups_hold_version(&store, pg, v(3)).unwrap());
     }
 
     #[test]

@@ -110,6 +110,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "lose_clones_with_lost_head" => &mut m.lose_clones_with_lost_head,
         "ignore_lost_activation" => &mut m.ignore_lost_activation,
         "unanswered_copies_count_as_none" => &mut m.unanswered_copies_count_as_none,
+        "revert_pulls_within_cursor_only" => &mut m.revert_pulls_within_cursor_only,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
@@ -118,7 +119,8 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends, keep_unnamed_needs, skip_holder_check, \
                  skip_record_extension, forget_holders, keep_rolled_back, no_pull_around_damage, push_every_clone, revert_primary_copy_only, \
                  accept_stale_pushes, share_loaded_dups_only, head_versions_only, split_by_sent_cursor_only, removals_need_copies, no_stamp_unchanged, lose_clones_with_lost_head, \
-                 ignore_lost_activation, unanswered_copies_count_as_none)"
+                 ignore_lost_activation, unanswered_copies_count_as_none, \
+                 revert_pulls_within_cursor_only)"
             ));
         }
     };

@@ -1415,3 +1415,32 @@ fn a_revert_asks_again_an_osd_whose_answer_about_copies_was_lost() {
         318_056..=318_056,
     );
 }
+
+/// `--rot-unacked --snaps --link-cuts --peer-heartbeats --short-logs 2`, as the sweep that found
+/// decision 0082 ran it.
+fn rot_unacked_snaps_short_logs(seed: u64) -> SimConfig {
+    SimConfig { snaps: true, log_keep: Some(2), appends: false, ..SimConfig::rot_unacked(seed) }
+        .with_link_cuts()
+        .with_peer_heartbeats()
+}
+
+#[test]
+fn a_revert_keeps_a_copy_of_the_history_from_a_member_being_backfilled() {
+    // The primary held the only copy of an unacknowledged write, and it rotted. The copy before
+    // it, with every acknowledged write, was on members being backfilled from the start, which
+    // sent a revert their copy only from within their backfill cursor: every revert kept
+    // nothing, the operator deleted the object, and its acknowledged writes (and snapshots) were
+    // gone. A copy at a version certainly of the PG's history — named by the primary's log or
+    // trimmed into its dups — is now sent from past the cursor too (decision 0082); undone
+    // (`revert_pulls_within_cursor_only`), the first seed fails again. Found by a sweep
+    // (thirty-third session), with four more seeds of the same shape.
+    run_seeds(317_111..=317_111, rot_unacked_snaps_short_logs);
+    for seed in [317_553, 318_880, 319_380, 319_832] {
+        run_seeds(seed..=seed, rot_unacked_snaps_short_logs);
+    }
+    some_seed_fails_among(
+        Mutations { revert_pulls_within_cursor_only: true, ..Mutations::default() },
+        rot_unacked_snaps_short_logs,
+        317_111..=317_111,
+    );
+}

@@ -1404,4 +1404,8 @@ pub struct RevertPull {
     /// primary holds no copy it could keep, since the first part replaces the primary's copy
     /// before the last has arrived (a whole copy replaces it at once, or not at all).
     pub in_parts: bool,
+    /// Whether the version is one of the PG's history for certain (named for the object by the
+    /// primary's log, or trimmed into its dups): the source then sends its copy past its own
+    /// backfill cursor too (decision 0082).
+    pub vouched: bool,
 }

@@ -1139,7 +1139,12 @@ impl OsdCore {
         let Some(p) = self.primary_at(pg, attempt) else { return };
         // A source that is not a complete member holding the object (a holder from before its
         // backfill) answers for an object the primary knows it holds (see `PgPull::vouched`).
-        let vouched = p.sources.get(&source).is_none_or(|lacks| lacks.contains(object));
+        // A revert's pull is vouched for only when its version is certainly of the PG's history
+        // (decision 0082).
+        let vouched = match stale_at {
+            Some(_) => p.revert_pulls.get(object).is_some_and(|r| r.vouched),
+            None => p.sources.get(&source).is_none_or(|lacks| lacks.contains(object)),
+        };
         let kept = if part.is_none() { self.clones_held_whole(pg, object) } else { Vec::new() };
         let pull =
             PgPull { epoch, pool: pg.pool, pg: pg.seed, object: object.to_string(), vouched, part, kept, stale_at };

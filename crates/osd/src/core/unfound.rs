@@ -159,7 +159,8 @@ impl OsdCore {
                 .newest_copy_elsewhere(pg, &object, &entries, log_tail)
                 .filter(|(_, v)| local.as_ref().is_err() || local.as_ref().is_ok_and(|held| v > held));
             if let Some((osd, version)) = newer {
-                let why = self.pull_to_revert(pg, &object, osd, version, &local, out);
+                let vouched = self.version_of_history(pg, &object, version, &entries, log_tail)?;
+                let why = self.pull_to_revert(pg, &object, (osd, version, vouched), &local, out);
                 report.unfound.push((object, why));
                 continue;
             }
@@ -295,6 +296,35 @@ impl OsdCore {
             .map(|(o, v)| (*o, *v))
     }
 
+    /// Whether `version`, chosen for `object` by [`Self::newest_copy_elsewhere`], is certainly
+    /// a write of `pg`'s history: named for the object by the log (`entries`), or older than the
+    /// log's tail and trimmed into its dups. A copy stored at such a version is that write's
+    /// object on any OSD, one being backfilled included: versions are unique in a PG's history,
+    /// and a copy gets its version only once it holds all of it. A version older than the log
+    /// that the dups do not name may be a write some history rolled back whose record was
+    /// trimmed (decision 0053): its copy is taken only from within a backfill cursor, as before
+    /// (decision 0082).
+    fn version_of_history(
+        &self,
+        pg: PgId,
+        object: &str,
+        version: Eversion,
+        entries: &[crate::pglog::LogEntry],
+        log_tail: Option<Eversion>,
+    ) -> Result<bool, RemoteError> {
+        if self.mutations.revert_pulls_within_cursor_only {
+            return Ok(false);
+        }
+        if entries.iter().any(|e| e.version == version && e.object == object) {
+            return Ok(true);
+        }
+        if log_tail.is_some_and(|tail| version >= tail) {
+            return Ok(false);
+        }
+        let Some(log) = self.logs.get(&pg) else { return Ok(false) };
+        log.dups_hold_version(&*self.store, pg, version).map_err(|e| store_error(&e))
+    }
+
     /// Pulls `osd`'s copy of `object` at `version` to be kept by the next revert (unless a pull
     /// of it is on its way already), and says so for the report (`local`: why this primary's own
     /// copy is not kept, or its version).
@@ -302,8 +332,7 @@ impl OsdCore {
         &mut self,
         pg: PgId,
         object: &str,
-        osd: OsdId,
-        version: Eversion,
+        (osd, version, vouched): (OsdId, Eversion, bool),
         local: &Result<Eversion, String>,
         out: &mut Vec<Action>,
     ) -> String {
@@ -322,14 +351,15 @@ impl OsdCore {
             );
         }
         // In parts only over a copy here that could not be kept anyway (see `RevertPull`).
-        p.revert_pulls.insert(object.to_string(), super::RevertPull { source: osd, version, in_parts: local.is_err() });
+        p.revert_pulls
+            .insert(object.to_string(), super::RevertPull { source: osd, version, in_parts: local.is_err(), vouched });
         p.recovering.insert(object.to_string(), BTreeSet::from([osd]));
         let pull = shoal_proto::osd::PgPull {
             epoch,
             pool: pg.pool,
             pg: pg.seed,
             object: object.to_string(),
-            vouched: false,
+            vouched,
             part: None,
             kept,
             stale_at: Some(version),
