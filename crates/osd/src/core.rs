@@ -375,6 +375,9 @@ pub struct Mutations {
     /// A revert pulls a copy only from within its source's backfill cursor, whatever its
     /// version, as before decision 0082.
     pub revert_pulls_within_cursor_only: bool,
+    /// A primary believes a stray's probe about a copy the stray already failed to provide, as
+    /// before decision 0083.
+    pub believe_failed_holders: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

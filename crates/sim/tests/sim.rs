@@ -1444,3 +1444,19 @@ fn a_revert_keeps_a_copy_of_the_history_from_a_member_being_backfilled() {
         317_111..=317_111,
     );
 }
+
+#[test]
+fn a_stray_whose_copy_failed_a_pull_is_not_believed_again() {
+    // A stray's copy of an unfound object carried the version needed but its data had rotted.
+    // Every probe named it again, every pull of it failed, and each failure made the object
+    // unfound and probed the stray once more: the loop never ended, and the operator's revert
+    // waited on the probes for ever. A primary now remembers, for the attempt, the copies a
+    // stray failed to provide (decision 0083); undone (`believe_failed_holders`), the seed never
+    // finishes again. Found by the sweep of decision 0082.
+    run_seeds(317_182..=317_182, rot_unacked_snaps_short_logs);
+    some_seed_fails_among(
+        Mutations { believe_failed_holders: true, ..Mutations::default() },
+        rot_unacked_snaps_short_logs,
+        317_182..=317_182,
+    );
+}

@@ -214,6 +214,10 @@ pub(crate) struct Primary {
     /// Strays whose last probe failed: a failure is logged at `info` once per stray, then at
     /// `debug` while the probes that retry it keep failing.
     pub probe_failed: BTreeSet<OsdId>,
+    /// Objects a stray named as held at the version needed (`holders`) but could not provide
+    /// when pulled (its copy damaged, or gone): its next probes still name them, and are not
+    /// believed this attempt (decision 0083).
+    pub holders_failed: BTreeSet<(OsdId, String)>,
     /// Per backfilling replica: objects still to send (an estimate for `shoal status`).
     pub backfill_remaining: BTreeMap<OsdId, u64>,
     pub proposal: Option<ActivationProposal>,
@@ -297,6 +301,7 @@ impl Primary {
             probing: BTreeSet::new(),
             probe_answered: BTreeSet::new(),
             probe_failed: BTreeSet::new(),
+            holders_failed: BTreeSet::new(),
             backfill_remaining: BTreeMap::new(),
             proposal: None,
             extension: None,

@@ -994,6 +994,7 @@ impl OsdCore {
         // last write that changed it, while a later logged write that changed nothing — a trim
         // with nothing to trim — left the log's newest version of the object ahead of it.)
         let clone_version = self.clone_version_needed(pg, &object);
+        let remember_failed_holders = !self.mutations.believe_failed_holders;
         if let Err(e) = &result
             && self.primary_at(pg, attempt).is_some()
             && self.activation_lost(pg, from, e)
@@ -1063,8 +1064,11 @@ impl OsdCore {
                 if let Some(lacks) = p.sources.get_mut(&from) {
                     lacks.insert(object.clone());
                 }
-                if let Some(holds) = p.holders.get_mut(&from) {
-                    holds.remove(&object);
+                if let Some(holds) = p.holders.get_mut(&from)
+                    && holds.remove(&object)
+                    && remember_failed_holders
+                {
+                    p.holders_failed.insert((from, object.clone()));
                 }
                 if clone_version.is_some() {
                     p.clone_misses.entry(object.clone()).or_default().insert(from);
@@ -1955,7 +1959,12 @@ impl OsdCore {
                 // Its log no longer meets this one (trimmed past it while it was away), or it was
                 // being backfilled; yet it may still hold some missing objects at exactly the
                 // version needed.
-                let holds = crate::merge::held_at_needed_version(&state, &needs);
+                let mut holds = crate::merge::held_at_needed_version(&state, &needs);
+                // A copy it could not provide when pulled is named again by every probe (its
+                // stored version is intact, its data damaged): believed, it is pulled and fails
+                // again for ever, the object never settles as unfound, and an operator's
+                // decision waits on the probes for ever (decision 0083).
+                holds.retain(|object| !p.holders_failed.contains(&(from, object.clone())));
                 if holds.is_empty() {
                     return;
                 }
