@@ -378,6 +378,9 @@ pub struct Mutations {
     /// A primary believes a stray's probe about a copy the stray already failed to provide, as
     /// before decision 0083.
     pub believe_failed_holders: bool,
+    /// A resend of a trimmed write is answered from the dups although a decision trimmed since
+    /// gave it up, as before decision 0084.
+    pub forget_trimmed_decisions: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -117,9 +117,26 @@ fn dups_key(reqid: &ReqId) -> Vec<u8> {
     k
 }
 
-/// Bytes of a dups entry's key (`client | tid`) and value (`version | op_count`).
+/// Bytes of a dups entry's key (`client | tid`) and value (`version | op_count`). An
+/// operator's decision's value goes on with its object's name (decision 0084).
 const DUPS_KEY_BYTES: usize = 16;
 const DUPS_VALUE_BYTES: usize = 20;
+
+/// The client id of the removals that record an unfound object given up (no client has it:
+/// client ids are random, and one of these two values comes up once in 2^63 clients).
+pub const LOST_CLIENT: u64 = u64::MAX - 1;
+/// The client id of the writes that revert an unfound object; their request's `tid` is the
+/// sequence of the newest write of the PG's history the kept copy holds (its own version's,
+/// or for a copy holding writes the history rolled back, that of the common point before them),
+/// so that a later resend of a write given up can be told from one the kept copy holds. Two
+/// reverts may share a request id: decisions skip the check for resends.
+pub const REVERT_CLIENT: u64 = u64::MAX - 2;
+
+/// Whether request ids of `client` are an operator's decisions on unfound objects.
+#[must_use]
+pub fn is_decision_client(client: u64) -> bool {
+    client == LOST_CLIENT || client == REVERT_CLIENT
+}
 
 /// What a replacement of the log did to this member's dups objects (see
 /// [`PgLog::write_replacement`]); pass it to [`PgLog::replaced`].
@@ -141,7 +158,16 @@ pub fn check_dups(dups: &[DupsObject], bounds: LogBounds) -> Result<(), String> 
         if d.entries.len() > bounds.keep.max(1) {
             return Err(format!("dups object {} has {} entries, over {}", d.number, d.entries.len(), bounds.keep));
         }
-        if let Some((k, v)) = d.entries.iter().find(|(k, v)| k.len() != DUPS_KEY_BYTES || v.len() != DUPS_VALUE_BYTES) {
+        let malformed = |(k, v): &&(Vec<u8>, Vec<u8>)| {
+            // A decision's value may go on with its object's name.
+            let decision =
+                k.get(..8).and_then(|c| c.try_into().ok()).is_some_and(|c| is_decision_client(u64::from_be_bytes(c)));
+            let named = decision
+                && v.len() > DUPS_VALUE_BYTES
+                && v.len() <= DUPS_VALUE_BYTES + shoal_store::names::MAX_NAME_BYTES;
+            k.len() != DUPS_KEY_BYTES || (v.len() != DUPS_VALUE_BYTES && !named)
+        };
+        if let Some((k, v)) = d.entries.iter().find(malformed) {
             return Err(format!("dups object {} has an entry of {} + {} bytes", d.number, k.len(), v.len()));
         }
     }
@@ -262,6 +288,10 @@ pub struct PgLog {
     tail: Eversion,
     /// Numbers of the dups objects the store holds.
     dups: std::collections::BTreeSet<u64>,
+    /// The object names of the kept entries that are an operator's decisions
+    /// ([`is_decision_client`]), by version: a trim keeps them in the dups with the request id
+    /// (decision 0084). Decisions are rare, so this is small.
+    decision_objects: std::collections::BTreeMap<Eversion, String>,
 }
 
 /// Omap entries (key, value) to add, by dups object number.
@@ -308,7 +338,7 @@ impl PgLog {
         log.tail = read_tail(store, pg)?;
         log.created = true;
         for e in entries {
-            log.push(e.version, e.reqid, e.op_count);
+            log.push(e.version, e.reqid, e.op_count, &e.object);
         }
         while log.entries.len() > bounds.max_entries() {
             log.pop_oldest();
@@ -396,6 +426,39 @@ impl PgLog {
         Ok(false)
     }
 
+    /// The operator's decisions on `object` that this log trimmed into dups objects it still
+    /// holds: their versions and request ids (decision 0084). Reads every dups object: for a
+    /// resend of a write that was itself trimmed, which the log's own decisions do not cover.
+    pub fn trimmed_decisions_on(
+        &self,
+        store: &dyn ObjectStore,
+        pg: PgId,
+        object: &str,
+    ) -> Result<Vec<(Eversion, ReqId)>, StoreError> {
+        let coll = log_collection(pg);
+        let most = self.bounds.keep.max(1);
+        let mut out = Vec::new();
+        for n in &self.dups {
+            let entries = store.omap_list(&coll, &dups_object(*n), None, most + 1)?;
+            if entries.len() > most {
+                return Err(StoreError::Corrupt(format!("dups object {n} of PG {pg} holds over {most} entries")));
+            }
+            for (k, v) in entries {
+                let id = |at: usize| k.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+                let (Some(client), Some(tid)) = (id(0), id(8)) else { continue };
+                if !is_decision_client(client) || v.get(DUPS_VALUE_BYTES..) != Some(object.as_bytes()) {
+                    continue;
+                }
+                let version = v
+                    .get(..16)
+                    .and_then(Eversion::from_key)
+                    .ok_or_else(|| StoreError::Corrupt(format!("dups entry of PG {pg} is {} bytes", v.len())))?;
+                out.push((version, ReqId { client, tid }));
+            }
+        }
+        Ok(out)
+    }
+
     /// What trimming the oldest `trim_batch` entries does to the dups objects.
     fn dups_trim(&self) -> DupsTrim {
         self.dups_adding(self.entries.iter().take(self.bounds.trim_batch).map(|(v, r)| (*v, *r, self.op_count(r))))
@@ -415,6 +478,9 @@ impl PgLog {
         for (version, reqid, count) in entries {
             let mut value = version.to_key().to_vec();
             value.extend_from_slice(&count.to_be_bytes());
+            if let Some(object) = self.decision_objects.get(&version).filter(|_| is_decision_client(reqid.client)) {
+                value.extend_from_slice(object.as_bytes());
+            }
             add.entry(version.seq / per_object).or_default().push((dups_key(&reqid), value));
         }
         let newest = add.keys().next_back().copied().into_iter().chain(self.dups.iter().next_back().copied()).max();
@@ -434,6 +500,13 @@ impl PgLog {
     #[must_use]
     pub fn version_of(&self, reqid: &ReqId) -> Option<Eversion> {
         self.by_reqid.get(reqid).map(|(v, _)| *v)
+    }
+
+    /// Whether the kept entries reach back to `version`: an entry at it, if there was one, is
+    /// still in the log, and so is every entry after it.
+    #[must_use]
+    pub fn reaches(&self, version: Eversion) -> bool {
+        self.entries.front().is_some_and(|(oldest, _)| *oldest <= version)
     }
 
     /// The kept entries newer than `version` (versions and request ids), oldest first.
@@ -503,7 +576,7 @@ impl PgLog {
                 self.pop_oldest();
             }
         }
-        self.push(entry.version, entry.reqid, entry.op_count);
+        self.push(entry.version, entry.reqid, entry.op_count, &entry.object);
     }
 
     /// Adds to `txn` the replacement of this log, as stored for PG `pg`, by `entries` (oldest
@@ -655,20 +728,27 @@ impl PgLog {
         self.tail = tail_of(entries, tail, self.bounds);
         self.entries.clear();
         self.by_reqid.clear();
+        self.decision_objects.clear();
         self.has_collection = true;
         self.created = true;
         self.exact = true;
         for e in &entries[entries.len().saturating_sub(self.bounds.max_entries())..] {
-            self.push(e.version, e.reqid, e.op_count);
+            self.push(e.version, e.reqid, e.op_count, &e.object);
         }
     }
 
-    fn push(&mut self, version: Eversion, reqid: ReqId, op_count: u32) {
+    fn push(&mut self, version: Eversion, reqid: ReqId, op_count: u32, object: &str) {
         self.entries.push_back((version, reqid));
         self.by_reqid.insert(reqid, (version, op_count));
+        if is_decision_client(reqid.client) {
+            self.decision_objects.insert(version, object.to_string());
+        }
     }
 
     fn pop_oldest(&mut self) {
+        if let Some((version, _)) = self.entries.front() {
+            self.decision_objects.remove(version);
+        }
         if let Some((version, reqid)) = self.entries.pop_front()
             && self.by_reqid.get(&reqid).is_some_and(|(v, _)| *v == version)
         {
@@ -925,6 +1005,52 @@ mod tests {
             check_dups(&shared, bounds).expect("within the bounds");
             assert_eq!(check_dups(&shared, LogBounds::new(1, 1)).is_err(), found, "over the default's count");
         }
+    }
+
+    #[test]
+    fn trimmed_decisions_keep_their_object_names_in_the_dups() {
+        let store = shoal_store::engine::MemEngine::new_mem(64 << 20).expect("store");
+        let pg = PgId { pool: 1, seed: 6 };
+        let bounds = LogBounds::new(2, 1);
+        let mut log = PgLog::empty(bounds);
+        write_entries(&store, &mut log, pg, 1..=3);
+        // An operator's removal of "lost-one" as lost, then enough writes to trim it.
+        let decision = LogEntry {
+            version: Eversion { epoch: 1, seq: 4 },
+            reqid: ReqId { client: LOST_CLIENT, tid: 77 },
+            object: "lost-one".into(),
+            op_count: 2,
+            empties: true,
+        };
+        let mut txn = Transaction::new();
+        log.record(&mut txn, pg, &decision);
+        store.commit(txn, shoal_store::Durability::Batch).expect("commit");
+        log.applied(&decision);
+        write_entries(&store, &mut log, pg, 5..=8);
+        assert!(!log.reaches(decision.version), "trimmed");
+        let found = log.trimmed_decisions_on(&store, pg, "lost-one").unwrap();
+        assert_eq!(found, vec![(decision.version, decision.reqid)]);
+        assert!(log.trimmed_decisions_on(&store, pg, "o1").unwrap().is_empty(), "plain writes are not decisions");
+        // And after a restart (the name comes from the stored entry) the same.
+        let loaded = PgLog::load(&store, pg, bounds).expect("load");
+        assert_eq!(loaded.trimmed_decisions_on(&store, pg, "lost-one").unwrap(), found);
+        // Shared with a member being backfilled, the named value passes the check; a name on a
+        // plain request's value, or one longer than any object name, does not.
+        let shared = loaded.dups_to_share(&store, pg).expect("read");
+        check_dups(&shared, bounds).expect("a decision's name is allowed");
+        let mut plain = shared.clone();
+        let (_, v) =
+            plain.iter_mut().flat_map(|d| d.entries.iter_mut()).find(|(k, _)| k[..8] == 7u64.to_be_bytes()).unwrap();
+        v.extend_from_slice(b"x");
+        assert!(check_dups(&plain, bounds).is_err());
+        let mut long = shared;
+        let (_, v) = long
+            .iter_mut()
+            .flat_map(|d| d.entries.iter_mut())
+            .find(|(k, _)| k[..8] == LOST_CLIENT.to_be_bytes())
+            .unwrap();
+        v.extend_from_slice(&[b'n'; shoal_store::names::MAX_NAME_BYTES]);
+        assert!(check_dups(&long, bounds).is_err());
     }
 
     #[test]

@@ -112,6 +112,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "unanswered_copies_count_as_none" => &mut m.unanswered_copies_count_as_none,
         "revert_pulls_within_cursor_only" => &mut m.revert_pulls_within_cursor_only,
         "believe_failed_holders" => &mut m.believe_failed_holders,
+        "forget_trimmed_decisions" => &mut m.forget_trimmed_decisions,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
@@ -121,7 +122,8 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  skip_record_extension, forget_holders, keep_rolled_back, no_pull_around_damage, push_every_clone, revert_primary_copy_only, \
                  accept_stale_pushes, share_loaded_dups_only, head_versions_only, split_by_sent_cursor_only, removals_need_copies, no_stamp_unchanged, lose_clones_with_lost_head, \
                  ignore_lost_activation, unanswered_copies_count_as_none, \
-                 revert_pulls_within_cursor_only, believe_failed_holders)"
+                 revert_pulls_within_cursor_only, believe_failed_holders, \
+                 forget_trimmed_decisions)"
             ));
         }
     };

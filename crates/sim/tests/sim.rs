@@ -1460,3 +1460,19 @@ fn a_stray_whose_copy_failed_a_pull_is_not_believed_again() {
         317_182..=317_182,
     );
 }
+
+#[test]
+fn a_resend_of_a_write_given_up_is_applied_again_after_the_decision_left_the_log() {
+    // An operator gave an unfound object up as lost; the client's write to it that was never
+    // acknowledged came again after more writes than the PG log keeps. Both the write and the
+    // decision were in the dups only, which named no objects: the resend was answered as done
+    // from the dups, and the client was told a write had succeeded that existed nowhere. The
+    // dups now keep a decision's object name (decision 0084); undone
+    // (`forget_trimmed_decisions`), the seed fails again. Found by the sweep of decision 0082.
+    run_seeds(317_444..=317_444, rot_unacked_snaps_short_logs);
+    some_seed_fails_among(
+        Mutations { forget_trimmed_decisions: true, ..Mutations::default() },
+        rot_unacked_snaps_short_logs,
+        317_444..=317_444,
+    );
+}

@@ -19,15 +19,7 @@ use super::peering::{PgState, Primary, Role};
 use super::{Action, Event, OsdCore, Token};
 use crate::exec::{pg_collection, store_error};
 
-/// The client id of the removals that record an unfound object given up (no client has it:
-/// client ids are random, and one of these two values comes up once in 2^63 clients).
-const LOST_CLIENT: u64 = u64::MAX - 1;
-/// The client id of the writes that revert an unfound object; their request's `tid` is the
-/// sequence of the newest write of the PG's history the kept copy holds (its own version's,
-/// or for a copy holding writes the history rolled back, that of the common point before them),
-/// so that a later resend of a write given up can be told from one the kept copy holds. Two
-/// reverts may share a request id: decisions skip the check for resends (see [`is_decision`]).
-const REVERT_CLIENT: u64 = u64::MAX - 2;
+use crate::pglog::{LOST_CLIENT, REVERT_CLIENT};
 /// Where the answers to those writes go: nowhere (no connection has this token).
 const NOBODY: Token = u64::MAX;
 
@@ -536,16 +528,24 @@ impl OsdCore {
     /// names the write's object).
     pub(super) fn given_up_by_decision(&self, pg: PgId, version: Eversion, object: &str) -> Result<bool, RemoteError> {
         let Some(log) = self.logs.get(&pg) else { return Ok(false) };
-        let decisions: Vec<Eversion> = log
-            .entries_after(version)
-            .filter(|(_, r)| (r.client == REVERT_CLIENT && r.tid < version.seq) || r.client == LOST_CLIENT)
-            .map(|(v, _)| *v)
-            .collect();
-        if decisions.is_empty() {
+        let gives_up = |(v, r): &(Eversion, ReqId)| {
+            *v > version && ((r.client == REVERT_CLIENT && r.tid < version.seq) || r.client == LOST_CLIENT)
+        };
+        let decisions: Vec<Eversion> = log.entries_after(version).filter(|e| gives_up(e)).map(|(v, _)| *v).collect();
+        if !decisions.is_empty() {
+            let entries = crate::pglog::read_entries(&*self.store, pg).map_err(|e| store_error(&e))?;
+            if entries.iter().any(|e| e.object == object && decisions.contains(&e.version)) {
+                return Ok(true);
+            }
+        }
+        // A write still in the log has every later decision in the log too (the oldest entries
+        // are trimmed first). One trimmed itself may have been given up by a decision trimmed
+        // since: the dups keep decisions with their object's name (decision 0084).
+        if log.reaches(version) || self.mutations.forget_trimmed_decisions {
             return Ok(false);
         }
-        let entries = crate::pglog::read_entries(&*self.store, pg).map_err(|e| store_error(&e))?;
-        Ok(entries.iter().any(|e| e.object == object && decisions.contains(&e.version)))
+        let trimmed = log.trimmed_decisions_on(&*self.store, pg, object).map_err(|e| store_error(&e))?;
+        Ok(trimmed.iter().any(gives_up))
     }
 
     /// After the operator's decision `reqid` on `object` went through the primary's front door:
