@@ -1475,4 +1475,19 @@ fn a_resend_of_a_write_given_up_is_applied_again_after_the_decision_left_the_log
         rot_unacked_snaps_short_logs,
         317_444..=317_444,
     );
+    // The same with omap updates and a revert (`--omap --link-cuts --peer-heartbeats
+    // --revert-unfound --short-logs 3`): a read then missed omap entries of the resend.
+    run_seeds(310_320..=310_320, omap_reverts_short_logs);
+    some_seed_fails_among(
+        Mutations { forget_trimmed_decisions: true, ..Mutations::default() },
+        omap_reverts_short_logs,
+        310_320..=310_320,
+    );
+}
+
+/// `--omap --link-cuts --peer-heartbeats --revert-unfound --short-logs 3`.
+fn omap_reverts_short_logs(seed: u64) -> SimConfig {
+    SimConfig { omap: true, revert_unfound: true, log_keep: Some(3), appends: false, ..SimConfig::nemesis(seed) }
+        .with_link_cuts()
+        .with_peer_heartbeats()
 }
