@@ -1470,6 +1470,8 @@ fn a_resend_of_a_write_given_up_is_applied_again_after_the_decision_left_the_log
     // dups now keep a decision's object name (decision 0084); undone
     // (`forget_trimmed_decisions`), the seed fails again. Found by the sweep of decision 0082.
     run_seeds(317_444..=317_444, rot_unacked_snaps_short_logs);
+    // A revert's resend, whose snapshot then held the wrong bytes (found with decision 0082).
+    run_seeds(319_293..=319_293, rot_unacked_snaps_short_logs);
     some_seed_fails_among(
         Mutations { forget_trimmed_decisions: true, ..Mutations::default() },
         rot_unacked_snaps_short_logs,
