@@ -391,9 +391,9 @@ impl OsdCore {
                 chunk.maps.insert(from, map);
                 self.scrub_chunk_maybe_done(pg, true, out);
             }
-            Err(e) if e.code == ErrorCode::Timeout => {
-                // Elsewhere in the PG's history for a moment, or lost: the chunk is asked again
-                // at the next tick.
+            Err(e) if e.code == ErrorCode::Timeout || e.code == ErrorCode::WrongPrimary => {
+                // Elsewhere in the PG's history for a moment (not activated yet), or lost: the
+                // chunk is asked again at the next tick.
                 tracing::debug!(%pg, member = %from, error = %e, "scrub chunk to be asked again");
                 run.chunk = None;
                 run.retries += 1;
