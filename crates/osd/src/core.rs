@@ -381,6 +381,8 @@ pub struct Mutations {
     /// A resend of a trimmed write is answered from the dups although a decision trimmed since
     /// gave it up, as before decision 0084.
     pub forget_trimmed_decisions: bool,
+    /// A primary with unfound objects peers again on every new map, as before decision 0085.
+    pub repeer_unfound_on_every_map: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

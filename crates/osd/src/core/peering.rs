@@ -218,6 +218,9 @@ pub(crate) struct Primary {
     /// when pulled (its copy damaged, or gone): its next probes still name them, and are not
     /// believed this attempt (decision 0083).
     pub holders_failed: BTreeSet<(OsdId, String)>,
+    /// The OSDs that were up (with their `up_from`) when this attempt began: a primary with
+    /// unfound objects peers again on a map that changes them, not on every map (decision 0085).
+    pub up_at_start: Vec<(OsdId, u64)>,
     /// Per backfilling replica: objects still to send (an estimate for `shoal status`).
     pub backfill_remaining: BTreeMap<OsdId, u64>,
     pub proposal: Option<ActivationProposal>,
@@ -302,6 +305,7 @@ impl Primary {
             probe_answered: BTreeSet::new(),
             probe_failed: BTreeSet::new(),
             holders_failed: BTreeSet::new(),
+            up_at_start: Vec::new(),
             backfill_remaining: BTreeMap::new(),
             proposal: None,
             extension: None,
@@ -382,6 +386,11 @@ fn record_holders(
 }
 
 /// The interval of `pg` in `map`: its acting OSDs with their boot epochs.
+/// The OSDs up in `map`, with the epoch each came up at.
+fn up_osds(map: &ClusterMap) -> Vec<(OsdId, u64)> {
+    map.osds.iter().filter(|(_, i)| i.up).map(|(o, i)| (*o, i.up_from)).collect()
+}
+
 pub(crate) fn interval_of(map: &ClusterMap, pg: PgId) -> Interval {
     map.pg_interval(pg).unwrap_or_default()
 }
@@ -477,9 +486,14 @@ impl OsdCore {
                     self.new_interval(pg, interval, out);
                 } else if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg)
                     && (matches!(p.phase, Phase::Down | Phase::WaitingTemp | Phase::Incomplete)
-                        || !p.unfound.is_empty())
+                        || (!p.unfound.is_empty()
+                            && (self.mutations.repeer_unfound_on_every_map || p.up_at_start != up_osds(&map))))
                 {
-                    // Another OSD came up or the monitors answered: try again.
+                    // Another OSD came up or the monitors answered: try again. A PG with unfound
+                    // objects only when an OSD came up or went down: any other map (each of its
+                    // own activation records makes one) would have it peer again for ever, two
+                    // such PGs taking turns, and the operator's decisions never get an attempt
+                    // that lasts (decision 0085).
                     self.start_peering(pg, out);
                 }
             }
@@ -542,6 +556,7 @@ impl OsdCore {
         let blocked = std::mem::take(&mut p.blocked);
         let mut fresh = Primary::new(acting.clone(), record.clone(), attempt);
         fresh.term = term;
+        fresh.up_at_start = up_osds(&map);
         // The record's holders are asked, like strays that made themselves known, for objects
         // found unfound (decision 0060): an isolated one cannot make itself known.
         if let Some(r) = &record {
