@@ -383,6 +383,9 @@ pub struct Mutations {
     pub forget_trimmed_decisions: bool,
     /// A primary with unfound objects peers again on every new map, as before decision 0085.
     pub repeer_unfound_on_every_map: bool,
+    /// Backfill waits while the primary records any object missing, those an operator decided
+    /// on included, as before decision 0086.
+    pub backfill_waits_for_decided: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

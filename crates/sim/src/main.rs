@@ -114,6 +114,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "believe_failed_holders" => &mut m.believe_failed_holders,
         "forget_trimmed_decisions" => &mut m.forget_trimmed_decisions,
         "repeer_unfound_on_every_map" => &mut m.repeer_unfound_on_every_map,
+        "backfill_waits_for_decided" => &mut m.backfill_waits_for_decided,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
@@ -124,7 +125,8 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  accept_stale_pushes, share_loaded_dups_only, head_versions_only, split_by_sent_cursor_only, removals_need_copies, no_stamp_unchanged, lose_clones_with_lost_head, \
                  ignore_lost_activation, unanswered_copies_count_as_none, \
                  revert_pulls_within_cursor_only, believe_failed_holders, \
-                 forget_trimmed_decisions, repeer_unfound_on_every_map)"
+                 forget_trimmed_decisions, repeer_unfound_on_every_map, \
+                 backfill_waits_for_decided)"
             ));
         }
     };

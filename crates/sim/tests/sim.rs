@@ -1511,3 +1511,32 @@ fn primaries_with_unfound_objects_peer_again_only_when_an_osd_comes_or_goes() {
         314_820..=314_820,
     );
 }
+
+/// `--snaps --link-cuts --peer-heartbeats --revert-unfound --toofull`.
+fn snaps_reverts_toofull(seed: u64) -> SimConfig {
+    SimConfig {
+        snaps: true,
+        revert_unfound: true,
+        refuse_push_per_mille: shoal_sim::TOOFULL_REFUSED_PER_MILLE,
+        ..SimConfig::nemesis(seed)
+    }
+    .with_link_cuts()
+    .with_peer_heartbeats()
+}
+
+#[test]
+fn backfill_goes_on_while_the_primary_misses_only_objects_an_operator_decided_on() {
+    // An operator reverted an unfound head to the primary's copy. The decision's write waited
+    // for the backfill cursor to pass the head's clones (decision 0076), and the backfill
+    // waited for the primary to stop recording objects missing, which only that write would
+    // do: the PG stayed backfilling below min_size, and the clients' writes never finished.
+    // Objects an operator decided on no longer hold backfill back (decision 0086); undone
+    // (`backfill_waits_for_decided`), the seed never finishes again. Found by a sweep
+    // (thirty-third session).
+    run_seeds(311_779..=311_779, snaps_reverts_toofull);
+    some_seed_fails_among(
+        Mutations { backfill_waits_for_decided: true, ..Mutations::default() },
+        snaps_reverts_toofull,
+        311_779..=311_779,
+    );
+}
