@@ -386,6 +386,9 @@ pub struct Mutations {
     /// Backfill waits while the primary records any object missing, those an operator decided
     /// on included, as before decision 0086.
     pub backfill_waits_for_decided: bool,
+    /// A revert asks each OSD about copies of unfound objects once per attempt, not about
+    /// objects found unfound after it answered, as before decision 0087.
+    pub ask_copies_once_per_attempt: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -1540,3 +1540,20 @@ fn backfill_goes_on_while_the_primary_misses_only_objects_an_operator_decided_on
         311_779..=311_779,
     );
 }
+
+#[test]
+fn a_revert_asks_about_objects_found_unfound_after_the_first_question() {
+    // Two objects of one PG became unfound, one after the other, in the same peering attempt.
+    // The other members were asked about copies of the first only, and never again: the
+    // revert reported the second damaged with no copy elsewhere, the operator deleted it, and
+    // its acknowledged writes were gone although members held them. Each OSD is now asked about
+    // every unfound object it was not asked about yet (decision 0087); undone
+    // (`ask_copies_once_per_attempt`), the seed fails again. Found by a sweep (thirty-third
+    // session).
+    run_seeds(400_878..=400_878, rot_unacked_snaps_short_logs);
+    some_seed_fails_among(
+        Mutations { ask_copies_once_per_attempt: true, ..Mutations::default() },
+        rot_unacked_snaps_short_logs,
+        400_878..=400_878,
+    );
+}

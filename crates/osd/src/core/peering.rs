@@ -249,10 +249,11 @@ pub(crate) struct Primary {
     pub around_damage_misses: BTreeMap<String, BTreeSet<OsdId>>,
     /// For an operator's revert (decision 0066): the stored versions other OSDs reported for
     /// this primary's unfound objects (at most its unfound objects times the members and strays
-    /// asked), the OSDs asked this attempt and those not answered yet, and the copies being
+    /// asked), the objects each OSD was asked about this attempt (an object found unfound later
+    /// is asked about too: decision 0087) and the OSDs not answered yet, and the copies being
     /// pulled to be kept.
     pub elsewhere: BTreeMap<String, BTreeMap<OsdId, Eversion>>,
-    pub elsewhere_asked: BTreeSet<OsdId>,
+    pub elsewhere_asked: BTreeMap<OsdId, BTreeSet<String>>,
     pub elsewhere_waiting: BTreeSet<OsdId>,
     pub revert_pulls: BTreeMap<String, RevertPull>,
     /// Backfill targets whose next chunk waits for the writes of an object on their way to the
@@ -317,7 +318,7 @@ impl Primary {
             around_damage: BTreeMap::new(),
             around_damage_misses: BTreeMap::new(),
             elsewhere: BTreeMap::new(),
-            elsewhere_asked: BTreeSet::new(),
+            elsewhere_asked: BTreeMap::new(),
             elsewhere_waiting: BTreeSet::new(),
             revert_pulls: BTreeMap::new(),
             backfill_waits: BTreeMap::new(),

@@ -180,34 +180,49 @@ impl OsdCore {
     }
 
     /// Refuses a revert until every other OSD that is up and acts for `pg`, or is a known stray
-    /// of it, has said which versions of the unfound objects it stores (asked once per attempt;
-    /// decision 0066): a revert keeps the newest copy of each object's history, wherever it is.
+    /// of it, has said which versions of the unfound objects it stores (asked once per attempt
+    /// about each unfound object; decisions 0066 and 0087): a revert keeps the newest copy of
+    /// each object's history, wherever it is.
     fn check_copies_elsewhere_known(&mut self, pg: PgId, out: &mut Vec<Action>) -> Result<(), RemoteError> {
         if self.mutations.revert_primary_copy_only {
             return Ok(());
         }
         let epoch = self.map.epoch;
         let me = self.id;
+        let once_per_attempt = self.mutations.ask_copies_once_per_attempt;
         let up = |o: &OsdId| self.map.osds.get(o).is_some_and(|i| i.up);
         let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return Ok(()) };
         if p.unfound.is_empty() {
             return Ok(());
         }
-        let ask: Vec<OsdId> = p
+        let candidates: BTreeSet<OsdId> = p
             .acting
             .iter()
             .chain(p.known_strays.iter())
             .copied()
-            .filter(|o| *o != me && up(o) && !p.elsewhere_asked.contains(o))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
+            .filter(|o| *o != me && up(o) && !p.elsewhere_waiting.contains(o))
             .collect();
-        let versions_of: Vec<String> =
-            p.unfound.iter().take(shoal_proto::osd::PEER_QUERY_VERSIONS_MAX).cloned().collect();
-        for osd in ask {
-            p.elsewhere_asked.insert(osd);
+        for osd in candidates {
+            // The unfound objects this OSD was not asked about yet: an object found unfound
+            // after the OSD answered is asked about too, or the revert would report it with no
+            // copy anywhere and invite deleting its acknowledged writes (decision 0087).
+            let asked = p.elsewhere_asked.entry(osd).or_default();
+            if once_per_attempt && !asked.is_empty() {
+                continue;
+            }
+            let versions_of: Vec<String> = p
+                .unfound
+                .iter()
+                .filter(|o| !asked.contains(*o))
+                .take(shoal_proto::osd::PEER_QUERY_VERSIONS_MAX)
+                .cloned()
+                .collect();
+            if versions_of.is_empty() {
+                continue;
+            }
+            asked.extend(versions_of.iter().cloned());
             p.elsewhere_waiting.insert(osd);
-            let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of: versions_of.clone() };
+            let q = shoal_proto::osd::PeerQuery { epoch, pool: pg.pool, pg: pg.seed, versions_of };
             out.push(Action::Peer {
                 osd,
                 msg_type: shoal_proto::osd::PeerQuery::TYPE,
