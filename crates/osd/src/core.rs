@@ -383,9 +383,9 @@ pub struct Mutations {
     pub forget_trimmed_decisions: bool,
     /// A primary with unfound objects peers again on every new map, as before decision 0085.
     pub repeer_unfound_on_every_map: bool,
-    /// Backfill waits while the primary records any object missing, those an operator decided
-    /// on included, as before decision 0086.
-    pub backfill_waits_for_decided: bool,
+    /// An operator's decision waits, like any write, for backfill cursors to pass its head's
+    /// clones, as before decision 0086.
+    pub decisions_wait_for_split: bool,
     /// A revert asks each OSD about copies of unfound objects once per attempt, not about
     /// objects found unfound after it answered, as before decision 0087.
     pub ask_copies_once_per_attempt: bool,
@@ -954,7 +954,13 @@ impl OsdCore {
         };
         // In the object's order: behind what already waits for the object, and a write behind
         // the reads of it still running beside the worker.
-        let split = !read_only && self.backfill_splits(pg, &op.object);
+        // An operator's decision does not wait for a cursor to pass its head's clones: backfill
+        // waits for the primary's missing objects, the decided one among them, so each would
+        // wait for the other for ever. A decision changes no clone: a revert changes nothing,
+        // and a removal as lost keeps the clones, which backfill then brings as it would have
+        // (decision 0086).
+        let waits_for_split = !decision || self.mutations.decisions_wait_for_split;
+        let split = !read_only && waits_for_split && self.backfill_splits(pg, &op.object);
         if split
             || !self.object_ready(pg, &op.object, need, out)
             || self.must_wait_for_object(pg, &op.object, read_only)

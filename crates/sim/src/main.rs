@@ -114,7 +114,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "believe_failed_holders" => &mut m.believe_failed_holders,
         "forget_trimmed_decisions" => &mut m.forget_trimmed_decisions,
         "repeer_unfound_on_every_map" => &mut m.repeer_unfound_on_every_map,
-        "backfill_waits_for_decided" => &mut m.backfill_waits_for_decided,
+        "decisions_wait_for_split" => &mut m.decisions_wait_for_split,
         "ask_copies_once_per_attempt" => &mut m.ask_copies_once_per_attempt,
         other => {
             return Err(format!(
@@ -127,7 +127,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  ignore_lost_activation, unanswered_copies_count_as_none, \
                  revert_pulls_within_cursor_only, believe_failed_holders, \
                  forget_trimmed_decisions, repeer_unfound_on_every_map, \
-                 backfill_waits_for_decided, ask_copies_once_per_attempt)"
+                 decisions_wait_for_split, ask_copies_once_per_attempt)"
             ));
         }
     };

@@ -1525,20 +1525,25 @@ fn snaps_reverts_toofull(seed: u64) -> SimConfig {
 }
 
 #[test]
-fn backfill_goes_on_while_the_primary_misses_only_objects_an_operator_decided_on() {
+fn an_operators_decision_does_not_wait_for_a_backfill_cursor() {
     // An operator reverted an unfound head to the primary's copy. The decision's write waited
     // for the backfill cursor to pass the head's clones (decision 0076), and the backfill
     // waited for the primary to stop recording objects missing, which only that write would
     // do: the PG stayed backfilling below min_size, and the clients' writes never finished.
-    // Objects an operator decided on no longer hold backfill back (decision 0086); undone
-    // (`backfill_waits_for_decided`), the seed never finishes again. Found by a sweep
+    // Decisions no longer wait for backfill cursors (decision 0086); undone
+    // (`decisions_wait_for_split`), the seed never finishes again. Found by a sweep
     // (thirty-third session).
     run_seeds(311_779..=311_779, snaps_reverts_toofull);
     some_seed_fails_among(
-        Mutations { backfill_waits_for_decided: true, ..Mutations::default() },
+        Mutations { decisions_wait_for_split: true, ..Mutations::default() },
         snaps_reverts_toofull,
         311_779..=311_779,
     );
+    // A first version let backfill go on instead, and sent a decided head's kept copy to a
+    // target before the decision was logged: these two seeds then lost an acknowledged write.
+    for seed in [403_267, 403_816] {
+        run_seeds(seed..=seed, rot_unacked_omap_with_cuts);
+    }
 }
 
 #[test]

@@ -485,11 +485,7 @@ impl OsdCore {
         // takes one too, which only makes this round more conservative).
         let max_ops = self.map.setting(shoal_map::config::RECOVERY_MAX_OPS).max(1);
         let mut budget = usize::try_from(max_ops).unwrap_or(usize::MAX).saturating_sub(self.recovery_in_flight());
-        // An object an operator decided on waits for its decision's write, not for a copy, and
-        // that write may itself wait for backfill to pass the object's clones (decision 0076):
-        // with only such objects missing here, backfill goes on (decision 0086).
-        let waits_for_copies = own.iter().any(|n| self.mutations.backfill_waits_for_decided || !p.decided.contains(n));
-        if waits_for_copies {
+        if !own.is_empty() {
             let idle: Vec<String> = own
                 .into_iter()
                 .filter(|n| !p.recovering.contains_key(n) && !p.unfound.contains(n))
