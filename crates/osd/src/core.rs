@@ -389,6 +389,9 @@ pub struct Mutations {
     /// A revert asks each OSD about copies of unfound objects once per attempt, not about
     /// objects found unfound after it answered, as before decision 0087.
     pub ask_copies_once_per_attempt: bool,
+    /// A backfill chunk's range may reach over an object whose removal is on its way, as
+    /// before decision 0088.
+    pub backfill_over_removals_in_flight: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -116,6 +116,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "repeer_unfound_on_every_map" => &mut m.repeer_unfound_on_every_map,
         "decisions_wait_for_split" => &mut m.decisions_wait_for_split,
         "ask_copies_once_per_attempt" => &mut m.ask_copies_once_per_attempt,
+        "backfill_over_removals_in_flight" => &mut m.backfill_over_removals_in_flight,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
@@ -127,7 +128,8 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  ignore_lost_activation, unanswered_copies_count_as_none, \
                  revert_pulls_within_cursor_only, believe_failed_holders, \
                  forget_trimmed_decisions, repeer_unfound_on_every_map, \
-                 decisions_wait_for_split, ask_copies_once_per_attempt)"
+                 decisions_wait_for_split, ask_copies_once_per_attempt, \
+                 backfill_over_removals_in_flight)"
             ));
         }
     };

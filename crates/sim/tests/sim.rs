@@ -1562,3 +1562,22 @@ fn a_revert_asks_about_objects_found_unfound_after_the_first_question() {
         400_878..=400_878,
     );
 }
+
+#[test]
+fn a_backfill_chunk_never_reaches_over_a_removal_on_its_way() {
+    // A primary applied a client's removal and sent it to its members, and in the same batch
+    // listed the next backfill chunk for a member being backfilled: the removed object was no
+    // longer listed, so the chunk's range reached over it and the target, which had no copy,
+    // counted itself as holding the PG past it. The removal's messages were lost with the
+    // primary cut off; the new primary (the former target) believed it held the object at the
+    // log's version and had none, and acknowledged writes of it were lost. A chunk's range now
+    // stops before any object with writes on their way (decision 0088); undone
+    // (`backfill_over_removals_in_flight`), the seed fails again. Found by a sweep
+    // (thirty-third session).
+    run_seeds(601_767..=601_767, rot_unacked_snaps_short_logs);
+    some_seed_fails_among(
+        Mutations { backfill_over_removals_in_flight: true, ..Mutations::default() },
+        rot_unacked_snaps_short_logs,
+        601_767..=601_767,
+    );
+}

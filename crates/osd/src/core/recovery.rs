@@ -643,8 +643,31 @@ impl OsdCore {
         // chunk's size like data, and never past what one message carries.
         let mut header_bytes = 0usize;
         let mut stopped = false;
+        // Objects with writes on their way that the store no longer lists (a write removed
+        // them): the chunk's range must not reach over one, or the target, which gets the
+        // removal only as a log entry (or not at all, if that message is lost), would lose the
+        // object while its log says it holds it (decision 0088).
+        let removed_in_flight = |lo: Option<&str>, hi: Option<&str>| -> Option<String> {
+            if self.mutations.backfill_over_removals_in_flight {
+                return None;
+            }
+            self.writes_of
+                .keys()
+                .filter(|(g, head)| {
+                    *g == pg && lo.is_none_or(|lo| head.as_str() > lo) && hi.is_none_or(|hi| head.as_str() < hi)
+                })
+                .map(|(_, head)| head.clone())
+                .min()
+        };
         for name in page.objects {
             if !covered(&name) || objects.len() >= max_objects {
+                stopped = true;
+                break;
+            }
+            if let Some(head) = removed_in_flight(last_name.as_deref().or(after.as_deref()), Some(&name)) {
+                if objects.is_empty() && kept.is_empty() {
+                    return self.wait_for_writes(pg, osd, &head);
+                }
                 stopped = true;
                 break;
             }
@@ -738,6 +761,16 @@ impl OsdCore {
                     return;
                 }
             }
+        }
+        // A range to the PG's end must not reach over a removal on its way either.
+        if !stopped
+            && page.next.is_none()
+            && let Some(head) = removed_in_flight(last_name.as_deref().or(after.as_deref()), None)
+        {
+            if last_name.is_none() {
+                return self.wait_for_writes(pg, osd, &head);
+            }
+            stopped = true;
         }
         // The range ends at the last object sent or kept, unless that was the PG's last. (A range
         // without an end removes everything past `after` on the member: never for a chunk that
