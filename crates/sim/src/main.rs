@@ -269,6 +269,15 @@ fn check_sizes(args: &Args) -> Result<(), String> {
             "--rot-and-replace needs --pool-size 3 or more (the damage and the replacement take two copies)".into()
         );
     }
+    // The write whose newest copy the nemesis damages may still be acknowledged: with min_size
+    // 1 it may be on that copy alone. And the nemesis replaces disks too: with two copies the
+    // other one may be the disk replaced. Either way the damage loses an acknowledged write by
+    // construction (seeds 700008, 700125 and 701507 of the thirty-third session's sweeps).
+    if (size < 3 || min < 2) && args.scenario_flag == " --rot-unacked" {
+        return Err("--rot-unacked needs --pool-size 3 or more and --min-size 2 or more (the damaged write may be \
+                    acknowledged on its only copy, or the other copy's disk replaced)"
+            .into());
+    }
     Ok(())
 }
 
