@@ -294,8 +294,10 @@ pub struct PgLog {
     decision_objects: std::collections::BTreeMap<Eversion, String>,
 }
 
-/// Omap entries (key, value) to add, by dups object number.
-type DupsAdds = std::collections::BTreeMap<u64, Vec<(Vec<u8>, Vec<u8>)>>;
+/// One omap entry: key, value.
+type OmapEntry = (Vec<u8>, Vec<u8>);
+/// Omap entries to add, by dups object number.
+type DupsAdds = std::collections::BTreeMap<u64, Vec<OmapEntry>>;
 
 /// What a trim does to the dups objects: entries to add per object, objects to remove.
 struct DupsTrim {
@@ -389,16 +391,9 @@ impl PgLog {
         if !self.exact || !self.created {
             return Ok(Vec::new());
         }
-        let coll = log_collection(pg);
-        let most = self.bounds.keep.max(1);
         let mut out = Vec::new();
         for n in self.dups.iter().rev().take(self.bounds.dups_objects as usize).rev() {
-            // One page past the bound: an object holds at most `keep` ids (one per version of its
-            // range), so more means damage, refused rather than sent.
-            let entries = store.omap_list(&coll, &dups_object(*n), None, most + 1)?;
-            if entries.len() > most {
-                return Err(StoreError::Corrupt(format!("dups object {n} of PG {pg} holds over {most} entries")));
-            }
+            let entries = self.read_dups_object(store, pg, *n)?;
             out.push(DupsObject { number: *n, entries });
         }
         Ok(out)
@@ -412,13 +407,8 @@ impl PgLog {
         if !self.exact || !self.created {
             return Ok(false);
         }
-        let coll = log_collection(pg);
-        let most = self.bounds.keep.max(1);
         for n in self.dups.iter().rev() {
-            let entries = store.omap_list(&coll, &dups_object(*n), None, most + 1)?;
-            if entries.len() > most {
-                return Err(StoreError::Corrupt(format!("dups object {n} of PG {pg} holds over {most} entries")));
-            }
+            let entries = self.read_dups_object(store, pg, *n)?;
             if entries.iter().any(|(_, v)| v.get(..16).and_then(Eversion::from_key) == Some(version)) {
                 return Ok(true);
             }
@@ -435,14 +425,9 @@ impl PgLog {
         pg: PgId,
         object: &str,
     ) -> Result<Vec<(Eversion, ReqId)>, StoreError> {
-        let coll = log_collection(pg);
-        let most = self.bounds.keep.max(1);
         let mut out = Vec::new();
         for n in &self.dups {
-            let entries = store.omap_list(&coll, &dups_object(*n), None, most + 1)?;
-            if entries.len() > most {
-                return Err(StoreError::Corrupt(format!("dups object {n} of PG {pg} holds over {most} entries")));
-            }
+            let entries = self.read_dups_object(store, pg, *n)?;
             for (k, v) in entries {
                 let id = |at: usize| k.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
                 let (Some(client), Some(tid)) = (id(0), id(8)) else { continue };
@@ -457,6 +442,17 @@ impl PgLog {
             }
         }
         Ok(out)
+    }
+
+    /// The entries of dups object `n` of PG `pg`. Read one page past the bound: an object holds
+    /// at most `keep` ids (one per version of its range), so more means damage, refused.
+    fn read_dups_object(&self, store: &dyn ObjectStore, pg: PgId, n: u64) -> Result<Vec<OmapEntry>, StoreError> {
+        let most = self.bounds.keep.max(1);
+        let entries = store.omap_list(&log_collection(pg), &dups_object(n), None, most + 1)?;
+        if entries.len() > most {
+            return Err(StoreError::Corrupt(format!("dups object {n} of PG {pg} holds over {most} entries")));
+        }
+        Ok(entries)
     }
 
     /// What trimming the oldest `trim_batch` entries does to the dups objects.

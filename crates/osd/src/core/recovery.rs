@@ -647,17 +647,17 @@ impl OsdCore {
         // them): the chunk's range must not reach over one, or the target, which gets the
         // removal only as a log entry (or not at all, if that message is lost), would lose the
         // object while its log says it holds it (decision 0088).
+        // Collected once per chunk, in name order (usually none: writes in flight are few).
+        let in_flight: BTreeSet<&str> = if self.mutations.backfill_over_removals_in_flight {
+            BTreeSet::new()
+        } else {
+            self.writes_of.keys().filter(|(g, _)| *g == pg).map(|(_, head)| head.as_str()).collect()
+        };
         let removed_in_flight = |lo: Option<&str>, hi: Option<&str>| -> Option<String> {
-            if self.mutations.backfill_over_removals_in_flight {
-                return None;
-            }
-            self.writes_of
-                .keys()
-                .filter(|(g, head)| {
-                    *g == pg && lo.is_none_or(|lo| head.as_str() > lo) && hi.is_none_or(|hi| head.as_str() < hi)
-                })
-                .map(|(_, head)| head.clone())
-                .min()
+            in_flight
+                .iter()
+                .find(|head| lo.is_none_or(|lo| **head > lo) && hi.is_none_or(|hi| **head < hi))
+                .map(|head| (*head).to_string())
         };
         for name in page.objects {
             if !covered(&name) || objects.len() >= max_objects {
