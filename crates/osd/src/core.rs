@@ -392,6 +392,9 @@ pub struct Mutations {
     /// A backfill chunk's range may reach over an object whose removal is on its way, as
     /// before decision 0088.
     pub backfill_over_removals_in_flight: bool,
+    /// A stray whose probe failed is asked again only when something else probes, as before
+    /// the amendment of decision 0085.
+    pub no_probe_retries: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

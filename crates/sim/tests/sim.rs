@@ -1581,3 +1581,21 @@ fn a_backfill_chunk_never_reaches_over_a_removal_on_its_way() {
         601_767..=601_767,
     );
 }
+
+#[test]
+fn a_stray_whose_probe_failed_is_probed_again() {
+    // An unfound object's only copy was on a stray whose one probe was lost. Nothing probed it
+    // again: before decision 0085 every map change re-peered the PG, which probed afresh, and
+    // since then the PG stays in its attempt. Failed probes are now retried on the tick while
+    // the PG has unfound objects (decision 0085, amended); undone (`no_probe_retries`), the
+    // seed never finishes again. Found by the review sweep (thirty-third session).
+    let config = |seed| SimConfig {
+        snaps: true,
+        log_keep: Some(1),
+        dups_objects: Some(64),
+        appends: false,
+        ..SimConfig::toofull(seed).with_link_cuts()
+    };
+    run_seeds(951_182..=951_182, config);
+    some_seed_fails_among(Mutations { no_probe_retries: true, ..Mutations::default() }, config, 951_182..=951_182);
+}

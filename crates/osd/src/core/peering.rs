@@ -1135,18 +1135,30 @@ impl OsdCore {
     /// without any map change (it was cut off from this OSD, not from the monitors).
     pub(super) fn peering_tick(&mut self, out: &mut Vec<Action>) {
         let mut restart = Vec::new();
+        let mut probe_again = Vec::new();
+        let retry_probes = !self.mutations.no_probe_retries;
         for (pg, s) in &mut self.pgs {
-            if let Role::Primary(p) = &mut s.role
-                && p.phase != Phase::Active
-            {
-                p.phase_ticks += 1;
-                if p.phase_ticks > PEERING_RETRY_TICKS {
-                    restart.push(*pg);
+            match &mut s.role {
+                Role::Primary(p) if p.phase != Phase::Active => {
+                    p.phase_ticks += 1;
+                    if p.phase_ticks > PEERING_RETRY_TICKS {
+                        restart.push(*pg);
+                    }
                 }
+                // A stray whose probe failed may hold the unfound objects: it is asked again, as
+                // nothing else asks while the PG stays in this attempt (decision 0085 keeps it
+                // there; seed 951182 waited for ever on one lost probe).
+                Role::Primary(p) if retry_probes && !p.unfound.is_empty() && !p.probe_failed.is_empty() => {
+                    probe_again.push(*pg);
+                }
+                _ => {}
             }
         }
         for pg in restart {
             self.start_peering(pg, out);
+        }
+        for pg in probe_again {
+            self.probe_strays(pg, out);
         }
     }
 
