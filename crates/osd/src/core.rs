@@ -353,6 +353,10 @@ pub struct Mutations {
     /// A primary shares the request ids kept beyond its log with a member it backfills only if
     /// it has the log loaded already (after a restart it may not), as before decision 0074.
     pub share_loaded_dups_only: bool,
+    /// A primary shares its dups with a member it backfills as they were before its own log
+    /// replacement moved its entries up to the authority's tail into them, as before decision
+    /// 0089.
+    pub share_dups_before_own_replacement: bool,
     /// A member reports the stored versions of heads only, not of the snapshot directory of a
     /// head removed with clones, as before decision 0075.
     pub head_versions_only: bool,

@@ -103,6 +103,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "revert_primary_copy_only" => &mut m.revert_primary_copy_only,
         "accept_stale_pushes" => &mut m.accept_stale_pushes,
         "share_loaded_dups_only" => &mut m.share_loaded_dups_only,
+        "share_dups_before_own_replacement" => &mut m.share_dups_before_own_replacement,
         "head_versions_only" => &mut m.head_versions_only,
         "split_by_sent_cursor_only" => &mut m.split_by_sent_cursor_only,
         "removals_need_copies" => &mut m.removals_need_copies,
@@ -125,7 +126,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  keep_stale_parts, answer_unactivated_pulls, resume_blind, no_backfill_compare, \
                  keep_rewritten, vouch_past_cursor, recover_heads_only, answer_given_up_resends, keep_unnamed_needs, skip_holder_check, \
                  skip_record_extension, forget_holders, keep_rolled_back, no_pull_around_damage, push_every_clone, revert_primary_copy_only, \
-                 accept_stale_pushes, share_loaded_dups_only, head_versions_only, split_by_sent_cursor_only, removals_need_copies, no_stamp_unchanged, lose_clones_with_lost_head, \
+                 accept_stale_pushes, share_loaded_dups_only, share_dups_before_own_replacement, head_versions_only, split_by_sent_cursor_only, removals_need_copies, no_stamp_unchanged, lose_clones_with_lost_head, \
                  ignore_lost_activation, unanswered_copies_count_as_none, \
                  revert_pulls_within_cursor_only, believe_failed_holders, \
                  forget_trimmed_decisions, repeer_unfound_on_every_map, \

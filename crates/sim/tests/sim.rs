@@ -1599,3 +1599,36 @@ fn a_stray_whose_probe_failed_is_probed_again() {
     run_seeds(951_182..=951_182, config);
     some_seed_fails_among(Mutations { no_probe_retries: true, ..Mutations::default() }, config, 951_182..=951_182);
 }
+
+/// `--snaps --early-replace --revert-unfound --link-cuts --peer-heartbeats --short-logs 3`.
+fn snaps_early_reverts_short_logs(seed: u64) -> SimConfig {
+    SimConfig {
+        snaps: true,
+        early_replacement: true,
+        revert_unfound: true,
+        log_keep: Some(3),
+        appends: false,
+        ..SimConfig::nemesis(seed)
+    }
+    .with_link_cuts()
+    .with_peer_heartbeats()
+}
+
+#[test]
+fn a_backfilled_member_keeps_the_request_ids_its_primary_trims_on_activation() {
+    // A client's removal was applied at 30'24 and the PG's later writes trimmed it from the
+    // authority's log. The primary that activated next held it in its own log: replacing that
+    // log by the authority's moved it into the primary's dups, but the dups it had sent the
+    // member it backfilled from the start were read before that replacement. The member, primary
+    // later, did not know the request, applied the client's resend a second time, and answered
+    // "no such object" for a removal that had succeeded. The primary now activates itself first
+    // and shares the dups as its replacement left them (decision 0089); undone
+    // (`share_dups_before_own_replacement`), the seed fails again. Found by a sweep (thirty-third
+    // session).
+    run_seeds(902_849..=902_849, snaps_early_reverts_short_logs);
+    some_seed_fails_among(
+        Mutations { share_dups_before_own_replacement: true, ..Mutations::default() },
+        snaps_early_reverts_short_logs,
+        902_849..=902_849,
+    );
+}

@@ -810,31 +810,36 @@ impl OsdCore {
                 MemberPlan::Resume { .. } | MemberPlan::Backfill => None,
             })
             .collect();
-        // Members to be backfilled get the request ids kept beyond the log with it (decision
-        // 0039): the primary's, which are shared history (its log overlaps the authority's).
-        // Unreadable, they go without, as if none were kept.
-        // A member resuming its backfill shares the history and keeps its own, like `Log`.
-        // The log is loaded first if this OSD has not touched the PG since it started (peering
-        // reads its own state from the store): taking "not loaded" for "none kept" sent the
-        // members nothing, and a resend of a trimmed write reaching one of them as primary later
-        // was applied a second time (decision 0074).
-        let dups = if plans.values().any(|plan| matches!(plan, MemberPlan::Backfill)) {
-            let shared = if self.mutations.share_loaded_dups_only && !self.logs.contains_key(&pg) {
-                Ok(Vec::new())
-            } else {
-                super::loaded_log(&mut self.logs, &*self.store, pg, self.log_bounds)
-                    .and_then(|log| log.dups_to_share(&*self.store, pg))
-            };
-            shared.unwrap_or_else(|e| {
-                tracing::error!(%pg, error = %e, "reading the request ids kept beyond the log failed: backfilled members go without");
-                Vec::new()
-            })
-        } else {
-            Vec::new()
+        // The primary activates itself first, like any member, so that the request ids it shares
+        // below include those of the entries its own replacement moved into its dups: a log that
+        // overlaps the authority's drops its entries up to the authority's tail into the dups,
+        // and a member backfilled from the start keeps only the dups it is sent. Sharing the
+        // dups as they were before left those requests nowhere on the backfilled member, and a
+        // resend of one reaching it as primary later was applied a second time (decision 0089).
+        let Some(MemberPlan::Log { missing: own_missing, remove: own_remove }) = plans.get(&me).cloned() else {
+            tracing::error!(%pg, "the primary's own plan is not to take the authority's log; peering retried");
+            return;
         };
+        let backfilling = plans.values().any(|plan| matches!(plan, MemberPlan::Backfill));
+        let loaded_before = self.logs.contains_key(&pg);
+        let early = (backfilling && self.mutations.share_dups_before_own_replacement)
+            .then(|| self.dups_to_share(pg, loaded_before));
+        let own = PgMeta { les: epoch, backfill: None, missing: own_missing.clone(), ..PgMeta::default() };
+        if let Err(e) = self.activate_local(pg, (&auth_log, auth_tail), &own, &own_remove, None) {
+            tracing::error!(%pg, error = %e, "activating the primary's own copy failed; peering retried");
+            return;
+        }
+        let dups = match early {
+            Some(dups) => dups,
+            None if backfilling => self.dups_to_share(pg, loaded_before),
+            None => Vec::new(),
+        };
+        let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get_mut(&pg) else { return };
         let mut waiting = BTreeSet::new();
-        let (mut own_missing, mut own_remove) = (BTreeMap::new(), BTreeSet::new());
         for osd in p.acting.clone() {
+            if osd == me {
+                continue;
+            }
             // `backfill`: `Some(cursor)` for a member to be backfilled past `cursor` ("": all).
             let (missing, remove, backfill) = match plans.get(&osd) {
                 Some(MemberPlan::Log { missing, remove }) => (missing.clone(), remove.clone(), None),
@@ -844,10 +849,6 @@ impl OsdCore {
                 }
                 _ => (BTreeMap::new(), BTreeSet::new(), Some(String::new())),
             };
-            if osd == me {
-                (own_missing, own_remove) = (missing, remove);
-                continue;
-            }
             // A member that answered with a history held the PG before: its copies past the
             // cursor are worth comparing (a new or emptied store has neither).
             let compare = backfill.is_some()
@@ -915,15 +916,28 @@ impl OsdCore {
         p.phase = Phase::Activating { waiting: waiting.clone() };
         p.phase_ticks = 0;
         let attempt = p.attempt;
-        // The primary activates itself like any member.
-        let own = PgMeta { les: epoch, backfill: None, missing: own_missing, ..PgMeta::default() };
-        if let Err(e) = self.activate_local(pg, (&auth_log, auth_tail), &own, &own_remove, None) {
-            tracing::error!(%pg, error = %e, "activating the primary's own copy failed; peering retried");
-            return;
-        }
         if waiting.is_empty() {
             self.activated(pg, attempt, me, Ok(()), out);
         }
+    }
+
+    /// The request ids kept beyond this primary's log, for the members it backfills from the
+    /// start (decision 0039): shared history, since its log overlaps the authority's. Unreadable,
+    /// they go without, as if none were kept. The log is loaded first if this OSD had not touched
+    /// the PG since it started (`loaded_before`): taking "not loaded" for "none kept" sent the
+    /// members nothing, and a resend of a trimmed write reaching one of them as primary later
+    /// was applied a second time (decision 0074).
+    fn dups_to_share(&mut self, pg: PgId, loaded_before: bool) -> Vec<shoal_proto::osd::DupsObject> {
+        let shared = if self.mutations.share_loaded_dups_only && !loaded_before {
+            Ok(Vec::new())
+        } else {
+            super::loaded_log(&mut self.logs, &*self.store, pg, self.log_bounds)
+                .and_then(|log| log.dups_to_share(&*self.store, pg))
+        };
+        shared.unwrap_or_else(|e| {
+            tracing::error!(%pg, error = %e, "reading the request ids kept beyond the log failed: backfilled members go without");
+            Vec::new()
+        })
     }
 
     /// Replaces this OSD's log and peering record for `pg` and removes the objects of `remove`
