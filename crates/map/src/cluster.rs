@@ -119,6 +119,13 @@ pub struct ClusterMap {
     /// Peering must hear from one of them, or the PG stays down (decision 0009).
     #[serde(default)]
     pub pg_active: BTreeMap<PgId, PgActivation>,
+    /// The epoch each PG's current interval ([`ClusterMap::pg_interval`]) began at, kept by
+    /// [`ClusterMap::apply`] for the changes that can move intervals. The monitors record an
+    /// activation only if its PG's interval has not changed since it was made, even when the
+    /// interval came back to the same OSDs meanwhile (decision 0090). Absent (maps written
+    /// before it was kept): no change seen since.
+    #[serde(default)]
+    pub pg_interval_since: BTreeMap<PgId, u64>,
     /// Cluster-wide settings changed from their defaults (see [`crate::config::SETTINGS`]).
     #[serde(default)]
     pub config: BTreeMap<String, u64>,
@@ -179,6 +186,7 @@ impl ClusterMap {
             auth: BTreeMap::new(),
             pg_temp: BTreeMap::new(),
             pg_active: BTreeMap::new(),
+            pg_interval_since: BTreeMap::new(),
             config: BTreeMap::new(),
             flags: BTreeSet::new(),
         }
@@ -233,6 +241,19 @@ impl ClusterMap {
     /// belongs to the interval it was made in.
     pub fn pg_interval(&self, pg: PgId) -> Result<Vec<(OsdId, u64)>, MapError> {
         Ok(self.pg_osds(pg)?.into_iter().map(|o| (o, self.osds.get(&o).map_or(0, |i| i.up_from))).collect())
+    }
+
+    /// Every PG's interval ([`ClusterMap::pg_interval`]; empty where it cannot be computed).
+    /// Computes the placement of every PG: for changes that can move intervals, not per I/O.
+    pub(crate) fn pg_intervals(&self) -> BTreeMap<PgId, Vec<(OsdId, u64)>> {
+        let mut out = BTreeMap::new();
+        for pool in self.pools.values() {
+            for seed in 0..pool.pg_num {
+                let pg = PgId { pool: pool.id, seed };
+                out.insert(pg, self.pg_interval(pg).unwrap_or_default());
+            }
+        }
+        out
     }
 
     /// The OSDs placement names for PG `pg` that are up, primary first, ignoring any temporary

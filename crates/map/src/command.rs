@@ -80,9 +80,9 @@ pub enum Command {
     },
     /// A PG primary records activations (see [`crate::PgActivation`]). Entries whose `prior_epoch`
     /// is not the PG's current record's epoch (0: none), whose interval is not the PG's current
-    /// one, or whose members are not the PG's acting set led by `by`, are dropped: another
-    /// primary got there first, or the interval changed (and so are entries naming a member among
-    /// their holders).
+    /// one or changed after `activated_at` (decision 0090), or whose members are not the PG's
+    /// acting set led by `by`, are dropped: another primary got there first, or the interval
+    /// changed (and so are entries naming a member among their holders).
     PgActivated {
         by: OsdId,
         records: Vec<ActivationRequest>,
@@ -257,6 +257,32 @@ pub enum Change {
 }
 
 impl Change {
+    /// Whether the change can move a PG's interval (its acting set, or a member's `up_from`):
+    /// [`ClusterMap::apply`] then looks at every PG's (listed exhaustively, so that a new kind of
+    /// change must be placed on one side).
+    #[must_use]
+    pub fn moves_intervals(&self) -> bool {
+        match self {
+            Change::AddOsd { .. }
+            | Change::OsdUp { .. }
+            | Change::OsdDown { .. }
+            | Change::OsdIn { .. }
+            | Change::PutPool(_)
+            | Change::RemovePool { .. }
+            | Change::PgTemp { .. }
+            | Change::RemoveOsd { .. } => true,
+            Change::OsdFull { .. }
+            | Change::AddMon { .. }
+            | Change::AuthSet { .. }
+            | Change::AuthRemove { .. }
+            | Change::PgActivated { .. }
+            | Change::PgHistoryForgotten { .. }
+            | Change::Config { .. }
+            | Change::Flag { .. }
+            | Change::Redacted => false,
+        }
+    }
+
     /// The change as a client without access to keys may see it.
     pub fn redacted(&self) -> Change {
         match self {
@@ -510,7 +536,8 @@ impl ClusterMap {
                         && r.members.iter().all(|m| acting.contains(m))
                         && r.holders.iter().all(|h| !r.members.contains(h))
                         && r.activated_at <= self.epoch
-                        && self.pg_interval(r.pg).is_ok_and(|now| now == *interval);
+                        && self.pg_interval(r.pg).is_ok_and(|now| now == *interval)
+                        && self.pg_interval_since.get(&r.pg).is_none_or(|since| *since <= r.activated_at);
                     if valid {
                         keep.push(r.clone());
                     }
@@ -549,6 +576,8 @@ impl ClusterMap {
     /// the epoch. Errors only if the change does not fit this map, in which case the map is
     /// unchanged.
     pub fn apply(&mut self, change: &Change) -> Result<(), MapError> {
+        // Intervals before a change that can move them, to see which ones it moves.
+        let intervals_before = change.moves_intervals().then(|| self.pg_intervals());
         match change {
             Change::AddOsd { id, host, weight } => {
                 if self.osds.contains_key(id) {
@@ -645,6 +674,15 @@ impl ClusterMap {
             Change::Redacted => {}
         }
         self.epoch += 1;
+        if let Some(before) = intervals_before {
+            let after = self.pg_intervals();
+            for (pg, interval) in &after {
+                if before.get(pg) != Some(interval) {
+                    self.pg_interval_since.insert(*pg, self.epoch);
+                }
+            }
+            self.pg_interval_since.retain(|pg, _| after.contains_key(pg));
+        }
         Ok(())
     }
 

@@ -268,8 +268,7 @@ fn an_activation_is_recorded_only_in_the_interval_it_was_made_in() {
     let acting = map.pg_osds(pg).unwrap();
     let made_in = map.pg_interval(pg).unwrap();
     assert_eq!(made_in.iter().map(|(o, _)| *o).collect::<Vec<_>>(), acting, "the interval lists the acting set");
-    let activated_at = map.epoch;
-    let request = |interval: Vec<(OsdId, u64)>| Command::PgActivated {
+    let request = |activated_at: u64, interval: Vec<(OsdId, u64)>| Command::PgActivated {
         by: acting[0],
         records: vec![shoal_map::ActivationRequest {
             proposal: shoal_map::ActivationProposal {
@@ -282,7 +281,7 @@ fn an_activation_is_recorded_only_in_the_interval_it_was_made_in() {
             interval,
         }],
     };
-    let in_time = request(made_in.clone());
+    let in_time = request(map.epoch, made_in.clone());
     // A member restarts: same acting set, a new interval. The activation of the old one is
     // dropped; one made in the new interval is recorded.
     let member = acting[1];
@@ -292,7 +291,51 @@ fn an_activation_is_recorded_only_in_the_interval_it_was_made_in() {
     assert_eq!(map.pg_osds(pg).unwrap(), acting, "the same acting set");
     assert_ne!(map.pg_interval(pg).unwrap(), made_in, "a new interval");
     assert_eq!(map.prepare(&in_time), Ok(None), "an activation of a past interval was recorded");
-    let now = request(map.pg_interval(pg).unwrap());
+    let now = request(map.epoch, map.pg_interval(pg).unwrap());
     map.execute(&now).unwrap().expect("recorded");
     assert_eq!(map.pg_active[&pg].members, acting);
+}
+
+#[test]
+fn an_activation_is_not_recorded_after_its_interval_went_and_came_back() {
+    // The acting set of the activation's interval is the acting set again, with the same
+    // `up_from`s, but another OSD was up and acting in between: a primary of that interval may
+    // have activated the same members since (decision 0090).
+    let mut map = map_with_osds(3);
+    map.execute(&create_pool("data", 3)).unwrap();
+    let pg = shoal_map::PgId { pool: 1, seed: 0 };
+    let acting = map.pg_osds(pg).unwrap();
+    let away = acting[0];
+    map.execute(&Command::OsdDown { id: away }).unwrap();
+    let survivors = map.pg_osds(pg).unwrap();
+    assert!(!survivors.contains(&away));
+    let made_in = map.pg_interval(pg).unwrap();
+    let activated_at = map.epoch;
+    let request = |activated_at: u64, interval: Vec<(OsdId, u64)>| Command::PgActivated {
+        by: survivors[0],
+        records: vec![shoal_map::ActivationRequest {
+            proposal: shoal_map::ActivationProposal {
+                pg,
+                prior_epoch: 0,
+                activated_at,
+                members: survivors.clone(),
+                holders: Vec::new(),
+            },
+            interval,
+        }],
+    };
+    let stale = request(activated_at, made_in.clone());
+    assert_eq!(map.pg_interval_since.get(&pg), Some(&activated_at), "the interval began with the OSD going down");
+    // The OSD comes back (a new interval, led by it) and goes down again.
+    let addr = "127.0.0.1:7999".parse().unwrap();
+    map.execute(&Command::OsdBoot { id: away, addr }).unwrap();
+    assert_eq!(map.pg_osds(pg).unwrap(), acting, "the OSD acts again");
+    map.execute(&Command::OsdDown { id: away }).unwrap();
+    assert_eq!(map.pg_interval(pg).unwrap(), made_in, "the same OSDs with the same up_from");
+    assert_eq!(map.prepare(&stale), Ok(None), "an activation of an interval that went and came back was recorded");
+    // One made in the interval as it is now is recorded; changes that move no interval keep it.
+    let now = request(map.epoch, made_in);
+    map.execute(&Command::SetFlag { flag: "noout".into(), on: true }).unwrap();
+    map.execute(&now).unwrap().expect("recorded");
+    assert_eq!(map.pg_active[&pg].members, survivors);
 }

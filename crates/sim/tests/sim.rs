@@ -1632,3 +1632,18 @@ fn a_backfilled_member_keeps_the_request_ids_its_primary_trims_on_activation() {
         902_849..=902_849,
     );
 }
+
+#[test]
+fn a_record_of_an_interval_that_went_and_came_back_is_refused() {
+    // osd.4 activated PG 1.4 with osd.3 while osd.1 was down, and queued its record while a
+    // command of its own was with the monitors. osd.1 came up, led the PG, and activated osd.3
+    // and osd.4 again (to be backfilled from its log; recovery only, so not recorded); then
+    // osd.1 went down, and the PG's interval was osd.4 and osd.3 with the same `up_from`s
+    // again. osd.4's queued record reached the monitors then and passed their interval check
+    // (decision 0079): it named members that no longer held the PG whole, and the PG stayed
+    // incomplete for ever, even with every OSD up. The monitors now also refuse a record whose
+    // PG's interval changed after it was made (`ClusterMap::pg_interval_since`, decision 0090);
+    // the map test `an_activation_is_not_recorded_after_its_interval_went_and_came_back` fails
+    // without the check. Found by a sweep (thirty-third session), fixed in the thirty-fourth.
+    run_seeds(950_280..=950_280, rot_unacked_snaps_short_logs);
+}
