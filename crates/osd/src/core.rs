@@ -357,6 +357,9 @@ pub struct Mutations {
     /// replacement moved its entries up to the authority's tail into them, as before decision
     /// 0089.
     pub share_dups_before_own_replacement: bool,
+    /// An OSD compares only the acting OSDs and their boot epochs to tell a new interval, not
+    /// the epoch the interval began at, as before decision 0091.
+    pub ignore_interval_since: bool,
     /// A member reports the stored versions of heads only, not of the snapshot directory of a
     /// head removed with clones, as before decision 0075.
     pub head_versions_only: bool,

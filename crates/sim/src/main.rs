@@ -104,6 +104,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "accept_stale_pushes" => &mut m.accept_stale_pushes,
         "share_loaded_dups_only" => &mut m.share_loaded_dups_only,
         "share_dups_before_own_replacement" => &mut m.share_dups_before_own_replacement,
+        "ignore_interval_since" => &mut m.ignore_interval_since,
         "head_versions_only" => &mut m.head_versions_only,
         "split_by_sent_cursor_only" => &mut m.split_by_sent_cursor_only,
         "removals_need_copies" => &mut m.removals_need_copies,
@@ -131,7 +132,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  revert_pulls_within_cursor_only, believe_failed_holders, \
                  forget_trimmed_decisions, repeer_unfound_on_every_map, \
                  decisions_wait_for_split, ask_copies_once_per_attempt, \
-                 backfill_over_removals_in_flight, no_probe_retries)"
+                 backfill_over_removals_in_flight, no_probe_retries, ignore_interval_since)"
             ));
         }
     };

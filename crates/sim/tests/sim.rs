@@ -1391,9 +1391,22 @@ fn a_primary_peers_again_when_a_member_lost_its_activation() {
     // primary now peers again when a member it activated says it no longer holds that
     // activation (decision 0080); undone (`ignore_lost_activation`), the seed fails again. Found
     // by a sweep (thirty-third session).
+    //
+    // Since decision 0091 the map also says the interval osd.2 saw began later than the one it
+    // activated, and osd.2 peers again on that alone: each of the two checks suffices here, so
+    // the seed fails only with both undone (`ignore_interval_since` as well), and passes with
+    // either one.
     run_seeds(301_566..=301_566, rot_unacked_omap_with_cuts);
-    some_seed_fails_among(
+    for one_left in [
         Mutations { ignore_lost_activation: true, ..Mutations::default() },
+        Mutations { ignore_interval_since: true, ..Mutations::default() },
+    ] {
+        let cfg = SimConfig { mutations: one_left, ..rot_unacked_omap_with_cuts(301_566) };
+        let out = Simulation::new(cfg).run(MAX_EVENTS);
+        assert!(out.violations.is_empty(), "one check left: {:?}", out.violations);
+    }
+    some_seed_fails_among(
+        Mutations { ignore_lost_activation: true, ignore_interval_since: true, ..Mutations::default() },
         rot_unacked_omap_with_cuts,
         301_566..=301_566,
     );

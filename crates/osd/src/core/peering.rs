@@ -274,6 +274,10 @@ pub(crate) enum Role {
 
 pub(crate) struct PgState {
     pub interval: Interval,
+    /// The epoch the interval began at, as the map says (`ClusterMap::pg_interval_since`; 0 for
+    /// a map that does not say). It differs for an interval equal to this one that came back
+    /// after one this OSD's map skipped (decision 0091).
+    pub since: u64,
     pub role: Role,
 }
 
@@ -482,9 +486,13 @@ impl OsdCore {
                     }
                     _ => false,
                 };
-                let changed = overtaken || self.pgs.get(&pg).is_none_or(|s| s.interval != interval);
+                // An interval that went and came back while this OSD's map skipped the epochs in
+                // between looks the same, but began later: a new interval (decision 0091).
+                let since = map.pg_interval_since.get(&pg).copied().unwrap_or(0);
+                let came_back = |s: &PgState| s.since != since && !self.mutations.ignore_interval_since;
+                let changed = overtaken || self.pgs.get(&pg).is_none_or(|s| s.interval != interval || came_back(s));
                 if changed {
-                    self.new_interval(pg, interval, out);
+                    self.new_interval(pg, interval, since, out);
                 } else if let Some(PgState { role: Role::Primary(p), .. }) = self.pgs.get(&pg)
                     && (matches!(p.phase, Phase::Down | Phase::WaitingTemp | Phase::Incomplete)
                         || (!p.unfound.is_empty()
@@ -507,7 +515,7 @@ impl OsdCore {
         }
     }
 
-    fn new_interval(&mut self, pg: PgId, interval: Interval, out: &mut Vec<Action>) {
+    fn new_interval(&mut self, pg: PgId, interval: Interval, since: u64, out: &mut Vec<Action>) {
         let primary = interval.first().map(|(o, _)| *o);
         let member = interval.iter().any(|(o, _)| *o == self.id);
         let role = if primary == Some(self.id) {
@@ -517,7 +525,7 @@ impl OsdCore {
         } else {
             Role::Stray
         };
-        let old = self.pgs.insert(pg, PgState { interval, role });
+        let old = self.pgs.insert(pg, PgState { interval, since, role });
         // Operations queued on a former primary role go back through the front door: they are
         // answered `WrongPrimary` (or served, if this OSD is still primary) under the new interval.
         if let Some(PgState { role: Role::Primary(p), .. }) = old {
@@ -1298,7 +1306,8 @@ impl OsdCore {
         let dups = (!keeps_objects).then_some(a.dups.as_slice());
         self.activate_local(pg, (&a.log, a.tail), &meta, &remove, dups)?;
         let interval = interval_of(&self.map, pg);
-        self.pgs.insert(pg, PgState { interval, role: Role::Replica { activated_at: Some(a.activated_at) } });
+        let since = self.map.pg_interval_since.get(&pg).copied().unwrap_or(0);
+        self.pgs.insert(pg, PgState { interval, since, role: Role::Replica { activated_at: Some(a.activated_at) } });
         Ok(())
     }
 
