@@ -188,6 +188,12 @@ fn parse() -> Result<Args, String> {
             }
             "--jobs" => args.jobs = num_in("--jobs", 1, 64)?.max(1) as usize,
             "--verbose" | "-v" => args.verbose = true,
+            "--parts" | "--rot-and-replace" | "--rot-unacked" if !args.scenario_flag.is_empty() => {
+                return Err(format!(
+                    "{a} after{}: --parts, --rot-and-replace and --rot-unacked are alternatives (give one)",
+                    args.scenario_flag
+                ));
+            }
             "--parts" => (args.config, args.scenario_flag) = (SimConfig::nemesis_in_parts, " --parts"),
             "--toofull" => args.toofull = true,
             // The setting's own bounds (64 bytes to 16 MiB).
@@ -271,6 +277,16 @@ fn check_sizes(args: &Args) -> Result<(), String> {
         return Err(
             "--rot-and-replace needs --pool-size 3 or more (the damage and the replacement take two copies)".into()
         );
+    }
+    // The damage and the replacement leave one good copy, but an OSD cut off as primary applies
+    // writes that peering then rolls back: the one good copy can be overwritten by such a write,
+    // and no copy at the history's version is left. Only an operator's revert (which may keep
+    // the unacknowledged write) settles the object (seeds 1300999, 1503843 and 1505997 of the
+    // thirty-fourth session's sweeps never finished without one).
+    if args.scenario_flag == " --rot-and-replace" && (args.link_cuts || args.peer_heartbeats) && !args.revert_unfound {
+        return Err("--rot-and-replace with --link-cuts or --peer-heartbeats needs --revert-unfound (the copy left \
+                    whole may take a write that peering rolls back, leaving the object unfound)"
+            .into());
     }
     // The write whose newest copy the nemesis damages may still be acknowledged: with min_size
     // 1 it may be on that copy alone. And the nemesis replaces disks too: with two copies the
