@@ -44,6 +44,12 @@ while IFS= read -r flags || [[ -n "$flags" ]]; do
   # Word splitting of the flags is intended: one line holds several arguments.
   # shellcheck disable=SC2086
   out=$("$SHOAL_SIM" --from "$from" --seeds "$seeds" --jobs "$jobs" $flags 2>&1 </dev/null || true)
+  if ! echo "$out" | grep -q "seeds from"; then
+    # The flags were refused (or the run died): say why, and count it.
+    echo "  ERROR  $(echo "$out" | tail -1)"
+    real_failures=$((real_failures + 1))
+    continue
+  fi
   echo "$out" | grep -E "seeds from" | sed 's/ (.*//'
   while read -r seed violation; do
     [[ -z "$seed" ]] && continue
@@ -59,6 +65,6 @@ while IFS= read -r flags || [[ -n "$flags" ]]; do
 done < "$combos"
 
 if [[ $real_failures -gt 0 ]]; then
-  echo "$real_failures failure(s) not explained by the dups window"
+  echo "$real_failures failure(s) or refused combination(s) not explained by the dups window"
   exit 1
 fi
