@@ -260,6 +260,24 @@ fn an_operator_gives_up_only_the_activation_record_seen() {
     refused(&map, &forget(seen), "no activation record");
 }
 
+/// A request, by the first of `members`, to record PG `pg`'s first activation, made at
+/// `activated_at` in `interval`.
+fn first_record(pg: shoal_map::PgId, members: &[OsdId], activated_at: u64, interval: Vec<(OsdId, u64)>) -> Command {
+    Command::PgActivated {
+        by: members[0],
+        records: vec![shoal_map::ActivationRequest {
+            proposal: shoal_map::ActivationProposal {
+                pg,
+                prior_epoch: 0,
+                activated_at,
+                members: members.to_vec(),
+                holders: Vec::new(),
+            },
+            interval,
+        }],
+    }
+}
+
 #[test]
 fn an_activation_is_recorded_only_in_the_interval_it_was_made_in() {
     let mut map = map_with_osds(3);
@@ -268,19 +286,7 @@ fn an_activation_is_recorded_only_in_the_interval_it_was_made_in() {
     let acting = map.pg_osds(pg).unwrap();
     let made_in = map.pg_interval(pg).unwrap();
     assert_eq!(made_in.iter().map(|(o, _)| *o).collect::<Vec<_>>(), acting, "the interval lists the acting set");
-    let request = |activated_at: u64, interval: Vec<(OsdId, u64)>| Command::PgActivated {
-        by: acting[0],
-        records: vec![shoal_map::ActivationRequest {
-            proposal: shoal_map::ActivationProposal {
-                pg,
-                prior_epoch: 0,
-                activated_at,
-                members: acting.clone(),
-                holders: Vec::new(),
-            },
-            interval,
-        }],
-    };
+    let request = |activated_at, interval| first_record(pg, &acting, activated_at, interval);
     let in_time = request(map.epoch, made_in.clone());
     // A member restarts: same acting set, a new interval. The activation of the old one is
     // dropped; one made in the new interval is recorded.
@@ -311,19 +317,7 @@ fn an_activation_is_not_recorded_after_its_interval_went_and_came_back() {
     assert!(!survivors.contains(&away));
     let made_in = map.pg_interval(pg).unwrap();
     let activated_at = map.epoch;
-    let request = |activated_at: u64, interval: Vec<(OsdId, u64)>| Command::PgActivated {
-        by: survivors[0],
-        records: vec![shoal_map::ActivationRequest {
-            proposal: shoal_map::ActivationProposal {
-                pg,
-                prior_epoch: 0,
-                activated_at,
-                members: survivors.clone(),
-                holders: Vec::new(),
-            },
-            interval,
-        }],
-    };
+    let request = |activated_at, interval| first_record(pg, &survivors, activated_at, interval);
     let stale = request(activated_at, made_in.clone());
     assert_eq!(map.pg_interval_since.get(&pg), Some(&activated_at), "the interval began with the OSD going down");
     // The OSD comes back (a new interval, led by it) and goes down again.

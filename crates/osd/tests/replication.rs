@@ -2816,102 +2816,79 @@ fn a_member_reports_a_removed_heads_version_from_its_snapshot_directory() {
     }
 }
 
+/// The scenario of decisions 0080 and 0091 (the simulation's seed 301566), with the primary's
+/// `mutations`: the replica sees the PG move away from it (out) and back (in), while the primary,
+/// cut off from the monitors, gets only the last map, where the PG's interval has the same OSDs
+/// with the same boot epochs as the one it activated, but began later. The replica took two new
+/// intervals and holds no activation. The primary's copy is then damaged and read, which needs
+/// the replica's copy. Returns whether the read was answered (checking the answer and both
+/// copies if so).
+fn read_after_a_skipped_interval(mutations: shoal_osd::core::Mutations) -> bool {
+    let mut net = Net::new();
+    let acting = net.acting();
+    let (primary, replica) = (acting[0], acting[1]);
+    let pool = net.map.pool_by_name("p").unwrap().id;
+    let pg = net.map.locate(pool, "obj").unwrap().pg;
+    let coll = shoal_osd::exec::pg_collection(pg);
+    net.request(1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"abc").result.expect("write");
+    net.cores.get_mut(&primary.0).unwrap().set_mutations(mutations);
+    let began = net.map.pg_interval_since.get(&pg).copied();
+    let interval = net.map.pg_interval(pg).unwrap();
+    for cmd in [Command::OsdOut { id: replica }, Command::OsdIn { id: replica }] {
+        net.map.execute(&cmd).unwrap();
+        net.run(VecDeque::from([(replica.0, Event::Map(Arc::new(net.map.clone())))]));
+    }
+    assert_eq!(net.map.pg_interval(pg).unwrap(), interval, "the same OSDs with the same boot epochs");
+    assert!(net.map.pg_interval_since.get(&pg).copied() > began, "an interval that began later");
+    net.run(VecDeque::from([(primary.0, Event::Map(Arc::new(net.map.clone())))]));
+    assert_eq!(net.acting(), vec![primary, replica], "the interval the primary activated");
+
+    assert!(net.engines[&primary.0].inject_bit_rot(&coll, "obj").unwrap(), "the primary's copy to damage");
+    let op = client_op(&net.map, 2, vec![ObjOp::Read { offset: 0, len_bytes: 3 }]);
+    let waiting = net.submit(primary.0, op, &[], 0);
+    for _ in 0..5 {
+        net.tick();
+    }
+    if !net.replies.contains_key(&waiting) {
+        return false;
+    }
+    assert_eq!(net.read_answer(waiting), b"abc");
+    for osd in [primary, replica] {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
+    }
+    true
+}
+
 #[test]
 fn a_primary_whose_map_skipped_an_interval_peers_again_when_a_member_lost_its_activation() {
-    // Decision 0080 (the simulation's seed 301566): the replica sees the PG move away from it
-    // and back, while the primary, cut off from the monitors, gets only the last map, where
-    // the PG's interval is the one it activated. The replica took two new intervals and holds
-    // no activation; the primary sees nothing to peer for. Its damaged copy then needs the
-    // replica's, which the replica refuses until it is activated: the primary peers again on
-    // that refusal, and the read is answered. Undone (`ignore_lost_activation`), the primary
-    // retries the pull for ever and the read never gets an answer. The primary's own check of
-    // the epoch the interval began at (decision 0091) would peer again before the read: it is
-    // undone here, so that this test shows the members' refusals alone suffice.
+    // Decision 0080: the primary sees nothing to peer for, and its pull of the replica's copy
+    // is refused until the replica is activated: the primary peers again on that refusal, and
+    // the read is answered. Undone (`ignore_lost_activation`), the primary retries the pull for
+    // ever and the read never gets an answer. The primary's own check of the epoch the interval
+    // began at (decision 0091) would peer again before the read: it is undone here, so that this
+    // test shows the members' refusals alone suffice.
     for undone in [false, true] {
-        let mut net = Net::new();
-        let acting = net.acting();
-        let (primary, replica) = (acting[0], acting[1]);
-        let pool = net.map.pool_by_name("p").unwrap().id;
-        let pg = net.map.locate(pool, "obj").unwrap().pg;
-        let coll = shoal_osd::exec::pg_collection(pg);
-        net.request(1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"abc").result.expect("write");
-        net.cores.get_mut(&primary.0).unwrap().set_mutations(shoal_osd::core::Mutations {
+        let mutations = shoal_osd::core::Mutations {
             ignore_lost_activation: undone,
             ignore_interval_since: true,
             ..Default::default()
-        });
-        // Only the replica sees the PG move away from it (out) and come back (in).
-        for cmd in [Command::OsdOut { id: replica }, Command::OsdIn { id: replica }] {
-            net.map.execute(&cmd).unwrap();
-            net.run(VecDeque::from([(replica.0, Event::Map(Arc::new(net.map.clone())))]));
-        }
-        net.run(VecDeque::from([(primary.0, Event::Map(Arc::new(net.map.clone())))]));
-        assert_eq!(net.acting(), vec![primary, replica], "the interval the primary activated");
-
-        assert!(net.engines[&primary.0].inject_bit_rot(&coll, "obj").unwrap(), "the primary's copy to damage");
-        let op = client_op(&net.map, 2, vec![ObjOp::Read { offset: 0, len_bytes: 3 }]);
-        let waiting = net.submit(primary.0, op, &[], 0);
-        for _ in 0..5 {
-            net.tick();
-        }
-        if undone {
-            assert!(!net.replies.contains_key(&waiting), "without peering again the read waits for ever");
-            continue;
-        }
-        assert!(net.replies.contains_key(&waiting), "the read is answered once the primary peered again");
-        assert_eq!(net.read_answer(waiting), b"abc");
-        for osd in [primary, replica] {
-            assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
-        }
+        };
+        assert_eq!(read_after_a_skipped_interval(mutations), !undone, "undone: {undone}");
     }
 }
 
 #[test]
 fn a_primary_whose_map_skipped_an_interval_sees_it_began_later_and_peers_again() {
-    // Decision 0091, the scenario of decision 0080: the replica sees the PG move away from it
-    // and back, while the primary gets only the last map, where the PG's interval has the same
-    // OSDs with the same boot epochs as the one it activated, but began at a later epoch
-    // (`ClusterMap::pg_interval_since`). The primary peers again on that map, before any
-    // request needs the replica; with the members' refusals (decision 0080) undone, the read of
-    // its damaged copy is answered all the same. Undone too (`ignore_interval_since`), the read
-    // waits for ever.
+    // Decision 0091: the primary sees on the last map that the interval began later than the
+    // one it activated (`ClusterMap::pg_interval_since`) and peers again, before any request
+    // needs the replica; with the members' refusals (decision 0080) undone, the read is
+    // answered all the same. Undone too (`ignore_interval_since`), the read waits for ever.
     for undone in [false, true] {
-        let mut net = Net::new();
-        let acting = net.acting();
-        let (primary, replica) = (acting[0], acting[1]);
-        let pool = net.map.pool_by_name("p").unwrap().id;
-        let pg = net.map.locate(pool, "obj").unwrap().pg;
-        let coll = shoal_osd::exec::pg_collection(pg);
-        net.request(1, vec![ObjOp::WriteFull { len_bytes: 3 }], b"abc").result.expect("write");
-        net.cores.get_mut(&primary.0).unwrap().set_mutations(shoal_osd::core::Mutations {
+        let mutations = shoal_osd::core::Mutations {
             ignore_lost_activation: true,
             ignore_interval_since: undone,
             ..Default::default()
-        });
-        let began = net.map.pg_interval_since.get(&pg).copied();
-        let interval = net.map.pg_interval(pg).unwrap();
-        for cmd in [Command::OsdOut { id: replica }, Command::OsdIn { id: replica }] {
-            net.map.execute(&cmd).unwrap();
-            net.run(VecDeque::from([(replica.0, Event::Map(Arc::new(net.map.clone())))]));
-        }
-        assert_eq!(net.map.pg_interval(pg).unwrap(), interval, "the same OSDs with the same boot epochs");
-        assert!(net.map.pg_interval_since.get(&pg).copied() > began, "an interval that began later");
-        net.run(VecDeque::from([(primary.0, Event::Map(Arc::new(net.map.clone())))]));
-
-        assert!(net.engines[&primary.0].inject_bit_rot(&coll, "obj").unwrap(), "the primary's copy to damage");
-        let op = client_op(&net.map, 2, vec![ObjOp::Read { offset: 0, len_bytes: 3 }]);
-        let waiting = net.submit(primary.0, op, &[], 0);
-        for _ in 0..5 {
-            net.tick();
-        }
-        if undone {
-            assert!(!net.replies.contains_key(&waiting), "without peering again the read waits for ever");
-            continue;
-        }
-        assert!(net.replies.contains_key(&waiting), "the read is answered: the primary peered again on the map");
-        assert_eq!(net.read_answer(waiting), b"abc");
-        for osd in [primary, replica] {
-            assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
-        }
+        };
+        assert_eq!(read_after_a_skipped_interval(mutations), !undone, "undone: {undone}");
     }
 }
