@@ -90,6 +90,116 @@ pub enum OsdCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Client instances fenced off the cluster: every OSD refuses their requests (`shoal rbd lock
+    /// break` and lock takeovers add the old holder here).
+    #[command(subcommand)]
+    Blocklist(BlocklistCommand),
+}
+
+#[derive(Subcommand)]
+pub enum BlocklistCommand {
+    /// The fenced client instances and when each entry lapses.
+    Ls {
+        #[command(flatten)]
+        conf: ConfArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fence client instance CLIENT (16 hex digits, as `shoal rbd lock ls` shows it) off the
+    /// cluster for `--expire-s` seconds (an hour by default).
+    Add {
+        #[command(flatten)]
+        conf: ConfArgs,
+        client: String,
+        #[arg(long, default_value_t = 3600)]
+        expire_s: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let client instance CLIENT back in.
+    Rm {
+        #[command(flatten)]
+        conf: ConfArgs,
+        client: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A client instance id as the CLI shows it: 16 hex digits.
+fn parse_client_instance(text: &str) -> Result<u64> {
+    let digits = text.trim_start_matches("0x");
+    if digits.is_empty() || digits.len() > 16 {
+        anyhow::bail!("client instance {text:?} must be 1 to 16 hex digits (as `shoal osd blocklist ls` shows it)");
+    }
+    u64::from_str_radix(digits, 16)
+        .with_context(|| format!("client instance {text:?} must be hex digits (as `shoal osd blocklist ls` shows it)"))
+}
+
+fn blocklist(cmd: &BlocklistCommand) -> Result<()> {
+    let now_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    match cmd {
+        BlocklistCommand::Ls { conf, json } => {
+            let client = conf.connect()?;
+            let map = client.client().mon().map();
+            let entries: Vec<serde_json::Value> = map
+                .blocklist
+                .iter()
+                .map(|(c, until)| {
+                    json!({
+                        "client": format!("{c:016x}"),
+                        "until_unix_ms": until,
+                        "expires_in_s": until.saturating_sub(now_unix_ms) / 1000,
+                    })
+                })
+                .collect();
+            print(*json, json!({"epoch": map.epoch, "blocklist": entries}), || {
+                if map.blocklist.is_empty() {
+                    return "no client instance is blocklisted".to_string();
+                }
+                let rows: Vec<String> = map
+                    .blocklist
+                    .iter()
+                    .map(|(c, until)| {
+                        let left_s = until.saturating_sub(now_unix_ms) / 1000;
+                        if left_s == 0 {
+                            format!("{c:016x}  lapsed (still refused until a later entry or `rm` removes it)")
+                        } else {
+                            format!("{c:016x}  lapses in {left_s} s")
+                        }
+                    })
+                    .collect();
+                rows.join("\n")
+            });
+        }
+        BlocklistCommand::Add { conf, client: text, expire_s, json } => {
+            let instance = parse_client_instance(text)?;
+            if *expire_s == 0 {
+                anyhow::bail!("--expire-s must be at least 1");
+            }
+            let until_unix_ms = now_unix_ms.saturating_add(expire_s.saturating_mul(1000));
+            let command = Command::Blocklist { client: instance, until_unix_ms, now_unix_ms };
+            let client = conf.connect()?;
+            let epoch = client.runtime().block_on(client.client().mon().command(command))?;
+            print(
+                *json,
+                json!({"client": format!("{instance:016x}"), "until_unix_ms": until_unix_ms, "epoch": epoch}),
+                || format!("blocklisted {instance:016x} for {expire_s} s (epoch {epoch})"),
+            );
+        }
+        BlocklistCommand::Rm { conf, client: text, json } => {
+            let instance = parse_client_instance(text)?;
+            let client = conf.connect()?;
+            let epoch =
+                client.runtime().block_on(client.client().mon().command(Command::Unblocklist { client: instance }))?;
+            print(*json, json!({"client": format!("{instance:016x}"), "removed": true, "epoch": epoch}), || {
+                format!("un-blocklisted {instance:016x} (epoch {epoch})")
+            });
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -509,6 +619,7 @@ pub fn osd(cmd: &OsdCommand) -> Result<ExitCode> {
             let word = if on { "set" } else { "unset" };
             print(*json, json!({"flag": flag, "set": on, "epoch": epoch}), || format!("{flag} is {word}"));
         }
+        OsdCommand::Blocklist(cmd) => blocklist(cmd)?,
     }
     Ok(ExitCode::SUCCESS)
 }

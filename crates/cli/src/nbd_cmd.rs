@@ -249,6 +249,11 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
                 tracing::error!(image = %h.name, "the image's lock was broken or taken over; refusing writes");
                 return;
             }
+            Err(e) if e.is_blocklisted() => {
+                h.fence.close();
+                tracing::error!(image = %h.name, error = %e, "this server was fenced off the cluster (its lock was broken or taken over); refusing writes");
+                return;
+            }
             Err(e) => {
                 pause = every;
                 tracing::warn!(image = %h.name, error = %e, "renewing the image's lock failed; retrying");

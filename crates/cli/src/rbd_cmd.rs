@@ -410,6 +410,7 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                             "acquired_unix_ms": r.acquired_unix_ms,
                             "renewed_unix_ms": r.renewed_unix_ms,
                             "lease_ms": r.lease_ms,
+                            "client": format!("{:016x}", r.client),
                             "stale": r.is_stale(now),
                         })
                     })
@@ -428,10 +429,27 @@ pub fn run(cmd: &RbdCommand) -> Result<ExitCode> {
                 let (pool, name) = parse_spec(spec)?;
                 let broken = lock::break_lock(&client, pool, name).await.with_context(|| format!("breaking {spec}'s lock"))?;
                 if c.json {
-                    println!("{}", json!({ "image": spec, "broken": broken.as_ref().map(|r| &r.holder) }));
+                    // `fenced` is null when nothing was locked or the holder could not be fenced.
+                    let fenced = broken
+                        .as_ref()
+                        .filter(|(_, epoch)| *epoch > 0)
+                        .map(|(r, epoch)| json!({ "client": format!("{:016x}", r.client), "epoch": epoch }));
+                    println!(
+                        "{}",
+                        json!({ "image": spec, "broken": broken.as_ref().map(|(r, _)| &r.holder), "fenced": fenced })
+                    );
                 } else {
                     match broken {
-                        Some(r) => println!("broke {spec}'s lock held by {} ({})", r.description, r.holder),
+                        Some((r, 0)) => println!(
+                            "broke {spec}'s lock held by {} ({}); its holder could not be fenced off (a lock taken \
+                             by an older version): make sure it no longer runs",
+                            r.description, r.holder
+                        ),
+                        Some((r, epoch)) => println!(
+                            "broke {spec}'s lock held by {} ({}); its client {:016x} is fenced off the cluster as of \
+                             epoch {epoch}",
+                            r.description, r.holder, r.client
+                        ),
                         None => println!("{spec} was not locked"),
                     }
                 }

@@ -96,6 +96,14 @@ impl Client {
         })
     }
 
+    /// This client instance's id: the `client` of every request id it sends, random per
+    /// [`Client::connect`] and shared by its clones. It is what the map's blocklist names to
+    /// fence the instance off (decision 0092).
+    #[must_use]
+    pub fn instance_id(&self) -> u64 {
+        self.client_id
+    }
+
     pub fn mon(&self) -> &MonClient {
         &self.mon
     }
@@ -203,6 +211,17 @@ impl Client {
                 },
             };
             let map = self.mon.map();
+            // A fenced instance sends nothing: every primary would refuse it, and retrying
+            // cannot help (decision 0092).
+            if map.is_blocklisted(self.client_id) {
+                return Err(ClientError::Remote(shoal_proto::RemoteError::new(
+                    ErrorCode::Blocklisted,
+                    format!(
+                        "this client instance ({:016x}) is blocklisted as of epoch {}: it was fenced off the cluster",
+                        self.client_id, map.epoch
+                    ),
+                )));
+            }
             let pool_now = map.pool_by_name(&pool.name).map_err(|_| ClientError::UnknownPool(pool.name.clone()))?;
             let loc = map.locate(pool_now.id, object).map_err(|e| ClientError::BadReply(e.to_string()))?;
             let retry_epoch = match loc.osds.first() {

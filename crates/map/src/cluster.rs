@@ -132,6 +132,13 @@ pub struct ClusterMap {
     /// Cluster flags that are set (see [`crate::config::FLAGS`]).
     #[serde(default)]
     pub flags: BTreeSet<String>,
+    /// Client instances fenced off the cluster (decision 0092): client instance id (the
+    /// `client` of every request id it sends) → when the entry lapses, in Unix milliseconds by
+    /// the clock of whoever added it. A primary refuses every request of a listed instance,
+    /// whatever the time: the entry leaves the map only by a removal, or as expired when a later
+    /// entry is added. At most [`crate::command::MAX_BLOCKLIST_ENTRIES`].
+    #[serde(default)]
+    pub blocklist: BTreeMap<u64, u64>,
 }
 
 /// The record of a PG's last activation, committed by the monitors after every member of the
@@ -189,7 +196,15 @@ impl ClusterMap {
             pg_interval_since: BTreeMap::new(),
             config: BTreeMap::new(),
             flags: BTreeSet::new(),
+            blocklist: BTreeMap::new(),
         }
+    }
+
+    /// Whether client instance `client` is fenced off ([`ClusterMap::blocklist`]): every
+    /// request it sends is refused.
+    #[must_use]
+    pub fn is_blocklisted(&self, client: u64) -> bool {
+        self.blocklist.contains_key(&client)
     }
 
     /// The value of setting `name`: the map's if set, else its default (0 for a name that is

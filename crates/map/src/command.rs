@@ -15,6 +15,10 @@ pub const MAX_POOL_NAME_BYTES: usize = 64;
 pub const MAX_POOL_PG_NUM: u32 = 1 << 16;
 /// Most replicas a pool may ask for.
 pub const MAX_POOL_SIZE: u32 = 16;
+/// Most client instances the blocklist holds at once: every OSD checks every request against
+/// it, and every map carries it. One entry is added per broken or taken-over image lock, and
+/// entries lapse after an hour by default, so this is far above what a cluster needs.
+pub const MAX_BLOCKLIST_ENTRIES: usize = 4096;
 
 /// A request to change the map. Validated by [`ClusterMap::prepare`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +115,19 @@ pub enum Command {
         flag: String,
         on: bool,
     },
+    /// Fences client instance `client` off the cluster until `until_unix_ms` (decision 0092):
+    /// from the epoch this produces, every primary refuses its requests. Entries that lapsed
+    /// before `now_unix_ms` (both times by the caller's clock) leave the list in the same change.
+    /// Adding a listed instance again moves its lapse time.
+    Blocklist {
+        client: u64,
+        until_unix_ms: u64,
+        now_unix_ms: u64,
+    },
+    /// Lets client instance `client` back in (`shoal osd blocklist rm`).
+    Unblocklist {
+        client: u64,
+    },
 }
 
 impl Command {
@@ -132,7 +149,8 @@ impl Command {
             | Command::AuthAdd { .. }
             | Command::PgTemp { .. }
             | Command::ConfigSet { .. }
-            | Command::SetFlag { .. } => true,
+            | Command::SetFlag { .. }
+            | Command::Blocklist { .. } => true,
             // An activation carries the epoch of the record it replaces: a repeat after it was
             // applied is dropped as stale, which is what the proposer wants.
             Command::PgActivated { .. } => true,
@@ -141,7 +159,8 @@ impl Command {
             | Command::RemovePool { .. }
             | Command::AuthRemove { .. }
             | Command::RemoveOsd { .. }
-            | Command::PgForgetHistory { .. } => false,
+            | Command::PgForgetHistory { .. }
+            | Command::Unblocklist { .. } => false,
         }
     }
 }
@@ -252,6 +271,16 @@ pub enum Change {
         flag: String,
         on: bool,
     },
+    /// Client instance `client` fenced off until `until_unix_ms`; the instances in `expired`
+    /// leave the list first.
+    Blocklist {
+        client: u64,
+        until_unix_ms: u64,
+        expired: Vec<u64>,
+    },
+    Unblocklist {
+        client: u64,
+    },
     /// A change whose content the receiver may not see (a key): it only advances the epoch.
     Redacted,
 }
@@ -279,6 +308,8 @@ impl Change {
             | Change::PgHistoryForgotten { .. }
             | Change::Config { .. }
             | Change::Flag { .. }
+            | Change::Blocklist { .. }
+            | Change::Unblocklist { .. }
             | Change::Redacted => false,
         }
     }
@@ -435,6 +466,28 @@ impl ClusterMap {
                     return Ok(None);
                 }
                 Change::Flag { flag: flag.clone(), on: *on }
+            }
+            Command::Blocklist { client, until_unix_ms, now_unix_ms } => {
+                if self.blocklist.get(client) == Some(until_unix_ms) {
+                    return Ok(None);
+                }
+                let expired: Vec<u64> = self
+                    .blocklist
+                    .iter()
+                    .filter(|(c, until)| **until < *now_unix_ms && *c != client)
+                    .map(|(c, _)| *c)
+                    .collect();
+                let entries = self.blocklist.len() - expired.len();
+                if !self.blocklist.contains_key(client) && entries >= MAX_BLOCKLIST_ENTRIES {
+                    return Err(MapError::BlocklistFull { entries, max: MAX_BLOCKLIST_ENTRIES });
+                }
+                Change::Blocklist { client: *client, until_unix_ms: *until_unix_ms, expired }
+            }
+            Command::Unblocklist { client } => {
+                if !self.blocklist.contains_key(client) {
+                    return Err(MapError::NotBlocklisted { client: *client });
+                }
+                Change::Unblocklist { client: *client }
             }
             Command::OsdFull { id, full } => {
                 if self.osd(*id)?.full == *full {
@@ -628,6 +681,15 @@ impl ClusterMap {
                 } else {
                     self.flags.remove(flag);
                 }
+            }
+            Change::Blocklist { client, until_unix_ms, expired } => {
+                for c in expired {
+                    self.blocklist.remove(c);
+                }
+                self.blocklist.insert(*client, *until_unix_ms);
+            }
+            Change::Unblocklist { client } => {
+                self.blocklist.remove(client);
             }
             Change::PutPool(pool) => {
                 self.next_pool_id = self.next_pool_id.max(pool.id + 1);

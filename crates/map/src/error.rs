@@ -33,6 +33,13 @@ pub enum MapError {
     PgHistory { pg: crate::PgId, reason: String },
     #[error("invalid setting: {0}")]
     InvalidConfig(String),
+    #[error("client instance {client:016x} is not blocklisted")]
+    NotBlocklisted { client: u64 },
+    #[error(
+        "the blocklist holds {entries} entries, its most ({max}); remove some with `shoal osd blocklist rm`, or wait \
+         for entries to expire (expired ones are dropped as new ones are added)"
+    )]
+    BlocklistFull { entries: usize, max: usize },
     #[error(transparent)]
     Placement(#[from] PlacementError),
 }

@@ -20,6 +20,9 @@ pub use cluster::{
     BACKFILLFULL_PERMILLE, ClusterMap, DEFAULT_MAX_OBJECT_BYTES, FULL_CLEAR_PERMILLE, FULL_FAILSAFE_PERMILLE,
     FULL_PERMILLE, Locator, MonInfo, NEARFULL_PERMILLE, OsdInfo, PgActivation, Pool, used_permille,
 };
-pub use command::{ActivationProposal, ActivationRequest, Change, Command, CommandSession, Incremental, PoolSetting};
+pub use command::{
+    ActivationProposal, ActivationRequest, Change, Command, CommandSession, Incremental, MAX_BLOCKLIST_ENTRIES,
+    PoolSetting,
+};
 pub use error::MapError;
 pub use shoal_placement::{BucketKind, OsdId, PgId, Weight, pg_for_object};

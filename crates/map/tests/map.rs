@@ -94,6 +94,7 @@ fn repeatable_commands_succeed_unchanged_when_repeated_and_the_others_are_not_re
         Command::AuthAdd { entity: "client.app".into(), key: [7; 32] },
         Command::ConfigSet { key: "osd_recovery_max_ops".into(), value: Some(2) },
         Command::SetFlag { flag: "noout".into(), on: true },
+        Command::Blocklist { client: 0xfeed, until_unix_ms: 5_000, now_unix_ms: 1_000 },
     ];
     for cmd in &repeatable {
         assert!(cmd.repeatable(), "{cmd:?}");
@@ -107,6 +108,7 @@ fn repeatable_commands_succeed_unchanged_when_repeated_and_the_others_are_not_re
         create_pool("more", 2),
         Command::AuthRemove { entity: "client.app".into() },
         Command::RemovePool { name: "more".into() },
+        Command::Unblocklist { client: 0xfeed },
     ];
     for cmd in &once_only {
         assert!(!cmd.repeatable(), "{cmd:?}");
@@ -332,4 +334,42 @@ fn an_activation_is_not_recorded_after_its_interval_went_and_came_back() {
     map.execute(&Command::SetFlag { flag: "noout".into(), on: true }).unwrap();
     map.execute(&now).unwrap().expect("recorded");
     assert_eq!(map.pg_active[&pg].members, survivors);
+}
+
+#[test]
+fn blocklisted_instances_are_listed_until_removed_or_expired_by_a_later_entry() {
+    let mut map = map_with_osds(1);
+    let mut follower = map.clone();
+    let add = |client, until_unix_ms, now_unix_ms| Command::Blocklist { client, until_unix_ms, now_unix_ms };
+    let mut incs = vec![map.execute(&add(1, 10_000, 1_000)).unwrap().unwrap()];
+    incs.push(map.execute(&add(2, 20_000, 2_000)).unwrap().unwrap());
+    assert!(map.is_blocklisted(1) && map.is_blocklisted(2) && !map.is_blocklisted(3));
+    // An entry lapses only in the map's terms: it stays listed (and refused by OSDs, which read
+    // no clock) until a later entry is added by a caller whose clock has passed it.
+    let inc = map.execute(&add(3, 40_000, 15_000)).unwrap().unwrap();
+    assert_eq!(inc.change, Change::Blocklist { client: 3, until_unix_ms: 40_000, expired: vec![1] });
+    incs.push(inc);
+    assert!(!map.is_blocklisted(1) && map.is_blocklisted(2) && map.is_blocklisted(3));
+    // Adding a listed instance again moves its lapse time, and is never expired by itself.
+    incs.push(map.execute(&add(2, 90_000, 30_000)).unwrap().unwrap());
+    assert_eq!(map.blocklist.get(&2), Some(&90_000));
+    incs.push(map.execute(&Command::Unblocklist { client: 3 }).unwrap().unwrap());
+    assert_eq!(map.execute(&Command::Unblocklist { client: 3 }), Err(MapError::NotBlocklisted { client: 3 }));
+    assert_eq!(map.blocklist.keys().copied().collect::<Vec<_>>(), vec![2]);
+    for inc in &incs {
+        follower.apply_incremental(inc).unwrap();
+    }
+    assert_eq!(postcard::to_allocvec(&follower).unwrap(), postcard::to_allocvec(&map).unwrap());
+    // Bounded: a full list refuses a new instance by name, but still takes one whose entries
+    // have lapsed, and still moves a listed instance's time.
+    for c in 100..(100 + shoal_map::MAX_BLOCKLIST_ENTRIES as u64 - 1) {
+        map.execute(&add(c, 1_000_000, 40_000)).unwrap();
+    }
+    assert_eq!(map.blocklist.len(), shoal_map::MAX_BLOCKLIST_ENTRIES);
+    let full = map.execute(&add(7, 1_000_000, 40_000));
+    assert!(matches!(full, Err(MapError::BlocklistFull { .. })), "{full:?}");
+    assert!(full.unwrap_err().to_string().contains("shoal osd blocklist rm"));
+    map.execute(&add(2, 2_000_000, 40_000)).expect("a listed instance's time moves on a full list");
+    map.execute(&add(7, 3_000_000, 1_500_000)).expect("lapsed entries make room");
+    assert_eq!(map.blocklist.keys().copied().collect::<Vec<_>>(), vec![2, 7]);
 }

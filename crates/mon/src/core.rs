@@ -178,9 +178,12 @@ pub enum Action {
 #[must_use]
 pub fn remote_error(e: &MapError) -> RemoteError {
     let code = match e {
-        MapError::UnknownPool(_) | MapError::UnknownOsd(_) | MapError::UnknownMon(_) | MapError::UnknownEntity(_) => {
-            ErrorCode::NotFound
-        }
+        MapError::UnknownPool(_)
+        | MapError::UnknownOsd(_)
+        | MapError::UnknownMon(_)
+        | MapError::UnknownEntity(_)
+        | MapError::NotBlocklisted { .. } => ErrorCode::NotFound,
+        MapError::BlocklistFull { .. } => ErrorCode::NoSpace,
         MapError::DuplicatePool(_) | MapError::DuplicateOsd(_) => ErrorCode::Exists,
         MapError::InvalidPoolName { .. }
         | MapError::SizeTooLarge { .. }

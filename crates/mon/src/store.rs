@@ -50,8 +50,9 @@ const MAX_RECORD_BYTES: usize = 256 << 20;
 /// another format by name instead of misreading it. 0: before the number existed. 1: OSDs carry
 /// a full flag. 2: the map holds temporary acting sets and PG activation records. 3: cluster settings
 /// and flags in the map. 4: log entries carry the command's session and snapshots the session table
-/// (decision 0072). 5: the map holds the epoch each PG's interval began (decision 0090).
-pub const MON_STORE_FORMAT: u32 = 5;
+/// (decision 0072). 5: the map holds the epoch each PG's interval began (decision 0090). 6: the map
+/// holds the blocklist of fenced client instances (decision 0092).
+pub const MON_STORE_FORMAT: u32 = 6;
 
 /// The identity mkfs writes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

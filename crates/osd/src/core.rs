@@ -937,6 +937,22 @@ impl OsdCore {
             frame: reply_frame(request_id, &OsdOpReply { epoch, result: Err(e) }, Vec::new()),
             after_sync: false,
         };
+        // A fenced client instance is refused whatever it asks, as of this OSD's map when the
+        // request is served (decision 0092): a request that waited (for peering, an object's
+        // recovery, a newer map) passes here again when it is served, so one queued before the
+        // fence was known is refused too if it is still waiting when the map arrives. A write
+        // already applied before the fence has its effect; its resend is refused like the rest.
+        if self.map.is_blocklisted(op.reqid.client) {
+            tracing::warn!(client = format_args!("{:016x}", op.reqid.client), object = %op.object, "refusing a request of a blocklisted client");
+            return out.push(fail(RemoteError::new(
+                ErrorCode::Blocklisted,
+                format!(
+                    "client instance {:016x} is blocklisted (epoch {epoch}): it was fenced off the cluster, \
+                     typically because another server took over its image lock; nothing was applied",
+                    op.reqid.client
+                ),
+            )));
+        }
         let (pg, acting, max_object_bytes) = match crate::snaps::check_client_object(&op.object)
             .and_then(|()| self.check_primary(op.pool, op.pg, Some(&op.object)))
         {

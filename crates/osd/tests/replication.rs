@@ -2892,3 +2892,41 @@ fn a_primary_whose_map_skipped_an_interval_sees_it_began_later_and_peers_again()
         assert_eq!(read_after_a_skipped_interval(mutations), !undone, "undone: {undone}");
     }
 }
+
+#[test]
+fn a_blocklisted_client_is_refused_everything_even_requests_queued_before_the_fence() {
+    let mut net = Net::new();
+    net.append(1, b"abc").result.expect("first append");
+    let primary = net.acting()[0].0;
+    // A request of client 7 that waits on the primary for a map newer than its own: it is
+    // served only once that map arrives, and that map fences client 7.
+    let mut early = client_op(&net.map, 2, vec![ObjOp::Append { len_bytes: 3 }]);
+    early.epoch = net.map.epoch + 1;
+    let queued = net.submit(primary, early, b"def", 0);
+    assert!(!net.replies.contains_key(&queued), "served before the map it waits for");
+    net.change(Command::Blocklist { client: 7, until_unix_ms: u64::MAX, now_unix_ms: 0 });
+    let refused = net.replies.remove(&queued).expect("answered once the map arrived").result.expect_err("fenced");
+    assert_eq!(refused.code, ErrorCode::Blocklisted, "{refused}");
+    assert!(
+        refused.message.contains("0000000000000007") && refused.message.contains("nothing was applied"),
+        "{refused}"
+    );
+    // New requests of any kind, with the client's old map or the new one, are refused too.
+    let err = net.append(3, b"ghi").result.expect_err("a write of a fenced client");
+    assert_eq!(err.code, ErrorCode::Blocklisted);
+    let err = net.request(4, vec![ObjOp::Read { offset: 0, len_bytes: 3 }], b"").result.expect_err("a read");
+    assert_eq!(err.code, ErrorCode::Blocklisted);
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abc"[..]), "{osd}");
+    }
+    // Another client instance is served as before, and client 7 once it is let back in.
+    let mut other = client_op(&net.map, 5, vec![ObjOp::Append { len_bytes: 3 }]);
+    other.reqid.client = 8;
+    let id = net.submit(primary, other, b"jkl", 0);
+    net.replies.remove(&id).expect("answered").result.expect("another client's write");
+    net.change(Command::Unblocklist { client: 7 });
+    net.append(6, b"mno").result.expect("let back in");
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"abcjklmno"[..]), "{osd}");
+    }
+}

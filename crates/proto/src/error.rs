@@ -37,6 +37,10 @@ pub enum ErrorCode {
     /// repeated shortly, goes ahead (an operator's decision on unfound objects; nothing was
     /// changed).
     TryAgain,
+    /// The sender's client instance is on the map's blocklist (decision 0092): it was fenced
+    /// off, typically because another server took over its image lock. Nothing was applied, and
+    /// nothing it sends will be; it must not retry.
+    Blocklisted,
 }
 
 /// An error reported by a peer.

@@ -48,6 +48,8 @@ impl RbdError {
         match self {
             RbdError::Invalid(_) => EINVAL,
             RbdError::Locked { .. } | RbdError::Fenced(_) => 1, // EPERM
+            // Fenced off by the cluster (another server took the lock over): as a lost lock.
+            e if e.is_blocklisted() => 1,
             RbdError::OutOfRange { .. } => EOVERFLOW,
             RbdError::Client(ClientError::TooLarge { .. }) => ENOSPC,
             // A full cluster (or a store out of space) refuses the write and changes nothing:
@@ -55,5 +57,12 @@ impl RbdError {
             RbdError::Client(ClientError::Remote(e)) if e.code == shoal_proto::ErrorCode::NoSpace => ENOSPC,
             _ => EIO,
         }
+    }
+
+    /// Whether the cluster refused the request because this client instance is fenced off
+    /// (decision 0092): another server broke or took over the image lock, and nothing this
+    /// instance sends will ever be applied again.
+    pub fn is_blocklisted(&self) -> bool {
+        matches!(self, RbdError::Client(e) if e.code() == Some(shoal_proto::ErrorCode::Blocklisted))
     }
 }

@@ -5,17 +5,33 @@
 //! stale, and the next writer takes it over (so a server killed with SIGKILL is replaced once its
 //! lease runs out). Every change is a compare-and-swap on the xattr, so two would-be holders
 //! cannot both win, and a holder whose renewal finds another record has lost the lock and must
-//! stop writing at once ([`Image::with_fence`](crate::Image::with_fence)). Durability: when
-//! [`acquire`], [`renew`], [`release`] or [`break_lock`] returns, the change is on every replica.
+//! stop writing at once ([`Image::with_fence`](crate::Image::with_fence)).
+//!
+//! A holder that has not noticed yet (it has not renewed since, its process was paused, its
+//! clock runs slow) must not write either. So whoever breaks or takes over a lock first fences
+//! the holder's client instance off the cluster (the map's blocklist, decision 0092) and records
+//! the epoch that did it in xattr `lock_fence`; a new holder's client reaches that epoch before
+//! [`acquire`] returns, so its requests carry it and every primary serves them only with the
+//! fence in place: none of the old holder's requests is applied after any of the new one's.
+//!
+//! Durability: when [`acquire`], [`renew`], [`release`] or [`break_lock`] returns, the change is on
+//! every replica, and so is the fence in the monitors' map.
 
 use serde::{Deserialize, Serialize};
 use shoal_client::Client;
+use shoal_map::Command;
 use shoal_proto::osd::{ObjOp, OpOutput};
 
 use crate::error::RbdError;
 use crate::header::{self, header_object};
 
 const LOCK_XATTR: &str = "lock";
+/// The epoch of the map that fenced off the last holder a break or takeover replaced (a decimal
+/// number); a new holder reaches it before writing.
+const FENCE_XATTR: &str = "lock_fence";
+/// How long a fenced holder stays on the blocklist: far longer than any lease, so that a holder
+/// paused for minutes still finds itself fenced when it resumes.
+pub const FENCE_EXPIRE_MS: u64 = 3_600_000;
 
 /// Who holds an image's lock, since when, and for how long without renewal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +43,10 @@ pub struct LockRecord {
     pub acquired_unix_ms: u64,
     pub renewed_unix_ms: u64,
     pub lease_ms: u64,
+    /// The holder's client instance ([`Client::instance_id`]), which a break or takeover fences
+    /// off; 0 in records written before fencing existed (such a holder is not fenced).
+    #[serde(default)]
+    pub client: u64,
 }
 
 impl LockRecord {
@@ -54,20 +74,71 @@ fn encode(r: &LockRecord) -> Vec<u8> {
 
 /// The lock record of image `name` and its raw bytes (for a compare-and-swap), if locked.
 pub async fn read(client: &Client, pool: &str, name: &str) -> Result<Option<(LockRecord, Vec<u8>)>, RbdError> {
-    let id = header::lookup(client, pool, name).await?;
-    let r = client.op(pool, &header_object(&id), vec![ObjOp::GetXattr { name: LOCK_XATTR.into() }], Vec::new()).await?;
-    match r.outputs.into_iter().next() {
-        Some(OpOutput::Xattr(Some(bytes))) => {
-            let rec = serde_json::from_slice(&bytes)
-                .map_err(|e| RbdError::Corrupt { name: name.to_string(), reason: format!("lock record: {e}") })?;
-            Ok(Some((rec, bytes)))
-        }
-        _ => Ok(None),
-    }
+    Ok(read_with_fence(client, pool, name).await?.0)
 }
 
-/// Replaces the lock record `old` (its bytes) with `new`, compare-and-swap; `false` if the record
-/// was no longer `old`. Marked as made to free space (decision 0045), so a full cluster takes it: a
+/// The lock record as [`read`] gives it, and the epoch of the last fence (0: none).
+async fn read_with_fence(
+    client: &Client,
+    pool: &str,
+    name: &str,
+) -> Result<(Option<(LockRecord, Vec<u8>)>, u64), RbdError> {
+    let id = header::lookup(client, pool, name).await?;
+    let ops = vec![ObjOp::GetXattr { name: LOCK_XATTR.into() }, ObjOp::GetXattr { name: FENCE_XATTR.into() }];
+    let r = client.op(pool, &header_object(&id), ops, Vec::new()).await?;
+    let corrupt = |reason: String| RbdError::Corrupt { name: name.to_string(), reason };
+    let mut outputs = r.outputs.into_iter();
+    let record = match outputs.next() {
+        Some(OpOutput::Xattr(Some(bytes))) => {
+            let rec = serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("lock record: {e}")))?;
+            Some((rec, bytes))
+        }
+        _ => None,
+    };
+    let fence_epoch = match outputs.next() {
+        Some(OpOutput::Xattr(Some(bytes))) => {
+            std::str::from_utf8(&bytes).ok().and_then(|t| t.parse::<u64>().ok()).ok_or_else(|| {
+                corrupt(format!("lock fence epoch {:?} is not a number", String::from_utf8_lossy(&bytes)))
+            })?
+        }
+        _ => 0,
+    };
+    Ok((record, fence_epoch))
+}
+
+/// Fences the holder of `rec` off the cluster (decision 0092) and returns the epoch that did
+/// it; 0 when there is nothing to fence: a record from before fencing existed, or one of this
+/// very client instance (a server that takes its own lock again).
+async fn fence_off(client: &Client, name: &str, rec: &LockRecord) -> Result<u64, RbdError> {
+    if rec.client == 0 || rec.client == client.instance_id() {
+        return Ok(0);
+    }
+    let now = now_unix_ms();
+    let command =
+        Command::Blocklist { client: rec.client, until_unix_ms: now.saturating_add(FENCE_EXPIRE_MS), now_unix_ms: now };
+    let epoch = client.mon().command(command).await?;
+    tracing::warn!(
+        image = name,
+        holder = rec.holder,
+        client = format_args!("{:016x}", rec.client),
+        epoch,
+        "fenced off the image lock's holder"
+    );
+    Ok(epoch)
+}
+
+/// Waits until this client's map has reached `epoch` (a fence), so that every request it sends
+/// from now on carries it.
+async fn reach(client: &Client, epoch: u64) -> Result<(), RbdError> {
+    if epoch > 0 {
+        let timeout_ms = client.mon().config().op_timeout_ms;
+        client.mon().wait_for_epoch(epoch, timeout_ms).await?;
+    }
+    Ok(())
+}
+
+/// Replaces the lock record `old` (its bytes) with `new`, compare-and-swap, and records
+/// `fence_epoch` if given; `false` if the record was no longer `old` (nothing changed). Marked as made to free space (decision 0045), so a full cluster takes it: a
 /// lease that could not be renewed while the cluster is full would fence its writer for good, and
 /// a fenced writer cannot even take the discards that give the space back.
 async fn swap(
@@ -76,6 +147,7 @@ async fn swap(
     name: &str,
     old: Option<Vec<u8>>,
     new: Option<&LockRecord>,
+    fence_epoch: Option<u64>,
 ) -> Result<bool, RbdError> {
     shoal_client::freeing_space(async {
         let id = header::lookup(client, pool, name).await?;
@@ -84,6 +156,9 @@ async fn swap(
             Some(r) => ObjOp::SetXattr { name: LOCK_XATTR.into(), value: encode(r) },
             None => ObjOp::RemoveXattr { name: LOCK_XATTR.into() },
         });
+        if let Some(epoch) = fence_epoch {
+            ops.push(ObjOp::SetXattr { name: FENCE_XATTR.into(), value: epoch.to_string().into_bytes() });
+        }
         match client.op(pool, &header_object(&id), ops, Vec::new()).await {
             Ok(_) => Ok(true),
             Err(e) if header::is_conflict(&e) => Ok(false),
@@ -94,7 +169,8 @@ async fn swap(
 }
 
 /// Takes image `name`'s lock for `holder`, taking over a stale one. Fails with
-/// [`RbdError::Locked`] naming the live holder.
+/// [`RbdError::Locked`] naming the live holder. A stale holder is fenced off first, and this
+/// client reaches the last fence's epoch before it returns (see the module's documentation).
 pub async fn acquire(
     client: &Client,
     pool: &str,
@@ -106,19 +182,20 @@ pub async fn acquire(
     // A few rounds: each lost compare-and-swap means someone else changed the lock meanwhile.
     for _ in 0..8 {
         let now = now_unix_ms();
-        let current = read(client, pool, name).await?;
+        let (current, fenced_at) = read_with_fence(client, pool, name).await?;
+        let mut fence = None;
         if let Some((rec, _)) = &current
-            && !rec.is_stale(now)
             && rec.holder != holder
         {
-            return Err(RbdError::Locked {
-                name: name.to_string(),
-                holder: rec.description.clone(),
-                id: rec.holder.clone(),
-            });
-        }
-        if let Some((rec, _)) = &current {
+            if !rec.is_stale(now) {
+                return Err(RbdError::Locked {
+                    name: name.to_string(),
+                    holder: rec.description.clone(),
+                    id: rec.holder.clone(),
+                });
+            }
             tracing::warn!(image = name, holder = rec.holder, "taking over a stale image lock");
+            fence = Some(fence_off(client, name, rec).await?).filter(|e| *e > fenced_at);
         }
         let mine = LockRecord {
             holder: holder.to_string(),
@@ -126,8 +203,10 @@ pub async fn acquire(
             acquired_unix_ms: now,
             renewed_unix_ms: now,
             lease_ms,
+            client: client.instance_id(),
         };
-        if swap(client, pool, name, current.map(|(_, b)| b), Some(&mine)).await? {
+        if swap(client, pool, name, current.map(|(_, b)| b), Some(&mine), fence).await? {
+            reach(client, fence.unwrap_or(fenced_at)).await?;
             return Ok(mine);
         }
     }
@@ -159,25 +238,30 @@ async fn replace_own(
     held: &LockRecord,
     new: Option<&LockRecord>,
 ) -> Result<bool, RbdError> {
-    if swap(client, pool, name, Some(encode(held)), new).await? {
+    if swap(client, pool, name, Some(encode(held)), new, None).await? {
         return Ok(true);
     }
     match read(client, pool, name).await? {
         Some((current, bytes))
             if current.holder == held.holder && current.acquired_unix_ms == held.acquired_unix_ms =>
         {
-            swap(client, pool, name, Some(bytes), new).await
+            swap(client, pool, name, Some(bytes), new, None).await
         }
         _ => Ok(false),
     }
 }
 
-/// Removes image `name`'s lock whoever holds it (`shoal rbd lock break`); returns the record
-/// it removed.
-pub async fn break_lock(client: &Client, pool: &str, name: &str) -> Result<Option<LockRecord>, RbdError> {
-    let Some((rec, bytes)) = read(client, pool, name).await? else { return Ok(None) };
-    if swap(client, pool, name, Some(bytes), None).await? {
-        Ok(Some(rec))
+/// Removes image `name`'s lock whoever holds it (`shoal rbd lock break`), fencing its holder off
+/// the cluster first; returns the record it removed and the epoch of the fence (0 if the holder
+/// could not be fenced: a record from before fencing existed).
+pub async fn break_lock(client: &Client, pool: &str, name: &str) -> Result<Option<(LockRecord, u64)>, RbdError> {
+    let (Some((rec, bytes)), fenced_at) = read_with_fence(client, pool, name).await? else { return Ok(None) };
+    let epoch = fence_off(client, name, &rec).await?;
+    // The header's primary then has the fence when it removes the record (the request carries
+    // the epoch), and so does every primary by the time a new holder's requests reach it.
+    reach(client, epoch).await?;
+    if swap(client, pool, name, Some(bytes), None, Some(epoch).filter(|e| *e > fenced_at)).await? {
+        Ok(Some((rec, epoch)))
     } else {
         Err(RbdError::Conflict(name.to_string()))
     }
