@@ -441,6 +441,17 @@ fn one_writer_at_a_time_and_a_killed_server_loses_no_acknowledged_write() {
     {
         ext4_round_trip(tmp.path(), &uri);
     }
+
+    // Breaking a live server's lock fences it off at once (its lease would let it write for
+    // seconds more): its writes fail with EPERM, and a new server takes the lock without waiting
+    // for a lease and serves the image (decision 0092).
+    let broke = json(&ok(&shoal(&dir, &["rbd", "lock", "break", "data/vol", "--json"])));
+    assert!(broke["fenced"]["epoch"].as_u64().is_some_and(|e| e > 0), "{broke}");
+    let refused = tool_fails("qemu-io", &["-f", "raw", "-c", "write -P 0x77 0 4096", &uri]);
+    assert!(refused.contains("Operation not permitted"), "{refused}");
+    let (_third, port) = serve(&dir, &[&["data/vol"][..], &lease].concat());
+    let uri = format!("nbd://127.0.0.1:{port}/data/vol");
+    qemu_io(&uri, &["write -P 0x77 0 4096", "read -P 0x77 0 4096"]);
 }
 
 /// qemu-io commands `cmds` against `uri`, each its own `-c`.
