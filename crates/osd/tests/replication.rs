@@ -2930,3 +2930,35 @@ fn a_blocklisted_client_is_refused_everything_even_requests_queued_before_the_fe
         assert_eq!(net.content(osd).as_deref(), Some(&b"abcjklmno"[..]), "{osd}");
     }
 }
+
+#[test]
+fn a_primary_that_lacks_the_fence_serves_the_new_holders_requests_after_the_old_holders() {
+    let mut net = Net::new();
+    let (primary, replica) = (net.acting()[0].0, net.acting()[1].0);
+    net.append(1, b"a").result.expect("the old holder (client 7) writes");
+    let old_map = net.map.clone();
+    // The fence reaches the replica, but not yet the primary (replicas do not check it).
+    net.map.execute(&Command::Blocklist { client: 7, until_unix_ms: u64::MAX, now_unix_ms: 0 }).unwrap();
+    let fenced = Arc::new(net.map.clone());
+    net.run(VecDeque::from([(replica, Event::Map(fenced.clone()))]));
+    // The new holder (client 8) writes with the fencing epoch: the primary holds it until it
+    // has that map.
+    let mut first_new = client_op(&net.map, 10, vec![ObjOp::Append { len_bytes: 1 }]);
+    first_new.reqid.client = 8;
+    let waiting = net.submit(primary, first_new, b"N", 0);
+    assert!(!net.replies.contains_key(&waiting), "served before the primary had the fence");
+    // The old holder's request, sent meanwhile, is applied by a primary that does not know the
+    // fence yet, and its replica takes it: it is ordered before everything of the new holder.
+    let late = net.submit(primary, client_op(&old_map, 2, vec![ObjOp::Append { len_bytes: 1 }]), b"o", 0);
+    net.replies.remove(&late).expect("answered").result.expect("applied before the fence is known");
+    // The fence reaches the primary: the new holder's request is served, after the old one,
+    // and nothing of the old holder is served any more.
+    net.run(VecDeque::from([(primary, Event::Map(fenced))]));
+    net.replies.remove(&waiting).expect("answered with the fence").result.expect("the new holder's write");
+    let refused = net.submit(primary, client_op(&old_map, 3, vec![ObjOp::Append { len_bytes: 1 }]), b"x", 0);
+    let refused = net.replies.remove(&refused).expect("answered").result.expect_err("the old holder is fenced");
+    assert_eq!(refused.code, ErrorCode::Blocklisted, "{refused}");
+    for osd in net.acting() {
+        assert_eq!(net.content(osd).as_deref(), Some(&b"aoN"[..]), "{osd}");
+    }
+}
