@@ -74,6 +74,13 @@ pub trait KvRead {
     /// Visits the entries with `lo <= key < hi` (no upper bound if `hi` is `None`) in key order
     /// until `visit` returns `false`.
     fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
+    /// Whether a point read of a guessed key costs less than a short scan, so that a reader who
+    /// can guess a key should read it first: true for an LSM tree (a bloom filter per table,
+    /// where a scan merges an iterator over every memtable and table), false for an ordered map
+    /// in memory (a scan is one lookup, and visits values without copying them).
+    fn prefers_point_reads(&self) -> bool {
+        false
+    }
 }
 
 /// A metadata store.
@@ -165,6 +172,9 @@ impl KvRead for FjallKv {
     fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         fjall_scan(&self.db.snapshot(), self.ks(ks), lo, hi, visit)
     }
+    fn prefers_point_reads(&self) -> bool {
+        true
+    }
 }
 
 /// A point-in-time view of a [`FjallKv`].
@@ -179,6 +189,9 @@ impl KvRead for FjallSnapshot<'_> {
     }
     fn scan(&self, ks: Ks, lo: &[u8], hi: Option<&[u8]>, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         fjall_scan(&self.snap, self.kv.ks(ks), lo, hi, visit)
+    }
+    fn prefers_point_reads(&self) -> bool {
+        true
     }
 }
 

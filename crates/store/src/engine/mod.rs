@@ -881,10 +881,18 @@ impl<K: Kv, D: Device> Engine<K, D> {
         }
     }
 
-    /// Extent records overlapping `[lo, hi)`, by logical start (see `read::scan_extents`).
+    /// Extent records overlapping `[lo, hi)`, by logical start: the one record covering the
+    /// range when a point read of a likely key finds it (`read::covering_extent`, on stores that
+    /// prefer point reads), else a scan (`read::scan_extents`).
     fn extents<R: KvRead>(view: &R, coll: &str, obj: &str, lo: u64, hi: u64, size_bytes: u64) -> Result<ExtentMap> {
         let prefix = layout::child_prefix(coll, obj);
         let end_bound = size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        if lo < hi && view.prefers_point_reads() {
+            let mut get = |k: &[u8]| view.get(Ks::Extents, k);
+            if let Some(map) = read::covering_extent(&mut get, &prefix, lo, hi, end_bound)? {
+                return Ok(map);
+            }
+        }
         Ok(read::scan_extents(view, &prefix, lo, hi, end_bound, &|_| false)?.map(|s| s.map).unwrap_or_default())
     }
 

@@ -197,6 +197,10 @@ impl<'a, R: KvRead> Overlaid<'a, R> {
 }
 
 impl<R: KvRead> KvRead for Overlaid<'_, R> {
+    fn prefers_point_reads(&self) -> bool {
+        self.inner.prefers_point_reads()
+    }
+
     fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>> {
         match self.above(ks).and_then(|m| m.get(key)) {
             Some(v) => Ok(v.clone()),

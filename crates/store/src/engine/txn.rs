@@ -15,7 +15,7 @@ use super::alloc::Allocator;
 use super::device::{BLOCK_BYTES, Device};
 use super::kv::{ALL_KEYSPACES, Batch, Ks, KvRead};
 use super::layout::{self, Extent, MAX_EXTENT_BYTES, Onode};
-use super::read::{ExtentMap, read_blocks, scan_extents};
+use super::read::{ExtentMap, covering_extent, read_blocks, scan_extents};
 use crate::api::Op;
 use crate::error::{Result, StoreError};
 use crate::names;
@@ -282,8 +282,16 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     }
 
     /// Extent records overlapping `[lo, hi)` of an object, as the transaction sees them, by
-    /// logical start (see [`scan_extents`]).
+    /// logical start: the one record covering the range when a point read of a likely key finds
+    /// it ([`covering_extent`], on stores that prefer point reads), else a scan
+    /// ([`scan_extents`]).
     fn extents(&self, prefix: &[u8], lo: u64, hi: u64) -> Result<ExtentMap> {
+        if lo < hi && self.kv.prefers_point_reads() {
+            let mut get = |k: &[u8]| self.get(Ks::Extents, k);
+            if let Some(map) = covering_extent(&mut get, prefix, lo, hi, self.extent_end_bound)? {
+                return Ok(map);
+            }
+        }
         let skip = |k: &[u8]| self.overlay[Ks::Extents as usize].contains_key(k);
         let Some(scan) = scan_extents(self.kv, prefix, lo, hi, self.extent_end_bound, &skip)? else {
             return Ok(ExtentMap::new());
