@@ -4,10 +4,12 @@
 # /proc/PID/stat), so that a change is judged by its cost per operation as well as by a
 # throughput that swings with the machine's noise.
 #
-#   bench/ab.sh [--rounds N] nbd mem1|block3 RW BS QD BIN...   fio's nbd engine through `nbd serve`
+#   bench/ab.sh [--rounds N] [--unwritten] nbd mem1|block3 RW BS QD BIN...   fio's nbd engine through `nbd serve`
 #   bench/ab.sh [--rounds N] s3 mem1|block3 SIZE CONC LOAD BIN...   `shoal s3 bench` on the gateway
 #   bench/ab.sh [--rounds N] rbd mem1|block3 BIN...             `shoal rbd bench`, 4 KiB random writes
 #
+# The nbd image is written whole (4 MiB writes) before the timed load, unless --unwritten: then
+# the load starts on a thin image with nothing written (writes into holes).
 # RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, randrw 4k 16: both sides printed, ...); LOAD is put, get or delete (a get
 # run first writes the objects it reads, a delete run the objects it removes). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
 # `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
@@ -18,10 +20,14 @@
 set -euo pipefail
 
 ROUNDS=2
-if [[ ${1:-} == --rounds ]]; then
-  ROUNDS=$2
-  shift 2
-fi
+PREFILL=1
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --unwritten) PREFILL=0; shift ;;
+    *) echo "bench/ab.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 MODE=${1:?usage: bench/ab.sh [--rounds N] nbd|s3|rbd SHAPE ... BIN...}
 SHAPE=${2:?missing shape (mem1 or block3)}
 shift 2
@@ -77,7 +83,9 @@ run_nbd() {
   local nbd=$!
   sleep 1.5
   local engine=(--ioengine=nbd "--uri=nbd://127.0.0.1:$PORT/data/img")
-  fio --name=prefill "${engine[@]}" --rw=write --bs=4M --iodepth=4 --size=1G >/dev/null 2>&1
+  if ((PREFILL)); then
+    fio --name=prefill "${engine[@]}" --rw=write --bs=4M --iodepth=4 --size=1G >/dev/null 2>&1
+  fi
   local o0 n0 o1 n1 m0 m1
   o0=$(ticks $OSDS); n0=$(ticks $nbd); m0=$(cpu_ticks)
   fio --name=load "${engine[@]}" --rw="$rw" --bs="$bs" --iodepth="$qd" --size=1G --time_based --runtime=8 \

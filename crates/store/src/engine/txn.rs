@@ -330,8 +330,16 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// Removes the block-aligned logical range `[lo, hi)` from the object's extent map and
     /// frees the device space it used.
     fn punch(&mut self, prefix: &[u8], lo: u64, hi: u64) -> Result<()> {
+        let extents = self.extents(prefix, lo, hi)?;
+        self.punch_extents(prefix, lo, hi, extents);
+        Ok(())
+    }
+
+    /// [`Self::punch`] given `extents`, the records overlapping `[lo, hi)` as the plan sees them
+    /// now (read by the caller, with nothing changed since).
+    fn punch_extents(&mut self, prefix: &[u8], lo: u64, hi: u64, extents: ExtentMap) {
         debug_assert!(lo.is_multiple_of(BLOCK_BYTES) && hi.is_multiple_of(BLOCK_BYTES) && lo <= hi);
-        for (off, e) in self.extents(prefix, lo, hi)? {
+        for (off, e) in extents {
             let end = off + e.len_bytes;
             if off >= hi || end <= lo {
                 continue;
@@ -349,7 +357,6 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             }
             self.free(e.phys + (cut_lo - off), cut_hi - cut_lo);
         }
-        Ok(())
     }
 
     /// Reads the block-aligned logical range `[lo, hi)` as the transaction sees it.
@@ -418,10 +425,17 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     fn store_blocks(&mut self, coll: &str, obj: &str, lo: u64, src: DirectData) -> Result<()> {
         let prefix = layout::child_prefix(coll, obj);
         let len = src.len() as u64;
-        if self.inplace_ok && len <= INPLACE_MAX_BYTES && self.overwrite_in_place(&prefix, lo, &src)? {
-            return Ok(());
-        }
-        self.punch(&prefix, lo, lo + len)?;
+        // The records a declined in-place overwrite read are the ones the punch removes: nothing
+        // changed in between, so they are not looked up twice.
+        let extents = if self.inplace_ok && len <= INPLACE_MAX_BYTES {
+            match self.overwrite_in_place(&prefix, lo, &src)? {
+                None => return Ok(()),
+                Some(extents) => extents,
+            }
+        } else {
+            self.extents(&prefix, lo, lo + len)?
+        };
+        self.punch_extents(&prefix, lo, lo + len, extents);
         let pieces = self.allocate(len)?;
         // Several pieces share one buffer: turn an owned buffer into a shared one.
         let src = match src {
@@ -483,17 +497,19 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// Overwrites the block-aligned range `[lo, lo + src.len())` in place if every block of it
     /// is already stored, in blocks this plan did not allocate (their data is still in `direct`):
     /// the extent records keep their device blocks and get the new checksums, and the data joins
-    /// `inplace`. Returns whether it did; if not, nothing changed.
+    /// `inplace`. Returns `None` if it did; if not, nothing changed, and it returns the records
+    /// overlapping the range (for the caller's copy-on-write, which replaces them).
     ///
     /// Why: copy-on-write splits the record a small overwrite lands in into up to three, frees
     /// and allocates space, and scatters an object's blocks over the device. Under random 4 KiB
     /// writes an image's 4 MiB objects fragmented into hundreds of records each, which every
     /// later write scans and every read walks (a sequential read of such an image fell from 883
     /// to 180 MB/s). In place, the record stays whole and one put replaces it.
-    fn overwrite_in_place(&mut self, prefix: &[u8], lo: u64, src: &[u8]) -> Result<bool> {
+    fn overwrite_in_place(&mut self, prefix: &[u8], lo: u64, src: &[u8]) -> Result<Option<ExtentMap>> {
         let hi = lo + src.len() as u64;
         let extents = self.extents(prefix, lo, hi)?;
         let mut covered = lo;
+        let mut whole = true;
         for (&off, e) in &extents {
             let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
             if a >= b {
@@ -502,12 +518,13 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             let phys = e.phys + (a - off);
             let fresh = self.allocated.iter().any(|&(at, n)| phys < at + n && at < phys + (b - a));
             if a != covered || fresh || e.csums.len() as u64 != e.len_bytes / BLOCK_BYTES {
-                return Ok(false);
+                whole = false;
+                break;
             }
             covered = b;
         }
-        if covered != hi {
-            return Ok(false); // a hole: new blocks are needed anyway
+        if !whole || covered != hi {
+            return Ok(Some(extents)); // a hole, or blocks new in this plan: copy-on-write
         }
         for (off, mut e) in extents {
             let (a, b) = (lo.max(off), hi.min(off + e.len_bytes));
@@ -525,7 +542,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             let end = off + e.len_bytes;
             self.put(Ks::Extents, layout::extent_key(prefix, end), layout::encode(&e));
         }
-        Ok(true)
+        Ok(None)
     }
 
     fn truncate(&mut self, coll: &str, obj: &str, onode: &mut Onode, new_size: u64) -> Result<()> {
