@@ -888,8 +888,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
         let prefix = layout::child_prefix(coll, obj);
         let end_bound = size_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         if lo < hi && view.prefers_point_reads() {
-            let mut get = |k: &[u8]| view.get(Ks::Extents, k);
-            if let Some(map) = read::covering_extent(&mut get, &prefix, lo, hi, end_bound)? {
+            let get = |k: &[u8]| view.get(Ks::Extents, k);
+            if let Some(map) = read::covering_extent(get, &prefix, lo, hi, end_bound)? {
                 return Ok(map);
             }
         }

@@ -92,7 +92,7 @@ const COVERING_GUESSES: usize = 3;
 /// record that covers `[lo, hi)` is the only record overlapping it, exactly what a scan of the
 /// same view returns. `lo` and `hi` are block-aligned, `lo < hi`.
 pub fn covering_extent(
-    get: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
+    mut get: impl FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
     prefix: &[u8],
     lo: u64,
     hi: u64,
@@ -491,8 +491,7 @@ mod tests {
                 let lo = (first % size_blocks) * BLOCK_BYTES;
                 let hi = (lo + blocks * BLOCK_BYTES).min(size);
                 let scanned = scan_extents(&view, &prefix, lo, hi, size, &|_| false).unwrap().map(|s| s.map).unwrap_or_default();
-                let mut get = |k: &[u8]| view.get(Ks::Extents, k);
-                let found = covering_extent(&mut get, &prefix, lo, hi, size).unwrap();
+                let found = covering_extent(|k: &[u8]| view.get(Ks::Extents, k), &prefix, lo, hi, size).unwrap();
                 if let Some(found) = &found {
                     proptest::prop_assert_eq!(found, &scanned, "[{}, {})", lo, hi);
                 }

@@ -287,8 +287,8 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// ([`scan_extents`]).
     fn extents(&self, prefix: &[u8], lo: u64, hi: u64) -> Result<ExtentMap> {
         if lo < hi && self.kv.prefers_point_reads() {
-            let mut get = |k: &[u8]| self.get(Ks::Extents, k);
-            if let Some(map) = covering_extent(&mut get, prefix, lo, hi, self.extent_end_bound)? {
+            let get = |k: &[u8]| self.get(Ks::Extents, k);
+            if let Some(map) = covering_extent(get, prefix, lo, hi, self.extent_end_bound)? {
                 return Ok(map);
             }
         }
