@@ -19,8 +19,12 @@ use crate::{BlockDevice, DeviceError, Exports};
 
 /// The most bytes one BLOCK_STATUS answer describes (one stat per object touched).
 const MAX_STATUS_BYTES: u64 = 1 << 30;
-/// Bytes buffered on each side of a connection (requests in, replies out).
+/// Bytes of replies buffered before they are written.
 const IO_BUFFER_BYTES: usize = 256 << 10;
+/// Bytes of requests read ahead: enough for a queue of small requests to arrive in one read,
+/// small enough that little of a large write's payload is read into it (and copied out again)
+/// before the rest goes straight into the payload (see [`read_payload`]).
+const REQUEST_BUFFER_BYTES: usize = 64 << 10;
 /// Zeros written per request when a client asks for allocated zeros (NO_HOLE).
 const ZERO_WRITE_BYTES: u64 = 4 << 20;
 
@@ -129,7 +133,7 @@ where
         Ok::<(), std::io::Error>(())
     });
     // Requests read through a buffer: one system call brings in many small requests.
-    let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, r);
+    let mut r = BufReader::with_capacity(REQUEST_BUFFER_BYTES, r);
     let count = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
     let bytes = Arc::new(Semaphore::new(limits.max_in_flight_bytes.max(limits.max_request_bytes as usize)));
     let session = Arc::new(session);
@@ -464,7 +468,7 @@ mod tests {
             wire.extend_from_slice(&[0xEE; REQUEST_BYTES]);
         }
         for step in [1usize, 28, 4096, 100_000, 1 << 20] {
-            let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, Dribble { bytes: wire.clone(), at: 0, step });
+            let mut r = BufReader::with_capacity(REQUEST_BUFFER_BYTES, Dribble { bytes: wire.clone(), at: 0, step });
             for (i, &n) in sizes.iter().enumerate() {
                 let mut data = Vec::new();
                 read_payload(&mut r, n, &mut data).await.unwrap();
