@@ -686,7 +686,8 @@ impl<K: Kv, D: Device> Engine<K, D> {
             let staged = read_lock(&self.staged);
             let view = Overlaid::new(&self.kv, Some(staged.changes()));
             let staged_block = |phys| staged.block(phys);
-            let inplace_ok = !self.volatile && inplace_fits(txn, w.log.max_record_bytes());
+            // A volatile store writes in place without a log (see below), so no record bounds it.
+            let inplace_ok = self.volatile || inplace_fits(txn, w.log.max_record_bytes());
             let mut plan =
                 Plan::new(&view, &self.dev, &staged_block, &self.pool, &mut w.alloc, now_ns()).with_inplace(inplace_ok);
             for (i, op) in txn.ops.iter().enumerate() {
@@ -721,7 +722,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
             Self::record_estimate(&batch, &written, &inplace_refs, growth)
         };
         let use_log = !self.volatile && estimate <= w.log.max_record_bytes();
-        if !use_log && !inplace.is_empty() {
+        if !use_log && !self.volatile && !inplace.is_empty() {
             // `inplace_fits` bounds the record of any transaction allowed to write in place well
             // below the largest record; written in place without the log, a torn write would
             // destroy the old contents.
@@ -804,6 +805,17 @@ impl<K: Kv, D: Device> Engine<K, D> {
             self.note_inplace(w, &inplace);
         } else if use_log {
             self.kv.commit(batch, false)?;
+        } else if !inplace.is_empty() {
+            // A volatile store writes its small overwrites in place at once: nothing of it
+            // outlives the process, so no log must hold the data first and a torn write loses
+            // nothing recoverable. The blocks and their checksums change while readers are held
+            // off (every read holds `reuse` shared from its KV snapshot to its last device read),
+            // so none sees one without the other; a view a reader already holds keeps its bytes
+            // (the device copies a chunk before changing it under a view).
+            debug_assert!(self.volatile, "only a volatile store writes in place without the log");
+            let _exclusive = self.reuse.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.dev.write_all(&inplace_refs, false).map_err(dev_err("writing blocks in place"))?;
+            self.kv.commit(batch, true)?;
         } else {
             // Recovery must never expect this transaction's record: a new lap starts below.
             self.kv.commit(batch, true)?;

@@ -360,7 +360,7 @@ fn a_medium_error_names_the_object_and_a_rewrite_clears_it() {
 // -- in-place overwrites (decision 0040) ------------------------------------------------------
 
 /// Number of extent records of `c/obj`, and where its block at `offset` is on the device.
-fn records_and_phys(engine: &Engine<LossyKv, Arc<MemDevice>>, obj: &str, offset: u64) -> (usize, u64) {
+fn records_and_phys<K: Kv, D: Device>(engine: &Engine<K, D>, obj: &str, offset: u64) -> (usize, u64) {
     let prefix = layout::child_prefix("c", obj);
     let end = layout::prefix_end(&prefix);
     let mut n = 0;
@@ -373,12 +373,12 @@ fn records_and_phys(engine: &Engine<LossyKv, Arc<MemDevice>>, obj: &str, offset:
         .unwrap();
     let size = engine.stat("c", obj).unwrap().size_bytes;
     let snap = engine.kv.snapshot();
-    let map = Engine::<LossyKv, Arc<MemDevice>>::extents(&snap, "c", obj, offset, offset + 4096, size).unwrap();
+    let map = Engine::<K, D>::extents(&snap, "c", obj, offset, offset + 4096, size).unwrap();
     let (&off, e) = map.iter().next().expect("the block is stored");
     (n, e.phys + (offset - off))
 }
 
-fn overwrite(engine: &Engine<LossyKv, Arc<MemDevice>>, obj: &str, offset: u64, data: &[u8], durability: Durability) {
+fn overwrite<K: Kv, D: Device>(engine: &Engine<K, D>, obj: &str, offset: u64, data: &[u8], durability: Durability) {
     let mut txn = Transaction::new();
     txn.write("c", obj, offset, data.to_vec());
     engine.commit(txn, durability).unwrap();
@@ -433,6 +433,86 @@ fn small_overwrites_go_in_place_keeping_records_whole_and_space_untouched() {
     let engine = Engine::load(BackendKind::Mem, kv.after_power_loss(), Arc::clone(&dev), None).unwrap();
     assert_eq!(engine.read_all("c", "o").unwrap(), want);
     assert!(engine.fsck().unwrap().is_clean());
+}
+
+/// A RAM store with collection `c`.
+fn ram_store() -> MemEngine {
+    let engine = MemEngine::new_mem_without_reserve(64 << 20).unwrap();
+    let mut txn = Transaction::new();
+    txn.create_collection("c");
+    engine.commit(txn, Durability::Sync).unwrap();
+    engine
+}
+
+#[test]
+fn a_ram_store_overwrites_small_ranges_in_place_and_views_already_held_keep_their_bytes() {
+    let engine = ram_store();
+    let mut want: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    overwrite(&engine, "o", 0, &want, Durability::Sync);
+    let (records, phys) = records_and_phys(&engine, "o", 8192);
+    let free = lock(&engine.writer).alloc.free_bytes();
+    // A reader's views of the whole object, taken before any overwrite.
+    let (held, _) = engine.read_parts_crc("c", "o", 0, want.len() as u64).unwrap();
+    let before = want.clone();
+    for (i, durability) in [Durability::Sync, Durability::Deferred].iter().cycle().take(30).enumerate() {
+        // Whole blocks, an unaligned piece inside a block, and one across two blocks.
+        let (offset, len) = match i % 3 {
+            0 => ((i as u64 * 7 % 64) * 4096, 4096),
+            1 => ((i as u64 * 5 % 64) * 4096 + 100, 300),
+            _ => ((i as u64 * 3 % 63) * 4096 + 4000, 200),
+        };
+        let data = vec![i as u8 + 1; len];
+        overwrite(&engine, "o", offset, &data, *durability);
+        want[offset as usize..offset as usize + len].copy_from_slice(&data);
+        let (bytes, crc) = engine.read_bytes_crc("c", "o", 0, want.len() as u64).unwrap();
+        assert!(bytes[..] == want[..], "after overwrite {i}");
+        assert_eq!(crc, Some(shoal_util::crc32c(&want)), "the checksum of exactly the bytes read");
+    }
+    assert_eq!(records_and_phys(&engine, "o", 8192), (records, phys), "the record stays whole, its blocks in place");
+    assert_eq!(lock(&engine.writer).alloc.free_bytes(), free, "no space is allocated or freed");
+    assert!(held.concat() == before, "a view taken before the overwrites still shows what it showed");
+    // Larger than the in-place limit: copied on write as before.
+    overwrite(&engine, "o", 0, &vec![8u8; 128 * 1024], Durability::Sync);
+    want[..128 * 1024].fill(8);
+    assert_eq!(engine.read_all("c", "o").unwrap(), want);
+    assert_ne!(records_and_phys(&engine, "o", 8192).1, phys, "a large overwrite is copied on write");
+    assert!(engine.fsck().unwrap().is_clean());
+}
+
+#[test]
+fn readers_of_a_ram_store_never_see_an_in_place_overwrite_half_done() {
+    // Each overwrite fills one whole block with one byte value, so a block read whole is
+    // uniform unless a read saw part of an overwrite; and a read whose block changed under its
+    // checksum fails verification instead of returning.
+    let engine = Arc::new(ram_store());
+    const BLOCKS: u64 = 16;
+    overwrite(&*engine, "o", 0, &vec![0u8; (BLOCKS * 4096) as usize], Durability::Sync);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (engine, stop) = (Arc::clone(&engine), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && reads < 1_000_000 {
+                    let block = (reads * 7 + r) % BLOCKS;
+                    let (bytes, crc) = engine.read_bytes_crc("c", "o", block * 4096, 4096).unwrap();
+                    assert_eq!(crc, Some(shoal_util::crc32c(&bytes)), "read {reads}: checksum of other bytes");
+                    assert!(bytes.iter().all(|&b| b == bytes[0]), "read {reads} of block {block} saw a torn overwrite");
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    for i in 0..3_000u64 {
+        let block = i * 5 % BLOCKS;
+        overwrite(&*engine, "o", block * 4096, &[(i % 250) as u8 + 1; 4096], Durability::Sync);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().unwrap() > 0, "every reader read");
+    }
+    assert_eq!(records_and_phys(&*engine, "o", 0).0, 1, "every overwrite went in place");
 }
 
 #[test]
