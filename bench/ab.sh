@@ -4,12 +4,14 @@
 # /proc/PID/stat), so that a change is judged by its cost per operation as well as by a
 # throughput that swings with the machine's noise.
 #
-#   bench/ab.sh [--rounds N] [--unwritten] nbd mem1|block3 RW BS QD BIN...   fio's nbd engine through `nbd serve`
+#   bench/ab.sh [--rounds N] [--unwritten | --aged S] nbd mem1|block3 RW BS QD BIN...   fio's nbd engine through `nbd serve`
 #   bench/ab.sh [--rounds N] s3 mem1|block3 SIZE CONC LOAD BIN...   `shoal s3 bench` on the gateway
 #   bench/ab.sh [--rounds N] rbd mem1|block3 BIN...             `shoal rbd bench`, 4 KiB random writes
 #
 # The nbd image is written whole (4 MiB writes) before the timed load, unless --unwritten: then
-# the load starts on a thin image with nothing written (writes into holes).
+# the load starts on a thin image with nothing written (writes into holes); with --aged S, S
+# seconds of 4 KiB random writes (iodepth 16) follow the prefill, untimed, as a file system's
+# use leaves an image.
 # RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, randrw 4k 16: both sides printed, ...); LOAD is put, get or delete (a get
 # run first writes the objects it reads, a delete run the objects it removes). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
 # `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
@@ -21,10 +23,12 @@ set -euo pipefail
 
 ROUNDS=2
 PREFILL=1
+AGE_S=0
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
     --unwritten) PREFILL=0; shift ;;
+    --aged) AGE_S=$2; shift 2 ;;
     *) echo "bench/ab.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -85,6 +89,10 @@ run_nbd() {
   local engine=(--ioengine=nbd "--uri=nbd://127.0.0.1:$PORT/data/img")
   if ((PREFILL)); then
     fio --name=prefill "${engine[@]}" --rw=write --bs=4M --iodepth=4 --size=1G >/dev/null 2>&1
+  fi
+  if ((AGE_S > 0)); then
+    fio --name=age "${engine[@]}" --rw=randwrite --bs=4k --iodepth=16 --size=1G --time_based --runtime="$AGE_S" \
+      >/dev/null 2>&1
   fi
   local o0 n0 o1 n1 m0 m1
   o0=$(ticks $OSDS); n0=$(ticks $nbd); m0=$(cpu_ticks)
