@@ -384,6 +384,20 @@ fn overwrite<K: Kv, D: Device>(engine: &Engine<K, D>, obj: &str, offset: u64, da
     engine.commit(txn, durability).unwrap();
 }
 
+/// The `i`th of a series of small overwrites of `c/o` (inside its first 256 KiB), applied to the
+/// expected contents `want` too: whole blocks, an unaligned piece inside a block, and one across
+/// two blocks, in turn.
+fn small_overwrite<K: Kv, D: Device>(engine: &Engine<K, D>, i: usize, durability: Durability, want: &mut [u8]) {
+    let (offset, len) = match i % 3 {
+        0 => ((i as u64 * 7 % 64) * 4096, 4096),
+        1 => ((i as u64 * 5 % 64) * 4096 + 100, 300),
+        _ => ((i as u64 * 3 % 63) * 4096 + 4000, 200),
+    };
+    let data = vec![i as u8 + 1; len];
+    overwrite(engine, "o", offset, &data, durability);
+    want[offset as usize..offset as usize + len].copy_from_slice(&data);
+}
+
 fn inplace_waiting(engine: &Engine<LossyKv, Arc<MemDevice>>) -> usize {
     read_lock(&engine.staged).inplace_counts(0).0
 }
@@ -398,15 +412,7 @@ fn small_overwrites_go_in_place_keeping_records_whole_and_space_untouched() {
     for (i, durability) in
         [Durability::Sync, Durability::Batch, Durability::Deferred].iter().cycle().take(30).enumerate()
     {
-        // Whole blocks, an unaligned piece inside a block, and one across two blocks.
-        let (offset, len) = match i % 3 {
-            0 => ((i as u64 * 7 % 64) * 4096, 4096),
-            1 => ((i as u64 * 5 % 64) * 4096 + 100, 300),
-            _ => ((i as u64 * 3 % 63) * 4096 + 4000, 200),
-        };
-        let data = vec![i as u8 + 1; len];
-        overwrite(&engine, "o", offset, &data, *durability);
-        want[offset as usize..offset as usize + len].copy_from_slice(&data);
+        small_overwrite(&engine, i, *durability, &mut want);
         assert_eq!(engine.read_all("c", "o").unwrap(), want, "after overwrite {i}");
     }
     engine.sync().unwrap();
@@ -455,15 +461,7 @@ fn a_ram_store_overwrites_small_ranges_in_place_and_views_already_held_keep_thei
     let (held, _) = engine.read_parts_crc("c", "o", 0, want.len() as u64).unwrap();
     let before = want.clone();
     for (i, durability) in [Durability::Sync, Durability::Deferred].iter().cycle().take(30).enumerate() {
-        // Whole blocks, an unaligned piece inside a block, and one across two blocks.
-        let (offset, len) = match i % 3 {
-            0 => ((i as u64 * 7 % 64) * 4096, 4096),
-            1 => ((i as u64 * 5 % 64) * 4096 + 100, 300),
-            _ => ((i as u64 * 3 % 63) * 4096 + 4000, 200),
-        };
-        let data = vec![i as u8 + 1; len];
-        overwrite(&engine, "o", offset, &data, *durability);
-        want[offset as usize..offset as usize + len].copy_from_slice(&data);
+        small_overwrite(&engine, i, *durability, &mut want);
         let (bytes, crc) = engine.read_bytes_crc("c", "o", 0, want.len() as u64).unwrap();
         assert!(bytes[..] == want[..], "after overwrite {i}");
         assert_eq!(crc, Some(shoal_util::crc32c(&want)), "the checksum of exactly the bytes read");
