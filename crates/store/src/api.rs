@@ -19,18 +19,22 @@ use crate::error::Result;
 /// The bytes of a write. Callers that already hold data in a block-aligned buffer (network
 /// receive paths, benchmarks) pass it as `Aligned`, and block-aligned writes of such data reach
 /// the device without being copied. Other data is shared (`Bytes`), so a write that also goes
-/// elsewhere (an OSD's replicas) is not copied for the store.
+/// elsewhere (an OSD's replicas) is not copied for the store. `Summed` is shared data whose
+/// every 4 KiB block's crc32c the caller already knows (a receiver computed them as the bytes
+/// arrived): a block-aligned write of it stores those checksums instead of computing them again,
+/// so the caller vouches for them (a wrong one fails later reads of its block as corrupt).
 #[derive(Clone)]
 pub enum Data {
     Shared(Bytes),
     Aligned(Arc<AlignedBuf>),
+    Summed(Bytes, shoal_util::BlockCrcs),
 }
 
 impl std::ops::Deref for Data {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            Data::Shared(v) => v,
+            Data::Shared(v) | Data::Summed(v, _) => v,
             Data::Aligned(b) => b,
         }
     }
@@ -58,6 +62,16 @@ impl From<Vec<u8>> for Data {
 impl From<Bytes> for Data {
     fn from(v: Bytes) -> Self {
         Data::Shared(v)
+    }
+}
+
+/// Summed when every block's checksum is known, else shared.
+impl From<shoal_util::SummedBytes> for Data {
+    fn from(v: shoal_util::SummedBytes) -> Self {
+        match v.block_crcs().cloned() {
+            Some(crcs) => Data::Summed(v.into_bytes(), crcs),
+            None => Data::Shared(v.into_bytes()),
+        }
     }
 }
 

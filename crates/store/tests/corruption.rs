@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use shoal_store::engine::device::BLOCK_BYTES;
-use shoal_store::{BackendKind, Durability, MkfsOptions, StoreError, Transaction};
+use shoal_store::{BackendKind, Durability, MkfsOptions, ObjectStore, StoreError, Transaction};
 
 const COLL: &str = "c";
 
@@ -214,4 +214,88 @@ fn cached_blocks_follow_every_write_and_deep_reads_see_the_medium() {
     // Once the object is written again, the medium holds good bytes once more.
     write("v", 0, &victim);
     assert_eq!(store.read_media(COLL, "v", 0, victim.len() as u64).unwrap(), victim);
+}
+
+/// Aligned shared bytes (a block store with direct I/O writes only those as they are).
+struct AlignedOwner(shoal_util::AlignedBuf);
+impl AsRef<[u8]> for AlignedOwner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+fn aligned_bytes(data: &[u8]) -> bytes::Bytes {
+    bytes::Bytes::from_owner(AlignedOwner(shoal_util::AlignedBuf::copy_padded(data, data.len())))
+}
+
+/// A write whose block checksums arrived with it (`Data::Summed`, decision 0094) stores those
+/// checksums instead of computing them: right ones read back as any write does, and a wrong one
+/// is caught where a flipped byte would be (the read that checks it, fsck), never taken for
+/// good data. Each backend, on each path a block-aligned write takes: a large write (checksums
+/// computed while the data travels, when they are not known), a small one to new blocks, and a
+/// small overwrite in place.
+#[test]
+fn block_checksums_that_arrive_with_the_data_are_the_ones_stored() {
+    let block = BLOCK_BYTES as usize;
+    for backend in [BackendKind::Mem, BackendKind::Block] {
+        let tmp = tempfile::tempdir().unwrap();
+        let store: Box<dyn ObjectStore> = match backend {
+            BackendKind::Mem => Box::new(shoal_store::engine::MemEngine::new_mem_without_reserve(64 << 20).unwrap()),
+            _ => {
+                let opts = MkfsOptions { backend, size_bytes: 64 << 20, device: None, force: false };
+                shoal_store::mkfs(&tmp.path().join("store"), &opts).unwrap()
+            }
+        };
+        let mut txn = Transaction::new();
+        txn.create_collection(COLL);
+        store.commit(txn, Durability::Sync).unwrap();
+        let write = |name: &str, off: u64, data: &[u8], crcs: Vec<u32>| {
+            let mut txn = Transaction::new();
+            let summed = shoal_store::Data::Summed(aligned_bytes(data), shoal_util::BlockCrcs::new(crcs));
+            txn.ops.push(shoal_store::Op::Write { coll: COLL.into(), obj: name.into(), offset: off, data: summed });
+            store.commit(txn, Durability::Sync).unwrap();
+        };
+        let right = |data: &[u8]| shoal_util::crc32c_blocks(data, block);
+        // (object, offset, length): large and new, small and new, small over stored blocks.
+        let cases = [("large", 0u64, 2usize << 20), ("small", 0, 2 * block), ("large", 64 << 10, block)];
+        let mut large = vec![0u8; 2 << 20];
+        for (i, (name, off, len)) in cases.iter().enumerate() {
+            let data = content(20 + i as u64, *len);
+            write(name, *off, &data, right(&data));
+            if *name == "large" {
+                large[*off as usize..*off as usize + len].copy_from_slice(&data);
+            }
+            let got = store.read_bytes_crc(COLL, name, *off, *len as u64).unwrap();
+            assert!(got.0[..] == data[..], "{backend:?} case {i}: the bytes written");
+            if let Some(crc) = got.1 {
+                assert_eq!(crc, shoal_util::crc32c(&data), "{backend:?} case {i}: the read's checksum");
+            }
+        }
+        assert_eq!(store.read_all(COLL, "large").unwrap(), large, "{backend:?}");
+        assert!(store.fsck().unwrap().is_clean(), "{backend:?}: right checksums are clean");
+
+        // The same three paths with one wrong checksum each, on objects of their own.
+        for (i, (name, off, len)) in cases.iter().enumerate() {
+            let name = format!("{name}-wrong-{i}");
+            if *off > 0 {
+                let base = content(30 + i as u64, *off as usize + len);
+                write(&name, 0, &base, right(&base));
+            }
+            let data = content(40 + i as u64, *len);
+            let mut crcs = right(&data);
+            let bad = crcs.len() / 2;
+            crcs[bad] ^= 1;
+            write(&name, *off, &data, crcs);
+            let at = *off + (bad * block) as u64;
+            let found = match store.read_bytes_crc(COLL, &name, at, BLOCK_BYTES) {
+                Err(StoreError::Checksum { .. }) => true,
+                // A store that does not check on every read hands the stored checksum on with
+                // the bytes (an OSD's reply frame carries it, and the client refuses the frame).
+                Ok((bytes, Some(crc))) => crc != shoal_util::crc32c(&bytes),
+                other => panic!("{backend:?} case {i}: {other:?}"),
+            };
+            assert!(found, "{backend:?} case {i}: a wrong known checksum was not what the store kept");
+        }
+        let report = store.fsck().unwrap();
+        assert!(!report.is_clean(), "{backend:?}: fsck finds the blocks whose checksums are wrong: {report:?}");
+    }
 }

@@ -247,6 +247,17 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             assert_eq!(shared.as_ptr().addr() % 4096, 0);
             Op::Write { coll, obj, offset: block * 4096, data: Data::Shared(shared) }
         }),
+        // The same with every block's checksum known (a receiver computed them as the payload
+        // arrived, decision 0094): stored as given, not computed again.
+        3 => (c(), o(), 0u64..48, 1usize..300, any::<u8>()).prop_map(|(coll, obj, block, blocks, b)| {
+            let mut bytes: Vec<u8> = Vec::with_capacity(blocks * 4096 + 4095);
+            let pad = bytes.as_ptr().align_offset(4096);
+            bytes.resize(pad, 0);
+            bytes.extend((0..blocks * 4096).map(|i| b.wrapping_add((i / 4089) as u8) ^ (i as u8)));
+            let shared = bytes::Bytes::from(bytes).slice(pad..);
+            let crcs = shoal_util::BlockCrcs::new(shoal_util::crc32c_blocks(&shared, 4096));
+            Op::Write { coll, obj, offset: block * 4096, data: Data::Summed(shared, crcs) }
+        }),
         2 => (c(), o(), 0u64..150_000).prop_map(|(coll, obj, size_bytes)| Op::Truncate { coll, obj, size_bytes }),
         2 => (c(), o()).prop_map(|(coll, obj)| Op::Remove { coll, obj }),
         1 => (c(), o(), name_strategy("x", 3), prop::collection::vec(any::<u8>(), 0..20)).prop_map(|(coll, obj, name, value)| Op::SetXattr { coll, obj, name, value }),

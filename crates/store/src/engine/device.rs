@@ -23,6 +23,8 @@ pub type TailFn<'a> = dyn FnMut() -> io::Result<Option<(u64, AlignedBuf)>> + 'a;
 
 /// Allocation and checksum unit of the engine, in bytes.
 pub const BLOCK_BYTES: u64 = 4096;
+// Checksums that arrive with the data (`Data::Summed`) are per block of this size.
+const _: () = assert!(BLOCK_BYTES as usize == shoal_util::SUM_BLOCK_BYTES);
 
 /// Where object data lives.
 pub trait Device: Send + Sync + 'static {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use shoal_util::{AlignedBuf, BufPool, Crc32cShift, crc32c, crc32c_append};
+use shoal_util::{AlignedBuf, BufPool, crc32c, crc32c_append};
 
 use super::device::{BLOCK_BYTES, BlockSource};
 use super::kv::{Ks, KvRead};
@@ -319,8 +319,7 @@ pub fn slice_parts(parts: Vec<bytes::Bytes>, block_crcs: &[u32], at: usize, len:
 /// blocks joined from their checksums, the partial first and last ones by `append(crc, from,
 /// to)`, which extends `crc` over bytes `[from, to)`.
 fn crc_joined(block_crcs: &[u32], at: usize, len: usize, append: &dyn Fn(u32, usize, usize) -> u32) -> u32 {
-    static SHIFT: OnceLock<Crc32cShift> = OnceLock::new();
-    let shift = SHIFT.get_or_init(|| Crc32cShift::new(BLOCK_BYTES as usize));
+    let shift = shoal_util::block_shift();
     let block = BLOCK_BYTES as usize;
     let end = at + len;
     let mut crc = 0;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use shoal_util::{AlignedBuf, BufPool, crc32c_blocks};
+use shoal_util::{AlignedBuf, BlockCrcs, BufPool, crc32c_blocks};
 
 use super::alloc::Allocator;
 use super::device::{BLOCK_BYTES, Device};
@@ -418,17 +418,42 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
         }
         let at = (off - lo) as usize;
         buf[at..at + data.len()].copy_from_slice(data);
-        self.store_blocks(coll, obj, lo, DirectData::Owned(buf))
+        self.store_blocks(coll, obj, lo, DirectData::Owned(buf), None)
     }
 
     /// Replaces the block-aligned logical range starting at `lo` with the blocks in `src`.
-    fn store_blocks(&mut self, coll: &str, obj: &str, lo: u64, src: DirectData) -> Result<()> {
+    /// `known`, when given, holds the crc32c of every block of `src` (the caller vouches for
+    /// them, see [`crate::Data::Summed`]): they are stored instead of computed.
+    fn store_blocks(
+        &mut self,
+        coll: &str,
+        obj: &str,
+        lo: u64,
+        src: DirectData,
+        known: Option<&BlockCrcs>,
+    ) -> Result<()> {
         let prefix = layout::child_prefix(coll, obj);
         let len = src.len() as u64;
+        assert!(
+            known.is_none_or(|k| k.len() as u64 * BLOCK_BYTES == len),
+            "{} known block checksums for {len} bytes",
+            known.map_or(0, BlockCrcs::len)
+        );
+        let known = known.map(BlockCrcs::as_slice);
+        // The checksums of the blocks of `src` in `[from, from + n)` (offsets into `src`).
+        let csums_of = |data: &[u8], from: u64| -> Vec<u32> {
+            match known {
+                Some(k) => {
+                    let first = (from / BLOCK_BYTES) as usize;
+                    k[first..first + data.len() / BLOCK_BYTES as usize].to_vec()
+                }
+                None => crc32c_blocks(data, BLOCK_BYTES as usize),
+            }
+        };
         // The records a declined in-place overwrite read are the ones the punch removes: nothing
         // changed in between, so they are not looked up twice.
         let extents = if self.inplace_ok && len <= INPLACE_MAX_BYTES {
-            match self.overwrite_in_place(&prefix, lo, &src)? {
+            match self.overwrite_in_place(&prefix, lo, &src, &csums_of)? {
                 None => return Ok(()),
                 Some(extents) => extents,
             }
@@ -452,8 +477,9 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             let start = (logical - lo) as usize;
             let Some(whole) = &src else { unreachable!("buffer moved before the last piece") };
             let bytes = &whole[start..start + plen as usize];
-            // Records are at most MAX_EXTENT_BYTES long so that each stays small.
-            let defer = self.defer_csums && len >= OVERLAP_MIN_BYTES;
+            // Records are at most MAX_EXTENT_BYTES long so that each stays small. Checksums the
+            // caller knows need no pass to defer.
+            let defer = self.defer_csums && len >= OVERLAP_MIN_BYTES && known.is_none();
             let direct_index = self.direct.len();
             let mut done = 0u64;
             while done < plen {
@@ -472,8 +498,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     self.put(Ks::Extents, key, layout::encode(&e));
                 } else {
                     let slice = &bytes[done as usize..(done + n) as usize];
-                    let e =
-                        Extent { phys: phys + done, len_bytes: n, csums: crc32c_blocks(slice, BLOCK_BYTES as usize) };
+                    let e = Extent { phys: phys + done, len_bytes: n, csums: csums_of(slice, start as u64 + done) };
                     self.put(Ks::Extents, key, layout::encode(&e));
                 }
                 done += n;
@@ -505,7 +530,14 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
     /// writes an image's 4 MiB objects fragmented into hundreds of records each, which every
     /// later write scans and every read walks (a sequential read of such an image fell from 883
     /// to 180 MB/s). In place, the record stays whole and one put replaces it.
-    fn overwrite_in_place(&mut self, prefix: &[u8], lo: u64, src: &[u8]) -> Result<Option<ExtentMap>> {
+    /// `csums_of(data, from)` returns the checksums of `data`, the bytes of `src` from `from`.
+    fn overwrite_in_place(
+        &mut self,
+        prefix: &[u8],
+        lo: u64,
+        src: &[u8],
+        csums_of: &dyn Fn(&[u8], u64) -> Vec<u32>,
+    ) -> Result<Option<ExtentMap>> {
         let hi = lo + src.len() as u64;
         let extents = self.extents(prefix, lo, hi)?;
         let mut covered = lo;
@@ -533,7 +565,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             }
             let data = &src[(a - lo) as usize..(b - lo) as usize];
             let first = ((a - off) / BLOCK_BYTES) as usize;
-            for (i, crc) in crc32c_blocks(data, BLOCK_BYTES as usize).into_iter().enumerate() {
+            for (i, crc) in csums_of(data, a - lo).into_iter().enumerate() {
                 e.csums[first + i] = crc;
             }
             let mut copy = self.pool.take(data.len());
@@ -561,7 +593,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     let mut block = AlignedBuf::zeroed(BLOCK_BYTES as usize);
                     let old_block = self.read_aligned(coll, obj, lo, keep_hi)?;
                     block[..tail as usize].copy_from_slice(&old_block[..tail as usize]);
-                    self.store_blocks(coll, obj, lo, DirectData::Owned(block))?;
+                    self.store_blocks(coll, obj, lo, DirectData::Owned(block), None)?;
                 }
             }
         }
@@ -634,16 +666,20 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                 // aligned memory (no direct I/O).
                 let as_they_are = match data {
                     _ if !aligned || data.is_empty() => None,
-                    crate::api::Data::Aligned(buf) => Some(DirectData::Shared(Arc::clone(buf), 0..buf.len())),
-                    crate::api::Data::Shared(bytes)
+                    crate::api::Data::Aligned(buf) => Some((DirectData::Shared(Arc::clone(buf), 0..buf.len()), None)),
+                    crate::api::Data::Shared(bytes) | crate::api::Data::Summed(bytes, _)
                         if !self.dev.direct_io() || bytes.as_ptr().addr().is_multiple_of(BLOCK_BYTES as usize) =>
                     {
-                        Some(DirectData::Bytes(bytes.clone()))
+                        let known = match data {
+                            crate::api::Data::Summed(_, crcs) => Some(crcs),
+                            _ => None,
+                        };
+                        Some((DirectData::Bytes(bytes.clone()), known))
                     }
-                    crate::api::Data::Shared(_) => None,
+                    crate::api::Data::Shared(_) | crate::api::Data::Summed(..) => None,
                 };
-                if let Some(window) = as_they_are {
-                    self.store_blocks(coll, obj, *offset, window)?;
+                if let Some((window, known)) = as_they_are {
+                    self.store_blocks(coll, obj, *offset, window, known)?;
                     onode.size_bytes = onode.size_bytes.max(offset + data.len() as u64);
                 } else if !data.is_empty() {
                     self.write_data(coll, obj, onode.size_bytes, *offset, data)?;
