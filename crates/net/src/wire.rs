@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use shoal_proto::frame::{MAGIC, decode_header};
 use shoal_proto::{Frame, FrameError, HEADER_BYTES, MAX_PAYLOAD_BYTES};
+use shoal_util::SUM_BLOCK_BYTES;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
@@ -159,7 +160,7 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         let pad = buf.as_ptr().align_offset(PAYLOAD_ALIGN_BYTES);
         assert!(pad < PAYLOAD_ALIGN_BYTES, "no aligned address in an allocation of the alignment's size");
         buf.resize(pad, 0);
-        let crc = read_payload(r, &mut buf, pad + len).await?;
+        let (crc, block_crcs) = read_payload_summed(r, &mut buf, pad + len).await?;
         h.check_crc(len, crc)?;
         // The bulk data's own checksum, kept so that a primary forwarding the data to replicas
         // does not read it again for their frames: the whole payload's checksum with the
@@ -176,6 +177,7 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         debug_assert_eq!(data.as_ptr() as usize % PAYLOAD_ALIGN_BYTES, 0);
         let mut frame = Frame::with_data(h.msg_type, h.request_id, data, Vec::new());
         frame.prefix_crc = Some((bulk, bulk_crc));
+        frame.block_crcs = Some(shoal_util::BlockCrcs::new(block_crcs));
         return Ok(Some(frame));
     }
     let mut payload = Vec::with_capacity(len);
@@ -206,6 +208,53 @@ async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: u
         crc = shoal_util::crc32c_append(crc, &buf[from..from + n]);
     }
     Ok(crc)
+}
+
+/// [`read_payload`] that also returns the crc32c of each whole [`SUM_BLOCK_BYTES`] block it
+/// appended (block 0 at the buffer's length on entry), computed as the blocks arrive. The payload's
+/// checksum is those joined (then extended over a partial last block), so the frame check that
+/// follows also proves every block's: a store that checksums what it writes per block takes them
+/// instead of reading the payload a second time (decision 0094).
+async fn read_payload_summed<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    end: usize,
+) -> Result<(u32, Vec<u32>), NetError> {
+    debug_assert!(buf.capacity() >= end, "the payload buffer is allocated before it is read");
+    let shift = shoal_util::block_shift();
+    let mut block_crcs = Vec::with_capacity((end - buf.len()) / SUM_BLOCK_BYTES);
+    // The checksum of the whole blocks so far, and the running one of the block being filled.
+    let mut joined = 0u32;
+    let mut partial = 0u32;
+    let mut block_start = buf.len();
+    while buf.len() < end {
+        let want = (end - buf.len()) as u64;
+        let from = buf.len();
+        let n = (&mut *r).take(want).read_buf(buf).await?;
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+        let mut at = from;
+        while at < from + n {
+            let block_end = block_start + SUM_BLOCK_BYTES;
+            let to = block_end.min(from + n);
+            partial = if at == block_start && to == block_end {
+                shoal_util::crc32c(&buf[at..to])
+            } else {
+                shoal_util::crc32c_append(partial, &buf[at..to])
+            };
+            at = to;
+            if at == block_end {
+                block_crcs.push(partial);
+                joined = shift.concat(joined, partial);
+                partial = 0;
+                block_start = block_end;
+            }
+        }
+    }
+    // A partial last block (the message's header after the bulk data) joins as it is.
+    let crc = if block_start < end { shoal_util::crc32c_append(joined, &buf[block_start..end]) } else { joined };
+    Ok((crc, block_crcs))
 }
 
 /// Writes one frame directly (used during the handshake, before the writer task exists).
@@ -382,6 +431,33 @@ mod tests {
         let small = read_frame(&mut rx, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
         assert_eq!(small.payload, vec![1; 5000]);
         writer.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_aligned_reader_hands_over_every_whole_blocks_checksum_however_the_bytes_arrive() {
+        // Payloads of whole blocks and with a partial last one, read in pieces of sizes that
+        // cut blocks anywhere.
+        for len in [ALIGNED_PAYLOAD_MIN_BYTES, ALIGNED_PAYLOAD_MIN_BYTES + 4096 * 3 + 77, 300_001] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 13 % 253) as u8 ^ (i >> 12) as u8).collect();
+            let want = shoal_util::crc32c_blocks(&payload[..len / SUM_BLOCK_BYTES * SUM_BLOCK_BYTES], SUM_BLOCK_BYTES);
+            for piece in [333, 4096, 7000, 65_536, 1 << 20] {
+                let bytes = wire(&[Frame::new(16, 3, payload.clone())]);
+                let (mut tx, mut rx) = tokio::io::duplex(piece);
+                let writer = tokio::spawn(async move { tx.write_all(&bytes).await });
+                let mut header = [0u8; HEADER_BYTES];
+                let f = read_frame(&mut rx, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
+                let got = f.block_crcs.clone().expect("a large payload's block checksums");
+                assert_eq!(got.as_slice(), &want[..], "{len} bytes in pieces of {piece}");
+                assert!(f.into_bytes() == payload);
+                writer.await.unwrap().unwrap();
+            }
+        }
+        // A small payload has none (the reader did not compute them).
+        let bytes = wire(&[Frame::new(16, 4, vec![1; 9000])]);
+        let mut r = &bytes[..];
+        let mut header = [0u8; HEADER_BYTES];
+        let f = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap().unwrap();
+        assert!(f.block_crcs.is_none());
     }
 
     fn framed<M: serde::Serialize>(request_id: u64, msg: &M, bulk: &[u8]) -> Frame {

@@ -35,6 +35,7 @@ use shoal_proto::osd::{
 };
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, encode};
 use shoal_store::{Durability, ObjectStore, StoreError};
+use shoal_util::SummedBytes;
 
 use crate::exec::{
     build_transaction, check_precondition, execute_reads, is_read_only, pg_collection, reads_before_writes,
@@ -75,9 +76,9 @@ pub const MAX_PENDING_WRITES: usize = 4096;
 pub enum Event {
     /// A client's request (frame type `OsdOp`). `arrived_ms` is when it arrived, on the clock
     /// of the ticks ([`Event::Tick`]): the request's expiry is counted from it.
-    ClientOp { from: Token, request_id: u64, op: OsdOp, data: bytes::Bytes, data_crc: Option<u32>, arrived_ms: u64 },
+    ClientOp { from: Token, request_id: u64, op: OsdOp, data: SummedBytes, data_crc: Option<u32>, arrived_ms: u64 },
     /// A primary's replicated write.
-    RepOp { from: Token, request_id: u64, op: RepOp, data: bytes::Bytes },
+    RepOp { from: Token, request_id: u64, op: RepOp, data: SummedBytes },
     /// A replica's answer to a [`RepOp`] we sent (or the driver's report that sending failed).
     RepReply { from: OsdId, reqid: ReqId, result: Result<RepOpReply, RemoteError> },
     /// A listing request.
@@ -847,7 +848,8 @@ impl OsdCore {
             && self.copies_elsewhere(pg)
             && !self.mutations.no_repair_on_access
         {
-            let event = Event::ClientOp { from, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms };
+            let event =
+                Event::ClientOp { from, request_id, op, data: SummedBytes::default(), data_crc: None, arrived_ms };
             return self.repair_then_retry(pg, event, e, out);
         }
         let (result, read) = match result {
@@ -899,7 +901,7 @@ impl OsdCore {
             tracing::debug!(%pg, object = %key.1, "a read finished after its PG changed primary term: handled again");
             let ReadInFlight { from, request_id, op, arrived_ms, .. } = read;
             self.handle(
-                Event::ClientOp { from, request_id, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms },
+                Event::ClientOp { from, request_id, op, data: SummedBytes::default(), data_crc: None, arrived_ms },
                 out,
             );
         } else {
@@ -1129,7 +1131,7 @@ impl OsdCore {
         };
         // The replicas' sends and the local commit share one buffer (no copies).
         let copies: Vec<bytes::Bytes> =
-            log_only.iter().map(|only| if *only { bytes::Bytes::new() } else { data.clone() }).collect();
+            log_only.iter().map(|only| if *only { bytes::Bytes::new() } else { data.bytes().clone() }).collect();
         let data_len = data.len() as u64;
         // Whether the write leaves nothing of the name: a member that lacks it then needs no copy.
         let empties = crate::objver::leaves_name_empty(&*self.store, &coll, &op.object, &resolved);
@@ -1264,7 +1266,7 @@ impl OsdCore {
         pg: PgId,
         coll: &str,
         resolved: Option<&[shoal_proto::osd::ObjOp]>,
-        data: bytes::Bytes,
+        data: SummedBytes,
         entry: &LogEntry,
         recovered: bool,
     ) -> Result<(), RemoteError> {
@@ -1304,7 +1306,7 @@ impl OsdCore {
         Ok(())
     }
 
-    fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: bytes::Bytes, out: &mut Vec<Action>) {
+    fn rep_op(&mut self, from: Token, request_id: u64, op: RepOp, data: SummedBytes, out: &mut Vec<Action>) {
         let pg = PgId { pool: op.pool, seed: op.pg };
         let coll = pg_collection(pg);
         let result = self.apply_rep_op(pg, &coll, &op, data);
@@ -1321,7 +1323,7 @@ impl OsdCore {
     /// missed a write refuses the next, and its primary peers again); a second delivery of the same
     /// write is acknowledged without applying it. A log-only write (this OSD is being backfilled
     /// and has not been sent the object yet) records the entry without touching the object.
-    fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: bytes::Bytes) -> Result<(), RemoteError> {
+    fn apply_rep_op(&mut self, pg: PgId, coll: &str, op: &RepOp, data: SummedBytes) -> Result<(), RemoteError> {
         if pg.pool < self.map.next_pool_id && !self.map.pools.contains_key(&pg.pool) {
             return Err(RemoteError::new(ErrorCode::NotFound, format!("pool id {} has been deleted", pg.pool)));
         }
@@ -1375,7 +1377,7 @@ impl OsdCore {
         // An operator's decision removes the missing record of a copy it pushed here before.
         let recovered = op.decided && self.meta_mut(pg)?.missing.contains_key(&op.object);
         if op.log_only {
-            return self.commit(pg, coll, None, bytes::Bytes::new(), &entry, recovered);
+            return self.commit(pg, coll, None, SummedBytes::default(), &entry, recovered);
         }
         check_precondition(&*self.store, coll, &op.object, op.precondition)?;
         self.commit(pg, coll, Some(&op.ops), data, &entry, recovered)

@@ -23,6 +23,7 @@ use shoal_net::{Connection, Handler, Keyring, Listeners, ServerConfig, ServerCon
 use shoal_proto::osd::{OsdOp, PgList, PgQuery, RepOp, RepOpReply};
 use shoal_proto::{ErrorCode, Frame, Message, RemoteError, decode, decode_bytes, encode};
 use shoal_store::{BackendKind, MkfsOptions, ObjectStore};
+use shoal_util::SummedBytes;
 use tokio::sync::mpsc;
 
 use crate::core::{Action, Event, OsdCore, PeerCall, ReadJob, Token};
@@ -102,7 +103,7 @@ struct OsdHandler {
 }
 
 impl Handler for OsdHandler {
-    async fn on_frame(&self, conn: &ServerConn, frame: Frame) {
+    async fn on_frame(&self, conn: &ServerConn, mut frame: Frame) {
         let token = conn.id();
         {
             let mut conns = self.shared.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -111,6 +112,9 @@ impl Handler for OsdHandler {
         let request_id = frame.request_id;
         let msg_type = frame.msg_type;
         let prefix_crc = frame.prefix_crc;
+        // Block checksums the reader computed as a large payload arrived (decision 0094): the
+        // bulk data at the payload's start keeps them all the way to the store.
+        let block_crcs = frame.block_crcs.take();
         // The payload whole, as it was read: a large one in block-aligned memory, which the bulk
         // data of a write keeps all the way to the store (see `shoal_net::Payloads`).
         let payload = frame.into_bytes();
@@ -134,11 +138,13 @@ impl Handler for OsdHandler {
                 // The checksum the reader computed over exactly these bytes, if it did.
                 let data_crc = prefix_crc.filter(|(n, _)| *n == data.len()).map(|(_, crc)| crc);
                 let arrived_ms = self.shared.started.elapsed().as_millis() as u64;
+                let data = SummedBytes::new(data, block_crcs);
                 Event::ClientOp { from: token, request_id, op, data, data_crc, arrived_ms }
             }),
-            RepOp::TYPE => {
-                decode_bytes::<RepOp>(payload).map(|(op, data)| Event::RepOp { from: token, request_id, op, data })
-            }
+            RepOp::TYPE => decode_bytes::<RepOp>(payload).map(|(op, data)| {
+                let data = SummedBytes::new(data, block_crcs);
+                Event::RepOp { from: token, request_id, op, data }
+            }),
             PgList::TYPE => {
                 decode_bytes::<PgList>(payload).map(|(req, _)| Event::PgList { from: token, request_id, req })
             }

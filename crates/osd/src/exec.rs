@@ -392,12 +392,14 @@ pub fn check_precondition(
 /// The store transaction for resolved writes (see [`resolve_writes`]), creating the PG's
 /// collection first if `create_collection`. Snapshot operations read the objects they copy
 /// from `store` (its state before the transaction, which the request's precondition pins).
+/// Each write's data is its piece of `data`, with the block checksums that came with it (those
+/// of a piece that starts on a block boundary), which the store keeps instead of computing.
 pub fn build_transaction(
     store: &dyn ObjectStore,
     coll: &str,
     obj: &str,
     ops: &[ObjOp],
-    mut data: bytes::Bytes,
+    mut data: shoal_util::SummedBytes,
     create_collection: bool,
 ) -> Result<Transaction, RemoteError> {
     let mut txn = Transaction::new();
@@ -405,7 +407,7 @@ pub fn build_transaction(
         txn.create_collection(coll);
     }
     // Data of the operations in order: pieces of the shared buffer (never copied).
-    let mut pieces: Vec<bytes::Bytes> = Vec::new();
+    let mut pieces: Vec<shoal_util::SummedBytes> = Vec::new();
     for op in ops.iter().rev() {
         let len = op.data_len() as usize;
         if len > 0 {

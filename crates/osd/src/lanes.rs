@@ -271,7 +271,14 @@ mod tests {
             resend: false,
             frees_space: false,
         };
-        Event::ClientOp { from: 0, request_id: tid, op, data: bytes::Bytes::new(), data_crc: None, arrived_ms: 0 }
+        Event::ClientOp {
+            from: 0,
+            request_id: tid,
+            op,
+            data: shoal_util::SummedBytes::default(),
+            data_crc: None,
+            arrived_ms: 0,
+        }
     }
 
     fn client(pg: u32, tid: u64) -> Event {

@@ -51,6 +51,11 @@ pub struct Frame {
     /// them. `n` never exceeds the bulk bytes' length (`data`, then `data_more`); a wrong value
     /// makes the peer refuse the frame.
     pub prefix_crc: Option<(usize, u32)>,
+    /// The crc32c of each whole 4 KiB block of the payload, block 0 at its first byte, when the
+    /// reader computed them while the payload arrived (a large received payload, decision 0094);
+    /// the frame's checksum was checked as these joined, so they are the received bytes'.
+    /// Ignored when sending.
+    pub block_crcs: Option<shoal_util::BlockCrcs>,
     /// Leading bulk bytes of the payload, sent by reference; in a received frame, the whole
     /// payload when it was read into aligned memory, else empty.
     pub data: Bytes,
@@ -89,13 +94,21 @@ impl Eq for Frame {}
 impl Frame {
     #[must_use]
     pub fn new(msg_type: u16, request_id: u64, payload: Vec<u8>) -> Self {
-        Self { msg_type, request_id, prefix_crc: None, data: Bytes::new(), data_more: Vec::new(), payload }
+        Self {
+            msg_type,
+            request_id,
+            prefix_crc: None,
+            block_crcs: None,
+            data: Bytes::new(),
+            data_more: Vec::new(),
+            payload,
+        }
     }
 
     /// A frame whose payload is `data` (sent by reference, never copied) followed by `payload`.
     #[must_use]
     pub fn with_data(msg_type: u16, request_id: u64, data: Bytes, payload: Vec<u8>) -> Self {
-        Self { msg_type, request_id, prefix_crc: None, data, data_more: Vec::new(), payload }
+        Self { msg_type, request_id, prefix_crc: None, block_crcs: None, data, data_more: Vec::new(), payload }
     }
 
     /// A frame whose payload is the bulk `parts` in order (each sent by reference, never copied
@@ -104,7 +117,7 @@ impl Frame {
     pub fn with_data_parts(msg_type: u16, request_id: u64, parts: Vec<Bytes>, payload: Vec<u8>) -> Self {
         let mut parts = parts.into_iter();
         let data = parts.next().unwrap_or_default();
-        Self { msg_type, request_id, prefix_crc: None, data, data_more: parts.collect(), payload }
+        Self { msg_type, request_id, prefix_crc: None, block_crcs: None, data, data_more: parts.collect(), payload }
     }
 
     /// [`Frame::with_data`] for `data` whose crc32c is already known (`data_crc`, for example
@@ -125,6 +138,7 @@ impl Frame {
             msg_type,
             request_id,
             prefix_crc: data_crc.map(|c| (data.len(), c)),
+            block_crcs: None,
             data,
             data_more: Vec::new(),
             payload,

@@ -1971,7 +1971,7 @@ impl Simulation {
                     from: from_token,
                     request_id: frame.request_id,
                     op,
-                    data: data.into(),
+                    data: summed(data),
                     data_crc: None,
                     arrived_ms: self.now_us / 1000,
                 },
@@ -1979,7 +1979,7 @@ impl Simulation {
             },
             RepOp::TYPE => match decode::<RepOp>(frame.payload) {
                 Ok((op, data)) => {
-                    Event::RepOp { from: from_token, request_id: frame.request_id, op, data: data.into() }
+                    Event::RepOp { from: from_token, request_id: frame.request_id, op, data: summed(data) }
                 }
                 Err(e) => return self.outcome.violations.push(format!("bad RepOp: {e}")),
             },
@@ -2567,4 +2567,13 @@ impl Simulation {
             self.outcome.violations.extend(problems);
         }
     }
+}
+
+/// A message's bulk data as an OSD's messenger hands it over: with the checksum of every whole
+/// 4 KiB block (as a server computes them for large payloads, decision 0094), so that the
+/// simulated OSDs store checksums that came with the data, whichever piece of it each write is.
+fn summed(data: Vec<u8>) -> shoal_util::SummedBytes {
+    let whole = data.len() / shoal_util::SUM_BLOCK_BYTES * shoal_util::SUM_BLOCK_BYTES;
+    let crcs = shoal_util::crc32c_blocks(&data[..whole], shoal_util::SUM_BLOCK_BYTES);
+    shoal_util::SummedBytes::new(bytes::Bytes::from(data), Some(shoal_util::BlockCrcs::new(crcs)))
 }

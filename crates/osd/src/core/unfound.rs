@@ -645,7 +645,7 @@ impl OsdCore {
                 from: NOBODY,
                 request_id: 0,
                 op,
-                data: bytes::Bytes::new(),
+                data: shoal_util::SummedBytes::default(),
                 data_crc: None,
                 arrived_ms: now_ms,
             };
