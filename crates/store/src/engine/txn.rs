@@ -440,7 +440,8 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             known.map_or(0, BlockCrcs::len)
         );
         let known = known.map(BlockCrcs::as_slice);
-        // The checksums of the blocks of `src` in `[from, from + n)` (offsets into `src`).
+        // The checksums of the whole blocks of `data`, which are the bytes of `src` from offset
+        // `from` on.
         let csums_of = |data: &[u8], from: u64| -> Vec<u32> {
             match known {
                 Some(k) => {
