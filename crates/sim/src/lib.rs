@@ -2572,6 +2572,7 @@ impl Simulation {
 /// A message's bulk data as an OSD's messenger hands it over: with the checksum of every whole
 /// 4 KiB block (as a server computes them for large payloads, decision 0094), so that the
 /// simulated OSDs store checksums that came with the data, whichever piece of it each write is.
+/// (The scenarios' values are smaller than a block today, so they carry none yet.)
 fn summed(data: Vec<u8>) -> shoal_util::SummedBytes {
     let whole = data.len() / shoal_util::SUM_BLOCK_BYTES * shoal_util::SUM_BLOCK_BYTES;
     let crcs = shoal_util::crc32c_blocks(&data[..whole], shoal_util::SUM_BLOCK_BYTES);
