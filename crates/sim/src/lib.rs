@@ -106,6 +106,10 @@ pub struct SimConfig {
     /// owner's reads check the object's omap against the model: with small backfill chunks
     /// (`--parts`) objects then recover and backfill with their omap in parts (decision 0044).
     pub omap: bool,
+    /// Bytes of each whole-object write (`--value-bytes`; appends stay [`APPEND_BYTES`]). The
+    /// default is small, the simulation being about ordering; 4096 and more make writes carry
+    /// whole blocks, whose checksums the OSDs are handed with the data and store (decision 0094).
+    pub value_bytes: usize,
     /// Clients that only read the writers' objects, while their owners write them, as many reads
     /// each as a writer writes. What they read is checked against the order of the writes: no
     /// value that no write wrote, none older than the last write acknowledged before the read
@@ -256,6 +260,7 @@ impl Default for SimConfig {
             backfill_chunk_objects: None,
             read_offload: false,
             omap: false,
+            value_bytes: VALUE_BYTES,
             observers: 0,
             log_keep: None,
             dups_objects: None,
@@ -879,18 +884,20 @@ pub struct Simulation {
 }
 
 const POOL: &str = "sim";
-/// Bytes of each object value (small: the simulation is about ordering, not bandwidth).
-const VALUE_BYTES: usize = 512;
+/// Bytes of each object value by default (small: the simulation is about ordering, not
+/// bandwidth; see [`SimConfig::value_bytes`]).
+pub const VALUE_BYTES: usize = 512;
 /// Bytes of each appended piece.
 const APPEND_BYTES: usize = 48;
 
-fn value(seed: u64) -> Vec<u8> {
+/// The value write `seed` writes, `len_bytes` long (a shorter one is a prefix of a longer one).
+fn value(seed: u64, len_bytes: usize) -> Vec<u8> {
     let mut r = Rng::new(seed);
-    (0..VALUE_BYTES).map(|_| r.next_u64() as u8).collect()
+    (0..len_bytes).map(|_| r.next_u64() as u8).collect()
 }
 
 fn piece(seed: u64) -> Vec<u8> {
-    value(seed)[..APPEND_BYTES].to_vec()
+    value(seed, APPEND_BYTES)
 }
 
 /// Keys an object's omap draws from (with `SimConfig::omap`).
@@ -2075,7 +2082,10 @@ impl Simulation {
             Work::Write(seed) if self.cfg.appends => {
                 (vec![ObjOp::Append { len_bytes: APPEND_BYTES as u64 }], piece(seed))
             }
-            Work::Write(seed) => (vec![ObjOp::WriteFull { len_bytes: VALUE_BYTES as u64 }], value(seed)),
+            Work::Write(seed) => {
+                let len_bytes = self.cfg.value_bytes;
+                (vec![ObjOp::WriteFull { len_bytes: len_bytes as u64 }], value(seed, len_bytes))
+            }
             Work::Read => (vec![read_all], Vec::new()),
             Work::Remove => (vec![ObjOp::Remove], Vec::new()),
             Work::Trim => (vec![ObjOp::SnapTrim], Vec::new()),
@@ -2148,7 +2158,7 @@ impl Simulation {
                         if self.cfg.appends {
                             self.model.entry(key).or_default().extend_from_slice(&piece(seed));
                         } else {
-                            self.model.insert(key, value(seed));
+                            self.model.insert(key, value(seed, self.cfg.value_bytes));
                         }
                         self.outcome.acked_writes += 1;
                         self.record_change(&op);
@@ -2218,7 +2228,7 @@ impl Simulation {
                             Some(v) => {
                                 // Which write's value it was, if any (whole-object writes).
                                 let seeds = self.writes.get(&key).cloned().unwrap_or_default();
-                                let which = seeds.iter().position(|s| value(*s) == data);
+                                let which = seeds.iter().position(|s| value(*s, self.cfg.value_bytes) == data);
                                 self.outcome.violations.push(format!(
                                     "read of {} at {} us returned {} bytes that are not its last acknowledged \
                                      write ({} bytes; they are write {which:?} of {}, {} acknowledged)",
@@ -2308,7 +2318,7 @@ impl Simulation {
                 let whole: Vec<u8> = seeds.iter().take(k).flat_map(|s| piece(*s)).collect();
                 (bytes.len().is_multiple_of(APPEND_BYTES) && k <= seeds.len() && whole == bytes).then_some(k)
             }
-            Some(bytes) => seeds.iter().position(|s| value(*s) == bytes).map(|i| i + 1),
+            Some(bytes) => seeds.iter().position(|s| value(*s, self.cfg.value_bytes) == bytes).map(|i| i + 1),
         };
         let Some(seen) = seen else {
             return self.outcome.violations.push(format!(
@@ -2572,7 +2582,8 @@ impl Simulation {
 /// A message's bulk data as an OSD's messenger hands it over: with the checksum of every whole
 /// 4 KiB block (as a server computes them for large payloads, decision 0094), so that the
 /// simulated OSDs store checksums that came with the data, whichever piece of it each write is.
-/// (The scenarios' values are smaller than a block today, so they carry none yet.)
+/// (Values of [`VALUE_BYTES`] hold no whole block and carry none: `--value-bytes 8192` makes
+/// them.)
 fn summed(data: Vec<u8>) -> shoal_util::SummedBytes {
     let whole = data.len() / shoal_util::SUM_BLOCK_BYTES * shoal_util::SUM_BLOCK_BYTES;
     let crcs = shoal_util::crc32c_blocks(&data[..whole], shoal_util::SUM_BLOCK_BYTES);

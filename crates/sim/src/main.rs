@@ -11,6 +11,7 @@
 //! shoal-sim --rot-unacked            # the one copy of an unacknowledged write damaged; reverts
 //! shoal-sim --toofull                # a quarter of pushes refused as too full (with any of the above)
 //! shoal-sim --rot-and-replace --chunk 64  # any scenario with backfill and recovery in parts of 64 bytes
+//! shoal-sim --short-logs 2 --value-bytes 8192  # whole-object writes of whole blocks (their checksums handed over)
 //! shoal-sim --observers 2             # two clients also read the writers' objects (decision 0035)
 //! shoal-sim --short-logs 4            # PG logs of 4 entries: peering meets trimmed logs
 //! shoal-sim --short-logs 1 --dups-objects 64  # and request ids kept for 64 writes past the log
@@ -47,6 +48,8 @@ struct Args {
     observers: u32,
     read_offload: bool,
     omap: bool,
+    /// `--value-bytes`: the size of whole-object writes (`None`: the scenario's).
+    value_bytes: Option<usize>,
     snaps: bool,
     /// Pushes refused as too full (`SimConfig::refuse_push_per_mille`).
     toofull: bool,
@@ -152,6 +155,7 @@ fn parse() -> Result<Args, String> {
         observers: 0,
         read_offload: false,
         omap: false,
+        value_bytes: None,
         snaps: false,
         toofull: false,
         chunk_bytes: None,
@@ -207,6 +211,7 @@ fn parse() -> Result<Args, String> {
             }
             "--read-offload" => args.read_offload = true,
             "--omap" => args.omap = true,
+            "--value-bytes" => args.value_bytes = Some(num_in("--value-bytes", 1, 1 << 20)? as usize),
             "--snaps" => args.snaps = true,
             "--early-replace" => args.early_replacement = true,
             "--revert-unfound" => args.revert_unfound = true,
@@ -231,7 +236,7 @@ fn parse() -> Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace | --rot-unacked] [--chunk BYTES] [--toofull] \
-                     [--observers N] [--read-offload] [--omap | --snaps] [--short-logs K [--dups-objects N]] \
+                     [--observers N] [--read-offload] [--omap | --snaps] [--value-bytes N] [--short-logs K [--dups-objects N]] \
                      [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
                      [--host-crashes] [--link-cuts] [--peer-heartbeats] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
                         .into(),
@@ -381,6 +386,7 @@ fn main() -> ExitCode {
                         observers: args.observers,
                         read_offload: args.read_offload,
                         omap: args.omap,
+                        value_bytes: args.value_bytes.unwrap_or(base.value_bytes),
                         snaps: args.snaps,
                         refuse_push_per_mille: if args.toofull {
                             shoal_sim::TOOFULL_REFUSED_PER_MILLE
@@ -504,6 +510,7 @@ fn main() -> ExitCode {
         ("--pg-num", args.pg_num.map(u64::from)),
         ("--clients", args.clients.map(u64::from)),
         ("--writes", args.writes.map(u64::from)),
+        ("--value-bytes", args.value_bytes.map(|n| n as u64)),
     ];
     let mut flags = args.scenario_flag.to_string();
     for (_, flag) in switches.iter().filter(|(on, _)| *on) {
