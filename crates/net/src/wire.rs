@@ -190,13 +190,17 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
 /// bit); a longer one has its bulk data checksummed again instead.
 const UNAPPEND_MAX_BYTES: usize = 4096;
 
-/// Reads from `r` until `buf` holds `end` bytes, into its spare capacity (no zeroing first).
-/// Returns the crc32c of the bytes it appended, computed piece by piece as they arrive, while
-/// each piece is still in the cache the kernel's copy left it in: a checksum pass over a payload
-/// read whole first would fetch a multi-megabyte payload from memory again.
-async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: usize) -> Result<u32, NetError> {
+/// Reads from `r` until `buf` holds `end` bytes, into its spare capacity (no zeroing first),
+/// handing each piece to `on_piece` as it arrives, while it is still in the cache the kernel's
+/// copy left it in: a checksum pass over a payload read whole first would fetch a multi-megabyte
+/// payload from memory again.
+async fn read_pieces<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    end: usize,
+    mut on_piece: impl FnMut(&[u8]),
+) -> Result<(), NetError> {
     debug_assert!(buf.capacity() >= end, "the payload buffer is allocated before it is read");
-    let mut crc = 0;
     while buf.len() < end {
         let want = (end - buf.len()) as u64;
         let from = buf.len();
@@ -205,56 +209,77 @@ async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: u
         if n == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
-        crc = shoal_util::crc32c_append(crc, &buf[from..from + n]);
+        on_piece(&buf[from..from + n]);
     }
+    Ok(())
+}
+
+/// Reads the payload up to `end` (see [`read_pieces`]) and returns the crc32c of the bytes it
+/// appended.
+async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, end: usize) -> Result<u32, NetError> {
+    let mut crc = 0;
+    read_pieces(r, buf, end, |piece| crc = shoal_util::crc32c_append(crc, piece)).await?;
     Ok(crc)
 }
 
 /// [`read_payload`] that also returns the crc32c of each whole [`SUM_BLOCK_BYTES`] block it
-/// appended (block 0 at the buffer's length on entry), computed as the blocks arrive. The payload's
-/// checksum is those joined (then extended over a partial last block), so the frame check that
-/// follows also proves every block's: a store that checksums what it writes per block takes them
-/// instead of reading the payload a second time (decision 0094).
+/// appended (block 0 at the buffer's length on entry), computed as the blocks arrive. The
+/// payload's checksum is those joined (then extended over a partial last block), so the frame
+/// check that follows also proves every block's: a store that checksums what it writes per block
+/// takes them instead of reading the payload a second time (decision 0094).
 async fn read_payload_summed<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
     end: usize,
 ) -> Result<(u32, Vec<u32>), NetError> {
-    debug_assert!(buf.capacity() >= end, "the payload buffer is allocated before it is read");
-    let shift = shoal_util::block_shift();
-    let mut block_crcs = Vec::with_capacity((end - buf.len()) / SUM_BLOCK_BYTES);
-    // The checksum of the whole blocks so far, and the running one of the block being filled.
-    let mut joined = 0u32;
-    let mut partial = 0u32;
-    let mut block_start = buf.len();
-    while buf.len() < end {
-        let want = (end - buf.len()) as u64;
-        let from = buf.len();
-        let n = (&mut *r).take(want).read_buf(buf).await?;
-        if n == 0 {
-            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
-        }
-        let mut at = from;
-        while at < from + n {
-            let block_end = block_start + SUM_BLOCK_BYTES;
-            let to = block_end.min(from + n);
-            partial = if at == block_start && to == block_end {
-                shoal_util::crc32c(&buf[at..to])
+    let start = buf.len();
+    let mut sums = BlockSums::with_capacity((end - start) / SUM_BLOCK_BYTES);
+    read_pieces(r, buf, end, |piece| sums.update(piece)).await?;
+    Ok(sums.finish(&buf[start..end]))
+}
+
+/// The block checksums of a stream of bytes fed in pieces of any size, and their join.
+struct BlockSums {
+    block_crcs: Vec<u32>,
+    /// The checksum of the whole blocks so far.
+    joined: u32,
+    /// The running checksum of the block being filled, and its bytes so far.
+    partial: u32,
+    filled: usize,
+}
+
+impl BlockSums {
+    fn with_capacity(blocks: usize) -> Self {
+        Self { block_crcs: Vec::with_capacity(blocks), joined: 0, partial: 0, filled: 0 }
+    }
+
+    fn update(&mut self, mut piece: &[u8]) {
+        while !piece.is_empty() {
+            let take = (SUM_BLOCK_BYTES - self.filled).min(piece.len());
+            let (now, later) = piece.split_at(take);
+            self.partial = if self.filled == 0 && take == SUM_BLOCK_BYTES {
+                shoal_util::crc32c(now)
             } else {
-                shoal_util::crc32c_append(partial, &buf[at..to])
+                shoal_util::crc32c_append(self.partial, now)
             };
-            at = to;
-            if at == block_end {
-                block_crcs.push(partial);
-                joined = shift.concat(joined, partial);
-                partial = 0;
-                block_start = block_end;
+            self.filled += take;
+            piece = later;
+            if self.filled == SUM_BLOCK_BYTES {
+                self.block_crcs.push(self.partial);
+                self.joined = shoal_util::block_shift().concat(self.joined, self.partial);
+                (self.partial, self.filled) = (0, 0);
             }
         }
     }
-    // A partial last block (the message's header after the bulk data) joins as it is.
-    let crc = if block_start < end { shoal_util::crc32c_append(joined, &buf[block_start..end]) } else { joined };
-    Ok((crc, block_crcs))
+
+    /// The whole stream's checksum and the whole blocks' checksums; `all` is every byte fed. A
+    /// partial last block (the message's header after the bulk data) joins as it is.
+    fn finish(self, all: &[u8]) -> (u32, Vec<u32>) {
+        debug_assert_eq!(all.len(), self.block_crcs.len() * SUM_BLOCK_BYTES + self.filled);
+        let tail = &all[all.len() - self.filled..];
+        let crc = if tail.is_empty() { self.joined } else { shoal_util::crc32c_append(self.joined, tail) };
+        (crc, self.block_crcs)
+    }
 }
 
 /// Writes one frame directly (used during the handshake, before the writer task exists).

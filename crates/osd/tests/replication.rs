@@ -249,7 +249,7 @@ impl Net {
                 let rid = self.rid(from, osd.0, Call::Rep(op.reqid));
                 let frame = Frame::with_checked_data(RepOp::TYPE, rid, data, data_crc, encode(&op, Vec::new()));
                 let (op, data): (RepOp, bytes::Bytes) = shoal_proto::decode_bytes(frame.into_bytes()).unwrap();
-                let data = summed(data);
+                let data = shoal_util::SummedBytes::summing(data);
                 queue.push_back((osd.0, Event::RepOp { from: u64::from(from), request_id: rid, op, data }));
             }
             Action::Peer { msg_type, .. }
@@ -359,7 +359,7 @@ impl Net {
         self.next_rid += 1;
         // As a primary's reader gives it: the data with the checksum computed on receipt.
         let data_crc = (!data.is_empty()).then(|| shoal_util::crc32c(data));
-        let data = summed(bytes::Bytes::from(data.to_vec()));
+        let data = shoal_util::SummedBytes::summing(bytes::Bytes::from(data.to_vec()));
         let event = Event::ClientOp { from: CLIENT, request_id, op, data, data_crc, arrived_ms };
         self.run(VecDeque::from([(osd, event)]));
         request_id
@@ -408,14 +408,6 @@ impl Net {
 }
 
 /// Client 7's request `tid` on object `obj` of pool `p`, routed with `map`.
-/// Bulk data as an OSD's reader hands it over: with the checksum of every whole 4 KiB block
-/// (decision 0094), which the stores then keep.
-fn summed(data: bytes::Bytes) -> shoal_util::SummedBytes {
-    let whole = data.len() / shoal_util::SUM_BLOCK_BYTES * shoal_util::SUM_BLOCK_BYTES;
-    let crcs = shoal_util::crc32c_blocks(&data[..whole], shoal_util::SUM_BLOCK_BYTES);
-    shoal_util::SummedBytes::new(data, Some(shoal_util::BlockCrcs::new(crcs)))
-}
-
 fn client_op(map: &ClusterMap, tid: u64, ops: Vec<ObjOp>) -> OsdOp {
     let pool = map.pool_by_name("p").unwrap().id;
     let pg = map.locate(pool, "obj").unwrap().pg.seed;

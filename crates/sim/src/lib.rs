@@ -1972,22 +1972,28 @@ impl Simulation {
             }
         }
         let from_token = from.token();
+        // Bulk data goes to the OSDs as a server's reader hands it over: with the checksum of
+        // every whole 4 KiB block (decision 0094), which the stores keep. Values of
+        // `VALUE_BYTES` hold no whole block; `--value-bytes 8192` makes writes that do.
         let event = match frame.msg_type {
             OsdOp::TYPE => match decode::<OsdOp>(frame.payload) {
                 Ok((op, data)) => Event::ClientOp {
                     from: from_token,
                     request_id: frame.request_id,
                     op,
-                    data: summed(data),
+                    data: shoal_util::SummedBytes::summing(data.into()),
                     data_crc: None,
                     arrived_ms: self.now_us / 1000,
                 },
                 Err(e) => return self.outcome.violations.push(format!("bad OsdOp: {e}")),
             },
             RepOp::TYPE => match decode::<RepOp>(frame.payload) {
-                Ok((op, data)) => {
-                    Event::RepOp { from: from_token, request_id: frame.request_id, op, data: summed(data) }
-                }
+                Ok((op, data)) => Event::RepOp {
+                    from: from_token,
+                    request_id: frame.request_id,
+                    op,
+                    data: shoal_util::SummedBytes::summing(data.into()),
+                },
                 Err(e) => return self.outcome.violations.push(format!("bad RepOp: {e}")),
             },
             RepOpReply::TYPE => {
@@ -2577,15 +2583,4 @@ impl Simulation {
             self.outcome.violations.extend(problems);
         }
     }
-}
-
-/// A message's bulk data as an OSD's messenger hands it over: with the checksum of every whole
-/// 4 KiB block (as a server computes them for large payloads, decision 0094), so that the
-/// simulated OSDs store checksums that came with the data, whichever piece of it each write is.
-/// (Values of [`VALUE_BYTES`] hold no whole block and carry none: `--value-bytes 8192` makes
-/// them.)
-fn summed(data: Vec<u8>) -> shoal_util::SummedBytes {
-    let whole = data.len() / shoal_util::SUM_BLOCK_BYTES * shoal_util::SUM_BLOCK_BYTES;
-    let crcs = shoal_util::crc32c_blocks(&data[..whole], shoal_util::SUM_BLOCK_BYTES);
-    shoal_util::SummedBytes::new(bytes::Bytes::from(data), Some(shoal_util::BlockCrcs::new(crcs)))
 }

@@ -213,6 +213,18 @@ fn data_strategy() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// `blocks` whole blocks of shared bytes starting on a block boundary (as the messenger receives
+/// large payloads), their content drawn from `b` and changing every `period` bytes.
+fn aligned_shared(blocks: usize, b: u8, period: usize) -> bytes::Bytes {
+    let mut bytes: Vec<u8> = Vec::with_capacity(blocks * 4096 + 4095);
+    let pad = bytes.as_ptr().align_offset(4096);
+    bytes.resize(pad, 0);
+    bytes.extend((0..blocks * 4096).map(|i| b.wrapping_add((i / period) as u8) ^ (i as u8)));
+    let shared = bytes::Bytes::from(bytes).slice(pad..);
+    assert_eq!(shared.as_ptr().addr() % 4096, 0);
+    shared
+}
+
 fn op_strategy() -> impl Strategy<Value = Op> {
     let c = || name_strategy("c", 2);
     let o = || name_strategy("o", 4);
@@ -239,22 +251,12 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         // Whole blocks from a shared buffer that starts on a block boundary (as the messenger
         // receives large payloads): every device takes these without a copy.
         3 => (c(), o(), 0u64..48, 1usize..300, any::<u8>()).prop_map(|(coll, obj, block, blocks, b)| {
-            let mut bytes: Vec<u8> = Vec::with_capacity(blocks * 4096 + 4095);
-            let pad = bytes.as_ptr().align_offset(4096);
-            bytes.resize(pad, 0);
-            bytes.extend((0..blocks * 4096).map(|i| b.wrapping_add((i / 4091) as u8) ^ (i as u8)));
-            let shared = bytes::Bytes::from(bytes).slice(pad..);
-            assert_eq!(shared.as_ptr().addr() % 4096, 0);
-            Op::Write { coll, obj, offset: block * 4096, data: Data::Shared(shared) }
+            Op::Write { coll, obj, offset: block * 4096, data: Data::Shared(aligned_shared(blocks, b, 4091)) }
         }),
         // The same with every block's checksum known (a receiver computed them as the payload
         // arrived, decision 0094): stored as given, not computed again.
         3 => (c(), o(), 0u64..48, 1usize..300, any::<u8>()).prop_map(|(coll, obj, block, blocks, b)| {
-            let mut bytes: Vec<u8> = Vec::with_capacity(blocks * 4096 + 4095);
-            let pad = bytes.as_ptr().align_offset(4096);
-            bytes.resize(pad, 0);
-            bytes.extend((0..blocks * 4096).map(|i| b.wrapping_add((i / 4089) as u8) ^ (i as u8)));
-            let shared = bytes::Bytes::from(bytes).slice(pad..);
+            let shared = aligned_shared(blocks, b, 4089);
             let crcs = shoal_util::BlockCrcs::new(shoal_util::crc32c_blocks(&shared, 4096));
             Op::Write { coll, obj, offset: block * 4096, data: Data::Summed(shared, crcs) }
         }),

@@ -110,6 +110,15 @@ impl SummedBytes {
         Self { bytes, crcs }
     }
 
+    /// `bytes` with the checksums of its whole blocks computed now, as a receiver computes them
+    /// while the bytes arrive (for tests and simulations that stand in for one).
+    #[must_use]
+    pub fn summing(bytes: Bytes) -> Self {
+        let whole = bytes.len() / SUM_BLOCK_BYTES * SUM_BLOCK_BYTES;
+        let crcs = crate::crc32c_blocks(&bytes[..whole], SUM_BLOCK_BYTES);
+        Self { bytes, crcs: BlockCrcs::new(crcs) }
+    }
+
     /// The bytes, with no checksums.
     #[must_use]
     pub fn bytes(&self) -> &Bytes {
@@ -193,8 +202,7 @@ mod tests {
 
     fn summed(len: usize) -> SummedBytes {
         let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-        let crcs = data.chunks_exact(B).map(crc32c).collect();
-        SummedBytes::new(Bytes::from(data), Some(BlockCrcs::new(crcs)))
+        SummedBytes::summing(Bytes::from(data))
     }
 
     /// Every piece's checksums, if any, are its own blocks' checksums.
