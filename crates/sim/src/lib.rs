@@ -507,6 +507,27 @@ impl SimConfig {
         self
     }
 
+    /// This configuration with writes of `value_bytes` each, and a backfill part size (if it
+    /// sends in parts) grown with them, so that an object takes as many parts as at
+    /// [`VALUE_BYTES`]: about 3 to 8. The simulation loses single messages on links that stay
+    /// up, which TCP never does (a real peer call fails only with its connection), and an
+    /// unanswered push makes its primary peer again, which starts a partly sent object over
+    /// (decision 0095). An object of `n` parts then needs about `(1 - p)^(-2n)` tries at a loss
+    /// rate of `p` per message: at the nemesis' rates of up to 2%, an object of 12 KiB in parts
+    /// of 64 bytes (192 parts) is never sent whole, the PG never gets clean, and the run cannot
+    /// finish. An explicit part size (`--chunk`) is applied after this and wins.
+    #[must_use]
+    pub fn with_value_bytes(mut self, value_bytes: usize) -> SimConfig {
+        if let Some(part_bytes) = self.backfill_chunk_bytes
+            && value_bytes > self.value_bytes
+        {
+            let grown = part_bytes.saturating_mul(value_bytes as u64) / self.value_bytes.max(1) as u64;
+            self.backfill_chunk_bytes = Some(grown.min(shoal_map::config::BACKFILL_CHUNK_BYTES_MAX));
+        }
+        self.value_bytes = value_bytes;
+        self
+    }
+
     /// This configuration with one to three links between two OSDs cut for 5 to 80 ms each
     /// (drawn from the seed, apart from the faults) in the first 250 ms: partial partitions, in
     /// which both OSDs stay up and reach everyone else. Nothing is lost, so every acknowledged

@@ -48,7 +48,8 @@ struct Args {
     observers: u32,
     read_offload: bool,
     omap: bool,
-    /// `--value-bytes`: the size of whole-object writes (`None`: the scenario's).
+    /// `--value-bytes`: the size of whole-object writes (`None`: the scenario's); a scenario in
+    /// parts grows its part size with it (`SimConfig::with_value_bytes`, decision 0095).
     value_bytes: Option<usize>,
     snaps: bool,
     /// Pushes refused as too full (`SimConfig::refuse_push_per_mille`).
@@ -386,7 +387,6 @@ fn main() -> ExitCode {
                         observers: args.observers,
                         read_offload: args.read_offload,
                         omap: args.omap,
-                        value_bytes: args.value_bytes.unwrap_or(base.value_bytes),
                         snaps: args.snaps,
                         refuse_push_per_mille: if args.toofull {
                             shoal_sim::TOOFULL_REFUSED_PER_MILLE
@@ -417,6 +417,10 @@ fn main() -> ExitCode {
                         ..base
                     };
                     let cfg = if cfg.pool_size == 1 { cfg.without_store_loss() } else { cfg };
+                    let cfg = match args.value_bytes {
+                        Some(bytes) => cfg.with_value_bytes(bytes),
+                        None => cfg,
+                    };
                     let cfg = if args.host_crashes { cfg.with_host_crashes() } else { cfg };
                     let cfg = SimConfig { backfill_chunk_bytes: args.chunk_bytes.or(cfg.backfill_chunk_bytes), ..cfg };
                     let cfg = if args.link_cuts { cfg.with_link_cuts() } else { cfg };

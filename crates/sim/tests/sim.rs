@@ -1673,3 +1673,21 @@ fn writes_of_whole_blocks_keep_the_checksums_they_arrived_with_through_faults() 
     let outs = run_seeds(100..=129, config);
     assert!(total(&outs, |o| o.acked_writes) > 0);
 }
+
+#[test]
+fn large_values_sent_in_parts_finish_while_pushes_are_refused_and_messages_lost() {
+    // `shoal-sim --parts --toofull --short-logs 2 --value-bytes 12288 --snaps --link-cuts
+    // --peer-heartbeats`: the part size grows with the values (decision 0095), so a 12 KiB
+    // object goes in as many parts as a 512-byte one did. With the scenario's 64- or 200-byte
+    // parts (`--chunk 64`) 7 of these 8 seeds never finish: every lost push answer makes the
+    // primary peer again and start its object of hundreds of parts over.
+    let config = |seed| {
+        let base = SimConfig { snaps: true, log_keep: Some(2), appends: false, ..SimConfig::toofull(seed) };
+        let cfg = base.clone().with_value_bytes(12288).with_link_cuts().with_peer_heartbeats();
+        let parts = base.backfill_chunk_bytes.expect("a scenario in parts");
+        assert_eq!(cfg.backfill_chunk_bytes, Some(parts * 24), "seed {seed}: the part size grows with the values");
+        cfg
+    };
+    let outs = run_seeds(2_700_000..=2_700_007, config);
+    assert!(total(&outs, |o| o.backfills_started) > 0);
+}
