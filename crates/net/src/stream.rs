@@ -45,7 +45,7 @@ impl fmt::Display for PeerAddr {
 /// A connected stream that splits into halves owned by the reader and the writer tasks.
 pub(crate) trait Split: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     type Read: AsyncRead + Unpin + Send + 'static;
-    type Write: AsyncWrite + Unpin + Send + 'static;
+    type Write: crate::wire::WriteHalf;
     fn split(self) -> (Self::Read, Self::Write);
 }
 

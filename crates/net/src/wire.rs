@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
 use crate::NetError;
+use crate::splice::{IDLE_POLL_MS, Splicer};
 
 /// Server to client, first frame of a connection: a 32-byte challenge followed by the server's
 /// entity name (UTF-8).
@@ -314,16 +315,18 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut bufs: &mut [Io
 /// copied. Ends when every sender is gone or `link` is closed; either way it first writes what is
 /// already queued (so a final error frame reaches the peer), then shuts the write side down. A
 /// write error closes `link`, which stops the reader too.
-pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
-    mut w: W,
-    mut rx: mpsc::Receiver<Frame>,
-    link: std::sync::Arc<Link>,
-) {
+///
+/// On a local socket, large bulk parts are spliced instead of copied (decision 0096); the writer
+/// holds them until its peer has read them, and before it ends it waits for that
+/// (`Splicer::drain`).
+pub(crate) async fn writer_task<W: WriteHalf>(mut w: W, mut rx: mpsc::Receiver<Frame>, link: std::sync::Arc<Link>) {
+    let mut splicer = w.local().map(|_| Splicer::new());
     let mut batch: Vec<Frame> = Vec::with_capacity(BATCH_FRAMES);
     let mut headers = [[0u8; HEADER_BYTES]; BATCH_FRAMES];
     let mut stopping = false;
     loop {
         if !stopping {
+            let holding = splicer.as_ref().is_some_and(Splicer::holds);
             tokio::select! {
                 biased;
                 f = rx.recv() => match f {
@@ -334,6 +337,13 @@ pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
                     // Refuse new frames but keep the queued ones: they are written below.
                     rx.close();
                     stopping = true;
+                }
+                // Nothing to write, spliced parts held: free them once the peer has read them.
+                () = tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)), if holding => {
+                    if let (Some(s), Some(sock)) = (splicer.as_mut(), w.local()) {
+                        s.release_if_read(sock);
+                    }
+                    continue;
                 }
             }
         }
@@ -356,13 +366,25 @@ pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
         for (f, h) in batch.iter().zip(headers.iter_mut()) {
             *h = f.header();
         }
-        // Most frames have a header and one or two parts; bulk data in pieces has more.
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(3 * batch.len());
-        for (f, h) in batch.iter().zip(headers.iter()) {
-            slices.push(IoSlice::new(h));
-            slices.extend(f.parts().filter(|part| !part.is_empty()).map(IoSlice::new));
-        }
-        let written = write_all_vectored(&mut w, &mut slices).await;
+        let splices = match (splicer.as_mut(), w.local()) {
+            (Some(s), Some(sock)) => {
+                s.release_if_read(sock);
+                batch.iter().any(|f| bulk_parts(f).any(|part| s.takes(part.len())))
+            }
+            _ => false,
+        };
+        let written = match splicer.as_mut() {
+            Some(s) if splices => write_batch_spliced(&mut w, &batch, &headers, s).await,
+            _ => {
+                // Most frames have a header and one or two parts; bulk data in pieces has more.
+                let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(3 * batch.len());
+                for (f, h) in batch.iter().zip(headers.iter()) {
+                    slices.push(IoSlice::new(h));
+                    slices.extend(f.parts().filter(|part| !part.is_empty()).map(IoSlice::new));
+                }
+                write_all_vectored(&mut w, &mut slices).await
+            }
+        };
         batch.clear();
         if written.is_err() {
             break;
@@ -370,6 +392,67 @@ pub(crate) async fn writer_task<W: AsyncWrite + Unpin>(
     }
     link.close();
     let _ = w.shutdown().await;
+    // Waiting for the peer to read what was spliced keeps the socket open, apart from the
+    // connection's own end (a server's stop does not wait for it). A runtime shut down meanwhile
+    // drops the held parts early; a peer reading them after their memory was reused would find
+    // the frame's checksum wrong and refuse it.
+    if let Some(s) = splicer.filter(Splicer::holds) {
+        tokio::spawn(async move {
+            if let Some(sock) = w.local() {
+                s.drain(sock).await;
+            }
+        });
+    }
+}
+
+/// A frame's bulk parts (sent by reference), in order.
+fn bulk_parts(f: &Frame) -> impl Iterator<Item = &bytes::Bytes> {
+    std::iter::once(&f.data).chain(&f.data_more)
+}
+
+/// Writes `batch` in order, splicing the bulk parts the splicer takes and copying the rest
+/// (headers, small parts, the messages after the bulk data): the copied slices before a spliced
+/// part go out in one vectored write first, so the bytes on the wire are the same as without
+/// splicing.
+async fn write_batch_spliced<W: WriteHalf>(
+    w: &mut W,
+    batch: &[Frame],
+    headers: &[[u8; HEADER_BYTES]],
+    splicer: &mut Splicer,
+) -> std::io::Result<()> {
+    let mut copied: Vec<IoSlice<'_>> = Vec::with_capacity(3 * batch.len());
+    for (f, h) in batch.iter().zip(headers.iter()) {
+        copied.push(IoSlice::new(h));
+        for part in bulk_parts(f).filter(|part| !part.is_empty()) {
+            if !splicer.takes(part.len()) {
+                copied.push(IoSlice::new(part));
+                continue;
+            }
+            write_all_vectored(w, &mut copied).await?;
+            copied.clear();
+            let Some(sock) = w.local() else { return Err(std::io::ErrorKind::Unsupported.into()) };
+            splicer.send(sock, part).await?;
+        }
+        if !f.payload.is_empty() {
+            copied.push(IoSlice::new(&f.payload));
+        }
+    }
+    write_all_vectored(w, &mut copied).await
+}
+
+/// The writing half of a connection's stream, and the local socket under it if it is one.
+pub(crate) trait WriteHalf: AsyncWrite + Unpin + Send + 'static {
+    fn local(&self) -> Option<&tokio::net::UnixStream> {
+        None
+    }
+}
+
+impl WriteHalf for tokio::net::tcp::OwnedWriteHalf {}
+
+impl WriteHalf for tokio::net::unix::OwnedWriteHalf {
+    fn local(&self) -> Option<&tokio::net::UnixStream> {
+        Some(self.as_ref())
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,35 @@ async fn calls_over_a_local_socket_carry_every_size_and_the_server_sees_the_sock
     while let Some(r) = calls.join_next().await {
         r.unwrap();
     }
+    // Bulk data sent by reference: the large parts are spliced into the local socket (decision
+    // 0096), in pieces larger than its pipe, starting off a page boundary, between copied parts.
+    let bulk = bytes::Bytes::from(payload(5 << 20, 99));
+    for i in 0..8usize {
+        let conn = conn.clone();
+        let bulk = bulk.clone();
+        calls.spawn(async move {
+            let (data, parts) = match i % 3 {
+                0 => (bulk.slice(i..(1 << 20) + 3 * i), Vec::new()),
+                1 => (bulk.slice(..64 << 10), vec![bulk.slice(1..100), bulk.slice(4097..)]),
+                _ => (bytes::Bytes::new(), vec![bulk.slice(..(64 << 10) - 1), bulk.slice(3..(2 << 20))]),
+            };
+            let trailer = vec![i as u8; 33];
+            let mut want = data.to_vec();
+            parts.iter().for_each(|p| want.extend_from_slice(p));
+            want.extend_from_slice(&trailer);
+            let reply = if parts.is_empty() {
+                conn.call_with_data(ECHO, data, trailer).await.unwrap()
+            } else {
+                conn.call_with_parts(ECHO, std::iter::once(data).chain(parts).collect(), trailer).await.unwrap()
+            };
+            let mut got = reply.data.to_vec();
+            got.extend_from_slice(&reply.payload);
+            assert!(got == want, "echo of bulk data {i} differs");
+        });
+    }
+    while let Some(r) = calls.join_next().await {
+        r.unwrap();
+    }
     // TCP still works beside it.
     let tcp = Connection::connect(server.addr, &server.client_config()).await.unwrap();
     let who = tcp.call(WHO, Vec::new()).await.unwrap();
