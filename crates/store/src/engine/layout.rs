@@ -162,6 +162,20 @@ pub fn decode_extent(key: &[u8], value: &[u8]) -> Result<(u64, Extent)> {
     Ok((start, e))
 }
 
+/// The logical start of the extent record under `key` with value `value`, from the record's
+/// length alone (its checksums are not decoded): what a scan needs to know whether a record
+/// lies past the range it wants. Refuses what [`decode_extent`] refuses for the key and the
+/// length; the rest of the record is checked when it is decoded.
+pub fn extent_start(key: &[u8], value: &[u8]) -> Result<u64> {
+    let end = extent_key_end(key)?;
+    let corrupt = || StoreError::Corrupt("undecodable extent record".into());
+    let mut at = 0;
+    take_varint(value, &mut at, 10).ok_or_else(corrupt)?;
+    let len_bytes = take_varint(value, &mut at, 10).ok_or_else(corrupt)?;
+    end.checked_sub(len_bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("extent ending at {end} is {len_bytes} bytes long")))
+}
+
 /// Decodes an [`Extent`] record: exactly what `decode("extent", value)` decodes (postcard:
 /// varint `phys`, varint `len_bytes`, varint count, then a varint per checksum), accepting and
 /// refusing the same bytes, without serde's per-element machinery. Every read decodes each
@@ -182,6 +196,32 @@ pub fn decode_extent_record(value: &[u8]) -> Result<Extent> {
         csums.push(u32::try_from(v).map_err(|_| corrupt())?);
     }
     Ok(Extent { phys, len_bytes, csums })
+}
+
+/// Encodes an [`Extent`] record: exactly the bytes `encode(extent)` makes (postcard: varint
+/// `phys`, varint `len_bytes`, varint count, then a varint per checksum), into one allocation of
+/// the largest size they can take. A 4 KiB overwrite in place re-encodes its whole extent
+/// record, and a 1 MiB record carries 256 checksums: through serde, which grows its vector a
+/// varint at a time, that was a tenth of a RAM OSD's CPU under 4 KiB random writes.
+#[must_use]
+pub fn encode_extent_record(e: &Extent) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 * 10 + 5 + 5 * e.csums.len());
+    put_varint(&mut out, e.phys);
+    put_varint(&mut out, e.len_bytes);
+    put_varint(&mut out, e.csums.len() as u64);
+    for &csum in &e.csums {
+        put_varint(&mut out, u64::from(csum));
+    }
+    out
+}
+
+/// Appends `value` as one LEB128 varint (postcard's encoding of unsigned integers).
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 /// One LEB128 varint of at most `max_bytes` bytes at `*at` (postcard's encoding of unsigned
@@ -299,6 +339,17 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+        /// The hand-written encoder makes exactly postcard's bytes (the records on disk).
+        #[test]
+        fn extent_records_encode_as_postcard_encodes_them(
+            phys in wide_u64(),
+            len_bytes in wide_u64(),
+            csums in proptest::collection::vec(prop_oneof![any::<u32>(), Just(0u32), Just(u32::MAX), Just(0x7f), Just(0x80)], 0..300),
+        ) {
+            let e = Extent { phys, len_bytes, csums };
+            prop_assert_eq!(encode_extent_record(&e), encode(&e));
+        }
 
         /// Every encoded record decodes to itself, as postcard decodes it.
         #[test]

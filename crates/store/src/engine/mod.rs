@@ -766,7 +766,7 @@ impl<K: Kv, D: Device> Engine<K, D> {
                 let data = &direct[p.direct_index].1[p.from..p.from + p.len_bytes as usize];
                 let csums = shoal_util::crc32c_blocks(data, BLOCK_BYTES as usize);
                 let e = layout::Extent { phys: p.phys, len_bytes: p.len_bytes, csums };
-                batch.put(Ks::Extents, p.key.clone(), layout::encode(&e));
+                batch.put(Ks::Extents, p.key.clone(), layout::encode_extent_record(&e));
             }
         };
         let flush = durability == Durability::Sync || !use_log;

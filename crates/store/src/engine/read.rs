@@ -48,6 +48,14 @@ pub fn scan_extents<R: KvRead>(
         if skip(k) {
             return true;
         }
+        // The record past the range is only looked at to stop: its start is enough, without
+        // decoding its checksums (up to 256 of them).
+        if let Ok(start) = layout::extent_start(k, v)
+            && start >= hi
+        {
+            stop = Some(k.to_vec());
+            return false;
+        }
         match layout::decode_extent(k, v) {
             Ok((start, _)) if start >= hi => {
                 stop = Some(k.to_vec());
@@ -109,10 +117,12 @@ pub fn covering_extent(
         tried[i] = end;
         let key = layout::extent_key(prefix, end);
         let Some(value) = get(&key)? else { continue };
-        let (start, e) = layout::decode_extent(&key, &value)?;
-        if start <= lo {
-            return Ok(Some(ExtentMap::from([(start, e)])));
+        // A record that does not cover the range is passed over without decoding its checksums.
+        if layout::extent_start(&key, &value)? > lo {
+            continue;
         }
+        let (start, e) = layout::decode_extent(&key, &value)?;
+        return Ok(Some(ExtentMap::from([(start, e)])));
     }
     Ok(None)
 }

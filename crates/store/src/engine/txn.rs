@@ -349,11 +349,11 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             let cut_hi = hi.min(end);
             if off < cut_lo {
                 let keep = sub_extent(&e, 0, cut_lo - off);
-                self.put(Ks::Extents, layout::extent_key(prefix, cut_lo), layout::encode(&keep));
+                self.put(Ks::Extents, layout::extent_key(prefix, cut_lo), layout::encode_extent_record(&keep));
             }
             if end > cut_hi {
                 let keep = sub_extent(&e, cut_hi - off, end - cut_hi);
-                self.put(Ks::Extents, layout::extent_key(prefix, end), layout::encode(&keep));
+                self.put(Ks::Extents, layout::extent_key(prefix, end), layout::encode_extent_record(&keep));
             }
             self.free(e.phys + (cut_lo - off), cut_hi - cut_lo);
         }
@@ -496,11 +496,11 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
                     });
                     // A placeholder; the commit replaces it before anything can read it.
                     let e = Extent { phys: phys + done, len_bytes: n, csums: Vec::new() };
-                    self.put(Ks::Extents, key, layout::encode(&e));
+                    self.put(Ks::Extents, key, layout::encode_extent_record(&e));
                 } else {
                     let slice = &bytes[done as usize..(done + n) as usize];
                     let e = Extent { phys: phys + done, len_bytes: n, csums: csums_of(slice, start as u64 + done) };
-                    self.put(Ks::Extents, key, layout::encode(&e));
+                    self.put(Ks::Extents, key, layout::encode_extent_record(&e));
                 }
                 done += n;
             }
@@ -573,7 +573,7 @@ impl<'a, R: KvRead, D: Device> Plan<'a, R, D> {
             copy.copy_from_slice(data);
             self.inplace.push((e.phys + (a - off), copy));
             let end = off + e.len_bytes;
-            self.put(Ks::Extents, layout::extent_key(prefix, end), layout::encode(&e));
+            self.put(Ks::Extents, layout::extent_key(prefix, end), layout::encode_extent_record(&e));
         }
         Ok(None)
     }
