@@ -129,7 +129,11 @@ pub fn collection_prefix(coll: &str) -> Vec<u8> {
 /// `collection NUL object NUL`: the prefix of every extent, xattr and omap key of the object.
 #[must_use]
 pub fn child_prefix(coll: &str, obj: &str) -> Vec<u8> {
-    let mut k = object_key(coll, obj);
+    // Room for the NUL and for an extent key's 8-byte end, which callers append to a copy.
+    let mut k = Vec::with_capacity(coll.len() + obj.len() + 2 + 8);
+    k.extend_from_slice(coll.as_bytes());
+    k.push(0);
+    k.extend_from_slice(obj.as_bytes());
     k.push(0);
     k
 }
