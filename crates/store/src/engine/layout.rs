@@ -158,12 +158,8 @@ pub fn extent_key_end(key: &[u8]) -> Result<u64> {
 
 /// Decodes an extent record into its logical start and contents.
 pub fn decode_extent(key: &[u8], value: &[u8]) -> Result<(u64, Extent)> {
-    let end = extent_key_end(key)?;
-    let e = decode_extent_record(value)?;
-    let start = end
-        .checked_sub(e.len_bytes)
-        .ok_or_else(|| StoreError::Corrupt(format!("extent ending at {end} is {} bytes long", e.len_bytes)))?;
-    Ok((start, e))
+    let start = extent_start(key, value)?;
+    Ok((start, decode_extent_record(value)?))
 }
 
 /// The logical start of the extent record under `key` with value `value`, from the record's

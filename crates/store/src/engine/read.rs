@@ -50,20 +50,17 @@ pub fn scan_extents<R: KvRead>(
         }
         // The record past the range is only looked at to stop: its start is enough, without
         // decoding its checksums (up to 256 of them).
-        if let Ok(start) = layout::extent_start(k, v)
-            && start >= hi
-        {
-            stop = Some(k.to_vec());
-            return false;
-        }
-        match layout::decode_extent(k, v) {
-            Ok((start, _)) if start >= hi => {
-                stop = Some(k.to_vec());
-                false
-            }
-            Ok((start, e)) => {
+        let record = layout::extent_start(k, v).and_then(|start| {
+            if start >= hi { Ok(None) } else { layout::decode_extent_record(v).map(|e| Some((start, e))) }
+        });
+        match record {
+            Ok(Some((start, e))) => {
                 map.insert(start, e);
                 true
+            }
+            Ok(None) => {
+                stop = Some(k.to_vec());
+                false
             }
             Err(e) => {
                 err = Some(e);
@@ -118,11 +115,10 @@ pub fn covering_extent(
         let key = layout::extent_key(prefix, end);
         let Some(value) = get(&key)? else { continue };
         // A record that does not cover the range is passed over without decoding its checksums.
-        if layout::extent_start(&key, &value)? > lo {
-            continue;
+        let start = layout::extent_start(&key, &value)?;
+        if start <= lo {
+            return Ok(Some(ExtentMap::from([(start, layout::decode_extent_record(&value)?)])));
         }
-        let (start, e) = layout::decode_extent(&key, &value)?;
-        return Ok(Some(ExtentMap::from([(start, e)])));
     }
     Ok(None)
 }
