@@ -139,18 +139,25 @@ impl Splicer {
     /// may still read them.
     pub(crate) async fn drain(mut self, sock: &UnixStream) {
         let mut waited_ms = 0;
-        while !self.release_if_read(sock) {
-            if waited_ms >= DRAIN_TIMEOUT_MS || unread_bytes(sock).is_err() {
-                let bytes = self.held_bytes;
-                tracing::warn!(bytes, "a local peer left spliced data unread: its memory is given up, not reused");
-                for part in self.held.drain(..) {
-                    std::mem::forget(part);
+        loop {
+            match unread_bytes(sock) {
+                Ok(0) => break,
+                Ok(_) if waited_ms < DRAIN_TIMEOUT_MS => {
+                    tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
+                    waited_ms += IDLE_POLL_MS;
                 }
-                return;
+                // Still unread past the wait, or the socket cannot tell.
+                _ => {
+                    let bytes = self.held_bytes;
+                    tracing::warn!(bytes, "a local peer left spliced data unread: its memory is given up, not reused");
+                    for part in self.held.drain(..) {
+                        std::mem::forget(part);
+                    }
+                    return;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
-            waited_ms += IDLE_POLL_MS;
         }
+        self.held.clear();
     }
 }
 

@@ -366,25 +366,10 @@ pub(crate) async fn writer_task<W: WriteHalf>(mut w: W, mut rx: mpsc::Receiver<F
         for (f, h) in batch.iter().zip(headers.iter_mut()) {
             *h = f.header();
         }
-        let splices = match (splicer.as_mut(), w.local()) {
-            (Some(s), Some(sock)) => {
-                s.release_if_read(sock);
-                batch.iter().any(|f| bulk_parts(f).any(|part| s.takes(part.len())))
-            }
-            _ => false,
-        };
-        let written = match splicer.as_mut() {
-            Some(s) if splices => write_batch_spliced(&mut w, &batch, &headers, s).await,
-            _ => {
-                // Most frames have a header and one or two parts; bulk data in pieces has more.
-                let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(3 * batch.len());
-                for (f, h) in batch.iter().zip(headers.iter()) {
-                    slices.push(IoSlice::new(h));
-                    slices.extend(f.parts().filter(|part| !part.is_empty()).map(IoSlice::new));
-                }
-                write_all_vectored(&mut w, &mut slices).await
-            }
-        };
+        if let (Some(s), Some(sock)) = (splicer.as_mut(), w.local()) {
+            s.release_if_read(sock);
+        }
+        let written = write_batch(&mut w, &batch, &headers, splicer.as_mut()).await;
         batch.clear();
         if written.is_err() {
             break;
@@ -410,28 +395,29 @@ fn bulk_parts(f: &Frame) -> impl Iterator<Item = &bytes::Bytes> {
     std::iter::once(&f.data).chain(&f.data_more)
 }
 
-/// Writes `batch` in order, splicing the bulk parts the splicer takes and copying the rest
-/// (headers, small parts, the messages after the bulk data): the copied slices before a spliced
-/// part go out in one vectored write first, so the bytes on the wire are the same as without
-/// splicing.
-async fn write_batch_spliced<W: WriteHalf>(
+/// Writes `batch` in order, header and payload side by side so no payload is copied into a
+/// buffer of ours. With a splicer, the bulk parts it takes are spliced and the rest (headers,
+/// small parts, the messages after the bulk data) copied: the copied slices before a spliced
+/// part go out in one vectored write first, so the bytes on the wire are the same either way.
+async fn write_batch<W: WriteHalf>(
     w: &mut W,
     batch: &[Frame],
     headers: &[[u8; HEADER_BYTES]],
-    splicer: &mut Splicer,
+    mut splicer: Option<&mut Splicer>,
 ) -> std::io::Result<()> {
+    // Most frames have a header and one or two parts; bulk data in pieces has more.
     let mut copied: Vec<IoSlice<'_>> = Vec::with_capacity(3 * batch.len());
     for (f, h) in batch.iter().zip(headers.iter()) {
         copied.push(IoSlice::new(h));
         for part in bulk_parts(f).filter(|part| !part.is_empty()) {
-            if !splicer.takes(part.len()) {
+            let Some(s) = splicer.as_deref_mut().filter(|s| s.takes(part.len())) else {
                 copied.push(IoSlice::new(part));
                 continue;
-            }
+            };
             write_all_vectored(w, &mut copied).await?;
             copied.clear();
             let Some(sock) = w.local() else { return Err(std::io::ErrorKind::Unsupported.into()) };
-            splicer.send(sock, part).await?;
+            s.send(sock, part).await?;
         }
         if !f.payload.is_empty() {
             copied.push(IoSlice::new(&f.payload));
