@@ -21,7 +21,6 @@ mod error;
 mod keyring;
 pub mod ports;
 mod server;
-mod splice;
 mod stream;
 pub mod tls;
 mod wire;

@@ -45,7 +45,7 @@ impl fmt::Display for PeerAddr {
 /// A connected stream that splits into halves owned by the reader and the writer tasks.
 pub(crate) trait Split: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     type Read: AsyncRead + Unpin + Send + 'static;
-    type Write: crate::wire::WriteHalf;
+    type Write: shoal_splice::SpliceSink;
     fn split(self) -> (Self::Read, Self::Write);
 }
 

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
 use crate::NetError;
-use crate::splice::{IDLE_POLL_MS, Splicer};
+use shoal_splice::{IDLE_POLL_MS, SpliceSink, Splicer};
 
 /// Server to client, first frame of a connection: a 32-byte challenge followed by the server's
 /// entity name (UTF-8).
@@ -319,7 +319,7 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(w: &mut W, mut bufs: &mut [Io
 /// On a local socket, large bulk parts are spliced instead of copied (decision 0096); the writer
 /// holds them until its peer has read them, and before it ends it waits for that
 /// (`Splicer::drain`).
-pub(crate) async fn writer_task<W: WriteHalf>(mut w: W, mut rx: mpsc::Receiver<Frame>, link: std::sync::Arc<Link>) {
+pub(crate) async fn writer_task<W: SpliceSink>(mut w: W, mut rx: mpsc::Receiver<Frame>, link: std::sync::Arc<Link>) {
     let mut splicer = w.local().map(|_| Splicer::new());
     let mut batch: Vec<Frame> = Vec::with_capacity(BATCH_FRAMES);
     let mut headers = [[0u8; HEADER_BYTES]; BATCH_FRAMES];
@@ -399,7 +399,7 @@ fn bulk_parts(f: &Frame) -> impl Iterator<Item = &bytes::Bytes> {
 /// buffer of ours. With a splicer, the bulk parts it takes are spliced and the rest (headers,
 /// small parts, the messages after the bulk data) copied: the copied slices before a spliced
 /// part go out in one vectored write first, so the bytes on the wire are the same either way.
-async fn write_batch<W: WriteHalf>(
+async fn write_batch<W: SpliceSink>(
     w: &mut W,
     batch: &[Frame],
     headers: &[[u8; HEADER_BYTES]],
@@ -424,21 +424,6 @@ async fn write_batch<W: WriteHalf>(
         }
     }
     write_all_vectored(w, &mut copied).await
-}
-
-/// The writing half of a connection's stream, and the local socket under it if it is one.
-pub(crate) trait WriteHalf: AsyncWrite + Unpin + Send + 'static {
-    fn local(&self) -> Option<&tokio::net::UnixStream> {
-        None
-    }
-}
-
-impl WriteHalf for tokio::net::tcp::OwnedWriteHalf {}
-
-impl WriteHalf for tokio::net::unix::OwnedWriteHalf {
-    fn local(&self) -> Option<&tokio::net::UnixStream> {
-        Some(self.as_ref())
-    }
 }
 
 #[cfg(test)]
@@ -570,5 +555,55 @@ mod tests {
         let mut r = &bytes[..];
         let err = read_frame(&mut r, &mut header, MAX_PAYLOAD_BYTES, Payloads::Aligned).await.unwrap_err();
         assert!(matches!(err, NetError::Frame(FrameError::PayloadChecksum { request_id: 9 })), "{err:?}");
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    #[tokio::test]
+    async fn a_writer_splices_large_parts_to_a_local_peer_and_the_wire_is_unchanged() {
+        let (a, mut b) = tokio::net::UnixStream::pair().unwrap();
+        let (_, wr) = a.into_split();
+        let large = bytes::Bytes::from(pattern(3 * shoal_splice::PIPE_BYTES + 4_321, 1));
+        let frames = vec![
+            // One large part starting off a page boundary, and a message after it.
+            Frame::with_data(16, 1, large.slice(7..shoal_splice::SPLICE_MIN_BYTES + 70_000), b"after".to_vec()),
+            Frame::new(16, 2, pattern(shoal_splice::SPLICE_MIN_BYTES * 2, 2)),
+            // In parts: a small one (copied), then two large ones (spliced), one larger than the
+            // pipe.
+            Frame::with_data_parts(
+                16,
+                3,
+                vec![
+                    bytes::Bytes::from(pattern(100, 3)),
+                    large.clone(),
+                    bytes::Bytes::from(pattern(shoal_splice::SPLICE_MIN_BYTES, 4)),
+                ],
+                b"tail".to_vec(),
+            ),
+            Frame::new(16, 4, b"small".to_vec()),
+            // More than a connection holds: the part past the bound is copied.
+            Frame::with_data_parts(
+                16,
+                5,
+                vec![bytes::Bytes::from(pattern(shoal_splice::HELD_MAX_BYTES - 1, 5)); 2],
+                Vec::new(),
+            ),
+        ];
+        let expected: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
+        let (tx, rx) = mpsc::channel(8);
+        let writer = tokio::spawn(writer_task(wr, rx, std::sync::Arc::new(Link::new())));
+        let sender = tokio::spawn(async move {
+            for f in frames {
+                tx.send(f).await.unwrap();
+            }
+        });
+        let mut got = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut b, &mut got).await.unwrap();
+        sender.await.unwrap();
+        writer.await.unwrap();
+        assert_eq!(got.len(), expected.len());
+        assert!(got == expected, "the spliced stream differs from the copied one");
     }
 }

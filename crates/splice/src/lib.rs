@@ -1,11 +1,12 @@
-//! Large bulk data sent to a local peer without a copy (decision 0096).
+//! Large bulk data sent to a local peer without a copy (decisions 0096 and 0097).
 //!
-//! Written with `write`, every byte of a frame is copied into the local socket's buffer, and the
-//! peer copies it out again. Spliced instead (`vmsplice` of the sender's memory into a pipe, then
+//! Written with `write`, every byte is copied into the local socket's buffer, and the peer
+//! copies it out again. Spliced instead (`vmsplice` of the sender's memory into a pipe, then
 //! `splice` from the pipe into the socket), the socket's buffer refers to the sender's pages and
 //! the peer's read is the one copy. That halves the memory traffic of large requests and replies
-//! between two processes on one host (an NBD server or gateway and its local OSD, two OSDs on one
-//! host).
+//! between two processes on one host: an NBD server or gateway and its local OSD, two OSDs on one
+//! host (the messenger, decision 0096), and an NBD server and a client on its unix socket
+//! (decision 0097).
 //!
 //! The price is a contract on the memory: the socket refers to the pages themselves, so the bytes
 //! must not change until the peer has read them. `Bytes` never change, but memory freed by
@@ -15,6 +16,10 @@
 //! [`HELD_MAX_BYTES`]: past that it copies until the peer catches up. When the connection ends,
 //! the writer keeps the socket open until the peer has read or dropped what is queued
 //! ([`Splicer::drain`]).
+//!
+//! Only local (unix) sockets are spliced: a TCP socket's `SIOCOUTQ` counts bytes the peer has not
+//! acknowledged, and on loopback an acknowledged segment can still wait unread in the peer's
+//! queue, referring to the pages.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,21 +27,21 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustix::pipe::{IoSliceRaw, PipeFlags, SpliceFlags};
-use tokio::io::Interest;
+use tokio::io::{AsyncWrite, Interest};
 use tokio::net::UnixStream;
 
 /// Bulk parts at least this large are spliced; smaller ones are copied with the rest of the
 /// frame, which costs fewer system calls than a splice.
-pub(crate) const SPLICE_MIN_BYTES: usize = 64 << 10;
+pub const SPLICE_MIN_BYTES: usize = 64 << 10;
 
 /// Spliced bytes one connection holds at most while its peer has not read them all; past this
 /// it copies (which needs no hold) until the peer has caught up. Four 4 MiB messages and more in
 /// flight, in a bound that keeps a connection's memory small beside its buffers.
-pub(crate) const HELD_MAX_BYTES: usize = 32 << 20;
+pub const HELD_MAX_BYTES: usize = 32 << 20;
 
 /// The pipe a connection splices through, asked for at this size (the kernel's default limit for
 /// a pipe's size). A smaller pipe (the user's pipe memory is limited) only means more rounds.
-const PIPE_BYTES: usize = 1 << 20;
+pub const PIPE_BYTES: usize = 1 << 20;
 
 /// How long an ending connection's writer waits for the peer to read what was spliced before it
 /// gives the held memory up for good (leaks it), rather than let it be reused while the peer may
@@ -44,11 +49,11 @@ const PIPE_BYTES: usize = 1 << 20;
 const DRAIN_TIMEOUT_MS: u64 = 30_000;
 /// How often a writer holding spliced parts looks whether its peer has read them, while it has
 /// nothing to write (and while it drains).
-pub(crate) const IDLE_POLL_MS: u64 = 2;
+pub const IDLE_POLL_MS: u64 = 2;
 
 /// A connection's splicing state, owned by its writer: the pipe (made on the first splice) and
 /// the parts spliced since the peer last had nothing unread.
-pub(crate) struct Splicer {
+pub struct Splicer {
     pipe: Option<(OwnedFd, OwnedFd)>,
     pipe_bytes: usize,
     held: VecDeque<Bytes>,
@@ -56,24 +61,27 @@ pub(crate) struct Splicer {
 }
 
 impl Splicer {
-    pub(crate) fn new() -> Self {
+    #[must_use]
+    pub fn new() -> Self {
         Self { pipe: None, pipe_bytes: 0, held: VecDeque::new(), held_bytes: 0 }
     }
 
     /// Whether a bulk part of `len` bytes goes by splice now: large enough, and within what the
     /// connection may hold.
-    pub(crate) fn takes(&self, len: usize) -> bool {
+    #[must_use]
+    pub fn takes(&self, len: usize) -> bool {
         len >= SPLICE_MIN_BYTES && self.held_bytes + len <= HELD_MAX_BYTES
     }
 
     /// Whether parts are held (the writer then looks whether the peer has read them).
-    pub(crate) fn holds(&self) -> bool {
+    #[must_use]
+    pub fn holds(&self) -> bool {
         !self.held.is_empty()
     }
 
     /// Lets the held parts go if the peer has read everything sent on `sock`. Returns whether
     /// nothing is held now.
-    pub(crate) fn release_if_read(&mut self, sock: &UnixStream) -> bool {
+    pub fn release_if_read(&mut self, sock: &UnixStream) -> bool {
         if !self.held.is_empty() && unread_bytes(sock).is_ok_and(|n| n == 0) {
             self.held.clear();
             self.held_bytes = 0;
@@ -85,7 +93,7 @@ impl Splicer {
     /// module comment). Whole, or fails (the connection is then broken). Every byte is in the
     /// socket when this returns; nothing stays in the pipe, so whatever the caller writes next
     /// follows `data` on the wire.
-    pub(crate) async fn send(&mut self, sock: &UnixStream, data: &Bytes) -> std::io::Result<()> {
+    pub async fn send(&mut self, sock: &UnixStream, data: &Bytes) -> std::io::Result<()> {
         // Held before the first byte goes: from then on the socket may refer to it.
         self.held.push_back(data.clone());
         self.held_bytes += data.len();
@@ -137,7 +145,7 @@ impl Splicer {
     /// peer has read or dropped everything queued on `sock`, then lets the held parts go; past
     /// the wait, or if the socket cannot tell, they are leaked rather than reused while the peer
     /// may still read them.
-    pub(crate) async fn drain(mut self, sock: &UnixStream) {
+    pub async fn drain(mut self, sock: &UnixStream) {
         let mut waited_ms = 0;
         loop {
             match unread_bytes(sock) {
@@ -161,6 +169,31 @@ impl Splicer {
     }
 }
 
+impl Default for Splicer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The writing half of a connection's stream, and the local socket under it if it is one (which
+/// a writer may splice into).
+pub trait SpliceSink: AsyncWrite + Unpin + Send + 'static {
+    fn local(&self) -> Option<&UnixStream> {
+        None
+    }
+}
+
+impl SpliceSink for tokio::net::tcp::OwnedWriteHalf {}
+
+impl SpliceSink for tokio::net::unix::OwnedWriteHalf {
+    fn local(&self) -> Option<&UnixStream> {
+        Some(self.as_ref())
+    }
+}
+
+/// A half of any stream split by `tokio::io::split` (TLS, in-memory): never spliced.
+impl<T: tokio::io::AsyncRead + AsyncWrite + Send + 'static> SpliceSink for tokio::io::WriteHalf<T> {}
+
 /// Bytes queued on a socket that its peer has not read yet (`SIOCOUTQ`; for a local stream
 /// socket, what its unread messages take, so zero once the peer has read everything or closed).
 fn unread_bytes(sock: &UnixStream) -> std::io::Result<i32> {
@@ -174,52 +207,12 @@ fn unread_bytes(sock: &UnixStream) -> std::io::Result<i32> {
 mod tests {
     use std::sync::Arc;
 
-    use shoal_proto::Frame;
     use tokio::io::AsyncReadExt;
-    use tokio::sync::mpsc;
 
     use super::*;
-    use crate::wire::{Link, writer_task};
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
-    }
-
-    #[tokio::test]
-    async fn a_writer_splices_large_parts_to_a_local_peer_and_the_wire_is_unchanged() {
-        let (a, mut b) = UnixStream::pair().unwrap();
-        let (_, wr) = a.into_split();
-        let large = Bytes::from(pattern(3 * PIPE_BYTES + 4_321, 1));
-        let frames = vec![
-            // One large part starting off a page boundary, and a message after it.
-            Frame::with_data(16, 1, large.slice(7..SPLICE_MIN_BYTES + 70_000), b"after".to_vec()),
-            Frame::new(16, 2, pattern(SPLICE_MIN_BYTES * 2, 2)),
-            // In parts: a small one (copied), then two large ones (spliced), one larger than the
-            // pipe.
-            Frame::with_data_parts(
-                16,
-                3,
-                vec![Bytes::from(pattern(100, 3)), large.clone(), Bytes::from(pattern(SPLICE_MIN_BYTES, 4))],
-                b"tail".to_vec(),
-            ),
-            Frame::new(16, 4, b"small".to_vec()),
-            // More than a connection holds: the part past the bound is copied.
-            Frame::with_data_parts(16, 5, vec![Bytes::from(pattern(HELD_MAX_BYTES - 1, 5)); 2], Vec::new()),
-        ];
-        let expected: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
-        let (tx, rx) = mpsc::channel(8);
-        let writer = tokio::spawn(writer_task(wr, rx, Arc::new(Link::new())));
-        let sender = tokio::spawn(async move {
-            for f in frames {
-                tx.send(f).await.unwrap();
-            }
-        });
-        let mut got = Vec::new();
-        b.read_to_end(&mut got).await.unwrap();
-        sender.await.unwrap();
-        writer.await.unwrap();
-        assert_eq!(got.len(), expected.len());
-        assert!(got == expected, "the spliced stream differs from the copied one");
     }
 
     #[tokio::test]
