@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use shoal_splice::{IDLE_POLL_MS, SpliceSink, Splicer};
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
@@ -55,13 +56,21 @@ const DIRECT_PAYLOAD_BYTES: usize = 64 << 10;
 
 /// Writes replies in the order they come, batching those that are ready together into one
 /// system call where it can: small replies are copied into `buf`; a large payload is written
-/// from its own buffer, together with what `buf` holds, by one vectored write.
+/// from its own buffer, together with what `buf` holds, by one vectored write. On a local socket
+/// a large payload is spliced instead (decision 0097): `buf` is written first, then the payload
+/// by reference, held by `splicer` until the client has read it.
 struct ReplyWriter<W> {
     w: W,
     buf: Vec<u8>,
+    splicer: Option<Splicer>,
 }
 
-impl<W: AsyncWrite + Unpin> ReplyWriter<W> {
+impl<W: SpliceSink> ReplyWriter<W> {
+    fn new(w: W) -> Self {
+        let splicer = w.local().map(|_| Splicer::new());
+        Self { w, buf: Vec::with_capacity(IO_BUFFER_BYTES), splicer }
+    }
+
     async fn push(&mut self, reply: &Reply) -> std::io::Result<()> {
         self.buf.extend_from_slice(&reply.head);
         if reply.data.len() < DIRECT_PAYLOAD_BYTES {
@@ -70,6 +79,14 @@ impl<W: AsyncWrite + Unpin> ReplyWriter<W> {
                 self.flush().await?;
             }
             return Ok(());
+        }
+        if self.splicer.as_ref().is_some_and(|s| s.takes(reply.data.len())) {
+            // The head (and the replies before it) must reach the socket before the payload.
+            self.w.write_all(&self.buf).await?;
+            self.buf.clear();
+            if let (Some(s), Some(sock)) = (self.splicer.as_mut(), self.w.local()) {
+                return s.send(sock, &reply.data).await;
+            }
         }
         write_all_two(&mut self.w, &self.buf, &reply.data).await?;
         self.buf.clear();
@@ -80,6 +97,33 @@ impl<W: AsyncWrite + Unpin> ReplyWriter<W> {
         self.w.write_all(&self.buf).await?;
         self.buf.clear();
         self.w.flush().await
+    }
+
+    /// Whether spliced payloads are held (the writer then looks whether the client has read
+    /// them, while it has nothing to write).
+    fn holds(&self) -> bool {
+        self.splicer.as_ref().is_some_and(Splicer::holds)
+    }
+
+    /// Lets the spliced payloads go if the client has read everything sent.
+    fn release_if_read(&mut self) {
+        if let (Some(s), Some(sock)) = (self.splicer.as_mut(), self.w.local()) {
+            s.release_if_read(sock);
+        }
+    }
+
+    /// Ends the writer: if it holds spliced payloads, a detached task keeps the socket open
+    /// until the client has read or dropped them ([`Splicer::drain`]), so that their memory is
+    /// not reused while the socket still refers to it.
+    fn finish(self) {
+        let Self { w, splicer, .. } = self;
+        if let Some(s) = splicer.filter(Splicer::holds) {
+            tokio::spawn(async move {
+                if let Some(sock) = w.local() {
+                    s.drain(sock).await;
+                }
+            });
+        }
     }
 }
 
@@ -111,7 +155,7 @@ pub async fn run<D, R, W>(
 where
     D: BlockDevice,
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin + Send + 'static,
+    W: SpliceSink,
 {
     let device = exports.exports[session.export].device.clone();
     let limits = exports.limits;
@@ -120,17 +164,34 @@ where
         // Replies that are ready together go out in one system call: under many small requests
         // a write per reply is most of the server's cost. A reply waits in the buffer only
         // while others are being appended; the buffer is flushed whenever the queue is empty.
-        let mut w = ReplyWriter { w, buf: Vec::with_capacity(IO_BUFFER_BYTES) };
-        while let Some(out) = rx.recv().await {
-            w.push(&out.reply).await?;
-            drop(out);
-            while let Ok(more) = rx.try_recv() {
-                w.push(&more.reply).await?;
+        let mut w = ReplyWriter::new(w);
+        let written = async {
+            loop {
+                let out = tokio::select! {
+                    out = rx.recv() => match out {
+                        Some(out) => out,
+                        None => break,
+                    },
+                    // Nothing to write, spliced payloads held: free them once the client has
+                    // read them.
+                    () = tokio::time::sleep(std::time::Duration::from_millis(IDLE_POLL_MS)), if w.holds() => {
+                        w.release_if_read();
+                        continue;
+                    }
+                };
+                w.release_if_read();
+                w.push(&out.reply).await?;
+                drop(out);
+                while let Ok(more) = rx.try_recv() {
+                    w.push(&more.reply).await?;
+                }
+                w.flush().await?;
             }
-            w.flush().await?;
+            w.flush().await
         }
-        w.flush().await?;
-        Ok::<(), std::io::Error>(())
+        .await;
+        w.finish();
+        written
     });
     // Requests read through a buffer: one system call brings in many small requests.
     let mut r = BufReader::with_capacity(REQUEST_BUFFER_BYTES, r);
@@ -410,6 +471,8 @@ mod tests {
         }
     }
 
+    impl SpliceSink for Trickle {}
+
     /// Replies small and large, written through sockets that take any number of bytes at a
     /// time, arrive whole and in order: each reply's head, then its payload.
     #[tokio::test]
@@ -425,7 +488,7 @@ mod tests {
             .collect();
         let expected: Vec<u8> = replies.iter().flat_map(|r| r.head.iter().chain(&r.data).copied()).collect();
         for step in [1usize, 7, 4096, 1 << 20] {
-            let mut w = ReplyWriter { w: Trickle { took: Vec::new(), step }, buf: Vec::new() };
+            let mut w = ReplyWriter::new(Trickle { took: Vec::new(), step });
             for r in &replies {
                 w.push(r).await.unwrap();
             }
@@ -433,6 +496,53 @@ mod tests {
             assert!(w.buf.is_empty(), "a flush left bytes in the buffer");
             assert!(w.w.took == expected, "socket taking {step} bytes at a time: the bytes differ");
         }
+    }
+
+    /// Over a local socket, large payloads are spliced (decision 0097): the client reads exactly
+    /// the bytes a copying writer sends, with payloads past what a connection holds copied, and
+    /// the writer keeps every spliced payload until the client has read it.
+    #[tokio::test]
+    async fn spliced_replies_on_a_local_socket_arrive_unchanged_and_are_held_until_read() {
+        let (a, mut b) = tokio::net::UnixStream::pair().unwrap();
+        let (_, wr) = a.into_split();
+        let sizes = [100usize, 512 << 10, 4096, 3 * DIRECT_PAYLOAD_BYTES + 5, shoal_splice::HELD_MAX_BYTES, 1 << 20, 7];
+        let replies: Vec<Reply> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Reply {
+                head: vec![0xB0 + i as u8; 16 + i],
+                data: (0..n).map(|b| (b.wrapping_mul(13) + i) as u8).collect(),
+            })
+            .collect();
+        let expected: Vec<u8> = replies.iter().flat_map(|r| r.head.iter().chain(&r.data).copied()).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; expected.len()];
+            b.read_exact(&mut got).await.unwrap();
+            assert!(got == expected, "the spliced stream differs from the copied one");
+            b
+        });
+        let mut w = ReplyWriter::new(wr);
+        assert!(w.splicer.is_some(), "a local socket's writer does not splice");
+        for r in &replies {
+            w.push(r).await.unwrap();
+        }
+        w.flush().await.unwrap();
+        let mut b = reader.await.unwrap();
+        w.release_if_read();
+        assert!(!w.holds(), "payloads still held after the client read everything");
+
+        // A payload spliced and not read yet is held: its memory cannot be reused meanwhile.
+        let data = bytes::Bytes::from(vec![0x5A; 2 * DIRECT_PAYLOAD_BYTES]);
+        w.push(&Reply { head: b"head".to_vec(), data: data.clone() }).await.unwrap();
+        w.flush().await.unwrap();
+        w.release_if_read();
+        assert!(w.holds(), "a spliced payload was let go before the client read it");
+        let mut got = vec![0u8; 4 + data.len()];
+        b.read_exact(&mut got).await.unwrap();
+        assert!(got[..4] == *b"head" && got[4..] == data[..]);
+        w.release_if_read();
+        assert!(!w.holds());
+        assert!(data.is_unique(), "the writer kept a handle to a payload the client has read");
     }
 
     /// A socket that hands out at most `step` bytes per read.

@@ -794,6 +794,24 @@ fn tls_on_a_unix_socket_and_qemu_reconnecting_across_a_killed_server() {
     server.stop();
     assert!(!socket.exists(), "a stopped server leaves its socket behind");
 
+    // In the clear on a unix socket, large read replies are spliced into the socket (decision
+    // 0097): copies out read what was written, over what TLS wrote, and fio's reads of 512 KiB,
+    // many in flight, verify what it wrote.
+    let server = serve_socket(&dir, &socket, &["data/vol"]);
+    let clear = format!("nbd+unix:///data/vol?socket={sock}");
+    let pattern: Vec<u8> = pattern.iter().map(|b| b ^ 0x5A).collect();
+    std::fs::write(&input, &pattern).unwrap();
+    tool("nbdcopy", &[&input.display().to_string(), &clear]);
+    for _ in 0..2 {
+        tool("nbdcopy", &["--request-size=1048576", &clear, &output.display().to_string()]);
+        assert_eq!(&std::fs::read(&output).unwrap()[..8 << 20], &pattern[..], "bytes changed over a unix socket");
+    }
+    let uri = format!("--uri={clear}");
+    let verify_out = format!("--output={}", tmp.path().join("fio-unix.out").display());
+    let args = ["--name=large", "--ioengine=nbd", "--rw=write", "--bs=512k", "--iodepth=8", "--size=32M"];
+    tool("fio", &[&args[..], &["--offset=16M", "--verify=crc32c", &uri, &verify_out]].concat());
+    server.stop();
+
     // QEMU with reconnect-delay carries on across a server killed with SIGKILL and started
     // again on the same address: its requests in flight are resent, none fails, and what it
     // wrote reads back.
