@@ -4,14 +4,14 @@
 # /proc/PID/stat), so that a change is judged by its cost per operation as well as by a
 # throughput that swings with the machine's noise.
 #
-#   bench/ab.sh [--rounds N] [--unwritten | --aged S] nbd mem1|block3 RW BS QD BIN...   fio's nbd engine through `nbd serve`
+#   bench/ab.sh [--rounds N] [--unwritten | --aged S] [--unix] nbd mem1|block3 RW BS QD BIN...   fio's nbd engine through `nbd serve`
 #   bench/ab.sh [--rounds N] s3 mem1|block3 SIZE CONC LOAD BIN...   `shoal s3 bench` on the gateway
 #   bench/ab.sh [--rounds N] rbd mem1|block3 BIN...             `shoal rbd bench`, 4 KiB random writes
 #
 # The nbd image is written whole (4 MiB writes) before the timed load, unless --unwritten: then
 # the load starts on a thin image with nothing written (writes into holes); with --aged S, S
 # seconds of 4 KiB random writes (iodepth 16) follow the prefill, untimed, as a file system's
-# use leaves an image.
+# use leaves an image. With --unix, fio reaches the NBD server on a unix socket instead of TCP.
 # RW, BS, QD are fio's (randwrite 4k 16, write 512k 4, randrw 4k 16: both sides printed, ...); LOAD is put, get or delete (a get
 # run first writes the objects it reads, a delete run the objects it removes). Shapes: mem1 is one `mem` OSD with a size-1 pool, block3 three
 # `block` OSDs with size 3. Each BIN is a release build of `shoal` (copy it out of target/ so a
@@ -24,11 +24,13 @@ set -euo pipefail
 ROUNDS=2
 PREFILL=1
 AGE_S=0
+UNIX=0
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
     --unwritten) PREFILL=0; shift ;;
     --aged) AGE_S=$2; shift 2 ;;
+    --unix) UNIX=1; shift ;;
     *) echo "bench/ab.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -83,10 +85,14 @@ run_nbd() {
   local rw=$1 bs=$2 qd=$3
   up
   "$BIN" --conf "$DIR/c/shoal.toml" rbd create data/img --size 1G >/dev/null
-  "$BIN" --conf "$DIR/c/shoal.toml" nbd serve data/img --listen "127.0.0.1:$PORT" >"$DIR/nbd.log" 2>&1 &
+  local where=(--listen "127.0.0.1:$PORT") engine=(--ioengine=nbd "--uri=nbd://127.0.0.1:$PORT/data/img")
+  if ((UNIX)); then
+    where=(--socket "$DIR/nbd.sock")
+    engine=(--ioengine=nbd "--uri=nbd+unix:///data/img?socket=$DIR/nbd.sock")
+  fi
+  "$BIN" --conf "$DIR/c/shoal.toml" nbd serve data/img "${where[@]}" >"$DIR/nbd.log" 2>&1 &
   local nbd=$!
   sleep 1.5
-  local engine=(--ioengine=nbd "--uri=nbd://127.0.0.1:$PORT/data/img")
   if ((PREFILL)); then
     fio --name=prefill "${engine[@]}" --rw=write --bs=4M --iodepth=4 --size=1G >/dev/null 2>&1
   fi
