@@ -65,13 +65,13 @@ pub struct OsdArgs {
     /// once a second.
     #[arg(long, env = "SHOAL_PEER_GRACE_MS", default_value_t = shoal_osd::HeartbeatConfig::daemon().grace_ms)]
     peer_grace_ms: u64,
-    /// Threads of the OSD's runtime (default: one for a `mem` store, two for the others). A RAM
-    /// store's operations run on the runtime and never wait, and on one thread the steps of a
-    /// request (its read off the socket, its execution, its reply) wake each other with a
-    /// function call instead of a futex wake of another core. A disk store's worker and readers
-    /// are threads of their own; its runtime keeps two.
-    #[arg(long, env = "SHOAL_OSD_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
-    threads: Option<u16>,
+    /// Threads of the OSD's runtime. One (the default) runs a current-thread runtime: the steps
+    /// of a request (its read off the socket, its execution, its reply) wake each other with a
+    /// function call instead of a futex wake of another core. A RAM store's worker runs on that
+    /// thread (it never waits); a disk store's worker and readers are threads of their own
+    /// (decisions 0024, 0034 and 0098).
+    #[arg(long, env = "SHOAL_OSD_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
 }
 
 /// Daemons log to stderr, which `shoal up` points at `DIR/NAME.log`: one line per event, with
@@ -183,7 +183,6 @@ pub fn run_osd(args: &OsdArgs) -> Result<ExitCode> {
         heartbeat: heartbeat_config(args.peer_grace_ms)?,
         block_cache: shoal_store::CacheSizes { small_bytes: args.block_cache, large_bytes: args.block_cache_large },
     };
-    let threads = args.threads.unwrap_or(if matches!(args.backend, BackendKind::Mem) { 1 } else { 2 });
-    serving_runtime(threads, || {})?.block_on(shoal_osd::run(cfg, stop_signal()))?;
+    serving_runtime(args.threads, || {})?.block_on(shoal_osd::run(cfg, stop_signal()))?;
     Ok(ExitCode::SUCCESS)
 }
