@@ -37,7 +37,9 @@ fn three_replicas_across_three_hosts() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("cluster");
     let d = dir.display().to_string();
-    let up = shoal(
+    // These OSDs run their sockets on two runtime threads, where every other test runs the
+    // default one (decision 0098), so that the multi-thread runtime stays proven too.
+    let up = common::shoal_env(
         tmp.path(),
         &[
             "up",
@@ -55,6 +57,7 @@ fn three_replicas_across_three_hosts() {
             "32",
             "--json",
         ],
+        &[("SHOAL_OSD_THREADS", "2")],
     );
     let report: serde_json::Value = serde_json::from_str(&ok(&up)).expect("up --json");
     let _down = Down(dir.clone());
