@@ -17,7 +17,7 @@ pub mod transmission;
 use std::future::Future;
 use std::sync::Arc;
 
-use shoal_splice::SpliceSink;
+use shoal_splice::{SpliceSink, SplitStream};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
@@ -117,7 +117,7 @@ pub const HANDSHAKE_TIMEOUT_MS: u64 = 30_000;
 pub async fn serve_connection<D, S>(exports: Arc<Exports<D>>, stream: S, peer: String, stop: watch::Receiver<bool>)
 where
     D: BlockDevice,
-    S: Transport,
+    S: SplitStream,
 {
     let mut handshake_stop = stop.clone();
     let deadline = tokio::time::Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
@@ -187,38 +187,5 @@ async fn transmit<D, R, W>(
     match transmission::run(exports, session, reader, writer, stop).await {
         Ok(()) => tracing::info!(peer, "NBD client disconnected"),
         Err(e) => tracing::warn!(peer, error = %e, "NBD connection ended"),
-    }
-}
-
-/// A client's connection: a stream that splits into a reading and a writing half. A local
-/// socket's writing half is spliced into (decision 0097); every other one is written.
-pub trait Transport: AsyncRead + AsyncWrite + Send + Unpin + 'static {
-    type Read: AsyncRead + Send + Unpin + 'static;
-    type Write: SpliceSink;
-    fn into_halves(self) -> (Self::Read, Self::Write);
-}
-
-impl Transport for tokio::net::TcpStream {
-    type Read = tokio::net::tcp::OwnedReadHalf;
-    type Write = tokio::net::tcp::OwnedWriteHalf;
-    fn into_halves(self) -> (Self::Read, Self::Write) {
-        self.into_split()
-    }
-}
-
-impl Transport for tokio::net::UnixStream {
-    type Read = tokio::net::unix::OwnedReadHalf;
-    type Write = tokio::net::unix::OwnedWriteHalf;
-    fn into_halves(self) -> (Self::Read, Self::Write) {
-        self.into_split()
-    }
-}
-
-/// An in-memory pipe (tests).
-impl Transport for tokio::io::DuplexStream {
-    type Read = tokio::io::ReadHalf<Self>;
-    type Write = tokio::io::WriteHalf<Self>;
-    fn into_halves(self) -> (Self::Read, Self::Write) {
-        tokio::io::split(self)
     }
 }

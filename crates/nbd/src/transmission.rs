@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use shoal_splice::{IDLE_POLL_MS, SpliceSink, Splicer};
+use shoal_splice::{SpliceSink, Splicer};
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
@@ -174,7 +174,7 @@ where
                     },
                     // Nothing to write, spliced payloads held: free them once the client has
                     // read them.
-                    () = tokio::time::sleep(std::time::Duration::from_millis(IDLE_POLL_MS)), if w.holds() => {
+                    () = shoal_splice::idle_poll(), if w.holds() => {
                         w.release_if_read();
                         continue;
                     }

@@ -14,12 +14,13 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
-use crate::stream::{PeerAddr, Split, connect_local};
+use crate::stream::{PeerAddr, connect_local};
 use crate::wire::{
     FIRST_USER_MSG_TYPE, Link, MSG_ERROR, PUSH_QUEUE_FRAMES, Payloads, READ_BUFFER, check_outgoing, error_frame,
     error_reason, read_frame, writer_task,
 };
 use crate::{Key, NetError, auth};
+use shoal_splice::SplitStream;
 
 /// Who a client is and how it uses its connections.
 #[derive(Clone, Debug)]
@@ -161,7 +162,7 @@ impl Connection {
 
     /// Opens the stream `open` yields, runs the handshake on it and starts the connection's
     /// tasks, all within `cfg.connect_timeout_ms`.
-    async fn establish<S: Split>(
+    async fn establish<S: SplitStream>(
         open: impl Future<Output = Result<S, NetError>>,
         peer_addr: PeerAddr,
         cfg: &ClientConfig,
@@ -173,7 +174,7 @@ impl Connection {
             Ok::<_, NetError>((stream, server_entity))
         };
         let (stream, server_entity) = tokio::time::timeout(timeout, setup).await.map_err(|_| NetError::Timeout)??;
-        let (rd, wr) = stream.split();
+        let (rd, wr) = stream.into_halves();
 
         let max_in_flight = cfg.max_in_flight.max(1);
         // Every queued frame is a call holding a slot (plus, rarely, one error frame from the

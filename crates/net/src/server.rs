@@ -10,12 +10,13 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::stream::{Listeners, PeerAddr, Split};
+use crate::stream::{Listeners, PeerAddr};
 use crate::wire::{
     FIRST_USER_MSG_TYPE, HANDSHAKE_TIMEOUT, Link, MSG_KEEPALIVE, Payloads, READ_BUFFER, check_outgoing, error_frame,
     read_frame, writer_task,
 };
 use crate::{Keyring, NetError, auth};
+use shoal_splice::SplitStream;
 
 /// Why [`ServerConn::try_send`] did not queue a frame.
 #[derive(Debug, thiserror::Error)]
@@ -236,7 +237,7 @@ async fn accept_local(local: Option<&(UnixListener, String)>) -> std::io::Result
     }
 }
 
-async fn connection<H: Handler, S: Split>(
+async fn connection<H: Handler, S: SplitStream>(
     mut stream: S,
     peer_addr: PeerAddr,
     id: u64,
@@ -254,7 +255,7 @@ async fn connection<H: Handler, S: Split>(
         _ = stop.wait_for(|s| *s) => return,
     };
 
-    let (rd, wr) = stream.split();
+    let (rd, wr) = stream.into_halves();
     let (tx, rx) = mpsc::channel(cfg.max_queued_replies.max(1));
     let link = Arc::new(Link::new());
     let writer = tokio::spawn(writer_task(wr, rx, link.clone()));

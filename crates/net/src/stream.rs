@@ -10,8 +10,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
 
 use crate::NetError;
 
@@ -39,29 +38,6 @@ impl fmt::Display for PeerAddr {
             PeerAddr::Tcp(a) => write!(f, "{a}"),
             PeerAddr::Local(name) => write!(f, "local:{name}"),
         }
-    }
-}
-
-/// A connected stream that splits into halves owned by the reader and the writer tasks.
-pub(crate) trait Split: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    type Read: AsyncRead + Unpin + Send + 'static;
-    type Write: shoal_splice::SpliceSink;
-    fn split(self) -> (Self::Read, Self::Write);
-}
-
-impl Split for TcpStream {
-    type Read = tokio::net::tcp::OwnedReadHalf;
-    type Write = tokio::net::tcp::OwnedWriteHalf;
-    fn split(self) -> (Self::Read, Self::Write) {
-        self.into_split()
-    }
-}
-
-impl Split for UnixStream {
-    type Read = tokio::net::unix::OwnedReadHalf;
-    type Write = tokio::net::unix::OwnedWriteHalf;
-    fn split(self) -> (Self::Read, Self::Write) {
-        self.into_split()
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
 use crate::NetError;
-use shoal_splice::{IDLE_POLL_MS, SpliceSink, Splicer};
+use shoal_splice::{SpliceSink, Splicer};
 
 /// Server to client, first frame of a connection: a 32-byte challenge followed by the server's
 /// entity name (UTF-8).
@@ -339,7 +339,7 @@ pub(crate) async fn writer_task<W: SpliceSink>(mut w: W, mut rx: mpsc::Receiver<
                     stopping = true;
                 }
                 // Nothing to write, spliced parts held: free them once the peer has read them.
-                () = tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)), if holding => {
+                () = shoal_splice::idle_poll(), if holding => {
                     if let (Some(s), Some(sock)) = (splicer.as_mut(), w.local()) {
                         s.release_if_read(sock);
                     }

@@ -51,6 +51,13 @@ const DRAIN_TIMEOUT_MS: u64 = 30_000;
 /// nothing to write (and while it drains).
 pub const IDLE_POLL_MS: u64 = 2;
 
+/// Waits one [`IDLE_POLL_MS`]: a writer holding spliced parts with nothing to write looks again
+/// after it. An `async fn`, so that a `select!` branch disabled because nothing is held costs
+/// nothing (the timer is made only when the future is first polled).
+pub async fn idle_poll() {
+    tokio::time::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
+}
+
 /// A connection's splicing state, owned by its writer: the pipe (made on the first splice) and
 /// the parts spliced since the peer last had nothing unread.
 pub struct Splicer {
@@ -193,6 +200,39 @@ impl SpliceSink for tokio::net::unix::OwnedWriteHalf {
 
 /// A half of any stream split by `tokio::io::split` (TLS, in-memory): never spliced.
 impl<T: tokio::io::AsyncRead + AsyncWrite + Send + 'static> SpliceSink for tokio::io::WriteHalf<T> {}
+
+/// A connected stream that splits into halves owned by a reader and a writer task, the writing
+/// half one a writer may splice into when the stream is a local socket.
+pub trait SplitStream: tokio::io::AsyncRead + AsyncWrite + Send + Unpin + 'static {
+    type Read: tokio::io::AsyncRead + Send + Unpin + 'static;
+    type Write: SpliceSink;
+    fn into_halves(self) -> (Self::Read, Self::Write);
+}
+
+impl SplitStream for tokio::net::TcpStream {
+    type Read = tokio::net::tcp::OwnedReadHalf;
+    type Write = tokio::net::tcp::OwnedWriteHalf;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        self.into_split()
+    }
+}
+
+impl SplitStream for UnixStream {
+    type Read = tokio::net::unix::OwnedReadHalf;
+    type Write = tokio::net::unix::OwnedWriteHalf;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        self.into_split()
+    }
+}
+
+/// An in-memory pipe (tests).
+impl SplitStream for tokio::io::DuplexStream {
+    type Read = tokio::io::ReadHalf<Self>;
+    type Write = tokio::io::WriteHalf<Self>;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
+    }
+}
 
 /// Bytes queued on a socket that its peer has not read yet (`SIOCOUTQ`; for a local stream
 /// socket, what its unread messages take, so zero once the peer has read everything or closed).
