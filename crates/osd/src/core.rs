@@ -403,6 +403,9 @@ pub struct Mutations {
     /// A stray whose probe failed is asked again only when something else probes, as before
     /// the amendment of decision 0085.
     pub no_probe_retries: bool,
+    /// A member being backfilled answers a vouched pull of a head past its cursor even when the
+    /// head's snapshot state names clones it does not hold, as before decision 0099.
+    pub pull_heads_without_their_clones: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -124,6 +124,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "ask_copies_once_per_attempt" => &mut m.ask_copies_once_per_attempt,
         "backfill_over_removals_in_flight" => &mut m.backfill_over_removals_in_flight,
         "no_probe_retries" => &mut m.no_probe_retries,
+        "pull_heads_without_their_clones" => &mut m.pull_heads_without_their_clones,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
@@ -136,7 +137,8 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  revert_pulls_within_cursor_only, believe_failed_holders, \
                  forget_trimmed_decisions, repeer_unfound_on_every_map, \
                  decisions_wait_for_split, ask_copies_once_per_attempt, \
-                 backfill_over_removals_in_flight, no_probe_retries, ignore_interval_since)"
+                 backfill_over_removals_in_flight, no_probe_retries, ignore_interval_since, \
+                 pull_heads_without_their_clones)"
             ));
         }
     };

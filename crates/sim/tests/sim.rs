@@ -1674,6 +1674,34 @@ fn writes_of_whole_blocks_keep_the_checksums_they_arrived_with_through_faults() 
     assert!(total(&outs, |o| o.acked_writes) > 0);
 }
 
+/// `shoal-sim --parts --toofull --short-logs 2 --value-bytes 12288 --snaps --link-cuts
+/// --peer-heartbeats`.
+fn large_values_in_parts_with_snaps_and_cut_links(seed: u64) -> SimConfig {
+    SimConfig { snaps: true, log_keep: Some(2), appends: false, ..SimConfig::toofull(seed) }
+        .with_value_bytes(12288)
+        .with_link_cuts()
+        .with_peer_heartbeats()
+}
+
+#[test]
+fn a_head_backfilled_without_its_clones_is_not_pulled_from_its_holder() {
+    // osd.3 backfilled osd.0 and sent head c0-o0 (a head sorts before its clones); the backfill
+    // was cut off before clone 1 went. In the next interval osd.0's backfill started over from
+    // the first object, so its cursor no longer split the head from its clones, and the new
+    // primary, osd.4, missing the object, pulled it from osd.0: the head's stored version was
+    // the one needed, and a vouched pull is answered past the cursor. osd.4 got a head whose
+    // snapshot state named clone 1 with no clone 1, every member copied it from there, and a
+    // read at snapshot 1 found nothing. A member now refuses a pull of a head past its cursor
+    // that names clones it lacks (decision 0099); undone (`pull_heads_without_their_clones`),
+    // the seed fails again. Found by a sweep (fortieth session).
+    run_seeds(503_827..=503_827, large_values_in_parts_with_snaps_and_cut_links);
+    some_seed_fails_among(
+        Mutations { pull_heads_without_their_clones: true, ..Mutations::default() },
+        large_values_in_parts_with_snaps_and_cut_links,
+        503_827..=503_827,
+    );
+}
+
 #[test]
 fn large_values_sent_in_parts_finish_while_pushes_are_refused_and_messages_lost() {
     // `shoal-sim --parts --toofull --short-logs 2 --value-bytes 12288 --snaps --link-cuts

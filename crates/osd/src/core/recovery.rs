@@ -1501,6 +1501,15 @@ impl OsdCore {
         let cursor = if held { self.meta_mut(pg).ok().and_then(|m| m.backfill.clone()) } else { None };
         let split = cursor.as_deref().is_some_and(|c| crate::snaps::cursor_splits(c, &pull.object))
             && clones_may_be_past_cursor(&*self.store, &pg_collection(pg), &pull.object);
+        // A head past this member's cursor is answered for only when the primary vouches for it
+        // (its stored version is the one needed). That vouches for the head, not for its clones:
+        // a backfill cut off between a head and its clones (the head sorts first) leaves the head
+        // alone, and the next backfill's cursor, starting over, no longer splits them. Sent, such
+        // a head would name on the puller clones nobody sent it (decision 0099).
+        let head_alone = !self.mutations.pull_heads_without_their_clones
+            && cursor.as_deref().is_some_and(|c| pull.object.as_str() > c)
+            && !crate::snaps::is_companion(&pull.object)
+            && names_absent_clone(&*self.store, &pg_collection(pg), &pull.object);
         // A head missing here only for damage may still be sent around it (decision 0064).
         let around = held && may_send_around_damage(&pull) && !self.mutations.no_pull_around_damage;
         // Asked again at every part of a copy sent in parts, so that all come from that version.
@@ -1516,6 +1525,10 @@ impl OsdCore {
             Ok(_) if split => Err(RemoteError::new(
                 ErrorCode::NotFound,
                 format!("{}'s backfill of PG {pg} has not passed all clones of {} yet", self.id, pull.object),
+            )),
+            Ok(_) if head_alone => Err(RemoteError::new(
+                ErrorCode::NotFound,
+                format!("{} holds {} of PG {pg} without all the clones its snapshot state names", self.id, pull.object),
             )),
             Ok(meta)
                 if !meta.has(&pull.object)
@@ -2059,6 +2072,14 @@ fn clones_may_be_past_cursor(store: &dyn shoal_store::ObjectStore, coll: &str, h
         Ok(true) => crate::snaps::load(store, coll, head, true).map_or(true, |(set, _)| !set.is_empty()),
         _ => true,
     }
+}
+
+/// Whether the snapshot state of `head` (on the head, or on its snapshot directory when the head
+/// is absent) names a clone this store does not hold. A store error counts as "names one".
+fn names_absent_clone(store: &dyn shoal_store::ObjectStore, coll: &str, head: &str) -> bool {
+    let Ok(exists) = store.exists(coll, head) else { return true };
+    let Ok((set, _)) = crate::snaps::load(store, coll, head, exists) else { return true };
+    set.clones.iter().any(|c| !store.exists(coll, &crate::snaps::clone_name(head, c.id)).unwrap_or(false))
 }
 
 /// A backfill cursor past every object name (names are UTF-8 of at most 255 bytes, and U+10FFFF
