@@ -63,13 +63,39 @@ pub fn scrub_object(
         }
     };
     let mut xattr_digest = 0u32;
+    let mut snapset = None;
     match store.list_xattrs(coll, name) {
         Ok(xattrs) => {
             for (k, v) in xattrs {
                 xattr_digest = digest_field(digest_field(xattr_digest, k.as_bytes()), &v);
+                if k == crate::snaps::SNAPSET_XATTR {
+                    snapset = Some(v);
+                }
             }
         }
         Err(e) => damaged(e)?,
+    }
+    // A snapshot state (on a head, or on the snapshot directory of a head removed with clones
+    // kept) must name only clones this member holds: a head without one of them is not a copy
+    // of the object, even when every member's copy agrees (decision 0099). Such a copy cannot be
+    // the authority; if no member's can, the object is reported and nothing is repaired.
+    if let Some(value) = snapset {
+        let head = crate::snaps::head_of(name);
+        match crate::snaps::SnapSet::decode(head, &value) {
+            Ok(set) => {
+                for clone in &set.clones {
+                    match store.exists(coll, &crate::snaps::clone_name(head, clone.id)) {
+                        Ok(true) => {}
+                        Ok(false) => damaged(StoreError::Corrupt(format!(
+                            "{name}: its snapshot state names clone {} of {head}, which is not here",
+                            clone.id
+                        )))?,
+                        Err(e) => damaged(e)?,
+                    }
+                }
+            }
+            Err(e) => damaged(StoreError::Corrupt(e.message))?,
+        }
     }
     let mut omap_digest = 0u32;
     let mut after: Option<Vec<u8>> = None;
@@ -345,6 +371,40 @@ mod tests {
         let lone = BTreeMap::from([(OsdId(0), vec![bad.clone()]), (OsdId(1), vec![bad])]);
         let found = compare(OsdId(0), &lone);
         assert_eq!(found[0].auth, None, "no readable copy: no authority");
+    }
+
+    #[test]
+    fn a_snapshot_state_naming_a_clone_not_held_is_a_bad_copy() {
+        use crate::snaps::{SNAPSET_XATTR, SnapSet, clone_name, snapdir_name};
+        use shoal_proto::osd::CloneInfo;
+        use shoal_store::engine::MemEngine;
+        use shoal_store::{Durability, Transaction};
+
+        let store = MemEngine::new_mem(64 << 20).expect("store");
+        let set = SnapSet { seq: 4, clones: vec![CloneInfo { id: 2, snaps: vec![1, 2], size_bytes: 3 }] };
+        let mut txn = Transaction::new();
+        txn.create_collection("c");
+        txn.touch("c", "o").write("c", "o", 0, b"new".to_vec());
+        txn.set_xattr("c", "o", SNAPSET_XATTR, set.encode());
+        // A removed head's state on its snapshot directory, naming the same absent clone.
+        txn.touch("c", &snapdir_name("p")).set_xattr("c", &snapdir_name("p"), SNAPSET_XATTR, set.encode());
+        store.commit(txn, Durability::Batch).expect("commit");
+        for (name, head) in [("o".to_string(), "o"), (snapdir_name("p"), "p")] {
+            let entry = scrub_object(&store, "c", &name, false).expect("scrub").expect("exists");
+            let why = entry.read_error.expect("a clone named and not held is an error");
+            assert!(why.contains(&format!("clone 2 of {head}")), "{why}");
+        }
+
+        let mut txn = Transaction::new();
+        for head in ["o", "p"] {
+            txn.touch("c", &clone_name(head, 2)).write("c", &clone_name(head, 2), 0, b"old".to_vec());
+        }
+        store.commit(txn, Durability::Batch).expect("commit");
+        for name in ["o".to_string(), snapdir_name("p")] {
+            let entry = scrub_object(&store, "c", &name, true).expect("scrub").expect("exists");
+            assert_eq!(entry.read_error, None, "{name}: every clone named is here");
+            assert!(entry.data_digest.is_some());
+        }
     }
 
     #[test]
