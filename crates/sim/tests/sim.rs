@@ -1710,9 +1710,8 @@ fn large_values_sent_in_parts_finish_while_pushes_are_refused_and_messages_lost(
     // parts (`--chunk 64`) 7 of these 8 seeds never finish: every lost push answer makes the
     // primary peer again and start its object of hundreds of parts over.
     let config = |seed| {
-        let base = SimConfig { snaps: true, log_keep: Some(2), appends: false, ..SimConfig::toofull(seed) };
-        let cfg = base.clone().with_value_bytes(12288).with_link_cuts().with_peer_heartbeats();
-        let parts = base.backfill_chunk_bytes.expect("a scenario in parts");
+        let cfg = large_values_in_parts_with_snaps_and_cut_links(seed);
+        let parts = SimConfig::toofull(seed).backfill_chunk_bytes.expect("a scenario in parts");
         assert_eq!(cfg.backfill_chunk_bytes, Some(parts * 24), "seed {seed}: the part size grows with the values");
         cfg
     };
