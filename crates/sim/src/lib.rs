@@ -2492,6 +2492,22 @@ impl Simulation {
     fn check_replicas(&mut self) {
         let map = self.mon.map().clone();
         let Ok(pool) = map.pool_by_name(POOL).cloned() else { return };
+        // After damage, the final repair of every PG must find a good copy of every inconsistent
+        // object: one it cannot repair has no good copy on any member (decision 0099's scrub
+        // check names a snapshot clone lost everywhere this way).
+        if self.rotted > 0 {
+            for seed in 0..pool.pg_num {
+                let pg = shoal_map::PgId { pool: pool.id, seed };
+                let Some(primary) = map.pg_osds(pg).unwrap_or_default().first().copied() else { continue };
+                let Some((Some(last), _)) = self.osds.get(&primary.0).map(|o| o.last_scrub(pg)) else { continue };
+                if last.inconsistent > last.repaired {
+                    self.outcome.violations.push(format!(
+                        "PG {pg}: the final repair found {} inconsistent objects and could repair {}",
+                        last.inconsistent, last.repaired
+                    ));
+                }
+            }
+        }
         for (&object, want) in &self.model {
             let name = object_name(object);
             let Ok(loc) = map.locate(pool.id, &name) else { continue };
