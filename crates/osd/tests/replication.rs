@@ -1359,6 +1359,79 @@ fn a_head_is_pulled_around_a_members_damaged_clone_that_the_primary_holds() {
     }
 }
 
+#[test]
+fn a_member_being_backfilled_does_not_send_a_head_without_its_clones() {
+    // Decision 0099 (the simulation's seed 503827): a backfill sent the replica the head (a head
+    // sorts before its clones) and was cut off before clone 1; the replica's backfill has since
+    // started over, so its cursor no longer splits them. The primary lost the object and the
+    // replica's head carries the version needed, so the primary pulls it from there, vouching
+    // for it past the cursor. The replica refuses: its head's snapshot state names a clone it
+    // lacks, and the object is unfound instead. Undone (`pull_heads_without_their_clones`), the
+    // primary installs a head whose state names a clone no member holds.
+    use shoal_osd::pgmeta::PgMeta;
+    use shoal_osd::snaps::{SNAPSET_XATTR, SnapSet, clone_name};
+    use shoal_store::{Durability, Transaction};
+    for undone in [false, true] {
+        let mut net = Net::new();
+        let acting = net.acting();
+        let (primary, replica) = (acting[0], acting[1]);
+        let pool = net.map.pool_by_name("p").unwrap().id;
+        let pg = net.map.locate(pool, "obj").unwrap().pg;
+        let coll = shoal_osd::exec::pg_collection(pg);
+        let put = |n: usize| ObjOp::WriteFull { len_bytes: n as u64 };
+        net.request(1, vec![ctx(0, &[]), put(3)], b"old").result.unwrap();
+        net.request(2, vec![ctx(1, &[1]), put(3)], b"new").result.unwrap();
+        let clone1 = clone_name("obj", 1);
+        let needed = shoal_osd::objver::stored(&**net.core(primary).store(), &coll, "obj").expect("a stored version");
+
+        // Both stopped while their stores are set up.
+        net.change(Command::OsdDown { id: replica });
+        net.change(Command::OsdDown { id: primary });
+        // The replica: the head without clone 1, and a backfill cursor back at the start.
+        let store = net.core(replica).store().clone();
+        let mut txn = Transaction::new();
+        txn.remove(&coll, &clone1);
+        PgMeta::write_backfill(&mut txn, pg, Some(""));
+        store.commit(txn, Durability::Sync).unwrap();
+        // The primary: the object lost, recorded missing at the version its log names.
+        let pstore = net.core(primary).store().clone();
+        let mut meta = PgMeta::load(&*pstore, pg).unwrap();
+        meta.missing.insert("obj".into(), needed);
+        let mut txn = Transaction::new();
+        txn.remove(&coll, "obj");
+        txn.remove(&coll, &clone1);
+        meta.write_whole(&mut txn, pg);
+        pstore.commit(txn, Durability::Sync).unwrap();
+
+        net.restart(primary);
+        let mut core = net.new_core(replica, store);
+        core.set_mutations(shoal_osd::core::Mutations {
+            pull_heads_without_their_clones: undone,
+            ..Default::default()
+        });
+        net.cores.insert(replica.0, core);
+        let addr = format!("127.0.0.1:{}", 8000 + net.map.epoch).parse().unwrap();
+        net.change(Command::OsdBoot { id: replica, addr });
+        for _ in 0..5 {
+            net.tick();
+        }
+        assert_eq!(net.acting()[0], primary);
+        let held = |net: &Net, name: &str| net.core(primary).store().exists(&coll, name).unwrap();
+        let unfound = net.core(primary).pg_states().iter().any(|(s, _)| s.contains("unfound"));
+        if undone {
+            assert!(held(&net, "obj") && !held(&net, &clone1), "the head came alone");
+            let state =
+                net.core(primary).store().get_xattr(&coll, "obj", SNAPSET_XATTR).unwrap().expect("a snapshot state");
+            let set = SnapSet::decode("obj", &state).unwrap();
+            assert!(set.clones.iter().any(|c| c.id == 1), "its state names clone 1, which nobody sent: {set:?}");
+            continue;
+        }
+        assert!(unfound, "{:?}", net.core(primary).pg_states());
+        assert!(!held(&net, "obj"), "no head without its clones");
+        assert!(net.core(replica).store().exists(&coll, "obj").unwrap(), "the replica keeps what it holds");
+    }
+}
+
 /// A request held on the OSD (here: waiting for the map its client already has) is executed
 /// when its turn comes only if it has not outlived its expiry; past it, it is refused and
 /// changes nothing, so its sender knows it can never take effect later. A write applied
