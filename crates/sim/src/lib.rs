@@ -92,6 +92,10 @@ pub struct SimConfig {
     pub tick_us: u64,
     /// Safety mechanisms switched off in every OSD (mutation tests: a run must then fail).
     pub mutations: shoal_osd::Mutations,
+    /// An object to follow (`--watch NAME`): after every event that changed it, what each OSD
+    /// holds of it (head, snapshot state, companions) is logged at `info`. For replaying one
+    /// seed; it changes nothing in the run.
+    pub watch: Option<String>,
     /// The cluster's `osd_backfill_chunk_bytes` (`None`: the default). Below the objects' size
     /// (512 bytes, or a few appends) backfill sends them in parts.
     pub backfill_chunk_bytes: Option<u64>,
@@ -269,6 +273,7 @@ impl Default for SimConfig {
             early_replacement: false,
             revert_unfound: false,
             peer_heartbeats: false,
+            watch: None,
         }
     }
 }
@@ -885,6 +890,8 @@ pub struct Simulation {
     engines: BTreeMap<u32, Arc<MemEngine>>,
     /// Object copies damaged by `BitRotWhenClean`.
     rotted: u32,
+    /// What `SimConfig::watch` last logged.
+    watched: String,
     /// Per PG: consecutive ticks the operator's revert left it unfound with everything up
     /// ([`Simulation::revert_unfound`]).
     unfound_ticks: BTreeMap<shoal_map::PgId, u32>,
@@ -1095,6 +1102,7 @@ impl Simulation {
             incarnations: BTreeMap::new(),
             engines,
             rotted: 0,
+            watched: String::new(),
             unfound_ticks: BTreeMap::new(),
             isolated: std::collections::BTreeSet::new(),
             cut_links: BTreeMap::new(),
@@ -1187,6 +1195,9 @@ impl Simulation {
             self.now_us = at;
             self.outcome.delivered += 1;
             self.deliver(d);
+            if self.cfg.watch.is_some() {
+                self.log_watched();
+            }
         }
         for (c, client) in self.clients.iter().enumerate() {
             if !client.queue.is_empty() || !client.in_flight.is_empty() || !client.parked.is_empty() {
@@ -1210,6 +1221,29 @@ impl Simulation {
         self.outcome.end_us = self.now_us;
         self.outcome.epoch = self.mon.map().epoch;
         self.outcome
+    }
+
+    /// (`SimConfig::watch`) Logs what every OSD holds of the watched object if it changed since
+    /// the last event.
+    fn log_watched(&mut self) {
+        let Some(name) = self.cfg.watch.clone() else { return };
+        let map = self.mon.map();
+        let Some(loc) = map.pool_by_name(POOL).ok().and_then(|p| map.locate(p.id, &name).ok()) else { return };
+        let coll = shoal_osd::exec::pg_collection(loc.pg);
+        let mut held = String::new();
+        for (id, core) in &self.osds {
+            let store = &**core.store();
+            let head = store.exists(&coll, &name).unwrap_or(false);
+            let state = shoal_osd::snaps::load(store, &coll, &name, head).map(|(s, _)| s);
+            let companions = shoal_osd::snaps::companions(store, &coll, &name).unwrap_or_default();
+            if head || !companions.is_empty() {
+                held.push_str(&format!(" osd.{id}: head {head}, state {state:?}, companions {companions:?};"));
+            }
+        }
+        if held != self.watched {
+            tracing::info!(t_us = self.now_us, "watch {name} ({}):{held}", loc.pg);
+            self.watched = held;
+        }
     }
 
     fn trace(&mut self, parts: &[&[u8]]) {

@@ -5,6 +5,7 @@
 //! shoal-sim --seeds 10000            # seeds 1..=10000 on every core
 //! shoal-sim --from 5000 --seeds 100  # seeds 5000..=5099
 //! shoal-sim --seed 1234 --verbose    # replay one seed: faults, outcome, OSD log on stderr
+//! shoal-sim --seed 1234 --verbose --watch c0-o0  # and every change to what the OSDs hold of one object
 //! shoal-sim --mutate skip_prev_check  # with one safety mechanism off: seeds must fail
 //! shoal-sim --parts                  # backfill in parts of 64 or 200 bytes (the objects are larger)
 //! shoal-sim --rot-and-replace        # a damaged copy and a replaced disk at the same moment
@@ -40,6 +41,8 @@ struct Args {
     seeds: u64,
     jobs: usize,
     verbose: bool,
+    /// `--watch NAME`: the object whose copies are logged as they change (`SimConfig::watch`).
+    watch: Option<String>,
     /// The faults: `SimConfig::nemesis` unless a flag picks another scenario.
     config: fn(u64) -> SimConfig,
     /// The flag that picked it (for the replay line).
@@ -152,6 +155,7 @@ fn parse() -> Result<Args, String> {
         seeds: 1000,
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         verbose: false,
+        watch: None,
         config: SimConfig::nemesis,
         scenario_flag: "",
         mutations: shoal_osd::Mutations::default(),
@@ -195,6 +199,7 @@ fn parse() -> Result<Args, String> {
             }
             "--jobs" => args.jobs = num_in("--jobs", 1, 64)?.max(1) as usize,
             "--verbose" | "-v" => args.verbose = true,
+            "--watch" => args.watch = Some(it.next().ok_or("--watch needs an object name (e.g. c0-o0)")?),
             "--parts" | "--rot-and-replace" | "--rot-unacked" if !args.scenario_flag.is_empty() => {
                 return Err(format!(
                     "{a} after{}: --parts, --rot-and-replace and --rot-unacked are alternatives (give one)",
@@ -241,7 +246,7 @@ fn parse() -> Result<Args, String> {
                     "usage: shoal-sim [--seeds N] [--from FIRST] [--seed S] [--jobs J] [--parts | --rot-and-replace | --rot-unacked] [--chunk BYTES] [--toofull] \
                      [--observers N] [--read-offload] [--omap | --snaps] [--value-bytes N] [--short-logs K [--dups-objects N]] \
                      [--early-replace] [--revert-unfound] [--pool-size N] [--min-size M] [--osds N] [--hosts H] \
-                     [--host-crashes] [--link-cuts] [--peer-heartbeats] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose]"
+                     [--host-crashes] [--link-cuts] [--peer-heartbeats] [--pg-num P] [--clients N] [--writes N] [--mutate NAME]... [--verbose [--watch OBJECT]]"
                         .into(),
                 );
             }
@@ -385,6 +390,7 @@ fn main() -> ExitCode {
                     }
                     let base = (args.config)(seed);
                     let cfg = SimConfig {
+                        watch: args.watch.clone(),
                         mutations: args.mutations,
                         observers: args.observers,
                         read_offload: args.read_offload,
