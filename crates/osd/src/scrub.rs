@@ -82,18 +82,13 @@ pub fn scrub_object(
     if let Some(value) = snapset {
         let head = crate::snaps::head_of(name);
         match crate::snaps::SnapSet::decode(head, &value) {
-            Ok(set) => {
-                for clone in &set.clones {
-                    match store.exists(coll, &crate::snaps::clone_name(head, clone.id)) {
-                        Ok(true) => {}
-                        Ok(false) => damaged(StoreError::Corrupt(format!(
-                            "{name}: its snapshot state names clone {} of {head}, which is not here",
-                            clone.id
-                        )))?,
-                        Err(e) => damaged(e)?,
-                    }
-                }
-            }
+            Ok(set) => match crate::snaps::first_absent_clone(store, coll, head, &set) {
+                Ok(None) => {}
+                Ok(Some(id)) => damaged(StoreError::Corrupt(format!(
+                    "{name}: its snapshot state names clone {id} of {head}, which is not here"
+                )))?,
+                Err(e) => damaged(e)?,
+            },
             Err(e) => damaged(StoreError::Corrupt(e.message))?,
         }
     }

@@ -270,6 +270,23 @@ pub fn load(
     Ok((set, snapdir_exists))
 }
 
+/// The first clone `set` (the snapshot state of `head`) names that this store does not hold: a
+/// head without one of its clones is not a copy of the object, whatever version it carries
+/// (decision 0099). Read by a pull's answer and by scrub.
+pub fn first_absent_clone(
+    store: &dyn ObjectStore,
+    coll: &str,
+    head: &str,
+    set: &SnapSet,
+) -> Result<Option<u64>, StoreError> {
+    for clone in &set.clones {
+        if !store.exists(coll, &clone_name(head, clone.id))? {
+            return Ok(Some(clone.id));
+        }
+    }
+    Ok(None)
+}
+
 /// Adds to `txn` the removal of the local head `head` alone, leaving what a client's removal
 /// leaves: its clones stay, and its snapshot state moves to the snap directory while clones need
 /// it. The directory gets no version: while the head does not exist, the directory carries the

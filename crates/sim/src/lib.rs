@@ -1718,6 +1718,16 @@ impl Simulation {
     /// After damage: PGs whose current primary has not finished a repair since it leads them
     /// (with that primary, and whether a scrub is under way there).
     fn unrepaired_pgs(&self) -> Vec<(shoal_map::PgId, u32, bool)> {
+        self.last_scrubs()
+            .into_iter()
+            .filter(|(_, _, last, busy)| !last.as_ref().is_some_and(|l| l.repair) || *busy)
+            .map(|(pg, primary, _, busy)| (pg, primary, busy))
+            .collect()
+    }
+
+    /// Every PG of every pool with its current primary, and what that primary says of its last
+    /// scrub there (and whether one is under way).
+    fn last_scrubs(&self) -> Vec<(shoal_map::PgId, u32, Option<shoal_proto::osd::ScrubSummary>, bool)> {
         let map = self.mon.map();
         let mut out = Vec::new();
         for pool in map.pools.values() {
@@ -1725,9 +1735,7 @@ impl Simulation {
                 let pg = shoal_map::PgId { pool: pool.id, seed };
                 let Some(primary) = map.pg_osds(pg).unwrap_or_default().first().copied() else { continue };
                 let (last, busy) = self.osds.get(&primary.0).map_or((None, false), |o| o.last_scrub(pg));
-                if !last.is_some_and(|l| l.repair) || busy {
-                    out.push((pg, primary.0, busy));
-                }
+                out.push((pg, primary.0, last, busy));
             }
         }
         out
@@ -2530,11 +2538,8 @@ impl Simulation {
         // object: one it cannot repair has no good copy on any member (decision 0099's scrub
         // check names a snapshot clone lost everywhere this way).
         if self.rotted > 0 {
-            for seed in 0..pool.pg_num {
-                let pg = shoal_map::PgId { pool: pool.id, seed };
-                let Some(primary) = map.pg_osds(pg).unwrap_or_default().first().copied() else { continue };
-                let Some((Some(last), _)) = self.osds.get(&primary.0).map(|o| o.last_scrub(pg)) else { continue };
-                if last.inconsistent > last.repaired {
+            for (pg, _, last, _) in self.last_scrubs() {
+                if let Some(last) = last.filter(|l| l.inconsistent > l.repaired) {
                     self.outcome.violations.push(format!(
                         "PG {pg}: the final repair found {} inconsistent objects and could repair {}",
                         last.inconsistent, last.repaired

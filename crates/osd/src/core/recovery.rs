@@ -2079,7 +2079,7 @@ fn clones_may_be_past_cursor(store: &dyn shoal_store::ObjectStore, coll: &str, h
 fn names_absent_clone(store: &dyn shoal_store::ObjectStore, coll: &str, head: &str) -> bool {
     let Ok(exists) = store.exists(coll, head) else { return true };
     let Ok((set, _)) = crate::snaps::load(store, coll, head, exists) else { return true };
-    set.clones.iter().any(|c| !store.exists(coll, &crate::snaps::clone_name(head, c.id)).unwrap_or(false))
+    !matches!(crate::snaps::first_absent_clone(store, coll, head, &set), Ok(None))
 }
 
 /// A backfill cursor past every object name (names are UTF-8 of at most 255 bytes, and U+10FFFF
