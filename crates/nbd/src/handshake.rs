@@ -28,12 +28,16 @@ pub struct Session {
     pub export: usize,
     pub export_name: String,
     pub structured: bool,
-    /// Whether `base:allocation` was selected (BLOCK_STATUS allowed).
+    /// Whether the last SET_META_CONTEXT selected `base:allocation` on this export
+    /// (BLOCK_STATUS allowed).
     pub allocation_context: bool,
+    /// The transmission flags sent to the client: what it may ask for.
     pub flags: u16,
 }
 
-fn transmission_flags<D: BlockDevice>(device: &D) -> u16 {
+/// The transmission flags of an export. DF ("don't fragment" a read's reply) is offered only
+/// with structured replies, as the protocol requires: a simple reply has no fragments.
+fn transmission_flags<D: BlockDevice>(device: &D, structured: bool) -> u16 {
     let mut f = TF_HAS_FLAGS
         | TF_SEND_FLUSH
         | TF_SEND_FUA
@@ -41,8 +45,10 @@ fn transmission_flags<D: BlockDevice>(device: &D) -> u16 {
         | TF_SEND_WRITE_ZEROES
         | TF_SEND_FAST_ZERO
         | TF_SEND_CACHE
-        | TF_SEND_DF
         | TF_CAN_MULTI_CONN;
+    if structured {
+        f |= TF_SEND_DF;
+    }
     if device.read_only() {
         f |= TF_READ_ONLY;
     }
@@ -148,7 +154,9 @@ where
 {
     // Per phase, so that nothing negotiated in clear survives STARTTLS.
     let mut structured = false;
-    let mut allocation_context = false;
+    // The export whose `base:allocation` context the last SET_META_CONTEXT selected, if it
+    // selected it: BLOCK_STATUS is served only on that export.
+    let mut allocation_export: Option<usize> = None;
 
     while *options_left > 0 {
         *options_left -= 1;
@@ -167,7 +175,8 @@ where
         // What EXPORT_NAME or GO of export `at` starts transmission with.
         let session = |at: usize| {
             let export = &exports.exports[at];
-            let flags = transmission_flags(&*export.device);
+            let flags = transmission_flags(&*export.device, structured);
+            let allocation_context = allocation_export == Some(at);
             Session { export: at, export_name: export.name.clone(), structured, allocation_context, flags }
         };
         if tls == TlsPhase::Required && !matches!(option, OPT_STARTTLS | OPT_ABORT) {
@@ -187,7 +196,7 @@ where
                     return Err(HandshakeError::Protocol(format!("unknown export {name:?}")));
                 };
                 let export = &exports.exports[at];
-                let flags = transmission_flags(&*export.device);
+                let flags = transmission_flags(&*export.device, structured);
                 let mut out = Vec::with_capacity(10 + 124);
                 out.extend_from_slice(&export.device.size_bytes().to_be_bytes());
                 out.extend_from_slice(&flags.to_be_bytes());
@@ -236,6 +245,10 @@ where
             }
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
                 let set = option == OPT_SET_META_CONTEXT;
+                // A SET replaces the selection even when it fails.
+                if set {
+                    allocation_export = None;
+                }
                 let parsed = (|| {
                     let name = data.string()?;
                     let n = data.u32()?;
@@ -253,20 +266,23 @@ where
                     error_reply(s, option, REP_ERR_INVALID, "SET_META_CONTEXT needs structured replies first").await?;
                     continue;
                 }
-                if exports.position(&name).is_none() {
+                let Some(at) = exports.position(&name) else {
                     error_reply(s, option, REP_ERR_UNKNOWN, &format!("no export {name:?}")).await?;
                     continue;
-                }
+                };
                 // `base:allocation` is the only context: named, or matched by `base:` (LIST only),
                 // or every context when LIST asks for none.
                 let wanted = queries.iter().any(|q| q == BASE_ALLOCATION || (!set && q == "base:"))
                     || (!set && queries.is_empty());
-                if set {
-                    allocation_context = wanted;
+                if set && wanted {
+                    allocation_export = Some(at);
                 }
                 if wanted {
+                    // A LIST's context ids are reserved (zero); a SET's is the one BLOCK_STATUS
+                    // replies carry.
+                    let id = if set { BASE_ALLOCATION_ID } else { 0 };
                     let mut d = Vec::with_capacity(4 + BASE_ALLOCATION.len());
-                    d.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+                    d.extend_from_slice(&id.to_be_bytes());
                     d.extend_from_slice(BASE_ALLOCATION.as_bytes());
                     reply(s, option, REP_META_CONTEXT, &d).await?;
                 }
@@ -291,7 +307,7 @@ where
                     continue;
                 };
                 let export = &exports.exports[at];
-                let flags = transmission_flags(&*export.device);
+                let flags = transmission_flags(&*export.device, structured);
                 let mut d = Vec::with_capacity(12);
                 d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
                 d.extend_from_slice(&export.device.size_bytes().to_be_bytes());

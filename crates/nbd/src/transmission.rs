@@ -326,6 +326,21 @@ async fn serve<D: BlockDevice>(device: &D, session: &Session, req: Request, data
     }
 }
 
+/// The command flags a request of `kind` may carry, given the transmission flags sent: FUA on
+/// any command (clients are known to set it on reads and flushes), DF on reads when offered (only
+/// with structured replies), REQ_ONE on BLOCK_STATUS, NO_HOLE and FAST_ZERO on WRITE_ZEROES. The
+/// same rule as qemu-nbd and nbdkit: a flag outside it is a client bug, answered EINVAL.
+fn allowed_flags(kind: u16, transmission_flags: u16) -> u16 {
+    let mut allowed = CMD_FLAG_FUA;
+    match kind {
+        CMD_READ if transmission_flags & TF_SEND_DF != 0 => allowed |= CMD_FLAG_DF,
+        CMD_BLOCK_STATUS => allowed |= CMD_FLAG_REQ_ONE,
+        CMD_WRITE_ZEROES => allowed |= CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+        _ => {}
+    }
+    allowed
+}
+
 enum Answer {
     Done,
     Data(bytes::Bytes),
@@ -339,9 +354,12 @@ async fn execute<D: BlockDevice>(
     data: Vec<u8>,
 ) -> Result<Answer, DeviceError> {
     let size = device.size_bytes();
-    let known = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_DF | CMD_FLAG_REQ_ONE | CMD_FLAG_FAST_ZERO;
-    if req.flags & !known != 0 {
-        return Err(fail(EINVAL, format!("unknown command flags {:#x}", req.flags)));
+    let allowed = allowed_flags(req.kind, session.flags);
+    if req.flags & !allowed != 0 {
+        return Err(fail(
+            EINVAL,
+            format!("command flags {:#x} not valid for command {} on this connection", req.flags & !allowed, req.kind),
+        ));
     }
     let writes = matches!(req.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
     if writes && device.read_only() {
@@ -351,7 +369,8 @@ async fn execute<D: BlockDevice>(
     let in_range = req.offset.checked_add(len).is_some_and(|end| end <= size);
     if matches!(req.kind, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE | CMD_BLOCK_STATUS) {
         if !in_range {
-            let errno = if writes { ENOSPC } else { EINVAL };
+            // As the protocol asks: no space for data past the end, an invalid range otherwise.
+            let errno = if matches!(req.kind, CMD_WRITE | CMD_WRITE_ZEROES) { ENOSPC } else { EINVAL };
             return Err(fail(errno, format!("{}+{} is past the end of the export ({size} bytes)", req.offset, len)));
         }
         if len == 0 {

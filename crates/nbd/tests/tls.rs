@@ -2,46 +2,19 @@
 //! server with a TLS identity answers nothing but STARTTLS in clear, and the option phase over
 //! TLS starts from nothing (what nbdkit's CVE-2021-3716 got wrong).
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use common::{Ram, connect, go, option_reply, send_option};
 use shoal_nbd::proto::*;
-use shoal_nbd::{BlockDevice, DeviceError, Export, Exports, Extent, Limits};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use shoal_nbd::{Export, Exports, Limits};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
-
-/// A RAM device of fixed size.
-struct Ram(Mutex<Vec<u8>>);
-
-impl BlockDevice for Ram {
-    fn size_bytes(&self) -> u64 {
-        self.0.lock().unwrap().len() as u64
-    }
-    fn read_only(&self) -> bool {
-        false
-    }
-    async fn read(&self, offset: u64, len_bytes: u32) -> Result<bytes::Bytes, DeviceError> {
-        let d = self.0.lock().unwrap();
-        Ok(bytes::Bytes::copy_from_slice(&d[offset as usize..offset as usize + len_bytes as usize]))
-    }
-    async fn write(&self, offset: u64, data: Vec<u8>) -> Result<(), DeviceError> {
-        self.0.lock().unwrap()[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
-        Ok(())
-    }
-    async fn zero(&self, offset: u64, len_bytes: u64) -> Result<(), DeviceError> {
-        self.0.lock().unwrap()[offset as usize..(offset + len_bytes) as usize].fill(0);
-        Ok(())
-    }
-    async fn flush(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    async fn allocation(&self, offset: u64, len_bytes: u64) -> Result<Vec<Extent>, DeviceError> {
-        Ok(vec![Extent { offset, len_bytes, hole: false }])
-    }
-}
 
 fn identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
@@ -58,48 +31,12 @@ fn identity(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (cert, key)
 }
 
-async fn send_option<S: AsyncWrite + Unpin>(s: &mut S, option: u32, data: &[u8]) {
-    let mut out = Vec::new();
-    out.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    out.extend_from_slice(&option.to_be_bytes());
-    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    out.extend_from_slice(data);
-    s.write_all(&out).await.unwrap();
-}
-
-/// Reads one option reply: (option, reply type, data).
-async fn option_reply<S: AsyncRead + Unpin>(s: &mut S) -> (u32, u32, Vec<u8>) {
-    assert_eq!(s.read_u64().await.unwrap(), OPTION_REPLY_MAGIC);
-    let option = s.read_u32().await.unwrap();
-    let kind = s.read_u32().await.unwrap();
-    let mut data = vec![0u8; s.read_u32().await.unwrap() as usize];
-    s.read_exact(&mut data).await.unwrap();
-    (option, kind, data)
-}
-
-/// GO for `name` with no information requests; returns the replies up to the final one.
-async fn go<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, name: &str) -> Vec<(u32, u32, Vec<u8>)> {
-    let mut d = (name.len() as u32).to_be_bytes().to_vec();
-    d.extend_from_slice(name.as_bytes());
-    d.extend_from_slice(&0u16.to_be_bytes());
-    send_option(s, OPT_GO, &d).await;
-    let mut replies = Vec::new();
-    loop {
-        let r = option_reply(s).await;
-        let last = r.1 != REP_INFO;
-        replies.push(r);
-        if last {
-            return replies;
-        }
-    }
-}
-
 fn server(tls: bool, dir: &Path) -> Arc<Exports<Ram>> {
     let tls = tls.then(|| {
         let (cert, key) = identity(dir);
         shoal_net::tls::acceptor(&shoal_net::tls::TlsFiles { cert, key }, &[]).unwrap()
     });
-    let device = Arc::new(Ram(Mutex::new((0..1u32 << 20).map(|i| (i % 251) as u8).collect())));
+    let device = Ram::new(1 << 20, false, |i| (i % 251) as u8);
     let export = Export { name: "disk".into(), description: "a RAM disk".into(), device };
     Arc::new(Exports { exports: vec![export], limits: Limits::default(), tls })
 }
@@ -116,22 +53,6 @@ fn connector(cert: &Path) -> tokio_rustls::TlsConnector {
         .with_root_certificates(roots)
         .with_no_client_auth();
     tokio_rustls::TlsConnector::from(Arc::new(config))
-}
-
-/// Connects a client to a fresh connection of `exports`; reads the greeting, sends the flags.
-async fn connect(exports: &Arc<Exports<Ram>>) -> tokio::io::DuplexStream {
-    let (mut client, server_side) = tokio::io::duplex(1 << 20);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let exports = exports.clone();
-    tokio::spawn(async move {
-        shoal_nbd::serve_connection(exports, server_side, "test".into(), stop).await;
-        drop(stop_tx);
-    });
-    assert_eq!(client.read_u64().await.unwrap(), NBDMAGIC);
-    assert_eq!(client.read_u64().await.unwrap(), IHAVEOPT);
-    let _flags = client.read_u16().await.unwrap();
-    client.write_u32(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).await.unwrap();
-    client
 }
 
 #[tokio::test]
