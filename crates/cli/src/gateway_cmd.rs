@@ -76,6 +76,12 @@ pub struct GatewayArgs {
     /// and a context switch on another core.
     #[arg(long, env = "SHOAL_GATEWAY_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Option<u16>,
+    /// Seconds the gateway waits on a client: for a request's headers (also for the next request
+    /// on a kept-alive connection), for the next bytes of a request body (then the answer is
+    /// RequestTimeout), and for the client to read an answer. Past it the connection is closed,
+    /// so stalled or vanished clients do not hold connections and memory.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    client_timeout_s: u64,
 }
 
 pub fn run(cmd: &GatewayCommand) -> Result<ExitCode> {
@@ -115,6 +121,7 @@ fn run_gateway(args: &GatewayArgs) -> Result<ExitCode> {
             lifecycle_day: Duration::from_secs(args.lifecycle_day_s),
             split_entries: args.index_split_entries,
             merge_entries: args.index_merge_entries,
+            client_idle_timeout: Duration::from_secs(args.client_timeout_s),
             tls: match (&args.tls_cert, &args.tls_key) {
                 (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone() }),
                 _ => None,

@@ -12,7 +12,7 @@
 //! [`s3access`], [`s3config`], [`s3versions`], [`s3lock`], [`s3lifecycle`] and
 //! [`s3attributes`]), [`auth`] (secrets for signature checks), [`collector`] (the background
 //! reconciler and garbage collector), [`expiry`] (the lifecycle's background pass), [`server`]
-//! (HTTP or HTTPS through [`shoal_net::tls`], with [`precheck`], [`unread`], [`cors`] and [`s3post`] (browser-form uploads,
+//! (HTTP or HTTPS through [`shoal_net::tls`], with [`precheck`], [`unread`], [`idle`] (how long it waits on a client), [`cors`] and [`s3post`] (browser-form uploads,
 //! their policies in [`postpolicy`], signatures with [`signing`]) around s3s).
 
 pub mod access;
@@ -24,6 +24,7 @@ pub mod cors;
 pub mod crashpoint;
 pub mod error;
 pub mod expiry;
+pub mod idle;
 pub mod index;
 pub mod layout;
 pub mod lifecycle;

@@ -19,6 +19,7 @@ use crate::collector::{self, CollectorSettings};
 use crate::cors::CorsAsk;
 use crate::error::GatewayError;
 use crate::expiry::LifecycleSettings;
+use crate::idle;
 use crate::meta;
 use crate::objects::MemoryBudget;
 use crate::precheck;
@@ -39,6 +40,10 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Most connections served at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 4096;
+
+/// How long the gateway waits on a client by default: as long as common HTTP servers do
+/// (nginx's header, body and send timeouts are 60 s; radosgw's request timeout 65 s).
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How a gateway runs.
 #[derive(Debug, Clone)]
@@ -66,6 +71,10 @@ pub struct GatewayConfig {
     /// Neighbouring index partitions holding fewer entries and versions than this together are
     /// merged (`None`: a quarter of `split_entries`; 0: never).
     pub merge_entries: Option<u64>,
+    /// The longest the gateway waits on a client: for a request's headers (also for the next
+    /// request on a kept-alive connection), for the next bytes of a body, and for the client to
+    /// read the answer ([`crate::idle`]). Past it the connection is closed.
+    pub client_idle_timeout: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -83,6 +92,7 @@ impl Default for GatewayConfig {
             tls: None,
             split_entries: 50_000,
             merge_entries: None,
+            client_idle_timeout: CLIENT_IDLE_TIMEOUT,
         }
     }
 }
@@ -98,6 +108,7 @@ pub struct Server {
     gateway: Gateway,
     domains: Arc<Vec<String>>,
     tls: Option<TlsAcceptor>,
+    client_idle_timeout: Duration,
 }
 
 /// How long a client has to finish its TLS handshake before its connection is dropped.
@@ -150,7 +161,19 @@ impl Server {
             .await
             .map_err(|e| GatewayError::InvalidArgument(format!("cannot listen on {}: {e}", cfg.listen)))?;
         let domains = Arc::new(cfg.domains.clone());
-        Ok(Server { listener, service: builder.build(), client, collector, lifecycle, gateway, domains, tls })
+        let client_idle_timeout = cfg.client_idle_timeout;
+        assert!(!client_idle_timeout.is_zero(), "a client idle timeout of zero would close every connection");
+        Ok(Server {
+            listener,
+            service: builder.build(),
+            client,
+            collector,
+            lifecycle,
+            gateway,
+            domains,
+            tls,
+            client_idle_timeout,
+        })
     }
 
     /// Whether the gateway serves HTTPS.
@@ -180,12 +203,15 @@ impl Server {
                 }
             };
             let _ = socket.set_nodelay(true);
+            // Under TLS too: a client that reads nothing stalls the TCP stream's writes.
+            let socket = idle::Watched::new(socket, self.client_idle_timeout);
             let conn = Connection {
                 service: self.service.clone(),
                 gateway: self.gateway.clone(),
                 domains: self.domains.clone(),
                 ids: request_ids.clone(),
                 peer,
+                idle: self.client_idle_timeout,
             };
             let tls = self.tls.clone();
             tokio::spawn(async move {
@@ -212,6 +238,8 @@ struct Connection {
     domains: Arc<Vec<String>>,
     ids: Arc<RequestIds>,
     peer: SocketAddr,
+    /// How long to wait on the client ([`crate::idle`]).
+    idle: Duration,
 }
 
 impl Connection {
@@ -221,13 +249,14 @@ impl Connection {
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let Connection { service, gateway, domains, ids, peer } = self;
+        let Connection { service, gateway, domains, ids, peer, idle } = self;
         let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let service = service.clone();
             let gateway = gateway.clone();
             let domains = domains.clone();
             let id = ids.next();
             let (parts, body) = req.into_parts();
+            let (body, idled) = idle::timed_body(body, idle);
             let (body, ended) = unread::track(body);
             let req = hyper::Request::from_parts(parts, body);
             async move {
@@ -289,6 +318,15 @@ impl Connection {
                     resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
                     *resp.body_mut() = s3s::Body::from(completed);
                 }
+                if idled.idled() {
+                    // Whatever the operation made of its body's failure, the client stalled:
+                    // S3's answer for that (the connection then closes, the body unread).
+                    let message = format!("the request body sent nothing for {} s", idle.as_secs());
+                    resp = refused(
+                        &precheck::Refusal { status: hyper::StatusCode::BAD_REQUEST, code: "RequestTimeout", message },
+                        &id,
+                    );
+                }
                 if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
                     resp.headers_mut().insert("x-amz-request-id", v);
                 }
@@ -297,11 +335,16 @@ impl Connection {
                 Ok::<_, s3s::HttpError>(resp)
             }
         });
-        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        // HTTP/1.1 only, known from the start: a builder that first reads to tell HTTP/1 from
+        // HTTP/2 waits for those bytes with no limit, before any of hyper's timers runs.
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
         // hyper's read buffer grows to about 400 KiB per connection streaming a body, memory
         // no budget counts (64 uploads held 50 MiB of it); 64 KiB reads keep up with the
         // cluster and bound it to 4 MiB per 64 connections.
         builder.http1().max_buf_size(READ_BUFFER_BYTES);
+        // A request's headers, and the next request on a kept-alive connection, come within the
+        // idle limit or the connection closes (hyper's timer; without one it waits for ever).
+        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(idle);
         let conn = builder.serve_connection(TokioIo::new(io), svc).await;
         if let Err(e) = conn {
             tracing::debug!(%peer, error = %e, "connection ended with an error");

@@ -20,8 +20,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 /// A request body that records when it has been read to its end.
-pub struct Tracked {
-    inner: hyper::body::Incoming,
+pub struct Tracked<B> {
+    inner: B,
     ended: Arc<AtomicBool>,
 }
 
@@ -37,16 +37,16 @@ impl Ended {
 }
 
 /// Wraps `body`; the [`Ended`] tells later whether it was read to its end.
-pub fn track(body: hyper::body::Incoming) -> (Tracked, Ended) {
+pub fn track<B: Body>(body: B) -> (Tracked<B>, Ended) {
     let ended = Arc::new(AtomicBool::new(body.is_end_stream()));
     (Tracked { inner: body, ended: ended.clone() }, Ended(ended))
 }
 
-impl Body for Tracked {
+impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = B::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         // The end is either the last frame (hyper knows the length) or the stream's `None`.
         if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {

@@ -314,21 +314,9 @@ fn s3_request_with(
 ) -> (u16, String, Vec<u8>) {
     use std::io::{Read, Write};
     let host = endpoint.trim_start_matches("http://");
-    let signer = shoal_gateway::loadgen::sigv4::Signer { access: keys.0, secret: keys.1, region: "us-east-1" };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let headers = shoal_gateway::loadgen::sigv4::sign(method, host, path, query, &signer, now);
-    let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
-    let mut req = format!(
-        "{method} {target} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    for (n, v) in extra {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
+    let mut extra = extra.to_vec();
+    extra.push(("connection", "close"));
+    let req = signed_head(endpoint, keys, method, path, query, body.len(), &extra);
     // A gateway that crashed (a crash test's) refuses the connection: status 0.
     let Ok(mut s) = std::net::TcpStream::connect(host) else { return (0, String::new(), Vec::new()) };
     if s.write_all(req.as_bytes()).is_err() {
@@ -347,6 +335,33 @@ fn s3_request_with(
     let head = String::from_utf8_lossy(&out[..split]).to_ascii_lowercase();
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status");
     (status, head, out[split + 4..].to_vec())
+}
+
+/// The head of a signed S3 request (unsigned payload) announcing a body of `body_bytes`, with
+/// `extra` headers (not signed).
+fn signed_head(
+    endpoint: &str,
+    keys: (&str, &str),
+    method: &str,
+    path: &str,
+    query: &str,
+    body_bytes: usize,
+    extra: &[(&str, &str)],
+) -> String {
+    let host = endpoint.trim_start_matches("http://");
+    let signer = shoal_gateway::loadgen::sigv4::Signer { access: keys.0, secret: keys.1, region: "us-east-1" };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let headers = shoal_gateway::loadgen::sigv4::sign(method, host, path, query, &signer, now);
+    let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
+    let mut req = format!("{method} {target} HTTP/1.1\r\nhost: {host}\r\ncontent-length: {body_bytes}\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    for (n, v) in extra {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req
 }
 
 /// A gateway of its own on the cluster in `dir`, with a short lease and GC delay so that the
@@ -1305,4 +1320,95 @@ fn s3_writes_across_an_outage_of_two_of_three_osds_wait_and_every_acknowledged_o
     for mut osd in restarted {
         osd.wait().expect("a restarted OSD exits");
     }
+}
+
+/// Reads from `s` until the gateway closes the connection (or 20 s pass, a failure); returns what
+/// was read and how long the close took from `since`.
+fn read_until_closed(s: &mut std::net::TcpStream, since: std::time::Instant) -> (Vec<u8>, std::time::Duration) {
+    use std::io::Read;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (out, since.elapsed()),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (out, since.elapsed()),
+            Err(e) => panic!("the gateway kept the connection open: {e} after {:?}", since.elapsed()),
+        }
+    }
+}
+
+#[test]
+fn clients_that_stall_are_cut_off_after_the_idle_limit_and_slow_ones_are_not() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _down, (ak, sk)) = up_without_gateway(tmp.path());
+    let keys = (ak.as_str(), sk.as_str());
+    let (_gw, listen) = spawn_gateway_with(&dir, None, &["--client-timeout-s", "2"]);
+    let ep = format!("http://{listen}");
+    assert_eq!(s3_request(&ep, keys, "PUT", "/idle", "", b"").0, 200);
+    let limit = Duration::from_secs(2);
+    let soon = Duration::from_secs(8);
+
+    // A connection that never sends a request, and one that sends half a request head, are
+    // closed once the limit has passed, not before.
+    for sent in [&b""[..], b"GET /idle HTTP/1.1\r\nhost: x\r\n"] {
+        let mut s = std::net::TcpStream::connect(&listen).unwrap();
+        let start = Instant::now();
+        s.write_all(sent).unwrap();
+        let (_, after) = read_until_closed(&mut s, start);
+        assert!(after >= limit - Duration::from_millis(200) && after < soon, "closed after {after:?}");
+    }
+
+    // A PUT whose body stalls after 1,000 of its 1 MiB is answered RequestTimeout, and the
+    // connection closes; nothing is stored.
+    let mut s = std::net::TcpStream::connect(&listen).unwrap();
+    s.write_all(signed_head(&ep, keys, "PUT", "/idle/stalled", "", 1 << 20, &[]).as_bytes()).unwrap();
+    s.write_all(&[7u8; 1000]).unwrap();
+    let (answer, after) = read_until_closed(&mut s, Instant::now());
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("<Code>RequestTimeout</Code>"), "{answer}");
+    assert!(after < soon, "the stalled PUT was answered after {after:?}");
+    assert_eq!(s3_request(&ep, keys, "HEAD", "/idle/stalled", "", b"").0, 404);
+
+    // A PUT whose body comes in eight pieces 1 s apart (longer in all than the limit, never
+    // stalled for it) is stored whole, and the kept-alive connection then serves a GET of it.
+    let body: Vec<u8> = (0..8 * 4096).map(|i| (i % 251) as u8).collect();
+    let mut s = std::net::TcpStream::connect(&listen).unwrap();
+    s.write_all(signed_head(&ep, keys, "PUT", "/idle/slow", "", body.len(), &[]).as_bytes()).unwrap();
+    for piece in body.chunks(4096) {
+        std::thread::sleep(Duration::from_secs(1));
+        s.write_all(piece).unwrap();
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "the slow PUT's answer");
+    let (status, _, got) = s3_request(&ep, keys, "GET", "/idle/slow", "", b"");
+    assert!(status == 200 && got == body, "the slow PUT's object: status {status}, {} bytes", got.len());
+
+    // A kept-alive connection with nothing more to ask is closed after the limit.
+    let mut s = std::net::TcpStream::connect(&listen).unwrap();
+    s.write_all(signed_head(&ep, keys, "HEAD", "/idle/slow", "", 0, &[]).as_bytes()).unwrap();
+    let start = Instant::now();
+    let (answer, after) = read_until_closed(&mut s, start);
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+    assert!(
+        after >= limit - Duration::from_millis(200) && after < soon,
+        "an idle kept-alive connection closed after {after:?}"
+    );
+
+    // A client that reads nothing of a 32 MiB answer is cut off: what it then reads ends early.
+    let big: Vec<u8> = (0..32 << 20).map(|i: usize| (i % 253) as u8).collect();
+    assert_eq!(s3_request(&ep, keys, "PUT", "/idle/big", "", &big).0, 200);
+    let mut s = std::net::TcpStream::connect(&listen).unwrap();
+    s.write_all(signed_head(&ep, keys, "GET", "/idle/big", "", 0, &[]).as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let (answer, _) = read_until_closed(&mut s, Instant::now());
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    assert!(answer.len() < big.len(), "a client that read nothing for 5 s still got all {} bytes", answer.len());
+    let (status, _, got) = s3_request(&ep, keys, "GET", "/idle/big", "", b"");
+    assert!(status == 200 && got == big, "the object after a client was cut off");
 }
