@@ -256,8 +256,9 @@ impl Connection {
             let domains = domains.clone();
             let id = ids.next();
             let (parts, body) = req.into_parts();
+            let expects_continue = unread::expects_continue(&parts.headers);
             let (body, idled) = idle::timed_body(body, idle);
-            let (body, ended) = unread::track(body);
+            let (body, ended) = unread::track(body, expects_continue);
             let req = hyper::Request::from_parts(parts, body);
             async move {
                 // A CORS preflight is not an S3 request (browsers never sign it).

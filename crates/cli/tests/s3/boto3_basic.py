@@ -38,6 +38,19 @@ print("boto3", boto3.__version__, "botocore", botocore.__version__)
 s3.create_bucket(Bucket="alpha")
 s3.create_bucket(Bucket="alpha")  # in us-east-1 an owner's re-creation succeeds and changes nothing
 fails("InvalidBucketName", s3.create_bucket, Bucket="Bad_Name")
+
+# botocore sends `Expect: 100-continue` with every upload and takes an answer that comes without a
+# `100 Continue` (an empty body's, or a refusal's) as the last word on that connection: the next
+# upload on it must still be answered at once, not after its read timeout.
+quick = client(read_timeout=10)
+started = time.monotonic()
+quick.put_object(Bucket="alpha", Key="marker/", Body=b"")
+quick.put_object(Bucket="alpha", Key="after-marker", Body=b"data")
+fails("MetadataTooLarge", quick.put_object, Bucket="alpha", Key="m", Body=b"x", Metadata={"a": "x" * 2100})
+quick.put_object(Bucket="alpha", Key="after-refusal", Body=b"data")
+assert quick.get_object(Bucket="alpha", Key="after-refusal")["Body"].read() == b"data"
+assert time.monotonic() - started < 10, "uploads after an empty one or a refusal waited"
+quick.delete_objects(Bucket="alpha", Delete={"Objects": [{"Key": k} for k in ("marker/", "after-marker", "after-refusal")]})
 # Every error document names its Code, Message, Resource and RequestId, refusals made before an
 # operation ran (this one: the bucket name) included.
 try:
