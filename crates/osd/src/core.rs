@@ -406,6 +406,10 @@ pub struct Mutations {
     /// A member being backfilled answers a vouched pull of a head past its cursor even when the
     /// head's snapshot state names clones it does not hold, as before decision 0099.
     pub pull_heads_without_their_clones: bool,
+    /// A copy to revert to that does not fit one message is pulled in parts only when the
+    /// primary holds no copy it could keep, as before decision 0066's second amendment: over an
+    /// older copy it could keep, the newer copy stays where it is and the revert keeps the older.
+    pub revert_in_parts_only_without_a_copy: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

@@ -1703,6 +1703,29 @@ fn a_head_backfilled_without_its_clones_is_not_pulled_from_its_holder() {
 }
 
 #[test]
+fn a_revert_pulls_a_newer_copy_in_parts_over_an_older_one_its_primary_could_keep() {
+    // `shoal-sim --parts --revert-unfound --omap --clients 4 --peer-heartbeats`, seed 906696:
+    // c1-o3 was unfound at its primary, osd.1, which held it at 17'1; osd.3 held the newer copy,
+    // 23'9, with acknowledged writes (and an omap larger than one 64-byte part). The revert chose
+    // osd.3's copy, but the pull of it did not fit one message, and over a copy the primary could
+    // keep it was not pulled in parts: the next revert kept osd.1's older copy, and the
+    // acknowledged writes osd.3 held were gone. Such a copy is now pulled in parts (decision
+    // 0066, second amendment); undone (`revert_in_parts_only_without_a_copy`), the seed fails
+    // again. Found by a sweep of new combinations (forty-first session).
+    let config = |seed| {
+        SimConfig { omap: true, revert_unfound: true, clients: 4, ..SimConfig::nemesis_in_parts(seed) }
+            .with_peer_heartbeats()
+    };
+    let outs = run_seeds(906_696..=906_696, config);
+    assert!(total(&outs, |o| o.revert_parts_pulled) > 0, "the copy to revert to came in parts");
+    some_seed_fails_among(
+        Mutations { revert_in_parts_only_without_a_copy: true, ..Mutations::default() },
+        config,
+        906_696..=906_696,
+    );
+}
+
+#[test]
 fn large_values_sent_in_parts_finish_while_pushes_are_refused_and_messages_lost() {
     // `shoal-sim --parts --toofull --short-logs 2 --value-bytes 12288 --snaps --link-cuts
     // --peer-heartbeats`: the part size grows with the values (decision 0095), so a 12 KiB

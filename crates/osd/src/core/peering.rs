@@ -1456,9 +1456,12 @@ impl OsdCore {
 pub struct RevertPull {
     pub source: OsdId,
     pub version: Eversion,
-    /// Whether the copy may come in parts, should it not fit one message: only when the
-    /// primary holds no copy it could keep, since the first part replaces the primary's copy
-    /// before the last has arrived (a whole copy replaces it at once, or not at all).
+    /// Whether the copy may come in parts, should it not fit one message. It may (decision 0066,
+    /// second amendment), even over an older copy the primary could keep: the first part then
+    /// replaces that copy before the last has arrived, so a source lost in between leaves the
+    /// primary nothing to keep, but the newer copy holds acknowledged writes the older lacks, and
+    /// keeping the older one instead would give them up every time, not only after a second
+    /// failure. (A copy staged apart and swapped in whole would need neither; not built.)
     pub in_parts: bool,
     /// Whether the version is one of the PG's history for certain (named for the object by the
     /// primary's log, or trimmed into its dups): the source then sends its copy past its own

@@ -1067,9 +1067,9 @@ impl OsdCore {
                 return;
             }
             Err(e) if revert.is_some() && e.code != ErrorCode::NotFound && e.code != ErrorCode::Corrupt => {
-                // Lost on the way, or too large for one message over a copy here that a part
-                // would replace too early: the operator's next revert asks again (a copy too
-                // large then stays where it is).
+                // Lost on the way, or (with `revert_in_parts_only_without_a_copy`) too large for
+                // one message over a copy here that a part would replace early: the operator's
+                // next revert asks again (a copy too large then stays where it is).
                 tracing::info!(%pg, object, source = %from, error = %e, "pull of a copy to revert to failed");
                 if e.code == ErrorCode::TooLarge
                     && let Some(copies) = p.elsewhere.get_mut(&object)

@@ -357,9 +357,9 @@ impl OsdCore {
                 "{osd} holds it at {version}, {own}: its copy is on its way here; decide again once it has arrived"
             );
         }
-        // In parts only over a copy here that could not be kept anyway (see `RevertPull`).
-        p.revert_pulls
-            .insert(object.to_string(), super::RevertPull { source: osd, version, in_parts: local.is_err(), vouched });
+        // In parts whenever it does not fit one message (see `RevertPull`), unless undone.
+        let in_parts = local.is_err() || !self.mutations.revert_in_parts_only_without_a_copy;
+        p.revert_pulls.insert(object.to_string(), super::RevertPull { source: osd, version, in_parts, vouched });
         p.recovering.insert(object.to_string(), BTreeSet::from([osd]));
         let pull = shoal_proto::osd::PgPull {
             epoch,
