@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// busy connections (multi-conn clients, several exports) have cores of their own.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
+    /// Clients served at once; more wait to be accepted until one disconnects. Each connection
+    /// holds at most 64 requests and 64 MiB of their data, so this bounds the server's memory
+    /// (qemu's multi-conn and nbdcopy open 4 to 16 connections).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_connections: u32,
 }
 
 pub fn run(cmd: &NbdCommand) -> Result<ExitCode> {
@@ -349,24 +354,33 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(args.max_connections as usize));
         let accept = async {
             loop {
                 // Reap finished connections so that the set stays as large as the live ones.
                 while connections.try_join_next().is_some() {}
+                // A slot first: past the limit, clients wait in the listen backlog.
+                let Ok(slot) = slots.clone().acquire_owned().await else { break };
                 let stop = stop_rx.clone();
+                let exports = exports.clone();
                 match &listener {
                     Listener::Tcp(l) => {
                         let (stream, peer) = l.accept().await?;
                         let _ = stream.set_nodelay(true);
-                        connections.spawn(shoal_nbd::serve_connection(exports.clone(), stream, peer.to_string(), stop));
+                        connections.spawn(async move {
+                            shoal_nbd::serve_connection(exports, stream, peer.to_string(), stop).await;
+                            drop(slot);
+                        });
                     }
                     Listener::Unix(l) => {
                         let (stream, _) = l.accept().await?;
-                        connections.spawn(shoal_nbd::serve_connection(exports.clone(), stream, "unix".into(), stop));
+                        connections.spawn(async move {
+                            shoal_nbd::serve_connection(exports, stream, "unix".into(), stop).await;
+                            drop(slot);
+                        });
                     }
                 }
             }
-            #[allow(unreachable_code)]
             Ok::<(), std::io::Error>(())
         };
         tokio::select! {

@@ -354,10 +354,22 @@ fn images_are_created_and_served_over_nbd_to_real_clients() {
     assert_eq!(du["provisioned_bytes"], 64 << 20);
     // One object is left: 4..6 MiB (the first 4 MiB were zeros, so convert removed it).
     assert_eq!((du["used_bytes"].as_u64(), du["objects"].as_u64()), (Some(2 << 20), Some(1)), "{du}");
-    let (_ro, port) = serve(&dir, &["data/disk", "--read-only"]);
+    let (_ro, port) = serve(&dir, &["data/disk", "--read-only", "--max-connections", "1"]);
     let uri = format!("nbd://127.0.0.1:{port}/data/disk");
     assert_eq!(json(&tool("nbdinfo", &["--json", &uri]))["exports"][0]["is_read_only"], true);
     tool_fails("qemu-io", &["-f", "raw", "-c", "write 0 4096", &uri]);
+    // One client at a time (--max-connections 1): a second waits to be accepted (no greeting)
+    // until the first leaves, then is served.
+    let (first, _) = Raw::connect(port, "data/disk");
+    let mut second = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    second.set_read_timeout(Some(std::time::Duration::from_secs(1))).unwrap();
+    let mut greeting = [0u8; 18];
+    assert!(second.read_exact(&mut greeting).is_err(), "a second client was served past --max-connections 1");
+    drop(first);
+    second.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    second.read_exact(&mut greeting).expect("the second client is served once the first left");
+    assert_eq!(&greeting[..8], b"NBDMAGIC");
+    drop(second);
     ok(&shoal(&dir, &["rbd", "rm", "data/disk"]));
     ok(&shoal(&dir, &["rbd", "rm", "data/striped", "--json"]));
     // A thin image of a pebibyte (268 million object numbers): usage and removal list what it
