@@ -117,6 +117,11 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 impl Server {
     /// Creates the gateway's pools if needed and binds the listener.
     pub async fn bind(client: Client, cfg: &GatewayConfig) -> Result<Server, GatewayError> {
+        if cfg.client_idle_timeout.is_zero() {
+            return Err(GatewayError::InvalidArgument(
+                "a client idle timeout of zero would close every connection at once".into(),
+            ));
+        }
         // The identity is read first, so a bad file fails the start, not a connection.
         let tls = (cfg.tls.as_ref())
             .map(|f| tls::acceptor(f, &[b"http/1.1"]))
@@ -162,7 +167,6 @@ impl Server {
             .map_err(|e| GatewayError::InvalidArgument(format!("cannot listen on {}: {e}", cfg.listen)))?;
         let domains = Arc::new(cfg.domains.clone());
         let client_idle_timeout = cfg.client_idle_timeout;
-        assert!(!client_idle_timeout.is_zero(), "a client idle timeout of zero would close every connection");
         Ok(Server {
             listener,
             service: builder.build(),
