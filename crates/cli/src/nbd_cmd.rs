@@ -267,6 +267,17 @@ async fn keep_lock(client: shoal_client::Client, h: Arc<HeldLock>, lease_s: u64)
     }
 }
 
+/// Serves one connection, holding its `slot` of `--max-connections` until it ends.
+async fn serve_in_slot<S: shoal_nbd::SplitStream>(
+    exports: std::sync::Arc<shoal_nbd::Exports<ImageDevice>>,
+    stream: S,
+    peer: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    shoal_nbd::serve_connection(exports, stream, peer, stop).await;
+}
+
 /// Where a server accepts clients.
 enum Listener {
     Tcp(tokio::net::TcpListener),
@@ -367,17 +378,11 @@ fn serve(args: &ServeArgs) -> Result<ExitCode> {
                     Listener::Tcp(l) => {
                         let (stream, peer) = l.accept().await?;
                         let _ = stream.set_nodelay(true);
-                        connections.spawn(async move {
-                            shoal_nbd::serve_connection(exports, stream, peer.to_string(), stop).await;
-                            drop(slot);
-                        });
+                        connections.spawn(serve_in_slot(exports, stream, peer.to_string(), stop, slot));
                     }
                     Listener::Unix(l) => {
                         let (stream, _) = l.accept().await?;
-                        connections.spawn(async move {
-                            shoal_nbd::serve_connection(exports, stream, "unix".into(), stop).await;
-                            drop(slot);
-                        });
+                        connections.spawn(serve_in_slot(exports, stream, "unix".into(), stop, slot));
                     }
                 }
             }

@@ -121,9 +121,13 @@ impl<IO> Watched<IO> {
         Watched { io, stall: Stall::new(limit) }
     }
 
-    /// What a pending write or flush returns: still pending, or the error once it has waited
-    /// for the limit.
-    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
+    /// Times a write, flush or shutdown that `polled` the socket: progress disarms the timer; a
+    /// pending one stays pending until it has waited for the limit, then fails.
+    fn timed<T>(&mut self, cx: &mut Context<'_>, polled: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            self.stall.progressed();
+            return polled;
+        }
         if self.stall.expired(cx) {
             let idle = ClientIdle(self.stall.limit);
             return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, idle)));
@@ -140,13 +144,8 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
 
 impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write(cx, buf) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stall.progressed();
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.timed(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -154,13 +153,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stall.progressed();
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.timed(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -168,23 +162,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match Pin::new(&mut self.io).poll_flush(cx) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stall.progressed();
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.timed(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match Pin::new(&mut self.io).poll_shutdown(cx) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stall.progressed();
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.timed(cx, polled)
     }
 }
 

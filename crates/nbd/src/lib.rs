@@ -17,7 +17,9 @@ pub mod transmission;
 use std::future::Future;
 use std::sync::Arc;
 
-use shoal_splice::{SpliceSink, SplitStream};
+use shoal_splice::SpliceSink;
+/// The streams [`serve_connection`] serves on (TCP, unix, or in-memory for tests).
+pub use shoal_splice::SplitStream;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
