@@ -410,6 +410,10 @@ pub struct Mutations {
     /// primary holds no copy it could keep, as before decision 0066's second amendment: over an
     /// older copy it could keep, the newer copy stays where it is and the revert keeps the older.
     pub revert_in_parts_only_without_a_copy: bool,
+    /// A PG clean on a temporary acting set keeps it when placement names the same OSDs in the
+    /// same order, as before the forty-second session's fix: the entry stays in the map of a
+    /// clean cluster.
+    pub keep_temp_equal_to_placement: bool,
 }
 
 /// PG `pg`'s log in `logs`, loaded from `store` first if this OSD has not read it since it

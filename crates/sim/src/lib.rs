@@ -2537,6 +2537,15 @@ impl Simulation {
         // After damage, the final repair of every PG must find a good copy of every inconsistent
         // object: one it cannot repair has no good copy on any member (decision 0099's scrub
         // check names a snapshot clone lost everywhere this way).
+        // A clean cluster runs every PG on the OSDs placement names: a temporary acting set is
+        // handed back once its PG is clean on it, also when placement has come to name the same
+        // OSDs meanwhile.
+        for (pg, temp) in &map.pg_temp {
+            self.outcome.violations.push(format!(
+                "PG {pg} keeps the temporary acting set {temp:?} in a clean cluster (placement names {:?})",
+                map.pg_up_osds(*pg).unwrap_or_default()
+            ));
+        }
         if self.rotted > 0 {
             for (pg, _, last, _) in self.last_scrubs() {
                 if let Some(last) = last.filter(|l| l.inconsistent > l.repaired) {

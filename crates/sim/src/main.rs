@@ -129,6 +129,7 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
         "no_probe_retries" => &mut m.no_probe_retries,
         "pull_heads_without_their_clones" => &mut m.pull_heads_without_their_clones,
         "revert_in_parts_only_without_a_copy" => &mut m.revert_in_parts_only_without_a_copy,
+        "keep_temp_equal_to_placement" => &mut m.keep_temp_equal_to_placement,
         other => {
             return Err(format!(
                 "--mutate: unknown mutation '{other}' (skip_prev_check, skip_activation_record, \
@@ -142,7 +143,8 @@ fn mutate(m: &mut shoal_osd::Mutations, name: &str) -> Result<(), String> {
                  forget_trimmed_decisions, repeer_unfound_on_every_map, \
                  decisions_wait_for_split, ask_copies_once_per_attempt, \
                  backfill_over_removals_in_flight, no_probe_retries, ignore_interval_since, \
-                 pull_heads_without_their_clones, revert_in_parts_only_without_a_copy)"
+                 pull_heads_without_their_clones, revert_in_parts_only_without_a_copy, \
+                 keep_temp_equal_to_placement)"
             ));
         }
     };

@@ -1726,6 +1726,24 @@ fn a_revert_pulls_a_newer_copy_in_parts_over_an_older_one_its_primary_could_keep
 }
 
 #[test]
+fn a_temporary_acting_set_is_handed_back_when_placement_names_the_same_osds_again() {
+    // `shoal-sim --parts`, seeds 142 and 620: a PG's primary lacked its history and took a
+    // temporary acting set, then placement came back to the same OSDs in the same order (an OSD
+    // out and in again) before the PG was clean. The primary handed back only a set that differed
+    // from placement's, so the entry stayed in the map of a clean cluster; the real-process
+    // nemesis test met the same (`temporary acting sets left in a clean cluster`). The simulation
+    // now counts such an entry as a violation, and the primary hands it back too; undone
+    // (`keep_temp_equal_to_placement`), the seeds fail again. Found in the forty-second session.
+    run_seeds(142..=142, SimConfig::nemesis_in_parts);
+    run_seeds(620..=620, SimConfig::nemesis_in_parts);
+    some_seed_fails_among(
+        Mutations { keep_temp_equal_to_placement: true, ..Mutations::default() },
+        SimConfig::nemesis_in_parts,
+        142..=142,
+    );
+}
+
+#[test]
 fn large_values_sent_in_parts_finish_while_pushes_are_refused_and_messages_lost() {
     // `shoal-sim --parts --toofull --short-logs 2 --value-bytes 12288 --snaps --link-cuts
     // --peer-heartbeats`: the part size grows with the values (decision 0095), so a 12 KiB

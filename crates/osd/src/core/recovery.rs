@@ -524,7 +524,10 @@ impl OsdCore {
         self.maybe_clean(pg, out);
     }
 
-    /// A clean PG on a temporary acting set hands back to the OSDs placement names.
+    /// A clean PG on a temporary acting set hands back to the OSDs placement names. It does so
+    /// also when placement has come to name the same OSDs in the same order meanwhile (an OSD
+    /// out and in again): the acting set and the interval stay as they are, and the map no longer
+    /// keeps an entry that would hold the PG on those OSDs after placement moves on.
     fn maybe_clean(&mut self, pg: PgId, out: &mut Vec<Action>) {
         let empty = PgMeta::default();
         let own = self.metas.get(&pg).unwrap_or(&empty);
@@ -537,7 +540,8 @@ impl OsdCore {
         }
         if self.map.pg_temp.contains_key(&pg) && !self.pending_temp.contains_key(&pg) {
             let up = self.map.pg_up_osds(pg).unwrap_or_default();
-            if !up.is_empty() && up != p.acting {
+            let keep_same = self.mutations.keep_temp_equal_to_placement && up == p.acting;
+            if !up.is_empty() && !keep_same {
                 tracing::info!(%pg, ?up, "PG clean on its temporary acting set: handing back");
                 self.pending_temp.insert(pg, Vec::new());
                 self.flush_mon(out);
