@@ -2534,9 +2534,6 @@ impl Simulation {
     fn check_replicas(&mut self) {
         let map = self.mon.map().clone();
         let Ok(pool) = map.pool_by_name(POOL).cloned() else { return };
-        // After damage, the final repair of every PG must find a good copy of every inconsistent
-        // object: one it cannot repair has no good copy on any member (decision 0099's scrub
-        // check names a snapshot clone lost everywhere this way).
         // A clean cluster runs every PG on the OSDs placement names: a temporary acting set is
         // handed back once its PG is clean on it, also when placement has come to name the same
         // OSDs meanwhile.
@@ -2546,6 +2543,9 @@ impl Simulation {
                 map.pg_up_osds(*pg).unwrap_or_default()
             ));
         }
+        // After damage, the final repair of every PG must find a good copy of every inconsistent
+        // object: one it cannot repair has no good copy on any member (decision 0099's scrub
+        // check names a snapshot clone lost everywhere this way).
         if self.rotted > 0 {
             for (pg, _, last, _) in self.last_scrubs() {
                 if let Some(last) = last.filter(|l| l.inconsistent > l.repaired) {
