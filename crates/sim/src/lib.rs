@@ -1214,6 +1214,7 @@ impl Simulation {
         }
         self.outcome.needs_named += self.osds.values().map(OsdCore::needs_named).sum::<u64>();
         self.check_replicas();
+        self.check_no_temporary_sets();
         if !self.outcome.violations.is_empty() {
             self.diagnose();
         }
@@ -2529,20 +2530,24 @@ impl Simulation {
         }
     }
 
-    /// At quiescence: every acknowledged object is on every OSD of its PG's acting set at the final
-    /// map with its last acknowledged value, and on no other OSD (strays were removed).
-    fn check_replicas(&mut self) {
+    /// At quiescence: no temporary acting set is left. A clean cluster runs every PG on the OSDs
+    /// placement names; a PG clean on a temporary set hands it back, also when placement has come
+    /// to name the same OSDs meanwhile (decision 0057's amendment).
+    fn check_no_temporary_sets(&mut self) {
         let map = self.mon.map().clone();
-        let Ok(pool) = map.pool_by_name(POOL).cloned() else { return };
-        // A clean cluster runs every PG on the OSDs placement names: a temporary acting set is
-        // handed back once its PG is clean on it, also when placement has come to name the same
-        // OSDs meanwhile.
         for (pg, temp) in &map.pg_temp {
             self.outcome.violations.push(format!(
                 "PG {pg} keeps the temporary acting set {temp:?} in a clean cluster (placement names {:?})",
                 map.pg_up_osds(*pg).unwrap_or_default()
             ));
         }
+    }
+
+    /// At quiescence: every acknowledged object is on every OSD of its PG's acting set at the final
+    /// map with its last acknowledged value, and on no other OSD (strays were removed).
+    fn check_replicas(&mut self) {
+        let map = self.mon.map().clone();
+        let Ok(pool) = map.pool_by_name(POOL).cloned() else { return };
         // After damage, the final repair of every PG must find a good copy of every inconsistent
         // object: one it cannot repair has no good copy on any member (decision 0099's scrub
         // check names a snapshot clone lost everywhere this way).
